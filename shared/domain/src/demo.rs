@@ -1,0 +1,175 @@
+//! The `demo` job type: a diagnostic job that does real, checkable work.
+//!
+//! Each item extends a SHA-256 hash chain (`digest = sha256(digest ‖ index)`), and the job
+//! waits `item_ms` per item to stand in for I/O. The final digest depends on every item being
+//! processed exactly once and in order, so a test can tell a correct run from a skipped,
+//! repeated or reordered one. `fail_at` / `fail_kind` / `fail_times` inject failures so the
+//! retry and failure paths can be exercised end to end.
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::job::SpecError;
+
+/// Most items a demo job may have.
+pub const MAX_ITEMS: u64 = 10_000_000;
+/// Longest pause per item.
+pub const MAX_ITEM_MS: u64 = 60_000;
+/// Most injected failures.
+pub const MAX_FAIL_TIMES: u32 = 10;
+
+/// Parameters of a `demo` job.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DemoParams {
+    /// How many items to process (1 ..= 10,000,000).
+    pub items: u64,
+    /// Pause per item in milliseconds (0 ..= 60,000).
+    #[serde(default)]
+    pub item_ms: u64,
+    /// The item index at which to inject a failure.
+    #[serde(default)]
+    pub fail_at: Option<u64>,
+    /// The kind of injected failure (default `transient`).
+    #[serde(default)]
+    pub fail_kind: Option<FailKind>,
+    /// How many times the injected failure happens before the item succeeds (default 1).
+    #[serde(default)]
+    pub fail_times: Option<u32>,
+}
+
+/// An injected failure's kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailKind {
+    /// Retryable: the state machine retries the stage.
+    Transient,
+    /// Not retryable: the job fails at once.
+    Fatal,
+}
+
+impl DemoParams {
+    /// Checks the ranges serde cannot express.
+    pub fn validate(&self) -> Result<(), SpecError> {
+        let invalid = |msg: String| Err(SpecError::InvalidParams(msg));
+        if self.items == 0 || self.items > MAX_ITEMS {
+            return invalid(format!("items must be between 1 and {MAX_ITEMS}"));
+        }
+        if self.item_ms > MAX_ITEM_MS {
+            return invalid(format!("item_ms must be at most {MAX_ITEM_MS}"));
+        }
+        match self.fail_at {
+            Some(at) if at >= self.items => {
+                return invalid("fail_at must be an item index below items".into());
+            }
+            None if self.fail_kind.is_some() || self.fail_times.is_some() => {
+                return invalid("fail_kind and fail_times need fail_at".into());
+            }
+            _ => {}
+        }
+        if let Some(times) = self.fail_times
+            && !(1..=MAX_FAIL_TIMES).contains(&times)
+        {
+            return invalid(format!("fail_times must be between 1 and {MAX_FAIL_TIMES}"));
+        }
+        Ok(())
+    }
+
+    /// The failure to inject before processing `item`, given how many were injected already.
+    pub fn injected_failure(&self, item: u64, injected_so_far: u32) -> Option<FailKind> {
+        if self.fail_at != Some(item) {
+            return None;
+        }
+        let kind = self.fail_kind.unwrap_or(FailKind::Transient);
+        let times = self.fail_times.unwrap_or(1);
+        (kind == FailKind::Fatal || injected_so_far < times).then_some(kind)
+    }
+}
+
+/// Where a demo run is: the next item and the hash chain so far. This is the checkpoint.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DemoState {
+    /// Index of the next item to process.
+    pub next_item: u64,
+    /// Hex SHA-256 chain over the items processed so far.
+    pub digest: String,
+}
+
+impl Default for DemoState {
+    fn default() -> Self {
+        DemoState { next_item: 0, digest: hex::encode([0u8; 32]) }
+    }
+}
+
+impl DemoState {
+    /// Processes the next item.
+    pub fn process_next(&mut self) {
+        let mut hasher = Sha256::new();
+        hasher.update(self.digest.as_bytes());
+        hasher.update(self.next_item.to_be_bytes());
+        self.digest = hex::encode(hasher.finalize());
+        self.next_item += 1;
+    }
+}
+
+/// The result object of a demo job.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DemoResult {
+    /// Items processed.
+    pub items: u64,
+    /// Final hash chain digest.
+    pub digest: String,
+}
+
+impl DemoResult {
+    /// What a correct run over `items` items produces, computed directly.
+    pub fn expected(items: u64) -> DemoResult {
+        let mut state = DemoState::default();
+        for _ in 0..items {
+            state.process_next();
+        }
+        DemoResult { items, digest: state.digest }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(json: serde_json::Value) -> DemoParams {
+        serde_json::from_value(json).unwrap()
+    }
+
+    #[test]
+    fn validation() {
+        assert!(params(serde_json::json!({"items": 1})).validate().is_ok());
+        assert!(params(serde_json::json!({"items": 0})).validate().is_err());
+        assert!(params(serde_json::json!({"items": 3, "fail_at": 3})).validate().is_err());
+        assert!(params(serde_json::json!({"items": 3, "fail_kind": "fatal"})).validate().is_err());
+        assert!(params(serde_json::json!({"items": 3, "fail_at": 1, "fail_times": 0})).validate().is_err());
+        assert!(params(serde_json::json!({"items": 3, "item_ms": 60001})).validate().is_err());
+    }
+
+    #[test]
+    fn injected_failures_stop_after_fail_times_unless_fatal() {
+        let transient = params(serde_json::json!({"items": 5, "fail_at": 2, "fail_times": 2}));
+        assert_eq!(transient.injected_failure(1, 0), None);
+        assert_eq!(transient.injected_failure(2, 0), Some(FailKind::Transient));
+        assert_eq!(transient.injected_failure(2, 1), Some(FailKind::Transient));
+        assert_eq!(transient.injected_failure(2, 2), None);
+        let fatal = params(serde_json::json!({"items": 5, "fail_at": 0, "fail_kind": "fatal"}));
+        assert_eq!(fatal.injected_failure(0, 7), Some(FailKind::Fatal));
+    }
+
+    #[test]
+    fn the_chain_depends_on_every_item() {
+        assert_ne!(DemoResult::expected(3).digest, DemoResult::expected(4).digest);
+        let mut resumed = DemoState::default();
+        resumed.process_next();
+        let checkpoint = serde_json::to_string(&resumed).unwrap();
+        let mut resumed: DemoState = serde_json::from_str(&checkpoint).unwrap();
+        resumed.process_next();
+        resumed.process_next();
+        assert_eq!(resumed.digest, DemoResult::expected(3).digest);
+    }
+}

@@ -1,0 +1,23 @@
+//! The longhaul domain: jobs, their state machine, job types and their parameters.
+//!
+//! This crate knows nothing about AWS or Lambda. Adapters (`longhaul-aws`) persist and move
+//! these types; functions compose the two.
+
+pub mod demo;
+pub mod fingerprint;
+pub mod job;
+pub mod status;
+
+pub use job::{JobError, JobId, JobSpec, JobType, SpecError, Transition};
+pub use status::{JobStatus, TransitionError};
+
+/// The current time as the RFC 3339 string (UTC, milliseconds) stored on every record.
+pub fn now_rfc3339() -> String {
+    format_rfc3339(chrono::Utc::now())
+}
+
+/// Formats a timestamp the way every longhaul record stores it (UTC, millisecond precision),
+/// so that lexical order equals time order.
+pub fn format_rfc3339(at: chrono::DateTime<chrono::Utc>) -> String {
+    at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
