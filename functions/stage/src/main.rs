@@ -1,1 +1,16 @@
-fn main() {}
+use lambda_runtime::{Error, LambdaEvent, service_fn};
+use longhaul_aws::{config::Vars, sdk::load_sdk_config};
+use stage::{Config, Deps, StageInput};
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    lambda_runtime::tracing::init_default_subscriber();
+    let config = Config::from_vars(&Vars::from_env())?;
+    let deps = Deps::new(&load_sdk_config().await, &config);
+    let deps = &deps;
+    lambda_runtime::run(service_fn(move |event: LambdaEvent<StageInput>| async move {
+        let deadline = stage::deadline_from_epoch_ms(event.context.deadline);
+        stage::handle(deps, event.payload, deadline).await
+    }))
+    .await
+}

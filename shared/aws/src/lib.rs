@@ -1,0 +1,40 @@
+//! AWS adapters for longhaul: one module per AWS service, plus the pieces every function
+//! shares (SDK configuration, typed environment, HTTP API helpers).
+//!
+//! Functions build these once at init and pass them to plain async handlers, so tests call
+//! the same handlers against the local stack.
+
+pub mod api;
+pub mod config;
+pub mod executions;
+pub mod jobs;
+pub mod objects;
+pub mod queue;
+pub mod sdk;
+
+use std::error::Error as StdError;
+
+/// An AWS call that failed, with what we were doing when it did.
+#[derive(Debug, thiserror::Error)]
+#[error("{context}: {detail}")]
+pub struct AwsError {
+    /// What the call was for.
+    pub context: String,
+    /// The SDK's full error chain.
+    pub detail: String,
+}
+
+impl AwsError {
+    /// Wraps any SDK error with context, keeping the whole source chain in the message (the
+    /// SDK's own `Display` says only "service error").
+    pub fn new(context: impl Into<String>, err: impl StdError) -> Self {
+        let mut detail = err.to_string();
+        let mut source = err.source();
+        while let Some(inner) = source {
+            detail.push_str(": ");
+            detail.push_str(&inner.to_string());
+            source = inner.source();
+        }
+        AwsError { context: context.into(), detail }
+    }
+}

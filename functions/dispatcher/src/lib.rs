@@ -1,0 +1,118 @@
+//! **dispatcher** — consumes the intake queue and starts one Step Functions execution per job.
+//!
+//! Order matters: the job moves `pending → queued` *before* the execution starts, so the
+//! state machine's claim (`queued → running`) can never arrive first. Redelivered messages
+//! are harmless: a job already `queued` is started again under the same execution name,
+//! which Step Functions deduplicates. Failed records are reported as batch item failures, so
+//! SQS retries them and, after `maxReceiveCount`, moves them to the dead-letter queue.
+
+use aws_lambda_events::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
+use longhaul_aws::config::{ConfigError, Vars};
+use longhaul_aws::executions::{Executions, StartOutcome};
+use longhaul_aws::jobs::{JobStore, StoreError, TransitionRequest};
+use longhaul_aws::queue::DispatchMessage;
+use longhaul_domain::JobStatus;
+use serde_json::json;
+
+/// The function's configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// `TABLE_NAME`: the job table.
+    pub table: String,
+    /// `STATE_MACHINE_ARN`: the job state machine.
+    pub state_machine_arn: String,
+}
+
+impl Config {
+    /// Reads the configuration.
+    pub fn from_vars(vars: &Vars) -> Result<Self, ConfigError> {
+        Ok(Config { table: vars.required("TABLE_NAME")?, state_machine_arn: vars.required("STATE_MACHINE_ARN")? })
+    }
+}
+
+/// What the handler needs, built once per sandbox.
+#[derive(Debug, Clone)]
+pub struct Deps {
+    /// The job table.
+    pub jobs: JobStore,
+    /// The job state machine.
+    pub executions: Executions,
+}
+
+impl Deps {
+    /// Builds the adapters from one SDK configuration.
+    pub fn new(sdk: &aws_config::SdkConfig, config: &Config) -> Self {
+        Deps {
+            jobs: JobStore::new(aws_sdk_dynamodb::Client::new(sdk), config.table.clone()),
+            executions: Executions::new(aws_sdk_sfn::Client::new(sdk), config.state_machine_arn.clone()),
+        }
+    }
+}
+
+/// Why one message could not be dispatched (it will be retried, then dead-lettered).
+#[derive(Debug, thiserror::Error)]
+pub enum DispatchError {
+    /// The body is not a dispatch message (a poison message: it ends in the DLQ).
+    #[error("message body is not a dispatch message: {0}")]
+    Malformed(serde_json::Error),
+    /// The job table failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// Step Functions failed.
+    #[error(transparent)]
+    Aws(#[from] longhaul_aws::AwsError),
+}
+
+/// Dispatches a batch; returns the messages to retry.
+pub async fn handle(deps: &Deps, event: SqsEvent) -> SqsBatchResponse {
+    let mut response = SqsBatchResponse::default();
+    // The batch is small (≤ 10) and each dispatch is two calls: process in parallel.
+    let results = futures::future::join_all(event.records.iter().map(|record| dispatch_record(deps, record))).await;
+    for (record, result) in event.records.iter().zip(results) {
+        if let Err(err) = result {
+            let message_id = record.message_id.clone().unwrap_or_default();
+            tracing::error!(message_id, error = %err, "dispatch failed; the message will be retried");
+            let mut failure = BatchItemFailure::default();
+            failure.item_identifier = message_id;
+            response.batch_item_failures.push(failure);
+        }
+    }
+    response
+}
+
+async fn dispatch_record(deps: &Deps, record: &SqsMessage) -> Result<(), DispatchError> {
+    let message: DispatchMessage =
+        serde_json::from_str(record.body.as_deref().unwrap_or_default()).map_err(DispatchError::Malformed)?;
+    dispatch(deps, &message.job_id).await
+}
+
+/// Moves the job to `queued` and starts its execution; idempotent.
+pub async fn dispatch(deps: &Deps, job_id: &str) -> Result<(), DispatchError> {
+    let request = TransitionRequest::new(job_id, &[JobStatus::Pending], JobStatus::Queued, "dispatched");
+    match deps.jobs.transition(request).await {
+        Ok(_) => {}
+        Err(StoreError::Conflict { current: Some(job) }) if job.status == JobStatus::Queued => {
+            tracing::info!(job_id, "job already queued; starting its execution again (idempotent)");
+        }
+        Err(StoreError::Conflict { current: Some(job) }) => {
+            tracing::info!(job_id, status = %job.status, "job is past dispatch; nothing to do");
+            return Ok(());
+        }
+        Err(StoreError::Conflict { current: None }) => {
+            tracing::error!(job_id, "dispatch message for a job that does not exist; dropping it");
+            return Ok(());
+        }
+        Err(err) => return Err(err.into()),
+    }
+    match deps.executions.start(&execution_name(job_id, 1), &json!({ "job_id": job_id })).await? {
+        StartOutcome::Started { execution_arn } => tracing::info!(job_id, execution_arn, "execution started"),
+        StartOutcome::AlreadyExists => tracing::info!(job_id, "execution already exists"),
+    }
+    Ok(())
+}
+
+/// The execution name of a job's `dispatch`-th dispatch: the job id, so a repeated start is
+/// deduplicated by Step Functions; later re-dispatches get a suffix.
+pub fn execution_name(job_id: &str, dispatch: u32) -> String {
+    if dispatch <= 1 { job_id.to_owned() } else { format!("{job_id}-{dispatch}") }
+}

@@ -1,0 +1,578 @@
+//! The DynamoDB job table: job records, progress records and idempotency records.
+//!
+//! | item        | pk / sk                        |
+//! |-------------|--------------------------------|
+//! | job         | `JOB#<id>` / `JOB`             |
+//! | progress    | `JOB#<id>` / `PROGRESS`        |
+//! | idempotency | `IDEM#<owner>#<key>` / `IDEM`  |
+//!
+//! Every status change is one conditional `UpdateItem` (`#status IN (:from…)`, plus the lease
+//! for the attempt's own writes), so the table, not the caller, decides races. The hot progress
+//! record is kept apart from the large job record because DynamoDB bills writes per KB of the
+//! whole item.
+
+use std::collections::HashMap;
+
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+use aws_sdk_dynamodb::types::{
+    AttributeValue, Put, ReturnValue, ReturnValuesOnConditionCheckFailure, TransactWriteItem,
+};
+use longhaul_domain::{JobError, JobStatus, Transition, TransitionError, now_rfc3339};
+use serde::{Deserialize, Serialize};
+
+use crate::AwsError;
+
+type Item = HashMap<String, AttributeValue>;
+
+/// Sort key of a job record.
+pub const JOB_SK: &str = "JOB";
+/// Sort key of a progress record.
+pub const PROGRESS_SK: &str = "PROGRESS";
+/// Sort key of an idempotency record.
+pub const IDEM_SK: &str = "IDEM";
+
+/// Partition key of everything about one job.
+pub fn job_pk(job_id: &str) -> String {
+    format!("JOB#{job_id}")
+}
+
+/// Partition key of an idempotency record: scoped to the owner, so keys never collide
+/// across tenants.
+pub fn idempotency_pk(owner: &str, key: &str) -> String {
+    format!("IDEM#{owner}#{key}")
+}
+
+/// The job record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobRecord {
+    /// UUIDv7.
+    pub job_id: String,
+    /// The principal (token `sub`) that submitted the job; the only one who can see it.
+    pub owner: String,
+    /// The job type's name.
+    #[serde(rename = "type")]
+    pub job_type: String,
+    /// The validated parameters, as submitted.
+    pub params: serde_json::Value,
+    /// Where the job is in its life.
+    pub status: JobStatus,
+    /// How many times the job was claimed (0 until it first runs).
+    pub attempt: u32,
+    /// The current attempt's fencing token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease: Option<String>,
+    /// The execution that holds the lease.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub execution: Option<String>,
+    /// The idempotency key (sent or derived) the job was created under.
+    pub idempotency_key: String,
+    /// SHA-256 of the canonical request, to tell a replay from a conflicting reuse of the key.
+    pub fingerprint: String,
+    /// Where to deliver the terminal event.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub callback_url: Option<String>,
+    /// RFC 3339 timestamps.
+    pub created_at: String,
+    /// Last change of any kind.
+    pub updated_at: String,
+    /// First claim.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<String>,
+    /// Entry into a terminal state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<String>,
+    /// Why the job failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<JobError>,
+    /// The result object's key in the bucket.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result_key: Option<String>,
+    /// Every status change, oldest first.
+    pub transitions: Vec<Transition>,
+    /// Failures injected so far by the demo job's `fail_times`.
+    #[serde(default)]
+    pub injected_failures: u32,
+}
+
+/// The small, hot progress record.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct ProgressRecord {
+    /// 0 ..= 100.
+    pub pct: f64,
+    /// The current stage's name.
+    pub stage: String,
+    /// 1-based index of the current stage.
+    pub stage_index: u32,
+    /// How many stages the job type has.
+    pub stages_total: u32,
+    /// Items done in the current stage.
+    pub items_done: u64,
+    /// Items in the current stage, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub items_total: Option<u64>,
+    /// Estimated seconds to completion.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eta_seconds: Option<u64>,
+    /// Strictly increasing per job; a write with a lower sequence is refused.
+    pub seq: u64,
+    /// Last sign of life from the worker.
+    pub heartbeat_at: String,
+    /// Last change.
+    pub updated_at: String,
+    /// The lease of the attempt that owns this record.
+    pub lease: String,
+}
+
+/// An idempotency record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IdempotencyRecord {
+    /// The job created under the key.
+    pub job_id: String,
+    /// The request fingerprint that created it.
+    pub fingerprint: String,
+    /// Epoch seconds after which DynamoDB TTL may delete the record.
+    pub expires_at: i64,
+}
+
+/// A job with its progress: what `GET /jobs/{id}` shows, read in one query.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobView {
+    /// The job record.
+    pub job: JobRecord,
+    /// Its progress, once a stage has claimed it.
+    pub progress: Option<ProgressRecord>,
+}
+
+/// A job's lease: what every write of one attempt is fenced by.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lease {
+    /// The attempt number (1 for the first claim).
+    pub attempt: u32,
+    /// The random fencing token.
+    pub token: String,
+}
+
+/// Why a store operation did not happen.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The job is not in a state that allows the change (or the lease is not ours).
+    #[error("job is {}", current.as_ref().map(|j| j.status.as_str()).unwrap_or("missing"))]
+    Conflict {
+        /// The record as it is now, if it exists.
+        current: Option<Box<JobRecord>>,
+    },
+    /// The idempotency key is already taken.
+    #[error("idempotency key already used")]
+    KeyTaken,
+    /// The FSM forbids the move; nothing was sent to DynamoDB.
+    #[error(transparent)]
+    Illegal(#[from] TransitionError),
+    /// A record in the table does not match our schema.
+    #[error("corrupt record {key}: {reason}")]
+    Corrupt {
+        /// Which record.
+        key: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// DynamoDB failed.
+    #[error(transparent)]
+    Aws(#[from] AwsError),
+}
+
+/// A conditional status change.
+#[derive(Debug, Clone)]
+pub struct TransitionRequest {
+    /// The job.
+    pub job_id: String,
+    /// Statuses the job may be in for the change to apply.
+    pub from: Vec<JobStatus>,
+    /// The new status.
+    pub to: JobStatus,
+    /// Why, for the transition log.
+    pub reason: String,
+    /// When set, the change applies only while this lease holds.
+    pub fence: Option<String>,
+    /// Further attributes to set in the same write.
+    pub set: Vec<(String, AttributeValue)>,
+}
+
+impl TransitionRequest {
+    /// A change from any of `from` to `to`.
+    pub fn new(job_id: &str, from: &[JobStatus], to: JobStatus, reason: impl Into<String>) -> Self {
+        TransitionRequest {
+            job_id: job_id.to_owned(),
+            from: from.to_vec(),
+            to,
+            reason: reason.into(),
+            fence: None,
+            set: Vec::new(),
+        }
+    }
+
+    /// Applies only while `lease` holds the job.
+    pub fn fenced(mut self, lease: &str) -> Self {
+        self.fence = Some(lease.to_owned());
+        self
+    }
+
+    /// Also sets `name` to `value`.
+    pub fn set(mut self, name: &str, value: AttributeValue) -> Self {
+        self.set.push((name.to_owned(), value));
+        self
+    }
+}
+
+/// The DynamoDB job table.
+#[derive(Debug, Clone)]
+pub struct JobStore {
+    client: aws_sdk_dynamodb::Client,
+    table: String,
+}
+
+fn s(value: impl Into<String>) -> AttributeValue {
+    AttributeValue::S(value.into())
+}
+
+fn to_item<T: Serialize>(value: &T) -> Item {
+    serde_dynamo::to_item(value).expect("records always serialise to DynamoDB items")
+}
+
+fn from_item<T: serde::de::DeserializeOwned>(item: Item) -> Result<T, StoreError> {
+    let key = format!(
+        "{:?}/{:?}",
+        item.get("pk").and_then(|v| v.as_s().ok()),
+        item.get("sk").and_then(|v| v.as_s().ok())
+    );
+    serde_dynamo::from_item(item).map_err(|e| StoreError::Corrupt { key, reason: e.to_string() })
+}
+
+fn transition_value(state: JobStatus, reason: &str, at: &str) -> AttributeValue {
+    serde_dynamo::to_attribute_value(vec![Transition {
+        state,
+        at: at.to_owned(),
+        reason: reason.to_owned(),
+    }])
+    .expect("transitions always serialise")
+}
+
+impl JobStore {
+    /// An adapter for `table`.
+    pub fn new(client: aws_sdk_dynamodb::Client, table: String) -> Self {
+        JobStore { client, table }
+    }
+
+    /// Writes a new job and its idempotency record in one transaction: either both exist or
+    /// neither does, and a second request under the same key can never create a second job.
+    /// `replacing` names the job a reused key pointed at (a failed or cancelled one); the
+    /// record is then replaced only if it still points there.
+    pub async fn create(
+        &self,
+        job: &JobRecord,
+        idempotency: &IdempotencyRecord,
+        replacing: Option<&str>,
+    ) -> Result<(), StoreError> {
+        let mut job_item = to_item(job);
+        job_item.insert("pk".into(), s(job_pk(&job.job_id)));
+        job_item.insert("sk".into(), s(JOB_SK));
+        job_item.insert("gsi1pk".into(), s(format!("OWNER#{}", job.owner)));
+        job_item.insert("gsi1sk".into(), s(format!("{}#{}", job.created_at, job.job_id)));
+        let mut idem_item = to_item(idempotency);
+        idem_item.insert("pk".into(), s(idempotency_pk(&job.owner, &job.idempotency_key)));
+        idem_item.insert("sk".into(), s(IDEM_SK));
+
+        let mut idem_put = Put::builder().table_name(&self.table).set_item(Some(idem_item));
+        idem_put = match replacing {
+            None => idem_put.condition_expression("attribute_not_exists(pk)"),
+            Some(old) => idem_put
+                .condition_expression("job_id = :old")
+                .expression_attribute_values(":old", s(old)),
+        };
+        let job_put = Put::builder()
+            .table_name(&self.table)
+            .set_item(Some(job_item))
+            .condition_expression("attribute_not_exists(pk)");
+        let build = |put: aws_sdk_dynamodb::types::builders::PutBuilder| {
+            TransactWriteItem::builder().put(put.build().expect("table, item are set")).build()
+        };
+        let result = self
+            .client
+            .transact_write_items()
+            .transact_items(build(idem_put))
+            .transact_items(build(job_put))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            Err(err) => match err.as_service_error() {
+                Some(TransactWriteItemsError::TransactionCanceledException(cancel))
+                    if cancel
+                        .cancellation_reasons()
+                        .first()
+                        .and_then(|r| r.code())
+                        == Some("ConditionalCheckFailed") =>
+                {
+                    Err(StoreError::KeyTaken)
+                }
+                _ => Err(AwsError::new(format!("create job {}", job.job_id), err).into()),
+            },
+        }
+    }
+
+    /// The idempotency record for `owner`'s `key`, if any.
+    pub async fn idempotency(&self, owner: &str, key: &str) -> Result<Option<IdempotencyRecord>, StoreError> {
+        let output = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key("pk", s(idempotency_pk(owner, key)))
+            .key("sk", s(IDEM_SK))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| AwsError::new("read idempotency record", e))?;
+        output.item.map(from_item).transpose()
+    }
+
+    /// A job and its progress, in one query (one billed read request).
+    pub async fn view(&self, job_id: &str) -> Result<Option<JobView>, StoreError> {
+        let output = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .key_condition_expression("pk = :pk")
+            .expression_attribute_values(":pk", s(job_pk(job_id)))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| AwsError::new(format!("read job {job_id}"), e))?;
+        let mut job = None;
+        let mut progress = None;
+        for item in output.items.unwrap_or_default() {
+            match item.get("sk").and_then(|v| v.as_s().ok()).map(String::as_str) {
+                Some(JOB_SK) => job = Some(from_item::<JobRecord>(item)?),
+                Some(PROGRESS_SK) => progress = Some(from_item::<ProgressRecord>(item)?),
+                _ => {}
+            }
+        }
+        Ok(job.map(|job| JobView { job, progress }))
+    }
+
+    /// The job record alone.
+    pub async fn job(&self, job_id: &str) -> Result<Option<JobRecord>, StoreError> {
+        let output = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key("pk", s(job_pk(job_id)))
+            .key("sk", s(JOB_SK))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| AwsError::new(format!("read job {job_id}"), e))?;
+        output.item.map(from_item).transpose()
+    }
+
+    /// Applies a conditional status change and returns the record as it is afterwards. A failed
+    /// condition comes back as [`StoreError::Conflict`] with the record as it is now (read in
+    /// the same request, never a second round trip).
+    pub async fn transition(&self, request: TransitionRequest) -> Result<JobRecord, StoreError> {
+        for from in &request.from {
+            from.transition(request.to)?;
+        }
+        let now = now_rfc3339();
+        let mut update = String::from(
+            "SET #status = :to, updated_at = :now, transitions = list_append(transitions, :t)",
+        );
+        let mut names = HashMap::from([("#status".to_owned(), "status".to_owned())]);
+        let mut values = HashMap::from([
+            (":to".to_owned(), s(request.to.as_str())),
+            (":now".to_owned(), s(&now)),
+            (":t".to_owned(), transition_value(request.to, &request.reason, &now)),
+        ]);
+        if request.to.is_terminal() {
+            update.push_str(", finished_at = :now");
+        }
+        for (i, (name, value)) in request.set.into_iter().enumerate() {
+            update.push_str(&format!(", #s{i} = :s{i}"));
+            names.insert(format!("#s{i}"), name);
+            values.insert(format!(":s{i}"), value);
+        }
+        let from: Vec<String> = request
+            .from
+            .iter()
+            .enumerate()
+            .map(|(i, status)| {
+                values.insert(format!(":from{i}"), s(status.as_str()));
+                format!(":from{i}")
+            })
+            .collect();
+        let mut condition = format!("#status IN ({})", from.join(", "));
+        if let Some(lease) = request.fence {
+            condition.push_str(" AND #lease = :lease");
+            names.insert("#lease".into(), "lease".into());
+            values.insert(":lease".into(), s(lease));
+        }
+        self.update_job(&request.job_id, update, condition, names, values).await
+    }
+
+    async fn update_job(
+        &self,
+        job_id: &str,
+        update: String,
+        condition: String,
+        names: HashMap<String, String>,
+        values: HashMap<String, AttributeValue>,
+    ) -> Result<JobRecord, StoreError> {
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key("pk", s(job_pk(job_id)))
+            .key("sk", s(JOB_SK))
+            .update_expression(update)
+            .condition_expression(format!("attribute_exists(pk) AND {condition}"))
+            .set_expression_attribute_names(Some(names))
+            .set_expression_attribute_values(Some(values))
+            .return_values(ReturnValue::AllNew)
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .send()
+            .await;
+        match result {
+            Ok(output) => from_item(output.attributes.unwrap_or_default()),
+            Err(err) => match err.as_service_error() {
+                Some(UpdateItemError::ConditionalCheckFailedException(failed)) => {
+                    let current = failed.item().cloned().map(from_item::<JobRecord>).transpose()?;
+                    Err(StoreError::Conflict { current: current.map(Box::new) })
+                }
+                _ => Err(AwsError::new(format!("update job {job_id}"), err).into()),
+            },
+        }
+    }
+
+    /// `queued → running` for `execution`, minting a new lease. Idempotent per execution: if
+    /// this execution already holds the job (the claim's response was lost and the state
+    /// machine retried it), the existing lease is returned and nothing is written.
+    pub async fn claim(&self, job_id: &str, execution: &str) -> Result<Lease, StoreError> {
+        let token = uuid::Uuid::new_v4().simple().to_string();
+        let request = TransitionRequest::new(job_id, &[JobStatus::Queued], JobStatus::Running, "claimed by a stage")
+            .set("lease", s(&token))
+            .set("execution", s(execution));
+        match self.claim_update(request).await {
+            Ok(job) => {
+                let lease = Lease { attempt: job.attempt, token };
+                self.put_progress(job_id, &ProgressRecord {
+                    heartbeat_at: now_rfc3339(),
+                    updated_at: now_rfc3339(),
+                    lease: lease.token.clone(),
+                    ..Default::default()
+                })
+                .await?;
+                Ok(lease)
+            }
+            Err(StoreError::Conflict { current: Some(job) })
+                if job.status == JobStatus::Running && job.execution.as_deref() == Some(execution) =>
+            {
+                Ok(Lease { attempt: job.attempt, token: job.lease.unwrap_or_default() })
+            }
+            Err(err) => Err(err),
+        }
+    }
+
+    async fn claim_update(&self, request: TransitionRequest) -> Result<JobRecord, StoreError> {
+        // The claim is a transition that also counts the attempt and stamps the first start.
+        let now = now_rfc3339();
+        let mut names = HashMap::from([
+            ("#status".to_owned(), "status".to_owned()),
+            ("#attempt".to_owned(), "attempt".to_owned()),
+        ]);
+        let mut values = HashMap::from([
+            (":to".to_owned(), s(request.to.as_str())),
+            (":from".to_owned(), s(JobStatus::Queued.as_str())),
+            (":now".to_owned(), s(&now)),
+            (":one".to_owned(), AttributeValue::N("1".into())),
+            (":t".to_owned(), transition_value(request.to, &request.reason, &now)),
+        ]);
+        let mut update = String::from(
+            "SET #status = :to, updated_at = :now, started_at = if_not_exists(started_at, :now), \
+             transitions = list_append(transitions, :t)",
+        );
+        for (i, (name, value)) in request.set.into_iter().enumerate() {
+            update.push_str(&format!(", #s{i} = :s{i}"));
+            names.insert(format!("#s{i}"), name);
+            values.insert(format!(":s{i}"), value);
+        }
+        update.push_str(" ADD #attempt :one");
+        self.update_job(&request.job_id, update, "#status = :from".into(), names, values).await
+    }
+
+    fn progress_key(job_id: &str) -> [(String, AttributeValue); 2] {
+        [("pk".into(), s(job_pk(job_id))), ("sk".into(), s(PROGRESS_SK))]
+    }
+
+    async fn put_progress(&self, job_id: &str, progress: &ProgressRecord) -> Result<(), StoreError> {
+        let mut item = to_item(progress);
+        item.extend(Self::progress_key(job_id));
+        self.client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .send()
+            .await
+            .map_err(|e| AwsError::new(format!("write progress of {job_id}"), e))?;
+        Ok(())
+    }
+
+    /// Records progress (and a heartbeat) for the attempt holding `progress.lease`. Refused —
+    /// as [`StoreError::Conflict`] — when another attempt owns the job or the sequence number
+    /// does not advance, so progress never goes backwards and a stale worker learns it must stop.
+    pub async fn record_progress(&self, job_id: &str, progress: &ProgressRecord) -> Result<(), StoreError> {
+        let mut item = to_item(progress);
+        item.extend(Self::progress_key(job_id));
+        let result = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .condition_expression("lease = :lease AND seq < :seq")
+            .expression_attribute_values(":lease", s(&progress.lease))
+            .expression_attribute_values(":seq", AttributeValue::N(progress.seq.to_string()))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            Err(err)
+                if err
+                    .as_service_error()
+                    .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
+            {
+                Err(StoreError::Conflict { current: None })
+            }
+            Err(err) => Err(AwsError::new(format!("write progress of {job_id}"), err).into()),
+        }
+    }
+
+    /// Counts one injected demo failure, fenced by the lease (so it survives the retry that
+    /// follows and a stale attempt cannot count).
+    pub async fn count_injected_failure(&self, job_id: &str, lease: &str) -> Result<JobRecord, StoreError> {
+        let names = HashMap::from([
+            ("#status".to_owned(), "status".to_owned()),
+            ("#lease".to_owned(), "lease".to_owned()),
+        ]);
+        let values = HashMap::from([
+            (":running".to_owned(), s(JobStatus::Running.as_str())),
+            (":lease".to_owned(), s(lease)),
+            (":one".to_owned(), AttributeValue::N("1".into())),
+            (":now".to_owned(), s(now_rfc3339())),
+        ]);
+        self.update_job(
+            job_id,
+            "SET updated_at = :now ADD injected_failures :one".into(),
+            "#status = :running AND #lease = :lease".into(),
+            names,
+            values,
+        )
+        .await
+    }
+}
