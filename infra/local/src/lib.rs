@@ -1,0 +1,238 @@
+//! The local stack: longhaul on a laptop, with no AWS and no Docker.
+//!
+//! * **moto** (pinned, in the project's virtualenv) plays DynamoDB, SQS, S3 and Step
+//!   Functions, and executes the real state machine definition.
+//! * **the edge** hosts every function of `template.yaml` in-process and serves
+//!   - the HTTP API (API Gateway HTTP API, payload 2.0, JWT authorizer emulated),
+//!   - the Lambda Invoke endpoint moto's interpreter calls for task states,
+//!   - SQS event source mappings and EventBridge schedules,
+//!   - `/_local/` routes (AWS call counts, firing schedules).
+//!
+//! Every resource and trigger is derived from `template.yaml`, so what runs here is what
+//! deploys. Function code is unaware of all this: it reads the standard SDK configuration.
+
+pub mod edge;
+pub mod emulator;
+pub mod event_sources;
+pub mod hosted;
+pub mod http_api;
+pub mod jwt;
+pub mod model;
+pub mod provision;
+pub mod schedules;
+pub mod template;
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+use aws_config::{BehaviorVersion, Region, SdkConfig};
+
+pub use emulator::Lifetime;
+
+/// How to run the stack.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The repository root (holds `template.yaml` and `.venv`).
+    pub root: PathBuf,
+    /// HTTP API port (0: any free port).
+    pub api_port: u16,
+    /// Edge port: the AWS endpoint of the functions, and moto's `MOTO_PORT` (0: any).
+    pub edge_port: u16,
+    /// Emulator port (0: any).
+    pub moto_port: u16,
+    /// Whether the emulator may outlive this process.
+    pub lifetime: Lifetime,
+    /// Where the emulator record, its log and the JWT key live (`None`: nowhere; tests).
+    pub state_dir: Option<PathBuf>,
+    /// Replacements for function environment variables the template declares (e.g. shorter
+    /// thresholds), applied to every function that declares the variable.
+    pub env_overrides: BTreeMap<String, String>,
+    /// Stack name (prefix of physical names).
+    pub stack: String,
+}
+
+impl Options {
+    /// `make dev`: fixed ports (overridable by `LONGHAUL_API_PORT`, `LONGHAUL_EDGE_PORT`,
+    /// `LONGHAUL_MOTO_PORT`), an emulator that survives a crash of this process, and every
+    /// `LONGHAUL_*` variable of this environment passed to the functions that declare it.
+    pub fn dev(root: PathBuf) -> anyhow::Result<Self> {
+        let port = |name: &str, default: u16| -> anyhow::Result<u16> {
+            std::env::var(name).ok().map(|v| v.parse().with_context(|| format!("{name}={v}"))).unwrap_or(Ok(default))
+        };
+        Ok(Options {
+            state_dir: Some(root.join(".local")),
+            root,
+            api_port: port("LONGHAUL_API_PORT", 3000)?,
+            edge_port: port("LONGHAUL_EDGE_PORT", 4510)?,
+            moto_port: port("LONGHAUL_MOTO_PORT", 4511)?,
+            lifetime: Lifetime::Detached,
+            env_overrides: std::env::vars().filter(|(k, _)| k.starts_with("LONGHAUL_")).collect(),
+            stack: "longhaul".into(),
+        })
+    }
+
+    /// Tests: free ports, an emulator that dies with the test process.
+    pub fn ephemeral(root: PathBuf) -> Self {
+        Options {
+            root,
+            api_port: 0,
+            edge_port: 0,
+            moto_port: 0,
+            lifetime: Lifetime::DiesWithParent,
+            state_dir: None,
+            env_overrides: BTreeMap::new(),
+            stack: "longhaul".into(),
+        }
+    }
+}
+
+/// A running local stack.
+pub struct LocalStack {
+    /// `http://127.0.0.1:<api port>`.
+    pub api_url: String,
+    /// `http://127.0.0.1:<edge port>`: the AWS endpoint functions use (calls are counted).
+    pub edge_url: String,
+    /// The emulator.
+    pub emulator: emulator::Emulator,
+    /// The template as resolved.
+    pub template: template::Template,
+    /// AWS call counts.
+    pub calls: edge::CallCounter,
+    authorizer: jwt::Authorizer,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+/// SDK configuration for talking to `endpoint` with the emulator's dummy credentials.
+pub async fn sdk_config(endpoint: &str) -> SdkConfig {
+    aws_config::defaults(BehaviorVersion::latest())
+        .endpoint_url(endpoint)
+        .region(Region::new(template::REGION))
+        .credentials_provider(aws_sdk_sqs::config::Credentials::new("longhaul", "local", None, None, "local"))
+        .http_client(longhaul_aws::sdk::http_client())
+        .load()
+        .await
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// The JWT authorizer of the template's API, with the key kept in `key_dir` (or a fresh
+/// key when `None`).
+pub fn authorizer(template: &template::Template, key_dir: Option<&std::path::Path>) -> anyhow::Result<jwt::Authorizer> {
+    let param = |name: &str| template.parameters.get(name).cloned().unwrap_or_default();
+    let temp;
+    let path = match key_dir {
+        Some(dir) => dir.join("jwt-signing-key"),
+        None => {
+            temp = std::env::temp_dir().join(format!("longhaul-key-{}", uuid::Uuid::new_v4()));
+            temp.clone()
+        }
+    };
+    let authorizer = jwt::Authorizer::from_key_file(&path, &param("JwtIssuer"), &param("JwtAudience"))?;
+    if key_dir.is_none() {
+        std::fs::remove_file(&path).ok();
+    }
+    Ok(authorizer)
+}
+
+impl LocalStack {
+    /// Starts (or adopts) the emulator, provisions the template's resources and serves.
+    pub async fn start(options: Options) -> anyhow::Result<LocalStack> {
+        let edge_listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], options.edge_port)))
+            .await
+            .with_context(|| format!("binding the edge port {}", options.edge_port))?;
+        let edge_port = edge_listener.local_addr()?.port();
+        let api_listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], options.api_port)))
+            .await
+            .with_context(|| format!("binding the API port {}", options.api_port))?;
+        let api_port = api_listener.local_addr()?.port();
+        let moto_port = if options.moto_port == 0 { free_port()? } else { options.moto_port };
+        let venv = std::env::var_os("LONGHAUL_VENV").map(PathBuf::from).unwrap_or_else(|| options.root.join(".venv"));
+        let emulator =
+            emulator::ensure(&venv.join("bin/moto_server"), moto_port, edge_port, options.lifetime, options.state_dir.as_deref())
+                .await?;
+        let edge_url = format!("http://127.0.0.1:{edge_port}");
+        let api_url = format!("http://127.0.0.1:{api_port}");
+
+        let template =
+            template::Template::load(&options.root.join("template.yaml"), &options.stack, &edge_url, &BTreeMap::new())?;
+        let direct = sdk_config(&emulator.url).await;
+        let clients = provision::Clients {
+            dynamodb: aws_sdk_dynamodb::Client::new(&direct),
+            sqs: aws_sdk_sqs::Client::new(&direct),
+            s3: aws_sdk_s3::Client::new(&direct),
+            sfn: aws_sdk_sfn::Client::new(&direct),
+        };
+        provision::provision(&template, &clients).await?;
+
+        let function_sdk = sdk_config(&edge_url).await;
+        let mut hosted = Vec::new();
+        for mut spec in model::functions(&template)? {
+            for (name, value) in spec.env.iter_mut() {
+                if let Some(replacement) = options.env_overrides.get(name) {
+                    *value = replacement.clone();
+                }
+            }
+            hosted.push(hosted::host(&spec, &function_sdk)?);
+        }
+        let calls = edge::CallCounter::default();
+        let by_name: HashMap<String, hosted::HostedFunction> =
+            hosted.iter().map(|f| (f.spec.name.clone(), f.clone())).collect();
+        let edge_state = edge::EdgeState {
+            functions: Arc::new(by_name),
+            calls: calls.clone(),
+            emulator_url: emulator.url.clone(),
+            client: reqwest::Client::new(),
+        };
+        let authorizer = authorizer(&template, options.state_dir.as_deref())?;
+        let schedules = schedules::Schedules::new(&hosted);
+        let api_state = http_api::ApiState {
+            routes: Arc::new(http_api::routes(&hosted)),
+            authorizer: authorizer.clone(),
+            calls: calls.clone(),
+            schedules: schedules.clone(),
+        };
+        let mut tasks = vec![
+            tokio::spawn(async move {
+                if let Err(err) = axum::serve(edge_listener, edge::router(edge_state)).await {
+                    tracing::error!(error = %err, "edge server stopped");
+                }
+            }),
+            tokio::spawn(async move {
+                if let Err(err) = axum::serve(api_listener, http_api::router(api_state)).await {
+                    tracing::error!(error = %err, "API server stopped");
+                }
+            }),
+        ];
+        tasks.extend(event_sources::spawn(&hosted, &clients.sqs));
+        tasks.extend(schedules.spawn());
+        Ok(LocalStack { api_url, edge_url, emulator, template, calls, authorizer, tasks })
+    }
+
+    /// A bearer token for principal `sub` (valid one day).
+    pub fn token(&self, sub: &str) -> String {
+        self.authorizer.token(sub, 86_400)
+    }
+
+    /// The resolved `Ref` of a template resource (table name, queue URL, bucket, ARN…).
+    pub fn resource(&self, logical: &str) -> String {
+        self.template.reference(logical).unwrap_or_else(|e| panic!("{logical}: {e}"))
+    }
+
+    /// SDK configuration that talks to the emulator directly (not counted as AWS calls).
+    pub async fn emulator_sdk_config(&self) -> SdkConfig {
+        sdk_config(&self.emulator.url).await
+    }
+
+    /// Stops serving and stops the emulator.
+    pub fn shutdown(self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+        self.emulator.stop();
+    }
+}

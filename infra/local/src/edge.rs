@@ -1,0 +1,210 @@
+//! The edge: the AWS endpoint the hosted functions (and moto's Step Functions interpreter)
+//! talk to. It serves the Lambda Invoke API by calling the hosted handlers, forwards every
+//! other request to the emulator, and counts AWS calls per `service:operation`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+
+use axum::body::Body;
+use axum::extract::{Path, Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use futures::TryStreamExt;
+
+use crate::hosted::HostedFunction;
+
+/// Counts of AWS API calls by `service:operation`.
+#[derive(Debug, Clone, Default)]
+pub struct CallCounter(Arc<Mutex<BTreeMap<String, u64>>>);
+
+impl CallCounter {
+    /// Counts one call.
+    pub fn record(&self, key: String) {
+        *self.0.lock().expect("counter lock").entry(key).or_default() += 1;
+    }
+
+    /// The counts so far.
+    pub fn snapshot(&self) -> BTreeMap<String, u64> {
+        self.0.lock().expect("counter lock").clone()
+    }
+}
+
+/// What the edge needs.
+#[derive(Clone)]
+pub struct EdgeState {
+    /// Hosted functions by physical name.
+    pub functions: Arc<HashMap<String, HostedFunction>>,
+    /// The call counter.
+    pub calls: CallCounter,
+    /// Where the emulator listens.
+    pub emulator_url: String,
+    /// The forwarding client.
+    pub client: reqwest::Client,
+}
+
+/// The edge's router.
+pub fn router(state: EdgeState) -> axum::Router {
+    axum::Router::new()
+        .route("/2015-03-31/functions/{function}/invocations", post(invoke))
+        .fallback(forward)
+        .with_state(state)
+}
+
+async fn invoke(State(state): State<EdgeState>, Path(function): Path<String>, body: axum::body::Bytes) -> Response {
+    state.calls.record("lambda:Invoke".into());
+    // The path carries a name, an ARN, or a partial ARN (…:function:name[:qualifier]).
+    let name = match function.split_once(":function:") {
+        Some((_, rest)) => rest.split(':').next().unwrap_or(rest).to_owned(),
+        None => function.clone(),
+    };
+    let Some(hosted) = state.functions.get(&name) else {
+        return (
+            StatusCode::NOT_FOUND,
+            [("x-amzn-errortype", "ResourceNotFoundException")],
+            axum::Json(serde_json::json!({"Type": "User", "message": format!("Function not found: {function}")})),
+        )
+            .into_response();
+    };
+    let event: serde_json::Value = if body.is_empty() {
+        serde_json::json!({})
+    } else {
+        match serde_json::from_slice(&body) {
+            Ok(event) => event,
+            Err(e) => {
+                return (
+                    StatusCode::BAD_REQUEST,
+                    [("x-amzn-errortype", "InvalidRequestContentException")],
+                    axum::Json(serde_json::json!({"Type": "User", "message": e.to_string()})),
+                )
+                    .into_response();
+            }
+        }
+    };
+    match hosted.invoke(event).await {
+        Ok(output) => (StatusCode::OK, [("x-amz-executed-version", "$LATEST")], axum::Json(output)).into_response(),
+        Err(diagnostic) => {
+            tracing::info!(function = name, error_type = diagnostic.error_type, "function error");
+            (
+                StatusCode::OK,
+                [("x-amz-executed-version", "$LATEST"), ("x-amz-function-error", "Unhandled")],
+                axum::Json(serde_json::json!({
+                    "errorType": diagnostic.error_type,
+                    "errorMessage": diagnostic.error_message,
+                })),
+            )
+                .into_response()
+        }
+    }
+}
+
+async fn forward(State(state): State<EdgeState>, request: Request) -> Response {
+    let (parts, body) = request.into_parts();
+    state.calls.record(classify(&parts.method, &parts.uri, &parts.headers));
+    let path = parts.uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
+    // Buffered, not streamed: werkzeug (under moto) does not read chunked request bodies.
+    let body = match axum::body::to_bytes(body, usize::MAX).await {
+        Ok(body) => body,
+        Err(err) => return (StatusCode::BAD_REQUEST, err.to_string()).into_response(),
+    };
+    let mut outbound =
+        state.client.request(parts.method.clone(), format!("{}{path}", state.emulator_url)).body(body);
+    for (name, value) in &parts.headers {
+        if name != "host" && name != "content-length" {
+            outbound = outbound.header(name, value);
+        }
+    }
+    match outbound.send().await {
+        Ok(response) => {
+            let mut builder = Response::builder().status(response.status());
+            for (name, value) in response.headers() {
+                builder = builder.header(name, value);
+            }
+            builder
+                .body(Body::from_stream(response.bytes_stream().map_err(std::io::Error::other)))
+                .unwrap_or_else(|_| StatusCode::BAD_GATEWAY.into_response())
+        }
+        Err(err) => {
+            tracing::warn!(error = %err, "forwarding to the emulator failed");
+            (StatusCode::BAD_GATEWAY, [("content-type", HeaderValue::from_static("text/plain"))], err.to_string())
+                .into_response()
+        }
+    }
+}
+
+/// Names an AWS request `service:Operation`: from `X-Amz-Target` for JSON protocols
+/// (DynamoDB, SQS, Step Functions), from the method and path for S3's REST protocol.
+pub fn classify(method: &Method, uri: &axum::http::Uri, headers: &HeaderMap) -> String {
+    let service = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|auth| auth.split("Credential=").nth(1))
+        .and_then(|cred| cred.split('/').nth(3))
+        .map(str::to_owned)
+        .or_else(|| {
+            let query = uri.query().unwrap_or_default();
+            query
+                .split('&')
+                .find_map(|kv| kv.strip_prefix("X-Amz-Credential="))
+                .and_then(|cred| cred.split("%2F").nth(3))
+                .map(str::to_owned)
+        })
+        .unwrap_or_else(|| "unknown".into());
+    if let Some(target) = headers.get("x-amz-target").and_then(|v| v.to_str().ok()) {
+        let operation = target.rsplit('.').next().unwrap_or(target);
+        return format!("{service}:{operation}");
+    }
+    if service == "s3" {
+        return format!("s3:{}", s3_operation(method, uri, headers));
+    }
+    format!("{service}:{} {}", method, uri.path())
+}
+
+fn s3_operation(method: &Method, uri: &axum::http::Uri, headers: &HeaderMap) -> &'static str {
+    let segments: Vec<&str> = uri.path().trim_start_matches('/').splitn(2, '/').collect();
+    let has_key = segments.len() == 2 && !segments[1].is_empty();
+    let query = uri.query().unwrap_or_default();
+    let has = |name: &str| query.split('&').any(|kv| kv == name || kv.starts_with(&format!("{name}=")));
+    match (method.as_str(), has_key) {
+        ("GET", true) => "GetObject",
+        ("HEAD", true) => "HeadObject",
+        ("PUT", true) if has("partNumber") => "UploadPart",
+        ("PUT", true) if headers.contains_key("x-amz-copy-source") => "CopyObject",
+        ("PUT", true) => "PutObject",
+        ("DELETE", true) if has("uploadId") => "AbortMultipartUpload",
+        ("DELETE", true) => "DeleteObject",
+        ("POST", true) if has("uploads") => "CreateMultipartUpload",
+        ("POST", true) if has("uploadId") => "CompleteMultipartUpload",
+        ("POST", false) if has("delete") => "DeleteObjects",
+        ("GET", false) if has("list-type") => "ListObjectsV2",
+        ("GET", false) => "ListObjects",
+        ("HEAD", false) => "HeadBucket",
+        ("PUT", false) => "CreateBucket",
+        ("DELETE", false) => "DeleteBucket",
+        _ => "Other",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classification() {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            "authorization",
+            "AWS4-HMAC-SHA256 Credential=test/20261122/us-east-1/dynamodb/aws4_request, SignedHeaders=x".parse().unwrap(),
+        );
+        headers.insert("x-amz-target", "DynamoDB_20120810.PutItem".parse().unwrap());
+        assert_eq!(classify(&Method::POST, &"/".parse().unwrap(), &headers), "dynamodb:PutItem");
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            "authorization",
+            "AWS4-HMAC-SHA256 Credential=test/20261122/us-east-1/s3/aws4_request, SignedHeaders=x".parse().unwrap(),
+        );
+        assert_eq!(classify(&Method::PUT, &"/bucket/results/x".parse().unwrap(), &headers), "s3:PutObject");
+        assert_eq!(classify(&Method::GET, &"/bucket/k?x-id=GetObject".parse().unwrap(), &headers), "s3:GetObject");
+        assert_eq!(classify(&Method::GET, &"/bucket?list-type=2".parse().unwrap(), &headers), "s3:ListObjectsV2");
+    }
+}

@@ -1,0 +1,163 @@
+//! Hosting the functions in-process: the same handlers the Lambda binaries run, built from
+//! the same typed configuration, invoked with the same event JSON.
+//!
+//! This is the one place that knows which handler each binary runs. A function added to the
+//! template needs its binary registered here (a crate dependency and one match arm); the
+//! stack refuses to start if a template function has no handler, rather than skipping it.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use aws_config::SdkConfig;
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use lambda_http::{Body, Request, Response};
+use lambda_runtime::Diagnostic;
+use longhaul_aws::config::Vars;
+use serde_json::Value;
+
+use crate::model::FunctionSpec;
+
+type HttpHandler = Arc<dyn Fn(Request) -> BoxFuture<'static, Response<Body>> + Send + Sync>;
+type EventHandler = Arc<dyn Fn(Value, Instant) -> BoxFuture<'static, Result<Value, Diagnostic>> + Send + Sync>;
+
+/// A function's handler.
+#[derive(Clone)]
+pub enum Handler {
+    /// An API function (lambda_http).
+    Http(HttpHandler),
+    /// Any other function: JSON event in, JSON out (lambda_runtime).
+    Event(EventHandler),
+}
+
+/// A hosted function.
+#[derive(Clone)]
+pub struct HostedFunction {
+    /// Its template description.
+    pub spec: FunctionSpec,
+    /// Its handler.
+    pub handler: Handler,
+}
+
+fn typed<I, O, E, F, Fut>(handler: F) -> EventHandler
+where
+    I: serde::de::DeserializeOwned + Send + 'static,
+    O: serde::Serialize,
+    E: Into<Diagnostic>,
+    F: Fn(I, Instant) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<O, E>> + Send + 'static,
+{
+    let handler = Arc::new(handler);
+    Arc::new(move |event: Value, deadline: Instant| {
+        let handler = handler.clone();
+        async move {
+            let input: I = serde_json::from_value(event).map_err(|e| Diagnostic {
+                error_type: "Runtime.UnmarshalError".into(),
+                error_message: e.to_string(),
+            })?;
+            let output = handler(input, deadline).await.map_err(Into::into)?;
+            Ok(serde_json::to_value(output).expect("outputs serialise"))
+        }
+        .boxed()
+    })
+}
+
+fn http<F, Fut>(handler: F) -> Handler
+where
+    F: Fn(Request) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Response<Body>> + Send + 'static,
+{
+    Handler::Http(Arc::new(move |request| handler(request).boxed()))
+}
+
+/// Builds the handler for `spec`, with its environment (plus `overrides`).
+pub fn host(spec: &FunctionSpec, sdk: &SdkConfig) -> anyhow::Result<HostedFunction> {
+    let vars = Vars::from_map(spec.env.clone().into_iter().collect());
+    let context = || format!("configuring {} ({})", spec.logical, spec.binary);
+    let handler = match spec.binary.as_str() {
+        "submit" => {
+            let deps = Arc::new(submit::Deps::new(sdk, &submit::Config::from_vars(&vars).with_context(context)?));
+            http(move |request| {
+                let deps = deps.clone();
+                async move { submit::handle(&deps, request).await }
+            })
+        }
+        "status" => {
+            let deps = Arc::new(status::Deps::new(sdk, &status::Config::from_vars(&vars).with_context(context)?));
+            http(move |request| {
+                let deps = deps.clone();
+                async move { status::handle(&deps, request).await }
+            })
+        }
+        "dispatcher" => {
+            let deps = Arc::new(dispatcher::Deps::new(sdk, &dispatcher::Config::from_vars(&vars).with_context(context)?));
+            Handler::Event(typed(move |event: aws_lambda_events::sqs::SqsEvent, _deadline| {
+                let deps = deps.clone();
+                async move { Ok::<_, Diagnostic>(dispatcher::handle(&deps, event).await) }
+            }))
+        }
+        "stage" => {
+            let deps = Arc::new(stage::Deps::new(sdk, &stage::Config::from_vars(&vars).with_context(context)?));
+            Handler::Event(typed(move |input: stage::StageInput, deadline| {
+                let deps = deps.clone();
+                async move { stage::handle(&deps, input, deadline).await }
+            }))
+        }
+        other => bail!(
+            "{}: no handler is registered for binary {other:?}; add it to infra/local/src/hosted.rs",
+            spec.logical
+        ),
+    };
+    Ok(HostedFunction { spec: spec.clone(), handler })
+}
+
+impl HostedFunction {
+    /// Invokes an event function as Lambda would: within its timeout, a panic or a timeout
+    /// becoming an error result rather than taking the host down.
+    pub async fn invoke(&self, event: Value) -> Result<Value, Diagnostic> {
+        let Handler::Event(handler) = &self.handler else {
+            return Err(Diagnostic {
+                error_type: "Runtime.InvalidInvocation".into(),
+                error_message: format!("{} is an HTTP API function", self.spec.logical),
+            });
+        };
+        let timeout = self.spec.timeout;
+        let future = handler(event, Instant::now() + timeout);
+        match tokio::time::timeout(timeout, tokio::spawn(future)).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(join_error)) => Err(Diagnostic {
+                error_type: "Runtime.Panic".into(),
+                error_message: format!("{} panicked: {join_error}", self.spec.logical),
+            }),
+            Err(_) => Err(Diagnostic {
+                error_type: "Sandbox.Timedout".into(),
+                error_message: format!("Task timed out after {:.2} seconds", timeout.as_secs_f64()),
+            }),
+        }
+    }
+
+    /// Serves one HTTP API request, within the function's timeout (API Gateway answers 503
+    /// when the integration times out; HTTP APIs cap it at 30 s).
+    pub async fn serve(&self, request: Request) -> Response<Body> {
+        let Handler::Http(handler) = &self.handler else {
+            return gateway_error(500, "Internal Server Error");
+        };
+        let timeout = self.spec.timeout.min(Duration::from_secs(30));
+        match tokio::time::timeout(timeout, tokio::spawn(handler(request))).await {
+            Ok(Ok(response)) => response,
+            Ok(Err(_panic)) => gateway_error(500, "Internal Server Error"),
+            Err(_) => gateway_error(503, "Service Unavailable"),
+        }
+    }
+}
+
+/// A response produced by the gateway itself, shaped as API Gateway shapes it.
+pub fn gateway_error(status: u16, message: &str) -> Response<Body> {
+    let mut response = Response::new(Body::from(serde_json::json!({ "message": message }).to_string()));
+    *response.status_mut() = lambda_http::http::StatusCode::from_u16(status).expect("valid status");
+    response
+        .headers_mut()
+        .insert("content-type", lambda_http::http::HeaderValue::from_static("application/json"));
+    response
+}

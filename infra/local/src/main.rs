@@ -1,0 +1,65 @@
+//! `longhaul-local`: run the local stack (`make dev`), mint tokens (`make token`), stop the
+//! emulator (`make stop`).
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use longhaul_local::{LocalStack, Options, emulator, template::Template};
+
+fn root() -> anyhow::Result<PathBuf> {
+    match std::env::var_os("LONGHAUL_ROOT") {
+        Some(root) => Ok(PathBuf::from(root)),
+        None => std::env::current_dir().context("reading the current directory"),
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,aws_config=warn,aws_smithy_runtime=warn,hyper=warn".into()),
+        )
+        .init();
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
+        ["dev"] => dev().await,
+        ["token", sub] => {
+            let options = Options::dev(root()?)?;
+            let template = Template::load(&options.root.join("template.yaml"), &options.stack, "", &Default::default())?;
+            let authorizer = longhaul_local::authorizer(&template, options.state_dir.as_deref())?;
+            println!("{}", authorizer.token(sub, 86_400));
+            Ok(())
+        }
+        ["stop"] => {
+            match emulator::stop_recorded(&root()?.join(".local"))? {
+                Some(pid) => println!("stopped the emulator (pid {pid})"),
+                None => println!("no emulator is recorded as running"),
+            }
+            Ok(())
+        }
+        _ => {
+            eprintln!("usage: longhaul-local dev | token <principal> | stop");
+            std::process::exit(2);
+        }
+    }
+}
+
+async fn dev() -> anyhow::Result<()> {
+    let stack = LocalStack::start(Options::dev(root()?)?).await?;
+    println!();
+    println!("longhaul is running locally");
+    println!("  API          {}", stack.api_url);
+    println!("  AWS endpoint {}  (functions and Step Functions tasks; counts at {}/_local/aws-calls)", stack.edge_url, stack.api_url);
+    println!("  emulator     {}  (pid {}; survives a crash of this process, `make stop` ends it)", stack.emulator.url, stack.emulator.pid);
+    println!("  token        make token SUB=alice");
+    println!("Ctrl-C stops everything.");
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = terminate.recv() => {}
+    }
+    println!("stopping…");
+    stack.shutdown();
+    Ok(())
+}
