@@ -1,0 +1,228 @@
+//! Test harness: one local stack per test binary, shared by its tests, plus small clients for
+//! the API and the emulator.
+//!
+//! The stack runs on its own thread with its own runtime, so it outlives any single
+//! `#[tokio::test]` runtime; its emulator dies with the test process.
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use longhaul_local::{LocalStack, Options};
+use serde_json::Value;
+
+/// The shared stack.
+pub struct Harness {
+    /// The running stack.
+    pub stack: LocalStack,
+}
+
+static HARNESS: OnceLock<Harness> = OnceLock::new();
+
+/// The repository root.
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// The stack of this test binary, started on first use.
+pub fn harness() -> &'static Harness {
+    HARNESS.get_or_init(|| {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::Builder::new()
+            .name("local-stack".into())
+            .spawn(move || {
+                let runtime = tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(4)
+                    .enable_all()
+                    .build()
+                    .expect("runtime");
+                runtime.block_on(async move {
+                    let mut options = Options::ephemeral(root());
+                    options.env_overrides.insert("LONGHAUL_PROGRESS_INTERVAL_MS".into(), "200".into());
+                    match LocalStack::start(options).await {
+                        Ok(stack) => tx.send(Ok(Harness { stack })).expect("test thread waits"),
+                        Err(err) => tx.send(Err(format!("{err:#}"))).expect("test thread waits"),
+                    }
+                    std::future::pending::<()>().await;
+                });
+            })
+            .expect("spawning the stack thread");
+        rx.recv().expect("stack thread answers").unwrap_or_else(|e| panic!("the local stack did not start: {e}"))
+    })
+}
+
+/// A unique principal, so tests never see each other's jobs.
+pub fn principal(label: &str) -> String {
+    format!("{label}-{}", uuid::Uuid::new_v4().simple())
+}
+
+/// An API client acting as one principal.
+pub struct Api {
+    /// Base URL.
+    pub base: String,
+    /// Bearer token (`None`: anonymous).
+    pub token: Option<String>,
+    http: reqwest::Client,
+}
+
+/// A response, read whole.
+#[derive(Debug)]
+pub struct Reply {
+    /// Status code.
+    pub status: u16,
+    /// Headers.
+    pub headers: reqwest::header::HeaderMap,
+    /// Body parsed as JSON (`Null` if empty or not JSON).
+    pub json: Value,
+    /// Raw body.
+    pub text: String,
+}
+
+impl Reply {
+    /// A header's value.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+}
+
+impl Api {
+    /// A client for `principal`.
+    pub fn new(principal: &str) -> Self {
+        let h = harness();
+        Api { base: h.stack.api_url.clone(), token: Some(h.stack.token(principal)), http: reqwest::Client::new() }
+    }
+
+    /// A client without a token.
+    pub fn anonymous() -> Self {
+        Api { base: harness().stack.api_url.clone(), token: None, http: reqwest::Client::new() }
+    }
+
+    /// Sends a request with optional raw body and extra headers.
+    pub async fn send(&self, method: &str, path: &str, body: Option<(&str, Vec<u8>)>, headers: &[(&str, &str)]) -> Reply {
+        let mut request = self.http.request(method.parse().expect("method"), format!("{}{path}", self.base));
+        if let Some(token) = &self.token {
+            request = request.bearer_auth(token);
+        }
+        if let Some((content_type, bytes)) = body {
+            request = request.header("content-type", content_type).body(bytes);
+        }
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let response = request.send().await.expect("request reaches the local API");
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let text = response.text().await.expect("body");
+        let json = serde_json::from_str(&text).unwrap_or(Value::Null);
+        Reply { status, headers, json, text }
+    }
+
+    /// `GET path`.
+    pub async fn get(&self, path: &str) -> Reply {
+        self.send("GET", path, None, &[]).await
+    }
+
+    /// `POST path` with a JSON body.
+    pub async fn post_json(&self, path: &str, body: &Value) -> Reply {
+        self.send("POST", path, Some(("application/json", body.to_string().into_bytes())), &[]).await
+    }
+
+    /// Submits a job and returns its id (asserting 202).
+    pub async fn submit(&self, body: &Value) -> String {
+        let reply = self.post_json("/jobs", body).await;
+        assert_eq!(reply.status, 202, "submit: {}", reply.text);
+        reply.json["job_id"].as_str().expect("job_id").to_owned()
+    }
+
+    /// Polls the job until it is terminal (or panics after `timeout`).
+    pub async fn wait_terminal(&self, job_id: &str, timeout: Duration) -> Value {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let reply = self.get(&format!("/jobs/{job_id}")).await;
+            assert_eq!(reply.status, 200, "{}", reply.text);
+            if matches!(reply.json["status"].as_str(), Some("succeeded" | "failed" | "cancelled" | "expired")) {
+                return reply.json;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "job {job_id} not terminal after {timeout:?}: {}", reply.json);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+/// SDK clients talking to the emulator directly (uncounted).
+pub struct Aws {
+    /// DynamoDB.
+    pub dynamodb: aws_sdk_dynamodb::Client,
+    /// S3.
+    pub s3: aws_sdk_s3::Client,
+    /// SQS.
+    pub sqs: aws_sdk_sqs::Client,
+    /// Step Functions.
+    pub sfn: aws_sdk_sfn::Client,
+}
+
+impl Aws {
+    /// Clients for the shared stack's emulator.
+    pub async fn new() -> Self {
+        let config = harness().stack.emulator_sdk_config().await;
+        Aws {
+            dynamodb: aws_sdk_dynamodb::Client::new(&config),
+            s3: aws_sdk_s3::Client::new(&config),
+            sqs: aws_sdk_sqs::Client::new(&config),
+            sfn: aws_sdk_sfn::Client::new(&config),
+        }
+    }
+
+    /// Every item in the job table that belongs to `owner` (job, progress and idempotency
+    /// records), by a full scan — fine for a test table.
+    pub async fn items_of(&self, owner: &str) -> Vec<std::collections::HashMap<String, aws_sdk_dynamodb::types::AttributeValue>> {
+        use aws_sdk_dynamodb::types::AttributeValue;
+        let table = harness().stack.resource("JobsTable");
+        let mut items = Vec::new();
+        let mut start = None;
+        loop {
+            let page = self
+                .dynamodb
+                .scan()
+                .table_name(&table)
+                .filter_expression("#owner = :owner OR begins_with(pk, :idem)")
+                .expression_attribute_names("#owner", "owner")
+                .expression_attribute_values(":owner", AttributeValue::S(owner.to_owned()))
+                .expression_attribute_values(":idem", AttributeValue::S(format!("IDEM#{owner}#")))
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .expect("scan");
+            items.extend(page.items.unwrap_or_default());
+            start = page.last_evaluated_key;
+            if start.is_none() {
+                return items;
+            }
+        }
+    }
+
+    /// The names of the states whose Lambda task was scheduled, in order, for `execution`.
+    pub async fn scheduled_tasks(&self, job_id: &str) -> Vec<String> {
+        let machine = harness().stack.resource("JobStateMachine");
+        let execution = machine.replace(":stateMachine:", ":execution:") + ":" + job_id;
+        let history = self
+            .sfn
+            .get_execution_history()
+            .execution_arn(execution)
+            .max_results(1000)
+            .send()
+            .await
+            .expect("execution history");
+        let mut state = String::new();
+        let mut out = Vec::new();
+        for event in history.events() {
+            if let Some(entered) = event.state_entered_event_details() {
+                state = entered.name().to_owned();
+            }
+            if event.r#type().as_str() == "LambdaFunctionScheduled" {
+                out.push(state.clone());
+            }
+        }
+        out
+    }
+}

@@ -1,0 +1,51 @@
+# longhaul — the two commands: `make dev` (run the whole system locally) and `make test`.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+SUB ?= alice
+export LONGHAUL_VENV := $(abspath $(VENV))
+
+.PHONY: dev test lint token stop venv build-tools build clean-local
+
+## Start the whole system locally (API on http://127.0.0.1:3000). Ctrl-C stops it.
+dev: venv
+	cargo build -p longhaul-local
+	./target/debug/longhaul-local dev
+
+## Run every test against the local stack (each test binary starts its own stack).
+test: venv
+	RUST_TEST_THREADS=8 cargo test --workspace
+
+## Lint the template (cfn-lint) and the Rust code.
+lint: venv
+	$(VENV)/bin/cfn-lint template.yaml
+	cargo clippy --workspace --all-targets -- -D warnings
+
+## Print a bearer token for principal SUB (last line of output).
+token:
+	@cargo build -q -p longhaul-local
+	@./target/debug/longhaul-local token $(SUB)
+
+## Stop the emulator left running (it survives a crash of `make dev` on purpose).
+stop:
+	@cargo build -q -p longhaul-local
+	@./target/debug/longhaul-local stop
+
+venv: $(VENV)/.installed
+$(VENV)/.installed: infra/requirements.txt
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r infra/requirements.txt
+	touch $@
+
+build-tools: $(VENV)/.installed-build
+$(VENV)/.installed-build: infra/requirements-build.txt $(VENV)/.installed
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r infra/requirements-build.txt
+	rustup target add aarch64-unknown-linux-gnu
+	touch $@
+
+## Build the deployable artifacts (sam build with cargo-lambda and zig from the virtualenv).
+build: build-tools
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/sam build --no-cached
+
+clean-local:
+	rm -rf .local

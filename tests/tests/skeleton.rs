@@ -1,0 +1,197 @@
+//! The walking skeleton, end to end against the local stack: submit → dispatch → Step
+//! Functions (the real ASL) → stage → S3 → succeeded; retries, failures, auth, bad input,
+//! and the AWS call meter.
+
+use std::time::Duration;
+
+use longhaul_domain::demo::DemoResult;
+use longhaul_tests::{Api, Aws, harness, principal};
+use serde_json::{Value, json};
+
+const JOB_TIMEOUT: Duration = Duration::from_secs(90);
+
+fn states(job: &Value) -> Vec<String> {
+    job["transitions"].as_array().unwrap().iter().map(|t| t["state"].as_str().unwrap().to_owned()).collect()
+}
+
+#[tokio::test]
+async fn a_demo_job_runs_to_success_with_its_result_in_s3() {
+    let api = Api::new(&principal("happy"));
+    let reply = api.post_json("/jobs", &json!({"type": "demo", "params": {"items": 25, "item_ms": 5}})).await;
+    assert_eq!(reply.status, 202, "{}", reply.text);
+    let job_id = reply.json["job_id"].as_str().unwrap().to_owned();
+    assert_eq!(uuid::Uuid::parse_str(&job_id).unwrap().get_version_num(), 7);
+    assert_eq!(reply.header("location"), Some(format!("/jobs/{job_id}").as_str()));
+    assert!(reply.header("retry-after").is_some());
+    assert_eq!(reply.json["status"], "pending");
+    assert_eq!(reply.json["status_url"], format!("/jobs/{job_id}"));
+
+    let job = api.wait_terminal(&job_id, JOB_TIMEOUT).await;
+    assert_eq!(job["status"], "succeeded", "{job}");
+    assert_eq!(states(&job), ["pending", "queued", "running", "succeeded"]);
+    assert_eq!(job["type"], "demo");
+    assert_eq!(job["attempt"], 1);
+    assert_eq!(job["progress"]["pct"], 100.0);
+    assert_eq!(job["result_url"], format!("/jobs/{job_id}/result"));
+
+    let aws = Aws::new().await;
+    let object = aws
+        .s3
+        .get_object()
+        .bucket(harness().stack.resource("DataBucket"))
+        .key(format!("results/{job_id}/result.json"))
+        .send()
+        .await
+        .expect("the result object exists");
+    let body = object.body.collect().await.unwrap().into_bytes();
+    let result: DemoResult = serde_json::from_slice(&body).unwrap();
+    assert_eq!(result, DemoResult::expected(25));
+
+    // A terminal job is cacheable and answers conditional requests.
+    let first = api.get(&format!("/jobs/{job_id}")).await;
+    let etag = first.header("etag").expect("terminal jobs have an ETag").to_owned();
+    assert!(first.header("retry-after").is_none());
+    let again = api.send("GET", &format!("/jobs/{job_id}"), None, &[("if-none-match", &etag)]).await;
+    assert_eq!(again.status, 304);
+}
+
+#[tokio::test]
+async fn a_live_job_says_when_to_poll_again() {
+    let api = Api::new(&principal("live"));
+    let job_id = api.submit(&json!({"type": "demo", "params": {"items": 40, "item_ms": 50}})).await;
+    let reply = api.get(&format!("/jobs/{job_id}")).await;
+    assert_eq!(reply.status, 200);
+    assert_ne!(reply.json["status"], "succeeded", "the job should still be live: {}", reply.json);
+    assert_eq!(reply.header("cache-control"), Some("no-store"));
+    assert!(reply.header("retry-after").is_some());
+    assert!(reply.header("etag").is_none());
+    // Progress only moves forward while the job runs.
+    let mut last = -1.0;
+    loop {
+        let job = api.get(&format!("/jobs/{job_id}")).await.json;
+        let pct = job["progress"]["pct"].as_f64().unwrap();
+        assert!(pct >= last, "progress went back from {last} to {pct}");
+        last = pct;
+        if job["status"] == "succeeded" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_transient_failure_is_retried_by_the_state_machine() {
+    let api = Api::new(&principal("transient"));
+    let job_id = api
+        .submit(&json!({"type": "demo", "params": {"items": 10, "fail_at": 4, "fail_kind": "transient", "fail_times": 1}}))
+        .await;
+    let job = api.wait_terminal(&job_id, JOB_TIMEOUT).await;
+    assert_eq!(job["status"], "succeeded", "{job}");
+    assert_eq!(job["attempt"], 1, "a Retry re-runs the task within the same attempt");
+    let runs = Aws::new().await.scheduled_tasks(&job_id).await;
+    assert_eq!(runs.iter().filter(|s| *s == "Run").count(), 2, "{runs:?}");
+    let result = Aws::new().await.s3.get_object()
+        .bucket(harness().stack.resource("DataBucket"))
+        .key(format!("results/{job_id}/result.json"))
+        .send().await.unwrap().body.collect().await.unwrap().into_bytes();
+    // Resumed from the checkpoint: every item processed exactly once.
+    assert_eq!(serde_json::from_slice::<DemoResult>(&result).unwrap(), DemoResult::expected(10));
+}
+
+#[tokio::test]
+async fn a_fatal_failure_fails_the_job_without_retries() {
+    let api = Api::new(&principal("fatal"));
+    let job_id = api.submit(&json!({"type": "demo", "params": {"items": 10, "fail_at": 3, "fail_kind": "fatal"}})).await;
+    let job = api.wait_terminal(&job_id, JOB_TIMEOUT).await;
+    assert_eq!(job["status"], "failed", "{job}");
+    assert_eq!(states(&job), ["pending", "queued", "running", "failed"]);
+    assert_eq!(job["error"]["code"], "Job.Fatal");
+    assert!(job["error"]["message"].as_str().unwrap().contains("fatal failure at item 3"), "{job}");
+    assert!(job.get("result_url").is_none());
+    let runs = Aws::new().await.scheduled_tasks(&job_id).await;
+    assert_eq!(runs, ["Claim", "Run", "RecordFailure"], "no retry of a fatal error");
+}
+
+#[tokio::test]
+async fn retries_are_bounded_then_the_job_fails() {
+    let api = Api::new(&principal("exhausted"));
+    // Fails more often than the state machine retries (3): the job fails with the last error.
+    let job_id = api
+        .submit(&json!({"type": "demo", "params": {"items": 3, "fail_at": 0, "fail_kind": "transient", "fail_times": 10}}))
+        .await;
+    let job = api.wait_terminal(&job_id, Duration::from_secs(180)).await;
+    assert_eq!(job["status"], "failed", "{job}");
+    assert_eq!(job["error"]["code"], "Job.Retryable");
+    let runs = Aws::new().await.scheduled_tasks(&job_id).await;
+    assert_eq!(runs.iter().filter(|s| *s == "Run").count(), 4, "one try and three retries: {runs:?}");
+}
+
+#[tokio::test]
+async fn requests_without_a_valid_token_get_401() {
+    let anonymous = Api::anonymous();
+    let reply = anonymous.post_json("/jobs", &json!({"type": "demo", "params": {"items": 1}})).await;
+    assert_eq!(reply.status, 401);
+    assert_eq!(anonymous.get("/jobs/01a201a7-1000-711d-99cc-fc962b49387c").await.status, 401);
+    let mut forged = Api::new(&principal("forged"));
+    forged.token = Some(forged.token.unwrap() + "x");
+    assert_eq!(forged.get("/jobs/01a201a7-1000-711d-99cc-fc962b49387c").await.status, 401);
+}
+
+#[tokio::test]
+async fn unknown_ids_and_other_tenants_jobs_read_the_same_404() {
+    let owner = Api::new(&principal("owner"));
+    let stranger = Api::new(&principal("stranger"));
+    let job_id = owner.submit(&json!({"type": "demo", "params": {"items": 1}})).await;
+    let theirs = stranger.get(&format!("/jobs/{job_id}")).await;
+    let unknown = stranger.get(&format!("/jobs/{}", uuid::Uuid::now_v7())).await;
+    let garbage = stranger.get("/jobs/not-a-job-id").await;
+    for reply in [&theirs, &unknown, &garbage] {
+        assert_eq!(reply.status, 404);
+        assert_eq!(reply.header("content-type"), Some("application/problem+json"));
+    }
+    assert_eq!(theirs.text, unknown.text, "another tenant's job must be indistinguishable from none");
+    assert_eq!(owner.get(&format!("/jobs/{job_id}")).await.status, 200);
+}
+
+#[tokio::test]
+async fn bad_submissions_get_problem_json_and_write_nothing() {
+    let who = principal("hostile");
+    let api = Api::new(&who);
+    let cases: Vec<(&str, &str, Vec<u8>, u16)> = vec![
+        ("malformed JSON", "application/json", b"{\"type\": \"demo\",".to_vec(), 400),
+        ("not an object", "application/json", b"[1, 2]".to_vec(), 400),
+        ("unknown type", "application/json", br#"{"type": "mine-bitcoin", "params": {}}"#.to_vec(), 422),
+        ("bad params", "application/json", br#"{"type": "demo", "params": {"items": -1}}"#.to_vec(), 422),
+        ("unknown field", "application/json", br#"{"type": "demo", "params": {"items": 1}, "x": 1}"#.to_vec(), 400),
+        ("huge number", "application/json", br#"{"type": "demo", "params": {"items": 1e400}}"#.to_vec(), 400),
+        ("wrong content type", "text/plain", br#"{"type": "demo", "params": {"items": 1}}"#.to_vec(), 415),
+        ("oversized body", "application/json", format!(r#"{{"type": "demo", "params": {{"pad": "{}"}}}}"#, "x".repeat(70_000)).into_bytes(), 413),
+        ("deep nesting", "application/json", format!("{}{}", "[".repeat(5000), "]".repeat(5000)).into_bytes(), 400),
+    ];
+    for (name, content_type, body, status) in cases {
+        let reply = api.send("POST", "/jobs", Some((content_type, body)), &[]).await;
+        assert_eq!(reply.status, status, "{name}: {}", reply.text);
+        assert_eq!(reply.header("content-type"), Some("application/problem+json"), "{name}");
+        assert_eq!(reply.json["status"], status, "{name}");
+        assert!(reply.json["type"].as_str().is_some_and(|t| t.starts_with("/problems/")), "{name}");
+        assert!(reply.json["title"].is_string() && reply.json["detail"].is_string(), "{name}");
+    }
+    assert!(Aws::new().await.items_of(&who).await.is_empty(), "a refused request wrote to the table");
+}
+
+#[tokio::test]
+async fn the_call_meter_counts_what_a_job_costs() {
+    let api = Api::new(&principal("meter"));
+    let before = api.get("/_local/aws-calls").await.json;
+    let job_id = api.submit(&json!({"type": "demo", "params": {"items": 2}})).await;
+    assert_eq!(api.wait_terminal(&job_id, JOB_TIMEOUT).await["status"], "succeeded");
+    let after = api.get("/_local/aws-calls").await.json;
+    let delta = |key: &str| after[key].as_u64().unwrap_or(0) - before[key].as_u64().unwrap_or(0);
+    // Other tests run alongside, so these are lower bounds of this job's own calls.
+    assert!(delta("dynamodb:TransactWriteItems") >= 1);
+    assert!(delta("sqs:SendMessage") >= 1);
+    assert!(delta("states:StartExecution") >= 1);
+    assert!(delta("lambda:Invoke") >= 3, "claim, run, complete");
+    assert!(delta("s3:PutObject") >= 1, "the result");
+    assert!(delta("dynamodb:UpdateItem") >= 3, "queued, running, succeeded");
+}
