@@ -15,7 +15,7 @@ use longhaul_aws::config::{ConfigError, Vars};
 use longhaul_aws::jobs::{IdempotencyRecord, JobRecord, JobStore, StoreError};
 use longhaul_aws::queue::{DispatchMessage, IntakeQueue};
 use longhaul_domain::fingerprint::{derived_idempotency_key, fingerprint};
-use longhaul_domain::{JobId, JobSpec, JobStatus, SpecError, Transition, now_rfc3339};
+use longhaul_domain::{JobId, JobSpec, JobStatus, JobType, SpecError, Transition, now_rfc3339};
 use serde::Deserialize;
 use serde_json::json;
 
@@ -37,6 +37,9 @@ pub struct Config {
     pub intake_queue_url: String,
     /// `IDEMPOTENCY_TTL_SECONDS` (default 86,400): how long a key maps to its job.
     pub idempotency_ttl_seconds: u64,
+    /// `ENABLED_JOB_TYPES` (comma-separated; default every type): the job types this
+    /// deployment accepts, so an operator can switch off the diagnostic `demo` type.
+    pub enabled_job_types: Vec<JobType>,
 }
 
 impl Config {
@@ -46,6 +49,21 @@ impl Config {
             table: vars.required("TABLE_NAME")?,
             intake_queue_url: vars.required("INTAKE_QUEUE_URL")?,
             idempotency_ttl_seconds: vars.parsed_or("IDEMPOTENCY_TTL_SECONDS", 86_400)?,
+            enabled_job_types: match vars.required("ENABLED_JOB_TYPES") {
+                Err(_) => JobType::ALL.to_vec(),
+                Ok(list) => list
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|name| !name.is_empty())
+                    .map(|name| {
+                        name.parse::<JobType>().map_err(|e| ConfigError::Invalid {
+                            name: "ENABLED_JOB_TYPES".into(),
+                            value: list.clone(),
+                            reason: e.to_string(),
+                        })
+                    })
+                    .collect::<Result<_, _>>()?,
+            },
         })
     }
 }
@@ -59,6 +77,8 @@ pub struct Deps {
     pub intake: IntakeQueue,
     /// Idempotency window.
     pub idempotency_ttl: Duration,
+    /// Job types accepted.
+    pub enabled_job_types: Vec<JobType>,
 }
 
 impl Deps {
@@ -68,6 +88,7 @@ impl Deps {
             jobs: JobStore::new(aws_sdk_dynamodb::Client::new(sdk), config.table.clone()),
             intake: IntakeQueue::new(aws_sdk_sqs::Client::new(sdk), config.intake_queue_url.clone()),
             idempotency_ttl: Duration::from_secs(config.idempotency_ttl_seconds),
+            enabled_job_types: config.enabled_job_types.clone(),
         }
     }
 }
@@ -106,6 +127,13 @@ async fn submit(deps: &Deps, request: &Request) -> Result<Response<Body>, Proble
         }
         SpecError::InvalidParams(_) => Problem::unprocessable("invalid-params", "Invalid job parameters", e.to_string()),
     })?;
+    if !deps.enabled_job_types.contains(&spec.job_type()) {
+        return Err(Problem::unprocessable(
+            "unknown-job-type",
+            "Unknown job type",
+            format!("job type {:?} is not enabled on this deployment", spec.job_type().as_str()),
+        ));
+    }
     if let Some(url) = &body.callback_url {
         validate_callback_url(url)?;
     }
@@ -273,6 +301,23 @@ fn accepted(status: StatusCode, job: &JobRecord, replay: bool) -> Response<Body>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::HashMap;
+
+    fn vars(extra: &[(&str, &str)]) -> Vars {
+        let mut map = HashMap::from([
+            ("TABLE_NAME".to_string(), "t".to_string()),
+            ("INTAKE_QUEUE_URL".to_string(), "q".to_string()),
+        ]);
+        map.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        Vars::from_map(map)
+    }
+
+    #[test]
+    fn enabled_job_types() {
+        assert_eq!(Config::from_vars(&vars(&[])).unwrap().enabled_job_types, JobType::ALL.to_vec());
+        assert_eq!(Config::from_vars(&vars(&[("ENABLED_JOB_TYPES", " demo ")])).unwrap().enabled_job_types, vec![JobType::Demo]);
+        assert!(Config::from_vars(&vars(&[("ENABLED_JOB_TYPES", "demo,nope")])).is_err());
+    }
 
     #[test]
     fn callback_urls() {
