@@ -4,6 +4,8 @@
 //! The stack runs on its own thread with its own runtime, so it outlives any single
 //! `#[tokio::test]` runtime; its emulator dies with the test process.
 
+pub mod openapi;
+
 use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -86,15 +88,20 @@ impl Reply {
 }
 
 impl Api {
+    /// A client that does not follow redirects (so tests see the 303 itself).
+    fn client() -> reqwest::Client {
+        reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().expect("client")
+    }
+
     /// A client for `principal`.
     pub fn new(principal: &str) -> Self {
         let h = harness();
-        Api { base: h.stack.api_url.clone(), token: Some(h.stack.token(principal)), http: reqwest::Client::new() }
+        Api { base: h.stack.api_url.clone(), token: Some(h.stack.token(principal)), http: Self::client() }
     }
 
     /// A client without a token.
     pub fn anonymous() -> Self {
-        Api { base: harness().stack.api_url.clone(), token: None, http: reqwest::Client::new() }
+        Api { base: harness().stack.api_url.clone(), token: None, http: Self::client() }
     }
 
     /// Sends a request with optional raw body and extra headers.
@@ -114,7 +121,11 @@ impl Api {
         let headers = response.headers().clone();
         let text = response.text().await.expect("body");
         let json = serde_json::from_str(&text).unwrap_or(Value::Null);
-        Reply { status, headers, json, text }
+        let reply = Reply { status, headers, json, text };
+        if !path.starts_with("/_local/") {
+            openapi::check(method, path, &reply);
+        }
+        reply
     }
 
     /// `GET path`.

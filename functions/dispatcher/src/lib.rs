@@ -8,7 +8,7 @@
 
 use aws_lambda_events::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
 use longhaul_aws::config::{ConfigError, Vars};
-use longhaul_aws::executions::{Executions, StartOutcome};
+use longhaul_aws::executions::{Executions, StartOutcome, execution_name};
 use longhaul_aws::jobs::{JobStore, StoreError, TransitionRequest};
 use longhaul_aws::queue::DispatchMessage;
 use longhaul_domain::JobStatus;
@@ -109,10 +109,4 @@ pub async fn dispatch(deps: &Deps, job_id: &str) -> Result<(), DispatchError> {
         StartOutcome::AlreadyExists => tracing::info!(job_id, "execution already exists"),
     }
     Ok(())
-}
-
-/// The execution name of a job's `dispatch`-th dispatch: the job id, so a repeated start is
-/// deduplicated by Step Functions; later re-dispatches get a suffix.
-pub fn execution_name(job_id: &str, dispatch: u32) -> String {
-    if dispatch <= 1 { job_id.to_owned() } else { format!("{job_id}-{dispatch}") }
 }

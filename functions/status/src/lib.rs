@@ -1,33 +1,68 @@
-//! **status** — `GET /jobs/{id}`: the job, its progress and its history, from one DynamoDB
-//! query. A read-only function: its role cannot write.
+//! **status** — the read path of the API; its role cannot write anything.
 //!
-//! Live jobs answer with `Retry-After` and `Cache-Control: no-store`; terminal jobs are
-//! immutable, so they carry an `ETag` and may be cached. An unknown id and another tenant's
-//! id read the same (404), so job ids leak nothing.
+//! * `GET /jobs/{id}` — the job, its progress and history, from one DynamoDB query. Live jobs
+//!   answer with `Retry-After` and `Cache-Control: no-store`; terminal jobs are immutable, so
+//!   they carry an `ETag` and may be cached.
+//! * `GET /jobs` — the caller's jobs, newest first, filtered, with an opaque cursor.
+//! * `GET /jobs/{id}/result` — `303 See Other` to a presigned URL minted for this request.
+//! * `GET /openapi.json` — the API description, the same document the tests hold the API to.
+//! * anything else (the catch-all route) — `405` with `Allow` on a known path, else `404`.
+//!
+//! An unknown id and another tenant's id read the same (404), so job ids leak nothing.
 
-use lambda_http::http::{HeaderValue, StatusCode, header};
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use lambda_http::http::{HeaderValue, Method, StatusCode, header};
 use lambda_http::{Body, Request, RequestExt, Response};
-use longhaul_aws::api::{Problem, principal};
+use longhaul_aws::api::{Problem, json_response, path_job_id, principal, route_key, wrong_status};
 use longhaul_aws::config::{ConfigError, Vars};
-use longhaul_aws::jobs::{JobStore, JobView};
-use longhaul_domain::{JobId, JobStatus};
+use longhaul_aws::jobs::{JobRecord, JobStore, JobView, ListError, ListFilter};
+use longhaul_aws::objects::ObjectStore;
+use longhaul_domain::JobStatus;
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
 /// Seconds a client should wait between polls of a live job.
 pub const POLL_AFTER_SECONDS: u64 = 2;
+/// How long a result link lives.
+pub const RESULT_URL_TTL: Duration = Duration::from_secs(15 * 60);
+/// Default and largest page size of `GET /jobs`.
+pub const DEFAULT_PAGE: usize = 20;
+/// Largest page size of `GET /jobs`.
+pub const MAX_PAGE: usize = 100;
+
+/// The API description, served as is and held true by the end-to-end tests.
+pub const OPENAPI: &str = include_str!("../../../docs/openapi.json");
+
+/// The paths of the API with their methods, read from the API description.
+static PATHS: LazyLock<Vec<(Vec<String>, Vec<String>)>> = LazyLock::new(|| {
+    let doc: serde_json::Value = serde_json::from_str(OPENAPI).expect("docs/openapi.json is valid JSON");
+    doc["paths"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(path, item)| {
+            let segments = path.trim_start_matches('/').split('/').map(str::to_owned).collect();
+            let methods = item.as_object().into_iter().flatten().map(|(m, _)| m.to_uppercase()).filter(|m| m != "PARAMETERS").collect();
+            (segments, methods)
+        })
+        .collect()
+});
 
 /// The function's configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
     /// `TABLE_NAME`: the job table.
     pub table: String,
+    /// `BUCKET_NAME`: where results live.
+    pub bucket: String,
 }
 
 impl Config {
     /// Reads the configuration.
     pub fn from_vars(vars: &Vars) -> Result<Self, ConfigError> {
-        Ok(Config { table: vars.required("TABLE_NAME")? })
+        Ok(Config { table: vars.required("TABLE_NAME")?, bucket: vars.required("BUCKET_NAME")? })
     }
 }
 
@@ -36,32 +71,71 @@ impl Config {
 pub struct Deps {
     /// The job table (read only).
     pub jobs: JobStore,
+    /// Results (read only).
+    pub objects: ObjectStore,
 }
 
 impl Deps {
     /// Builds the adapters from one SDK configuration.
     pub fn new(sdk: &aws_config::SdkConfig, config: &Config) -> Self {
-        Deps { jobs: JobStore::new(aws_sdk_dynamodb::Client::new(sdk), config.table.clone()) }
+        Deps {
+            jobs: JobStore::new(aws_sdk_dynamodb::Client::new(sdk), config.table.clone()),
+            objects: ObjectStore::new(aws_sdk_s3::Client::new(sdk), config.bucket.clone()),
+        }
     }
 }
 
 /// Handles one request. Never fails: every error is a problem response.
 pub async fn handle(deps: &Deps, request: Request) -> Response<Body> {
-    match status(deps, &request).await {
-        Ok(response) => response,
-        Err(problem) => problem.into_response(),
+    let result = match route_key(&request).as_deref() {
+        Some("GET /openapi.json") => Ok(openapi()),
+        Some("GET /jobs/{id}") => get_job(deps, &request).await,
+        Some("GET /jobs") => list_jobs(deps, &request).await,
+        Some("GET /jobs/{id}/result") => result(deps, &request).await,
+        _ => Err(fallback(request.method(), request.uri().path())),
+    };
+    result.unwrap_or_else(Problem::into_response)
+}
+
+fn openapi() -> Response<Body> {
+    let mut response = Response::new(Body::from(OPENAPI));
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("public, max-age=300"));
+    response
+}
+
+/// 405 with `Allow` for another method on a known path; 404 otherwise.
+fn fallback(method: &Method, path: &str) -> Problem {
+    let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    let known = PATHS.iter().find(|(segments, _)| {
+        segments.len() == parts.len()
+            && segments.iter().zip(&parts).all(|(s, p)| (s.starts_with('{') && !p.is_empty()) || s == p)
+    });
+    match known {
+        Some((_, methods)) => Problem::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method-not-allowed",
+            "Method not allowed",
+            format!("{method} is not supported here; use {}.", methods.join(" or ")),
+        )
+        .header(header::ALLOW, methods.join(", ")),
+        None => Problem::not_found(),
     }
 }
 
-async fn status(deps: &Deps, request: &Request) -> Result<Response<Body>, Problem> {
+/// The caller's view of a job, or 404.
+async fn owned_view(deps: &Deps, request: &Request) -> Result<JobView, Problem> {
     let owner = principal(request).ok_or_else(Problem::unauthorized)?;
-    let params = request.path_parameters();
-    let job_id: JobId = params.first("id").and_then(|id| id.parse().ok()).ok_or_else(Problem::not_found)?;
+    let job_id = path_job_id(request)?;
     let view = deps.jobs.view(&job_id.to_string()).await.map_err(|err| {
         tracing::error!(%job_id, error = %err, "reading the job failed");
         Problem::internal()
     })?;
-    let view = view.filter(|v| v.job.owner == owner).ok_or_else(Problem::not_found)?;
+    view.filter(|v| v.job.owner == owner).ok_or_else(Problem::not_found)
+}
+
+async fn get_job(deps: &Deps, request: &Request) -> Result<Response<Body>, Problem> {
+    let view = owned_view(deps, request).await?;
     let body = serde_json::to_vec(&render(&view)).expect("views always serialise");
     let etag = format!("\"{}\"", &hex::encode(Sha256::digest(&body))[..32]);
     let terminal = view.job.status.is_terminal();
@@ -91,25 +165,98 @@ async fn status(deps: &Deps, request: &Request) -> Result<Response<Body>, Proble
     Ok(response)
 }
 
+async fn list_jobs(deps: &Deps, request: &Request) -> Result<Response<Body>, Problem> {
+    let owner = principal(request).ok_or_else(Problem::unauthorized)?;
+    let query = request.query_string_parameters();
+    for (name, _) in query.iter() {
+        if !matches!(name, "status" | "type" | "limit" | "cursor") {
+            return Err(Problem::bad_request(format!("unknown query parameter {name:?}")));
+        }
+    }
+    let status = match query.first("status") {
+        None => None,
+        Some(s) => Some(s.parse::<JobStatus>().map_err(|_| {
+            Problem::bad_request("status must be one of pending, queued, running, succeeded, failed, cancelled, expired")
+        })?),
+    };
+    let job_type = query.first("type").map(|t| t.chars().take(64).collect::<String>());
+    let limit = match query.first("limit") {
+        None => DEFAULT_PAGE,
+        Some(l) => l
+            .parse::<usize>()
+            .ok()
+            .filter(|l| (1..=MAX_PAGE).contains(l))
+            .ok_or_else(|| Problem::bad_request(format!("limit must be an integer from 1 to {MAX_PAGE}")))?,
+    };
+    let filter = ListFilter { status, job_type };
+    let (jobs, next) = deps.jobs.list(&owner, &filter, limit, query.first("cursor")).await.map_err(|err| match err {
+        ListError::InvalidCursor => Problem::bad_request("cursor is not a cursor this API issued to you"),
+        ListError::Store(err) => {
+            tracing::error!(error = %err, "listing jobs failed");
+            Problem::internal()
+        }
+    })?;
+    let jobs: Vec<_> = jobs.iter().map(summary).collect();
+    let mut response = json_response(StatusCode::OK, &json!({ "jobs": jobs, "next_cursor": next }));
+    response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    Ok(response)
+}
+
+async fn result(deps: &Deps, request: &Request) -> Result<Response<Body>, Problem> {
+    let view = owned_view(deps, request).await?;
+    let job = &view.job;
+    match (job.status, &job.result_key) {
+        (JobStatus::Succeeded, Some(key)) => {
+            let url = deps.objects.presign_get(key, RESULT_URL_TTL).await.map_err(|err| {
+                tracing::error!(job_id = job.job_id, error = %err, "presigning the result failed");
+                Problem::internal()
+            })?;
+            let mut response = Response::new(Body::Empty);
+            *response.status_mut() = StatusCode::SEE_OTHER;
+            let headers = response.headers_mut();
+            headers.insert(header::LOCATION, url.parse().map_err(|_| Problem::internal())?);
+            headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+            Ok(response)
+        }
+        (JobStatus::Expired, _) => Err(Problem::new(
+            StatusCode::GONE,
+            "result-expired",
+            "The result has expired",
+            "The job's result passed its retention period and was deleted.",
+        )),
+        (status, _) => Err(wrong_status(status, format!("The job is {status}; its result exists once it has succeeded."))),
+    }
+}
+
+fn summary(job: &JobRecord) -> serde_json::Value {
+    json!({
+        "job_id": job.job_id,
+        "type": job.job_type,
+        "status": job.status,
+        "created_at": job.created_at,
+        "updated_at": job.updated_at,
+        "finished_at": job.finished_at,
+        "status_url": format!("/jobs/{}", job.job_id),
+    })
+}
+
 /// The public representation of a job.
 pub fn render(view: &JobView) -> serde_json::Value {
     let job = &view.job;
-    let progress = match (&view.progress, job.status) {
-        (_, JobStatus::Succeeded | JobStatus::Expired) => json!({
-            "pct": 100.0, "stage": view.progress.as_ref().map(|p| p.stage.clone()),
-            "stage_index": view.progress.as_ref().map(|p| p.stages_total),
-            "stages_total": view.progress.as_ref().map(|p| p.stages_total),
-            "items_done": view.progress.as_ref().and_then(|p| p.items_total.or(Some(p.items_done))),
-            "items_total": view.progress.as_ref().and_then(|p| p.items_total), "eta": 0,
+    let done = matches!(job.status, JobStatus::Succeeded | JobStatus::Expired);
+    let progress = match &view.progress {
+        Some(p) => json!({
+            "pct": if done { 100.0 } else { p.pct },
+            "stage": if p.stage.is_empty() { None } else { Some(&p.stage) },
+            "stage_index": (p.stage_index > 0).then_some(p.stage_index),
+            "stages_total": (p.stages_total > 0).then_some(p.stages_total),
+            "items_done": p.items_done,
+            "items_total": p.items_total,
+            "eta": if done { Some(0) } else { p.eta_seconds },
         }),
-        (Some(p), _) => json!({
-            "pct": p.pct, "stage": if p.stage.is_empty() { None } else { Some(&p.stage) },
-            "stage_index": p.stage_index, "stages_total": p.stages_total,
-            "items_done": p.items_done, "items_total": p.items_total, "eta": p.eta_seconds,
-        }),
-        (None, _) => json!({
-            "pct": 0.0, "stage": null, "stage_index": null, "stages_total": null,
-            "items_done": 0, "items_total": null, "eta": null,
+        None => json!({
+            "pct": if done { 100.0 } else { 0.0 }, "stage": null, "stage_index": null,
+            "stages_total": null, "items_done": null, "items_total": null, "eta": null,
         }),
     };
     let mut body = json!({
@@ -127,8 +274,17 @@ pub fn render(view: &JobView) -> serde_json::Value {
     if let Some(error) = &job.error {
         body["error"] = json!({ "code": error.code, "message": error.message });
     }
-    if matches!(job.status, JobStatus::Succeeded | JobStatus::Expired) {
+    if done {
         body["result_url"] = format!("/jobs/{}/result", job.job_id).into();
+    }
+    if let Some(retry_of) = &job.retry_of {
+        body["retry_of"] = retry_of.clone().into();
+    }
+    if let Some(url) = &job.callback_url {
+        body["callback_url"] = url.clone().into();
+    }
+    if let Some(cancellation) = &job.cancellation {
+        body["cancellation"] = serde_json::to_value(cancellation).expect("cancellations serialise");
     }
     body
 }

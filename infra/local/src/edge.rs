@@ -41,7 +41,23 @@ pub struct EdgeState {
     pub emulator_url: String,
     /// The forwarding client.
     pub client: reqwest::Client,
+    /// Held while a DynamoDB write is in the emulator. DynamoDB applies each conditional
+    /// write atomically; moto evaluates the condition and writes in separate Python steps
+    /// on a threaded server (and rolls a failed transaction back by restoring a copy of the
+    /// whole table), so concurrent writes could both pass one condition or undo each other.
+    /// Serialising writes here restores DynamoDB's guarantee at the cost of local throughput.
+    pub dynamodb_writes: Arc<tokio::sync::Mutex<()>>,
 }
+
+/// DynamoDB operations that change data.
+const DYNAMODB_WRITES: [&str; 6] = [
+    "dynamodb:PutItem",
+    "dynamodb:UpdateItem",
+    "dynamodb:DeleteItem",
+    "dynamodb:BatchWriteItem",
+    "dynamodb:TransactWriteItems",
+    "dynamodb:ExecuteStatement",
+];
 
 /// The edge's router.
 pub fn router(state: EdgeState) -> axum::Router {
@@ -100,7 +116,12 @@ async fn invoke(State(state): State<EdgeState>, Path(function): Path<String>, bo
 
 async fn forward(State(state): State<EdgeState>, request: Request) -> Response {
     let (parts, body) = request.into_parts();
-    state.calls.record(classify(&parts.method, &parts.uri, &parts.headers));
+    let operation = classify(&parts.method, &parts.uri, &parts.headers);
+    let _write_guard = match DYNAMODB_WRITES.contains(&operation.as_str()) {
+        true => Some(state.dynamodb_writes.clone().lock_owned().await),
+        false => None,
+    };
+    state.calls.record(operation);
     let path = parts.uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
     // Buffered, not streamed: werkzeug (under moto) does not read chunked request bodies.
     let body = match axum::body::to_bytes(body, usize::MAX).await {
@@ -120,9 +141,16 @@ async fn forward(State(state): State<EdgeState>, request: Request) -> Response {
             for (name, value) in response.headers() {
                 builder = builder.header(name, value);
             }
-            builder
-                .body(Body::from_stream(response.bytes_stream().map_err(std::io::Error::other)))
-                .unwrap_or_else(|_| StatusCode::BAD_GATEWAY.into_response())
+            let body = if _write_guard.is_some() {
+                // Read the whole (small) answer before letting the next write in.
+                match response.bytes().await {
+                    Ok(bytes) => Body::from(bytes),
+                    Err(err) => return (StatusCode::BAD_GATEWAY, err.to_string()).into_response(),
+                }
+            } else {
+                Body::from_stream(response.bytes_stream().map_err(std::io::Error::other))
+            };
+            builder.body(body).unwrap_or_else(|_| StatusCode::BAD_GATEWAY.into_response())
         }
         Err(err) => {
             tracing::warn!(error = %err, "forwarding to the emulator failed");

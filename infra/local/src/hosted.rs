@@ -71,25 +71,26 @@ where
     Handler::Http(Arc::new(move |request| handler(request).boxed()))
 }
 
+/// An API function: its crate has `Config::from_vars`, `Deps::new` and `handle`.
+macro_rules! http_function {
+    ($krate:ident, $vars:expr, $sdk:expr, $context:expr) => {{
+        let deps = Arc::new($krate::Deps::new($sdk, &$krate::Config::from_vars($vars).with_context($context)?));
+        http(move |request| {
+            let deps = deps.clone();
+            async move { $krate::handle(&deps, request).await }
+        })
+    }};
+}
+
 /// Builds the handler for `spec`, with its environment (plus `overrides`).
 pub fn host(spec: &FunctionSpec, sdk: &SdkConfig) -> anyhow::Result<HostedFunction> {
     let vars = Vars::from_map(spec.env.clone().into_iter().collect());
     let context = || format!("configuring {} ({})", spec.logical, spec.binary);
     let handler = match spec.binary.as_str() {
-        "submit" => {
-            let deps = Arc::new(submit::Deps::new(sdk, &submit::Config::from_vars(&vars).with_context(context)?));
-            http(move |request| {
-                let deps = deps.clone();
-                async move { submit::handle(&deps, request).await }
-            })
-        }
-        "status" => {
-            let deps = Arc::new(status::Deps::new(sdk, &status::Config::from_vars(&vars).with_context(context)?));
-            http(move |request| {
-                let deps = deps.clone();
-                async move { status::handle(&deps, request).await }
-            })
-        }
+        "submit" => http_function!(submit, &vars, sdk, context),
+        "status" => http_function!(status, &vars, sdk, context),
+        "cancel" => http_function!(cancel, &vars, sdk, context),
+        "uploads" => http_function!(uploads, &vars, sdk, context),
         "dispatcher" => {
             let deps = Arc::new(dispatcher::Deps::new(sdk, &dispatcher::Config::from_vars(&vars).with_context(context)?));
             Handler::Event(typed(move |event: aws_lambda_events::sqs::SqsEvent, _deadline| {

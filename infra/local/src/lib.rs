@@ -47,8 +47,8 @@ pub struct Options {
     pub lifetime: Lifetime,
     /// Where the emulator record, its log and the JWT key live (`None`: nowhere; tests).
     pub state_dir: Option<PathBuf>,
-    /// Replacements for function environment variables the template declares (e.g. shorter
-    /// thresholds), applied to every function that declares the variable.
+    /// Variables given to every function on top of what the template declares (shorter
+    /// thresholds, `LONGHAUL_ALLOW_INSECURE_CALLBACKS`), replacing declared values.
     pub env_overrides: BTreeMap<String, String>,
     /// Stack name (prefix of physical names).
     pub stack: String,
@@ -57,7 +57,7 @@ pub struct Options {
 impl Options {
     /// `make dev`: fixed ports (overridable by `LONGHAUL_API_PORT`, `LONGHAUL_EDGE_PORT`,
     /// `LONGHAUL_MOTO_PORT`), an emulator that survives a crash of this process, and every
-    /// `LONGHAUL_*` variable of this environment passed to the functions that declare it.
+    /// `LONGHAUL_*` variable of this environment passed to every function.
     pub fn dev(root: PathBuf) -> anyhow::Result<Self> {
         let port = |name: &str, default: u16| -> anyhow::Result<u16> {
             std::env::var(name).ok().map(|v| v.parse().with_context(|| format!("{name}={v}"))).unwrap_or(Ok(default))
@@ -172,11 +172,7 @@ impl LocalStack {
         let function_sdk = sdk_config(&edge_url).await;
         let mut hosted = Vec::new();
         for mut spec in model::functions(&template)? {
-            for (name, value) in spec.env.iter_mut() {
-                if let Some(replacement) = options.env_overrides.get(name) {
-                    *value = replacement.clone();
-                }
-            }
+            spec.env.extend(options.env_overrides.iter().map(|(k, v)| (k.clone(), v.clone())));
             hosted.push(hosted::host(&spec, &function_sdk)?);
         }
         let calls = edge::CallCounter::default();
@@ -187,6 +183,7 @@ impl LocalStack {
             calls: calls.clone(),
             emulator_url: emulator.url.clone(),
             client: reqwest::Client::new(),
+            dynamodb_writes: Default::default(),
         };
         let authorizer = authorizer(&template, options.state_dir.as_deref())?;
         let schedules = schedules::Schedules::new(&hosted);

@@ -124,6 +124,31 @@ pub fn principal(request: &Request) -> Option<String> {
     claims.get("sub").or_else(|| claims.get("client_id")).filter(|p| !p.is_empty()).cloned()
 }
 
+/// The API Gateway route that matched (`"GET /jobs/{id}"`), which is how a function serving
+/// several routes dispatches.
+pub fn route_key(request: &Request) -> Option<String> {
+    match request.request_context() {
+        RequestContext::ApiGatewayV2(context) => context.route_key,
+        _ => None,
+    }
+}
+
+/// The job id in the path (`{id}`); anything that is not a canonical job id reads as an
+/// unknown job.
+pub fn path_job_id(request: &Request) -> Result<longhaul_domain::JobId, Problem> {
+    request
+        .path_parameters()
+        .first("id")
+        .and_then(|id| id.parse().ok())
+        .ok_or_else(Problem::not_found)
+}
+
+/// 409 naming the job's current status (`status_now`).
+pub fn wrong_status(status: longhaul_domain::JobStatus, detail: impl Into<String>) -> Problem {
+    Problem::new(StatusCode::CONFLICT, "wrong-status", "The job is not in a state that allows this", detail)
+        .with("status_now", status)
+}
+
 /// The request body as JSON, enforcing a JSON media type and a size limit.
 pub fn json_body(request: &Request, max_bytes: usize) -> Result<serde_json::Value, Problem> {
     let is_json = request

@@ -1,6 +1,7 @@
 //! Step Functions: starting a job's execution.
 
 use aws_sdk_sfn::operation::start_execution::StartExecutionError;
+use aws_sdk_sfn::operation::stop_execution::StopExecutionError;
 
 use crate::AwsError;
 
@@ -49,4 +50,32 @@ impl Executions {
             Err(err) => Err(AwsError::new(format!("start execution {name}"), err)),
         }
     }
+
+    /// The ARN of this state machine's execution called `name`.
+    pub fn execution_arn(&self, name: &str) -> String {
+        format!("{}:{name}", self.state_machine_arn.replacen(":stateMachine:", ":execution:", 1))
+    }
+
+    /// Stops the execution `name` (if it exists and runs), recording `cause`.
+    pub async fn stop(&self, name: &str, cause: &str) -> Result<(), AwsError> {
+        let result = self
+            .client
+            .stop_execution()
+            .execution_arn(self.execution_arn(name))
+            .error("Job.Cancelled")
+            .cause(cause)
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            Err(err) if matches!(err.as_service_error(), Some(StopExecutionError::ExecutionDoesNotExist(_))) => Ok(()),
+            Err(err) => Err(AwsError::new(format!("stop execution {name}"), err)),
+        }
+    }
+}
+
+/// The execution name of a job's `dispatch`-th dispatch: the job id, so a repeated start is
+/// deduplicated by Step Functions; later re-dispatches get a suffix.
+pub fn execution_name(job_id: &str, dispatch: u32) -> String {
+    if dispatch <= 1 { job_id.to_owned() } else { format!("{job_id}-{dispatch}") }
 }

@@ -13,12 +13,10 @@
 
 use std::collections::HashMap;
 
-use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
-use aws_sdk_dynamodb::types::{
-    AttributeValue, Put, ReturnValue, ReturnValuesOnConditionCheckFailure, TransactWriteItem,
-};
-use longhaul_domain::{JobError, JobStatus, Transition, TransitionError, now_rfc3339};
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
+use longhaul_domain::{Cancellation, JobError, JobStatus, Transition, TransitionError, now_rfc3339};
 use serde::{Deserialize, Serialize};
 
 use crate::AwsError;
@@ -38,9 +36,15 @@ pub fn job_pk(job_id: &str) -> String {
 }
 
 /// Partition key of an idempotency record: scoped to the owner, so keys never collide
-/// across tenants.
+/// across tenants. The owner is length-prefixed: with a plain separator, owner `a#b` with key
+/// `c` and owner `a` with key `b#c` would share a record.
 pub fn idempotency_pk(owner: &str, key: &str) -> String {
-    format!("IDEM#{owner}#{key}")
+    format!("IDEM#{}:{owner}#{key}", owner.len())
+}
+
+/// Partition key of the owner index (`OwnerIndex`): a principal's jobs, newest first.
+pub fn owner_index_pk(owner: &str) -> String {
+    format!("OWNER#{owner}")
 }
 
 /// The job record.
@@ -93,6 +97,12 @@ pub struct JobRecord {
     /// Failures injected so far by the demo job's `fail_times`.
     #[serde(default)]
     pub injected_failures: u32,
+    /// The failed or cancelled job this one re-runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_of: Option<String>,
+    /// Who asked to cancel the job, when and why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cancellation: Option<Cancellation>,
 }
 
 /// The small, hot progress record.
@@ -131,6 +141,8 @@ pub struct IdempotencyRecord {
     pub job_id: String,
     /// The request fingerprint that created it.
     pub fingerprint: String,
+    /// When the key was claimed (RFC 3339).
+    pub created_at: String,
     /// Epoch seconds after which DynamoDB TTL may delete the record.
     pub expires_at: i64,
 }
@@ -162,9 +174,9 @@ pub enum StoreError {
         /// The record as it is now, if it exists.
         current: Option<Box<JobRecord>>,
     },
-    /// The idempotency key is already taken.
+    /// The idempotency key is already taken; here is its record.
     #[error("idempotency key already used")]
-    KeyTaken,
+    KeyTaken(Box<IdempotencyRecord>),
     /// The FSM forbids the move; nothing was sent to DynamoDB.
     #[error(transparent)]
     Illegal(#[from] TransitionError),
@@ -179,6 +191,62 @@ pub enum StoreError {
     /// DynamoDB failed.
     #[error(transparent)]
     Aws(#[from] AwsError),
+}
+
+/// Name of the owner index (`template.yaml`).
+pub const OWNER_INDEX: &str = "OwnerIndex";
+
+/// Filters of a job listing.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ListFilter {
+    /// Only jobs in this status.
+    pub status: Option<JobStatus>,
+    /// Only jobs of this type.
+    pub job_type: Option<String>,
+}
+
+/// Why a listing failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ListError {
+    /// The cursor is not one we issued to this caller.
+    #[error("invalid cursor")]
+    InvalidCursor,
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// What a cancellation did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CancelOutcome {
+    /// The job was not running yet and is now `cancelled`.
+    Cancelled(Box<JobRecord>),
+    /// The job is running; its stage will stop at its next progress write.
+    Requested(Box<JobRecord>),
+}
+
+/// Cursor: the index position (`pk`, `sk`, `gsi1sk`) of the last job, base64url JSON. The
+/// owner is not in it — it is the caller's — so a cursor cannot reach another tenant's jobs.
+fn encode_cursor(key: &Item) -> String {
+    use base64::Engine;
+    let get = |name: &str| key.get(name).and_then(|v| v.as_s().ok()).cloned().unwrap_or_default();
+    let json = serde_json::json!([get("pk"), get("sk"), get("gsi1sk")]).to_string();
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(json)
+}
+
+fn decode_cursor(owner: &str, cursor: &str) -> Result<Item, ListError> {
+    use base64::Engine;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(cursor).map_err(|_| ListError::InvalidCursor)?;
+    let [pk, sk, gsi1sk]: [String; 3] = serde_json::from_slice(&bytes).map_err(|_| ListError::InvalidCursor)?;
+    if !pk.starts_with("JOB#") || sk != JOB_SK || gsi1sk.len() > 200 {
+        return Err(ListError::InvalidCursor);
+    }
+    Ok(HashMap::from([
+        ("pk".to_owned(), s(pk)),
+        ("sk".to_owned(), s(sk)),
+        ("gsi1pk".to_owned(), s(owner_index_pk(owner))),
+        ("gsi1sk".to_owned(), s(gsi1sk)),
+    ]))
 }
 
 /// A conditional status change.
@@ -263,60 +331,66 @@ impl JobStore {
         JobStore { client, table }
     }
 
-    /// Writes a new job and its idempotency record in one transaction: either both exist or
-    /// neither does, and a second request under the same key can never create a second job.
-    /// `replacing` names the job a reused key pointed at (a failed or cancelled one); the
-    /// record is then replaced only if it still points there.
-    pub async fn create(
+    /// Claims `owner`'s idempotency `key` for the job in `record` (step 1 of creating a job).
+    /// `replacing` names the job a reused key pointed at (a failed or cancelled one): the
+    /// record is then replaced only if it still points there. When the key is taken, the
+    /// error carries the record as it is, read in the same request.
+    pub async fn claim_key(
         &self,
-        job: &JobRecord,
-        idempotency: &IdempotencyRecord,
+        owner: &str,
+        key: &str,
+        record: &IdempotencyRecord,
         replacing: Option<&str>,
     ) -> Result<(), StoreError> {
-        let mut job_item = to_item(job);
-        job_item.insert("pk".into(), s(job_pk(&job.job_id)));
-        job_item.insert("sk".into(), s(JOB_SK));
-        job_item.insert("gsi1pk".into(), s(format!("OWNER#{}", job.owner)));
-        job_item.insert("gsi1sk".into(), s(format!("{}#{}", job.created_at, job.job_id)));
-        let mut idem_item = to_item(idempotency);
-        idem_item.insert("pk".into(), s(idempotency_pk(&job.owner, &job.idempotency_key)));
-        idem_item.insert("sk".into(), s(IDEM_SK));
-
-        let mut idem_put = Put::builder().table_name(&self.table).set_item(Some(idem_item));
-        idem_put = match replacing {
-            None => idem_put.condition_expression("attribute_not_exists(pk)"),
-            Some(old) => idem_put
-                .condition_expression("job_id = :old")
-                .expression_attribute_values(":old", s(old)),
-        };
-        let job_put = Put::builder()
+        let mut item = to_item(record);
+        item.insert("pk".into(), s(idempotency_pk(owner, key)));
+        item.insert("sk".into(), s(IDEM_SK));
+        let mut request = self
+            .client
+            .put_item()
             .table_name(&self.table)
-            .set_item(Some(job_item))
-            .condition_expression("attribute_not_exists(pk)");
-        let build = |put: aws_sdk_dynamodb::types::builders::PutBuilder| {
-            TransactWriteItem::builder().put(put.build().expect("table, item are set")).build()
+            .set_item(Some(item))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+        request = match replacing {
+            None => request.condition_expression("attribute_not_exists(pk)"),
+            Some(old) => request.condition_expression("job_id = :old").expression_attribute_values(":old", s(old)),
         };
+        match request.send().await {
+            Ok(_) => Ok(()),
+            Err(err) => match err.as_service_error() {
+                Some(PutItemError::ConditionalCheckFailedException(failed)) => match failed.item().cloned() {
+                    Some(item) => Err(StoreError::KeyTaken(Box::new(from_item(item)?))),
+                    // Replacing, and the record vanished (TTL): the caller starts afresh.
+                    None => Err(StoreError::Conflict { current: None }),
+                },
+                _ => Err(AwsError::new("claim idempotency key", err).into()),
+            },
+        }
+    }
+
+    /// Writes a new job record (step 2 of creating a job), refusing to overwrite one: the id
+    /// comes from the idempotency record, so two requests finishing the same creation write
+    /// it once.
+    pub async fn put_job(&self, job: &JobRecord) -> Result<(), StoreError> {
+        let mut item = to_item(job);
+        item.insert("pk".into(), s(job_pk(&job.job_id)));
+        item.insert("sk".into(), s(JOB_SK));
+        item.insert("gsi1pk".into(), s(owner_index_pk(&job.owner)));
+        item.insert("gsi1sk".into(), s(format!("{}#{}", job.created_at, job.job_id)));
         let result = self
             .client
-            .transact_write_items()
-            .transact_items(build(idem_put))
-            .transact_items(build(job_put))
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .condition_expression("attribute_not_exists(pk)")
             .send()
             .await;
         match result {
             Ok(_) => Ok(()),
-            Err(err) => match err.as_service_error() {
-                Some(TransactWriteItemsError::TransactionCanceledException(cancel))
-                    if cancel
-                        .cancellation_reasons()
-                        .first()
-                        .and_then(|r| r.code())
-                        == Some("ConditionalCheckFailed") =>
-                {
-                    Err(StoreError::KeyTaken)
-                }
-                _ => Err(AwsError::new(format!("create job {}", job.job_id), err).into()),
-            },
+            Err(err) if err.as_service_error().is_some_and(|e| e.is_conditional_check_failed_exception()) => {
+                Err(StoreError::Conflict { current: None })
+            }
+            Err(err) => Err(AwsError::new(format!("create job {}", job.job_id), err).into()),
         }
     }
 
@@ -449,6 +523,110 @@ impl JobStore {
                 _ => Err(AwsError::new(format!("update job {job_id}"), err).into()),
             },
         }
+    }
+
+    /// A page of `owner`'s jobs, newest first, optionally filtered; returns the jobs and the
+    /// cursor of the next page. Reads a few index pages if a filter thins them out, so pages
+    /// are full whenever more jobs exist.
+    pub async fn list(&self, owner: &str, filter: &ListFilter, limit: usize, cursor: Option<&str>) -> Result<(Vec<JobRecord>, Option<String>), ListError> {
+        let mut start = cursor.map(|c| decode_cursor(owner, c)).transpose()?;
+        let mut jobs = Vec::new();
+        for _ in 0..5 {
+            let mut query = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .index_name(OWNER_INDEX)
+                .key_condition_expression("gsi1pk = :owner")
+                .expression_attribute_values(":owner", s(owner_index_pk(owner)))
+                .scan_index_forward(false)
+                .limit((limit - jobs.len()) as i32)
+                .set_exclusive_start_key(start.take());
+            let mut filters = Vec::new();
+            if let Some(status) = filter.status {
+                filters.push("#status = :status");
+                query = query
+                    .expression_attribute_names("#status", "status")
+                    .expression_attribute_values(":status", s(status.as_str()));
+            }
+            if let Some(job_type) = &filter.job_type {
+                filters.push("#type = :type");
+                query = query.expression_attribute_names("#type", "type").expression_attribute_values(":type", s(job_type));
+            }
+            if !filters.is_empty() {
+                query = query.filter_expression(filters.join(" AND "));
+            }
+            let page = query.send().await.map_err(|e| StoreError::from(AwsError::new("list jobs", e)))?;
+            for item in page.items.unwrap_or_default() {
+                jobs.push(from_item::<JobRecord>(item)?);
+            }
+            start = page.last_evaluated_key;
+            if start.is_none() || jobs.len() >= limit {
+                break;
+            }
+        }
+        Ok((jobs, start.map(|key| encode_cursor(&key))))
+    }
+
+    /// Cancels a job for its owner: a `pending` or `queued` job becomes `cancelled` at once;
+    /// a `running` job gets a cancellation request that its stage sees at its next progress
+    /// write (the flag is set on the progress record too, which that write is conditional on).
+    /// Repeating the request for a running job is harmless. A terminal job is a conflict.
+    pub async fn cancel(&self, job_id: &str, cancellation: &Cancellation) -> Result<CancelOutcome, StoreError> {
+        let value: AttributeValue = serde_dynamo::to_attribute_value(cancellation).expect("cancellations serialise");
+        let reason = match &cancellation.reason {
+            Some(reason) => format!("cancelled by {}: {reason}", cancellation.requested_by),
+            None => format!("cancelled by {}", cancellation.requested_by),
+        };
+        let request = TransitionRequest::new(job_id, &[JobStatus::Pending, JobStatus::Queued], JobStatus::Cancelled, reason)
+            .set("cancellation", value.clone());
+        let current = match self.transition(request).await {
+            Ok(job) => return Ok(CancelOutcome::Cancelled(Box::new(job))),
+            Err(StoreError::Conflict { current: Some(job) }) if job.status == JobStatus::Running => job,
+            Err(err) => return Err(err),
+        };
+        if current.cancellation.is_some() {
+            return Ok(CancelOutcome::Requested(current));
+        }
+        let names = HashMap::from([("#status".to_owned(), "status".to_owned())]);
+        let values = HashMap::from([
+            (":running".to_owned(), s(JobStatus::Running.as_str())),
+            (":c".to_owned(), value),
+            (":now".to_owned(), s(now_rfc3339())),
+        ]);
+        let job = match self
+            .update_job(
+                job_id,
+                "SET cancellation = :c, updated_at = :now".into(),
+                "#status = :running AND attribute_not_exists(cancellation)".into(),
+                names,
+                values,
+            )
+            .await
+        {
+            Ok(job) => job,
+            // Another request got there first, or the job just ended: report what is.
+            Err(StoreError::Conflict { current: Some(job) }) if job.status == JobStatus::Running => {
+                return Ok(CancelOutcome::Requested(job));
+            }
+            Err(err) => return Err(err),
+        };
+        let flagged = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(Self::progress_key(job_id).into_iter().collect()))
+            .update_expression("SET cancel_requested_at = :now")
+            .condition_expression("attribute_exists(pk)")
+            .expression_attribute_values(":now", s(&cancellation.requested_at))
+            .send()
+            .await;
+        match flagged {
+            Ok(_) => {}
+            Err(err) if err.as_service_error().is_some_and(|e| e.is_conditional_check_failed_exception()) => {}
+            Err(err) => return Err(AwsError::new(format!("flag cancellation of {job_id}"), err).into()),
+        }
+        Ok(CancelOutcome::Requested(Box::new(job)))
     }
 
     /// `queued → running` for `execution`, minting a new lease. Idempotent per execution: if

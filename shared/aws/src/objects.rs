@@ -1,6 +1,10 @@
 //! S3: results and checkpoints.
 
 use aws_sdk_s3::operation::get_object::GetObjectError;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use aws_sdk_s3::presigning::PresigningConfig;
 use aws_sdk_s3::primitives::ByteStream;
 
 use crate::AwsError;
@@ -58,5 +62,42 @@ impl ObjectStore {
             Err(err) if matches!(err.as_service_error(), Some(GetObjectError::NoSuchKey(_))) => Ok(None),
             Err(err) => Err(AwsError::new(context(), err)),
         }
+    }
+
+    /// A URL that GETs `key` until `expires_in` has passed (and no longer than the signing
+    /// credentials live: mint one per request, never store it).
+    pub async fn presign_get(&self, key: &str, expires_in: Duration) -> Result<String, AwsError> {
+        let config = PresigningConfig::expires_in(expires_in).map_err(|e| AwsError::new("presigning config", e))?;
+        let request = self
+            .client
+            .get_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .presigned(config)
+            .await
+            .map_err(|e| AwsError::new(format!("presign GET {key}"), e))?;
+        Ok(request.uri().to_owned())
+    }
+
+    /// A URL that PUTs `key` with `content_type` until `expires_in` has passed, and the
+    /// headers the upload must send (they are part of the signature).
+    pub async fn presign_put(
+        &self,
+        key: &str,
+        content_type: &str,
+        expires_in: Duration,
+    ) -> Result<(String, BTreeMap<String, String>), AwsError> {
+        let config = PresigningConfig::expires_in(expires_in).map_err(|e| AwsError::new("presigning config", e))?;
+        let request = self
+            .client
+            .put_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .content_type(content_type)
+            .presigned(config)
+            .await
+            .map_err(|e| AwsError::new(format!("presign PUT {key}"), e))?;
+        let headers = request.headers().map(|(k, v)| (k.to_ascii_lowercase(), v.to_owned())).collect();
+        Ok((request.uri().to_owned(), headers))
     }
 }

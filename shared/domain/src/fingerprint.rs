@@ -12,10 +12,17 @@ pub fn fingerprint(value: &serde_json::Value) -> String {
 }
 
 /// The idempotency key used when a client sends none: a hash of who asked and what for, so a
-/// double-clicked submit does not start the same work twice.
+/// double-clicked submit does not start the same work twice. It contains a space, which a
+/// client's `Idempotency-Key` cannot, so the two never collide.
 pub fn derived_idempotency_key(owner: &str, job_type: &str, params: &serde_json::Value) -> String {
     let canonical = serde_json::json!({ "owner": owner, "type": job_type, "params": params });
-    format!("derived-{}", fingerprint(&canonical))
+    format!("derived {}", fingerprint(&canonical))
+}
+
+/// The idempotency key of "retry job `job_id`": retrying the same job twice yields the same
+/// new job, and a failed retry can itself be retried (a key whose job failed may be reused).
+pub fn retry_idempotency_key(job_id: &str) -> String {
+    format!("retry {job_id}")
 }
 
 #[cfg(test)]

@@ -128,6 +128,17 @@ pub struct Transition {
     pub reason: String,
 }
 
+/// A cancellation request: who asked, when and why.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Cancellation {
+    /// When (RFC 3339, UTC).
+    pub requested_at: String,
+    /// The principal that asked.
+    pub requested_by: String,
+    /// The reason they gave, if any.
+    pub reason: Option<String>,
+}
+
 /// Why a job failed: a stable code and a message.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct JobError {

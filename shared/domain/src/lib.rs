@@ -3,12 +3,14 @@
 //! This crate knows nothing about AWS or Lambda. Adapters (`longhaul-aws`) persist and move
 //! these types; functions compose the two.
 
+pub mod callback;
 pub mod demo;
 pub mod fingerprint;
 pub mod job;
 pub mod status;
+pub mod uploads;
 
-pub use job::{JobError, JobId, JobSpec, JobType, SpecError, Transition};
+pub use job::{Cancellation, JobError, JobId, JobSpec, JobType, SpecError, Transition};
 pub use status::{JobStatus, TransitionError};
 
 /// The current time as the RFC 3339 string (UTC, milliseconds) stored on every record.

@@ -1,0 +1,137 @@
+//! **cancel** — `DELETE /jobs/{id}` and `POST /jobs/{id}/cancel`: the owner cancels a job.
+//!
+//! A `pending` or `queued` job is cancelled at once (and its execution, if one started, is
+//! stopped); a `running` job gets a cooperative cancellation request that its stage honours
+//! at its next progress write; a terminal job answers 409. Who asked and why is recorded.
+
+use lambda_http::http::{StatusCode, header};
+use lambda_http::{Body, Request, Response};
+use longhaul_aws::api::{Problem, json_response, path_job_id, principal, wrong_status};
+use longhaul_aws::config::{ConfigError, Vars};
+use longhaul_aws::executions::{Executions, execution_name};
+use longhaul_aws::jobs::{CancelOutcome, JobRecord, JobStore, StoreError};
+use longhaul_domain::{Cancellation, JobStatus, now_rfc3339};
+use serde::Deserialize;
+use serde_json::json;
+
+/// Largest accepted request body.
+pub const MAX_BODY_BYTES: usize = 4 * 1024;
+/// Longest accepted reason.
+pub const MAX_REASON_CHARS: usize = 500;
+
+/// The function's configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// `TABLE_NAME`: the job table.
+    pub table: String,
+    /// `STATE_MACHINE_ARN`: whose executions a cancellation stops.
+    pub state_machine_arn: String,
+}
+
+impl Config {
+    /// Reads the configuration.
+    pub fn from_vars(vars: &Vars) -> Result<Self, ConfigError> {
+        Ok(Config { table: vars.required("TABLE_NAME")?, state_machine_arn: vars.required("STATE_MACHINE_ARN")? })
+    }
+}
+
+/// What the handler needs, built once per sandbox.
+#[derive(Debug, Clone)]
+pub struct Deps {
+    /// The job table.
+    pub jobs: JobStore,
+    /// The job state machine.
+    pub executions: Executions,
+}
+
+impl Deps {
+    /// Builds the adapters from one SDK configuration.
+    pub fn new(sdk: &aws_config::SdkConfig, config: &Config) -> Self {
+        Deps {
+            jobs: JobStore::new(aws_sdk_dynamodb::Client::new(sdk), config.table.clone()),
+            executions: Executions::new(aws_sdk_sfn::Client::new(sdk), config.state_machine_arn.clone()),
+        }
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CancelBody {
+    #[serde(default)]
+    reason: Option<String>,
+}
+
+/// Handles one request. Never fails: every error is a problem response.
+pub async fn handle(deps: &Deps, request: Request) -> Response<Body> {
+    cancel(deps, &request).await.unwrap_or_else(Problem::into_response)
+}
+
+fn body(request: &Request) -> Result<CancelBody, Problem> {
+    // The body is optional (DELETE usually has none).
+    let bytes: &[u8] = request.body().as_ref();
+    if bytes.is_empty() {
+        return Ok(CancelBody::default());
+    }
+    let value = longhaul_aws::api::json_body(request, MAX_BODY_BYTES)?;
+    let body: CancelBody = serde_json::from_value(value)
+        .map_err(|e| Problem::bad_request(format!("The body does not match the cancel schema: {e}")))?;
+    if body.reason.as_ref().is_some_and(|r| r.chars().count() > MAX_REASON_CHARS) {
+        return Err(Problem::bad_request(format!("reason must be at most {MAX_REASON_CHARS} characters")));
+    }
+    Ok(body)
+}
+
+async fn cancel(deps: &Deps, request: &Request) -> Result<Response<Body>, Problem> {
+    let owner = principal(request).ok_or_else(Problem::unauthorized)?;
+    let job_id = path_job_id(request)?.to_string();
+    let body = body(request)?;
+    let job = deps.jobs.job(&job_id).await.map_err(internal)?;
+    let job = job.filter(|job| job.owner == owner).ok_or_else(Problem::not_found)?;
+    if job.status.is_terminal() {
+        return Err(wrong_status(job.status, format!("The job is already {}.", job.status)));
+    }
+    let cancellation = Cancellation { requested_at: now_rfc3339(), requested_by: owner, reason: body.reason };
+    let job = match deps.jobs.cancel(&job_id, &cancellation).await {
+        Ok(CancelOutcome::Cancelled(job)) => {
+            if job.transitions.iter().any(|t| t.state == JobStatus::Queued) {
+                // An execution may exist; stop it rather than let it find the job cancelled.
+                let name = job.execution.clone().unwrap_or_else(|| execution_name(&job_id, 1));
+                if let Err(err) = deps.executions.stop(&name, "cancelled by its owner").await {
+                    // The job is cancelled either way: the execution's claim will be refused.
+                    tracing::warn!(job_id, error = %err, "stopping the execution failed");
+                }
+            }
+            tracing::info!(job_id, "cancelled");
+            job
+        }
+        Ok(CancelOutcome::Requested(job)) => {
+            tracing::info!(job_id, "cancellation requested from the running stage");
+            job
+        }
+        Err(StoreError::Conflict { current: Some(job) }) => {
+            return Err(wrong_status(job.status, format!("The job is already {}.", job.status)));
+        }
+        Err(err) => return Err(internal(err)),
+    };
+    Ok(accepted(&job))
+}
+
+fn internal(err: StoreError) -> Problem {
+    tracing::error!(error = %err, "job store failed");
+    Problem::internal()
+}
+
+fn accepted(job: &JobRecord) -> Response<Body> {
+    let location = format!("/jobs/{}", job.job_id);
+    let mut response = json_response(
+        StatusCode::ACCEPTED,
+        &json!({
+            "job_id": job.job_id,
+            "status": job.status,
+            "status_url": location,
+            "cancellation": job.cancellation,
+        }),
+    );
+    response.headers_mut().insert(header::LOCATION, location.parse().expect("job ids are header-safe"));
+    response
+}

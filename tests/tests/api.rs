@@ -1,0 +1,450 @@
+//! The job API's HTTP contract against the local stack. Every response these tests receive is
+//! also checked against docs/openapi.json by the harness.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use longhaul_domain::demo::DemoResult;
+use longhaul_tests::{Api, Aws, harness, openapi, principal};
+use serde_json::{Value, json};
+
+const JOB_TIMEOUT: Duration = Duration::from_secs(90);
+
+fn demo(items: u64) -> Value {
+    json!({"type": "demo", "params": {"items": items}})
+}
+
+fn fatal_demo() -> Value {
+    json!({"type": "demo", "params": {"items": 2, "fail_at": 0, "fail_kind": "fatal"}})
+}
+
+/// Polls until the job has left `pending` (so a replay is a replay, not "still in flight").
+async fn wait_dispatched(api: &Api, job_id: &str) {
+    for _ in 0..200 {
+        if api.get(&format!("/jobs/{job_id}")).await.json["status"] != "pending" {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("job {job_id} was never dispatched");
+}
+
+#[tokio::test]
+async fn the_api_description_documents_exactly_the_template_routes() {
+    let stack = &harness().stack;
+    let functions = longhaul_local::model::functions(&stack.template).unwrap();
+    let routes: BTreeSet<String> = functions
+        .iter()
+        .flat_map(|f| f.events.iter())
+        .filter_map(|e| match e {
+            longhaul_local::model::EventSpec::Http { method, path, .. } if method != "ANY" => {
+                Some(format!("{method} {path}"))
+            }
+            _ => None,
+        })
+        .collect();
+    let documented: BTreeSet<String> = openapi::DOCUMENT["paths"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .flat_map(|(path, item)| {
+            item.as_object().unwrap().keys().filter(|m| *m != "parameters").map(move |m| format!("{} {path}", m.to_uppercase()))
+        })
+        .collect();
+    assert_eq!(routes, documented);
+
+    let served = Api::anonymous().get("/openapi.json").await;
+    assert_eq!(served.status, 200, "the description is public");
+    assert_eq!(served.json, *openapi::DOCUMENT);
+}
+
+#[tokio::test]
+async fn idempotency_key_replays_conflicts_and_reuse_after_failure() {
+    let api = Api::new(&principal("idem"));
+    let key = [("idempotency-key", "order-42")];
+    let body = demo(2).to_string().into_bytes();
+    let first = api.send("POST", "/jobs", Some(("application/json", body.clone())), &key).await;
+    assert_eq!(first.status, 202, "{}", first.text);
+    let job_id = first.json["job_id"].as_str().unwrap().to_owned();
+    wait_dispatched(&api, &job_id).await;
+
+    let replay = api.send("POST", "/jobs", Some(("application/json", body.clone())), &key).await;
+    assert_eq!(replay.status, 200, "{}", replay.text);
+    assert_eq!(replay.json["job_id"], job_id.as_str());
+    assert_eq!(replay.header("idempotent-replayed"), Some("true"));
+    assert_eq!(replay.header("location"), Some(format!("/jobs/{job_id}").as_str()));
+
+    let different = api.send("POST", "/jobs", Some(("application/json", demo(3).to_string().into_bytes())), &key).await;
+    assert_eq!(different.status, 422);
+    assert_eq!(different.json["type"], "/problems/idempotency-key-reused");
+
+    // The same key in another tenant is another key.
+    let other = Api::new(&principal("idem-other"));
+    let theirs = other.send("POST", "/jobs", Some(("application/json", body.clone())), &key).await;
+    assert_eq!(theirs.status, 202);
+    assert_ne!(theirs.json["job_id"], job_id.as_str());
+
+    // Without a header, the key is derived from the request: a double submit is one job.
+    let derived = api.submit(&demo(5)).await;
+    wait_dispatched(&api, &derived).await;
+    let again = api.post_json("/jobs", &demo(5)).await;
+    assert_eq!((again.status, again.json["job_id"].as_str()), (200, Some(derived.as_str())));
+}
+
+#[tokio::test]
+async fn an_immediate_replay_is_in_flight_or_a_replay() {
+    let api = Api::new(&principal("inflight"));
+    let first = api.post_json("/jobs", &demo(1)).await;
+    assert_eq!(first.status, 202);
+    let second = api.post_json("/jobs", &demo(1)).await;
+    match second.status {
+        409 => {
+            assert_eq!(second.json["type"], "/problems/request-in-flight");
+            assert!(second.header("retry-after").is_some());
+        }
+        200 => assert_eq!(second.json["job_id"], first.json["job_id"]),
+        other => panic!("unexpected {other}: {}", second.text),
+    }
+}
+
+#[tokio::test]
+async fn a_key_whose_job_failed_starts_a_new_job() {
+    let api = Api::new(&principal("reuse"));
+    let key = [("idempotency-key", "nightly-export")];
+    let body = fatal_demo().to_string().into_bytes();
+    let first = api.send("POST", "/jobs", Some(("application/json", body.clone())), &key).await;
+    let failed_id = first.json["job_id"].as_str().unwrap().to_owned();
+    assert_eq!(api.wait_terminal(&failed_id, JOB_TIMEOUT).await["status"], "failed");
+    let second = api.send("POST", "/jobs", Some(("application/json", body)), &key).await;
+    assert_eq!(second.status, 202, "{}", second.text);
+    assert_ne!(second.json["job_id"], failed_id.as_str());
+}
+
+#[tokio::test]
+async fn listing_is_newest_first_paged_and_filtered() {
+    let api = Api::new(&principal("lister"));
+    let mut ids = Vec::new();
+    for items in 1..=3 {
+        ids.push(api.submit(&demo(items)).await);
+    }
+    let failed = api.submit(&fatal_demo()).await;
+    for id in &ids {
+        assert_eq!(api.wait_terminal(id, JOB_TIMEOUT).await["status"], "succeeded");
+    }
+    assert_eq!(api.wait_terminal(&failed, JOB_TIMEOUT).await["status"], "failed");
+
+    let page = api.get("/jobs?limit=2").await;
+    assert_eq!(page.status, 200, "{}", page.text);
+    let got: Vec<&str> = page.json["jobs"].as_array().unwrap().iter().map(|j| j["job_id"].as_str().unwrap()).collect();
+    assert_eq!(got, [failed.as_str(), ids[2].as_str()], "newest first");
+    let cursor = page.json["next_cursor"].as_str().expect("more pages").to_owned();
+    let next = api.get(&format!("/jobs?limit=2&cursor={cursor}")).await;
+    let got: Vec<&str> = next.json["jobs"].as_array().unwrap().iter().map(|j| j["job_id"].as_str().unwrap()).collect();
+    assert_eq!(got, [ids[1].as_str(), ids[0].as_str()]);
+
+    let succeeded = api.get("/jobs?status=succeeded&type=demo&limit=100").await;
+    assert_eq!(succeeded.json["jobs"].as_array().unwrap().len(), 3);
+    assert!(succeeded.json["next_cursor"].is_null());
+    let none = api.get("/jobs?type=csv_report").await;
+    assert_eq!(none.json["jobs"], json!([]));
+
+    // Someone else sees none of them, and cannot use this caller's cursor to see them.
+    let stranger = Api::new(&principal("lister-stranger"));
+    assert_eq!(stranger.get("/jobs").await.json["jobs"], json!([]));
+    let borrowed = stranger.get(&format!("/jobs?cursor={cursor}")).await;
+    assert!(borrowed.status == 400 || borrowed.json["jobs"] == json!([]), "{}", borrowed.text);
+
+    for bad in ["limit=0", "limit=101", "limit=ten", "status=RUNNING", "cursor=%%%", "cursor=e30", "sort=asc"] {
+        let reply = api.get(&format!("/jobs?{bad}")).await;
+        assert_eq!(reply.status, 400, "{bad}: {}", reply.text);
+    }
+}
+
+#[tokio::test]
+async fn cancelling_a_job_before_it_runs_ends_it_at_once() {
+    let owner = principal("canceller");
+    let api = Api::new(&owner);
+    // Cancel straight after submitting: the job is pending or queued (rarely already
+    // running; then try again with a fresh job).
+    for attempt in 0..5 {
+        let job_id = api.submit(&json!({"type": "demo", "params": {"items": 50, "item_ms": 100}})).await;
+        let reply = api
+            .send("DELETE", &format!("/jobs/{job_id}"), Some(("application/json", br#"{"reason": "wrong input"}"#.to_vec())), &[])
+            .await;
+        assert_eq!(reply.status, 202, "{}", reply.text);
+        assert_eq!(reply.json["cancellation"]["requested_by"], owner.as_str());
+        assert_eq!(reply.json["cancellation"]["reason"], "wrong input");
+        if reply.json["status"] == "running" {
+            eprintln!("attempt {attempt}: the job was already running; trying again");
+            continue;
+        }
+        assert_eq!(reply.json["status"], "cancelled");
+        let job = api.get(&format!("/jobs/{job_id}")).await.json;
+        assert_eq!(job["status"], "cancelled");
+        let last = job["transitions"].as_array().unwrap().last().unwrap().clone();
+        assert_eq!(last["state"], "cancelled");
+        assert_eq!(last["reason"], format!("cancelled by {owner}: wrong input"));
+        // It never runs: an execution, if one started, does not claim it.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let job = api.get(&format!("/jobs/{job_id}")).await.json;
+        assert_eq!((job["status"].as_str(), job["attempt"].as_u64()), (Some("cancelled"), Some(0)), "{job}");
+        // Cancelling again, or retrying the cancellation of a terminal job, is a conflict.
+        let again = api.send("POST", &format!("/jobs/{job_id}/cancel"), None, &[]).await;
+        assert_eq!(again.status, 409);
+        assert_eq!(again.json["status_now"], "cancelled");
+        return;
+    }
+    panic!("could not catch a job before it ran in five tries");
+}
+
+#[tokio::test]
+async fn cancelling_a_running_job_asks_its_stage_to_stop() {
+    let api = Api::new(&principal("coop"));
+    let job_id = api.submit(&json!({"type": "demo", "params": {"items": 60, "item_ms": 50}})).await;
+    for _ in 0..200 {
+        if api.get(&format!("/jobs/{job_id}")).await.json["status"] == "running" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let reply = api.send("POST", &format!("/jobs/{job_id}/cancel"), None, &[]).await;
+    assert_eq!(reply.status, 202, "{}", reply.text);
+    if reply.json["status"] == "running" {
+        let job = api.get(&format!("/jobs/{job_id}")).await.json;
+        assert!(job["cancellation"]["requested_at"].is_string(), "{job}");
+        // Asking twice is harmless.
+        assert_eq!(api.send("DELETE", &format!("/jobs/{job_id}"), None, &[]).await.status, 202);
+    }
+    let done = api.wait_terminal(&job_id, JOB_TIMEOUT).await;
+    let after = api.send("DELETE", &format!("/jobs/{job_id}"), None, &[]).await;
+    assert_eq!(after.status, 409, "{}", after.text);
+    assert_eq!(after.json["status_now"], done["status"]);
+}
+
+#[tokio::test]
+async fn results_redirect_when_ready_conflict_before_and_are_gone_after_expiry() {
+    let api = Api::new(&principal("results"));
+    let job_id = api.submit(&json!({"type": "demo", "params": {"items": 30, "item_ms": 30}})).await;
+    let early = api.get(&format!("/jobs/{job_id}/result")).await;
+    assert_eq!(early.status, 409, "{}", early.text);
+    assert!(early.json["status_now"].is_string());
+
+    assert_eq!(api.wait_terminal(&job_id, JOB_TIMEOUT).await["status"], "succeeded");
+    let reply = api.get(&format!("/jobs/{job_id}/result")).await;
+    assert_eq!(reply.status, 303, "{}", reply.text);
+    let location = reply.header("location").expect("Location").to_owned();
+    assert!(location.contains("X-Amz-Expires=900"), "valid 15 minutes: {location}");
+    let download = reqwest::get(&location).await.unwrap();
+    assert_eq!(download.status(), 200);
+    let result: DemoResult = serde_json::from_slice(&download.bytes().await.unwrap()).unwrap();
+    assert_eq!(result, DemoResult::expected(30));
+
+    // Once the expirer has marked the job expired (written directly here: the expirer is
+    // not part of this API), the result is gone for good.
+    let aws = Aws::new().await;
+    aws.dynamodb
+        .update_item()
+        .table_name(harness().stack.resource("JobsTable"))
+        .key("pk", AttributeValue::S(format!("JOB#{job_id}")))
+        .key("sk", AttributeValue::S("JOB".into()))
+        .update_expression("SET #s = :expired")
+        .expression_attribute_names("#s", "status")
+        .expression_attribute_values(":expired", AttributeValue::S("expired".into()))
+        .send()
+        .await
+        .unwrap();
+    let gone = api.get(&format!("/jobs/{job_id}/result")).await;
+    assert_eq!(gone.status, 410, "{}", gone.text);
+}
+
+#[tokio::test]
+async fn uploads_are_presigned_under_the_callers_own_prefix() {
+    let who = principal("uploader");
+    let api = Api::new(&who);
+    let reply = api.post_json("/uploads", &json!({"filename": "sales.csv", "content_type": "text/csv"})).await;
+    assert_eq!(reply.status, 201, "{}", reply.text);
+    let input = reply.json["input"].as_str().unwrap().to_owned();
+    assert!(longhaul_domain::uploads::owns_upload(&who, &input), "{input}");
+    assert!(!input.contains(&who), "the key does not reveal the principal");
+    let mut put = reqwest::Client::new().put(reply.json["upload_url"].as_str().unwrap()).body("region,amount\neu,3\n");
+    for (name, value) in reply.json["headers"].as_object().unwrap() {
+        put = put.header(name, value.as_str().unwrap());
+    }
+    let uploaded = put.send().await.unwrap();
+    assert_eq!(uploaded.status(), 200, "{}", uploaded.text().await.unwrap());
+    let object = Aws::new().await.s3.get_object().bucket(harness().stack.resource("DataBucket")).key(&input).send().await.unwrap();
+    assert_eq!(object.body.collect().await.unwrap().into_bytes().as_ref(), b"region,amount\neu,3\n");
+
+    for (body, status) in [
+        (json!({"filename": "../etc/passwd", "content_type": "text/csv"}), 422),
+        (json!({"filename": "a.csv", "content_type": "not a type"}), 422),
+        (json!({"filename": "a.csv"}), 400),
+        (json!({"filename": "a.csv", "content_type": "text/csv", "acl": "public-read"}), 400),
+    ] {
+        let reply = api.post_json("/uploads", &body).await;
+        assert_eq!(reply.status, status, "{body}: {}", reply.text);
+    }
+}
+
+#[tokio::test]
+async fn a_failed_job_is_retried_as_a_new_linked_job() {
+    let api = Api::new(&principal("retrier"));
+    let failed = api.submit(&json!({"type": "demo", "params": {"items": 3, "fail_at": 1, "fail_kind": "fatal"}})).await;
+    assert_eq!(api.wait_terminal(&failed, JOB_TIMEOUT).await["status"], "failed");
+    let reply = api.send("POST", &format!("/jobs/{failed}/retry"), None, &[]).await;
+    assert_eq!(reply.status, 202, "{}", reply.text);
+    let retry_id = reply.json["job_id"].as_str().unwrap().to_owned();
+    assert_ne!(retry_id, failed);
+    assert_eq!(reply.json["retry_of"], failed.as_str());
+    assert_eq!(reply.header("location"), Some(format!("/jobs/{retry_id}").as_str()));
+    let retried = api.wait_terminal(&retry_id, JOB_TIMEOUT).await;
+    assert_eq!(retried["retry_of"], failed.as_str());
+    assert_eq!(retried["type"], "demo");
+    // The original is immutable.
+    let original = api.get(&format!("/jobs/{failed}")).await.json;
+    assert_eq!(original["status"], "failed");
+    assert!(original.get("retry_of").is_none());
+    // Retrying the same job again names the retry that exists (it failed too, so a third
+    // job is created only because the second one failed).
+    let again = api.send("POST", &format!("/jobs/{failed}/retry"), None, &[]).await;
+    assert_eq!(again.status, 202, "the retry failed as well, so the key is reused: {}", again.text);
+    assert_ne!(again.json["job_id"], retry_id.as_str());
+
+    let ok = api.submit(&demo(1)).await;
+    assert_eq!(api.wait_terminal(&ok, JOB_TIMEOUT).await["status"], "succeeded");
+    let refused = api.send("POST", &format!("/jobs/{ok}/retry"), None, &[]).await;
+    assert_eq!(refused.status, 409);
+    assert_eq!(refused.json["status_now"], "succeeded");
+}
+
+#[tokio::test]
+async fn a_retry_of_the_same_job_is_idempotent() {
+    let api = Api::new(&principal("retry-idem"));
+    let cancelled = api.submit(&json!({"type": "demo", "params": {"items": 100, "item_ms": 100}})).await;
+    let cancel = api.send("DELETE", &format!("/jobs/{cancelled}"), None, &[]).await;
+    assert_eq!(cancel.status, 202);
+    if cancel.json["status"] != "cancelled" {
+        return; // caught running: covered by the cooperative-cancel test
+    }
+    let first = api.send("POST", &format!("/jobs/{cancelled}/retry"), None, &[]).await;
+    assert_eq!(first.status, 202, "{}", first.text);
+    let retry_id = first.json["job_id"].as_str().unwrap().to_owned();
+    wait_dispatched(&api, &retry_id).await;
+    let second = api.send("POST", &format!("/jobs/{cancelled}/retry"), None, &[]).await;
+    assert_eq!((second.status, second.json["job_id"].as_str()), (200, Some(retry_id.as_str())), "{}", second.text);
+    api.send("DELETE", &format!("/jobs/{retry_id}"), None, &[]).await;
+}
+
+#[tokio::test]
+async fn another_principal_gets_404_on_every_route() {
+    let owner = Api::new(&principal("victim"));
+    let attacker = Api::new(&principal("attacker"));
+    let job_id = owner.submit(&fatal_demo()).await;
+    assert_eq!(owner.wait_terminal(&job_id, JOB_TIMEOUT).await["status"], "failed");
+    let unknown = uuid::Uuid::now_v7().to_string();
+    for id in [job_id.as_str(), unknown.as_str()] {
+        for (method, path) in [
+            ("GET", format!("/jobs/{id}")),
+            ("GET", format!("/jobs/{id}/result")),
+            ("DELETE", format!("/jobs/{id}")),
+            ("POST", format!("/jobs/{id}/cancel")),
+            ("POST", format!("/jobs/{id}/retry")),
+        ] {
+            let reply = attacker.send(method, &path, None, &[]).await;
+            assert_eq!(reply.status, 404, "{method} {path}: {}", reply.text);
+            assert_eq!(reply.json["type"], "/problems/not-found");
+        }
+    }
+    // Nothing happened to the job.
+    let job = owner.get(&format!("/jobs/{job_id}")).await.json;
+    assert_eq!(job["status"], "failed");
+    assert_eq!(job["transitions"].as_array().unwrap().len(), 4);
+}
+
+/// Method, path, optional (content type, body), expected status.
+type HostileCase = (&'static str, String, Option<(&'static str, Vec<u8>)>, u16);
+
+#[tokio::test]
+async fn hostile_requests_get_4xx_problems_and_change_nothing() {
+    let who = principal("hostile-api");
+    let api = Api::new(&who);
+    let id = uuid::Uuid::now_v7().to_string();
+    let json = "application/json";
+    let cases: Vec<HostileCase> = vec![
+        ("PUT", "/jobs".into(), None, 405),
+        ("PATCH", format!("/jobs/{id}"), None, 405),
+        ("GET", "/jobs/x/retry".into(), None, 405),
+        ("GET", "/uploads".into(), None, 405),
+        ("GET", "/nothing-here".into(), None, 404),
+        ("GET", format!("/jobs/{id}/extra/segments"), None, 404),
+        ("GET", "/jobs/%2e%2e".into(), None, 404),
+        ("GET", "/jobs/..%2F..%2Fetc%2Fpasswd".into(), None, 404),
+        ("GET", format!("/jobs/{}", id.to_uppercase()), None, 404),
+        ("GET", "/jobs/00000000-0000-0000-0000-000000000000".into(), None, 404),
+        ("GET", "/jobs/%00".into(), None, 404),
+        ("POST", "/jobs".into(), Some((json, br#"{"type": "demo", "params": {"items": 1e300}}"#.to_vec())), 422),
+        ("POST", "/jobs".into(), Some((json, br#"{"type": "demo", "params": {"items": 18446744073709551616}}"#.to_vec())), 422),
+        ("POST", "/jobs".into(), Some((json, br#"{"type": "demo", "params": {"items": "ten"}}"#.to_vec())), 422),
+        ("POST", "/jobs".into(), Some((json, br#"{"type": 7, "params": {}}"#.to_vec())), 400),
+        ("POST", "/jobs".into(), Some((json, br#"{"type": "demo", "params": []}"#.to_vec())), 422),
+        ("POST", "/jobs".into(), Some((json, br#"{"type": "demo", "params": {"items": 1}, "callback_url": "http://example.com/"}"#.to_vec())), 422),
+        ("POST", "/jobs".into(), Some((json, b"\xff\xfe".to_vec())), 400),
+        ("POST", "/jobs".into(), Some((json, Vec::new())), 400),
+        ("POST", "/jobs".into(), None, 415),
+        ("POST", "/jobs".into(), Some(("application/x-www-form-urlencoded", b"type=demo".to_vec())), 415),
+        ("POST", "/uploads".into(), Some((json, vec![b' '; 70_000])), 413),
+        ("POST", format!("/jobs/{id}/cancel"), Some((json, br#"{"reason": 5}"#.to_vec())), 400),
+        ("DELETE", format!("/jobs/{id}"), Some(("text/plain", b"stop".to_vec())), 415),
+    ];
+    for (method, path, body, status) in cases {
+        let reply = api.send(method, &path, body, &[]).await;
+        assert_eq!(reply.status, status, "{method} {path}: {}", reply.text);
+        assert_eq!(reply.header("content-type"), Some("application/problem+json"), "{method} {path}");
+    }
+    let long_key = "k".repeat(300);
+    for (name, value) in [("idempotency-key", ""), ("idempotency-key", long_key.as_str())] {
+        let reply = api.send("POST", "/jobs", Some((json, demo(1).to_string().into_bytes())), &[(name, value)]).await;
+        assert_eq!(reply.status, 400, "{name}: {}", reply.text);
+    }
+    assert!(Aws::new().await.items_of(&who).await.is_empty(), "a refused request wrote to the table");
+}
+
+#[tokio::test]
+async fn callback_urls_are_checked_against_ssrf_at_submission() {
+    let who = principal("ssrf");
+    let api = Api::new(&who);
+    for url in [
+        "http://partner.example/hook",
+        "https://127.0.0.1/",
+        "https://127.1/",
+        "https://2130706433/",
+        "https://0x7f000001/",
+        "https://0177.0.0.1/",
+        "https://[::1]/",
+        "https://[::ffff:127.0.0.1]/",
+        "https://169.254.169.254/latest/meta-data/",
+        "https://127.0.0.1:9001/2018-06-01/runtime/invocation/next",
+        "https://10.0.0.1/",
+        "https://172.16.5.4/",
+        "https://192.168.1.1/",
+        "https://100.64.0.1/",
+        "https://0.0.0.0/",
+        "https://[::]/",
+        "https://[fd00::1]/",
+        "https://[fe80::1]/",
+        "https://224.0.0.1/",
+        "https://localhost/",
+        "https://LOCALHOST./",
+        "https://api.localhost/",
+        "https://user:secret@partner.example/",
+        "https://intranet/",
+        "ftp://partner.example/",
+        "https://partner.example/#frag",
+    ] {
+        let reply = api.post_json("/jobs", &json!({"type": "demo", "params": {"items": 1}, "callback_url": url})).await;
+        assert_eq!(reply.status, 422, "{url}: {}", reply.text);
+        assert_eq!(reply.json["type"], "/problems/invalid-callback-url", "{url}");
+    }
+    assert!(Aws::new().await.items_of(&who).await.is_empty());
+}
