@@ -20,6 +20,15 @@ pub struct Harness {
 }
 
 static HARNESS: OnceLock<Harness> = OnceLock::new();
+static OVERRIDES: OnceLock<Vec<(String, String)>> = OnceLock::new();
+
+/// The stack of this test binary, started with extra function environment (shortened
+/// deadlines, intervals…). Call it before anything else touches the stack: the first call of
+/// a test binary decides.
+pub fn harness_with(overrides: &[(&str, &str)]) -> &'static Harness {
+    OVERRIDES.get_or_init(|| overrides.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect());
+    harness()
+}
 
 /// The repository root.
 pub fn root() -> PathBuf {
@@ -41,6 +50,9 @@ pub fn harness() -> &'static Harness {
                 runtime.block_on(async move {
                     let mut options = Options::ephemeral(root());
                     options.env_overrides.insert("LONGHAUL_PROGRESS_INTERVAL_MS".into(), "200".into());
+                    for (name, value) in OVERRIDES.get_or_init(Vec::new) {
+                        options.env_overrides.insert(name.clone(), value.clone());
+                    }
                     match LocalStack::start(options).await {
                         Ok(stack) => tx.send(Ok(Harness { stack })).expect("test thread waits"),
                         Err(err) => tx.send(Err(format!("{err:#}"))).expect("test thread waits"),
@@ -145,6 +157,15 @@ impl Api {
         reply.json["job_id"].as_str().expect("job_id").to_owned()
     }
 
+    /// Downloads a succeeded job's result through `GET /jobs/{id}/result` (303 → S3).
+    pub async fn result(&self, job_id: &str) -> Vec<u8> {
+        let reply = self.get(&format!("/jobs/{job_id}/result")).await;
+        assert_eq!(reply.status, 303, "{}", reply.text);
+        let download = reqwest::get(reply.header("location").expect("Location")).await.expect("download");
+        assert_eq!(download.status(), 200);
+        download.bytes().await.expect("body").to_vec()
+    }
+
     /// Polls the job until it is terminal (or panics after `timeout`).
     pub async fn wait_terminal(&self, job_id: &str, timeout: Duration) -> Value {
         let deadline = tokio::time::Instant::now() + timeout;
@@ -210,6 +231,37 @@ impl Aws {
                 return items;
             }
         }
+    }
+
+    /// The job's progress record, straight from the table.
+    pub async fn progress_record(&self, job_id: &str) -> longhaul_aws::jobs::ProgressRecord {
+        use aws_sdk_dynamodb::types::AttributeValue;
+        let item = self
+            .dynamodb
+            .get_item()
+            .table_name(harness().stack.resource("JobsTable"))
+            .key("pk", AttributeValue::S(format!("JOB#{job_id}")))
+            .key("sk", AttributeValue::S("PROGRESS".into()))
+            .consistent_read(true)
+            .send()
+            .await
+            .expect("get progress")
+            .item
+            .expect("a progress record");
+        serde_dynamo::from_item(item).expect("a valid progress record")
+    }
+
+    /// Keys of the objects under `prefix` in the data bucket.
+    pub async fn keys(&self, prefix: &str) -> Vec<String> {
+        let page = self
+            .s3
+            .list_objects_v2()
+            .bucket(harness().stack.resource("DataBucket"))
+            .prefix(prefix)
+            .send()
+            .await
+            .expect("list");
+        page.contents().iter().filter_map(|o| o.key().map(str::to_owned)).collect()
     }
 
     /// The names of the states whose Lambda task was scheduled, in order, for `execution`.

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use longhaul_domain::demo::DemoResult;
-use longhaul_tests::{Api, Aws, harness, principal};
+use longhaul_tests::{Api, Aws, principal};
 use serde_json::{Value, json};
 
 const JOB_TIMEOUT: Duration = Duration::from_secs(90);
@@ -34,17 +34,7 @@ async fn a_demo_job_runs_to_success_with_its_result_in_s3() {
     assert_eq!(job["progress"]["pct"], 100.0);
     assert_eq!(job["result_url"], format!("/jobs/{job_id}/result"));
 
-    let aws = Aws::new().await;
-    let object = aws
-        .s3
-        .get_object()
-        .bucket(harness().stack.resource("DataBucket"))
-        .key(format!("results/{job_id}/result.json"))
-        .send()
-        .await
-        .expect("the result object exists");
-    let body = object.body.collect().await.unwrap().into_bytes();
-    let result: DemoResult = serde_json::from_slice(&body).unwrap();
+    let result: DemoResult = serde_json::from_slice(&api.result(&job_id).await).unwrap();
     assert_eq!(result, DemoResult::expected(25));
 
     // A terminal job is cacheable and answers conditional requests.
@@ -90,12 +80,8 @@ async fn a_transient_failure_is_retried_by_the_state_machine() {
     assert_eq!(job["attempt"], 1, "a Retry re-runs the task within the same attempt");
     let runs = Aws::new().await.scheduled_tasks(&job_id).await;
     assert_eq!(runs.iter().filter(|s| *s == "Run").count(), 2, "{runs:?}");
-    let result = Aws::new().await.s3.get_object()
-        .bucket(harness().stack.resource("DataBucket"))
-        .key(format!("results/{job_id}/result.json"))
-        .send().await.unwrap().body.collect().await.unwrap().into_bytes();
     // Resumed from the checkpoint: every item processed exactly once.
-    assert_eq!(serde_json::from_slice::<DemoResult>(&result).unwrap(), DemoResult::expected(10));
+    assert_eq!(serde_json::from_slice::<DemoResult>(&api.result(&job_id).await).unwrap(), DemoResult::expected(10));
 }
 
 #[tokio::test]

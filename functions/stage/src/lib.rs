@@ -1,9 +1,14 @@
 //! **stage** — the Step Functions task that does a job's work.
 //!
 //! One function serves every task state of the job state machine, selected by `op`:
-//! `claim` (`queued → running`, minting the lease), `run` (do work until done or until the
-//! Lambda deadline nears, checkpointing, and say `continue` or `done`), `complete`
-//! (`running → succeeded`, after the result is durable) and `fail` (record why).
+//! `claim` (`queued → running`, minting the lease), `run` (work on the current stage until it
+//! is done or the Lambda deadline nears, checkpointing; answer `continue`, `next_stage`,
+//! `continue_as_new`, `cancelled` or `done`), `complete` (`running → succeeded`, after the
+//! result is durable), `fail` (record why) and `continue_as_new` (start the next execution of
+//! a long job before the history limit).
+//!
+//! A running job is cancelled cooperatively: the stage learns of it when its next progress
+//! write is refused, deletes partial results and ends the job `cancelled` with the reason.
 //!
 //! Errors carry stable names the state machine matches: `Job.Retryable` (retried with
 //! backoff), `Job.Fatal` (fails the job), `Job.LeaseLost` (another attempt owns the job: stop
@@ -13,10 +18,15 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use lambda_runtime::Diagnostic;
 use longhaul_aws::config::{ConfigError, Vars};
-use longhaul_aws::jobs::{JobRecord, JobStore, Lease, ProgressRecord, StoreError, TransitionRequest};
-use longhaul_aws::objects::{ObjectStore, checkpoint_key, result_key};
-use longhaul_domain::demo::{DemoParams, DemoResult, DemoState, FailKind};
-use longhaul_domain::{JobError, JobSpec, JobStatus, now_rfc3339};
+use longhaul_aws::jobs::{JobStore, Lease, StoreError, TransitionRequest};
+pub mod demo;
+pub mod engine;
+
+use longhaul_aws::executions::Executions;
+use longhaul_aws::objects::{ObjectStore, result_key};
+use longhaul_domain::{JobError, JobSpec, JobStatus};
+
+use crate::engine::{Ctx, StageOutcome};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
@@ -33,6 +43,19 @@ pub struct Config {
     /// `LONGHAUL_PROGRESS_INTERVAL_MS` (default 2,000): least time between progress writes
     /// (unless progress moved by a whole percent).
     pub progress_interval: Duration,
+    /// `LONGHAUL_HEARTBEAT_INTERVAL_SECONDS` (default 30): most time between writes.
+    pub heartbeat_interval: Duration,
+    /// `LONGHAUL_CHECKPOINT_ITEMS` (default 1,000) and `LONGHAUL_CHECKPOINT_SECONDS`
+    /// (default 60): checkpoint every so many items or seconds, whichever comes first.
+    pub checkpoint_items: u64,
+    /// See `checkpoint_items`.
+    pub checkpoint_interval: Duration,
+    /// `LONGHAUL_RUNS_PER_EXECUTION` (default 500): `run` invocations before the job
+    /// continues in a new execution (a Standard execution is capped at 25,000 history
+    /// events; one loop costs about 7).
+    pub runs_per_execution: u32,
+    /// `STATE_MACHINE_ARN`: for continuing as a new execution.
+    pub state_machine_arn: String,
 }
 
 impl Config {
@@ -43,6 +66,11 @@ impl Config {
             bucket: vars.required("BUCKET_NAME")?,
             margin: Duration::from_secs(vars.parsed_or("LONGHAUL_STAGE_MARGIN_SECONDS", 30)?),
             progress_interval: Duration::from_millis(vars.parsed_or("LONGHAUL_PROGRESS_INTERVAL_MS", 2_000)?),
+            heartbeat_interval: Duration::from_secs(vars.parsed_or("LONGHAUL_HEARTBEAT_INTERVAL_SECONDS", 30)?),
+            checkpoint_items: vars.parsed_or("LONGHAUL_CHECKPOINT_ITEMS", 1_000)?,
+            checkpoint_interval: Duration::from_secs(vars.parsed_or("LONGHAUL_CHECKPOINT_SECONDS", 60)?),
+            runs_per_execution: vars.parsed_or("LONGHAUL_RUNS_PER_EXECUTION", 500)?,
+            state_machine_arn: vars.required("STATE_MACHINE_ARN")?,
         })
     }
 }
@@ -58,6 +86,16 @@ pub struct Deps {
     pub margin: Duration,
     /// Least time between progress writes.
     pub progress_interval: Duration,
+    /// Most time between writes.
+    pub heartbeat_interval: Duration,
+    /// Checkpoint every so many items…
+    pub checkpoint_items: u64,
+    /// …or so often.
+    pub checkpoint_interval: Duration,
+    /// `run` invocations per execution.
+    pub runs_per_execution: u32,
+    /// The job state machine (to continue as a new execution).
+    pub executions: Executions,
 }
 
 impl Deps {
@@ -68,6 +106,11 @@ impl Deps {
             objects: ObjectStore::new(aws_sdk_s3::Client::new(sdk), config.bucket.clone()),
             margin: config.margin,
             progress_interval: config.progress_interval,
+            heartbeat_interval: config.heartbeat_interval,
+            checkpoint_items: config.checkpoint_items.max(1),
+            checkpoint_interval: config.checkpoint_interval,
+            runs_per_execution: config.runs_per_execution.max(1),
+            executions: Executions::new(aws_sdk_sfn::Client::new(sdk), config.state_machine_arn.clone()),
         }
     }
 }
@@ -100,6 +143,16 @@ pub enum StageInput {
         job_id: String,
         /// The claim's lease.
         lease: Lease,
+        /// `run` invocations so far in this execution.
+        #[serde(default)]
+        loops: u32,
+    },
+    /// Start the next execution of this attempt (same lease) and let this one end.
+    ContinueAsNew {
+        /// The job.
+        job_id: String,
+        /// The claim's lease.
+        lease: Lease,
     },
     /// Mark the job succeeded.
     Complete {
@@ -124,8 +177,14 @@ pub enum StageInput {
 /// What `run` returns.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 pub struct RunOutput {
-    /// `continue` (call `run` again) or `done`.
+    /// `continue`, `next_stage`, `continue_as_new`, `cancelled` or `done`.
     pub next: String,
+    /// The stage now current (its name shows in the execution history).
+    #[serde(default)]
+    pub stage: String,
+    /// `run` invocations so far in this execution.
+    #[serde(default)]
+    pub loops: u32,
     /// When done: the result object's key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result_key: Option<String>,
@@ -146,6 +205,9 @@ pub enum StageError {
     /// The job is not waiting to be claimed.
     #[error("{0}")]
     NotClaimable(String),
+    /// The owner asked to cancel the running job.
+    #[error("cancellation requested")]
+    Cancelled,
 }
 
 impl StageError {
@@ -156,6 +218,7 @@ impl StageError {
             StageError::Fatal(_) => "Job.Fatal",
             StageError::LeaseLost(_) => "Job.LeaseLost",
             StageError::NotClaimable(_) => "Job.NotClaimable",
+            StageError::Cancelled => "Job.Cancelled",
         }
     }
 }
@@ -174,7 +237,7 @@ impl From<longhaul_aws::AwsError> for StageError {
 
 /// A store failure during an attempt's own writes: a refused condition means the lease is
 /// gone; anything else is worth retrying.
-fn fenced(err: StoreError) -> StageError {
+pub(crate) fn fenced(err: StoreError) -> StageError {
     match err {
         StoreError::Conflict { current } => StageError::LeaseLost(match current {
             Some(job) => format!("job is {} (attempt {})", job.status, job.attempt),
@@ -205,9 +268,17 @@ pub async fn handle(deps: &Deps, input: StageInput, deadline: Instant) -> Result
             tracing::info!(job_id, attempt = lease.attempt, "claimed");
             Ok(serde_json::to_value(lease).expect("leases serialise"))
         }
-        StageInput::Run { job_id, lease } => {
-            let output = run(deps, &job_id, &lease, deadline).await?;
+        StageInput::Run { job_id, lease, loops } => {
+            let output = run(deps, &job_id, &lease, loops + 1, deadline).await?;
             Ok(serde_json::to_value(output).expect("outputs serialise"))
+        }
+        StageInput::ContinueAsNew { job_id, lease } => {
+            let n = deps.jobs.count_continuation(&job_id, &lease.token).await.map_err(fenced)?;
+            let name = format!("{job_id}.a{}c{n}", lease.attempt);
+            let input = json!({ "job_id": job_id, "lease": lease, "run": { "next": "start", "loops": 0 } });
+            deps.executions.start(&name, &input).await?;
+            tracing::info!(job_id, execution = name, "continued as a new execution");
+            Ok(json!({ "execution": name }))
         }
         StageInput::Complete { job_id, lease, run } => {
             let result_key = run.result_key.ok_or_else(|| StageError::Fatal("complete without a result".into()))?;
@@ -245,7 +316,7 @@ pub async fn handle(deps: &Deps, input: StageInput, deadline: Instant) -> Result
     }
 }
 
-async fn run(deps: &Deps, job_id: &str, lease: &Lease, deadline: Instant) -> Result<RunOutput, StageError> {
+async fn run(deps: &Deps, job_id: &str, lease: &Lease, loops: u32, deadline: Instant) -> Result<RunOutput, StageError> {
     let view = deps.jobs.view(job_id).await.map_err(|e| StageError::Retryable(e.to_string()))?;
     let view = view.ok_or_else(|| StageError::Fatal(format!("job {job_id} does not exist")))?;
     let job = &view.job;
@@ -253,105 +324,62 @@ async fn run(deps: &Deps, job_id: &str, lease: &Lease, deadline: Instant) -> Res
         return Err(StageError::LeaseLost(format!("job is {} under another lease", job.status)));
     }
     let spec = JobSpec::parse(&job.job_type, &job.params).map_err(|e| StageError::Fatal(e.to_string()))?;
-    let progress = view.progress.unwrap_or_default();
-    match spec {
-        JobSpec::Demo(params) => run_demo(deps, job, &params, lease, progress.seq, deadline).await,
-    }
-}
-
-/// Throttled, lease-fenced progress reporting.
-struct ProgressReporter<'a> {
-    deps: &'a Deps,
-    job_id: &'a str,
-    lease: &'a Lease,
-    seq: u64,
-    last_write: Instant,
-    last_pct: f64,
-}
-
-impl ProgressReporter<'_> {
-    async fn report(&mut self, done: u64, total: u64, force: bool) -> Result<(), StageError> {
-        let pct = if total == 0 { 100.0 } else { (done as f64 * 100.0 / total as f64 * 10.0).floor() / 10.0 };
-        let due = self.last_write.elapsed() >= self.deps.progress_interval || pct - self.last_pct >= 1.0;
-        if !force && !due {
-            return Ok(());
-        }
-        self.seq += 1;
-        let now = now_rfc3339();
-        let record = ProgressRecord {
-            pct,
-            stage: "process".into(),
-            stage_index: 1,
-            stages_total: 1,
-            items_done: done,
-            items_total: Some(total),
-            eta_seconds: None,
-            seq: self.seq,
-            heartbeat_at: now.clone(),
-            updated_at: now,
-            lease: self.lease.token.clone(),
-        };
-        self.deps.jobs.record_progress(self.job_id, &record).await.map_err(fenced)?;
-        self.last_write = Instant::now();
-        self.last_pct = pct;
-        Ok(())
-    }
-}
-
-async fn run_demo(
-    deps: &Deps,
-    job: &JobRecord,
-    params: &DemoParams,
-    lease: &Lease,
-    seq: u64,
-    deadline: Instant,
-) -> Result<RunOutput, StageError> {
-    let job_id = job.job_id.as_str();
-    let checkpoint = checkpoint_key(job_id, "demo");
-    let mut state: DemoState = match deps.objects.get(&checkpoint).await? {
-        Some(bytes) => serde_json::from_slice(&bytes)
-            .map_err(|e| StageError::Fatal(format!("unreadable checkpoint {checkpoint}: {e}")))?,
-        None => DemoState::default(),
+    let stages = match &spec {
+        JobSpec::Demo(_) => demo::STAGES,
     };
-    let mut progress =
-        ProgressReporter { deps, job_id, lease, seq, last_write: Instant::now(), last_pct: -1.0 };
-    progress.report(state.next_item, params.items, true).await?;
-    let stop_at = deadline.checked_sub(deps.margin).unwrap_or_else(Instant::now);
-    while state.next_item < params.items {
-        if Instant::now() >= stop_at {
-            save_checkpoint(deps, &checkpoint, &state).await?;
-            progress.report(state.next_item, params.items, true).await?;
-            tracing::info!(job_id, next_item = state.next_item, "deadline near; continuing in a new invocation");
-            return Ok(RunOutput { next: "continue".into(), result_key: None });
+    let progress = view.progress.clone().unwrap_or_default();
+    let mut ctx = Ctx::new(deps, job, lease, stages, &progress, deadline);
+    let outcome = if job.cancellation.is_some() || progress.cancel_requested_at.is_some() {
+        Err(StageError::Cancelled)
+    } else {
+        match &spec {
+            JobSpec::Demo(params) => demo::run(&mut ctx, params).await,
         }
-        if let Some(kind) = params.injected_failure(state.next_item, job.injected_failures) {
-            // Keep the work done so far, count the failure (fenced), then fail as asked.
-            save_checkpoint(deps, &checkpoint, &state).await?;
-            deps.jobs.count_injected_failure(job_id, &lease.token).await.map_err(fenced)?;
-            let message = format!("injected {kind:?} failure at item {}", state.next_item).to_lowercase();
-            return Err(match kind {
-                FailKind::Transient => StageError::Retryable(message),
-                FailKind::Fatal => StageError::Fatal(message),
-            });
+    };
+    let output = |next: &str, result_key: Option<String>, stage: &str| RunOutput {
+        next: next.into(),
+        stage: stage.into(),
+        loops,
+        result_key,
+    };
+    match outcome {
+        Ok(StageOutcome::Paused) if loops >= deps.runs_per_execution => Ok(output("continue_as_new", None, ctx.stage)),
+        Ok(StageOutcome::Paused) => Ok(output("continue", None, ctx.stage)),
+        Ok(StageOutcome::StageDone) => {
+            let next = stages[ctx.stage_index as usize];
+            ctx.advance(next).await?;
+            tracing::info!(job_id, stage = next, "stage boundary");
+            Ok(output("next_stage", None, next))
         }
-        state.process_next();
-        if params.item_ms > 0 {
-            tokio::time::sleep(Duration::from_millis(params.item_ms)).await;
+        Ok(StageOutcome::Finished { result_key }) => Ok(output("done", Some(result_key), ctx.stage)),
+        Err(StageError::Cancelled) => {
+            finish_cancellation(deps, job_id, lease).await?;
+            Ok(output("cancelled", None, ctx.stage))
         }
-        progress.report(state.next_item, params.items, false).await?;
+        Err(err) => Err(err),
     }
-    let result = DemoResult { items: state.next_item, digest: state.digest.clone() };
-    let key = result_key(job_id, "result.json");
-    // The result is durable before anyone can see the job succeeded.
-    deps.objects
-        .put(&key, serde_json::to_vec(&result).expect("results serialise"), "application/json")
-        .await?;
-    progress.report(params.items, params.items, true).await?;
-    Ok(RunOutput { next: "done".into(), result_key: Some(key) })
 }
 
-async fn save_checkpoint(deps: &Deps, key: &str, state: &DemoState) -> Result<(), StageError> {
-    let body = serde_json::to_vec(state).expect("checkpoints serialise");
-    deps.objects.put(key, body, "application/json").await?;
+/// Ends a running job whose owner asked to cancel it: partial results are deleted first, so a
+/// `cancelled` job never has a result object, then the job becomes `cancelled` (fenced).
+async fn finish_cancellation(deps: &Deps, job_id: &str, lease: &Lease) -> Result<(), StageError> {
+    let job = deps.jobs.job(job_id).await.map_err(|e| StageError::Retryable(e.to_string()))?;
+    let cancellation = job.and_then(|j| j.cancellation);
+    deps.objects.delete_prefix(&result_key(job_id, "")).await?;
+    let reason = match &cancellation {
+        Some(c) => match &c.reason {
+            Some(reason) => format!("cancelled by {}: {reason}", c.requested_by),
+            None => format!("cancelled by {}", c.requested_by),
+        },
+        None => "cancelled".to_owned(),
+    };
+    let request = TransitionRequest::new(job_id, &[JobStatus::Running], JobStatus::Cancelled, reason).fenced(&lease.token);
+    match deps.jobs.transition(request).await {
+        Ok(_) => {}
+        Err(StoreError::Conflict { current: Some(job) })
+            if job.status == JobStatus::Cancelled && job.lease.as_deref() == Some(&lease.token) => {}
+        Err(err) => return Err(fenced(err)),
+    }
+    tracing::info!(job_id, attempt = lease.attempt, "cancelled while running");
     Ok(())
 }

@@ -357,6 +357,7 @@ fn new_job(new: &NewJob<'_>, job_id: String) -> JobRecord {
         injected_failures: 0,
         retry_of: new.retry_of.map(str::to_owned),
         cancellation: None,
+        continuations: 0,
     }
 }
 

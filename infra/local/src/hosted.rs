@@ -38,6 +38,8 @@ pub struct HostedFunction {
     pub spec: FunctionSpec,
     /// Its handler.
     pub handler: Handler,
+    /// Invocations in flight, so a test can crash them (`POST /_local/functions/{name}/crash`).
+    inflight: Arc<std::sync::Mutex<Vec<tokio::task::AbortHandle>>>,
 }
 
 fn typed<I, O, E, F, Fut>(handler: F) -> EventHandler
@@ -110,7 +112,7 @@ pub fn host(spec: &FunctionSpec, sdk: &SdkConfig) -> anyhow::Result<HostedFuncti
             spec.logical
         ),
     };
-    Ok(HostedFunction { spec: spec.clone(), handler })
+    Ok(HostedFunction { spec: spec.clone(), handler, inflight: Default::default() })
 }
 
 impl HostedFunction {
@@ -124,9 +126,17 @@ impl HostedFunction {
             });
         };
         let timeout = self.spec.timeout;
-        let future = handler(event, Instant::now() + timeout);
-        match tokio::time::timeout(timeout, tokio::spawn(future)).await {
+        let task = tokio::spawn(handler(event, Instant::now() + timeout));
+        self.inflight.lock().expect("inflight lock").push(task.abort_handle());
+        let outcome = tokio::time::timeout(timeout, task).await;
+        self.inflight.lock().expect("inflight lock").retain(|h| !h.is_finished());
+        match outcome {
             Ok(Ok(result)) => result,
+            // What Lambda reports when the runtime process dies mid-invocation.
+            Ok(Err(join_error)) if join_error.is_cancelled() => Err(Diagnostic {
+                error_type: "Runtime.ExitError".into(),
+                error_message: format!("{}: the runtime exited (crash injected)", self.spec.logical),
+            }),
             Ok(Err(join_error)) => Err(Diagnostic {
                 error_type: "Runtime.Panic".into(),
                 error_message: format!("{} panicked: {join_error}", self.spec.logical),
@@ -136,6 +146,16 @@ impl HostedFunction {
                 error_message: format!("Task timed out after {:.2} seconds", timeout.as_secs_f64()),
             }),
         }
+    }
+
+    /// Kills every invocation in flight, as a crash of the function's sandbox would; returns
+    /// how many there were. The work they did since their last checkpoint is lost.
+    pub fn crash(&self) -> usize {
+        let handles: Vec<_> = self.inflight.lock().expect("inflight lock").drain(..).collect();
+        for handle in &handles {
+            handle.abort();
+        }
+        handles.len()
     }
 
     /// Serves one HTTP API request, within the function's timeout (API Gateway answers 503

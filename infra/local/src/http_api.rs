@@ -41,6 +41,8 @@ pub struct ApiState {
     pub calls: CallCounter,
     /// Schedules (`POST /_local/schedules/{name}`).
     pub schedules: Schedules,
+    /// Every hosted function (`POST /_local/functions/{name}/crash`).
+    pub functions: Arc<Vec<HostedFunction>>,
 }
 
 /// The routes of every hosted API function.
@@ -121,6 +123,7 @@ pub fn router(state: ApiState) -> axum::Router {
     axum::Router::new()
         .route("/_local/aws-calls", axum::routing::get(aws_calls))
         .route("/_local/schedules/{name}", axum::routing::post(fire_schedule))
+        .route("/_local/functions/{name}/crash", axum::routing::post(crash_function))
         .fallback(serve)
         .with_state(state)
 }
@@ -138,6 +141,14 @@ async fn fire_schedule(State(state): State<ApiState>, axum::extract::Path(name):
             axum::Json(json!({"schedule": name, "errorType": diagnostic.error_type, "errorMessage": diagnostic.error_message})),
         )
             .into_response(),
+    }
+}
+
+/// Fault injection: kill the in-flight invocations of a function (by logical id or name).
+async fn crash_function(State(state): State<ApiState>, axum::extract::Path(name): axum::extract::Path<String>) -> Response {
+    match state.functions.iter().find(|f| f.spec.logical == name || f.spec.name == name) {
+        Some(function) => axum::Json(json!({"function": function.spec.logical, "crashed": function.crash()})).into_response(),
+        None => (StatusCode::NOT_FOUND, axum::Json(json!({"message": format!("no function {name}")}))).into_response(),
     }
 }
 

@@ -192,6 +192,7 @@ impl LocalStack {
             authorizer: authorizer.clone(),
             calls: calls.clone(),
             schedules: schedules.clone(),
+            functions: Arc::new(hosted.clone()),
         };
         let mut tasks = vec![
             tokio::spawn(async move {

@@ -103,6 +103,9 @@ pub struct JobRecord {
     /// Who asked to cancel the job, when and why.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cancellation: Option<Cancellation>,
+    /// How many times the current attempt continued as a new execution.
+    #[serde(default)]
+    pub continuations: u32,
 }
 
 /// The small, hot progress record.
@@ -132,6 +135,14 @@ pub struct ProgressRecord {
     pub updated_at: String,
     /// The lease of the attempt that owns this record.
     pub lease: String,
+    /// The current stage's latest checkpoint object (moved only under the lease, so a stale
+    /// attempt can never make a newer checkpoint unreachable).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_key: Option<String>,
+    /// Set by a cancellation request; progress writes are refused while it is set, which is
+    /// how a running stage learns of the cancellation without an extra read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cancel_requested_at: Option<String>,
 }
 
 /// An idempotency record.
@@ -212,6 +223,26 @@ pub enum ListError {
     #[error("invalid cursor")]
     InvalidCursor,
     /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Why a progress write was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ProgressRefused {
+    /// The owner asked to cancel the job.
+    #[error("cancellation requested")]
+    Cancelled,
+    /// Another attempt holds the job.
+    #[error("lease lost")]
+    LeaseLost,
+    /// Our lease, but the record already has sequence `seq` or later (a duplicate worker).
+    #[error("progress sequence {seq} already recorded")]
+    Stale {
+        /// The sequence number on record.
+        seq: u64,
+    },
+    /// DynamoDB failed.
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -702,10 +733,11 @@ impl JobStore {
         Ok(())
     }
 
-    /// Records progress (and a heartbeat) for the attempt holding `progress.lease`. Refused —
-    /// as [`StoreError::Conflict`] — when another attempt owns the job or the sequence number
-    /// does not advance, so progress never goes backwards and a stale worker learns it must stop.
-    pub async fn record_progress(&self, job_id: &str, progress: &ProgressRecord) -> Result<(), StoreError> {
+    /// Records progress (a heartbeat, possibly a new checkpoint pointer) for the attempt
+    /// holding `progress.lease`. Refused when another attempt owns the job, when the sequence
+    /// number does not advance (so progress never goes backwards), or when a cancellation was
+    /// requested — and the refusal says which, from the record as it is (same request).
+    pub async fn record_progress(&self, job_id: &str, progress: &ProgressRecord) -> Result<(), ProgressRefused> {
         let mut item = to_item(progress);
         item.extend(Self::progress_key(job_id));
         let result = self
@@ -713,22 +745,51 @@ impl JobStore {
             .put_item()
             .table_name(&self.table)
             .set_item(Some(item))
-            .condition_expression("lease = :lease AND seq < :seq")
+            .condition_expression("lease = :lease AND seq < :seq AND attribute_not_exists(cancel_requested_at)")
             .expression_attribute_values(":lease", s(&progress.lease))
             .expression_attribute_values(":seq", AttributeValue::N(progress.seq.to_string()))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .send()
             .await;
         match result {
             Ok(_) => Ok(()),
-            Err(err)
-                if err
-                    .as_service_error()
-                    .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
-            {
-                Err(StoreError::Conflict { current: None })
-            }
-            Err(err) => Err(AwsError::new(format!("write progress of {job_id}"), err).into()),
+            Err(err) => match err.as_service_error() {
+                Some(PutItemError::ConditionalCheckFailedException(failed)) => {
+                    let current = failed.item().cloned().map(from_item::<ProgressRecord>).transpose().ok().flatten();
+                    Err(match current {
+                        Some(p) if p.lease == progress.lease && p.cancel_requested_at.is_some() => ProgressRefused::Cancelled,
+                        Some(p) if p.lease == progress.lease => ProgressRefused::Stale { seq: p.seq },
+                        _ => ProgressRefused::LeaseLost,
+                    })
+                }
+                _ => Err(ProgressRefused::Store(AwsError::new(format!("write progress of {job_id}"), err).into())),
+            },
         }
+    }
+
+    /// Counts one continuation of the job's execution (fenced) and returns the new count,
+    /// which names the next execution.
+    pub async fn count_continuation(&self, job_id: &str, lease: &str) -> Result<u32, StoreError> {
+        let names = HashMap::from([
+            ("#status".to_owned(), "status".to_owned()),
+            ("#lease".to_owned(), "lease".to_owned()),
+        ]);
+        let values = HashMap::from([
+            (":running".to_owned(), s(JobStatus::Running.as_str())),
+            (":lease".to_owned(), s(lease)),
+            (":one".to_owned(), AttributeValue::N("1".into())),
+            (":now".to_owned(), s(now_rfc3339())),
+        ]);
+        let job = self
+            .update_job(
+                job_id,
+                "SET updated_at = :now ADD continuations :one".into(),
+                "#status = :running AND #lease = :lease".into(),
+                names,
+                values,
+            )
+            .await?;
+        Ok(job.continuations)
     }
 
     /// Counts one injected demo failure, fenced by the lease (so it survives the retry that

@@ -21,9 +21,10 @@ pub fn result_key(job_id: &str, file: &str) -> String {
     format!("results/{job_id}/{file}")
 }
 
-/// Where a job's checkpoint for `stage` lives.
-pub fn checkpoint_key(job_id: &str, stage: &str) -> String {
-    format!("checkpoints/{job_id}/{stage}.json")
+/// Where checkpoint number `seq` of a job's `stage` lives. Every checkpoint is a new object;
+/// the job's progress record points at the current one.
+pub fn checkpoint_key(job_id: &str, stage: &str, seq: u64) -> String {
+    format!("checkpoints/{job_id}/{stage}/{seq:020}.json")
 }
 
 impl ObjectStore {
@@ -99,5 +100,62 @@ impl ObjectStore {
             .map_err(|e| AwsError::new(format!("presign PUT {key}"), e))?;
         let headers = request.headers().map(|(k, v)| (k.to_ascii_lowercase(), v.to_owned())).collect();
         Ok((request.uri().to_owned(), headers))
+    }
+
+    /// The size of the object at `key`, or `None` if there is none.
+    pub async fn size(&self, key: &str) -> Result<Option<u64>, AwsError> {
+        match self.client.head_object().bucket(&self.bucket).key(key).send().await {
+            Ok(output) => Ok(Some(output.content_length.unwrap_or(0).max(0) as u64)),
+            Err(err) if err.as_service_error().is_some_and(|e| e.is_not_found()) => Ok(None),
+            Err(err) => Err(AwsError::new(format!("head s3://{}/{key}", self.bucket), err)),
+        }
+    }
+
+    /// Streams `key` from byte `offset` to its end (one ranged GET; the body is read as it
+    /// arrives, never held whole).
+    pub async fn stream_from(&self, key: &str, offset: u64) -> Result<ByteStream, AwsError> {
+        let output = self
+            .client
+            .get_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .range(format!("bytes={offset}-"))
+            .send()
+            .await
+            .map_err(|e| AwsError::new(format!("get s3://{}/{key} from byte {offset}", self.bucket), e))?;
+        Ok(output.body)
+    }
+
+    /// Deletes every object under `prefix`.
+    pub async fn delete_prefix(&self, prefix: &str) -> Result<usize, AwsError> {
+        use aws_sdk_s3::types::{Delete, ObjectIdentifier};
+        let context = || format!("delete s3://{}/{prefix}*", self.bucket);
+        let mut deleted = 0;
+        let mut token = None;
+        loop {
+            let page = self
+                .client
+                .list_objects_v2()
+                .bucket(&self.bucket)
+                .prefix(prefix)
+                .set_continuation_token(token)
+                .send()
+                .await
+                .map_err(|e| AwsError::new(context(), e))?;
+            let ids: Vec<ObjectIdentifier> = page
+                .contents()
+                .iter()
+                .filter_map(|o| ObjectIdentifier::builder().key(o.key()?).build().ok())
+                .collect();
+            if !ids.is_empty() {
+                deleted += ids.len();
+                let delete = Delete::builder().set_objects(Some(ids)).quiet(true).build().map_err(|e| AwsError::new(context(), e))?;
+                self.client.delete_objects().bucket(&self.bucket).delete(delete).send().await.map_err(|e| AwsError::new(context(), e))?;
+            }
+            token = page.next_continuation_token;
+            if token.is_none() {
+                return Ok(deleted);
+            }
+        }
     }
 }
