@@ -4,6 +4,7 @@
 //! The stack runs on its own thread with its own runtime, so it outlives any single
 //! `#[tokio::test]` runtime; its emulator dies with the test process.
 
+pub mod csvgen;
 pub mod openapi;
 
 use std::path::PathBuf;
@@ -155,6 +156,19 @@ impl Api {
         let reply = self.post_json("/jobs", body).await;
         assert_eq!(reply.status, 202, "submit: {}", reply.text);
         reply.json["job_id"].as_str().expect("job_id").to_owned()
+    }
+
+    /// Uploads `bytes` through `POST /uploads` and returns the `input` reference.
+    pub async fn upload(&self, filename: &str, content_type: &str, bytes: Vec<u8>) -> String {
+        let reply = self.post_json("/uploads", &serde_json::json!({"filename": filename, "content_type": content_type})).await;
+        assert_eq!(reply.status, 201, "{}", reply.text);
+        let mut put = reqwest::Client::new().put(reply.json["upload_url"].as_str().expect("upload_url")).body(bytes);
+        for (name, value) in reply.json["headers"].as_object().expect("headers") {
+            put = put.header(name, value.as_str().expect("header value"));
+        }
+        let response = put.send().await.expect("upload");
+        assert_eq!(response.status(), 200, "upload failed");
+        reply.json["input"].as_str().expect("input").to_owned()
     }
 
     /// Downloads a succeeded job's result through `GET /jobs/{id}/result` (303 → S3).

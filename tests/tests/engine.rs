@@ -187,3 +187,68 @@ async fn progress_is_monotonic_with_an_eta_only_after_ten_percent() {
     }
     assert!(saw_eta, "an ETA once past 10 %");
 }
+
+fn report(input: &str) -> Value {
+    json!({"type": "csv_report", "params": {
+        "input": input, "group_by": ["region", "product"],
+        "metrics": [{"op": "count"}, {"op": "sum", "column": "amount"}, {"op": "min", "column": "amount"},
+                    {"op": "max", "column": "amount"}, {"op": "mean", "column": "amount"}],
+    }})
+}
+
+/// ~30 MB of CSV: a scan that spans several 2-second invocations and 10 MiB checkpoints.
+fn big_csv(seed: u64) -> (Vec<longhaul_tests::csvgen::Row>, Vec<u8>) {
+    let rows = longhaul_tests::csvgen::Gen::new(seed).rows(900_000);
+    let bytes = longhaul_tests::csvgen::csv_bytes(&rows);
+    (rows, bytes)
+}
+
+#[tokio::test]
+async fn a_crash_mid_scan_resumes_from_the_checkpoint_with_an_identical_report() {
+    stack();
+    let api = Api::new(&principal("scan-crash"));
+    let (rows, bytes) = big_csv(5);
+    let input = api.upload("big.csv", "text/csv", bytes).await;
+    let job_id = api.submit(&report(&input)).await;
+    let mib = 1024 * 1024;
+    wait_for(&api, &job_id, "12 MiB scanned", |j| {
+        j["progress"]["stage"] == "scan" && j["progress"]["items_done"].as_u64().unwrap_or(0) >= 12 * mib
+    })
+    .await;
+    reqwest::Client::new().post(format!("{}/_local/functions/StageFunction/crash", stack().stack.api_url)).send().await.unwrap();
+    let aws = Aws::new().await;
+    let progress = aws.progress_record(&job_id).await;
+    let key = progress.checkpoint_key.clone().expect("a scan checkpoint before the crash");
+    let object = aws.s3.get_object().bucket(stack().stack.resource("DataBucket")).key(&key).send().await.unwrap();
+    let checkpoint: Value = serde_json::from_slice(&object.body.collect().await.unwrap().into_bytes()).unwrap();
+    assert_eq!(checkpoint["stage"], "scan");
+    let resumed_from = checkpoint["state"]["offset"].as_u64().unwrap();
+    let rework = progress.items_done.saturating_sub(resumed_from);
+    assert!(rework <= CHECKPOINT_ITEMS * mib + mib, "rework of {rework} bytes is more than one checkpoint interval");
+
+    let job = api.wait_terminal(&job_id, TIMEOUT).await;
+    assert_eq!(job["status"], "succeeded", "{job}");
+    let result: Value = serde_json::from_slice(&api.result(&job_id).await).unwrap();
+    assert_eq!(result["rows_scanned"], 900_000);
+    let (expected, invalid) = longhaul_tests::csvgen::expected(&rows);
+    assert_eq!(result["invalid"]["amount"], invalid);
+    for (a, e) in result["rows"].as_array().unwrap().iter().zip(&expected) {
+        assert!(longhaul_tests::csvgen::rows_match(a, e), "{a} ≠ {e}");
+    }
+}
+
+#[tokio::test]
+async fn cancelling_mid_scan_ends_cancelled_without_a_result() {
+    stack();
+    let api = Api::new(&principal("scan-cancel"));
+    let (_, bytes) = big_csv(9);
+    let input = api.upload("big.csv", "text/csv", bytes).await;
+    let job_id = api.submit(&report(&input)).await;
+    wait_for(&api, &job_id, "scanning", |j| j["progress"]["stage"] == "scan" && j["progress"]["items_done"].as_u64().unwrap_or(0) > 0).await;
+    let reply = api.send("DELETE", &format!("/jobs/{job_id}"), None, &[]).await;
+    assert_eq!(reply.status, 202, "{}", reply.text);
+    let job = api.wait_terminal(&job_id, TIMEOUT).await;
+    assert_eq!(job["status"], "cancelled", "{job}");
+    assert!(Aws::new().await.keys(&format!("results/{job_id}/")).await.is_empty());
+    assert_eq!(api.get(&format!("/jobs/{job_id}/result")).await.status, 409);
+}

@@ -200,6 +200,19 @@ impl<'a> Ctx<'a> {
         Ok(())
     }
 
+    /// The previous stage's final checkpoint, which this stage starts from (the progress record
+    /// keeps pointing at it across the stage boundary). A version mismatch here cannot be
+    /// healed by restarting this stage, so it fails the job with a clear reason.
+    pub async fn carried<T: DeserializeOwned>(&mut self, stage: &str, version: u32) -> Result<T, StageError> {
+        let key = self.checkpoint_key.clone().ok_or_else(|| StageError::Fatal(format!("the {stage} stage left no output")))?;
+        let bytes = self.deps.objects.get(&key).await?.ok_or_else(|| StageError::Fatal(format!("the {stage} stage's output {key} is missing")))?;
+        let checkpoint: Checkpoint<T> = serde_json::from_slice(&bytes)
+            .ok()
+            .filter(|c: &Checkpoint<T>| c.schema_version == version && c.stage == stage)
+            .ok_or_else(|| StageError::Fatal(format!("the {stage} stage's output {key} is not of schema version {version}")))?;
+        Ok(checkpoint.state)
+    }
+
     /// The stage's current checkpoint, if there is one of schema `version`. A checkpoint of
     /// another version is not consumed: the stage restarts (logged).
     pub async fn resume<T: DeserializeOwned>(&mut self, version: u32) -> Result<Option<T>, StageError> {
@@ -215,7 +228,11 @@ impl<'a> Ctx<'a> {
         }
         let header: Header = serde_json::from_slice(&bytes)
             .map_err(|e| StageError::Fatal(format!("checkpoint {key} is unreadable: {e}")))?;
-        if header.schema_version != version || header.stage != self.stage {
+        if header.stage != self.stage {
+            // The previous stage's output, carried across the boundary: nothing to resume.
+            return Ok(None);
+        }
+        if header.schema_version != version {
             tracing::warn!(
                 job_id = self.job.job_id,
                 key,
@@ -232,11 +249,11 @@ impl<'a> Ctx<'a> {
         Ok(Some(checkpoint.state))
     }
 
-    /// Moves the progress record to the next stage (the stage boundary).
+    /// Moves the progress record to the next stage (the stage boundary). The checkpoint
+    /// pointer is kept: the finished stage's last checkpoint is the next stage's input.
     pub async fn advance(&mut self, next_stage: &'static str) -> Result<(), StageError> {
         self.stage_index += 1;
         self.stage = next_stage;
-        self.checkpoint_key = None;
         self.floor_done = 0;
         self.write(0, None).await
     }

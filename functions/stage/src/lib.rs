@@ -19,6 +19,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use lambda_runtime::Diagnostic;
 use longhaul_aws::config::{ConfigError, Vars};
 use longhaul_aws::jobs::{JobStore, Lease, StoreError, TransitionRequest};
+pub mod csv;
 pub mod demo;
 pub mod engine;
 
@@ -326,6 +327,7 @@ async fn run(deps: &Deps, job_id: &str, lease: &Lease, loops: u32, deadline: Ins
     let spec = JobSpec::parse(&job.job_type, &job.params).map_err(|e| StageError::Fatal(e.to_string()))?;
     let stages = match &spec {
         JobSpec::Demo(_) => demo::STAGES,
+        JobSpec::CsvReport(_) => csv::STAGES,
     };
     let progress = view.progress.clone().unwrap_or_default();
     let mut ctx = Ctx::new(deps, job, lease, stages, &progress, deadline);
@@ -334,6 +336,7 @@ async fn run(deps: &Deps, job_id: &str, lease: &Lease, loops: u32, deadline: Ins
     } else {
         match &spec {
             JobSpec::Demo(params) => demo::run(&mut ctx, params).await,
+            JobSpec::CsvReport(params) => csv::run(&mut ctx, params).await,
         }
     };
     let output = |next: &str, result_key: Option<String>, stage: &str| RunOutput {

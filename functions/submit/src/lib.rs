@@ -16,6 +16,7 @@ use longhaul_aws::config::{ConfigError, Vars};
 use longhaul_aws::jobs::{IdempotencyRecord, JobRecord, JobStore, StoreError};
 use longhaul_aws::queue::{DispatchMessage, IntakeQueue};
 use longhaul_domain::callback::{CallbackPolicy, Host, check_address, parse_callback_url};
+use longhaul_domain::uploads::owns_upload;
 use longhaul_domain::fingerprint::{derived_idempotency_key, fingerprint, retry_idempotency_key};
 use longhaul_domain::{JobId, JobSpec, JobStatus, JobType, SpecError, Transition, now_rfc3339};
 use serde::Deserialize;
@@ -168,6 +169,15 @@ async fn submit(deps: &Deps, request: &Request) -> Result<Response<Body>, Proble
     let body: SubmitBody = serde_json::from_value(json_body(request, MAX_BODY_BYTES)?)
         .map_err(|e| Problem::bad_request(format!("The body does not match the job submission schema: {e}")))?;
     let spec = JobSpec::parse(&body.job_type, &body.params).map_err(spec_problem)?;
+    if spec.input().is_some_and(|input| !owns_upload(&owner, input)) {
+        // Someone else's upload reads exactly like one that does not exist.
+        return Err(Problem::new(
+            StatusCode::NOT_FOUND,
+            "upload-not-found",
+            "Upload not found",
+            "params.input names no upload of yours; create one with POST /uploads.",
+        ));
+    }
     if !deps.enabled_job_types.contains(&spec.job_type()) {
         return Err(Problem::unprocessable(
             "unknown-job-type",

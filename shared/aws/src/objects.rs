@@ -27,6 +27,16 @@ pub fn checkpoint_key(job_id: &str, stage: &str, seq: u64) -> String {
     format!("checkpoints/{job_id}/{stage}/{seq:020}.json")
 }
 
+/// Percent-encodes a key for `x-amz-copy-source` (slashes stay).
+fn urlencode_key(key: &str) -> String {
+    key.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b'/' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
 impl ObjectStore {
     /// An adapter for `bucket`.
     pub fn new(client: aws_sdk_s3::Client, bucket: String) -> Self {
@@ -124,6 +134,21 @@ impl ObjectStore {
             .await
             .map_err(|e| AwsError::new(format!("get s3://{}/{key} from byte {offset}", self.bucket), e))?;
         Ok(output.body)
+    }
+
+    /// Copies `from` to `to` within the bucket, setting the content type.
+    pub async fn copy(&self, from: &str, to: &str, content_type: &str) -> Result<(), AwsError> {
+        self.client
+            .copy_object()
+            .bucket(&self.bucket)
+            .copy_source(format!("{}/{}", self.bucket, urlencode_key(from)))
+            .key(to)
+            .content_type(content_type)
+            .metadata_directive(aws_sdk_s3::types::MetadataDirective::Replace)
+            .send()
+            .await
+            .map_err(|e| AwsError::new(format!("copy s3://{}/{from} to {to}", self.bucket), e))?;
+        Ok(())
     }
 
     /// Deletes every object under `prefix`.

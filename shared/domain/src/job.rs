@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
 
+use crate::csv_report::CsvReportParams;
 use crate::demo::DemoParams;
 use crate::status::JobStatus;
 
@@ -54,16 +55,19 @@ pub struct InvalidJobId;
 pub enum JobType {
     /// A diagnostic job: hashes `items` items, `item_ms` apart, with optional injected failures.
     Demo,
+    /// Group-by aggregates over an uploaded CSV file.
+    CsvReport,
 }
 
 impl JobType {
     /// Every job type, for listings and error messages.
-    pub const ALL: [JobType; 1] = [JobType::Demo];
+    pub const ALL: [JobType; 2] = [JobType::Demo, JobType::CsvReport];
 
     /// The name clients use in `"type"`.
     pub fn as_str(self) -> &'static str {
         match self {
             JobType::Demo => "demo",
+            JobType::CsvReport => "csv_report",
         }
     }
 }
@@ -83,6 +87,8 @@ impl FromStr for JobType {
 pub enum JobSpec {
     /// See [`DemoParams`].
     Demo(DemoParams),
+    /// See [`CsvReportParams`].
+    CsvReport(CsvReportParams),
 }
 
 impl JobSpec {
@@ -95,6 +101,12 @@ impl JobSpec {
                 params.validate()?;
                 Ok(JobSpec::Demo(params))
             }
+            JobType::CsvReport => {
+                let params: CsvReportParams = serde_json::from_value(params.clone())
+                    .map_err(|e| SpecError::InvalidParams(e.to_string()))?;
+                params.validate()?;
+                Ok(JobSpec::CsvReport(params))
+            }
         }
     }
 
@@ -102,6 +114,15 @@ impl JobSpec {
     pub fn job_type(&self) -> JobType {
         match self {
             JobSpec::Demo(_) => JobType::Demo,
+            JobSpec::CsvReport(_) => JobType::CsvReport,
+        }
+    }
+
+    /// The upload the job reads, if any (it must be the submitter's own).
+    pub fn input(&self) -> Option<&str> {
+        match self {
+            JobSpec::Demo(_) => None,
+            JobSpec::CsvReport(params) => Some(&params.input),
         }
     }
 }

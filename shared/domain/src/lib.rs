@@ -4,6 +4,7 @@
 //! these types; functions compose the two.
 
 pub mod callback;
+pub mod csv_report;
 pub mod demo;
 pub mod fingerprint;
 pub mod job;

@@ -1,0 +1,116 @@
+//! The `csv_report` job end to end: upload, submit, scan → render → publish, download.
+
+use std::time::{Duration, Instant};
+
+use longhaul_tests::csvgen::{Gen, csv_bytes, expected, rows_match};
+use longhaul_tests::{Api, Aws, principal};
+use serde_json::{Value, json};
+
+const TIMEOUT: Duration = Duration::from_secs(180);
+
+fn report_params(input: &str, format: &str) -> Value {
+    json!({"type": "csv_report", "params": {
+        "input": input,
+        "group_by": ["region", "product"],
+        "metrics": [{"op": "count"}, {"op": "sum", "column": "amount"}, {"op": "min", "column": "amount"},
+                    {"op": "max", "column": "amount"}, {"op": "mean", "column": "amount"}],
+        "format": format,
+    }})
+}
+
+#[tokio::test]
+async fn a_report_equals_an_independent_computation() {
+    let api = Api::new(&principal("report"));
+    let rows = Gen::new(7).rows(5_000);
+    let input = api.upload("sales.csv", "text/csv", csv_bytes(&rows)).await;
+    let job_id = api.submit(&report_params(&input, "json")).await;
+    let job = api.wait_terminal(&job_id, TIMEOUT).await;
+    assert_eq!(job["status"], "succeeded", "{job}");
+    assert_eq!(job["progress"]["stages_total"], 3);
+    let stages: Vec<String> = Aws::new().await.scheduled_tasks(&job_id).await;
+    assert!(stages.iter().filter(|s| *s == "Run").count() >= 3, "one run per stage at least: {stages:?}");
+
+    let report: Value = serde_json::from_slice(&api.result(&job_id).await).unwrap();
+    assert_eq!(report["columns"], json!(["region", "product", "count", "sum(amount)", "min(amount)", "max(amount)", "mean(amount)"]));
+    assert_eq!(report["rows_scanned"], 5_000);
+    let (rows_expected, invalid) = expected(&rows);
+    assert_eq!(report["invalid"], json!({"amount": invalid}));
+    let actual = report["rows"].as_array().unwrap();
+    assert_eq!(actual.len(), rows_expected.len());
+    for (a, e) in actual.iter().zip(&rows_expected) {
+        assert!(rows_match(a, e), "row {a} ≠ expected {e}");
+    }
+}
+
+#[tokio::test]
+async fn the_csv_format_has_the_same_columns_and_rows() {
+    let api = Api::new(&principal("report-csv"));
+    let rows = Gen::new(11).rows(500);
+    let input = api.upload("s.csv", "text/csv", csv_bytes(&rows)).await;
+    let job_id = api.submit(&report_params(&input, "csv")).await;
+    assert_eq!(api.wait_terminal(&job_id, TIMEOUT).await["status"], "succeeded");
+    let body = api.result(&job_id).await;
+    let mut reader = csv::ReaderBuilder::new().has_headers(true).from_reader(body.as_slice());
+    let header: Vec<String> = reader.headers().unwrap().iter().map(str::to_owned).collect();
+    assert_eq!(header, ["region", "product", "count", "sum(amount)", "min(amount)", "max(amount)", "mean(amount)"]);
+    let (rows_expected, _) = expected(&rows);
+    let records: Vec<csv::StringRecord> = reader.records().map(Result::unwrap).collect();
+    assert_eq!(records.len(), rows_expected.len());
+    for (record, e) in records.iter().zip(&rows_expected) {
+        assert_eq!(record.get(0), e[0].as_str());
+        assert_eq!(record.get(1), e[1].as_str());
+        assert_eq!(record.get(2).unwrap().parse::<u64>().unwrap(), e[2].as_u64().unwrap());
+    }
+}
+
+#[tokio::test]
+async fn a_missing_column_or_a_file_that_is_not_csv_fails_without_retries() {
+    let api = Api::new(&principal("report-bad"));
+    let input = api.upload("s.csv", "text/csv", b"region,amount\neu,3\n".to_vec()).await;
+    let mut params = report_params(&input, "json");
+    params["params"]["group_by"] = json!(["country"]);
+    let job_id = api.submit(&params).await;
+    let job = api.wait_terminal(&job_id, TIMEOUT).await;
+    assert_eq!(job["status"], "failed", "{job}");
+    assert_eq!(job["error"]["code"], "Job.Fatal");
+    assert!(job["error"]["message"].as_str().unwrap().contains("country"), "{job}");
+    let runs = Aws::new().await.scheduled_tasks(&job_id).await;
+    assert_eq!(runs.iter().filter(|s| *s == "Run").count(), 1, "no retry loop: {runs:?}");
+
+    let binary: Vec<u8> = (0..4096u32).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
+    let input = api.upload("blob.csv", "text/csv", binary).await;
+    let job_id = api.submit(&report_params(&input, "json")).await;
+    let job = api.wait_terminal(&job_id, TIMEOUT).await;
+    assert_eq!(job["status"], "failed", "{job}");
+    assert_eq!(job["error"]["code"], "Job.Fatal");
+}
+
+#[tokio::test]
+async fn a_job_may_only_read_its_owners_uploads() {
+    let owner = Api::new(&principal("upload-owner"));
+    let thief = Api::new(&principal("upload-thief"));
+    let input = owner.upload("secret.csv", "text/csv", b"a,b\n1,2\n".to_vec()).await;
+    for api in [&thief] {
+        let reply = api.post_json("/jobs", &report_params(&input, "json")).await;
+        assert_eq!(reply.status, 404, "{}", reply.text);
+        assert_eq!(reply.json["type"], "/problems/upload-not-found");
+    }
+    let forged = format!("{}../../{input}", longhaul_domain::uploads::owner_prefix("upload-thief"));
+    assert_eq!(thief.post_json("/jobs", &report_params(&forged, "json")).await.status, 404);
+}
+
+#[tokio::test]
+async fn scanning_is_measured() {
+    // Not a benchmark (that lives in make bench): just the order of magnitude, printed.
+    let api = Api::new(&principal("report-size"));
+    let rows = Gen::new(3).rows(200_000);
+    let bytes = csv_bytes(&rows);
+    let size = bytes.len();
+    let input = api.upload("big.csv", "text/csv", bytes).await;
+    let started = Instant::now();
+    let job_id = api.submit(&report_params(&input, "json")).await;
+    assert_eq!(api.wait_terminal(&job_id, TIMEOUT).await["status"], "succeeded");
+    eprintln!("{size} bytes in {:?}", started.elapsed());
+    let report: Value = serde_json::from_slice(&api.result(&job_id).await).unwrap();
+    assert_eq!(report["rows_scanned"], 200_000);
+}
