@@ -11,6 +11,7 @@ use longhaul_aws::config::{ConfigError, Vars};
 use longhaul_aws::executions::{Executions, StartOutcome, execution_name};
 use longhaul_aws::jobs::{JobStore, StoreError, TransitionRequest};
 use longhaul_aws::queue::DispatchMessage;
+use aws_sdk_dynamodb::types::AttributeValue;
 use longhaul_domain::JobStatus;
 use serde_json::json;
 
@@ -88,11 +89,17 @@ async fn dispatch_record(deps: &Deps, record: &SqsMessage) -> Result<(), Dispatc
 
 /// Moves the job to `queued` and starts its execution; idempotent.
 pub async fn dispatch(deps: &Deps, job_id: &str) -> Result<(), DispatchError> {
-    let request = TransitionRequest::new(job_id, &[JobStatus::Pending], JobStatus::Queued, "dispatched");
+    let mut name = execution_name(job_id, 1);
+    let request = TransitionRequest::new(job_id, &[JobStatus::Pending], JobStatus::Queued, "dispatched")
+        .set("execution", AttributeValue::S(name.clone()))
+        .set("dispatches", AttributeValue::N("1".into()));
     match deps.jobs.transition(request).await {
         Ok(_) => {}
         Err(StoreError::Conflict { current: Some(job) }) if job.status == JobStatus::Queued => {
             tracing::info!(job_id, "job already queued; starting its execution again (idempotent)");
+            if let Some(execution) = job.execution {
+                name = execution;
+            }
         }
         Err(StoreError::Conflict { current: Some(job) }) => {
             tracing::info!(job_id, status = %job.status, "job is past dispatch; nothing to do");
@@ -104,7 +111,7 @@ pub async fn dispatch(deps: &Deps, job_id: &str) -> Result<(), DispatchError> {
         }
         Err(err) => return Err(err.into()),
     }
-    match deps.executions.start(&execution_name(job_id, 1), &json!({ "job_id": job_id })).await? {
+    match deps.executions.start(&name, &json!({ "job_id": job_id })).await? {
         StartOutcome::Started { execution_arn } => tracing::info!(job_id, execution_arn, "execution started"),
         StartOutcome::AlreadyExists => tracing::info!(job_id, "execution already exists"),
     }

@@ -33,6 +33,10 @@ pub async fn run(ctx: &mut Ctx<'_>, params: &DemoParams) -> Result<StageOutcome,
                 FailKind::Fatal => StageError::Fatal(message),
             });
         }
+        if params.stall_at == Some(state.next_item) {
+            tracing::info!(job_id = ctx.job_id(), item = state.next_item, "stalling as asked");
+            ctx.pause(Duration::from_millis(params.stall_ms.unwrap_or(0)), state.next_item, total).await?;
+        }
         state.process_next();
         if params.item_ms > 0 {
             ctx.pause(Duration::from_millis(params.item_ms), state.next_item, total).await?;

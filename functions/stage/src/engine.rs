@@ -11,9 +11,9 @@
 
 use std::time::{Duration, Instant};
 
-use longhaul_aws::jobs::{JobRecord, Lease, ProgressRecord, ProgressRefused};
+use longhaul_aws::jobs::{JobRecord, Lease, ProgressRecord, ProgressRefused, status_bucket};
 use longhaul_aws::objects::checkpoint_key;
-use longhaul_domain::now_rfc3339;
+use longhaul_domain::{JobStatus, now_rfc3339};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
@@ -70,6 +70,7 @@ pub struct Ctx<'a> {
     checkpoint_key: Option<String>,
     origin: Option<(Instant, f64)>,
     last_checkpoint: (Instant, u64),
+    changed_at: Option<String>,
 }
 
 impl<'a> Ctx<'a> {
@@ -99,6 +100,7 @@ impl<'a> Ctx<'a> {
             checkpoint_key: if same_stage { progress.checkpoint_key.clone() } else { None },
             origin: None,
             last_checkpoint: (Instant::now(), 0),
+            changed_at: progress.progress_changed_at.clone(),
         }
     }
 
@@ -160,20 +162,27 @@ impl<'a> Ctx<'a> {
             .then(|| ((100.0 - pct) / ((pct - origin.1) / elapsed)).ceil() as u64);
         self.seq += 1;
         let stamp = now_rfc3339();
+        let items_done = done.max(self.floor_done);
+        if pct > self.last_pct || items_done > self.floor_done || self.changed_at.is_none() {
+            self.changed_at = Some(stamp.clone());
+        }
         let record = ProgressRecord {
             pct,
             stage: self.stage.to_owned(),
             stage_index: self.stage_index,
             stages_total: self.stages_total,
-            items_done: done.max(self.floor_done),
+            items_done,
             items_total: total,
             eta_seconds: eta,
             seq: self.seq,
             heartbeat_at: stamp.clone(),
-            updated_at: stamp,
+            updated_at: stamp.clone(),
             lease: self.lease.token.clone(),
             checkpoint_key: self.checkpoint_key.clone(),
             cancel_requested_at: None,
+            progress_changed_at: self.changed_at.clone(),
+            gsi2pk: Some(status_bucket(JobStatus::Running.as_str(), &self.job.job_id)),
+            gsi2sk: Some(stamp.clone()),
         };
         self.deps.jobs.record_progress(&self.job.job_id, &record).await.map_err(refused)?;
         self.last_write = now;

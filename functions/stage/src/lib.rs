@@ -17,7 +17,7 @@
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use lambda_runtime::Diagnostic;
-use longhaul_aws::config::{ConfigError, Vars};
+use longhaul_aws::config::{ConfigError, ResultTtl, Vars};
 use longhaul_aws::jobs::{JobStore, Lease, StoreError, TransitionRequest};
 pub mod csv;
 pub mod demo;
@@ -25,7 +25,7 @@ pub mod engine;
 
 use longhaul_aws::executions::Executions;
 use longhaul_aws::objects::{ObjectStore, result_key};
-use longhaul_domain::{JobError, JobSpec, JobStatus};
+use longhaul_domain::{JobError, JobSpec, JobStatus, JobType};
 
 use crate::engine::{Ctx, StageOutcome};
 use serde::{Deserialize, Serialize};
@@ -57,6 +57,9 @@ pub struct Config {
     pub runs_per_execution: u32,
     /// `STATE_MACHINE_ARN`: for continuing as a new execution.
     pub state_machine_arn: String,
+    /// `LONGHAUL_RESULT_TTL_SECONDS` (default 604,800 = 7 days): how long a result is kept;
+    /// `LONGHAUL_RESULT_TTL_SECONDS_<TYPE>` overrides it for one job type.
+    pub result_ttl: ResultTtl,
 }
 
 impl Config {
@@ -72,6 +75,7 @@ impl Config {
             checkpoint_interval: Duration::from_secs(vars.parsed_or("LONGHAUL_CHECKPOINT_SECONDS", 60)?),
             runs_per_execution: vars.parsed_or("LONGHAUL_RUNS_PER_EXECUTION", 500)?,
             state_machine_arn: vars.required("STATE_MACHINE_ARN")?,
+            result_ttl: ResultTtl::from_vars(vars)?,
         })
     }
 }
@@ -97,6 +101,8 @@ pub struct Deps {
     pub runs_per_execution: u32,
     /// The job state machine (to continue as a new execution).
     pub executions: Executions,
+    /// Result retention.
+    pub result_ttl: ResultTtl,
 }
 
 impl Deps {
@@ -112,6 +118,7 @@ impl Deps {
             checkpoint_interval: config.checkpoint_interval,
             runs_per_execution: config.runs_per_execution.max(1),
             executions: Executions::new(aws_sdk_sfn::Client::new(sdk), config.state_machine_arn.clone()),
+            result_ttl: config.result_ttl.clone(),
         }
     }
 }
@@ -283,9 +290,19 @@ pub async fn handle(deps: &Deps, input: StageInput, deadline: Instant) -> Result
         }
         StageInput::Complete { job_id, lease, run } => {
             let result_key = run.result_key.ok_or_else(|| StageError::Fatal("complete without a result".into()))?;
+            let job_type = deps
+                .jobs
+                .job(&job_id)
+                .await
+                .map_err(|e| StageError::Retryable(e.to_string()))?
+                .and_then(|job| job.job_type.parse::<JobType>().ok())
+                .unwrap_or(JobType::Demo);
+            let expires = chrono::Utc::now()
+                + chrono::Duration::from_std(deps.result_ttl.of(job_type)).unwrap_or(chrono::Duration::days(7));
             let request = TransitionRequest::new(&job_id, &[JobStatus::Running], JobStatus::Succeeded, "result stored")
                 .fenced(&lease.token)
-                .set("result_key", aws_sdk_dynamodb::types::AttributeValue::S(result_key));
+                .set("result_key", aws_sdk_dynamodb::types::AttributeValue::S(result_key))
+                .indexed_at(longhaul_domain::format_rfc3339(expires));
             match deps.jobs.transition(request).await {
                 Ok(_) => {}
                 // A retried `complete` whose first try landed.
@@ -293,6 +310,7 @@ pub async fn handle(deps: &Deps, input: StageInput, deadline: Instant) -> Result
                     if job.status == JobStatus::Succeeded && job.lease.as_deref() == Some(&lease.token) => {}
                 Err(err) => return Err(fenced(err)),
             }
+            tidy_after_end(deps, &job_id).await?;
             tracing::info!(job_id, attempt = lease.attempt, "succeeded");
             Ok(json!({}))
         }
@@ -311,6 +329,7 @@ pub async fn handle(deps: &Deps, input: StageInput, deadline: Instant) -> Result
                     if job.status == JobStatus::Failed && job.lease.as_deref() == Some(&lease.token) => {}
                 Err(err) => return Err(fenced(err)),
             }
+            tidy_after_end(deps, &job_id).await?;
             tracing::warn!(job_id, attempt = lease.attempt, code = job_error.code, "failed");
             Ok(json!({}))
         }
@@ -383,6 +402,15 @@ async fn finish_cancellation(deps: &Deps, job_id: &str, lease: &Lease) -> Result
             if job.status == JobStatus::Cancelled && job.lease.as_deref() == Some(&lease.token) => {}
         Err(err) => return Err(fenced(err)),
     }
+    tidy_after_end(deps, job_id).await?;
     tracing::info!(job_id, attempt = lease.attempt, "cancelled while running");
+    Ok(())
+}
+
+/// After a job ended: out of the running index, and its checkpoints deleted (nothing resumes
+/// an ended job; a retry is a new job).
+pub(crate) async fn tidy_after_end(deps: &Deps, job_id: &str) -> Result<(), StageError> {
+    deps.jobs.unindex_progress(job_id).await.map_err(|e| StageError::Retryable(e.to_string()))?;
+    deps.objects.delete_prefix(&format!("checkpoints/{job_id}/")).await?;
     Ok(())
 }

@@ -283,6 +283,9 @@ pub fn render(view: &JobView) -> serde_json::Value {
     if let Some(url) = &job.callback_url {
         body["callback_url"] = url.clone().into();
     }
+    if job.status == JobStatus::Running {
+        body["stalled"] = job.stalled_at.is_some().into();
+    }
     if let Some(cancellation) = &job.cancellation {
         body["cancellation"] = serde_json::to_value(cancellation).expect("cancellations serialise");
     }

@@ -368,6 +368,9 @@ fn new_job(new: &NewJob<'_>, job_id: String) -> JobRecord {
         retry_of: new.retry_of.map(str::to_owned),
         cancellation: None,
         continuations: 0,
+        dispatches: 0,
+        enqueues: 0,
+        stalled_at: None,
     }
 }
 

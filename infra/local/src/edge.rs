@@ -41,12 +41,14 @@ pub struct EdgeState {
     pub emulator_url: String,
     /// The forwarding client.
     pub client: reqwest::Client,
-    /// Held while a DynamoDB write is in the emulator. DynamoDB applies each conditional
-    /// write atomically; moto evaluates the condition and writes in separate Python steps
-    /// on a threaded server (and rolls a failed transaction back by restoring a copy of the
-    /// whole table), so concurrent writes could both pass one condition or undo each other.
-    /// Serialising writes here restores DynamoDB's guarantee at the cost of local throughput.
-    pub dynamodb_writes: Arc<tokio::sync::Mutex<()>>,
+    /// Held exclusively while a DynamoDB write is in the emulator, shared by reads. DynamoDB
+    /// applies each write atomically; moto evaluates a condition and then changes the item
+    /// attribute by attribute on a threaded server (and rolls a failed transaction back by
+    /// restoring a copy of the whole table), so concurrent writes could both pass one
+    /// condition or undo each other, and a read could see half an update. Writes one at a
+    /// time, never overlapping a read, restores DynamoDB's guarantees at the cost of local
+    /// throughput only.
+    pub dynamodb_lock: Arc<tokio::sync::RwLock<()>>,
 }
 
 /// DynamoDB operations that change data.
@@ -117,10 +119,10 @@ async fn invoke(State(state): State<EdgeState>, Path(function): Path<String>, bo
 async fn forward(State(state): State<EdgeState>, request: Request) -> Response {
     let (parts, body) = request.into_parts();
     let operation = classify(&parts.method, &parts.uri, &parts.headers);
-    let _write_guard = match DYNAMODB_WRITES.contains(&operation.as_str()) {
-        true => Some(state.dynamodb_writes.clone().lock_owned().await),
-        false => None,
-    };
+    let dynamodb = operation.starts_with("dynamodb:");
+    let write = DYNAMODB_WRITES.contains(&operation.as_str());
+    let write_guard = if write { Some(state.dynamodb_lock.clone().write_owned().await) } else { None };
+    let read_guard = if dynamodb && !write { Some(state.dynamodb_lock.clone().read_owned().await) } else { None };
     state.calls.record(operation);
     let path = parts.uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
     // Buffered, not streamed: werkzeug (under moto) does not read chunked request bodies.
@@ -141,9 +143,11 @@ async fn forward(State(state): State<EdgeState>, request: Request) -> Response {
             for (name, value) in response.headers() {
                 builder = builder.header(name, value);
             }
-            let body = if _write_guard.is_some() {
+            let body = if dynamodb {
                 // Read the whole (small) answer before letting the next write in.
-                match response.bytes().await {
+                let bytes = response.bytes().await;
+                drop((write_guard, read_guard));
+                match bytes {
                     Ok(bytes) => Body::from(bytes),
                     Err(err) => return (StatusCode::BAD_GATEWAY, err.to_string()).into_response(),
                 }

@@ -107,6 +107,20 @@ pub fn host(spec: &FunctionSpec, sdk: &SdkConfig) -> anyhow::Result<HostedFuncti
                 async move { stage::handle(&deps, input, deadline).await }
             }))
         }
+        "reaper" => {
+            let deps = Arc::new(reaper::Deps::new(sdk, &reaper::Config::from_vars(&vars).with_context(context)?));
+            Handler::Event(typed(move |_event: Value, _deadline| {
+                let deps = deps.clone();
+                async move { reaper::handle(&deps, chrono::Utc::now()).await }
+            }))
+        }
+        "expirer" => {
+            let deps = Arc::new(expirer::Deps::new(sdk, &expirer::Config::from_vars(&vars).with_context(context)?));
+            Handler::Event(typed(move |_event: Value, _deadline| {
+                let deps = deps.clone();
+                async move { expirer::handle(&deps, chrono::Utc::now()).await }
+            }))
+        }
         other => bail!(
             "{}: no handler is registered for binary {other:?}; add it to infra/local/src/hosted.rs",
             spec.logical

@@ -183,7 +183,7 @@ impl LocalStack {
             calls: calls.clone(),
             emulator_url: emulator.url.clone(),
             client: reqwest::Client::new(),
-            dynamodb_writes: Default::default(),
+            dynamodb_lock: Default::default(),
         };
         let authorizer = authorizer(&template, options.state_dir.as_deref())?;
         let schedules = schedules::Schedules::new(&hosted);

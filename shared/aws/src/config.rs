@@ -48,20 +48,59 @@ impl Vars {
             .ok_or_else(|| ConfigError::Missing(name.to_owned()))
     }
 
+    /// An optional variable parsed as `T`.
+    pub fn parsed<T>(&self, name: &str) -> Result<Option<T>, ConfigError>
+    where
+        T: std::str::FromStr,
+        T::Err: std::fmt::Display,
+    {
+        match self.0.get(name).filter(|v| !v.is_empty()) {
+            None => Ok(None),
+            Some(value) => value.parse().map(Some).map_err(|e: T::Err| ConfigError::Invalid {
+                name: name.to_owned(),
+                value: value.clone(),
+                reason: e.to_string(),
+            }),
+        }
+    }
+
     /// An optional variable parsed as `T`, or `default` when unset.
     pub fn parsed_or<T>(&self, name: &str, default: T) -> Result<T, ConfigError>
     where
         T: std::str::FromStr,
         T::Err: std::fmt::Display,
     {
-        match self.0.get(name).filter(|v| !v.is_empty()) {
-            None => Ok(default),
-            Some(value) => value.parse().map_err(|e: T::Err| ConfigError::Invalid {
-                name: name.to_owned(),
-                value: value.clone(),
-                reason: e.to_string(),
-            }),
+        Ok(self.parsed(name)?.unwrap_or(default))
+    }
+}
+
+/// How long results are kept, per job type: `LONGHAUL_RESULT_TTL_SECONDS` (default 604,800
+/// = 7 days), overridden for one type by `LONGHAUL_RESULT_TTL_SECONDS_<TYPE>`.
+#[derive(Debug, Clone)]
+pub struct ResultTtl {
+    default: std::time::Duration,
+    per_type: Vec<(longhaul_domain::JobType, std::time::Duration)>,
+}
+
+impl ResultTtl {
+    /// Reads the retention settings.
+    pub fn from_vars(vars: &Vars) -> Result<Self, ConfigError> {
+        let mut per_type = Vec::new();
+        for job_type in longhaul_domain::JobType::ALL {
+            let name = format!("LONGHAUL_RESULT_TTL_SECONDS_{}", job_type.as_str().to_uppercase());
+            if let Some(secs) = vars.parsed::<u64>(&name)? {
+                per_type.push((job_type, std::time::Duration::from_secs(secs)));
+            }
         }
+        Ok(ResultTtl {
+            default: std::time::Duration::from_secs(vars.parsed_or("LONGHAUL_RESULT_TTL_SECONDS", 604_800)?),
+            per_type,
+        })
+    }
+
+    /// The retention of results of `job_type`.
+    pub fn of(&self, job_type: longhaul_domain::JobType) -> std::time::Duration {
+        self.per_type.iter().find(|(t, _)| *t == job_type).map(|(_, d)| *d).unwrap_or(self.default)
     }
 }
 

@@ -56,6 +56,16 @@ impl Executions {
         format!("{}:{name}", self.state_machine_arn.replacen(":stateMachine:", ":execution:", 1))
     }
 
+    /// The status of execution `name` (`RUNNING`, `SUCCEEDED`, `FAILED`, …), or `None` if it
+    /// does not exist.
+    pub async fn status(&self, name: &str) -> Result<Option<String>, AwsError> {
+        match self.client.describe_execution().execution_arn(self.execution_arn(name)).send().await {
+            Ok(output) => Ok(Some(output.status.as_str().to_owned())),
+            Err(err) if err.as_service_error().is_some_and(|e| e.is_execution_does_not_exist()) => Ok(None),
+            Err(err) => Err(AwsError::new(format!("describe execution {name}"), err)),
+        }
+    }
+
     /// Stops the execution `name` (if it exists and runs), recording `cause`.
     pub async fn stop(&self, name: &str, cause: &str) -> Result<(), AwsError> {
         let result = self

@@ -106,6 +106,15 @@ pub struct JobRecord {
     /// How many times the current attempt continued as a new execution.
     #[serde(default)]
     pub continuations: u32,
+    /// How many executions were started for the job (the dispatcher's, then re-dispatches).
+    #[serde(default)]
+    pub dispatches: u32,
+    /// How many times the reaper re-enqueued the job while it was pending.
+    #[serde(default)]
+    pub enqueues: u32,
+    /// When the reaper saw progress stop while heartbeats went on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stalled_at: Option<String>,
 }
 
 /// The small, hot progress record.
@@ -143,6 +152,15 @@ pub struct ProgressRecord {
     /// how a running stage learns of the cancellation without an extra read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cancel_requested_at: Option<String>,
+    /// When `pct` or `items_done` last changed (heartbeats alone do not change it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress_changed_at: Option<String>,
+    /// Status index bucket (`running#<shard>`) while the job runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gsi2pk: Option<String>,
+    /// Status index sort key: the heartbeat.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gsi2sk: Option<String>,
 }
 
 /// An idempotency record.
@@ -206,6 +224,19 @@ pub enum StoreError {
 
 /// Name of the owner index (`template.yaml`).
 pub const OWNER_INDEX: &str = "OwnerIndex";
+/// Name of the sparse status index (`template.yaml`): `gsi2pk = <status>#<shard>`,
+/// `gsi2sk` = when the entry becomes interesting (created, queued, last heartbeat, result
+/// expiry). Only `pending`, `queued`, `succeeded` jobs and the progress of `running` jobs
+/// are in it, so the reaper and the expirer read only what may need them.
+pub const STATUS_INDEX: &str = "StatusIndex";
+/// Shards per status, so one busy status never concentrates on one index partition.
+pub const STATUS_SHARDS: u32 = 4;
+
+/// The status-index bucket of a job in `status`.
+pub fn status_bucket(status: &str, job_id: &str) -> String {
+    let shard = job_id.chars().last().and_then(|c| c.to_digit(16)).unwrap_or(0) % STATUS_SHARDS;
+    format!("{status}#{shard}")
+}
 
 /// Filters of a job listing.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -295,6 +326,9 @@ pub struct TransitionRequest {
     pub fence: Option<String>,
     /// Further attributes to set in the same write.
     pub set: Vec<(String, AttributeValue)>,
+    /// The status index's sort key for the new status (default: now); for `succeeded` it is
+    /// when the result expires.
+    pub index_at: Option<String>,
 }
 
 impl TransitionRequest {
@@ -307,7 +341,14 @@ impl TransitionRequest {
             reason: reason.into(),
             fence: None,
             set: Vec::new(),
+            index_at: None,
         }
+    }
+
+    /// Indexes the job under `at` in its new status (see [`TransitionRequest::index_at`]).
+    pub fn indexed_at(mut self, at: String) -> Self {
+        self.index_at = Some(at);
+        self
     }
 
     /// Applies only while `lease` holds the job.
@@ -408,6 +449,8 @@ impl JobStore {
         item.insert("sk".into(), s(JOB_SK));
         item.insert("gsi1pk".into(), s(owner_index_pk(&job.owner)));
         item.insert("gsi1sk".into(), s(format!("{}#{}", job.created_at, job.job_id)));
+        item.insert("gsi2pk".into(), s(status_bucket(JobStatus::Pending.as_str(), &job.job_id)));
+        item.insert("gsi2sk".into(), s(&job.created_at));
         let result = self
             .client
             .put_item()
@@ -503,6 +546,15 @@ impl JobStore {
             update.push_str(&format!(", #s{i} = :s{i}"));
             names.insert(format!("#s{i}"), name);
             values.insert(format!(":s{i}"), value);
+        }
+        // The status index holds only what the reaper and the expirer look for.
+        match (request.to, request.index_at) {
+            (JobStatus::Queued | JobStatus::Succeeded, at) => {
+                update.push_str(", gsi2pk = :bucket, gsi2sk = :index_at");
+                values.insert(":bucket".into(), s(status_bucket(request.to.as_str(), &request.job_id)));
+                values.insert(":index_at".into(), s(at.unwrap_or_else(|| now.clone())));
+            }
+            _ => update.push_str(" REMOVE gsi2pk, gsi2sk"),
         }
         let from: Vec<String> = request
             .from
@@ -671,13 +723,7 @@ impl JobStore {
         match self.claim_update(request).await {
             Ok(job) => {
                 let lease = Lease { attempt: job.attempt, token };
-                self.put_progress(job_id, &ProgressRecord {
-                    heartbeat_at: now_rfc3339(),
-                    updated_at: now_rfc3339(),
-                    lease: lease.token.clone(),
-                    ..Default::default()
-                })
-                .await?;
+                self.take_progress(job_id, &lease).await?;
                 Ok(lease)
             }
             Err(StoreError::Conflict { current: Some(job) })
@@ -712,7 +758,7 @@ impl JobStore {
             names.insert(format!("#s{i}"), name);
             values.insert(format!(":s{i}"), value);
         }
-        update.push_str(" ADD #attempt :one");
+        update.push_str(" ADD #attempt :one REMOVE gsi2pk, gsi2sk");
         self.update_job(&request.job_id, update, "#status = :from".into(), names, values).await
     }
 
@@ -720,16 +766,177 @@ impl JobStore {
         [("pk".into(), s(job_pk(job_id))), ("sk".into(), s(PROGRESS_SK))]
     }
 
-    async fn put_progress(&self, job_id: &str, progress: &ProgressRecord) -> Result<(), StoreError> {
-        let mut item = to_item(progress);
-        item.extend(Self::progress_key(job_id));
+    /// Hands the progress record to a new attempt: its lease and a fresh heartbeat, keeping
+    /// the stage and checkpoint pointer a previous attempt left (so a re-dispatched job
+    /// resumes where it was) and any cancellation request.
+    async fn take_progress(&self, job_id: &str, lease: &Lease) -> Result<(), StoreError> {
+        let now = now_rfc3339();
+        let zero = AttributeValue::N("0".into());
         self.client
-            .put_item()
+            .update_item()
             .table_name(&self.table)
-            .set_item(Some(item))
+            .set_key(Some(Self::progress_key(job_id).into_iter().collect()))
+            .update_expression(
+                "SET lease = :lease, heartbeat_at = :now, updated_at = :now, progress_changed_at = :now, \
+                 gsi2pk = :bucket, gsi2sk = :now, seq = if_not_exists(seq, :zero), pct = if_not_exists(pct, :zero), \
+                 stage = if_not_exists(stage, :empty), stage_index = if_not_exists(stage_index, :zero), \
+                 stages_total = if_not_exists(stages_total, :zero), items_done = if_not_exists(items_done, :zero)",
+            )
+            .expression_attribute_values(":lease", s(&lease.token))
+            .expression_attribute_values(":now", s(&now))
+            .expression_attribute_values(":bucket", s(status_bucket(JobStatus::Running.as_str(), job_id)))
+            .expression_attribute_values(":zero", zero)
+            .expression_attribute_values(":empty", s(""))
             .send()
             .await
-            .map_err(|e| AwsError::new(format!("write progress of {job_id}"), e))?;
+            .map_err(|e| AwsError::new(format!("hand progress of {job_id} to attempt {}", lease.attempt), e))?;
+        Ok(())
+    }
+
+    /// Takes a job that has ended out of the running index (its progress record stays).
+    pub async fn unindex_progress(&self, job_id: &str) -> Result<(), StoreError> {
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(Self::progress_key(job_id).into_iter().collect()))
+            .update_expression("REMOVE gsi2pk, gsi2sk")
+            .condition_expression("attribute_exists(pk)")
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            Err(err) if err.as_service_error().is_some_and(|e| e.is_conditional_check_failed_exception()) => Ok(()),
+            Err(err) => Err(AwsError::new(format!("unindex progress of {job_id}"), err).into()),
+        }
+    }
+
+    /// Up to `limit` entries of status-index bucket `kind` (all shards) whose sort key is
+    /// before `before`, oldest first: job records for `pending`, `queued` and `succeeded`,
+    /// progress records (with their job id) for `running`.
+    pub async fn due(&self, kind: &str, before: &str, limit: usize) -> Result<Vec<Item>, StoreError> {
+        let mut out = Vec::new();
+        for shard in 0..STATUS_SHARDS {
+            let page = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .index_name(STATUS_INDEX)
+                .key_condition_expression("gsi2pk = :bucket AND gsi2sk < :before")
+                .expression_attribute_values(":bucket", s(format!("{kind}#{shard}")))
+                .expression_attribute_values(":before", s(before))
+                .limit(limit as i32)
+                .send()
+                .await
+                .map_err(|e| AwsError::new(format!("query the {kind} index"), e))?;
+            out.extend(page.items.unwrap_or_default());
+        }
+        out.sort_by(|a, b| {
+            let key = |i: &Item| i.get("gsi2sk").and_then(|v| v.as_s().ok()).cloned().unwrap_or_default();
+            key(a).cmp(&key(b))
+        });
+        out.truncate(limit);
+        Ok(out)
+    }
+
+    /// Decodes a job record read from an index.
+    pub fn job_from(item: Item) -> Result<JobRecord, StoreError> {
+        from_item(item)
+    }
+
+    /// Decodes a progress record read from an index, with its job id.
+    pub fn progress_from(item: Item) -> Result<(String, ProgressRecord), StoreError> {
+        let job_id = item
+            .get("pk")
+            .and_then(|v| v.as_s().ok())
+            .and_then(|pk| pk.strip_prefix("JOB#"))
+            .map(str::to_owned)
+            .unwrap_or_default();
+        Ok((job_id, from_item(item)?))
+    }
+
+    /// Sets (or clears) the job's `stalled_at` while it runs under `lease`.
+    pub async fn mark_stalled(&self, job_id: &str, lease: &str, stalled_at: Option<&str>) -> Result<(), StoreError> {
+        let names = HashMap::from([("#status".to_owned(), "status".to_owned()), ("#lease".to_owned(), "lease".to_owned())]);
+        let mut values = HashMap::from([
+            (":running".to_owned(), s(JobStatus::Running.as_str())),
+            (":lease".to_owned(), s(lease)),
+        ]);
+        let update = match stalled_at {
+            Some(at) => {
+                values.insert(":at".into(), s(at));
+                "SET stalled_at = :at".to_owned()
+            }
+            None => "REMOVE stalled_at".to_owned(),
+        };
+        self.update_job(job_id, update, "#status = :running AND #lease = :lease".into(), names, values).await?;
+        Ok(())
+    }
+
+    /// Counts one more dispatch of a `pending` job (the reaper re-enqueueing it) and returns
+    /// the record; refused if the job moved on meanwhile.
+    pub async fn count_enqueue(&self, job_id: &str) -> Result<JobRecord, StoreError> {
+        let names = HashMap::from([("#status".to_owned(), "status".to_owned())]);
+        let values = HashMap::from([
+            (":pending".to_owned(), s(JobStatus::Pending.as_str())),
+            (":one".to_owned(), AttributeValue::N("1".into())),
+            (":now".to_owned(), s(now_rfc3339())),
+        ]);
+        self.update_job(
+            job_id,
+            "SET updated_at = :now, gsi2sk = :now ADD enqueues :one".into(),
+            "#status = :pending".into(),
+            names,
+            values,
+        )
+        .await
+    }
+
+    /// Points a `queued` job whose execution ended without running it at a new execution
+    /// (dispatch number `dispatch`, named `execution`); refused if someone else did first.
+    pub async fn redispatch_queued(&self, job_id: &str, seen_dispatches: u32, execution: &str) -> Result<JobRecord, StoreError> {
+        let names = HashMap::from([("#status".to_owned(), "status".to_owned())]);
+        let values = HashMap::from([
+            (":queued".to_owned(), s(JobStatus::Queued.as_str())),
+            (":seen".to_owned(), AttributeValue::N(seen_dispatches.to_string())),
+            (":next".to_owned(), AttributeValue::N((seen_dispatches + 1).to_string())),
+            (":execution".to_owned(), s(execution)),
+            (":now".to_owned(), s(now_rfc3339())),
+        ]);
+        self.update_job(
+            job_id,
+            "SET execution = :execution, dispatches = :next, updated_at = :now, gsi2sk = :now".into(),
+            if seen_dispatches == 0 {
+                "#status = :queued AND (attribute_not_exists(dispatches) OR dispatches = :seen)".into()
+            } else {
+                "#status = :queued AND dispatches = :seen".into()
+            },
+            names,
+            values,
+        )
+        .await
+    }
+
+    /// Marks an expired job's records for DynamoDB TTL (epoch seconds).
+    pub async fn retain_until(&self, job_id: &str, epoch_seconds: i64) -> Result<(), StoreError> {
+        for sk in [JOB_SK, PROGRESS_SK] {
+            let result = self
+                .client
+                .update_item()
+                .table_name(&self.table)
+                .key("pk", s(job_pk(job_id)))
+                .key("sk", s(sk))
+                .update_expression("SET expires_at = :ttl REMOVE gsi2pk, gsi2sk")
+                .condition_expression("attribute_exists(pk)")
+                .expression_attribute_values(":ttl", AttributeValue::N(epoch_seconds.to_string()))
+                .send()
+                .await;
+            match result {
+                Ok(_) => {}
+                Err(err) if err.as_service_error().is_some_and(|e| e.is_conditional_check_failed_exception()) => {}
+                Err(err) => return Err(AwsError::new(format!("set retention of {job_id}"), err).into()),
+            }
+        }
         Ok(())
     }
 

@@ -136,6 +136,20 @@ impl ObjectStore {
         Ok(output.body)
     }
 
+    /// The first key under `prefix`, if any.
+    pub async fn first_key(&self, prefix: &str) -> Result<Option<String>, AwsError> {
+        let page = self
+            .client
+            .list_objects_v2()
+            .bucket(&self.bucket)
+            .prefix(prefix)
+            .max_keys(1)
+            .send()
+            .await
+            .map_err(|e| AwsError::new(format!("list s3://{}/{prefix}", self.bucket), e))?;
+        Ok(page.contents().first().and_then(|o| o.key()).map(str::to_owned))
+    }
+
     /// Copies `from` to `to` within the bucket, setting the content type.
     pub async fn copy(&self, from: &str, to: &str, content_type: &str) -> Result<(), AwsError> {
         self.client

@@ -15,6 +15,8 @@ use crate::job::SpecError;
 pub const MAX_ITEMS: u64 = 10_000_000;
 /// Longest pause per item.
 pub const MAX_ITEM_MS: u64 = 60_000;
+/// Longest injected stall.
+pub const MAX_STALL_MS: u64 = 3_600_000;
 /// Most injected failures.
 pub const MAX_FAIL_TIMES: u32 = 10;
 
@@ -36,6 +38,13 @@ pub struct DemoParams {
     /// How many times the injected failure happens before the item succeeds (default 1).
     #[serde(default)]
     pub fail_times: Option<u32>,
+    /// The item index at which the job stalls: it keeps heartbeating but stops advancing
+    /// for `stall_ms` (to exercise stalled-progress detection).
+    #[serde(default)]
+    pub stall_at: Option<u64>,
+    /// How long the stall lasts (milliseconds, at most one hour).
+    #[serde(default)]
+    pub stall_ms: Option<u64>,
 }
 
 /// An injected failure's kind.
@@ -66,6 +75,11 @@ impl DemoParams {
                 return invalid("fail_kind and fail_times need fail_at".into());
             }
             _ => {}
+        }
+        match (self.stall_at, self.stall_ms) {
+            (Some(at), Some(ms)) if at < self.items && ms <= MAX_STALL_MS => {}
+            (None, None) => {}
+            _ => return invalid(format!("stall_at (below items) and stall_ms (at most {MAX_STALL_MS}) go together")),
         }
         if let Some(times) = self.fail_times
             && !(1..=MAX_FAIL_TIMES).contains(&times)
@@ -148,6 +162,9 @@ mod tests {
         assert!(params(serde_json::json!({"items": 3, "fail_kind": "fatal"})).validate().is_err());
         assert!(params(serde_json::json!({"items": 3, "fail_at": 1, "fail_times": 0})).validate().is_err());
         assert!(params(serde_json::json!({"items": 3, "item_ms": 60001})).validate().is_err());
+        assert!(params(serde_json::json!({"items": 3, "stall_at": 1, "stall_ms": 10})).validate().is_ok());
+        assert!(params(serde_json::json!({"items": 3, "stall_at": 1})).validate().is_err());
+        assert!(params(serde_json::json!({"items": 3, "stall_at": 3, "stall_ms": 10})).validate().is_err());
     }
 
     #[test]

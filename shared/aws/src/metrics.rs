@@ -1,0 +1,61 @@
+//! CloudWatch metrics as Embedded Metric Format: one JSON line on stdout per data point,
+//! which Lambda's log pipeline turns into metrics (no API call, no extra latency).
+
+use serde_json::json;
+
+/// The metrics namespace.
+pub const NAMESPACE: &str = "longhaul";
+
+/// Units used by longhaul's metrics.
+#[derive(Debug, Clone, Copy)]
+pub enum Unit {
+    /// A count.
+    Count,
+    /// Milliseconds.
+    Milliseconds,
+}
+
+impl Unit {
+    fn as_str(self) -> &'static str {
+        match self {
+            Unit::Count => "Count",
+            Unit::Milliseconds => "Milliseconds",
+        }
+    }
+}
+
+/// The EMF line for one data point of `name`, dimensioned by job type.
+pub fn line(name: &str, value: f64, unit: Unit, job_type: &str) -> String {
+    json!({
+        "_aws": {
+            "Timestamp": chrono::Utc::now().timestamp_millis(),
+            "CloudWatchMetrics": [{
+                "Namespace": NAMESPACE,
+                "Dimensions": [["JobType"]],
+                "Metrics": [{"Name": name, "Unit": unit.as_str()}],
+            }],
+        },
+        "JobType": job_type,
+        name: value,
+    })
+    .to_string()
+}
+
+/// Emits one data point.
+pub fn emit(name: &str, value: f64, unit: Unit, job_type: &str) {
+    println!("{}", line(name, value, unit, job_type));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn emf_shape() {
+        let parsed: serde_json::Value = serde_json::from_str(&line("ZombiesReaped", 1.0, Unit::Count, "demo")).unwrap();
+        assert_eq!(parsed["ZombiesReaped"], 1.0);
+        assert_eq!(parsed["JobType"], "demo");
+        assert_eq!(parsed["_aws"]["CloudWatchMetrics"][0]["Metrics"][0]["Name"], "ZombiesReaped");
+        assert_eq!(parsed["_aws"]["CloudWatchMetrics"][0]["Dimensions"][0][0], "JobType");
+    }
+}
