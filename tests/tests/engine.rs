@@ -67,7 +67,7 @@ async fn a_crash_mid_run_resumes_from_the_last_checkpoint() {
     let job_id = api.submit(&json!({"type": "demo", "params": {"items": 120, "item_ms": 15}})).await;
     wait_for(&api, &job_id, "30 items", |j| j["progress"]["items_done"].as_u64().unwrap_or(0) >= 30).await;
     let crash = reqwest::Client::new()
-        .post(format!("{}/_local/functions/StageFunction/crash", stack().stack.api_url))
+        .post(format!("{}/_local/functions/StageFunction/crash?job_id={job_id}", stack().stack.api_url))
         .send()
         .await
         .unwrap();
@@ -99,7 +99,7 @@ async fn a_checkpoint_of_another_schema_version_is_never_consumed() {
         "state": {"next_item": 90, "digest": "00"}});
     aws.s3.put_object().bucket(stack().stack.resource("DataBucket")).key(&key).body(forged.to_string().into_bytes().into())
         .send().await.unwrap();
-    reqwest::Client::new().post(format!("{}/_local/functions/StageFunction/crash", stack().stack.api_url)).send().await.unwrap();
+    reqwest::Client::new().post(format!("{}/_local/functions/StageFunction/crash?job_id={job_id}", stack().stack.api_url)).send().await.unwrap();
     let job = api.wait_terminal(&job_id, TIMEOUT).await;
     assert_eq!(job["status"], "succeeded", "{job}");
     assert_eq!(
@@ -215,7 +215,7 @@ async fn a_crash_mid_scan_resumes_from_the_checkpoint_with_an_identical_report()
         j["progress"]["stage"] == "scan" && j["progress"]["items_done"].as_u64().unwrap_or(0) >= 12 * mib
     })
     .await;
-    reqwest::Client::new().post(format!("{}/_local/functions/StageFunction/crash", stack().stack.api_url)).send().await.unwrap();
+    reqwest::Client::new().post(format!("{}/_local/functions/StageFunction/crash?job_id={job_id}", stack().stack.api_url)).send().await.unwrap();
     let aws = Aws::new().await;
     let progress = aws.progress_record(&job_id).await;
     let key = progress.checkpoint_key.clone().expect("a scan checkpoint before the crash");

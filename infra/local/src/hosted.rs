@@ -31,6 +31,9 @@ pub enum Handler {
     Event(EventHandler),
 }
 
+/// An invocation in flight: the job it works on (if its event names one) and its task.
+type Inflight = (Option<String>, tokio::task::AbortHandle);
+
 /// A hosted function.
 #[derive(Clone)]
 pub struct HostedFunction {
@@ -39,7 +42,7 @@ pub struct HostedFunction {
     /// Its handler.
     pub handler: Handler,
     /// Invocations in flight, so a test can crash them (`POST /_local/functions/{name}/crash`).
-    inflight: Arc<std::sync::Mutex<Vec<tokio::task::AbortHandle>>>,
+    inflight: Arc<std::sync::Mutex<Vec<Inflight>>>,
 }
 
 fn typed<I, O, E, F, Fut>(handler: F) -> EventHandler
@@ -140,10 +143,11 @@ impl HostedFunction {
             });
         };
         let timeout = self.spec.timeout;
+        let job_id = event.get("job_id").and_then(Value::as_str).map(str::to_owned);
         let task = tokio::spawn(handler(event, Instant::now() + timeout));
-        self.inflight.lock().expect("inflight lock").push(task.abort_handle());
+        self.inflight.lock().expect("inflight lock").push((job_id, task.abort_handle()));
         let outcome = tokio::time::timeout(timeout, task).await;
-        self.inflight.lock().expect("inflight lock").retain(|h| !h.is_finished());
+        self.inflight.lock().expect("inflight lock").retain(|(_, h)| !h.is_finished());
         match outcome {
             Ok(Ok(result)) => result,
             // What Lambda reports when the runtime process dies mid-invocation.
@@ -162,14 +166,21 @@ impl HostedFunction {
         }
     }
 
-    /// Kills every invocation in flight, as a crash of the function's sandbox would; returns
-    /// how many there were. The work they did since their last checkpoint is lost.
-    pub fn crash(&self) -> usize {
-        let handles: Vec<_> = self.inflight.lock().expect("inflight lock").drain(..).collect();
-        for handle in &handles {
-            handle.abort();
-        }
-        handles.len()
+    /// Kills the invocations in flight (those for `job_id` only, when given), as a crash of
+    /// the function's sandbox would; returns how many there were. The work they did since
+    /// their last checkpoint is lost.
+    pub fn crash(&self, job_id: Option<&str>) -> usize {
+        let mut inflight = self.inflight.lock().expect("inflight lock");
+        let mut crashed = 0;
+        inflight.retain(|(job, handle)| {
+            let hit = job_id.is_none() || job.as_deref() == job_id;
+            if hit {
+                handle.abort();
+                crashed += 1;
+            }
+            !hit
+        });
+        crashed
     }
 
     /// Serves one HTTP API request, within the function's timeout (API Gateway answers 503

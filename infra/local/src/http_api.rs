@@ -144,10 +144,16 @@ async fn fire_schedule(State(state): State<ApiState>, axum::extract::Path(name):
     }
 }
 
-/// Fault injection: kill the in-flight invocations of a function (by logical id or name).
-async fn crash_function(State(state): State<ApiState>, axum::extract::Path(name): axum::extract::Path<String>) -> Response {
+/// Fault injection: kill the in-flight invocations of a function (by logical id or name),
+/// or with `?job_id=` only those working on that job.
+async fn crash_function(
+    State(state): State<ApiState>,
+    axum::extract::Path(name): axum::extract::Path<String>,
+    axum::extract::Query(query): axum::extract::Query<BTreeMap<String, String>>,
+) -> Response {
+    let job_id = query.get("job_id").map(String::as_str);
     match state.functions.iter().find(|f| f.spec.logical == name || f.spec.name == name) {
-        Some(function) => axum::Json(json!({"function": function.spec.logical, "crashed": function.crash()})).into_response(),
+        Some(function) => axum::Json(json!({"function": function.spec.logical, "crashed": function.crash(job_id)})).into_response(),
         None => (StatusCode::NOT_FOUND, axum::Json(json!({"message": format!("no function {name}")}))).into_response(),
     }
 }

@@ -1,0 +1,338 @@
+//! Background operations against the local stack, with thresholds shortened (a heartbeat is
+//! stale after 3 s, progress stalls after 2 s, results live 3 s) and schedules fired on demand
+//! through `POST /_local/schedules/{name}`.
+
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use longhaul_aws::jobs::{JobRecord, JobStore, ProgressRecord, ProgressRefused, TransitionRequest};
+use longhaul_domain::demo::DemoResult;
+use longhaul_domain::{JobStatus, Transition, format_rfc3339};
+use longhaul_tests::{Api, Aws, Harness, harness_with, principal};
+use serde_json::{Value, json};
+
+const TIMEOUT: Duration = Duration::from_secs(120);
+
+fn stack() -> &'static Harness {
+    harness_with(&[
+        ("LONGHAUL_HEARTBEAT_TIMEOUT_SECONDS", "3"),
+        ("LONGHAUL_HEARTBEAT_INTERVAL_SECONDS", "1"),
+        ("LONGHAUL_STALL_SECONDS", "2"),
+        ("LONGHAUL_STALL_GRACE_SECONDS", "3"),
+        ("LONGHAUL_PENDING_GRACE_SECONDS", "2"),
+        ("LONGHAUL_QUEUED_GRACE_SECONDS", "2"),
+        ("LONGHAUL_RESULT_TTL_SECONDS", "3"),
+        ("LONGHAUL_MAX_RUNTIME_SECONDS", "20"),
+        ("LONGHAUL_MAX_ATTEMPTS", "2"),
+    ])
+}
+
+async fn fire(schedule: &str) -> Value {
+    let reply = reqwest::Client::new()
+        .post(format!("{}/_local/schedules/{schedule}", stack().stack.api_url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(reply.status(), 200, "the {schedule} run failed");
+    reply.json::<Value>().await.unwrap()
+}
+
+/// Fires `schedule` until `done(job)` holds (the thresholds are time-based: this awaits them).
+async fn fire_until(api: &Api, job_id: &str, schedule: &str, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+    for _ in 0..120 {
+        fire(schedule).await;
+        let job = api.get(&format!("/jobs/{job_id}")).await.json;
+        if done(&job) {
+            return job;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    panic!("{what} never happened to {job_id}");
+}
+
+async fn wait_for(api: &Api, job_id: &str, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+    let mut job = Value::Null;
+    for _ in 0..1200 {
+        job = api.get(&format!("/jobs/{job_id}")).await.json;
+        if pred(&job) {
+            return job;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("job {job_id}: timed out waiting for {what}: {job}");
+}
+
+async fn store() -> JobStore {
+    JobStore::new(Aws::new().await.dynamodb.clone(), stack().stack.resource("JobsTable"))
+}
+
+/// The worker dies: its execution is stopped and its invocation killed, so heartbeats stop.
+async fn kill(job_id: &str) -> JobRecord {
+    let job = store().await.job(job_id).await.unwrap().unwrap();
+    let aws = Aws::new().await;
+    let machine = stack().stack.resource("JobStateMachine");
+    let arn = format!("{}:{}", machine.replace(":stateMachine:", ":execution:"), job.execution.clone().unwrap());
+    aws.sfn.stop_execution().execution_arn(arn).send().await.unwrap();
+    reqwest::Client::new().post(format!("{}/_local/functions/StageFunction/crash?job_id={job_id}", stack().stack.api_url)).send().await.unwrap();
+    job
+}
+
+fn reasons(job: &Value) -> Vec<String> {
+    job["transitions"].as_array().unwrap().iter().map(|t| format!("{}: {}", t["state"].as_str().unwrap(), t["reason"].as_str().unwrap())).collect()
+}
+
+async fn invoke_stage(payload: Value) -> Value {
+    let url = format!(
+        "{}/2015-03-31/functions/{}/invocations",
+        stack().stack.edge_url,
+        stack().stack.template.physical_name("StageFunction").unwrap()
+    );
+    reqwest::Client::new().post(url).json(&payload).send().await.unwrap().json().await.unwrap()
+}
+
+#[tokio::test]
+async fn a_zombie_is_redispatched_and_its_stale_worker_is_fenced_off() {
+    stack();
+    let api = Api::new(&principal("zombie"));
+    let job_id = api.submit(&json!({"type": "demo", "params": {"items": 60, "item_ms": 100}})).await;
+    wait_for(&api, &job_id, "progress", |j| j["progress"]["items_done"].as_u64().unwrap_or(0) >= 15).await;
+    let old = kill(&job_id).await;
+    let job = fire_until(&api, &job_id, "reaper", "re-dispatch", |j| j["attempt"] == 2).await;
+    assert!(reasons(&job).iter().any(|r| r.starts_with("queued: no heartbeat for")), "{:?}", reasons(&job));
+
+    // The old worker comes back: every write of its lease is refused.
+    let old_lease = json!({"attempt": 1, "token": old.lease.clone().unwrap()});
+    let run = invoke_stage(json!({"op": "run", "job_id": job_id, "lease": old_lease, "loops": 0})).await;
+    assert_eq!(run["errorType"], "Job.LeaseLost", "{run}");
+    let complete = invoke_stage(json!({"op": "complete", "job_id": job_id, "lease": old_lease,
+        "run": {"next": "done", "result_key": format!("results/{job_id}/1/result.json")}})).await;
+    assert_eq!(complete["errorType"], "Job.LeaseLost", "{complete}");
+    let stale = ProgressRecord { seq: u64::MAX - 1, lease: old.lease.clone().unwrap(), pct: 99.0, ..Default::default() };
+    assert!(matches!(store().await.record_progress(&job_id, &stale).await, Err(ProgressRefused::LeaseLost)));
+
+    let job = api.wait_terminal(&job_id, TIMEOUT).await;
+    assert_eq!((job["status"].as_str(), job["attempt"].as_u64()), (Some("succeeded"), Some(2)), "{job}");
+    assert_eq!(serde_json::from_slice::<DemoResult>(&api.result(&job_id).await).unwrap(), DemoResult::expected(60));
+}
+
+#[tokio::test]
+async fn a_result_written_before_the_status_was_lost_is_backfilled() {
+    stack();
+    let api = Api::new(&principal("backfill"));
+    let job_id = api.submit(&json!({"type": "demo", "params": {"items": 50, "item_ms": 100}})).await;
+    wait_for(&api, &job_id, "running", |j| j["status"] == "running" && j["progress"]["items_done"].as_u64().unwrap_or(0) > 2).await;
+    kill(&job_id).await;
+    // As if the worker stored its result and died before recording success.
+    let result = serde_json::to_vec(&DemoResult::expected(50)).unwrap();
+    Aws::new().await.s3.put_object().bucket(stack().stack.resource("DataBucket")).key(format!("results/{job_id}/1/result.json"))
+        .body(result.clone().into()).send().await.unwrap();
+    let job = fire_until(&api, &job_id, "reaper", "backfill", |j| j["status"] != "running").await;
+    assert_eq!(job["status"], "succeeded", "{job}");
+    assert!(reasons(&job).last().unwrap().contains("its result was already stored"), "{:?}", reasons(&job));
+    assert_eq!(api.result(&job_id).await, result);
+}
+
+#[tokio::test]
+async fn a_zombie_past_its_retry_budget_fails_with_the_reason() {
+    stack();
+    let api = Api::new(&principal("budget"));
+    let job_id = api.submit(&json!({"type": "demo", "params": {"items": 80, "item_ms": 100}})).await;
+    wait_for(&api, &job_id, "running", |j| j["status"] == "running" && j["progress"]["items_done"].as_u64().unwrap_or(0) > 2).await;
+    kill(&job_id).await;
+    fire_until(&api, &job_id, "reaper", "re-dispatch", |j| j["attempt"] == 2).await;
+    wait_for(&api, &job_id, "attempt 2 running", |j| j["status"] == "running" && j["attempt"] == 2).await;
+    kill(&job_id).await;
+    let job = fire_until(&api, &job_id, "reaper", "failure", |j| j["status"] == "failed").await;
+    assert_eq!(job["error"]["code"], "Job.Abandoned");
+    assert!(job["error"]["message"].as_str().unwrap().contains("retry budget"), "{job}");
+    assert!(Aws::new().await.keys(&format!("checkpoints/{job_id}/")).await.is_empty(), "checkpoints cleaned up");
+}
+
+#[tokio::test]
+async fn two_reapers_at_once_act_once() {
+    stack();
+    let api = Api::new(&principal("twins"));
+    let job_id = api.submit(&json!({"type": "demo", "params": {"items": 50, "item_ms": 100}})).await;
+    wait_for(&api, &job_id, "running", |j| j["status"] == "running" && j["progress"]["items_done"].as_u64().unwrap_or(0) > 2).await;
+    kill(&job_id).await;
+    for _ in 0..120 {
+        futures::future::join(fire("reaper"), fire("reaper")).await;
+        if api.get(&format!("/jobs/{job_id}")).await.json["attempt"] != 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let job = api.wait_terminal(&job_id, TIMEOUT).await;
+    assert_eq!(job["attempt"], 2, "exactly one re-dispatch: {job}");
+    let redispatches = reasons(&job).iter().filter(|r| r.contains("re-dispatched")).count();
+    assert_eq!(redispatches, 1, "{:?}", reasons(&job));
+    assert_eq!(job["status"], "succeeded");
+}
+
+#[tokio::test]
+async fn stalled_progress_is_flagged_then_treated_as_a_zombie() {
+    stack();
+    let api = Api::new(&principal("stall"));
+    let job_id = api.submit(&json!({"type": "demo", "params": {"items": 20, "item_ms": 50, "stall_at": 5, "stall_ms": 60000}})).await;
+    wait_for(&api, &job_id, "the stall", |j| j["progress"]["items_done"].as_u64().unwrap_or(0) >= 5).await;
+    let job = fire_until(&api, &job_id, "reaper", "the stalled flag", |j| j["stalled"] == true).await;
+    assert_eq!(job["status"], "running");
+    // Heartbeats keep coming: it is not a zombie until the grace has passed.
+    let job = fire_until(&api, &job_id, "reaper", "stall → zombie", |j| j["attempt"] == 2).await;
+    assert!(reasons(&job).iter().any(|r| r.contains("stalled")), "{:?}", reasons(&job));
+    assert_eq!(api.send("DELETE", &format!("/jobs/{job_id}"), None, &[]).await.status, 202);
+    assert_eq!(api.wait_terminal(&job_id, TIMEOUT).await["status"], "cancelled");
+}
+
+fn record(owner: &str, created_at: String) -> JobRecord {
+    JobRecord {
+        job_id: longhaul_domain::JobId::new().to_string(),
+        owner: owner.into(),
+        job_type: "demo".into(),
+        params: json!({"items": 3}),
+        status: JobStatus::Pending,
+        attempt: 0,
+        lease: None,
+        execution: None,
+        idempotency_key: format!("k-{}", uuid::Uuid::new_v4()),
+        fingerprint: "f".into(),
+        callback_url: None,
+        created_at: created_at.clone(),
+        updated_at: created_at.clone(),
+        started_at: None,
+        finished_at: None,
+        error: None,
+        result_key: None,
+        transitions: vec![Transition { state: JobStatus::Pending, at: created_at, reason: "submitted".into() }],
+        injected_failures: 0,
+        retry_of: None,
+        cancellation: None,
+        continuations: 0,
+        dispatches: 0,
+        enqueues: 0,
+        stalled_at: None,
+    }
+}
+
+#[tokio::test]
+async fn lost_dispatches_are_recovered() {
+    stack();
+    let owner = principal("lost");
+    let api = Api::new(&owner);
+    let jobs = store().await;
+    // Submit died between storing the job and enqueueing it.
+    let pending = record(&owner, format_rfc3339(chrono::Utc::now() - chrono::Duration::seconds(30)));
+    jobs.put_job(&pending).await.unwrap();
+    // The dispatcher recorded `queued`, but its execution never started.
+    let queued = record(&owner, format_rfc3339(chrono::Utc::now()));
+    jobs.put_job(&queued).await.unwrap();
+    jobs.transition(
+        TransitionRequest::new(&queued.job_id, &[JobStatus::Pending], JobStatus::Queued, "dispatched")
+            .set("execution", AttributeValue::S(format!("{}-never-started", queued.job_id)))
+            .set("dispatches", AttributeValue::N("1".into()))
+            .indexed_at(format_rfc3339(chrono::Utc::now() - chrono::Duration::seconds(30))),
+    )
+    .await
+    .unwrap();
+    for job_id in [&pending.job_id, &queued.job_id] {
+        let job = fire_until(&api, job_id, "reaper", "recovery", |j| j["status"] == "succeeded" || j["status"] == "running").await;
+        assert_ne!(job["status"], "failed");
+        assert_eq!(api.wait_terminal(job_id, TIMEOUT).await["status"], "succeeded");
+    }
+}
+
+#[tokio::test]
+async fn a_job_running_past_its_maximum_times_out() {
+    stack();
+    let api = Api::new(&principal("overtime"));
+    let job_id = api.submit(&json!({"type": "demo", "params": {"items": 500, "item_ms": 100}})).await;
+    wait_for(&api, &job_id, "running", |j| j["status"] == "running").await;
+    let job = fire_until(&api, &job_id, "reaper", "the timeout", |j| j["status"] == "failed").await;
+    assert_eq!(job["error"]["code"], "Job.Timeout", "{job}");
+}
+
+#[tokio::test]
+async fn expired_results_are_deleted_and_answer_410() {
+    stack();
+    let api = Api::new(&principal("expiry"));
+    let job_id = api.submit(&json!({"type": "demo", "params": {"items": 1}})).await;
+    assert_eq!(api.wait_terminal(&job_id, TIMEOUT).await["status"], "succeeded");
+    assert_eq!(api.get(&format!("/jobs/{job_id}/result")).await.status, 303);
+    let job = fire_until(&api, &job_id, "expirer", "expiry", |j| j["status"] == "expired").await;
+    assert_eq!(reasons(&job).last().unwrap(), "expired: result retention passed");
+    assert_eq!(api.get(&format!("/jobs/{job_id}/result")).await.status, 410);
+    assert!(Aws::new().await.keys(&format!("results/{job_id}/")).await.is_empty());
+}
+
+#[tokio::test]
+async fn a_run_over_500_mixed_jobs_changes_only_what_is_due() {
+    stack();
+    let owner = principal("mixed");
+    let aws = Aws::new().await;
+    let table = stack().stack.resource("JobsTable");
+    let now = chrono::Utc::now();
+    let mut due = Vec::new();
+    let mut not_due = Vec::new();
+    for i in 0..500 {
+        let mut job = record(&owner, format_rfc3339(now - chrono::Duration::hours(1)));
+        let (status, index) = match i % 5 {
+            0 | 1 => (JobStatus::Succeeded, Some(format_rfc3339(now - chrono::Duration::minutes(1)))),
+            2 => (JobStatus::Succeeded, Some(format_rfc3339(now + chrono::Duration::days(1)))),
+            3 => (JobStatus::Failed, None),
+            _ => (JobStatus::Cancelled, None),
+        };
+        job.status = status;
+        let mut item: std::collections::HashMap<String, AttributeValue> = serde_dynamo::to_item(&job).unwrap();
+        item.insert("pk".into(), AttributeValue::S(format!("JOB#{}", job.job_id)));
+        item.insert("sk".into(), AttributeValue::S("JOB".into()));
+        if let Some(index) = &index {
+            item.insert("gsi2pk".into(), AttributeValue::S(longhaul_aws::jobs::status_bucket("succeeded", &job.job_id)));
+            item.insert("gsi2sk".into(), AttributeValue::S(index.clone()));
+        }
+        aws.dynamodb.put_item().table_name(&table).set_item(Some(item)).send().await.unwrap();
+        if i % 5 < 2 { due.push(job.job_id) } else { not_due.push((job.job_id, status)) }
+    }
+    for _ in 0..10 {
+        let report = fire("expirer").await;
+        fire("reaper").await;
+        if report["output"]["expired"] == 0 {
+            break;
+        }
+    }
+    let jobs = store().await;
+    for job_id in &due {
+        assert_eq!(jobs.job(job_id).await.unwrap().expect("not lost").status, JobStatus::Expired);
+    }
+    for (job_id, status) in &not_due {
+        let job = jobs.job(job_id).await.unwrap().expect("not lost");
+        assert_eq!(job.status, *status, "{job_id} changed");
+        assert_eq!(job.transitions.len(), 1, "{job_id} was touched");
+    }
+}
+
+#[tokio::test]
+async fn a_poison_message_goes_to_the_dead_letter_queue_without_blocking_its_batch() {
+    stack();
+    let aws = Aws::new().await;
+    let intake = stack().stack.resource("IntakeQueue");
+    let dlq = stack().stack.resource("IntakeDeadLetterQueue");
+    // Redeliveries after one second instead of 90, so five receives take seconds.
+    aws.sqs.set_queue_attributes().queue_url(&intake).attributes(aws_sdk_sqs::types::QueueAttributeName::VisibilityTimeout, "1")
+        .send().await.unwrap();
+    let poison = format!("not a dispatch message {}", uuid::Uuid::new_v4());
+    // Delayed past the pollers' current long polls, which still use the old timeout.
+    aws.sqs.send_message().queue_url(&intake).message_body(&poison).delay_seconds(2).send().await.unwrap();
+    // A good job sent alongside is dispatched as usual.
+    let api = Api::new(&principal("poison"));
+    let job_id = api.submit(&json!({"type": "demo", "params": {"items": 1}})).await;
+    assert_eq!(api.wait_terminal(&job_id, TIMEOUT).await["status"], "succeeded");
+    for _ in 0..60 {
+        let received = aws.sqs.receive_message().queue_url(&dlq).max_number_of_messages(10).wait_time_seconds(1)
+            .visibility_timeout(0).send().await.unwrap();
+        if received.messages().iter().any(|m| m.body() == Some(poison.as_str())) {
+            return;
+        }
+    }
+    panic!("the poison message never reached the dead-letter queue");
+}
+
