@@ -39,6 +39,7 @@ pub fn root() -> PathBuf {
 /// The stack of this test binary, started on first use.
 pub fn harness() -> &'static Harness {
     HARNESS.get_or_init(|| {
+        longhaul_aws::sdk::install_tls_provider();
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::Builder::new()
             .name("local-stack".into())

@@ -25,7 +25,7 @@ use longhaul_aws::executions::{Executions, execution_name};
 use longhaul_aws::jobs::{JobRecord, JobStore, StoreError, TransitionRequest};
 use longhaul_aws::metrics::{self, Unit};
 use longhaul_aws::objects::ObjectStore;
-use longhaul_aws::queue::{DispatchMessage, IntakeQueue};
+use longhaul_aws::queue::{DispatchMessage, IntakeQueue, WebhookQueue};
 use longhaul_domain::reaper::{Rescue, Running, Thresholds, Verdict, judge, rescue};
 use longhaul_domain::{JobError, JobStatus, JobType, format_rfc3339};
 use serde::Serialize;
@@ -59,6 +59,8 @@ pub struct Config {
     pub page: usize,
     /// Result retention (for a backfilled success).
     pub result_ttl: ResultTtl,
+    /// `WEBHOOK_QUEUE_URL`: terminal events for partners.
+    pub webhook_queue_url: String,
 }
 
 impl Config {
@@ -90,6 +92,7 @@ impl Config {
             default_max_runtime: secs("LONGHAUL_MAX_RUNTIME_SECONDS", 86_400)?,
             page: vars.parsed_or("LONGHAUL_REAPER_PAGE", 100)?,
             result_ttl: ResultTtl::from_vars(vars)?,
+            webhook_queue_url: vars.required("WEBHOOK_QUEUE_URL")?,
         })
     }
 }
@@ -105,6 +108,8 @@ pub struct Deps {
     pub intake: IntakeQueue,
     /// The job state machine.
     pub executions: Executions,
+    /// Partner notifications.
+    pub webhooks: WebhookQueue,
     /// Settings.
     pub config: Config,
 }
@@ -117,6 +122,7 @@ impl Deps {
             objects: ObjectStore::new(aws_sdk_s3::Client::new(sdk), config.bucket.clone()),
             intake: IntakeQueue::new(aws_sdk_sqs::Client::new(sdk), config.intake_queue_url.clone()),
             executions: Executions::new(aws_sdk_sfn::Client::new(sdk), config.state_machine_arn.clone()),
+            webhooks: WebhookQueue::new(aws_sdk_sqs::Client::new(sdk), config.webhook_queue_url.clone()),
             config: config.clone(),
         }
     }
@@ -327,13 +333,14 @@ async fn zombie(
                 .fenced(lease)
                 .set("result_key", AttributeValue::S(key))
                 .indexed_at(at(expires));
-            let result = deps.jobs.transition(request).await.map(|_| ());
-            if result.is_ok() {
+            let result = deps.jobs.transition(request).await;
+            if let Ok(ended) = &result {
+                notify(deps, ended).await;
                 stop_execution(deps, job, "the worker stopped after storing the result").await;
                 tidy(deps, job_id).await?;
                 report.backfilled += 1;
             }
-            result
+            result.map(|_| ())
         }
         Rescue::Redispatch => {
             let next = execution_name(job_id, job.dispatches.max(1) + 1);
@@ -377,14 +384,25 @@ async fn fail(deps: &Deps, job: &JobRecord, from: &[JobStatus], lease: Option<&s
     if let Some(lease) = lease {
         request = request.fenced(lease);
     }
-    deps.jobs.transition(request).await?;
+    let ended = deps.jobs.transition(request).await?;
+    notify(deps, &ended).await;
     metrics::emit("JobsFailed", 1.0, Unit::Count, &job.job_type);
+    if error.code == "Job.Undispatchable" {
+        metrics::emit("JobsDeadLettered", 1.0, Unit::Count, &job.job_type);
+    }
     tracing::warn!(job_id = job.job_id, code = error.code, message = error.message, "failed by the reaper");
     stop_execution(deps, job, &error.message).await;
     if let Err(err) = tidy(deps, &job.job_id).await {
         tracing::warn!(job_id = job.job_id, error = %err, "cleanup after failing the job failed; the lifecycle rule is the backstop");
     }
     Ok(())
+}
+
+/// Queues the partner's webhook for a job the reaper ended.
+async fn notify(deps: &Deps, job: &JobRecord) {
+    if let Err(err) = deps.webhooks.notify(job).await {
+        tracing::error!(job_id = job.job_id, error = %err, "queueing the terminal webhook failed");
+    }
 }
 
 async fn stop_execution(deps: &Deps, job: &JobRecord, cause: &str) {

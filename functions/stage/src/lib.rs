@@ -24,6 +24,8 @@ pub mod demo;
 pub mod engine;
 
 use longhaul_aws::executions::Executions;
+use longhaul_aws::metrics::{self, Unit};
+use longhaul_aws::queue::WebhookQueue;
 use longhaul_aws::objects::{ObjectStore, result_key};
 use longhaul_domain::{JobError, JobSpec, JobStatus, JobType};
 
@@ -60,6 +62,8 @@ pub struct Config {
     /// `LONGHAUL_RESULT_TTL_SECONDS` (default 604,800 = 7 days): how long a result is kept;
     /// `LONGHAUL_RESULT_TTL_SECONDS_<TYPE>` overrides it for one job type.
     pub result_ttl: ResultTtl,
+    /// `WEBHOOK_QUEUE_URL`: where terminal events for partners go.
+    pub webhook_queue_url: String,
 }
 
 impl Config {
@@ -76,6 +80,7 @@ impl Config {
             runs_per_execution: vars.parsed_or("LONGHAUL_RUNS_PER_EXECUTION", 500)?,
             state_machine_arn: vars.required("STATE_MACHINE_ARN")?,
             result_ttl: ResultTtl::from_vars(vars)?,
+            webhook_queue_url: vars.required("WEBHOOK_QUEUE_URL")?,
         })
     }
 }
@@ -103,6 +108,8 @@ pub struct Deps {
     pub executions: Executions,
     /// Result retention.
     pub result_ttl: ResultTtl,
+    /// Where terminal events for partners go.
+    pub webhooks: WebhookQueue,
 }
 
 impl Deps {
@@ -119,6 +126,7 @@ impl Deps {
             runs_per_execution: config.runs_per_execution.max(1),
             executions: Executions::new(aws_sdk_sfn::Client::new(sdk), config.state_machine_arn.clone()),
             result_ttl: config.result_ttl.clone(),
+            webhooks: WebhookQueue::new(aws_sdk_sqs::Client::new(sdk), config.webhook_queue_url.clone()),
         }
     }
 }
@@ -266,7 +274,7 @@ pub fn deadline_from_epoch_ms(deadline_ms: u64) -> Instant {
 pub async fn handle(deps: &Deps, input: StageInput, deadline: Instant) -> Result<serde_json::Value, StageError> {
     match input {
         StageInput::Claim { job_id, execution } => {
-            let lease = deps.jobs.claim(&job_id, &execution).await.map_err(|err| match err {
+            let (lease, job) = deps.jobs.claim(&job_id, &execution).await.map_err(|err| match err {
                 StoreError::Conflict { current } => StageError::NotClaimable(format!(
                     "job {job_id} is {}",
                     current.map(|j| j.status.as_str()).unwrap_or("missing")
@@ -274,6 +282,14 @@ pub async fn handle(deps: &Deps, input: StageInput, deadline: Instant) -> Result
                 other => StageError::Retryable(other.to_string()),
             })?;
             tracing::info!(job_id, attempt = lease.attempt, "claimed");
+            if lease.attempt == 1
+                && let (Ok(created), Some(Ok(started))) = (
+                    chrono::DateTime::parse_from_rfc3339(&job.created_at),
+                    job.started_at.as_deref().map(chrono::DateTime::parse_from_rfc3339),
+                )
+            {
+                metrics::emit("QueueWait", (started - created).num_milliseconds() as f64, Unit::Milliseconds, &job.job_type);
+            }
             Ok(serde_json::to_value(lease).expect("leases serialise"))
         }
         StageInput::Run { job_id, lease, loops } => {
@@ -303,14 +319,7 @@ pub async fn handle(deps: &Deps, input: StageInput, deadline: Instant) -> Result
                 .fenced(&lease.token)
                 .set("result_key", aws_sdk_dynamodb::types::AttributeValue::S(result_key))
                 .indexed_at(longhaul_domain::format_rfc3339(expires));
-            match deps.jobs.transition(request).await {
-                Ok(_) => {}
-                // A retried `complete` whose first try landed.
-                Err(StoreError::Conflict { current: Some(job) })
-                    if job.status == JobStatus::Succeeded && job.lease.as_deref() == Some(&lease.token) => {}
-                Err(err) => return Err(fenced(err)),
-            }
-            tidy_after_end(deps, &job_id).await?;
+            end_job(deps, request, &lease).await?;
             tracing::info!(job_id, attempt = lease.attempt, "succeeded");
             Ok(json!({}))
         }
@@ -323,13 +332,7 @@ pub async fn handle(deps: &Deps, input: StageInput, deadline: Instant) -> Result
             let request = TransitionRequest::new(&job_id, &[JobStatus::Running], JobStatus::Failed, job_error.message.clone())
                 .fenced(&lease.token)
                 .set("error", serde_dynamo::to_attribute_value(&job_error).expect("errors serialise"));
-            match deps.jobs.transition(request).await {
-                Ok(_) => {}
-                Err(StoreError::Conflict { current: Some(job) })
-                    if job.status == JobStatus::Failed && job.lease.as_deref() == Some(&lease.token) => {}
-                Err(err) => return Err(fenced(err)),
-            }
-            tidy_after_end(deps, &job_id).await?;
+            end_job(deps, request, &lease).await?;
             tracing::warn!(job_id, attempt = lease.attempt, code = job_error.code, "failed");
             Ok(json!({}))
         }
@@ -396,15 +399,41 @@ async fn finish_cancellation(deps: &Deps, job_id: &str, lease: &Lease) -> Result
         None => "cancelled".to_owned(),
     };
     let request = TransitionRequest::new(job_id, &[JobStatus::Running], JobStatus::Cancelled, reason).fenced(&lease.token);
-    match deps.jobs.transition(request).await {
-        Ok(_) => {}
-        Err(StoreError::Conflict { current: Some(job) })
-            if job.status == JobStatus::Cancelled && job.lease.as_deref() == Some(&lease.token) => {}
-        Err(err) => return Err(fenced(err)),
-    }
-    tidy_after_end(deps, job_id).await?;
+    end_job(deps, request, lease).await?;
     tracing::info!(job_id, attempt = lease.attempt, "cancelled while running");
     Ok(())
+}
+
+/// Ends the job with `request` (a fenced move to a terminal status) and does what follows
+/// every end: the partner's webhook is queued, metrics are emitted, the job is tidied up. A
+/// retried call whose transition already landed does the follow-up again (it may not have
+/// happened), which is why webhook receivers deduplicate by `webhook-id`.
+async fn end_job(deps: &Deps, request: TransitionRequest, lease: &Lease) -> Result<(), StageError> {
+    let status = request.to;
+    let job_id = request.job_id.clone();
+    let job = match deps.jobs.transition(request).await {
+        Ok(job) => job,
+        Err(StoreError::Conflict { current: Some(job) }) if job.status == status && job.lease.as_deref() == Some(&lease.token) => *job,
+        Err(err) => return Err(fenced(err)),
+    };
+    deps.webhooks.notify(&job).await?;
+    emit_end_metrics(&job);
+    tidy_after_end(deps, &job_id).await
+}
+
+/// `JobsSucceeded` / `JobsFailed` / `JobsCancelled` and `JobDuration` (submission to end).
+pub(crate) fn emit_end_metrics(job: &longhaul_aws::jobs::JobRecord) {
+    let name = match job.status {
+        JobStatus::Succeeded => "JobsSucceeded",
+        JobStatus::Failed => "JobsFailed",
+        JobStatus::Cancelled => "JobsCancelled",
+        _ => return,
+    };
+    metrics::emit(name, 1.0, Unit::Count, &job.job_type);
+    let parse = |t: &str| chrono::DateTime::parse_from_rfc3339(t).ok();
+    if let (Some(start), Some(end)) = (parse(&job.created_at), job.finished_at.as_deref().and_then(parse)) {
+        metrics::emit("JobDuration", (end - start).num_milliseconds() as f64, Unit::Milliseconds, &job.job_type);
+    }
 }
 
 /// After a job ended: out of the running index, and its checkpoints deleted (nothing resumes

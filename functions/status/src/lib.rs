@@ -5,6 +5,7 @@
 //!   they carry an `ETag` and may be cached.
 //! * `GET /jobs` — the caller's jobs, newest first, filtered, with an opaque cursor.
 //! * `GET /jobs/{id}/result` — `303 See Other` to a presigned URL minted for this request.
+//! * `GET /jobs/{id}/deliveries` — the job's webhook delivery attempts.
 //! * `GET /openapi.json` — the API description, the same document the tests hold the API to.
 //! * anything else (the catch-all route) — `405` with `Allow` on a known path, else `404`.
 //!
@@ -92,6 +93,7 @@ pub async fn handle(deps: &Deps, request: Request) -> Response<Body> {
         Some("GET /jobs/{id}") => get_job(deps, &request).await,
         Some("GET /jobs") => list_jobs(deps, &request).await,
         Some("GET /jobs/{id}/result") => result(deps, &request).await,
+        Some("GET /jobs/{id}/deliveries") => deliveries(deps, &request).await,
         _ => Err(fallback(request.method(), request.uri().path())),
     };
     result.unwrap_or_else(Problem::into_response)
@@ -226,6 +228,18 @@ async fn result(deps: &Deps, request: &Request) -> Result<Response<Body>, Proble
         )),
         (status, _) => Err(wrong_status(status, format!("The job is {status}; its result exists once it has succeeded."))),
     }
+}
+
+/// The job's webhook delivery attempts, oldest first.
+async fn deliveries(deps: &Deps, request: &Request) -> Result<Response<Body>, Problem> {
+    let view = owned_view(deps, request).await?;
+    let attempts = deps.jobs.deliveries(&view.job.job_id).await.map_err(|err| {
+        tracing::error!(job_id = view.job.job_id, error = %err, "reading deliveries failed");
+        Problem::internal()
+    })?;
+    let mut response = json_response(StatusCode::OK, &json!({ "job_id": view.job.job_id, "deliveries": attempts }));
+    response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    Ok(response)
 }
 
 fn summary(job: &JobRecord) -> serde_json::Value {

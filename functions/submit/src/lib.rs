@@ -14,6 +14,7 @@ use lambda_http::{Body, Request, Response};
 use longhaul_aws::api::{Problem, json_body, json_response, path_job_id, principal, route_key, wrong_status};
 use longhaul_aws::config::{ConfigError, Vars};
 use longhaul_aws::jobs::{IdempotencyRecord, JobRecord, JobStore, StoreError};
+use longhaul_aws::metrics::{self, Unit};
 use longhaul_aws::queue::{DispatchMessage, IntakeQueue};
 use longhaul_domain::callback::{CallbackPolicy, Host, check_address, parse_callback_url};
 use longhaul_domain::uploads::owns_upload;
@@ -287,6 +288,7 @@ async fn create(deps: &Deps, new: &NewJob<'_>) -> Result<Response<Body>, Problem
 async fn write_and_enqueue(deps: &Deps, job: &JobRecord) -> Result<Response<Body>, Problem> {
     match deps.jobs.put_job(job).await {
         Ok(()) => {
+            metrics::emit("JobsSubmitted", 1.0, Unit::Count, &job.job_type);
             enqueue(deps, &job.job_id).await;
             Ok(accepted(StatusCode::ACCEPTED, job, false))
         }

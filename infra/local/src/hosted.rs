@@ -96,6 +96,15 @@ pub fn host(spec: &FunctionSpec, sdk: &SdkConfig) -> anyhow::Result<HostedFuncti
         "status" => http_function!(status, &vars, sdk, context),
         "cancel" => http_function!(cancel, &vars, sdk, context),
         "uploads" => http_function!(uploads, &vars, sdk, context),
+        "webhooks" => http_function!(webhooks, &vars, sdk, context),
+        "webhook" => {
+            let config = webhook::Config::from_vars(&vars).with_context(context)?;
+            let deps = Arc::new(webhook::Deps::new(sdk, &config, Arc::new(webhook::SystemResolver)).with_context(context)?);
+            Handler::Event(typed(move |event: aws_lambda_events::sqs::SqsEvent, _deadline| {
+                let deps = deps.clone();
+                async move { Ok::<_, Diagnostic>(webhook::handle(&deps, event).await) }
+            }))
+        }
         "dispatcher" => {
             let deps = Arc::new(dispatcher::Deps::new(sdk, &dispatcher::Config::from_vars(&vars).with_context(context)?));
             Handler::Event(typed(move |event: aws_lambda_events::sqs::SqsEvent, _deadline| {

@@ -142,6 +142,7 @@ pub fn authorizer(template: &template::Template, key_dir: Option<&std::path::Pat
 impl LocalStack {
     /// Starts (or adopts) the emulator, provisions the template's resources and serves.
     pub async fn start(options: Options) -> anyhow::Result<LocalStack> {
+        longhaul_aws::sdk::install_tls_provider();
         let edge_listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], options.edge_port)))
             .await
             .with_context(|| format!("binding the edge port {}", options.edge_port))?;

@@ -21,6 +21,7 @@ async fn main() -> anyhow::Result<()> {
                 .unwrap_or_else(|_| "info,aws_config=warn,aws_smithy_runtime=warn,hyper=warn".into()),
         )
         .init();
+    longhaul_aws::sdk::install_tls_provider();
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
         ["dev"] => dev().await,

@@ -222,6 +222,59 @@ pub enum StoreError {
     Aws(#[from] AwsError),
 }
 
+/// A principal's webhook signing secrets (`SECRET#<len>:<owner>` / `WEBHOOK`).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct SecretsRecord {
+    /// Newest first; during a rotation the previous one stays until its `expires_at`.
+    pub secrets: Vec<WebhookSecret>,
+}
+
+/// One signing secret.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WebhookSecret {
+    /// `whsec_…`.
+    pub secret: String,
+    /// When it was made.
+    pub created_at: String,
+    /// When a rotated-out secret stops signing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<String>,
+}
+
+impl SecretsRecord {
+    /// The secrets that sign now.
+    pub fn active(&self, now: &str) -> Vec<&WebhookSecret> {
+        self.secrets.iter().filter(|s| s.expires_at.as_deref().is_none_or(|at| at > now)).collect()
+    }
+}
+
+/// One webhook delivery attempt (`JOB#<id>` / `WEBHOOK#<event>#<attempt>`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DeliveryRecord {
+    /// The `webhook-id`.
+    pub webhook_id: String,
+    /// The event type (`job.succeeded`, …).
+    pub event: String,
+    /// 1-based attempt number.
+    pub attempt: u32,
+    /// When it was made.
+    pub at: String,
+    /// The receiver's status code, if it answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status_code: Option<u16>,
+    /// How long it took.
+    pub latency_ms: u64,
+    /// What went wrong, if anything.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// `delivered`, `retrying`, `stopped` (410) or `dead_lettered`.
+    pub outcome: String,
+}
+
+fn secrets_pk(owner: &str) -> String {
+    format!("SECRET#{}:{owner}", owner.len())
+}
+
 /// Name of the owner index (`template.yaml`).
 pub const OWNER_INDEX: &str = "OwnerIndex";
 /// Name of the sparse status index (`template.yaml`): `gsi2pk = <status>#<shard>`,
@@ -715,7 +768,7 @@ impl JobStore {
     /// `queued → running` for `execution`, minting a new lease. Idempotent per execution: if
     /// this execution already holds the job (the claim's response was lost and the state
     /// machine retried it), the existing lease is returned and nothing is written.
-    pub async fn claim(&self, job_id: &str, execution: &str) -> Result<Lease, StoreError> {
+    pub async fn claim(&self, job_id: &str, execution: &str) -> Result<(Lease, JobRecord), StoreError> {
         let token = uuid::Uuid::new_v4().simple().to_string();
         let request = TransitionRequest::new(job_id, &[JobStatus::Queued], JobStatus::Running, "claimed by a stage")
             .set("lease", s(&token))
@@ -724,12 +777,12 @@ impl JobStore {
             Ok(job) => {
                 let lease = Lease { attempt: job.attempt, token };
                 self.take_progress(job_id, &lease).await?;
-                Ok(lease)
+                Ok((lease, job))
             }
             Err(StoreError::Conflict { current: Some(job) })
                 if job.status == JobStatus::Running && job.execution.as_deref() == Some(execution) =>
             {
-                Ok(Lease { attempt: job.attempt, token: job.lease.unwrap_or_default() })
+                Ok((Lease { attempt: job.attempt, token: job.lease.clone().unwrap_or_default() }, *job))
             }
             Err(err) => Err(err),
         }
@@ -837,6 +890,105 @@ impl JobStore {
         });
         out.truncate(limit);
         Ok(out)
+    }
+
+    /// `owner`'s webhook secrets, created on first use (a conditional put, so concurrent
+    /// first uses agree on one secret).
+    pub async fn webhook_secrets(&self, owner: &str) -> Result<SecretsRecord, StoreError> {
+        let key = || [("pk".to_owned(), s(secrets_pk(owner))), ("sk".to_owned(), s("WEBHOOK"))];
+        let existing = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .set_key(Some(key().into_iter().collect()))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| AwsError::new("read webhook secrets", e))?;
+        if let Some(item) = existing.item {
+            return from_item(item);
+        }
+        let record = SecretsRecord {
+            secrets: vec![WebhookSecret { secret: longhaul_domain::webhooks::generate_secret(), created_at: now_rfc3339(), expires_at: None }],
+        };
+        let mut item = to_item(&record);
+        item.extend(key());
+        let put = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .condition_expression("attribute_not_exists(pk)")
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .send()
+            .await;
+        match put {
+            Ok(_) => Ok(record),
+            Err(err) => match err.as_service_error() {
+                Some(PutItemError::ConditionalCheckFailedException(failed)) if failed.item().is_some() => {
+                    from_item(failed.item().cloned().unwrap_or_default())
+                }
+                _ => Err(AwsError::new("create webhook secret", err).into()),
+            },
+        }
+    }
+
+    /// Rotates `owner`'s secret: a new one signs from now on; the current one keeps signing
+    /// (alongside) until `overlap_until`, so receivers can switch without losing messages.
+    pub async fn rotate_webhook_secret(&self, owner: &str, overlap_until: &str) -> Result<SecretsRecord, StoreError> {
+        let now = now_rfc3339();
+        let current = self.webhook_secrets(owner).await?;
+        let mut secrets = vec![WebhookSecret { secret: longhaul_domain::webhooks::generate_secret(), created_at: now.clone(), expires_at: None }];
+        for old in current.active(&now) {
+            let mut old = old.clone();
+            if old.expires_at.is_none() {
+                old.expires_at = Some(overlap_until.to_owned());
+            }
+            secrets.push(old);
+        }
+        let record = SecretsRecord { secrets };
+        let mut item = to_item(&record);
+        item.insert("pk".into(), s(secrets_pk(owner)));
+        item.insert("sk".into(), s("WEBHOOK"));
+        self.client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .send()
+            .await
+            .map_err(|e| AwsError::new("rotate webhook secret", e))?;
+        Ok(record)
+    }
+
+    /// Records one delivery attempt.
+    pub async fn record_delivery(&self, job_id: &str, delivery: &DeliveryRecord) -> Result<(), StoreError> {
+        let mut item = to_item(delivery);
+        item.insert("pk".into(), s(job_pk(job_id)));
+        item.insert("sk".into(), s(format!("WEBHOOK#{}#{:04}", delivery.event, delivery.attempt)));
+        self.client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .send()
+            .await
+            .map_err(|e| AwsError::new(format!("record webhook delivery of {job_id}"), e))?;
+        Ok(())
+    }
+
+    /// A job's delivery attempts, oldest first.
+    pub async fn deliveries(&self, job_id: &str) -> Result<Vec<DeliveryRecord>, StoreError> {
+        let output = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .key_condition_expression("pk = :pk AND begins_with(sk, :prefix)")
+            .expression_attribute_values(":pk", s(job_pk(job_id)))
+            .expression_attribute_values(":prefix", s("WEBHOOK#"))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| AwsError::new(format!("read deliveries of {job_id}"), e))?;
+        output.items.unwrap_or_default().into_iter().map(from_item).collect()
     }
 
     /// Decodes a job record read from an index.

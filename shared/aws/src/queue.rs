@@ -37,3 +37,57 @@ impl IntakeQueue {
         Ok(())
     }
 }
+
+/// A webhook delivery to make: which job's terminal event, which attempt, and — for delays
+/// longer than SQS allows per hop (15 minutes) — not before when.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WebhookMessage {
+    /// The job.
+    pub job_id: String,
+    /// The terminal status the event reports.
+    pub status: longhaul_domain::JobStatus,
+    /// 1-based attempt number.
+    pub attempt: u32,
+    /// Epoch seconds before which the attempt must not be made.
+    #[serde(default)]
+    pub not_before: i64,
+}
+
+/// The webhook queue (and its dead-letter queue for exhausted deliveries).
+#[derive(Debug, Clone)]
+pub struct WebhookQueue {
+    client: aws_sdk_sqs::Client,
+    url: String,
+}
+
+impl WebhookQueue {
+    /// An adapter for the queue at `url`.
+    pub fn new(client: aws_sdk_sqs::Client, url: String) -> Self {
+        WebhookQueue { client, url }
+    }
+
+    /// Queues `message`, delivered after `delay_seconds` (at most 900).
+    pub async fn send(&self, message: &WebhookMessage, delay_seconds: u64) -> Result<(), AwsError> {
+        let body = serde_json::to_string(message).expect("webhook messages serialise");
+        self.client
+            .send_message()
+            .queue_url(&self.url)
+            .message_body(body)
+            .delay_seconds(delay_seconds.min(900) as i32)
+            .send()
+            .await
+            .map_err(|e| AwsError::new(format!("queue webhook of {}", message.job_id), e))?;
+        Ok(())
+    }
+
+    /// Queues the terminal event of `job` if it has a callback URL. Called right after the
+    /// terminal transition, and again by a retried caller that finds the transition already
+    /// made (deliveries are deduplicated by receivers through the stable `webhook-id`).
+    pub async fn notify(&self, job: &crate::jobs::JobRecord) -> Result<(), AwsError> {
+        if job.callback_url.is_none() || longhaul_domain::webhooks::event_type(job.status).is_none() {
+            return Ok(());
+        }
+        let message = WebhookMessage { job_id: job.job_id.clone(), status: job.status, attempt: 1, not_before: 0 };
+        self.send(&message, 0).await
+    }
+}

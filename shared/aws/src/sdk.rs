@@ -16,3 +16,14 @@ pub fn http_client() -> aws_smithy_runtime_api::client::http::SharedHttpClient {
 pub async fn load_sdk_config() -> SdkConfig {
     aws_config::defaults(BehaviorVersion::latest()).http_client(http_client()).load().await
 }
+
+/// Makes rustls with ring the process's TLS provider (once; later calls do nothing). HTTP
+/// clients built without an explicit TLS configuration need one.
+pub fn install_tls_provider() {
+    if rustls::crypto::CryptoProvider::get_default().is_none()
+        && rustls::crypto::ring::default_provider().install_default().is_err()
+    {
+        // Another thread installed one between the check and the install: that one serves.
+        tracing::debug!("a TLS provider was installed concurrently");
+    }
+}

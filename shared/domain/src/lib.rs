@@ -11,6 +11,7 @@ pub mod job;
 pub mod reaper;
 pub mod status;
 pub mod uploads;
+pub mod webhooks;
 
 pub use job::{Cancellation, JobError, JobId, JobSpec, JobType, SpecError, Transition};
 pub use status::{JobStatus, TransitionError};

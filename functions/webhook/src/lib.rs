@@ -1,0 +1,279 @@
+//! **webhook** — delivers partners' terminal events from the webhook queue, signed per
+//! Standard Webhooks, with every attempt recorded.
+//!
+//! * 2xx → delivered; `410 Gone` → the partner asked us to stop; anything else (another
+//!   status, a timeout, a refused connection) → retried on a schedule of growing delays that
+//!   spans more than a day (SQS delays a message at most 15 minutes, so longer waits hop), then
+//!   the delivery goes to the webhook dead-letter queue. Every retry keeps the `webhook-id`.
+//! * SSRF: the callback URL is checked again now, its host resolved once, every address
+//!   checked, and the request connects to the checked address (no second lookup), follows no
+//!   redirects, gives up after 10 s and reads at most 4 KiB of the answer.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use aws_lambda_events::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
+use futures::future::BoxFuture;
+use longhaul_aws::config::{ConfigError, Vars};
+use longhaul_aws::jobs::{DeliveryRecord, JobStore};
+use longhaul_aws::metrics::{self, Unit};
+use longhaul_aws::queue::{WebhookMessage, WebhookQueue};
+use longhaul_domain::callback::{CallbackPolicy, Host, check_address, parse_callback_url};
+use longhaul_domain::webhooks::{RetrySchedule, event_type, message_id, sign};
+use longhaul_domain::{JobStatus, now_rfc3339};
+use serde_json::json;
+
+/// Most bytes of a receiver's answer that are read.
+pub const MAX_RESPONSE_BYTES: usize = 4096;
+
+/// Resolves callback hosts. The deliverer resolves once and connects to what it checked;
+/// tests swap in answers that change after submission.
+pub trait Resolver: Send + Sync {
+    /// The addresses of `host`.
+    fn resolve<'a>(&'a self, host: &'a str, port: u16) -> BoxFuture<'a, std::io::Result<Vec<SocketAddr>>>;
+}
+
+/// The system resolver.
+#[derive(Debug, Clone, Copy)]
+pub struct SystemResolver;
+
+impl Resolver for SystemResolver {
+    fn resolve<'a>(&'a self, host: &'a str, port: u16) -> BoxFuture<'a, std::io::Result<Vec<SocketAddr>>> {
+        Box::pin(async move { Ok(tokio::net::lookup_host((host, port)).await?.collect()) })
+    }
+}
+
+/// The function's configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// `TABLE_NAME`.
+    pub table: String,
+    /// `WEBHOOK_QUEUE_URL`: where retries go.
+    pub queue_url: String,
+    /// `WEBHOOK_DLQ_URL`: where exhausted deliveries go.
+    pub dead_letter_url: String,
+    /// `LONGHAUL_WEBHOOK_SCHEDULE_SECONDS` (comma-separated delays; default 5 s … 10 h, ~27.6 h).
+    pub schedule: RetrySchedule,
+    /// `LONGHAUL_WEBHOOK_TIMEOUT_MS` (10,000).
+    pub timeout: Duration,
+    /// `LONGHAUL_ALLOW_INSECURE_CALLBACKS=1` (local stack only).
+    pub allow_insecure: bool,
+}
+
+impl Config {
+    /// Reads the configuration.
+    pub fn from_vars(vars: &Vars) -> Result<Self, ConfigError> {
+        let schedule = match vars.parsed::<String>("LONGHAUL_WEBHOOK_SCHEDULE_SECONDS")? {
+            None => RetrySchedule::default(),
+            Some(text) => RetrySchedule::parse(&text).ok_or_else(|| ConfigError::Invalid {
+                name: "LONGHAUL_WEBHOOK_SCHEDULE_SECONDS".into(),
+                value: text.clone(),
+                reason: "expected comma-separated seconds".into(),
+            })?,
+        };
+        Ok(Config {
+            table: vars.required("TABLE_NAME")?,
+            queue_url: vars.required("WEBHOOK_QUEUE_URL")?,
+            dead_letter_url: vars.required("WEBHOOK_DLQ_URL")?,
+            schedule,
+            timeout: Duration::from_millis(vars.parsed_or("LONGHAUL_WEBHOOK_TIMEOUT_MS", 10_000)?),
+            allow_insecure: vars.parsed_or("LONGHAUL_ALLOW_INSECURE_CALLBACKS", 0u8)? == 1,
+        })
+    }
+}
+
+/// What the handler needs, built once per sandbox.
+#[derive(Clone)]
+pub struct Deps {
+    /// The job table (jobs, secrets, delivery records).
+    pub jobs: JobStore,
+    /// The webhook queue (retries).
+    pub queue: WebhookQueue,
+    /// The webhook dead-letter queue.
+    pub dead_letters: WebhookQueue,
+    /// Settings.
+    pub config: Config,
+    /// Callback host resolution.
+    pub resolver: Arc<dyn Resolver>,
+    tls: Arc<rustls::ClientConfig>,
+}
+
+/// The TLS configuration of deliveries: rustls with ring and the system's roots.
+fn tls_config() -> Result<rustls::ClientConfig, ConfigError> {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls_native_certs::load_native_certs().certs {
+        // A certificate the store cannot use is skipped, as every TLS client does.
+        if let Err(err) = roots.add(cert) {
+            tracing::debug!(error = %err, "skipping an unusable root certificate");
+        }
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    Ok(rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| ConfigError::Invalid { name: "TLS".into(), value: String::new(), reason: e.to_string() })?
+        .with_root_certificates(roots)
+        .with_no_client_auth())
+}
+
+impl Deps {
+    /// Builds the adapters from one SDK configuration.
+    pub fn new(sdk: &aws_config::SdkConfig, config: &Config, resolver: Arc<dyn Resolver>) -> Result<Self, ConfigError> {
+        longhaul_aws::sdk::install_tls_provider();
+        let sqs = aws_sdk_sqs::Client::new(sdk);
+        Ok(Deps {
+            jobs: JobStore::new(aws_sdk_dynamodb::Client::new(sdk), config.table.clone()),
+            queue: WebhookQueue::new(sqs.clone(), config.queue_url.clone()),
+            dead_letters: WebhookQueue::new(sqs, config.dead_letter_url.clone()),
+            config: config.clone(),
+            resolver,
+            tls: Arc::new(tls_config()?),
+        })
+    }
+}
+
+/// Delivers a batch; returns the messages to retry through SQS (unexpected failures only:
+/// a receiver's failure is retried on the webhook schedule, not by redelivery).
+pub async fn handle(deps: &Deps, event: SqsEvent) -> SqsBatchResponse {
+    let mut response = SqsBatchResponse::default();
+    let results = futures::future::join_all(event.records.iter().map(|record| process_record(deps, record))).await;
+    for (record, result) in event.records.iter().zip(results) {
+        if let Err(err) = result {
+            let message_id = record.message_id.clone().unwrap_or_default();
+            tracing::error!(message_id, error = %err, "webhook processing failed; the message will be retried");
+            let mut failure = BatchItemFailure::default();
+            failure.item_identifier = message_id;
+            response.batch_item_failures.push(failure);
+        }
+    }
+    response
+}
+
+async fn process_record(deps: &Deps, record: &SqsMessage) -> Result<(), String> {
+    let message: WebhookMessage = serde_json::from_str(record.body.as_deref().unwrap_or_default())
+        .map_err(|e| format!("not a webhook message: {e}"))?;
+    process(deps, &message).await
+}
+
+/// One delivery attempt (or a hop of a long delay).
+pub async fn process(deps: &Deps, message: &WebhookMessage) -> Result<(), String> {
+    let now = chrono::Utc::now().timestamp();
+    if message.not_before > now {
+        let wait = (message.not_before - now) as u64;
+        return deps.queue.send(message, wait).await.map_err(|e| e.to_string());
+    }
+    let Some(job) = deps.jobs.job(&message.job_id).await.map_err(|e| e.to_string())? else {
+        tracing::warn!(job_id = message.job_id, "webhook for a job that no longer exists; dropped");
+        return Ok(());
+    };
+    let (Some(url), Some(event)) = (job.callback_url.clone(), event_type(message.status)) else { return Ok(()) };
+    let webhook_id = message_id(&job.job_id, message.status);
+    let mut payload = json!({
+        "type": event,
+        "job_id": job.job_id,
+        "status": message.status,
+        "timestamp": job.finished_at.clone().unwrap_or_else(now_rfc3339),
+    });
+    if message.status == JobStatus::Succeeded {
+        payload["result_url"] = format!("/jobs/{}/result", job.job_id).into();
+    }
+    if let Some(error) = &job.error {
+        payload["error"] = json!({ "code": error.code, "message": error.message });
+    }
+    let body = serde_json::to_vec(&payload).expect("payloads serialise");
+    let secrets = deps.jobs.webhook_secrets(&job.owner).await.map_err(|e| e.to_string())?;
+    let signature = secrets
+        .active(&now_rfc3339())
+        .iter()
+        .filter_map(|s| sign(&s.secret, &webhook_id, now, &body).ok())
+        .collect::<Vec<_>>()
+        .join(" ");
+
+    let started = Instant::now();
+    let attempt = deliver(deps, &url, &webhook_id, now, &signature, body).await;
+    let latency_ms = started.elapsed().as_millis() as u64;
+    let (status_code, error) = match &attempt {
+        Ok(code) => (Some(*code), None),
+        Err(err) => (None, Some(err.clone())),
+    };
+    let outcome = match status_code {
+        Some(200..=299) => "delivered",
+        Some(410) => "stopped",
+        _ => match deps.config.schedule.delay_before(message.attempt + 1) {
+            Some(_) => "retrying",
+            None => "dead_lettered",
+        },
+    };
+    let record = DeliveryRecord {
+        webhook_id: webhook_id.clone(),
+        event: event.to_owned(),
+        attempt: message.attempt,
+        at: now_rfc3339(),
+        status_code,
+        latency_ms,
+        error,
+        outcome: outcome.to_owned(),
+    };
+    deps.jobs.record_delivery(&job.job_id, &record).await.map_err(|e| e.to_string())?;
+    match outcome {
+        "delivered" => metrics::emit("WebhookDelivered", 1.0, Unit::Count, &job.job_type),
+        "retrying" => {
+            let delay = deps.config.schedule.delay_before(message.attempt + 1).unwrap_or(0);
+            let next = WebhookMessage { attempt: message.attempt + 1, not_before: now + delay as i64, ..message.clone() };
+            deps.queue.send(&next, delay).await.map_err(|e| e.to_string())?;
+        }
+        "dead_lettered" => {
+            deps.dead_letters.send(message, 0).await.map_err(|e| e.to_string())?;
+            metrics::emit("WebhookFailed", 1.0, Unit::Count, &job.job_type);
+            tracing::warn!(job_id = job.job_id, webhook_id, "webhook retries exhausted; dead-lettered");
+        }
+        _ => tracing::info!(job_id = job.job_id, webhook_id, "receiver answered 410 Gone; no more attempts"),
+    }
+    Ok(())
+}
+
+/// Makes the HTTP request to the checked address; the status code, or why there is none.
+async fn deliver(deps: &Deps, url: &str, webhook_id: &str, timestamp: i64, signature: &str, body: Vec<u8>) -> Result<u16, String> {
+    let policy = CallbackPolicy { allow_insecure: deps.config.allow_insecure };
+    let callback = parse_callback_url(url, &policy).map_err(|e| format!("callback URL refused: {e}"))?;
+    let port = callback.port();
+    let (host, address) = match callback.host() {
+        Host::Ip(ip) => (ip.to_string(), SocketAddr::new(ip, port)),
+        Host::Domain(name) => {
+            let addresses = deps.resolver.resolve(&name, port).await.map_err(|e| format!("{name} does not resolve: {e}"))?;
+            for address in &addresses {
+                check_address(address.ip(), &policy).map_err(|_| format!("{name} resolves to a non-public address"))?;
+            }
+            let first = *addresses.first().ok_or_else(|| format!("{name} has no addresses"))?;
+            (name, first)
+        }
+    };
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(deps.config.timeout)
+        .resolve(&host, address)
+        .tls_backend_preconfigured((*deps.tls).clone())
+        .build()
+        .map_err(|e| format!("client: {e}"))?;
+    let mut response = client
+        .post(callback.url().clone())
+        .header("content-type", "application/json")
+        .header("user-agent", "longhaul-webhooks/1")
+        .header("webhook-id", webhook_id)
+        .header("webhook-timestamp", timestamp.to_string())
+        .header("webhook-signature", signature)
+        .body(body)
+        .send()
+        .await
+        .map_err(|e| if e.is_timeout() { "timed out".to_owned() } else { format!("request failed: {e}") })?;
+    let status = response.status().as_u16();
+    // Read (and discard) a bounded part of the answer, so a slow or huge body cannot hold us.
+    let mut read = 0;
+    while read < MAX_RESPONSE_BYTES {
+        match response.chunk().await {
+            Ok(Some(chunk)) => read += chunk.len(),
+            Ok(None) | Err(_) => break,
+        }
+    }
+    Ok(status)
+}

@@ -1,0 +1,247 @@
+//! Partner webhooks against the local stack: a local receiver verifies Standard Webhooks
+//! signatures; retries are compressed to one second apart (`LONGHAUL_WEBHOOK_SCHEDULE_SECONDS`).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use longhaul_aws::jobs::JobStore;
+use longhaul_aws::queue::WebhookMessage;
+use longhaul_domain::webhooks::verify;
+use longhaul_domain::{JobStatus, Transition};
+use longhaul_tests::{Api, Aws, Harness, harness_with, principal};
+use serde_json::{Value, json};
+
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+fn stack() -> &'static Harness {
+    harness_with(&[
+        ("LONGHAUL_ALLOW_INSECURE_CALLBACKS", "1"),
+        ("LONGHAUL_WEBHOOK_SCHEDULE_SECONDS", "1,1,1"),
+        ("LONGHAUL_WEBHOOK_TIMEOUT_MS", "500"),
+    ])
+}
+
+/// One request the receiver got.
+#[derive(Debug, Clone)]
+struct Received {
+    id: String,
+    timestamp: i64,
+    signature: String,
+    body: Vec<u8>,
+}
+
+type Inbox = Arc<Mutex<BTreeMap<String, Vec<Received>>>>;
+
+/// A local partner: `/{mode}/{key}` answers 200 (`ok`), 500 (`fail`), 410 (`gone`) or too late (`slow`).
+fn receiver() -> &'static (SocketAddr, Inbox) {
+    static RECEIVER: OnceLock<(SocketAddr, Inbox)> = OnceLock::new();
+    RECEIVER.get_or_init(|| {
+        let inbox: Inbox = Default::default();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let state = inbox.clone();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+            runtime.block_on(async move {
+                let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+                tx.send(listener.local_addr().unwrap()).unwrap();
+                let app = axum::Router::new().route("/{mode}/{key}", axum::routing::post(receive)).with_state(state);
+                axum::serve(listener, app).await.unwrap();
+            });
+        });
+        (rx.recv().unwrap(), inbox)
+    })
+}
+
+async fn receive(State(inbox): State<Inbox>, Path((mode, key)): Path<(String, String)>, headers: HeaderMap, body: axum::body::Bytes) -> StatusCode {
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
+    let received = Received {
+        id: header("webhook-id"),
+        timestamp: header("webhook-timestamp").parse().unwrap_or(0),
+        signature: header("webhook-signature"),
+        body: body.to_vec(),
+    };
+    inbox.lock().unwrap().entry(key).or_default().push(received);
+    match mode.as_str() {
+        "ok" => StatusCode::NO_CONTENT,
+        "gone" => StatusCode::GONE,
+        "slow" => {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            StatusCode::OK
+        }
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
+fn callback(mode: &str) -> (String, String) {
+    let key = uuid::Uuid::new_v4().simple().to_string();
+    (format!("http://{}/{mode}/{key}", receiver().0), key)
+}
+
+async fn received(key: &str, at_least: usize) -> Vec<Received> {
+    for _ in 0..600 {
+        let got = receiver().1.lock().unwrap().get(key).cloned().unwrap_or_default();
+        if got.len() >= at_least {
+            return got;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the receiver did not get {at_least} requests for {key}");
+}
+
+async fn deliveries(api: &Api, job_id: &str, at_least: usize) -> Vec<Value> {
+    for _ in 0..600 {
+        let reply = api.get(&format!("/jobs/{job_id}/deliveries")).await;
+        assert_eq!(reply.status, 200, "{}", reply.text);
+        let list = reply.json["deliveries"].as_array().unwrap().clone();
+        if list.len() >= at_least {
+            return list;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("fewer than {at_least} deliveries recorded for {job_id}");
+}
+
+async fn secrets(api: &Api) -> Vec<String> {
+    let reply = api.get("/webhooks/secret").await;
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    reply.json["secrets"].as_array().unwrap().iter().map(|s| s["secret"].as_str().unwrap().to_owned()).collect()
+}
+
+#[tokio::test]
+async fn a_terminal_event_is_delivered_signed() {
+    stack();
+    let api = Api::new(&principal("partner"));
+    let secret = secrets(&api).await.remove(0);
+    assert_eq!(secrets(&api).await, std::slice::from_ref(&secret), "the secret is stable");
+    let (url, key) = callback("ok");
+    let job_id = api.submit(&json!({"type": "demo", "params": {"items": 2}, "callback_url": url})).await;
+    assert_eq!(api.wait_terminal(&job_id, TIMEOUT).await["status"], "succeeded");
+    let got = received(&key, 1).await;
+    let message = &got[0];
+    assert!(verify(&secret, &message.id, message.timestamp, &message.body, &message.signature), "signature verifies");
+    assert!((chrono::Utc::now().timestamp() - message.timestamp).abs() < 60);
+    let payload: Value = serde_json::from_slice(&message.body).unwrap();
+    assert_eq!(payload["type"], "job.succeeded");
+    assert_eq!(payload["job_id"], job_id.as_str());
+    assert_eq!(payload["status"], "succeeded");
+    assert_eq!(payload["result_url"], format!("/jobs/{job_id}/result"));
+    let recorded = deliveries(&api, &job_id, 1).await;
+    assert_eq!((recorded[0]["status_code"].as_u64(), recorded[0]["outcome"].as_str()), (Some(204), Some("delivered")));
+    assert_eq!(recorded[0]["webhook_id"], message.id.as_str());
+    // Nobody else sees them.
+    assert_eq!(Api::new(&principal("other")).get(&format!("/jobs/{job_id}/deliveries")).await.status, 404);
+}
+
+#[tokio::test]
+async fn failures_are_retried_with_the_same_id_then_dead_lettered() {
+    stack();
+    let api = Api::new(&principal("flaky-partner"));
+    let (url, key) = callback("fail");
+    let job_id = api.submit(&json!({"type": "demo", "params": {"items": 1, "fail_at": 0, "fail_kind": "fatal"}, "callback_url": url})).await;
+    assert_eq!(api.wait_terminal(&job_id, TIMEOUT).await["status"], "failed");
+    let got = received(&key, 4).await;
+    assert!(got.iter().all(|m| m.id == got[0].id), "every retry keeps the webhook-id");
+    let payload: Value = serde_json::from_slice(&got[0].body).unwrap();
+    assert_eq!((payload["type"].as_str(), payload["error"]["code"].as_str()), (Some("job.failed"), Some("Job.Fatal")));
+    let recorded = deliveries(&api, &job_id, 4).await;
+    let outcomes: Vec<&str> = recorded.iter().map(|d| d["outcome"].as_str().unwrap()).collect();
+    assert_eq!(outcomes, ["retrying", "retrying", "retrying", "dead_lettered"]);
+    assert!(recorded.iter().all(|d| d["status_code"] == 500));
+    let aws = Aws::new().await;
+    let dlq = stack().stack.resource("WebhookDeadLetterQueue");
+    for _ in 0..100 {
+        let messages = aws.sqs.receive_message().queue_url(&dlq).max_number_of_messages(10).visibility_timeout(0).wait_time_seconds(1).send().await.unwrap();
+        if messages.messages().iter().any(|m| m.body().is_some_and(|b| b.contains(&job_id))) {
+            return;
+        }
+    }
+    panic!("the exhausted delivery is not in the webhook dead-letter queue");
+}
+
+#[tokio::test]
+async fn a_timeout_is_retried_and_410_stops_deliveries() {
+    stack();
+    let api = Api::new(&principal("slow-partner"));
+    let (url, key) = callback("slow");
+    let job_id = api.submit(&json!({"type": "demo", "params": {"items": 1}, "callback_url": url})).await;
+    api.wait_terminal(&job_id, TIMEOUT).await;
+    let recorded = deliveries(&api, &job_id, 2).await;
+    assert_eq!(recorded[0]["error"], "timed out");
+    assert_eq!(recorded[0]["outcome"], "retrying");
+    assert!(received(&key, 2).await.len() >= 2);
+
+    let (url, key) = callback("gone");
+    let job_id = api.submit(&json!({"type": "demo", "params": {"items": 3}, "callback_url": url})).await;
+    api.wait_terminal(&job_id, TIMEOUT).await;
+    let recorded = deliveries(&api, &job_id, 1).await;
+    assert_eq!(recorded[0]["outcome"], "stopped");
+    tokio::time::sleep(Duration::from_secs(3)).await; // longer than a retry interval
+    assert_eq!(received(&key, 1).await.len(), 1, "no retry after 410");
+    assert_eq!(deliveries(&api, &job_id, 1).await.len(), 1);
+}
+
+#[tokio::test]
+async fn during_a_rotation_deliveries_carry_both_signatures() {
+    stack();
+    let api = Api::new(&principal("rotating-partner"));
+    let old = secrets(&api).await.remove(0);
+    let rotated = api.post_json("/webhooks/secret/rotate", &json!({})).await;
+    assert_eq!(rotated.status, 200, "{}", rotated.text);
+    let both = secrets(&api).await;
+    assert_eq!(both.len(), 2);
+    assert_eq!(both[1], old);
+    let (url, key) = callback("ok");
+    let job_id = api.submit(&json!({"type": "demo", "params": {"items": 1}, "callback_url": url})).await;
+    api.wait_terminal(&job_id, TIMEOUT).await;
+    let message = received(&key, 1).await.remove(0);
+    for secret in &both {
+        assert!(verify(secret, &message.id, message.timestamp, &message.body, &message.signature), "{secret}");
+    }
+    assert_eq!(message.signature.split(' ').count(), 2);
+}
+
+/// A resolver whose answer changed since submission: the host now points inside.
+struct Rebound;
+
+impl webhook::Resolver for Rebound {
+    fn resolve<'a>(&'a self, _host: &'a str, port: u16) -> futures::future::BoxFuture<'a, std::io::Result<Vec<SocketAddr>>> {
+        Box::pin(async move { Ok(vec![SocketAddr::from(([10, 0, 0, 7], port)), SocketAddr::from(([93, 184, 216, 34], port))]) })
+    }
+}
+
+#[tokio::test]
+async fn delivery_rechecks_dns_and_refuses_private_addresses() {
+    stack();
+    let owner = principal("rebinding");
+    let sdk = stack().stack.emulator_sdk_config().await;
+    let jobs = JobStore::new(aws_sdk_dynamodb::Client::new(&sdk), stack().stack.resource("JobsTable"));
+    // A job whose callback host resolved to a public address when it was submitted.
+    let now = longhaul_domain::now_rfc3339();
+    let job_id = longhaul_domain::JobId::new().to_string();
+    let record: longhaul_aws::jobs::JobRecord = serde_json::from_value(json!({
+        "job_id": job_id, "owner": owner, "type": "demo", "params": {"items": 1}, "status": "succeeded",
+        "attempt": 1, "idempotency_key": "k", "fingerprint": "f", "callback_url": "https://partner.example.com/hook",
+        "created_at": now, "updated_at": now, "finished_at": now,
+        "transitions": [Transition { state: JobStatus::Succeeded, at: now.clone(), reason: "test".into() }],
+    }))
+    .unwrap();
+    jobs.put_job(&record).await.unwrap();
+    let mut vars = std::collections::HashMap::new();
+    vars.insert("TABLE_NAME".to_string(), stack().stack.resource("JobsTable"));
+    vars.insert("WEBHOOK_QUEUE_URL".to_string(), stack().stack.resource("WebhookQueue").replace(&stack().stack.edge_url, &stack().stack.emulator.url));
+    vars.insert("WEBHOOK_DLQ_URL".to_string(), stack().stack.resource("WebhookDeadLetterQueue").replace(&stack().stack.edge_url, &stack().stack.emulator.url));
+    let config = webhook::Config::from_vars(&longhaul_aws::config::Vars::from_map(vars)).unwrap();
+    let deps = webhook::Deps::new(&sdk, &config, Arc::new(Rebound)).unwrap();
+    webhook::process(&deps, &WebhookMessage { job_id: job_id.clone(), status: JobStatus::Succeeded, attempt: 1, not_before: 0 })
+        .await
+        .unwrap();
+    let recorded = jobs.deliveries(&job_id).await.unwrap();
+    assert_eq!(recorded.len(), 1);
+    assert_eq!(recorded[0].error.as_deref(), Some("partner.example.com resolves to a non-public address"));
+    assert_eq!(recorded[0].status_code, None, "no connection was made");
+    assert_eq!(recorded[0].outcome, "retrying");
+}
