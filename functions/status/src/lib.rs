@@ -20,12 +20,14 @@ use longhaul_aws::api::{Problem, json_response, path_job_id, principal, route_ke
 use longhaul_aws::config::{ConfigError, Vars};
 use longhaul_aws::jobs::{JobRecord, JobStore, JobView, ListError, ListFilter};
 use longhaul_aws::objects::ObjectStore;
-use longhaul_domain::JobStatus;
+use longhaul_domain::{JobStatus, stream_token};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
 /// Seconds a client should wait between polls of a live job.
 pub const POLL_AFTER_SECONDS: u64 = 2;
+/// How long a stream link lives.
+pub const STREAM_TOKEN_TTL_SECONDS: i64 = 15 * 60;
 /// How long a result link lives.
 pub const RESULT_URL_TTL: Duration = Duration::from_secs(15 * 60);
 /// Default and largest page size of `GET /jobs`.
@@ -58,12 +60,21 @@ pub struct Config {
     pub table: String,
     /// `BUCKET_NAME`: where results live.
     pub bucket: String,
+    /// `EVENTS_URL`: base URL of the live progress stream (the events function's URL).
+    pub events_url: String,
+    /// `STREAM_TOKEN_SECRET`: signs the stream's job-scoped tokens.
+    pub stream_token_secret: String,
 }
 
 impl Config {
     /// Reads the configuration.
     pub fn from_vars(vars: &Vars) -> Result<Self, ConfigError> {
-        Ok(Config { table: vars.required("TABLE_NAME")?, bucket: vars.required("BUCKET_NAME")? })
+        Ok(Config {
+            table: vars.required("TABLE_NAME")?,
+            bucket: vars.required("BUCKET_NAME")?,
+            events_url: vars.required("EVENTS_URL")?.trim_end_matches('/').to_owned(),
+            stream_token_secret: vars.required("STREAM_TOKEN_SECRET")?,
+        })
     }
 }
 
@@ -74,6 +85,10 @@ pub struct Deps {
     pub jobs: JobStore,
     /// Results (read only).
     pub objects: ObjectStore,
+    /// Base URL of the live progress stream.
+    pub events_url: String,
+    /// Signs stream tokens.
+    pub stream_token_secret: String,
 }
 
 impl Deps {
@@ -82,6 +97,8 @@ impl Deps {
         Deps {
             jobs: JobStore::new(aws_sdk_dynamodb::Client::new(sdk), config.table.clone()),
             objects: ObjectStore::new(aws_sdk_s3::Client::new(sdk), config.bucket.clone()),
+            events_url: config.events_url.clone(),
+            stream_token_secret: config.stream_token_secret.clone(),
         }
     }
 }
@@ -138,7 +155,15 @@ async fn owned_view(deps: &Deps, request: &Request) -> Result<JobView, Problem> 
 
 async fn get_job(deps: &Deps, request: &Request) -> Result<Response<Body>, Problem> {
     let view = owned_view(deps, request).await?;
-    let body = serde_json::to_vec(&render(&view)).expect("views always serialise");
+    let mut rendered = render(&view);
+    if !view.job.status.is_terminal() {
+        // A job-scoped link to the live stream, valid for 15 minutes (EventSource cannot send
+        // an Authorization header). Terminal jobs have nothing to stream and stay cacheable.
+        let expires = chrono::Utc::now().timestamp() + STREAM_TOKEN_TTL_SECONDS;
+        let token = stream_token::issue(deps.stream_token_secret.as_bytes(), &view.job.job_id, &view.job.owner, expires);
+        rendered["events_url"] = format!("{}/jobs/{}/events?token={token}", deps.events_url, view.job.job_id).into();
+    }
+    let body = serde_json::to_vec(&rendered).expect("views always serialise");
     let etag = format!("\"{}\"", &hex::encode(Sha256::digest(&body))[..32]);
     let terminal = view.job.status.is_terminal();
     let not_modified = terminal

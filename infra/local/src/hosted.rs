@@ -20,6 +20,7 @@ use serde_json::Value;
 use crate::model::FunctionSpec;
 
 type HttpHandler = Arc<dyn Fn(Request) -> BoxFuture<'static, Response<Body>> + Send + Sync>;
+type StreamHandler = Arc<dyn Fn(Request) -> BoxFuture<'static, Response<axum::body::Body>> + Send + Sync>;
 type EventHandler = Arc<dyn Fn(Value, Instant) -> BoxFuture<'static, Result<Value, Diagnostic>> + Send + Sync>;
 
 /// A function's handler.
@@ -29,6 +30,8 @@ pub enum Handler {
     Http(HttpHandler),
     /// Any other function: JSON event in, JSON out (lambda_runtime).
     Event(EventHandler),
+    /// A function URL in RESPONSE_STREAM mode: the body is streamed as it is produced.
+    Stream(StreamHandler),
 }
 
 /// An invocation in flight: the job it works on (if its event names one) and its task.
@@ -97,6 +100,18 @@ pub fn host(spec: &FunctionSpec, sdk: &SdkConfig) -> anyhow::Result<HostedFuncti
         "cancel" => http_function!(cancel, &vars, sdk, context),
         "uploads" => http_function!(uploads, &vars, sdk, context),
         "webhooks" => http_function!(webhooks, &vars, sdk, context),
+        "events" => {
+            let deps = Arc::new(events::Deps::new(sdk, &events::Config::from_vars(&vars).with_context(context)?));
+            Handler::Stream(Arc::new(move |request| {
+                let deps = deps.clone();
+                async move {
+                    let response = events::handle(deps, request).await;
+                    let (parts, body) = response.into_parts();
+                    Response::from_parts(parts, axum::body::Body::new(body))
+                }
+                .boxed()
+            }))
+        }
         "webhook" => {
             let config = webhook::Config::from_vars(&vars).with_context(context)?;
             let deps = Arc::new(webhook::Deps::new(sdk, &config, Arc::new(webhook::SystemResolver)).with_context(context)?);
@@ -190,6 +205,17 @@ impl HostedFunction {
             !hit
         });
         crashed
+    }
+
+    /// Serves one streaming function-URL request (no timeout here: the stream ends itself).
+    pub async fn serve_stream(&self, request: Request) -> Response<axum::body::Body> {
+        match &self.handler {
+            Handler::Stream(handler) => handler(request).await,
+            _ => {
+                let (parts, body) = gateway_error(500, "Internal Server Error").into_parts();
+                Response::from_parts(parts, axum::body::Body::from(body.as_ref().to_vec()))
+            }
+        }
     }
 
     /// Serves one HTTP API request, within the function's timeout (API Gateway answers 503

@@ -124,6 +124,7 @@ pub fn router(state: ApiState) -> axum::Router {
         .route("/_local/aws-calls", axum::routing::get(aws_calls))
         .route("/_local/schedules/{name}", axum::routing::post(fire_schedule))
         .route("/_local/functions/{name}/crash", axum::routing::post(crash_function))
+        .route("/_fn/{logical}/{*rest}", axum::routing::any(function_url))
         .fallback(serve)
         .with_state(state)
 }
@@ -158,6 +159,40 @@ async fn crash_function(
     }
 }
 
+/// A function URL: the same payload 2.0 event, no authorizer (the function authenticates).
+async fn function_url(
+    State(state): State<ApiState>,
+    axum::extract::Path((logical, rest)): axum::extract::Path<(String, String)>,
+    request: Request,
+) -> Response {
+    let Some(function) = state
+        .functions
+        .iter()
+        .find(|f| f.spec.logical == logical && f.spec.events.iter().any(|e| matches!(e, EventSpec::Url { .. })))
+    else {
+        return to_axum(gateway_error(404, "Not Found"));
+    };
+    let (parts, body) = request.into_parts();
+    let body = match axum::body::to_bytes(body, MAX_PAYLOAD_BYTES).await {
+        Ok(body) => body,
+        Err(_) => return to_axum(gateway_error(413, "Request Entity Too Large")),
+    };
+    let path = format!("/{rest}");
+    let uri: axum::http::Uri = match parts.uri.query() {
+        Some(query) => format!("{path}?{query}"),
+        None => path.clone(),
+    }
+    .parse()
+    .unwrap_or_else(|_| axum::http::Uri::from_static("/"));
+    // Function URLs have no routes and so no path parameters: the function reads the path.
+    let event = event("$default", &parts.method, &uri, &parts.headers, &BTreeMap::new(), None, &body);
+    let lambda_request: LambdaRequest = match serde_json::from_value(event) {
+        Ok(request) => request,
+        Err(_) => return to_axum(gateway_error(500, "Internal Server Error")),
+    };
+    function.serve_stream(lambda_request.into()).await
+}
+
 async fn serve(State(state): State<ApiState>, request: Request) -> Response {
     let (parts, body) = request.into_parts();
     let method = parts.method.as_str().to_owned();
@@ -178,7 +213,8 @@ async fn serve(State(state): State<ApiState>, request: Request) -> Response {
         Ok(body) => body,
         Err(_) => return to_axum(gateway_error(413, "Request Entity Too Large")),
     };
-    let event = event(route, &parts.method, &parts.uri, &parts.headers, &params, claims, &body);
+    let route_key = format!("{} {}", route.method, route.path);
+    let event = event(&route_key, &parts.method, &parts.uri, &parts.headers, &params, claims, &body);
     let lambda_request: LambdaRequest = match serde_json::from_value(event) {
         Ok(request) => request,
         Err(err) => {
@@ -191,7 +227,7 @@ async fn serve(State(state): State<ApiState>, request: Request) -> Response {
 
 /// The payload 2.0 event API Gateway sends for this request.
 fn event(
-    route: &Route,
+    route_key: &str,
     method: &axum::http::Method,
     uri: &axum::http::Uri,
     headers: &HeaderMap,
@@ -241,7 +277,6 @@ fn event(
         }
     };
     let now = chrono::Utc::now();
-    let route_key = format!("{} {}", route.method, route.path);
     json!({
         "version": "2.0",
         "routeKey": route_key,

@@ -160,7 +160,7 @@ impl LocalStack {
         let api_url = format!("http://127.0.0.1:{api_port}");
 
         let template =
-            template::Template::load(&options.root.join("template.yaml"), &options.stack, &edge_url, &BTreeMap::new())?;
+            template::Template::load(&options.root.join("template.yaml"), &options.stack, &edge_url, &api_url, &BTreeMap::new())?;
         let direct = sdk_config(&emulator.url).await;
         let clients = provision::Clients {
             dynamodb: aws_sdk_dynamodb::Client::new(&direct),

@@ -27,7 +27,7 @@ async fn main() -> anyhow::Result<()> {
         ["dev"] => dev().await,
         ["token", sub] => {
             let options = Options::dev(root()?)?;
-            let template = Template::load(&options.root.join("template.yaml"), &options.stack, "", &Default::default())?;
+            let template = Template::load(&options.root.join("template.yaml"), &options.stack, "", "", &Default::default())?;
             let authorizer = longhaul_local::authorizer(&template, options.state_dir.as_deref())?;
             println!("{}", authorizer.token(sub, 86_400));
             Ok(())

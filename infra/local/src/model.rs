@@ -48,6 +48,11 @@ pub enum EventSpec {
         /// `FunctionResponseTypes: [ReportBatchItemFailures]`.
         report_batch_item_failures: bool,
     },
+    /// A function URL (served locally under `/_fn/<LogicalId>/`).
+    Url {
+        /// `RESPONSE_STREAM` or `BUFFERED`.
+        streaming: bool,
+    },
     /// An EventBridge schedule.
     Schedule {
         /// The schedule's name (`Name`, else the event's key).
@@ -121,6 +126,10 @@ pub fn functions(template: &Template) -> anyhow::Result<Vec<FunctionSpec>> {
                 other => bail!("{logical}: event type {other} is not supported by the local stack"),
             };
             events.push(spec);
+        }
+        let url = &resource["Properties"]["FunctionUrlConfig"];
+        if !url.is_null() {
+            events.push(EventSpec::Url { streaming: url["InvokeMode"] == "RESPONSE_STREAM" });
         }
         out.push(FunctionSpec {
             logical: logical.clone(),

@@ -34,6 +34,8 @@ pub struct Template {
     pub stack: String,
     /// Base URL queue URLs are built on (the edge).
     pub queue_endpoint: String,
+    /// Base URL function URLs are served under (the local API: `<base>/_fn/<LogicalId>`).
+    pub function_url_base: String,
 }
 
 /// Converts YAML (with CloudFormation short-form tags) to JSON with long-form intrinsics.
@@ -81,7 +83,13 @@ fn yaml_to_json(value: serde_norway::Value) -> anyhow::Result<Value> {
 
 impl Template {
     /// Loads `path`, taking parameter defaults unless `overrides` names them.
-    pub fn load(path: &Path, stack: &str, queue_endpoint: &str, overrides: &BTreeMap<String, String>) -> anyhow::Result<Self> {
+    pub fn load(
+        path: &Path,
+        stack: &str,
+        queue_endpoint: &str,
+        function_url_base: &str,
+        overrides: &BTreeMap<String, String>,
+    ) -> anyhow::Result<Self> {
         let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
         let yaml: serde_norway::Value = serde_norway::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
         let doc = yaml_to_json(yaml)?;
@@ -106,6 +114,7 @@ impl Template {
                 .collect(),
             stack: stack.to_owned(),
             queue_endpoint: queue_endpoint.trim_end_matches('/').to_owned(),
+            function_url_base: function_url_base.trim_end_matches('/').to_owned(),
         })
     }
 
@@ -162,6 +171,13 @@ impl Template {
 
     /// `Fn::GetAtt` of a resource.
     pub fn attribute(&self, logical: &str, attr: &str) -> anyhow::Result<String> {
+        // SAM's implicit `<Function>Url` resource of a function with FunctionUrlConfig.
+        if attr == "FunctionUrl"
+            && let Some(function) = logical.strip_suffix("Url")
+            && self.resources.get(function).is_some_and(|r| !r["Properties"]["FunctionUrlConfig"].is_null())
+        {
+            return Ok(format!("{}/_fn/{function}/", self.function_url_base));
+        }
         let kind = self.resource(logical)?["Type"].as_str().unwrap_or_default().to_owned();
         let name = self.physical_name(logical)?;
         Ok(match (kind.as_str(), attr) {
@@ -302,7 +318,7 @@ mod tests {
     #[test]
     fn the_real_template_resolves() {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../template.yaml");
-        let t = Template::load(&path, "longhaul", "http://127.0.0.1:1", &BTreeMap::new()).unwrap();
+        let t = Template::load(&path, "longhaul", "http://127.0.0.1:1", "http://127.0.0.1:2", &BTreeMap::new()).unwrap();
         for (logical, _) in t.of_type("AWS::Serverless::Function") {
             let env = t.function_environment(logical).unwrap();
             assert!(env.contains_key("TABLE_NAME"), "{logical}");

@@ -10,6 +10,7 @@ pub mod fingerprint;
 pub mod job;
 pub mod reaper;
 pub mod status;
+pub mod stream_token;
 pub mod uploads;
 pub mod webhooks;
 

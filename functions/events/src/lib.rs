@@ -1,0 +1,212 @@
+//! **events** — `GET /jobs/{id}/events?token=…`: a `text/event-stream` of a job's progress,
+//! then its terminal status, served with Lambda response streaming through a function URL
+//! (HTTP APIs cannot stream; a function URL in `RESPONSE_STREAM` mode can, for up to the
+//! function's 15 minutes, and the client reconnects with `Last-Event-ID` after that).
+//!
+//! The URL's token (from `GET /jobs/{id}`) names one job and its owner and expires within
+//! minutes, so the stream is tenant-scoped without an `Authorization` header (which
+//! `EventSource` cannot send). Each event's `id:` is the progress sequence number; a reconnect
+//! with `Last-Event-ID: n` resumes with the first state after `n`, never repeating one. A
+//! comment line every 15 s keeps proxies from closing an idle stream; the stream ends after
+//! the terminal event.
+
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures::Stream;
+use http_body_util::StreamBody;
+use lambda_http::http::{HeaderValue, header};
+use lambda_http::{Request, RequestExt, Response};
+use longhaul_aws::api::Problem;
+use longhaul_aws::config::{ConfigError, Vars};
+use longhaul_aws::jobs::{JobStore, JobView};
+use longhaul_domain::{JobStatus, stream_token};
+use serde_json::json;
+
+/// The streamed body.
+pub type EventBody = StreamBody<Pin<Box<dyn Stream<Item = Result<http_body::Frame<Bytes>, Infallible>> + Send>>>;
+
+/// The function's configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// `TABLE_NAME`.
+    pub table: String,
+    /// `STREAM_TOKEN_SECRET`: the key stream tokens are signed with.
+    pub token_secret: String,
+    /// `LONGHAUL_STREAM_POLL_MS` (1,000): how often the job is read while streaming.
+    pub poll: Duration,
+    /// `LONGHAUL_STREAM_KEEPALIVE_SECONDS` (15): idle comment interval.
+    pub keepalive: Duration,
+    /// `LONGHAUL_STREAM_MAX_SECONDS` (840): when a stream ends for the client to reconnect
+    /// (before the function's 15-minute limit).
+    pub max_duration: Duration,
+}
+
+impl Config {
+    /// Reads the configuration.
+    pub fn from_vars(vars: &Vars) -> Result<Self, ConfigError> {
+        Ok(Config {
+            table: vars.required("TABLE_NAME")?,
+            token_secret: vars.required("STREAM_TOKEN_SECRET")?,
+            poll: Duration::from_millis(vars.parsed_or("LONGHAUL_STREAM_POLL_MS", 1_000)?),
+            keepalive: Duration::from_secs(vars.parsed_or("LONGHAUL_STREAM_KEEPALIVE_SECONDS", 15)?),
+            max_duration: Duration::from_secs(vars.parsed_or("LONGHAUL_STREAM_MAX_SECONDS", 840)?),
+        })
+    }
+}
+
+/// What the handler needs, built once per sandbox.
+#[derive(Debug, Clone)]
+pub struct Deps {
+    /// The job table (read only).
+    pub jobs: JobStore,
+    /// Settings.
+    pub config: Config,
+}
+
+impl Deps {
+    /// Builds the adapters from one SDK configuration.
+    pub fn new(sdk: &aws_config::SdkConfig, config: &Config) -> Self {
+        Deps { jobs: JobStore::new(aws_sdk_dynamodb::Client::new(sdk), config.table.clone()), config: config.clone() }
+    }
+}
+
+fn body(stream: impl Stream<Item = Bytes> + Send + 'static) -> EventBody {
+    use futures::StreamExt;
+    StreamBody::new(Box::pin(stream.map(|bytes| Ok(http_body::Frame::data(bytes)))))
+}
+
+fn problem_response(problem: Problem) -> Response<EventBody> {
+    let (parts, content) = problem.into_response().into_parts();
+    let bytes = Bytes::copy_from_slice(content.as_ref());
+    Response::from_parts(parts, body(futures::stream::iter([bytes])))
+}
+
+/// Handles one request: a problem, or the event stream.
+pub async fn handle(deps: Arc<Deps>, request: Request) -> Response<EventBody> {
+    match open(&deps, &request).await {
+        Ok((view, after)) => {
+            let mut response = Response::new(body(stream(deps, view.job.job_id.clone(), after)));
+            let headers = response.headers_mut();
+            headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+            headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+            response
+        }
+        Err(problem) => problem_response(problem),
+    }
+}
+
+/// Checks the token; returns the job and the last event id the client has.
+async fn open(deps: &Deps, request: &Request) -> Result<(JobView, u64), Problem> {
+    // Function URLs have no routes (and no path parameters): the path is ours to read.
+    let job_id = match request.uri().path().trim_matches('/').split('/').collect::<Vec<_>>().as_slice() {
+        ["jobs", id, "events"] => id.parse::<longhaul_domain::JobId>().map_err(|_| Problem::not_found())?.to_string(),
+        _ => return Err(Problem::not_found()),
+    };
+    let token = request.query_string_parameters().first("token").map(str::to_owned).unwrap_or_default();
+    let view = deps.jobs.view(&job_id).await.map_err(|err| {
+        tracing::error!(job_id, error = %err, "reading the job failed");
+        Problem::internal()
+    })?;
+    // Unknown job and a token for another job or owner read the same.
+    let view = view
+        .filter(|v| stream_token::verify(deps.config.token_secret.as_bytes(), &token, &job_id, &v.job.owner, chrono::Utc::now().timestamp()))
+        .ok_or_else(Problem::not_found)?;
+    let after = request
+        .headers()
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    Ok((view, after))
+}
+
+fn event(id: u64, kind: &str, data: &serde_json::Value) -> Bytes {
+    Bytes::from(format!("id: {id}\nevent: {kind}\ndata: {data}\n\n"))
+}
+
+/// The events of one job after event id `after`.
+fn stream(deps: Arc<Deps>, job_id: String, after: u64) -> impl Stream<Item = Bytes> + Send + 'static {
+    struct State {
+        deps: Arc<Deps>,
+        job_id: String,
+        last_id: u64,
+        last_sent: Instant,
+        ends_at: Instant,
+        done: bool,
+        first: bool,
+    }
+    let state = State {
+        ends_at: Instant::now() + deps.config.max_duration,
+        deps,
+        job_id,
+        last_id: after,
+        last_sent: Instant::now(),
+        done: false,
+        first: true,
+    };
+    futures::stream::unfold(state, |mut st| async move {
+        if st.done {
+            return None;
+        }
+        if std::mem::take(&mut st.first) {
+            // Tell EventSource how soon to reconnect after the stream ends.
+            return Some((Bytes::from_static(b"retry: 1000\n\n"), st));
+        }
+        loop {
+            if Instant::now() >= st.ends_at {
+                st.done = true;
+                return Some((Bytes::from_static(b": reconnect with Last-Event-ID to continue\n\n"), st));
+            }
+            let view = match st.deps.jobs.view(&st.job_id).await {
+                Ok(Some(view)) => view,
+                Ok(None) => {
+                    st.done = true;
+                    return Some((Bytes::from_static(b"event: error\ndata: {\"detail\":\"the job no longer exists\"}\n\n"), st));
+                }
+                Err(err) => {
+                    tracing::warn!(job_id = st.job_id, error = %err, "reading the job failed; retrying");
+                    tokio::time::sleep(st.deps.config.poll).await;
+                    continue;
+                }
+            };
+            let seq = view.progress.as_ref().map(|p| p.seq).unwrap_or(0);
+            if view.job.status.is_terminal() {
+                st.done = true;
+                let id = seq.max(st.last_id) + 1;
+                let mut data = json!({ "job_id": view.job.job_id, "status": view.job.status });
+                if let Some(error) = &view.job.error {
+                    data["error"] = json!({ "code": error.code, "message": error.message });
+                }
+                if matches!(view.job.status, JobStatus::Succeeded | JobStatus::Expired) {
+                    data["result_url"] = format!("/jobs/{}/result", view.job.job_id).into();
+                }
+                return Some((event(id, "status", &data), st));
+            }
+            if let Some(progress) = view.progress.as_ref().filter(|p| p.seq > st.last_id) {
+                st.last_id = progress.seq;
+                st.last_sent = Instant::now();
+                let data = json!({
+                    "job_id": view.job.job_id,
+                    "status": view.job.status,
+                    "pct": progress.pct,
+                    "stage": progress.stage,
+                    "stage_index": progress.stage_index,
+                    "stages_total": progress.stages_total,
+                    "items_done": progress.items_done,
+                    "items_total": progress.items_total,
+                    "eta": progress.eta_seconds,
+                });
+                return Some((event(progress.seq, "progress", &data), st));
+            }
+            if st.last_sent.elapsed() >= st.deps.config.keepalive {
+                st.last_sent = Instant::now();
+                return Some((Bytes::from_static(b": keepalive\n\n"), st));
+            }
+            tokio::time::sleep(st.deps.config.poll).await;
+        }
+    })
+}

@@ -1,0 +1,134 @@
+//! The live progress stream (SSE) served through the events function's URL, with reads every
+//! 100 ms and keep-alive comments every second.
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use longhaul_tests::{Api, Harness, harness_with, principal};
+use serde_json::{Value, json};
+
+fn stack() -> &'static Harness {
+    harness_with(&[("LONGHAUL_STREAM_POLL_MS", "100"), ("LONGHAUL_STREAM_KEEPALIVE_SECONDS", "1")])
+}
+
+/// One server-sent event (or comment).
+#[derive(Debug, Clone, Default)]
+struct Event {
+    id: Option<u64>,
+    kind: String,
+    data: Value,
+    comment: bool,
+}
+
+fn parse(block: &str) -> Option<Event> {
+    let mut event = Event::default();
+    for line in block.lines() {
+        if let Some(comment) = line.strip_prefix(':') {
+            event.comment = true;
+            event.kind = comment.trim().to_owned();
+        } else if let Some(id) = line.strip_prefix("id: ") {
+            event.id = id.parse().ok();
+        } else if let Some(kind) = line.strip_prefix("event: ") {
+            event.kind = kind.to_owned();
+        } else if let Some(data) = line.strip_prefix("data: ") {
+            event.data = serde_json::from_str(data).unwrap_or(Value::Null);
+        } else if line.starts_with("retry: ") {
+            return None;
+        }
+    }
+    (event.comment || !event.kind.is_empty()).then_some(event)
+}
+
+/// Reads the stream at `url` until it ends or `stop` says so.
+async fn read(url: &str, last_event_id: Option<u64>, stop: impl Fn(&[Event]) -> bool) -> (u16, String, Vec<Event>) {
+    let mut request = reqwest::Client::new().get(url);
+    if let Some(id) = last_event_id {
+        request = request.header("last-event-id", id.to_string());
+    }
+    let response = tokio::time::timeout(Duration::from_secs(30), request.send()).await.unwrap().unwrap();
+    let status = response.status().as_u16();
+    let content_type = response.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
+    let mut events = Vec::new();
+    let mut buffer = String::new();
+    let mut body = response.bytes_stream();
+    while let Ok(Some(chunk)) = tokio::time::timeout(Duration::from_secs(30), body.next()).await {
+        buffer.push_str(&String::from_utf8_lossy(&chunk.unwrap()));
+        while let Some(end) = buffer.find("\n\n") {
+            let block: String = buffer.drain(..end + 2).collect();
+            events.extend(parse(&block));
+        }
+        if stop(&events) {
+            break;
+        }
+    }
+    (status, content_type, events)
+}
+
+async fn events_url(api: &Api, job_id: &str) -> String {
+    let job = api.get(&format!("/jobs/{job_id}")).await.json;
+    job["events_url"].as_str().expect("a live job has an events_url").to_owned()
+}
+
+#[tokio::test]
+async fn progress_streams_monotonically_then_the_terminal_event_closes_it() {
+    stack();
+    let api = Api::new(&principal("watcher"));
+    let job_id = api.submit(&json!({"type": "demo", "params": {"items": 30, "item_ms": 50}})).await;
+    let url = events_url(&api, &job_id).await;
+    let (status, content_type, events) = read(&url, None, |_| false).await;
+    assert_eq!((status, content_type.as_str()), (200, "text/event-stream"));
+    let events: Vec<Event> = events.into_iter().filter(|e| !e.comment).collect();
+    let last = events.last().expect("events");
+    assert_eq!((last.kind.as_str(), last.data["status"].as_str()), ("status", Some("succeeded")));
+    assert_eq!(last.data["result_url"], format!("/jobs/{job_id}/result"));
+    assert!(events.iter().filter(|e| e.kind == "progress").count() >= 2, "{events:?}");
+    let ids: Vec<u64> = events.iter().map(|e| e.id.unwrap()).collect();
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "ids increase: {ids:?}");
+    let pcts: Vec<f64> = events.iter().filter(|e| e.kind == "progress").map(|e| e.data["pct"].as_f64().unwrap()).collect();
+    assert!(pcts.windows(2).all(|w| w[0] <= w[1]), "progress never goes back: {pcts:?}");
+    // A terminal job has nothing to stream, and stays cacheable.
+    assert!(api.get(&format!("/jobs/{job_id}")).await.json.get("events_url").is_none());
+}
+
+#[tokio::test]
+async fn a_reconnect_with_last_event_id_resumes_without_repeats() {
+    stack();
+    let api = Api::new(&principal("reconnect"));
+    let job_id = api.submit(&json!({"type": "demo", "params": {"items": 60, "item_ms": 50}})).await;
+    let url = events_url(&api, &job_id).await;
+    let (_, _, first) = read(&url, None, |events| events.iter().filter(|e| e.kind == "progress").count() >= 3).await;
+    let seen = first.iter().filter_map(|e| e.id).max().unwrap();
+    let (_, _, rest) = read(&url, Some(seen), |_| false).await;
+    let ids: Vec<u64> = rest.iter().filter_map(|e| e.id).collect();
+    assert!(!ids.is_empty() && ids.iter().all(|id| *id > seen), "resumed after {seen}: {ids:?}");
+    assert_eq!(rest.iter().rfind(|e| !e.comment).unwrap().kind, "status");
+}
+
+#[tokio::test]
+async fn an_idle_stream_sends_keepalive_comments() {
+    stack();
+    let api = Api::new(&principal("idle"));
+    let job_id = api.submit(&json!({"type": "demo", "params": {"items": 5, "item_ms": 10, "stall_at": 2, "stall_ms": 2500}})).await;
+    let url = events_url(&api, &job_id).await;
+    let (_, _, events) = read(&url, None, |events| events.iter().any(|e| e.comment)).await;
+    assert!(events.iter().any(|e| e.comment && e.kind == "keepalive"), "{events:?}");
+}
+
+#[tokio::test]
+async fn streams_are_tenant_scoped() {
+    stack();
+    let owner = Api::new(&principal("stream-owner"));
+    let stranger = Api::new(&principal("stream-stranger"));
+    let job_id = owner.submit(&json!({"type": "demo", "params": {"items": 40, "item_ms": 50}})).await;
+    assert_eq!(stranger.get(&format!("/jobs/{job_id}")).await.status, 404, "no link for strangers");
+    let url = events_url(&owner, &job_id).await;
+    let other_job = owner.submit(&json!({"type": "demo", "params": {"items": 41, "item_ms": 50}})).await;
+    for bad in [
+        url.replace(&job_id, &other_job),
+        url.split("?token=").next().unwrap().to_owned(),
+        format!("{}?token=1.AAAA", url.split("?token=").next().unwrap()),
+    ] {
+        let (status, content_type, _) = read(&bad, None, |_| true).await;
+        assert_eq!((status, content_type.as_str()), (404, "application/problem+json"), "{bad}");
+    }
+}
