@@ -181,3 +181,30 @@ async fn the_call_meter_counts_what_a_job_costs() {
     assert!(delta("s3:PutObject") >= 1, "the result");
     assert!(delta("dynamodb:UpdateItem") >= 3, "queued, running, succeeded");
 }
+
+#[tokio::test]
+async fn functions_emit_cloudwatch_metrics_as_emf() {
+    let api = Api::new(&principal("metrics"));
+    let job_id = api.submit(&json!({"type": "demo", "params": {"items": 2}})).await;
+    assert_eq!(api.wait_terminal(&job_id, JOB_TIMEOUT).await["status"], "succeeded");
+    let lines = api.get("/_local/metrics").await.json;
+    let names: Vec<String> = lines
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|line| {
+            // Each line is a valid EMF document: the metric it declares is a member of it.
+            let declared = &line["_aws"]["CloudWatchMetrics"][0];
+            assert_eq!(declared["Namespace"], "longhaul");
+            assert_eq!(declared["Dimensions"], json!([["JobType"], []]));
+            assert!(line["_aws"]["Timestamp"].is_i64());
+            let name = declared["Metrics"][0]["Name"].as_str().unwrap().to_owned();
+            assert!(line[&name].is_number(), "{line}");
+            assert!(line["JobType"].is_string());
+            name
+        })
+        .collect();
+    for expected in ["JobsSubmitted", "JobsSucceeded", "JobDuration", "QueueWait"] {
+        assert!(names.iter().any(|n| n == expected), "{expected} missing from {names:?}");
+    }
+}

@@ -20,6 +20,26 @@ use crate::schedules::Schedules;
 /// API Gateway's payload limit for HTTP APIs.
 pub const MAX_PAYLOAD_BYTES: usize = 10 * 1024 * 1024;
 
+/// The last EMF lines the hosted functions printed (at most 10,000).
+#[derive(Clone, Default)]
+pub struct MetricLines(Arc<std::sync::Mutex<std::collections::VecDeque<String>>>);
+
+impl MetricLines {
+    /// Records one line.
+    pub fn record(&self, line: &str) {
+        let mut lines = self.0.lock().expect("metrics lock");
+        if lines.len() == 10_000 {
+            lines.pop_front();
+        }
+        lines.push_back(line.to_owned());
+    }
+
+    /// The recorded lines, parsed.
+    pub fn parsed(&self) -> Vec<Value> {
+        self.0.lock().expect("metrics lock").iter().filter_map(|l| serde_json::from_str(l).ok()).collect()
+    }
+}
+
 /// One route of the HTTP API.
 #[derive(Clone)]
 pub struct Route {
@@ -43,6 +63,8 @@ pub struct ApiState {
     pub schedules: Schedules,
     /// Every hosted function (`POST /_local/functions/{name}/crash`).
     pub functions: Arc<Vec<HostedFunction>>,
+    /// EMF lines (`GET /_local/metrics`).
+    pub metrics: MetricLines,
 }
 
 /// The routes of every hosted API function.
@@ -122,6 +144,9 @@ fn percent_decode(s: &str) -> Option<String> {
 pub fn router(state: ApiState) -> axum::Router {
     axum::Router::new()
         .route("/_local/aws-calls", axum::routing::get(aws_calls))
+        .route("/_local/metrics", axum::routing::get(|State(state): State<ApiState>| async move {
+            axum::Json(state.metrics.parsed()).into_response()
+        }))
         .route("/_local/schedules/{name}", axum::routing::post(fire_schedule))
         .route("/_local/functions/{name}/crash", axum::routing::post(crash_function))
         .route("/_fn/{logical}/{*rest}", axum::routing::any(function_url))

@@ -101,6 +101,8 @@ pub struct LocalStack {
     pub template: template::Template,
     /// AWS call counts.
     pub calls: edge::CallCounter,
+    /// EMF metric lines the hosted functions emitted (`GET /_local/metrics`).
+    pub metrics: http_api::MetricLines,
     authorizer: jwt::Authorizer,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
@@ -177,6 +179,11 @@ impl LocalStack {
             hosted.push(hosted::host(&spec, &function_sdk)?);
         }
         let calls = edge::CallCounter::default();
+        let metrics = http_api::MetricLines::default();
+        let recorder = metrics.clone();
+        if !longhaul_aws::metrics::set_sink(Box::new(move |line| recorder.record(line))) {
+            tracing::debug!("a metrics sink is already installed (another stack in this process)");
+        }
         let by_name: HashMap<String, hosted::HostedFunction> =
             hosted.iter().map(|f| (f.spec.name.clone(), f.clone())).collect();
         let edge_state = edge::EdgeState {
@@ -194,6 +201,7 @@ impl LocalStack {
             calls: calls.clone(),
             schedules: schedules.clone(),
             functions: Arc::new(hosted.clone()),
+            metrics: metrics.clone(),
         };
         let mut tasks = vec![
             tokio::spawn(async move {
@@ -209,7 +217,7 @@ impl LocalStack {
         ];
         tasks.extend(event_sources::spawn(&hosted, &clients.sqs));
         tasks.extend(schedules.spawn());
-        Ok(LocalStack { api_url, edge_url, emulator, template, calls, authorizer, tasks })
+        Ok(LocalStack { api_url, edge_url, emulator, template, calls, metrics, authorizer, tasks })
     }
 
     /// A bearer token for principal `sub` (valid one day).

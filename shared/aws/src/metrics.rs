@@ -1,7 +1,19 @@
 //! CloudWatch metrics as Embedded Metric Format: one JSON line on stdout per data point,
 //! which Lambda's log pipeline turns into metrics (no API call, no extra latency).
 
+use std::sync::OnceLock;
+
 use serde_json::json;
+
+/// Something that also receives every EMF line (the local stack records them for tests).
+pub type Sink = Box<dyn Fn(&str) + Send + Sync>;
+
+static SINK: OnceLock<Sink> = OnceLock::new();
+
+/// Installs the process's extra receiver of EMF lines (first call wins; Lambda has none).
+pub fn set_sink(sink: Sink) -> bool {
+    SINK.set(sink).is_ok()
+}
 
 /// The metrics namespace.
 pub const NAMESPACE: &str = "longhaul";
@@ -31,7 +43,8 @@ pub fn line(name: &str, value: f64, unit: Unit, job_type: &str) -> String {
             "Timestamp": chrono::Utc::now().timestamp_millis(),
             "CloudWatchMetrics": [{
                 "Namespace": NAMESPACE,
-                "Dimensions": [["JobType"]],
+                // Per job type, and the total (alarms cannot aggregate over a dimension).
+                "Dimensions": [["JobType"], []],
                 "Metrics": [{"Name": name, "Unit": unit.as_str()}],
             }],
         },
@@ -43,7 +56,11 @@ pub fn line(name: &str, value: f64, unit: Unit, job_type: &str) -> String {
 
 /// Emits one data point.
 pub fn emit(name: &str, value: f64, unit: Unit, job_type: &str) {
-    println!("{}", line(name, value, unit, job_type));
+    let line = line(name, value, unit, job_type);
+    println!("{line}");
+    if let Some(sink) = SINK.get() {
+        sink(&line);
+    }
 }
 
 #[cfg(test)]
@@ -56,6 +73,6 @@ mod tests {
         assert_eq!(parsed["ZombiesReaped"], 1.0);
         assert_eq!(parsed["JobType"], "demo");
         assert_eq!(parsed["_aws"]["CloudWatchMetrics"][0]["Metrics"][0]["Name"], "ZombiesReaped");
-        assert_eq!(parsed["_aws"]["CloudWatchMetrics"][0]["Dimensions"][0][0], "JobType");
+        assert_eq!(parsed["_aws"]["CloudWatchMetrics"][0]["Dimensions"], json!([["JobType"], []]));
     }
 }
