@@ -16,9 +16,10 @@ dev: venv
 test: venv
 	RUST_TEST_THREADS=8 cargo test --workspace
 
-## Lint the template (cfn-lint) and the Rust code.
+## Lint the template (cfn-lint, sam validate --lint) and the Rust code (clippy).
 lint: venv
 	$(VENV)/bin/cfn-lint template.yaml
+	SAM_CLI_TELEMETRY=0 $(VENV)/bin/sam validate --lint --template template.yaml
 	cargo clippy --workspace --all-targets -- -D warnings
 
 ## Print a bearer token for principal SUB (last line of output).
@@ -45,7 +46,7 @@ $(VENV)/.installed-build: infra/requirements-build.txt $(VENV)/.installed
 
 ## Build the deployable artifacts (sam build with cargo-lambda and zig from the virtualenv).
 build: build-tools
-	PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/sam build --no-cached
+	PATH="$(abspath $(VENV))/bin:$$PATH" SAM_CLI_TELEMETRY=0 $(VENV)/bin/sam build --no-cached
 
 clean-local:
 	rm -rf .local
