@@ -609,7 +609,8 @@ impl Scanner {
         // three bytes come in one call, and also at a resume offset, where it is data. The
         // scanner handles the BOM itself, so mark the reader as having read already: with no
         // output space this consumes nothing and leaves the parser at the start of a record.
-        let _ = reader.read_record(b"\0", &mut [], &mut []);
+        let (_, consumed, _, _) = reader.read_record(b"\0", &mut [], &mut []);
+        debug_assert_eq!(consumed, 0, "priming the reader consumes no input");
         Scanner {
             reader,
             agg: Aggregates {
