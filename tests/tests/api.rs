@@ -325,18 +325,18 @@ async fn a_failed_job_is_retried_as_a_new_linked_job() {
 #[tokio::test]
 async fn a_retry_of_the_same_job_is_idempotent() {
     let api = Api::new(&principal("retry-idem"));
-    let cancelled = api.submit(&json!({"type": "demo", "params": {"items": 100, "item_ms": 100}})).await;
-    let cancel = api.send("DELETE", &format!("/jobs/{cancelled}"), None, &[]).await;
-    assert_eq!(cancel.status, 202);
-    if cancel.json["status"] != "cancelled" {
-        return; // caught running: covered by the cooperative-cancel test
-    }
-    let first = api.send("POST", &format!("/jobs/{cancelled}/retry"), None, &[]).await;
+    // Fails after ~2 s, and so does its retry: retrying again while the retry still runs must
+    // name that retry, not start another.
+    let slow_fatal = json!({"type": "demo", "params": {"items": 40, "item_ms": 50, "fail_at": 39, "fail_kind": "fatal"}});
+    let original = api.submit(&slow_fatal).await;
+    assert_eq!(api.wait_terminal(&original, JOB_TIMEOUT).await["status"], "failed");
+    let first = api.send("POST", &format!("/jobs/{original}/retry"), None, &[]).await;
     assert_eq!(first.status, 202, "{}", first.text);
     let retry_id = first.json["job_id"].as_str().unwrap().to_owned();
     wait_dispatched(&api, &retry_id).await;
-    let second = api.send("POST", &format!("/jobs/{cancelled}/retry"), None, &[]).await;
+    let second = api.send("POST", &format!("/jobs/{original}/retry"), None, &[]).await;
     assert_eq!((second.status, second.json["job_id"].as_str()), (200, Some(retry_id.as_str())), "{}", second.text);
+    assert_eq!(second.header("idempotent-replayed"), Some("true"));
     api.send("DELETE", &format!("/jobs/{retry_id}"), None, &[]).await;
 }
 
