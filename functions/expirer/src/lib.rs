@@ -88,7 +88,7 @@ pub async fn handle(deps: &Deps, now: DateTime<Utc>) -> Result<Report, ExpirerEr
     for item in due {
         let job = JobStore::job_from(item).map_err(|e| ExpirerError(e.to_string()))?;
         // Objects first: a job marked expired must have no result left behind.
-        for prefix in [format!("results/{}/", job.job_id), format!("checkpoints/{}/", job.job_id)] {
+        for prefix in [format!("results/{}/", job.job_id), longhaul_aws::objects::checkpoints_prefix(&job.job_id)] {
             report.objects_deleted += deps.objects.delete_prefix(&prefix).await.map_err(|e| ExpirerError(e.to_string()))?;
         }
         let request = TransitionRequest::new(&job.job_id, &[JobStatus::Succeeded], JobStatus::Expired, "result retention passed");

@@ -415,7 +415,5 @@ async fn stop_execution(deps: &Deps, job: &JobRecord, cause: &str) {
 }
 
 async fn tidy(deps: &Deps, job_id: &str) -> Result<(), ReaperError> {
-    deps.jobs.unindex_progress(job_id).await?;
-    deps.objects.delete_prefix(&format!("checkpoints/{job_id}/")).await?;
-    Ok(())
+    Ok(longhaul_aws::tidy_after_end(&deps.jobs, &deps.objects, job_id).await?)
 }

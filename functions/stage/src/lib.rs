@@ -27,7 +27,7 @@ use longhaul_aws::executions::Executions;
 use longhaul_aws::metrics::{self, Unit};
 use longhaul_aws::queue::WebhookQueue;
 use longhaul_aws::objects::{ObjectStore, result_key};
-use longhaul_domain::{JobError, JobSpec, JobStatus, JobType};
+use longhaul_domain::{JobError, JobSpec, JobStatus};
 
 use crate::engine::{Ctx, StageOutcome};
 use serde::{Deserialize, Serialize};
@@ -204,6 +204,9 @@ pub struct RunOutput {
     /// When done: the result object's key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result_key: Option<String>,
+    /// When done: how long the job type's results are kept (so `complete` needs no read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result_ttl_seconds: Option<u64>,
 }
 
 /// A stage failure, named for the state machine.
@@ -306,15 +309,8 @@ pub async fn handle(deps: &Deps, input: StageInput, deadline: Instant) -> Result
         }
         StageInput::Complete { job_id, lease, run } => {
             let result_key = run.result_key.ok_or_else(|| StageError::Fatal("complete without a result".into()))?;
-            let job_type = deps
-                .jobs
-                .job(&job_id)
-                .await
-                .map_err(|e| StageError::Retryable(e.to_string()))?
-                .and_then(|job| job.job_type.parse::<JobType>().ok())
-                .unwrap_or(JobType::Demo);
-            let expires = chrono::Utc::now()
-                + chrono::Duration::from_std(deps.result_ttl.of(job_type)).unwrap_or(chrono::Duration::days(7));
+            let ttl = run.result_ttl_seconds.map(Duration::from_secs).unwrap_or_else(|| deps.result_ttl.default_ttl());
+            let expires = chrono::Utc::now() + chrono::Duration::from_std(ttl).unwrap_or(chrono::Duration::days(7));
             let request = TransitionRequest::new(&job_id, &[JobStatus::Running], JobStatus::Succeeded, "result stored")
                 .fenced(&lease.token)
                 .set("result_key", aws_sdk_dynamodb::types::AttributeValue::S(result_key))
@@ -366,6 +362,7 @@ async fn run(deps: &Deps, job_id: &str, lease: &Lease, loops: u32, deadline: Ins
         stage: stage.into(),
         loops,
         result_key,
+        result_ttl_seconds: None,
     };
     match outcome {
         Ok(StageOutcome::Paused) if loops >= deps.runs_per_execution => Ok(output("continue_as_new", None, ctx.stage)),
@@ -376,7 +373,10 @@ async fn run(deps: &Deps, job_id: &str, lease: &Lease, loops: u32, deadline: Ins
             tracing::info!(job_id, stage = next, "stage boundary");
             Ok(output("next_stage", None, next))
         }
-        Ok(StageOutcome::Finished { result_key }) => Ok(output("done", Some(result_key), ctx.stage)),
+        Ok(StageOutcome::Finished { result_key }) => Ok(RunOutput {
+            result_ttl_seconds: Some(deps.result_ttl.of(spec.job_type()).as_secs()),
+            ..output("done", Some(result_key), ctx.stage)
+        }),
         Err(StageError::Cancelled) => {
             finish_cancellation(deps, job_id, lease).await?;
             Ok(output("cancelled", None, ctx.stage))
@@ -436,10 +436,7 @@ pub(crate) fn emit_end_metrics(job: &longhaul_aws::jobs::JobRecord) {
     }
 }
 
-/// After a job ended: out of the running index, and its checkpoints deleted (nothing resumes
-/// an ended job; a retry is a new job).
+/// After a job ended (see [`longhaul_aws::tidy_after_end`]).
 pub(crate) async fn tidy_after_end(deps: &Deps, job_id: &str) -> Result<(), StageError> {
-    deps.jobs.unindex_progress(job_id).await.map_err(|e| StageError::Retryable(e.to_string()))?;
-    deps.objects.delete_prefix(&format!("checkpoints/{job_id}/")).await?;
-    Ok(())
+    longhaul_aws::tidy_after_end(&deps.jobs, &deps.objects, job_id).await.map_err(|e| StageError::Retryable(e.to_string()))
 }

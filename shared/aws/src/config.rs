@@ -98,6 +98,11 @@ impl ResultTtl {
         })
     }
 
+    /// The retention of results of a job type without its own setting.
+    pub fn default_ttl(&self) -> std::time::Duration {
+        self.default
+    }
+
     /// The retention of results of `job_type`.
     pub fn of(&self, job_type: longhaul_domain::JobType) -> std::time::Duration {
         self.per_type.iter().find(|(t, _)| *t == job_type).map(|(_, d)| *d).unwrap_or(self.default)

@@ -1009,21 +1009,13 @@ impl JobStore {
 
     /// Sets (or clears) the job's `stalled_at` while it runs under `lease`.
     pub async fn mark_stalled(&self, job_id: &str, lease: &str, stalled_at: Option<&str>) -> Result<(), StoreError> {
-        let names = HashMap::from([("#status".to_owned(), "status".to_owned()), ("#lease".to_owned(), "lease".to_owned())]);
-        let mut values = HashMap::from([
-            (":running".to_owned(), s(JobStatus::Running.as_str())),
-            (":lease".to_owned(), s(lease)),
-        ]);
-        let update = match stalled_at {
-            Some(at) => {
-                values.insert(":at".into(), s(at));
-                "SET stalled_at = :at".to_owned()
-            }
-            None => "REMOVE stalled_at".to_owned(),
+        match stalled_at {
+            Some(at) => self.update_fenced(job_id, lease, "SET stalled_at = :at", HashMap::from([(":at".to_owned(), s(at))])).await?,
+            None => self.update_fenced(job_id, lease, "REMOVE stalled_at", HashMap::new()).await?,
         };
-        self.update_job(job_id, update, "#status = :running AND #lease = :lease".into(), names, values).await?;
         Ok(())
     }
+
 
     /// Counts one more dispatch of a `pending` job (the reaper re-enqueueing it) and returns
     /// the record; refused if the job moved on meanwhile.
@@ -1126,51 +1118,38 @@ impl JobStore {
         }
     }
 
-    /// Counts one continuation of the job's execution (fenced) and returns the new count,
-    /// which names the next execution.
-    pub async fn count_continuation(&self, job_id: &str, lease: &str) -> Result<u32, StoreError> {
-        let names = HashMap::from([
-            ("#status".to_owned(), "status".to_owned()),
-            ("#lease".to_owned(), "lease".to_owned()),
-        ]);
+    /// An update of a running job's record, applied only while `lease` holds the job.
+    async fn update_fenced(
+        &self,
+        job_id: &str,
+        lease: &str,
+        update: &str,
+        mut values: HashMap<String, AttributeValue>,
+    ) -> Result<JobRecord, StoreError> {
+        let names = HashMap::from([("#status".to_owned(), "status".to_owned()), ("#lease".to_owned(), "lease".to_owned())]);
+        values.insert(":running".into(), s(JobStatus::Running.as_str()));
+        values.insert(":lease".into(), s(lease));
+        self.update_job(job_id, update.into(), "#status = :running AND #lease = :lease".into(), names, values).await
+    }
+
+    /// Adds one to the counter `attribute` of a running job (fenced by `lease`).
+    async fn count_fenced(&self, job_id: &str, lease: &str, attribute: &str) -> Result<JobRecord, StoreError> {
         let values = HashMap::from([
-            (":running".to_owned(), s(JobStatus::Running.as_str())),
-            (":lease".to_owned(), s(lease)),
             (":one".to_owned(), AttributeValue::N("1".into())),
             (":now".to_owned(), s(now_rfc3339())),
         ]);
-        let job = self
-            .update_job(
-                job_id,
-                "SET updated_at = :now ADD continuations :one".into(),
-                "#status = :running AND #lease = :lease".into(),
-                names,
-                values,
-            )
-            .await?;
-        Ok(job.continuations)
+        self.update_fenced(job_id, lease, &format!("SET updated_at = :now ADD {attribute} :one"), values).await
+    }
+
+    /// Counts one continuation of the job's execution (fenced) and returns the new count,
+    /// which names the next execution.
+    pub async fn count_continuation(&self, job_id: &str, lease: &str) -> Result<u32, StoreError> {
+        Ok(self.count_fenced(job_id, lease, "continuations").await?.continuations)
     }
 
     /// Counts one injected demo failure, fenced by the lease (so it survives the retry that
     /// follows and a stale attempt cannot count).
     pub async fn count_injected_failure(&self, job_id: &str, lease: &str) -> Result<JobRecord, StoreError> {
-        let names = HashMap::from([
-            ("#status".to_owned(), "status".to_owned()),
-            ("#lease".to_owned(), "lease".to_owned()),
-        ]);
-        let values = HashMap::from([
-            (":running".to_owned(), s(JobStatus::Running.as_str())),
-            (":lease".to_owned(), s(lease)),
-            (":one".to_owned(), AttributeValue::N("1".into())),
-            (":now".to_owned(), s(now_rfc3339())),
-        ]);
-        self.update_job(
-            job_id,
-            "SET updated_at = :now ADD injected_failures :one".into(),
-            "#status = :running AND #lease = :lease".into(),
-            names,
-            values,
-        )
-        .await
+        self.count_fenced(job_id, lease, "injected_failures").await
     }
 }

@@ -39,3 +39,12 @@ impl AwsError {
         AwsError { context: context.into(), detail }
     }
 }
+
+/// What every end of a job (succeeded, failed, cancelled — by its stage or by the reaper)
+/// leaves to clean: the job leaves the running index, and its checkpoints are deleted
+/// (nothing resumes an ended job; a retry is a new job).
+pub async fn tidy_after_end(jobs: &jobs::JobStore, objects: &objects::ObjectStore, job_id: &str) -> Result<(), jobs::StoreError> {
+    jobs.unindex_progress(job_id).await?;
+    objects.delete_prefix(&objects::checkpoints_prefix(job_id)).await?;
+    Ok(())
+}

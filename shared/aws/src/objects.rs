@@ -21,10 +21,15 @@ pub fn result_key(job_id: &str, file: &str) -> String {
     format!("results/{job_id}/{file}")
 }
 
+/// The prefix of all of a job's checkpoints.
+pub fn checkpoints_prefix(job_id: &str) -> String {
+    format!("checkpoints/{job_id}/")
+}
+
 /// Where checkpoint number `seq` of a job's `stage` lives. Every checkpoint is a new object;
 /// the job's progress record points at the current one.
 pub fn checkpoint_key(job_id: &str, stage: &str, seq: u64) -> String {
-    format!("checkpoints/{job_id}/{stage}/{seq:020}.json")
+    format!("{}{stage}/{seq:020}.json", checkpoints_prefix(job_id))
 }
 
 /// Percent-encodes a key for `x-amz-copy-source` (slashes stay).
@@ -41,11 +46,6 @@ impl ObjectStore {
     /// An adapter for `bucket`.
     pub fn new(client: aws_sdk_s3::Client, bucket: String) -> Self {
         ObjectStore { client, bucket }
-    }
-
-    /// The bucket's name.
-    pub fn bucket(&self) -> &str {
-        &self.bucket
     }
 
     /// Writes `body` at `key`.
