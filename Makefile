@@ -5,7 +5,7 @@ VENV ?= .venv
 SUB ?= alice
 export LONGHAUL_VENV := $(abspath $(VENV))
 
-.PHONY: dev test lint token stop venv build-tools build clean-local
+.PHONY: dev test lint token stop venv build-tools build bench clean-local
 
 ## Start the whole system locally (API on http://127.0.0.1:3000). Ctrl-C stops it.
 dev: venv
@@ -47,6 +47,11 @@ $(VENV)/.installed-build: infra/requirements-build.txt $(VENV)/.installed
 ## Build the deployable artifacts (sam build with cargo-lambda and zig from the virtualenv).
 build: build-tools
 	PATH="$(abspath $(VENV))/bin:$$PATH" SAM_CLI_TELEMETRY=0 $(VENV)/bin/sam build --no-cached
+
+## Measure and write BENCHMARKS.md (each benchmark writes a section to target/bench/).
+bench: venv
+	rm -rf target/bench
+	tests/bench/assemble
 
 clean-local:
 	rm -rf .local

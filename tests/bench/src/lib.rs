@@ -1,0 +1,28 @@
+//! Shared bits of the benchmark binaries: where a section of BENCHMARKS.md is written.
+//!
+//! Each binary in `src/bin/` measures one thing and writes one Markdown section to
+//! `target/bench/<name>.md`; `tests/bench/assemble` joins the sections into BENCHMARKS.md.
+
+use std::path::PathBuf;
+
+/// The directory the sections are written to (`$LONGHAUL_BENCH_OUT`, else `target/bench`).
+pub fn out_dir() -> PathBuf {
+    std::env::var_os("LONGHAUL_BENCH_OUT")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target/bench"))
+}
+
+/// The workspace root (two levels above this crate).
+pub fn workspace_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("workspace root exists")
+}
+
+/// Writes section `name` (Markdown, starting with a `## ` heading) for BENCHMARKS.md.
+pub fn write_section(name: &str, markdown: &str) -> anyhow::Result<PathBuf> {
+    let dir = out_dir();
+    std::fs::create_dir_all(&dir)?;
+    let path = dir.join(format!("{name}.md"));
+    std::fs::write(&path, markdown)?;
+    eprintln!("wrote {}", path.display());
+    Ok(path)
+}
