@@ -47,8 +47,9 @@ pub fn owner_index_pk(owner: &str) -> String {
     format!("OWNER#{owner}")
 }
 
-/// The job record.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// The job record. Its `Debug` leaves out what must not reach a log: the params, the
+/// callback URL, the idempotency key and the lease token (see [`crate::logs`]).
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
 pub struct JobRecord {
     /// UUIDv7.
     pub job_id: String,
@@ -115,6 +116,40 @@ pub struct JobRecord {
     /// When the reaper saw progress stop while heartbeats went on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stalled_at: Option<String>,
+}
+
+impl std::fmt::Debug for JobRecord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use crate::logs::Redacted;
+        let redacted = |present: bool| present.then_some(Redacted);
+        f.debug_struct("JobRecord")
+            .field("job_id", &self.job_id)
+            .field("owner", &self.owner)
+            .field("job_type", &self.job_type)
+            .field("params", &Redacted)
+            .field("status", &self.status)
+            .field("attempt", &self.attempt)
+            .field("lease", &redacted(self.lease.is_some()))
+            .field("execution", &self.execution)
+            .field("idempotency_key", &Redacted)
+            .field("fingerprint", &self.fingerprint)
+            .field("callback_url", &redacted(self.callback_url.is_some()))
+            .field("created_at", &self.created_at)
+            .field("updated_at", &self.updated_at)
+            .field("started_at", &self.started_at)
+            .field("finished_at", &self.finished_at)
+            .field("error", &self.error)
+            .field("result_key", &self.result_key)
+            .field("transitions", &self.transitions)
+            .field("injected_failures", &self.injected_failures)
+            .field("retry_of", &self.retry_of)
+            .field("cancellation", &self.cancellation)
+            .field("continuations", &self.continuations)
+            .field("dispatches", &self.dispatches)
+            .field("enqueues", &self.enqueues)
+            .field("stalled_at", &self.stalled_at)
+            .finish()
+    }
 }
 
 /// The small, hot progress record.
@@ -229,8 +264,8 @@ pub struct SecretsRecord {
     pub secrets: Vec<WebhookSecret>,
 }
 
-/// One signing secret.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// One signing secret. Its `Debug` redacts the secret.
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
 pub struct WebhookSecret {
     /// `whsec_…`.
     pub secret: String,
@@ -239,6 +274,16 @@ pub struct WebhookSecret {
     /// When a rotated-out secret stops signing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_at: Option<String>,
+}
+
+impl std::fmt::Debug for WebhookSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WebhookSecret")
+            .field("secret", &crate::logs::Redacted)
+            .field("created_at", &self.created_at)
+            .field("expires_at", &self.expires_at)
+            .finish()
+    }
 }
 
 impl SecretsRecord {

@@ -1,0 +1,148 @@
+//! Log context: every line about a job carries `job_id`, `attempt` and `principal`.
+//!
+//! The functions emit their lines inside one span per job they work on, named `job`, whose
+//! fields are `job_id`, `attempt` (the job's attempt number: 0 until its first claim) and
+//! `principal` (the job's owner, the JWT subject that submitted it). Lambda's JSON log format
+//! (lambda_runtime's subscriber, `tracing_subscriber::fmt().json()`) prints the current span
+//! under `span` and every open span under `spans`, so each line shows the three fields
+//! without repeating them in every event. A field the code does not know yet when the span
+//! opens is declared empty and recorded as soon as the job record (or the caller's token)
+//! tells it; an empty field is left out of the line.
+//!
+//! The span is at level ERROR on purpose: a span is only recorded when its level is enabled,
+//! and the context must stay on the lines even when an operator lowers the log level to WARN
+//! or ERROR.
+//!
+//! What never goes into a log line (see `docs/runbook.md`): job params, webhook signing
+//! secrets, bearer or stream tokens, the stream token key, presigned URLs, callback URLs,
+//! idempotency keys, lease tokens. The `Debug` impls of the records that hold them redact them.
+
+use tracing::Span;
+use tracing::field::Empty;
+
+use crate::jobs::JobRecord;
+
+/// The span's name.
+pub const SPAN_NAME: &str = "job";
+
+/// A `job` span; whatever is `None` is recorded later (see [`record_job`] and friends).
+pub fn job_span(job_id: Option<&str>, attempt: Option<u32>, principal: Option<&str>) -> Span {
+    let span = tracing::error_span!("job", job_id = Empty, attempt = Empty, principal = Empty);
+    if let Some(job_id) = job_id {
+        span.record("job_id", job_id);
+    }
+    if let Some(attempt) = attempt {
+        span.record("attempt", attempt);
+    }
+    if let Some(principal) = principal {
+        span.record("principal", principal);
+    }
+    span
+}
+
+/// The span for work on `job` as its record reads.
+pub fn span_of(job: &JobRecord) -> Span {
+    job_span(Some(&job.job_id), Some(job.attempt), Some(&job.owner))
+}
+
+/// Records the job's id, attempt and principal from its record in `span`.
+pub fn record_job(span: &Span, job: &JobRecord) {
+    span.record("job_id", job.job_id.as_str());
+    span.record("attempt", job.attempt);
+    span.record("principal", job.owner.as_str());
+}
+
+/// Records the job id in `span`.
+pub fn record_job_id(span: &Span, job_id: &str) {
+    span.record("job_id", job_id);
+}
+
+/// Records the attempt in `span`.
+pub fn record_attempt(span: &Span, attempt: u32) {
+    span.record("attempt", attempt);
+}
+
+/// Records the principal in `span`.
+pub fn record_principal(span: &Span, principal: &str) {
+    span.record("principal", principal);
+}
+
+/// Records the job's fields in the current span (the `job` span the caller runs in).
+pub fn current_job(job: &JobRecord) {
+    record_job(&Span::current(), job);
+}
+
+/// A placeholder for a redacted value in `Debug` output.
+pub struct Redacted;
+
+impl std::fmt::Debug for Redacted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+
+    #[derive(Clone, Default)]
+    struct Buffer(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Buffer {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// The JSON subscriber Lambda functions install (lambda_runtime's, with
+    /// `AWS_LAMBDA_LOG_FORMAT=JSON` and level WARN) puts the span's fields on every line,
+    /// including the ones recorded after the span opened.
+    #[test]
+    fn span_fields_reach_json_lines_at_any_level() {
+        let buffer = Buffer::default();
+        let writer = buffer.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_target(false)
+            .without_time()
+            .with_max_level(tracing::Level::WARN)
+            .with_writer(move || writer.clone())
+            .json()
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            let span = job_span(Some("j-1"), None, None);
+            let _entered = span.enter();
+            record_attempt(&span, 3);
+            record_principal(&span, "alice");
+            tracing::warn!("about the job");
+        });
+        let text = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
+        let line: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
+        assert_eq!(line["span"]["job_id"], "j-1", "{line}");
+        assert_eq!(line["span"]["attempt"], 3, "{line}");
+        assert_eq!(line["span"]["principal"], "alice", "{line}");
+        assert_eq!(line["span"]["name"], SPAN_NAME);
+    }
+
+    #[test]
+    fn debug_output_redacts_params_secrets_and_tokens() {
+        let job: JobRecord = serde_json::from_value(serde_json::json!({
+            "job_id": "j-1", "owner": "alice", "type": "demo", "params": {"api_key": "sk_live_PARAM"},
+            "status": "running", "attempt": 1, "lease": "LEASE_TOKEN", "idempotency_key": "IDEM_KEY",
+            "fingerprint": "f", "callback_url": "https://example.com/hook?token=CALLBACK_TOKEN",
+            "created_at": "t", "updated_at": "t", "transitions": []
+        }))
+        .unwrap();
+        let text = format!("{job:?}");
+        for secret in ["sk_live_PARAM", "LEASE_TOKEN", "IDEM_KEY", "CALLBACK_TOKEN"] {
+            assert!(!text.contains(secret), "{secret} in {text}");
+        }
+        assert!(text.contains("j-1") && text.contains("alice"), "{text}");
+        let secret = crate::jobs::WebhookSecret { secret: "whsec_SECRET".into(), created_at: "t".into(), expires_at: None };
+        assert!(!format!("{secret:?}").contains("whsec_SECRET"));
+    }
+}
