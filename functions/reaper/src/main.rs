@@ -1,5 +1,5 @@
 use lambda_runtime::{Error, LambdaEvent, service_fn};
-use longhaul_aws::{config::Vars, sdk::load_sdk_config};
+use longhaul_aws::{config::Vars, sdk::{load_sdk_config, warm_up}};
 use reaper::{Config, Deps};
 
 #[tokio::main]
@@ -7,6 +7,10 @@ async fn main() -> Result<(), Error> {
     lambda_runtime::tracing::init_default_subscriber();
     let config = Config::from_vars(&Vars::from_env())?;
     let deps = Deps::new(&load_sdk_config().await, &config);
+    warm_up(async {
+        tokio::join!(deps.jobs.warm(), deps.objects.warm(), deps.executions.warm(), deps.intake.warm());
+    })
+    .await;
     let deps = &deps;
     lambda_runtime::run(service_fn(move |_event: LambdaEvent<serde_json::Value>| async move {
         reaper::handle(deps, chrono::Utc::now()).await

@@ -1,5 +1,5 @@
 use lambda_http::{Error, Request, service_fn};
-use longhaul_aws::{config::Vars, sdk::load_sdk_config};
+use longhaul_aws::{config::Vars, sdk::{load_sdk_config, warm_up}};
 use status::{Config, Deps};
 
 #[tokio::main]
@@ -7,6 +7,7 @@ async fn main() -> Result<(), Error> {
     lambda_http::tracing::init_default_subscriber();
     let config = Config::from_vars(&Vars::from_env())?;
     let deps = Deps::new(&load_sdk_config().await, &config);
+    warm_up(deps.jobs.warm()).await;
     let deps = &deps;
     lambda_http::run(service_fn(move |request: Request| async move {
         Ok::<_, std::convert::Infallible>(status::handle(deps, request).await)

@@ -1,6 +1,6 @@
 use aws_lambda_events::sqs::SqsEvent;
 use lambda_runtime::{Error, LambdaEvent, service_fn};
-use longhaul_aws::{config::Vars, sdk::load_sdk_config};
+use longhaul_aws::{config::Vars, sdk::{load_sdk_config, warm_up}};
 use webhook::{Config, Deps, SystemResolver};
 
 #[tokio::main]
@@ -8,6 +8,10 @@ async fn main() -> Result<(), Error> {
     lambda_runtime::tracing::init_default_subscriber();
     let config = Config::from_vars(&Vars::from_env())?;
     let deps = Deps::new(&load_sdk_config().await, &config, std::sync::Arc::new(SystemResolver))?;
+    warm_up(async {
+        tokio::join!(deps.jobs.warm(), deps.queue.warm());
+    })
+    .await;
     let deps = &deps;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| async move {
         Ok::<_, std::convert::Infallible>(webhook::handle(deps, event.payload).await)

@@ -89,3 +89,16 @@ impl Executions {
 pub fn execution_name(job_id: &str, dispatch: u32) -> String {
     if dispatch <= 1 { job_id.to_owned() } else { format!("{job_id}-{dispatch}") }
 }
+
+impl Executions {
+    /// Opens (and pools) a connection to Step Functions during init — see
+    /// [`crate::sdk::warm_up`] for why. Describes the execution [`crate::sdk::WARM_UP_EXECUTION`],
+    /// which never exists (the answer is `ExecutionDoesNotExist`); template.yaml grants
+    /// `states:DescribeExecution` on that one ARN to functions that lack it.
+    pub async fn warm(&self) {
+        let started = std::time::Instant::now();
+        let arn = self.execution_arn(crate::sdk::WARM_UP_EXECUTION);
+        let result = self.client.describe_execution().execution_arn(arn).send().await;
+        crate::sdk::log_warm_up("sfn", started, result);
+    }
+}

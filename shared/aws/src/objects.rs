@@ -198,3 +198,15 @@ impl ObjectStore {
         }
     }
 }
+
+impl ObjectStore {
+    /// Opens (and pools) a connection to the bucket's S3 endpoint during init — see
+    /// [`crate::sdk::warm_up`] for why. Lists at most one key under `results/warm-up/` (a prefix
+    /// no job id produces), the read every S3-calling function's policy already allows.
+    /// Functions that only presign (status, uploads) make no S3 calls and need no warm-up.
+    pub async fn warm(&self) {
+        let started = std::time::Instant::now();
+        let result = self.client.list_objects_v2().bucket(&self.bucket).prefix("results/warm-up/").max_keys(1).send().await;
+        crate::sdk::log_warm_up("s3", started, result);
+    }
+}

@@ -91,3 +91,31 @@ impl WebhookQueue {
         self.send(&message, 0).await
     }
 }
+
+/// Opens (and pools) a connection to SQS: asks for the queue's ARN, a read of metadata only.
+async fn warm_queue(client: &aws_sdk_sqs::Client, url: &str) {
+    let started = std::time::Instant::now();
+    let result = client
+        .get_queue_attributes()
+        .queue_url(url)
+        .attribute_names(aws_sdk_sqs::types::QueueAttributeName::QueueArn)
+        .send()
+        .await;
+    crate::sdk::log_warm_up("sqs", started, result);
+}
+
+impl IntakeQueue {
+    /// Opens (and pools) a connection to SQS during init — see [`crate::sdk::warm_up`] for why.
+    /// Every queue lives behind the same regional endpoint, so one warmed queue serves all.
+    /// Needs `sqs:GetQueueAttributes` on the queue (template.yaml grants it for this alone).
+    pub async fn warm(&self) {
+        warm_queue(&self.client, &self.url).await;
+    }
+}
+
+impl WebhookQueue {
+    /// Opens (and pools) a connection to SQS during init — see [`IntakeQueue::warm`].
+    pub async fn warm(&self) {
+        warm_queue(&self.client, &self.url).await;
+    }
+}
