@@ -51,6 +51,7 @@ build: build-tools
 ## Measure and write BENCHMARKS.md (each benchmark writes a section to target/bench/).
 bench: venv
 	rm -rf target/bench
+	cargo run --release -p longhaul-bench --bin coldstart
 	tests/bench/assemble
 
 clean-local:
