@@ -12,9 +12,11 @@ use longhaul_aws::executions::{Executions, execution_name};
 use longhaul_aws::metrics::{self, Unit};
 use longhaul_aws::queue::WebhookQueue;
 use longhaul_aws::jobs::{CancelOutcome, JobRecord, JobStore, StoreError};
+use longhaul_aws::logs;
 use longhaul_domain::{Cancellation, JobStatus, now_rfc3339};
 use serde::Deserialize;
 use serde_json::json;
+use tracing::Instrument;
 
 /// Largest accepted request body.
 pub const MAX_BODY_BYTES: usize = 4 * 1024;
@@ -73,8 +75,12 @@ struct CancelBody {
 }
 
 /// Handles one request. Never fails: every error is a problem response.
+///
+/// Runs in a `job` span ([`logs`]): the principal from the token, the job id from the path,
+/// the attempt once the job is read.
 pub async fn handle(deps: &Deps, request: Request) -> Response<Body> {
-    cancel(deps, &request).await.unwrap_or_else(Problem::into_response)
+    let span = logs::job_span(None, None, principal(&request).as_deref());
+    cancel(deps, &request).instrument(span).await.unwrap_or_else(Problem::into_response)
 }
 
 fn body(request: &Request) -> Result<CancelBody, Problem> {
@@ -95,9 +101,11 @@ fn body(request: &Request) -> Result<CancelBody, Problem> {
 async fn cancel(deps: &Deps, request: &Request) -> Result<Response<Body>, Problem> {
     let owner = principal(request).ok_or_else(Problem::unauthorized)?;
     let job_id = path_job_id(request)?.to_string();
+    logs::record_job_id(&tracing::Span::current(), &job_id);
     let body = body(request)?;
     let job = deps.jobs.job(&job_id).await.map_err(internal)?;
     let job = job.filter(|job| job.owner == owner).ok_or_else(Problem::not_found)?;
+    logs::current_job(&job);
     if job.status.is_terminal() {
         return Err(wrong_status(job.status, format!("The job is already {}.", job.status)));
     }
@@ -109,18 +117,18 @@ async fn cancel(deps: &Deps, request: &Request) -> Result<Response<Body>, Proble
                 let name = job.execution.clone().unwrap_or_else(|| execution_name(&job_id, 1));
                 if let Err(err) = deps.executions.stop(&name, "cancelled by its owner").await {
                     // The job is cancelled either way: the execution's claim will be refused.
-                    tracing::warn!(job_id, error = %err, "stopping the execution failed");
+                    tracing::warn!(error = %err, "stopping the execution failed");
                 }
             }
             if let Err(err) = deps.webhooks.notify(&job).await {
-                tracing::error!(job_id, error = %err, "queueing the job.cancelled webhook failed");
+                tracing::error!(error = %err, "queueing the job.cancelled webhook failed");
             }
             metrics::emit("JobsCancelled", 1.0, Unit::Count, &job.job_type);
-            tracing::info!(job_id, "cancelled");
+            tracing::info!("cancelled");
             job
         }
         Ok(CancelOutcome::Requested(job)) => {
-            tracing::info!(job_id, "cancellation requested from the running stage");
+            tracing::info!("cancellation requested from the running stage");
             job
         }
         Err(StoreError::Conflict { current: Some(job) }) => {

@@ -10,10 +10,12 @@ use aws_lambda_events::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMe
 use longhaul_aws::config::{ConfigError, Vars};
 use longhaul_aws::executions::{Executions, StartOutcome, execution_name};
 use longhaul_aws::jobs::{JobStore, StoreError, TransitionRequest};
+use longhaul_aws::logs;
 use longhaul_aws::queue::DispatchMessage;
 use aws_sdk_dynamodb::types::AttributeValue;
 use longhaul_domain::JobStatus;
 use serde_json::json;
+use tracing::Instrument;
 
 /// The function's configuration.
 #[derive(Debug, Clone)]
@@ -70,9 +72,8 @@ pub async fn handle(deps: &Deps, event: SqsEvent) -> SqsBatchResponse {
     // The batch is small (≤ 10) and each dispatch is two calls: process in parallel.
     let results = futures::future::join_all(event.records.iter().map(|record| dispatch_record(deps, record))).await;
     for (record, result) in event.records.iter().zip(results) {
-        if let Err(err) = result {
+        if result.is_err() {
             let message_id = record.message_id.clone().unwrap_or_default();
-            tracing::error!(message_id, error = %err, "dispatch failed; the message will be retried");
             let mut failure = BatchItemFailure::default();
             failure.item_identifier = message_id;
             response.batch_item_failures.push(failure);
@@ -81,39 +82,61 @@ pub async fn handle(deps: &Deps, event: SqsEvent) -> SqsBatchResponse {
     response
 }
 
+/// One record, in its job's `job` span ([`logs`]): the job id from the message, the attempt
+/// and the principal from the record the transition returns (no extra read). Only when that
+/// first write fails are they unknown; a malformed message is about no job.
 async fn dispatch_record(deps: &Deps, record: &SqsMessage) -> Result<(), DispatchError> {
-    let message: DispatchMessage =
-        serde_json::from_str(record.body.as_deref().unwrap_or_default()).map_err(DispatchError::Malformed)?;
-    dispatch(deps, &message.job_id).await
+    let message_id = record.message_id.as_deref().unwrap_or_default();
+    let message: DispatchMessage = match serde_json::from_str(record.body.as_deref().unwrap_or_default()) {
+        Ok(message) => message,
+        Err(err) => {
+            let err = DispatchError::Malformed(err);
+            tracing::error!(message_id, error = %err, "dispatch failed; the message will be retried");
+            return Err(err);
+        }
+    };
+    let span = logs::job_span(Some(&message.job_id), None, None);
+    async {
+        let result = dispatch(deps, &message.job_id).await;
+        if let Err(err) = &result {
+            tracing::error!(message_id, error = %err, "dispatch failed; the message will be retried");
+        }
+        result
+    }
+    .instrument(span)
+    .await
 }
 
-/// Moves the job to `queued` and starts its execution; idempotent.
+/// Moves the job to `queued` and starts its execution; idempotent. Records the job's
+/// attempt and principal in the current `job` span.
 pub async fn dispatch(deps: &Deps, job_id: &str) -> Result<(), DispatchError> {
     let mut name = execution_name(job_id, 1);
     let request = TransitionRequest::new(job_id, &[JobStatus::Pending], JobStatus::Queued, "dispatched")
         .set("execution", AttributeValue::S(name.clone()))
         .set("dispatches", AttributeValue::N("1".into()));
     match deps.jobs.transition(request).await {
-        Ok(_) => {}
+        Ok(job) => logs::current_job(&job),
         Err(StoreError::Conflict { current: Some(job) }) if job.status == JobStatus::Queued => {
-            tracing::info!(job_id, "job already queued; starting its execution again (idempotent)");
+            logs::current_job(&job);
+            tracing::info!("job already queued; starting its execution again (idempotent)");
             if let Some(execution) = job.execution {
                 name = execution;
             }
         }
         Err(StoreError::Conflict { current: Some(job) }) => {
-            tracing::info!(job_id, status = %job.status, "job is past dispatch; nothing to do");
+            logs::current_job(&job);
+            tracing::info!(status = %job.status, "job is past dispatch; nothing to do");
             return Ok(());
         }
         Err(StoreError::Conflict { current: None }) => {
-            tracing::error!(job_id, "dispatch message for a job that does not exist; dropping it");
+            tracing::error!("dispatch message for a job that does not exist; dropping it");
             return Ok(());
         }
         Err(err) => return Err(err.into()),
     }
     match deps.executions.start(&name, &json!({ "job_id": job_id })).await? {
-        StartOutcome::Started { execution_arn } => tracing::info!(job_id, execution_arn, "execution started"),
-        StartOutcome::AlreadyExists => tracing::info!(job_id, "execution already exists"),
+        StartOutcome::Started { execution_arn } => tracing::info!(execution_arn, "execution started"),
+        StartOutcome::AlreadyExists => tracing::info!("execution already exists"),
     }
     Ok(())
 }

@@ -23,14 +23,16 @@ use lambda_http::{Request, RequestExt, Response};
 use longhaul_aws::api::Problem;
 use longhaul_aws::config::{ConfigError, Vars};
 use longhaul_aws::jobs::{JobStore, JobView};
+use longhaul_aws::logs;
 use longhaul_domain::{JobStatus, stream_token};
 use serde_json::json;
+use tracing::Instrument;
 
 /// The streamed body.
 pub type EventBody = StreamBody<Pin<Box<dyn Stream<Item = Result<http_body::Frame<Bytes>, Infallible>> + Send>>>;
 
-/// The function's configuration.
-#[derive(Debug, Clone)]
+/// The function's configuration (its `Debug` redacts the token key).
+#[derive(Clone)]
 pub struct Config {
     /// `TABLE_NAME`.
     pub table: String,
@@ -43,6 +45,18 @@ pub struct Config {
     /// `LONGHAUL_STREAM_MAX_SECONDS` (840): when a stream ends for the client to reconnect
     /// (before the function's 15-minute limit).
     pub max_duration: Duration,
+}
+
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Config")
+            .field("table", &self.table)
+            .field("token_secret", &logs::Redacted)
+            .field("poll", &self.poll)
+            .field("keepalive", &self.keepalive)
+            .field("max_duration", &self.max_duration)
+            .finish()
+    }
 }
 
 impl Config {
@@ -86,10 +100,17 @@ fn problem_response(problem: Problem) -> Response<EventBody> {
 }
 
 /// Handles one request: a problem, or the event stream.
+///
+/// The request and every poll of the stream run in a `job` span ([`logs`]): the job id from
+/// the path; the attempt and the principal (the job's owner, whom the token names) once the
+/// token is verified against the job record. The token itself is never logged.
 pub async fn handle(deps: Arc<Deps>, request: Request) -> Response<EventBody> {
-    match open(&deps, &request).await {
+    let span = logs::job_span(None, None, None);
+    match open(&deps, &request).instrument(span.clone()).await {
         Ok((view, after)) => {
-            let mut response = Response::new(body(stream(deps, view.job.job_id.clone(), after)));
+            span.in_scope(|| tracing::info!(last_event_id = after, "stream opened"));
+            let stream = stream(deps, view.job.job_id.clone(), view.job.attempt, after, span);
+            let mut response = Response::new(body(stream));
             let headers = response.headers_mut();
             headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
             headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
@@ -106,15 +127,17 @@ async fn open(deps: &Deps, request: &Request) -> Result<(JobView, u64), Problem>
         ["jobs", id, "events"] => id.parse::<longhaul_domain::JobId>().map_err(|_| Problem::not_found())?.to_string(),
         _ => return Err(Problem::not_found()),
     };
+    logs::record_job_id(&tracing::Span::current(), &job_id);
     let token = request.query_string_parameters().first("token").map(str::to_owned).unwrap_or_default();
     let view = deps.jobs.view(&job_id).await.map_err(|err| {
-        tracing::error!(job_id, error = %err, "reading the job failed");
+        tracing::error!(error = %err, "reading the job failed");
         Problem::internal()
     })?;
     // Unknown job and a token for another job or owner read the same.
     let view = view
         .filter(|v| stream_token::verify(deps.config.token_secret.as_bytes(), &token, &job_id, &v.job.owner, chrono::Utc::now().timestamp()))
         .ok_or_else(Problem::not_found)?;
+    logs::current_job(&view.job);
     let after = request
         .headers()
         .get("last-event-id")
@@ -128,85 +151,111 @@ fn event(id: u64, kind: &str, data: &serde_json::Value) -> Bytes {
     Bytes::from(format!("id: {id}\nevent: {kind}\ndata: {data}\n\n"))
 }
 
+/// Where a stream is.
+struct State {
+    deps: Arc<Deps>,
+    job_id: String,
+    /// The attempt the span shows.
+    attempt: u32,
+    /// The request's `job` span: every poll runs in it.
+    span: tracing::Span,
+    last_id: u64,
+    last_sent: Instant,
+    ends_at: Instant,
+    done: bool,
+    first: bool,
+}
+
 /// The events of one job after event id `after`.
-fn stream(deps: Arc<Deps>, job_id: String, after: u64) -> impl Stream<Item = Bytes> + Send + 'static {
-    struct State {
-        deps: Arc<Deps>,
-        job_id: String,
-        last_id: u64,
-        last_sent: Instant,
-        ends_at: Instant,
-        done: bool,
-        first: bool,
-    }
+fn stream(
+    deps: Arc<Deps>,
+    job_id: String,
+    attempt: u32,
+    after: u64,
+    span: tracing::Span,
+) -> impl Stream<Item = Bytes> + Send + 'static {
     let state = State {
         ends_at: Instant::now() + deps.config.max_duration,
         deps,
         job_id,
+        attempt,
+        span,
         last_id: after,
         last_sent: Instant::now(),
         done: false,
         first: true,
     };
-    futures::stream::unfold(state, |mut st| async move {
-        if st.done {
-            return None;
-        }
-        if std::mem::take(&mut st.first) {
-            // Tell EventSource how soon to reconnect after the stream ends.
-            return Some((Bytes::from_static(b"retry: 1000\n\n"), st));
-        }
-        loop {
-            if Instant::now() >= st.ends_at {
-                st.done = true;
-                return Some((Bytes::from_static(b": reconnect with Last-Event-ID to continue\n\n"), st));
-            }
-            let view = match st.deps.jobs.view(&st.job_id).await {
-                Ok(Some(view)) => view,
-                Ok(None) => {
-                    st.done = true;
-                    return Some((Bytes::from_static(b"event: error\ndata: {\"detail\":\"the job no longer exists\"}\n\n"), st));
-                }
-                Err(err) => {
-                    tracing::warn!(job_id = st.job_id, error = %err, "reading the job failed; retrying");
-                    tokio::time::sleep(st.deps.config.poll).await;
-                    continue;
-                }
-            };
-            let seq = view.progress.as_ref().map(|p| p.seq).unwrap_or(0);
-            if view.job.status.is_terminal() {
-                st.done = true;
-                let id = seq.max(st.last_id) + 1;
-                let mut data = json!({ "job_id": view.job.job_id, "status": view.job.status });
-                if let Some(error) = &view.job.error {
-                    data["error"] = json!({ "code": error.code, "message": error.message });
-                }
-                if matches!(view.job.status, JobStatus::Succeeded | JobStatus::Expired) {
-                    data["result_url"] = format!("/jobs/{}/result", view.job.job_id).into();
-                }
-                return Some((event(id, "status", &data), st));
-            }
-            if let Some(progress) = view.progress.as_ref().filter(|p| p.seq > st.last_id) {
-                st.last_id = progress.seq;
-                st.last_sent = Instant::now();
-                let data = json!({
-                    "job_id": view.job.job_id,
-                    "status": view.job.status,
-                    "pct": progress.pct,
-                    "stage": progress.stage,
-                    "stage_index": progress.stage_index,
-                    "stages_total": progress.stages_total,
-                    "items_done": progress.items_done,
-                    "items_total": progress.items_total,
-                    "eta": progress.eta_seconds,
-                });
-                return Some((event(progress.seq, "progress", &data), st));
-            }
-            if st.last_sent.elapsed() >= st.deps.config.keepalive {
-                st.last_sent = Instant::now();
-                return Some((Bytes::from_static(b": keepalive\n\n"), st));
-            }
-            tokio::time::sleep(st.deps.config.poll).await;
-        }
+    futures::stream::unfold(state, |st| {
+        let span = st.span.clone();
+        poll(st).instrument(span)
     })
+}
+
+/// One step of the stream: the next chunk to send, or its end.
+async fn poll(mut st: State) -> Option<(Bytes, State)> {
+    if st.done {
+        return None;
+    }
+    if std::mem::take(&mut st.first) {
+        // Tell EventSource how soon to reconnect after the stream ends.
+        return Some((Bytes::from_static(b"retry: 1000\n\n"), st));
+    }
+    loop {
+        if Instant::now() >= st.ends_at {
+            st.done = true;
+            tracing::info!(last_event_id = st.last_id, "stream ended at its time limit; the client reconnects");
+            return Some((Bytes::from_static(b": reconnect with Last-Event-ID to continue\n\n"), st));
+        }
+        let view = match st.deps.jobs.view(&st.job_id).await {
+            Ok(Some(view)) => view,
+            Ok(None) => {
+                st.done = true;
+                return Some((Bytes::from_static(b"event: error\ndata: {\"detail\":\"the job no longer exists\"}\n\n"), st));
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, "reading the job failed; retrying");
+                tokio::time::sleep(st.deps.config.poll).await;
+                continue;
+            }
+        };
+        if view.job.attempt != st.attempt {
+            st.attempt = view.job.attempt;
+            logs::record_attempt(&st.span, st.attempt);
+        }
+        let seq = view.progress.as_ref().map(|p| p.seq).unwrap_or(0);
+        if view.job.status.is_terminal() {
+            st.done = true;
+            tracing::info!(status = %view.job.status, "stream ended: the job is terminal");
+            let id = seq.max(st.last_id) + 1;
+            let mut data = json!({ "job_id": view.job.job_id, "status": view.job.status });
+            if let Some(error) = &view.job.error {
+                data["error"] = json!({ "code": error.code, "message": error.message });
+            }
+            if matches!(view.job.status, JobStatus::Succeeded | JobStatus::Expired) {
+                data["result_url"] = format!("/jobs/{}/result", view.job.job_id).into();
+            }
+            return Some((event(id, "status", &data), st));
+        }
+        if let Some(progress) = view.progress.as_ref().filter(|p| p.seq > st.last_id) {
+            st.last_id = progress.seq;
+            st.last_sent = Instant::now();
+            let data = json!({
+                "job_id": view.job.job_id,
+                "status": view.job.status,
+                "pct": progress.pct,
+                "stage": progress.stage,
+                "stage_index": progress.stage_index,
+                "stages_total": progress.stages_total,
+                "items_done": progress.items_done,
+                "items_total": progress.items_total,
+                "eta": progress.eta_seconds,
+            });
+            return Some((event(progress.seq, "progress", &data), st));
+        }
+        if st.last_sent.elapsed() >= st.deps.config.keepalive {
+            st.last_sent = Instant::now();
+            return Some((Bytes::from_static(b": keepalive\n\n"), st));
+        }
+        tokio::time::sleep(st.deps.config.poll).await;
+    }
 }

@@ -8,11 +8,13 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use longhaul_aws::config::{ConfigError, Vars};
-use longhaul_aws::jobs::{JobStore, StoreError, TransitionRequest};
+use longhaul_aws::jobs::{JobRecord, JobStore, StoreError, TransitionRequest};
+use longhaul_aws::logs;
 use longhaul_aws::metrics::{self, Unit};
 use longhaul_aws::objects::ObjectStore;
 use longhaul_domain::{JobStatus, format_rfc3339};
 use serde::Serialize;
+use tracing::Instrument;
 
 /// The function's configuration.
 #[derive(Debug, Clone)]
@@ -87,21 +89,30 @@ pub async fn handle(deps: &Deps, now: DateTime<Utc>) -> Result<Report, ExpirerEr
     let due = deps.jobs.due("succeeded", &format_rfc3339(now), deps.config.page).await.map_err(|e| ExpirerError(e.to_string()))?;
     for item in due {
         let job = JobStore::job_from(item).map_err(|e| ExpirerError(e.to_string()))?;
-        // Objects first: a job marked expired must have no result left behind.
-        for prefix in [format!("results/{}/", job.job_id), longhaul_aws::objects::checkpoints_prefix(&job.job_id)] {
-            report.objects_deleted += deps.objects.delete_prefix(&prefix).await.map_err(|e| ExpirerError(e.to_string()))?;
-        }
-        let request = TransitionRequest::new(&job.job_id, &[JobStatus::Succeeded], JobStatus::Expired, "result retention passed");
-        match deps.jobs.transition(request).await {
-            Ok(_) => {}
-            Err(StoreError::Conflict { .. }) => continue,
-            Err(err) => return Err(ExpirerError(err.to_string())),
-        }
-        let retain_until = now + chrono::Duration::from_std(deps.config.record_retention).unwrap_or_default();
-        deps.jobs.retain_until(&job.job_id, retain_until.timestamp()).await.map_err(|e| ExpirerError(e.to_string()))?;
-        metrics::emit("JobsExpired", 1.0, Unit::Count, &job.job_type);
-        report.expired += 1;
+        // In the job's `job` span (see `longhaul_aws::logs`), from the record the index returned.
+        let span = logs::span_of(&job);
+        expire(deps, now, &job, &mut report).instrument(span).await?;
     }
     tracing::info!(report = ?report, "expirer run");
     Ok(report)
+}
+
+/// Expires one succeeded job whose retention passed (a job that changed meanwhile is skipped).
+async fn expire(deps: &Deps, now: DateTime<Utc>, job: &JobRecord, report: &mut Report) -> Result<(), ExpirerError> {
+    // Objects first: a job marked expired must have no result left behind.
+    for prefix in [format!("results/{}/", job.job_id), longhaul_aws::objects::checkpoints_prefix(&job.job_id)] {
+        report.objects_deleted += deps.objects.delete_prefix(&prefix).await.map_err(|e| ExpirerError(e.to_string()))?;
+    }
+    let request = TransitionRequest::new(&job.job_id, &[JobStatus::Succeeded], JobStatus::Expired, "result retention passed");
+    match deps.jobs.transition(request).await {
+        Ok(_) => {}
+        Err(StoreError::Conflict { .. }) => return Ok(()),
+        Err(err) => return Err(ExpirerError(err.to_string())),
+    }
+    let retain_until = now + chrono::Duration::from_std(deps.config.record_retention).unwrap_or_default();
+    deps.jobs.retain_until(&job.job_id, retain_until.timestamp()).await.map_err(|e| ExpirerError(e.to_string()))?;
+    metrics::emit("JobsExpired", 1.0, Unit::Count, &job.job_type);
+    tracing::info!("expired: result retention passed");
+    report.expired += 1;
+    Ok(())
 }

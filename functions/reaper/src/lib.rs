@@ -23,6 +23,7 @@ use chrono::{DateTime, Utc};
 use longhaul_aws::config::{ConfigError, ResultTtl, Vars};
 use longhaul_aws::executions::{Executions, execution_name};
 use longhaul_aws::jobs::{JobRecord, JobStore, StoreError, TransitionRequest};
+use longhaul_aws::logs;
 use longhaul_aws::metrics::{self, Unit};
 use longhaul_aws::objects::ObjectStore;
 use longhaul_aws::queue::{DispatchMessage, IntakeQueue, WebhookQueue};
@@ -30,6 +31,7 @@ use longhaul_domain::reaper::{Rescue, Running, Thresholds, Verdict, judge, rescu
 use longhaul_domain::{JobError, JobStatus, JobType, format_rfc3339};
 use serde::Serialize;
 use serde_json::json;
+use tracing::Instrument;
 
 /// The function's configuration.
 #[derive(Debug, Clone)]
@@ -184,15 +186,22 @@ impl From<ReaperError> for lambda_runtime::Diagnostic {
 pub async fn handle(deps: &Deps, now: DateTime<Utc>) -> Result<Report, ReaperError> {
     let mut report = Report::default();
     let grace = |d: Duration| at(now - chrono::Duration::from_std(d).unwrap_or_default());
+    // Each job is handled in its `job` span (see `longhaul_aws::logs`): pending and queued
+    // jobs come from the index with their whole record; a running job's record is read anyway.
     for item in deps.jobs.due("pending", &grace(deps.config.pending_grace), deps.config.page).await? {
-        lost_pending(deps, JobStore::job_from(item)?, &mut report).await?;
+        let job = JobStore::job_from(item)?;
+        let span = logs::span_of(&job);
+        lost_pending(deps, job, &mut report).instrument(span).await?;
     }
     for item in deps.jobs.due("queued", &grace(deps.config.queued_grace), deps.config.page).await? {
-        lost_queued(deps, JobStore::job_from(item)?, &mut report).await?;
+        let job = JobStore::job_from(item)?;
+        let span = logs::span_of(&job);
+        lost_queued(deps, job, &mut report).instrument(span).await?;
     }
     for item in deps.jobs.due("running", &at(now + chrono::Duration::seconds(1)), deps.config.page).await? {
         let (job_id, progress) = JobStore::progress_from(item)?;
-        running(deps, now, &job_id, &progress, &mut report).await?;
+        let span = logs::job_span(Some(&job_id), None, None);
+        running(deps, now, &job_id, &progress, &mut report).instrument(span).await?;
     }
     tracing::info!(report = ?report, "reaper run");
     Ok(report)
@@ -222,7 +231,7 @@ async fn lost_pending(deps: &Deps, job: JobRecord, report: &mut Report) -> Resul
     match deps.jobs.count_enqueue(&job.job_id).await {
         Ok(_) => {
             deps.intake.send(&DispatchMessage { job_id: job.job_id.clone() }).await?;
-            tracing::warn!(job_id = job.job_id, "pending job was never dispatched; enqueued again");
+            tracing::warn!("pending job was never dispatched; enqueued again");
             report.re_enqueued += 1;
             Ok(())
         }
@@ -247,7 +256,7 @@ async fn lost_queued(deps: &Deps, job: JobRecord, report: &mut Report) -> Result
     match deps.jobs.redispatch_queued(&job.job_id, job.dispatches, &next).await {
         Ok(_) => {
             deps.executions.start(&next, &json!({ "job_id": job.job_id })).await?;
-            tracing::warn!(job_id = job.job_id, execution = next, "queued job's execution ended without it; started another");
+            tracing::warn!(execution = next, "queued job's execution ended without it; started another");
             report.restarted += 1;
             Ok(())
         }
@@ -263,6 +272,7 @@ async fn running(
     report: &mut Report,
 ) -> Result<(), ReaperError> {
     let Some(job) = deps.jobs.job(job_id).await? else { return Ok(()) };
+    logs::current_job(&job);
     if job.status != JobStatus::Running || job.lease.as_deref() != Some(progress.lease.as_str()) {
         // The job ended (or moved on) and left its progress in the running index.
         deps.jobs.unindex_progress(job_id).await?;
@@ -289,7 +299,7 @@ async fn running(
             let result = deps.jobs.mark_stalled(job_id, &lease, Some(&at(now))).await;
             if result.is_ok() {
                 metrics::emit("StalledJobs", 1.0, Unit::Count, &job.job_type);
-                tracing::warn!(job_id, "progress stalled while heartbeating");
+                tracing::warn!("progress stalled while heartbeating");
                 report.stalled += 1;
             }
             raced(result, report)
@@ -357,7 +367,7 @@ async fn zombie(
             if result.is_ok() {
                 stop_execution(deps, job, "superseded by a re-dispatch").await;
                 deps.executions.start(&next, &json!({ "job_id": job_id })).await?;
-                tracing::warn!(job_id, execution = next, reason, "zombie re-dispatched");
+                tracing::warn!(execution = next, reason, "zombie re-dispatched");
                 report.redispatched += 1;
             }
             result
@@ -390,10 +400,10 @@ async fn fail(deps: &Deps, job: &JobRecord, from: &[JobStatus], lease: Option<&s
     if error.code == "Job.Undispatchable" {
         metrics::emit("JobsDeadLettered", 1.0, Unit::Count, &job.job_type);
     }
-    tracing::warn!(job_id = job.job_id, code = error.code, message = error.message, "failed by the reaper");
+    tracing::warn!(code = error.code, message = error.message, "failed by the reaper");
     stop_execution(deps, job, &error.message).await;
     if let Err(err) = tidy(deps, &job.job_id).await {
-        tracing::warn!(job_id = job.job_id, error = %err, "cleanup after failing the job failed; the lifecycle rule is the backstop");
+        tracing::warn!(error = %err, "cleanup after failing the job failed; the lifecycle rule is the backstop");
     }
     Ok(())
 }
@@ -401,7 +411,7 @@ async fn fail(deps: &Deps, job: &JobRecord, from: &[JobStatus], lease: Option<&s
 /// Queues the partner's webhook for a job the reaper ended.
 async fn notify(deps: &Deps, job: &JobRecord) {
     if let Err(err) = deps.webhooks.notify(job).await {
-        tracing::error!(job_id = job.job_id, error = %err, "queueing the terminal webhook failed");
+        tracing::error!(error = %err, "queueing the terminal webhook failed");
     }
 }
 
@@ -410,7 +420,7 @@ async fn stop_execution(deps: &Deps, job: &JobRecord, cause: &str) {
         && let Err(err) = deps.executions.stop(execution, cause).await
     {
         // The job's state is already decided; a stale execution's writes are fenced off.
-        tracing::warn!(job_id = job.job_id, execution, error = %err, "stopping the old execution failed");
+        tracing::warn!(execution, error = %err, "stopping the old execution failed");
     }
 }
 

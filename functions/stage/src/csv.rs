@@ -78,7 +78,7 @@ async fn scan(ctx: &mut Ctx<'_>, params: &CsvReportParams) -> Result<StageOutcom
     let state = scanner.finish().map_err(fatal)?;
     // The final aggregates are the checkpoint the render stage starts from.
     ctx.checkpoint(SCAN_STATE_VERSION, &state, size, Some(size)).await?;
-    tracing::info!(job_id = ctx.job_id(), rows = state.rows_scanned, "scan complete");
+    tracing::info!(rows = state.rows_scanned, "scan complete");
     Ok(StageOutcome::StageDone)
 }
 

@@ -34,7 +34,7 @@ pub async fn run(ctx: &mut Ctx<'_>, params: &DemoParams) -> Result<StageOutcome,
             });
         }
         if params.stall_at == Some(state.next_item) {
-            tracing::info!(job_id = ctx.job_id(), item = state.next_item, "stalling as asked");
+            tracing::info!(item = state.next_item, "stalling as asked");
             ctx.pause(Duration::from_millis(params.stall_ms.unwrap_or(0)), state.next_item, total).await?;
         }
         state.process_next();

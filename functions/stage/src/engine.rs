@@ -227,7 +227,7 @@ impl<'a> Ctx<'a> {
     pub async fn resume<T: DeserializeOwned>(&mut self, version: u32) -> Result<Option<T>, StageError> {
         let Some(key) = self.checkpoint_key.clone() else { return Ok(None) };
         let Some(bytes) = self.deps.objects.get(&key).await? else {
-            tracing::warn!(job_id = self.job.job_id, key, "the current checkpoint is missing; restarting the stage");
+            tracing::warn!(key, "the current checkpoint is missing; restarting the stage");
             return Ok(None);
         };
         #[derive(Deserialize)]
@@ -243,7 +243,6 @@ impl<'a> Ctx<'a> {
         }
         if header.schema_version != version {
             tracing::warn!(
-                job_id = self.job.job_id,
                 key,
                 found = header.schema_version,
                 expected = version,
@@ -254,7 +253,7 @@ impl<'a> Ctx<'a> {
         }
         let checkpoint: Checkpoint<T> = serde_json::from_slice(&bytes)
             .map_err(|e| StageError::Fatal(format!("checkpoint {key} does not match its schema version {version}: {e}")))?;
-        tracing::info!(job_id = self.job.job_id, stage = self.stage, key, "resuming from checkpoint");
+        tracing::info!(stage = self.stage, key, "resuming from checkpoint");
         Ok(Some(checkpoint.state))
     }
 

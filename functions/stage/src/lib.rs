@@ -24,6 +24,7 @@ pub mod demo;
 pub mod engine;
 
 use longhaul_aws::executions::Executions;
+use longhaul_aws::logs;
 use longhaul_aws::metrics::{self, Unit};
 use longhaul_aws::queue::WebhookQueue;
 use longhaul_aws::objects::{ObjectStore, result_key};
@@ -32,6 +33,7 @@ use longhaul_domain::{JobError, JobSpec, JobStatus};
 use crate::engine::{Ctx, StageOutcome};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
+use tracing::Instrument;
 
 /// The function's configuration.
 #[derive(Debug, Clone)]
@@ -158,7 +160,7 @@ pub enum StageInput {
         /// The job.
         job_id: String,
         /// The claim's lease.
-        lease: Lease,
+        lease: TaskLease,
         /// `run` invocations so far in this execution.
         #[serde(default)]
         loops: u32,
@@ -168,14 +170,14 @@ pub enum StageInput {
         /// The job.
         job_id: String,
         /// The claim's lease.
-        lease: Lease,
+        lease: TaskLease,
     },
     /// Mark the job succeeded.
     Complete {
         /// The job.
         job_id: String,
         /// The claim's lease.
-        lease: Lease,
+        lease: TaskLease,
         /// What `run` returned.
         run: RunOutput,
     },
@@ -184,10 +186,32 @@ pub enum StageInput {
         /// The job.
         job_id: String,
         /// The claim's lease.
-        lease: Lease,
+        lease: TaskLease,
         /// What went wrong.
         error: StateError,
     },
+}
+
+/// The lease as the state machine carries it (`$.lease`, the claim's output): the
+/// attempt's [`Lease`] plus the job's owner, so that every task of the attempt puts the
+/// principal on its log lines without reading the job. A lease minted before the principal
+/// was carried (or forged by a test) has none; `run` and the terminal tasks then take it from
+/// the record they read or write anyway.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+pub struct TaskLease {
+    /// The fencing lease.
+    #[serde(flatten)]
+    pub lease: Lease,
+    /// The job's owner, for log context only (never for authorization).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub principal: Option<String>,
+}
+
+impl std::ops::Deref for TaskLease {
+    type Target = Lease;
+    fn deref(&self) -> &Lease {
+        &self.lease
+    }
 }
 
 /// What `run` returns.
@@ -274,7 +298,21 @@ pub fn deadline_from_epoch_ms(deadline_ms: u64) -> Instant {
 }
 
 /// Handles one task invocation; `deadline` is when Lambda would stop the invocation.
+///
+/// Runs in the job's `job` span ([`logs`]): the job id from the input; the attempt and the
+/// principal from the lease the state machine passes (the claim from the record it returns).
 pub async fn handle(deps: &Deps, input: StageInput, deadline: Instant) -> Result<serde_json::Value, StageError> {
+    let span = match &input {
+        StageInput::Claim { job_id, .. } => logs::job_span(Some(job_id), None, None),
+        StageInput::Run { job_id, lease, .. }
+        | StageInput::ContinueAsNew { job_id, lease }
+        | StageInput::Complete { job_id, lease, .. }
+        | StageInput::Fail { job_id, lease, .. } => logs::job_span(Some(job_id), Some(lease.attempt), lease.principal.as_deref()),
+    };
+    task(deps, input, deadline).instrument(span).await
+}
+
+async fn task(deps: &Deps, input: StageInput, deadline: Instant) -> Result<serde_json::Value, StageError> {
     match input {
         StageInput::Claim { job_id, execution } => {
             let (lease, job) = deps.jobs.claim(&job_id, &execution).await.map_err(|err| match err {
@@ -284,7 +322,8 @@ pub async fn handle(deps: &Deps, input: StageInput, deadline: Instant) -> Result
                 )),
                 other => StageError::Retryable(other.to_string()),
             })?;
-            tracing::info!(job_id, attempt = lease.attempt, "claimed");
+            logs::record_job(&tracing::Span::current(), &job);
+            tracing::info!("claimed");
             if lease.attempt == 1
                 && let (Ok(created), Some(Ok(started))) = (
                     chrono::DateTime::parse_from_rfc3339(&job.created_at),
@@ -293,6 +332,7 @@ pub async fn handle(deps: &Deps, input: StageInput, deadline: Instant) -> Result
             {
                 metrics::emit("QueueWait", (started - created).num_milliseconds() as f64, Unit::Milliseconds, &job.job_type);
             }
+            let lease = TaskLease { lease, principal: Some(job.owner.clone()) };
             Ok(serde_json::to_value(lease).expect("leases serialise"))
         }
         StageInput::Run { job_id, lease, loops } => {
@@ -304,7 +344,7 @@ pub async fn handle(deps: &Deps, input: StageInput, deadline: Instant) -> Result
             let name = format!("{job_id}.a{}c{n}", lease.attempt);
             let input = json!({ "job_id": job_id, "lease": lease, "run": { "next": "start", "loops": 0 } });
             deps.executions.start(&name, &input).await?;
-            tracing::info!(job_id, execution = name, "continued as a new execution");
+            tracing::info!(execution = name, "continued as a new execution");
             Ok(json!({ "execution": name }))
         }
         StageInput::Complete { job_id, lease, run } => {
@@ -316,7 +356,7 @@ pub async fn handle(deps: &Deps, input: StageInput, deadline: Instant) -> Result
                 .set("result_key", aws_sdk_dynamodb::types::AttributeValue::S(result_key))
                 .indexed_at(longhaul_domain::format_rfc3339(expires));
             end_job(deps, request, &lease).await?;
-            tracing::info!(job_id, attempt = lease.attempt, "succeeded");
+            tracing::info!("succeeded");
             Ok(json!({}))
         }
         StageInput::Fail { job_id, lease, error } => {
@@ -329,16 +369,19 @@ pub async fn handle(deps: &Deps, input: StageInput, deadline: Instant) -> Result
                 .fenced(&lease.token)
                 .set("error", serde_dynamo::to_attribute_value(&job_error).expect("errors serialise"));
             end_job(deps, request, &lease).await?;
-            tracing::warn!(job_id, attempt = lease.attempt, code = job_error.code, "failed");
+            tracing::warn!(code = job_error.code, "failed");
             Ok(json!({}))
         }
     }
 }
 
-async fn run(deps: &Deps, job_id: &str, lease: &Lease, loops: u32, deadline: Instant) -> Result<RunOutput, StageError> {
+async fn run(deps: &Deps, job_id: &str, lease: &TaskLease, loops: u32, deadline: Instant) -> Result<RunOutput, StageError> {
     let view = deps.jobs.view(job_id).await.map_err(|e| StageError::Retryable(e.to_string()))?;
     let view = view.ok_or_else(|| StageError::Fatal(format!("job {job_id} does not exist")))?;
     let job = &view.job;
+    if lease.principal.is_none() {
+        logs::record_principal(&tracing::Span::current(), &job.owner);
+    }
     if job.status != JobStatus::Running || job.lease.as_deref() != Some(&lease.token) {
         return Err(StageError::LeaseLost(format!("job is {} under another lease", job.status)));
     }
@@ -370,7 +413,7 @@ async fn run(deps: &Deps, job_id: &str, lease: &Lease, loops: u32, deadline: Ins
         Ok(StageOutcome::StageDone) => {
             let next = stages[ctx.stage_index as usize];
             ctx.advance(next).await?;
-            tracing::info!(job_id, stage = next, "stage boundary");
+            tracing::info!(stage = next, "stage boundary");
             Ok(output("next_stage", None, next))
         }
         Ok(StageOutcome::Finished { result_key }) => Ok(RunOutput {
@@ -400,7 +443,7 @@ async fn finish_cancellation(deps: &Deps, job_id: &str, lease: &Lease) -> Result
     };
     let request = TransitionRequest::new(job_id, &[JobStatus::Running], JobStatus::Cancelled, reason).fenced(&lease.token);
     end_job(deps, request, lease).await?;
-    tracing::info!(job_id, attempt = lease.attempt, "cancelled while running");
+    tracing::info!("cancelled while running");
     Ok(())
 }
 
@@ -416,6 +459,7 @@ async fn end_job(deps: &Deps, request: TransitionRequest, lease: &Lease) -> Resu
         Err(StoreError::Conflict { current: Some(job) }) if job.status == status && job.lease.as_deref() == Some(&lease.token) => *job,
         Err(err) => return Err(fenced(err)),
     };
+    logs::record_principal(&tracing::Span::current(), &job.owner);
     deps.webhooks.notify(&job).await?;
     emit_end_metrics(&job);
     tidy_after_end(deps, &job_id).await

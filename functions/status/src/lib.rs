@@ -19,10 +19,12 @@ use lambda_http::{Body, Request, RequestExt, Response};
 use longhaul_aws::api::{Problem, json_response, path_job_id, principal, route_key, wrong_status};
 use longhaul_aws::config::{ConfigError, Vars};
 use longhaul_aws::jobs::{JobRecord, JobStore, JobView, ListError, ListFilter};
+use longhaul_aws::logs;
 use longhaul_aws::objects::ObjectStore;
 use longhaul_domain::{JobStatus, stream_token};
 use serde_json::json;
 use sha2::{Digest, Sha256};
+use tracing::Instrument;
 
 /// Seconds a client should wait between polls of a live job.
 pub const POLL_AFTER_SECONDS: u64 = 2;
@@ -53,8 +55,8 @@ static PATHS: LazyLock<Vec<(Vec<String>, Vec<String>)>> = LazyLock::new(|| {
         .collect()
 });
 
-/// The function's configuration.
-#[derive(Debug, Clone)]
+/// The function's configuration (its `Debug` redacts the stream token key).
+#[derive(Clone)]
 pub struct Config {
     /// `TABLE_NAME`: the job table.
     pub table: String,
@@ -78,8 +80,8 @@ impl Config {
     }
 }
 
-/// What the handler needs, built once per sandbox.
-#[derive(Debug, Clone)]
+/// What the handler needs, built once per sandbox (its `Debug` redacts the stream token key).
+#[derive(Clone)]
 pub struct Deps {
     /// The job table (read only).
     pub jobs: JobStore,
@@ -103,17 +105,47 @@ impl Deps {
     }
 }
 
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Config")
+            .field("table", &self.table)
+            .field("bucket", &self.bucket)
+            .field("events_url", &self.events_url)
+            .field("stream_token_secret", &logs::Redacted)
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for Deps {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Deps")
+            .field("jobs", &self.jobs)
+            .field("objects", &self.objects)
+            .field("events_url", &self.events_url)
+            .field("stream_token_secret", &logs::Redacted)
+            .finish()
+    }
+}
+
 /// Handles one request. Never fails: every error is a problem response.
+///
+/// Runs in a `job` span ([`logs`]): the principal from the token; the job id, attempt and
+/// owner once the caller's job is read (a listing is about no one job).
 pub async fn handle(deps: &Deps, request: Request) -> Response<Body> {
-    let result = match route_key(&request).as_deref() {
-        Some("GET /openapi.json") => Ok(openapi()),
-        Some("GET /jobs/{id}") => get_job(deps, &request).await,
-        Some("GET /jobs") => list_jobs(deps, &request).await,
-        Some("GET /jobs/{id}/result") => result(deps, &request).await,
-        Some("GET /jobs/{id}/deliveries") => deliveries(deps, &request).await,
-        _ => Err(fallback(request.method(), request.uri().path())),
-    };
-    result.unwrap_or_else(Problem::into_response)
+    let span = logs::job_span(None, None, principal(&request).as_deref());
+    async {
+        let result = match route_key(&request).as_deref() {
+            Some("GET /openapi.json") => Ok(openapi()),
+            Some("GET /jobs/{id}") => get_job(deps, &request).await,
+            Some("GET /jobs") => list_jobs(deps, &request).await,
+            Some("GET /jobs/{id}/result") => result(deps, &request).await,
+            Some("GET /jobs/{id}/deliveries") => deliveries(deps, &request).await,
+            _ => Err(fallback(request.method(), request.uri().path())),
+        };
+        result.unwrap_or_else(Problem::into_response)
+    }
+    .instrument(span)
+    .await
 }
 
 fn openapi() -> Response<Body> {
@@ -146,11 +178,14 @@ fn fallback(method: &Method, path: &str) -> Problem {
 async fn owned_view(deps: &Deps, request: &Request) -> Result<JobView, Problem> {
     let owner = principal(request).ok_or_else(Problem::unauthorized)?;
     let job_id = path_job_id(request)?;
+    logs::record_job_id(&tracing::Span::current(), &job_id.to_string());
     let view = deps.jobs.view(&job_id.to_string()).await.map_err(|err| {
-        tracing::error!(%job_id, error = %err, "reading the job failed");
+        tracing::error!(error = %err, "reading the job failed");
         Problem::internal()
     })?;
-    view.filter(|v| v.job.owner == owner).ok_or_else(Problem::not_found)
+    let view = view.filter(|v| v.job.owner == owner).ok_or_else(Problem::not_found)?;
+    logs::current_job(&view.job);
+    Ok(view)
 }
 
 async fn get_job(deps: &Deps, request: &Request) -> Result<Response<Body>, Problem> {
@@ -235,7 +270,7 @@ async fn result(deps: &Deps, request: &Request) -> Result<Response<Body>, Proble
     match (job.status, &job.result_key) {
         (JobStatus::Succeeded, Some(key)) => {
             let url = deps.objects.presign_get(key, RESULT_URL_TTL).await.map_err(|err| {
-                tracing::error!(job_id = job.job_id, error = %err, "presigning the result failed");
+                tracing::error!(error = %err, "presigning the result failed");
                 Problem::internal()
             })?;
             let mut response = Response::new(Body::Empty);
@@ -259,7 +294,7 @@ async fn result(deps: &Deps, request: &Request) -> Result<Response<Body>, Proble
 async fn deliveries(deps: &Deps, request: &Request) -> Result<Response<Body>, Problem> {
     let view = owned_view(deps, request).await?;
     let attempts = deps.jobs.deliveries(&view.job.job_id).await.map_err(|err| {
-        tracing::error!(job_id = view.job.job_id, error = %err, "reading deliveries failed");
+        tracing::error!(error = %err, "reading deliveries failed");
         Problem::internal()
     })?;
     let mut response = json_response(StatusCode::OK, &json!({ "job_id": view.job.job_id, "deliveries": attempts }));

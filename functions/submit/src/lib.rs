@@ -14,6 +14,7 @@ use lambda_http::{Body, Request, Response};
 use longhaul_aws::api::{Problem, json_body, json_response, path_job_id, principal, route_key, wrong_status};
 use longhaul_aws::config::{ConfigError, Vars};
 use longhaul_aws::jobs::{IdempotencyRecord, JobRecord, JobStore, StoreError};
+use longhaul_aws::logs;
 use longhaul_aws::metrics::{self, Unit};
 use longhaul_aws::queue::{DispatchMessage, IntakeQueue};
 use longhaul_domain::callback::{CallbackPolicy, Host, check_address, parse_callback_url};
@@ -22,6 +23,7 @@ use longhaul_domain::fingerprint::{derived_idempotency_key, fingerprint, retry_i
 use longhaul_domain::{JobId, JobSpec, JobStatus, JobType, SpecError, Transition, now_rfc3339};
 use serde::Deserialize;
 use serde_json::json;
+use tracing::Instrument;
 
 /// Largest accepted request body.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
@@ -121,12 +123,20 @@ fn empty_object() -> serde_json::Value {
 }
 
 /// Handles one request. Never fails: every error is a problem response.
+///
+/// Runs in a `job` span ([`logs`]): the principal from the token, the job id once minted (or
+/// found under the idempotency key) and its attempt — 0 for a job that has not run yet.
 pub async fn handle(deps: &Deps, request: Request) -> Response<Body> {
-    let result = match route_key(&request).as_deref() {
-        Some("POST /jobs/{id}/retry") => retry(deps, &request).await,
-        _ => submit(deps, &request).await,
-    };
-    result.unwrap_or_else(Problem::into_response)
+    let span = logs::job_span(None, None, principal(&request).as_deref());
+    async {
+        let result = match route_key(&request).as_deref() {
+            Some("POST /jobs/{id}/retry") => retry(deps, &request).await,
+            _ => submit(deps, &request).await,
+        };
+        result.unwrap_or_else(Problem::into_response)
+    }
+    .instrument(span)
+    .await
 }
 
 /// `POST /jobs/{id}/retry`: a failed or cancelled job runs again as a new job with the same
@@ -135,8 +145,11 @@ pub async fn handle(deps: &Deps, request: Request) -> Response<Body> {
 async fn retry(deps: &Deps, request: &Request) -> Result<Response<Body>, Problem> {
     let owner = principal(request).ok_or_else(Problem::unauthorized)?;
     let job_id = path_job_id(request)?.to_string();
+    // Until the new job is minted, the lines are about the one being retried.
+    logs::record_job_id(&tracing::Span::current(), &job_id);
     let original = deps.jobs.job(&job_id).await.map_err(internal)?;
     let original = original.filter(|job| job.owner == owner).ok_or_else(Problem::not_found)?;
+    logs::current_job(&original);
     if !matches!(original.status, JobStatus::Failed | JobStatus::Cancelled) {
         return Err(wrong_status(
             original.status,
@@ -238,6 +251,7 @@ async fn create(deps: &Deps, new: &NewJob<'_>) -> Result<Response<Body>, Problem
     // A reused key races at most a few times (another request replacing the same failed job).
     for _ in 0..4 {
         let job = new_job(new, JobId::new().to_string());
+        logs::current_job(&job);
         let record = IdempotencyRecord {
             job_id: job.job_id.clone(),
             fingerprint: new.fingerprint.to_owned(),
@@ -260,14 +274,17 @@ async fn create(deps: &Deps, new: &NewJob<'_>) -> Result<Response<Body>, Problem
                 "This Idempotency-Key was used for a different request; use a new key.",
             ));
         }
+        logs::record_job_id(&tracing::Span::current(), &existing.job_id);
         match deps.jobs.job(&existing.job_id).await.map_err(internal)? {
             None if is_recent(&existing.created_at) => return Err(in_flight()),
             None => {
                 // The request that claimed the key never wrote its job: finish it.
                 let mut job = new_job(new, existing.job_id.clone());
                 job.created_at.clone_from(&existing.created_at);
+                logs::current_job(&job);
                 match deps.jobs.put_job(&job).await {
                     Ok(()) => {
+                        tracing::info!(job_type = job.job_type, "submitted (finishing an interrupted request)");
                         enqueue(deps, &job.job_id).await;
                         return Ok(accepted(StatusCode::ACCEPTED, &job, false));
                     }
@@ -275,11 +292,14 @@ async fn create(deps: &Deps, new: &NewJob<'_>) -> Result<Response<Body>, Problem
                     Err(err) => return Err(internal(err)),
                 }
             }
-            Some(job) => match job.status {
-                JobStatus::Failed | JobStatus::Cancelled => replacing = Some(job.job_id),
-                JobStatus::Pending if is_recent(&job.created_at) => return Err(in_flight()),
-                _ => return Ok(accepted(StatusCode::OK, &job, true)),
-            },
+            Some(job) => {
+                logs::current_job(&job);
+                match job.status {
+                    JobStatus::Failed | JobStatus::Cancelled => replacing = Some(job.job_id),
+                    JobStatus::Pending if is_recent(&job.created_at) => return Err(in_flight()),
+                    _ => return Ok(accepted(StatusCode::OK, &job, true)),
+                }
+            }
         }
     }
     Err(in_flight())
@@ -289,6 +309,8 @@ async fn write_and_enqueue(deps: &Deps, job: &JobRecord) -> Result<Response<Body
     match deps.jobs.put_job(job).await {
         Ok(()) => {
             metrics::emit("JobsSubmitted", 1.0, Unit::Count, &job.job_type);
+            // Never the params, the callback URL or the idempotency key (see `longhaul_aws::logs`).
+            tracing::info!(job_type = job.job_type, retry_of = job.retry_of, "submitted");
             enqueue(deps, &job.job_id).await;
             Ok(accepted(StatusCode::ACCEPTED, job, false))
         }
@@ -380,7 +402,7 @@ fn new_job(new: &NewJob<'_>, job_id: String) -> JobRecord {
 /// reaper re-enqueues pending jobs that were never dispatched, so the client still gets 202.
 async fn enqueue(deps: &Deps, job_id: &str) {
     if let Err(err) = deps.intake.send(&DispatchMessage { job_id: job_id.to_owned() }).await {
-        tracing::error!(job_id, error = %err, "enqueueing failed; the job stays pending for the reaper");
+        tracing::error!(error = %err, "enqueueing failed; the job stays pending for the reaper");
     }
 }
 

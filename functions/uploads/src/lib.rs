@@ -54,8 +54,13 @@ struct UploadBody {
 }
 
 /// Handles one request. Never fails: every error is a problem response.
+///
+/// Runs in a `job` span ([`longhaul_aws::logs`]) carrying the principal only: an upload
+/// belongs to no job yet (no `job_id`, no `attempt`).
 pub async fn handle(deps: &Deps, request: Request) -> Response<Body> {
-    create(deps, &request).await.unwrap_or_else(Problem::into_response)
+    use tracing::Instrument;
+    let span = longhaul_aws::logs::job_span(None, None, principal(&request).as_deref());
+    create(deps, &request).instrument(span).await.unwrap_or_else(Problem::into_response)
 }
 
 async fn create(deps: &Deps, request: &Request) -> Result<Response<Body>, Problem> {

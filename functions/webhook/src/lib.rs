@@ -17,12 +17,14 @@ use aws_lambda_events::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMe
 use futures::future::BoxFuture;
 use longhaul_aws::config::{ConfigError, Vars};
 use longhaul_aws::jobs::{DeliveryRecord, JobStore};
+use longhaul_aws::logs;
 use longhaul_aws::metrics::{self, Unit};
 use longhaul_aws::queue::{WebhookMessage, WebhookQueue};
 use longhaul_domain::callback::{CallbackPolicy, Host, check_address, parse_callback_url};
 use longhaul_domain::webhooks::{RetrySchedule, event_type, message_id, sign};
 use longhaul_domain::{JobStatus, now_rfc3339};
 use serde_json::json;
+use tracing::Instrument;
 
 /// Most bytes of a receiver's answer that are read.
 pub const MAX_RESPONSE_BYTES: usize = 4096;
@@ -138,9 +140,8 @@ pub async fn handle(deps: &Deps, event: SqsEvent) -> SqsBatchResponse {
     let mut response = SqsBatchResponse::default();
     let results = futures::future::join_all(event.records.iter().map(|record| process_record(deps, record))).await;
     for (record, result) in event.records.iter().zip(results) {
-        if let Err(err) = result {
+        if result.is_err() {
             let message_id = record.message_id.clone().unwrap_or_default();
-            tracing::error!(message_id, error = %err, "webhook processing failed; the message will be retried");
             let mut failure = BatchItemFailure::default();
             failure.item_identifier = message_id;
             response.batch_item_failures.push(failure);
@@ -149,13 +150,34 @@ pub async fn handle(deps: &Deps, event: SqsEvent) -> SqsBatchResponse {
     response
 }
 
+/// One record, in its job's `job` span ([`logs`]): the job id from the message, the job's
+/// attempt and principal from its record once read (a delay hop reads nothing and logs
+/// nothing). `delivery_attempt` is the webhook's own attempt number.
 async fn process_record(deps: &Deps, record: &SqsMessage) -> Result<(), String> {
-    let message: WebhookMessage = serde_json::from_str(record.body.as_deref().unwrap_or_default())
-        .map_err(|e| format!("not a webhook message: {e}"))?;
-    process(deps, &message).await
+    let message_id = record.message_id.as_deref().unwrap_or_default();
+    let message: WebhookMessage = match serde_json::from_str(record.body.as_deref().unwrap_or_default()) {
+        Ok(message) => message,
+        Err(err) => {
+            let err = format!("not a webhook message: {err}");
+            tracing::error!(message_id, error = %err, "webhook processing failed; the message will be retried");
+            return Err(err);
+        }
+    };
+    let span = logs::job_span(Some(&message.job_id), None, None);
+    async {
+        let result = process(deps, &message).await;
+        if let Err(err) = &result {
+            tracing::error!(message_id, delivery_attempt = message.attempt, error = %err,
+                "webhook processing failed; the message will be retried");
+        }
+        result
+    }
+    .instrument(span)
+    .await
 }
 
-/// One delivery attempt (or a hop of a long delay).
+/// One delivery attempt (or a hop of a long delay). Records the job's attempt and principal
+/// in the current `job` span.
 pub async fn process(deps: &Deps, message: &WebhookMessage) -> Result<(), String> {
     let now = chrono::Utc::now().timestamp();
     if message.not_before > now {
@@ -163,9 +185,10 @@ pub async fn process(deps: &Deps, message: &WebhookMessage) -> Result<(), String
         return deps.queue.send(message, wait).await.map_err(|e| e.to_string());
     }
     let Some(job) = deps.jobs.job(&message.job_id).await.map_err(|e| e.to_string())? else {
-        tracing::warn!(job_id = message.job_id, "webhook for a job that no longer exists; dropped");
+        tracing::warn!("webhook for a job that no longer exists; dropped");
         return Ok(());
     };
+    logs::current_job(&job);
     let (Some(url), Some(event)) = (job.callback_url.clone(), event_type(message.status)) else { return Ok(()) };
     let webhook_id = message_id(&job.job_id, message.status);
     let mut payload = json!({
@@ -215,6 +238,9 @@ pub async fn process(deps: &Deps, message: &WebhookMessage) -> Result<(), String
         outcome: outcome.to_owned(),
     };
     deps.jobs.record_delivery(&job.job_id, &record).await.map_err(|e| e.to_string())?;
+    // Neither the callback URL nor the request error (which names the URL) is logged: a
+    // partner's URL may carry a token. The delivery record keeps them for the owner.
+    tracing::info!(webhook_id, delivery_attempt = message.attempt, status_code, latency_ms, outcome, "webhook attempt made");
     match outcome {
         "delivered" => metrics::emit("WebhookDelivered", 1.0, Unit::Count, &job.job_type),
         "retrying" => {
@@ -225,9 +251,9 @@ pub async fn process(deps: &Deps, message: &WebhookMessage) -> Result<(), String
         "dead_lettered" => {
             deps.dead_letters.send(message, 0).await.map_err(|e| e.to_string())?;
             metrics::emit("WebhookFailed", 1.0, Unit::Count, &job.job_type);
-            tracing::warn!(job_id = job.job_id, webhook_id, "webhook retries exhausted; dead-lettered");
+            tracing::warn!(webhook_id, delivery_attempt = message.attempt, "webhook retries exhausted; dead-lettered");
         }
-        _ => tracing::info!(job_id = job.job_id, webhook_id, "receiver answered 410 Gone; no more attempts"),
+        _ => tracing::info!(webhook_id, delivery_attempt = message.attempt, "receiver answered 410 Gone; no more attempts"),
     }
     Ok(())
 }

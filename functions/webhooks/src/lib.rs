@@ -44,8 +44,13 @@ impl Deps {
 }
 
 /// Handles one request. Never fails: every error is a problem response.
+///
+/// Runs in a `job` span ([`longhaul_aws::logs`]) carrying the principal only: webhook
+/// secrets belong to the principal, not to a job (no `job_id`, no `attempt`).
 pub async fn handle(deps: &Deps, request: Request) -> Response<Body> {
-    secrets(deps, &request).await.unwrap_or_else(Problem::into_response)
+    use tracing::Instrument;
+    let span = longhaul_aws::logs::job_span(None, None, principal(&request).as_deref());
+    secrets(deps, &request).instrument(span).await.unwrap_or_else(Problem::into_response)
 }
 
 async fn secrets(deps: &Deps, request: &Request) -> Result<Response<Body>, Problem> {
