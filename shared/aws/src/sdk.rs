@@ -32,9 +32,10 @@ pub fn install_tls_provider() {
 /// How long a function's init may spend warming connections, all services together.
 ///
 /// Warming is an optimisation, never a precondition: past this budget init goes on and the
-/// first invocation opens whatever connection is still missing itself. In-region a TCP+TLS
-/// handshake to an AWS endpoint takes tens of milliseconds; the budget only bounds the bad case
-/// (an endpoint that does not answer), so that it cannot eat the 10 s Lambda allows init.
+/// first invocation opens whatever connection is still missing itself. A TCP+TLS handshake to
+/// an in-region endpoint is a few round trips plus certificate verification, far inside this;
+/// the budget only bounds the bad case (an endpoint that does not answer), so that it cannot
+/// eat into the 10 s Lambda allows init.
 pub const WARM_UP_BUDGET: std::time::Duration = std::time::Duration::from_millis(1500);
 
 /// The partition and sort key of the item `JobStore::warm` reads. No item is ever written

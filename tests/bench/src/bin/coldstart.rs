@@ -329,11 +329,12 @@ fn report(rows: &[Row], runs: usize, host: &str) -> String {
          *AWS calls at init* shows the warm-up happened and *warm-up* is its share of init (median of the \
          duration the function logs; `RUST_LOG=longhaul_aws::sdk=debug` is the one addition to a \
          deployed environment). Not included is what a region adds: one \
-         TLS handshake and round trip per service (concurrent, tens of milliseconds in-region) — which \
-         the warm-up moves from the first invocation into init, where Lambda runs with full CPU. The \
+         TCP+TLS handshake per service (concurrent; a few round trips plus certificate verification) — \
+         which the warm-up moves from the first invocation into init, where on-demand functions run on a \
+         full vCPU. The \
          first-event times are handler paths whose AWS calls fail at once: a lower bound, not a latency. \
-         Not measured at all: Lambda's own sandbox creation and code download (which grows with the zip \
-         size), and the arm64 CPUs Lambda runs on.\n\n",
+         Not measured at all: Lambda's own sandbox creation and code download, and the arm64 CPUs the \
+         functions are deployed on.\n\n",
     );
     out.push_str(
         "| binary | size (bytes) | size (MB) | init median (ms) | init p90 (ms) | init × hello | \
