@@ -5,7 +5,7 @@ VENV ?= .venv
 SUB ?= alice
 export LONGHAUL_VENV := $(abspath $(VENV))
 
-.PHONY: dev test lint token stop venv build-tools build bench clean-local
+.PHONY: dev test lint token stop venv build-tools build bench-tools bench clean-local
 
 ## Start the whole system locally (API on http://127.0.0.1:3000). Ctrl-C stops it.
 dev: venv
@@ -48,9 +48,16 @@ $(VENV)/.installed-build: infra/requirements-build.txt $(VENV)/.installed
 build: build-tools
 	PATH="$(abspath $(VENV))/bin:$$PATH" SAM_CLI_TELEMETRY=0 $(VENV)/bin/sam build --no-cached
 
+## What the benchmarks compare against (DuckDB), in the project venv.
+bench-tools: $(VENV)/.installed-bench
+$(VENV)/.installed-bench: infra/requirements-bench.txt $(VENV)/.installed
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r infra/requirements-bench.txt
+	touch $@
+
 ## Measure and write BENCHMARKS.md (each benchmark writes a section to target/bench/).
-bench: venv
+bench: venv bench-tools
 	rm -rf target/bench
+	cargo run --release -p longhaul-bench --bin csvscan
 	cargo run --release -p longhaul-bench --bin coldstart
 	tests/bench/assemble
 
