@@ -12,6 +12,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use futures::TryStreamExt;
 
+use crate::faults::{Faults, LEASE_HEADER};
 use crate::hosted::HostedFunction;
 
 /// Counts of AWS API calls by `service:operation`.
@@ -49,6 +50,8 @@ pub struct EdgeState {
     /// time, never overlapping a read, restores DynamoDB's guarantees at the cost of local
     /// throughput only.
     pub dynamodb_lock: Arc<tokio::sync::RwLock<()>>,
+    /// Throttling to inject and the journal of DynamoDB writes.
+    pub faults: Arc<Faults>,
 }
 
 /// DynamoDB operations that change data.
@@ -121,19 +124,26 @@ async fn forward(State(state): State<EdgeState>, request: Request) -> Response {
     let operation = classify(&parts.method, &parts.uri, &parts.headers);
     let dynamodb = operation.starts_with("dynamodb:");
     let write = DYNAMODB_WRITES.contains(&operation.as_str());
+    state.calls.record(operation.clone());
+    // Only SDK calls (signed in the Authorization header) are throttled: presigned URLs are
+    // followed by plain HTTP clients, which do not retry.
+    if parts.headers.contains_key("authorization") && state.faults.throttle_call() {
+        return throttled(&operation);
+    }
     let write_guard = if write { Some(state.dynamodb_lock.clone().write_owned().await) } else { None };
     let read_guard = if dynamodb && !write { Some(state.dynamodb_lock.clone().read_owned().await) } else { None };
-    state.calls.record(operation);
+    let writer_lease = parts.headers.get(LEASE_HEADER).and_then(|v| v.to_str().ok()).map(str::to_owned);
     let path = parts.uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
     // Buffered, not streamed: werkzeug (under moto) does not read chunked request bodies.
     let body = match axum::body::to_bytes(body, usize::MAX).await {
         Ok(body) => body,
         Err(err) => return (StatusCode::BAD_REQUEST, err.to_string()).into_response(),
     };
+    let journal_request = (write && state.faults.journaling()).then(|| body.clone());
     let mut outbound =
         state.client.request(parts.method.clone(), format!("{}{path}", state.emulator_url)).body(body);
     for (name, value) in &parts.headers {
-        if name != "host" && name != "content-length" {
+        if name != "host" && name != "content-length" && name != LEASE_HEADER {
             outbound = outbound.header(name, value);
         }
     }
@@ -143,9 +153,15 @@ async fn forward(State(state): State<EdgeState>, request: Request) -> Response {
             for (name, value) in response.headers() {
                 builder = builder.header(name, value);
             }
+            let status = response.status();
             let body = if dynamodb {
                 // Read the whole (small) answer before letting the next write in.
                 let bytes = response.bytes().await;
+                if let (Some(request), Ok(answer)) = (&journal_request, &bytes)
+                    && status.is_success()
+                {
+                    state.faults.journal_write(&operation, writer_lease, request, answer);
+                }
                 drop((write_guard, read_guard));
                 match bytes {
                     Ok(bytes) => Body::from(bytes),
@@ -162,6 +178,22 @@ async fn forward(State(state): State<EdgeState>, request: Request) -> Response {
                 .into_response()
         }
     }
+}
+
+/// The throttling error the service behind `operation` answers with when it sheds load.
+fn throttled(operation: &str) -> Response {
+    let message = "Rate exceeded (throttling injected by the local edge)";
+    if operation.starts_with("s3:") {
+        let xml = format!("<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>SlowDown</Code><Message>{message}</Message></Error>");
+        return (StatusCode::SERVICE_UNAVAILABLE, [("content-type", "application/xml")], xml).into_response();
+    }
+    // DynamoDB, SQS and Step Functions speak AWS JSON: the error code is `__type`.
+    (
+        StatusCode::BAD_REQUEST,
+        [("content-type", "application/x-amz-json-1.0"), ("x-amzn-errortype", "ThrottlingException")],
+        serde_json::json!({"__type": "ThrottlingException", "message": message}).to_string(),
+    )
+        .into_response()
 }
 
 /// Names an AWS request `service:Operation`: from `X-Amz-Target` for JSON protocols

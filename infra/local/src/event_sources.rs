@@ -6,6 +6,9 @@
 use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, MessageSystemAttributeName};
 use serde_json::{Value, json};
 
+use std::sync::Arc;
+
+use crate::faults::Faults;
 use crate::hosted::HostedFunction;
 use crate::model::EventSpec;
 
@@ -14,7 +17,7 @@ const POLLERS_PER_MAPPING: usize = 2;
 
 /// Starts the pollers of every SQS mapping. `sqs` talks to the emulator directly: polling is
 /// the event source mapping's work, not the function's, so it is not counted as its calls.
-pub fn spawn(functions: &[HostedFunction], sqs: &aws_sdk_sqs::Client) -> Vec<tokio::task::JoinHandle<()>> {
+pub fn spawn(functions: &[HostedFunction], sqs: &aws_sdk_sqs::Client, faults: &Arc<Faults>) -> Vec<tokio::task::JoinHandle<()>> {
     let mut tasks = Vec::new();
     for function in functions {
         for event in &function.spec.events {
@@ -27,6 +30,7 @@ pub fn spawn(functions: &[HostedFunction], sqs: &aws_sdk_sqs::Client) -> Vec<tok
                     queue_arn: queue_arn.clone(),
                     batch_size: (*batch_size).clamp(1, 10),
                     report_batch_item_failures: *report_batch_item_failures,
+                    faults: faults.clone(),
                 };
                 tasks.push(tokio::spawn(mapping.run()));
             }
@@ -42,6 +46,7 @@ struct Mapping {
     queue_arn: String,
     batch_size: i32,
     report_batch_item_failures: bool,
+    faults: Arc<Faults>,
 }
 
 impl Mapping {
@@ -52,6 +57,19 @@ impl Mapping {
                 tokio::time::sleep(std::time::Duration::from_secs(1)).await;
             }
         }
+    }
+
+    /// The messages a function's response names as failed (none without ReportBatchItemFailures).
+    fn batch_item_failures(&self, response: &Value) -> Vec<String> {
+        if !self.report_batch_item_failures {
+            return Vec::new();
+        }
+        response["batchItemFailures"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|f| f["itemIdentifier"].as_str().map(str::to_owned))
+            .collect()
     }
 
     async fn poll_once(&self) -> anyhow::Result<()> {
@@ -90,14 +108,24 @@ impl Mapping {
                 })
             })
             .collect();
-        let failed: Vec<String> = match self.function.invoke(json!({ "Records": records })).await {
-            Ok(response) if self.report_batch_item_failures => response["batchItemFailures"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|f| f["itemIdentifier"].as_str().map(str::to_owned))
-                .collect(),
-            Ok(_) => Vec::new(),
+        let event = json!({ "Records": records });
+        let outcome = if self.faults.duplicate_delivery() {
+            // At-least-once delivery, at its worst: two invocations with the same batch at
+            // once. A message is done only if both handled it.
+            let (first, second) = futures::join!(self.function.invoke(event.clone()), self.function.invoke(event));
+            match (first, second) {
+                (Ok(first), Ok(second)) => {
+                    let mut failures = self.batch_item_failures(&first);
+                    failures.extend(self.batch_item_failures(&second));
+                    Ok(failures)
+                }
+                (Err(diagnostic), _) | (_, Err(diagnostic)) => Err(diagnostic),
+            }
+        } else {
+            self.function.invoke(event).await.map(|response| self.batch_item_failures(&response))
+        };
+        let failed: Vec<String> = match outcome {
+            Ok(failed) => failed,
             Err(diagnostic) => {
                 tracing::warn!(
                     function = self.function.spec.logical,

@@ -17,6 +17,7 @@ use lambda_runtime::Diagnostic;
 use longhaul_aws::config::Vars;
 use serde_json::Value;
 
+use crate::faults::Invocation;
 use crate::model::FunctionSpec;
 
 type HttpHandler = Arc<dyn Fn(Request) -> BoxFuture<'static, Response<Body>> + Send + Sync>;
@@ -167,10 +168,18 @@ impl HostedFunction {
             });
         };
         let timeout = self.spec.timeout;
-        let job_id = event.get("job_id").and_then(Value::as_str).map(str::to_owned);
-        let task = tokio::spawn(handler(event, Instant::now() + timeout));
-        self.inflight.lock().expect("inflight lock").push((job_id, task.abort_handle()));
-        let outcome = tokio::time::timeout(timeout, task).await;
+        let invocation = Invocation::new(&self.spec.logical, Some(&event));
+        let mut task = tokio::spawn(invocation.scope(handler(event, Instant::now() + timeout)));
+        let abort = task.abort_handle();
+        self.inflight.lock().expect("inflight lock").push((invocation.job_id.clone(), abort.clone()));
+        let outcome = tokio::select! {
+            outcome = tokio::time::timeout(timeout, &mut task) => outcome,
+            () = invocation.crashed() => {
+                // A fault plan crashed it at an AWS call: the sandbox dies there.
+                abort.abort();
+                Ok(task.await)
+            }
+        };
         self.inflight.lock().expect("inflight lock").retain(|(_, h)| !h.is_finished());
         match outcome {
             Ok(Ok(result)) => result,
@@ -225,10 +234,19 @@ impl HostedFunction {
             return gateway_error(500, "Internal Server Error");
         };
         let timeout = self.spec.timeout.min(Duration::from_secs(30));
-        match tokio::time::timeout(timeout, tokio::spawn(handler(request))).await {
-            Ok(Ok(response)) => response,
-            Ok(Err(_panic)) => gateway_error(500, "Internal Server Error"),
-            Err(_) => gateway_error(503, "Service Unavailable"),
+        let invocation = Invocation::new(&self.spec.logical, None);
+        let mut task = tokio::spawn(invocation.scope(handler(request)));
+        tokio::select! {
+            outcome = tokio::time::timeout(timeout, &mut task) => match outcome {
+                Ok(Ok(response)) => response,
+                Ok(Err(_panic)) => gateway_error(500, "Internal Server Error"),
+                Err(_) => gateway_error(503, "Service Unavailable"),
+            },
+            () = invocation.crashed() => {
+                // What API Gateway answers when the function's runtime dies mid-request.
+                task.abort();
+                gateway_error(502, "Internal Server Error")
+            }
         }
     }
 }

@@ -65,6 +65,8 @@ pub struct ApiState {
     pub functions: Arc<Vec<HostedFunction>>,
     /// EMF lines (`GET /_local/metrics`).
     pub metrics: MetricLines,
+    /// The fault injector (`/_local/faults`, `/_local/journal`).
+    pub faults: Arc<crate::faults::Faults>,
 }
 
 /// The routes of every hosted API function.
@@ -149,6 +151,10 @@ pub fn router(state: ApiState) -> axum::Router {
         }))
         .route("/_local/schedules/{name}", axum::routing::post(fire_schedule))
         .route("/_local/functions/{name}/crash", axum::routing::post(crash_function))
+        .route("/_local/faults", axum::routing::get(faults).post(set_faults))
+        .route("/_local/journal", axum::routing::get(|State(state): State<ApiState>| async move {
+            axum::Json(state.faults.journal())
+        }))
         .route("/_fn/{logical}/{*rest}", axum::routing::any(function_url))
         .fallback(serve)
         .with_state(state)
@@ -156,6 +162,22 @@ pub fn router(state: ApiState) -> axum::Router {
 
 async fn aws_calls(State(state): State<ApiState>) -> Response {
     axum::Json(state.calls.snapshot()).into_response()
+}
+
+/// The fault plan in force and the faults injected so far.
+async fn faults(State(state): State<ApiState>) -> Response {
+    axum::Json(json!({"plan": state.faults.plan(), "injected": state.faults.counts()})).into_response()
+}
+
+/// Installs a fault plan (resetting counts and the journal); `{}` turns faults off.
+async fn set_faults(State(state): State<ApiState>, body: axum::body::Bytes) -> Response {
+    match serde_json::from_slice::<crate::faults::FaultPlan>(&body) {
+        Ok(plan) => {
+            state.faults.set_plan(plan);
+            faults(State(state)).await
+        }
+        Err(err) => (StatusCode::BAD_REQUEST, axum::Json(json!({"error": err.to_string()}))).into_response(),
+    }
 }
 
 async fn fire_schedule(State(state): State<ApiState>, axum::extract::Path(name): axum::extract::Path<String>) -> Response {

@@ -14,6 +14,7 @@
 pub mod edge;
 pub mod emulator;
 pub mod event_sources;
+pub mod faults;
 pub mod hosted;
 pub mod http_api;
 pub mod jwt;
@@ -103,17 +104,23 @@ pub struct LocalStack {
     pub calls: edge::CallCounter,
     /// EMF metric lines the hosted functions emitted (`GET /_local/metrics`).
     pub metrics: http_api::MetricLines,
+    /// The fault injector (`/_local/faults`, `/_local/journal`).
+    pub faults: Arc<faults::Faults>,
     authorizer: jwt::Authorizer,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
 /// SDK configuration for talking to `endpoint` with the emulator's dummy credentials.
 pub async fn sdk_config(endpoint: &str) -> SdkConfig {
+    sdk_config_with(endpoint, longhaul_aws::sdk::http_client()).await
+}
+
+async fn sdk_config_with(endpoint: &str, http_client: impl aws_smithy_runtime_api::client::http::HttpClient + 'static) -> SdkConfig {
     aws_config::defaults(BehaviorVersion::latest())
         .endpoint_url(endpoint)
         .region(Region::new(template::REGION))
         .credentials_provider(aws_sdk_sqs::config::Credentials::new("longhaul", "local", None, None, "local"))
-        .http_client(longhaul_aws::sdk::http_client())
+        .http_client(http_client)
         .load()
         .await
 }
@@ -172,7 +179,10 @@ impl LocalStack {
         };
         provision::provision(&template, &clients).await?;
 
-        let function_sdk = sdk_config(&edge_url).await;
+        // The functions' SDK goes through the fault injector (inert until a plan is set).
+        let faults = Arc::new(faults::Faults::default());
+        let function_sdk =
+            sdk_config_with(&edge_url, faults::FaultyHttpClient::new(longhaul_aws::sdk::http_client(), faults.clone())).await;
         let mut hosted = Vec::new();
         for mut spec in model::functions(&template)? {
             spec.env.extend(options.env_overrides.iter().map(|(k, v)| (k.clone(), v.clone())));
@@ -192,6 +202,7 @@ impl LocalStack {
             emulator_url: emulator.url.clone(),
             client: reqwest::Client::new(),
             dynamodb_lock: Default::default(),
+            faults: faults.clone(),
         };
         let authorizer = authorizer(&template, options.state_dir.as_deref())?;
         let schedules = schedules::Schedules::new(&hosted);
@@ -202,6 +213,7 @@ impl LocalStack {
             schedules: schedules.clone(),
             functions: Arc::new(hosted.clone()),
             metrics: metrics.clone(),
+            faults: faults.clone(),
         };
         let mut tasks = vec![
             tokio::spawn(async move {
@@ -215,9 +227,9 @@ impl LocalStack {
                 }
             }),
         ];
-        tasks.extend(event_sources::spawn(&hosted, &clients.sqs));
+        tasks.extend(event_sources::spawn(&hosted, &clients.sqs, &faults));
         tasks.extend(schedules.spawn());
-        Ok(LocalStack { api_url, edge_url, emulator, template, calls, metrics, authorizer, tasks })
+        Ok(LocalStack { api_url, edge_url, emulator, template, calls, metrics, faults, authorizer, tasks })
     }
 
     /// A bearer token for principal `sub` (valid one day).

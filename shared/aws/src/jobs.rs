@@ -810,9 +810,12 @@ impl JobStore {
         Ok(CancelOutcome::Requested(Box::new(job)))
     }
 
-    /// `queued → running` for `execution`, minting a new lease. Idempotent per execution: if
-    /// this execution already holds the job (the claim's response was lost and the state
-    /// machine retried it), the existing lease is returned and nothing is written.
+    /// `queued → running` for `execution`, minting a new lease, then hands the progress record
+    /// to it. Idempotent per execution: if this execution already holds the job (the claim's
+    /// response was lost and the state machine retried it), the existing lease is returned
+    /// and the hand-over is done again — the first call may have died between the two writes,
+    /// and a running job whose progress record is not in the running index would be invisible
+    /// to the reaper forever (fault injection found exactly that).
     pub async fn claim(&self, job_id: &str, execution: &str) -> Result<(Lease, JobRecord), StoreError> {
         let token = uuid::Uuid::new_v4().simple().to_string();
         let request = TransitionRequest::new(job_id, &[JobStatus::Queued], JobStatus::Running, "claimed by a stage")
@@ -827,7 +830,9 @@ impl JobStore {
             Err(StoreError::Conflict { current: Some(job) })
                 if job.status == JobStatus::Running && job.execution.as_deref() == Some(execution) =>
             {
-                Ok((Lease { attempt: job.attempt, token: job.lease.clone().unwrap_or_default() }, *job))
+                let lease = Lease { attempt: job.attempt, token: job.lease.clone().unwrap_or_default() };
+                self.take_progress(job_id, &lease).await?;
+                Ok((lease, *job))
             }
             Err(err) => Err(err),
         }

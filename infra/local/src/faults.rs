@@ -1,0 +1,409 @@
+//! Fault injection: the failures AWS and Lambda inflict on a job system, on demand.
+//!
+//! A test installs a [`FaultPlan`] (`POST /_local/faults`) and the stack then
+//! * **crashes** invocations of the chosen functions just *before* an AWS call leaves the
+//!   function, or just *after* the call took effect and before the function saw the answer
+//!   (the invocation ends as a Lambda sandbox crash does: `Runtime.ExitError`, or a 502 from
+//!   API Gateway for an API function), at most `max_crashes_per_job` times per job;
+//! * **throttles** AWS calls at the edge (`ThrottlingException`, S3 `SlowDown`), which the
+//!   SDK retries and the code must survive when retries run out;
+//! * **delivers SQS batches twice**, concurrently, as SQS's at-least-once delivery may;
+//! * keeps a **journal** of every DynamoDB write that took effect, in the order the table
+//!   applied them, with the lease of the attempt that made it — so a checker can prove that
+//!   no write of an attempt landed after a newer attempt took the job.
+//!
+//! Crashes happen in the SDK's HTTP client ([`FaultyHttpClient`]), which knows the
+//! invocation it runs in through a task-local set by the host ([`Invocation`]); throttling
+//! and the journal happen in the edge, which sees every call's wire form.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+use aws_smithy_runtime_api::client::http::{
+    HttpClient, HttpConnector, HttpConnectorFuture, HttpConnectorSettings, SharedHttpClient, SharedHttpConnector,
+};
+use aws_smithy_runtime_api::client::orchestrator::HttpRequest;
+use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
+use serde::{Deserialize, Serialize};
+use tokio::sync::Notify;
+
+/// The header that carries an attempt's lease from the function to the edge's journal.
+pub const LEASE_HEADER: &str = "x-longhaul-lease";
+
+/// Which faults to inject, and how often. All probabilities are per opportunity (per AWS
+/// call, per SQS batch) and default to zero: no plan, no faults.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FaultPlan {
+    /// Logical names of the functions whose invocations may crash (empty: none).
+    pub crash_functions: Vec<String>,
+    /// Probability that an invocation crashes just before an AWS call.
+    pub crash_before_call: f64,
+    /// Probability that an invocation crashes just after an AWS call took effect.
+    pub crash_after_call: f64,
+    /// Most crashes injected into the invocations of any one job (0: unlimited). Keeps every
+    /// job within the state machine's retry budget, so that a correct system finishes every
+    /// job and a lost or failed one is a finding, not bad luck.
+    pub max_crashes_per_job: u32,
+    /// Probability that the edge answers an AWS call with a throttling error.
+    pub throttle: f64,
+    /// Probability that an SQS batch is delivered to its function twice at once.
+    pub duplicate_delivery: f64,
+    /// Whether to keep the journal of DynamoDB writes.
+    pub journal: bool,
+    /// Seed of the fault dice (runs with the same seed and timing draw the same faults).
+    pub seed: u64,
+}
+
+/// How many faults were injected, by kind (`GET /_local/faults`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct FaultCounts {
+    /// Invocations crashed before an AWS call.
+    pub crashed_before_call: u64,
+    /// Invocations crashed after an AWS call took effect.
+    pub crashed_after_call: u64,
+    /// AWS calls answered with a throttling error.
+    pub throttled: u64,
+    /// SQS batches delivered twice.
+    pub duplicated_batches: u64,
+}
+
+/// One DynamoDB write that took effect.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JournalEntry {
+    /// Position in the order the table applied the writes (from 0).
+    pub seq: u64,
+    /// `dynamodb:UpdateItem`, …
+    pub operation: String,
+    /// The item's partition key (`JOB#<id>`, …), when the request names one item.
+    pub pk: Option<String>,
+    /// The item's sort key.
+    pub sk: Option<String>,
+    /// The lease of the attempt that made the write (`None`: not made by a lease holder).
+    pub writer_lease: Option<String>,
+    /// The item's `lease` after the write, when the response returned the item.
+    pub lease_after: Option<String>,
+    /// The item's `status` after the write, when the response returned the item.
+    pub status_after: Option<String>,
+}
+
+/// The stack's fault injector, shared by the edge, the hosts and the event sources.
+#[derive(Debug, Default)]
+pub struct Faults {
+    plan: RwLock<FaultPlan>,
+    rng: Mutex<Option<fastrand::Rng>>,
+    crashes_by_job: Mutex<HashMap<String, u32>>,
+    crashed_before: AtomicU64,
+    crashed_after: AtomicU64,
+    throttled: AtomicU64,
+    duplicated: AtomicU64,
+    journal: Mutex<Vec<JournalEntry>>,
+}
+
+/// Where a crash strikes relative to the AWS call that triggers it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Crash {
+    /// The call never leaves the function.
+    BeforeCall,
+    /// The call takes effect; the function dies before it sees the answer.
+    AfterCall,
+}
+
+impl Faults {
+    /// Installs `plan`, resetting the dice, the counts and the journal.
+    pub fn set_plan(&self, plan: FaultPlan) {
+        *self.rng.lock().expect("fault rng") = Some(fastrand::Rng::with_seed(plan.seed));
+        *self.plan.write().expect("fault plan") = plan;
+        self.crashes_by_job.lock().expect("crash counts").clear();
+        self.journal.lock().expect("journal").clear();
+        for counter in [&self.crashed_before, &self.crashed_after, &self.throttled, &self.duplicated] {
+            counter.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// The plan in force.
+    pub fn plan(&self) -> FaultPlan {
+        self.plan.read().expect("fault plan").clone()
+    }
+
+    /// How many faults were injected since the plan was installed.
+    pub fn counts(&self) -> FaultCounts {
+        FaultCounts {
+            crashed_before_call: self.crashed_before.load(Ordering::Relaxed),
+            crashed_after_call: self.crashed_after.load(Ordering::Relaxed),
+            throttled: self.throttled.load(Ordering::Relaxed),
+            duplicated_batches: self.duplicated.load(Ordering::Relaxed),
+        }
+    }
+
+    fn roll(&self, probability: f64) -> bool {
+        if probability <= 0.0 {
+            return false;
+        }
+        let mut rng = self.rng.lock().expect("fault rng");
+        rng.get_or_insert_with(|| fastrand::Rng::with_seed(0)).f64() < probability
+    }
+
+    /// Whether `invocation` crashes at the AWS call it is about to make, and where.
+    pub fn crash_at_call(&self, invocation: &Invocation) -> Option<Crash> {
+        let plan = self.plan.read().expect("fault plan");
+        if !plan.crash_functions.contains(&invocation.function) {
+            return None;
+        }
+        let crash = if self.roll(plan.crash_before_call) {
+            Crash::BeforeCall
+        } else if self.roll(plan.crash_after_call) {
+            Crash::AfterCall
+        } else {
+            return None;
+        };
+        if plan.max_crashes_per_job > 0 {
+            let job = invocation.job_id.clone().unwrap_or_default();
+            let mut counts = self.crashes_by_job.lock().expect("crash counts");
+            let count = counts.entry(job).or_default();
+            if *count >= plan.max_crashes_per_job {
+                return None;
+            }
+            *count += 1;
+        }
+        match crash {
+            Crash::BeforeCall => &self.crashed_before,
+            Crash::AfterCall => &self.crashed_after,
+        }
+        .fetch_add(1, Ordering::Relaxed);
+        Some(crash)
+    }
+
+    /// Whether the edge throttles the call it is about to forward.
+    pub fn throttle_call(&self) -> bool {
+        let probability = self.plan.read().expect("fault plan").throttle;
+        let hit = self.roll(probability);
+        if hit {
+            self.throttled.fetch_add(1, Ordering::Relaxed);
+        }
+        hit
+    }
+
+    /// Whether an SQS batch is delivered twice.
+    pub fn duplicate_delivery(&self) -> bool {
+        let probability = self.plan.read().expect("fault plan").duplicate_delivery;
+        let hit = self.roll(probability);
+        if hit {
+            self.duplicated.fetch_add(1, Ordering::Relaxed);
+        }
+        hit
+    }
+
+    /// Whether DynamoDB writes are journaled.
+    pub fn journaling(&self) -> bool {
+        self.plan.read().expect("fault plan").journal
+    }
+
+    /// Journals a DynamoDB write that took effect: `request` and `response` are the wire
+    /// bodies. Call it while writes are serialised, so the journal's order is the table's.
+    pub fn journal_write(&self, operation: &str, writer_lease: Option<String>, request: &[u8], response: &[u8]) {
+        let request: serde_json::Value = serde_json::from_slice(request).unwrap_or_default();
+        let response: serde_json::Value = serde_json::from_slice(response).unwrap_or_default();
+        let key = request.get("Key").or_else(|| request.get("Item"));
+        let string = |v: Option<&serde_json::Value>, name: &str| {
+            v.and_then(|v| v.get(name)).and_then(|a| a.get("S")).and_then(|s| s.as_str()).map(str::to_owned)
+        };
+        let attributes = response.get("Attributes");
+        let mut journal = self.journal.lock().expect("journal");
+        let seq = journal.len() as u64;
+        journal.push(JournalEntry {
+            seq,
+            operation: operation.to_owned(),
+            pk: string(key, "pk"),
+            sk: string(key, "sk"),
+            writer_lease,
+            lease_after: string(attributes, "lease"),
+            status_after: string(attributes, "status"),
+        });
+    }
+
+    /// The journal so far.
+    pub fn journal(&self) -> Vec<JournalEntry> {
+        self.journal.lock().expect("journal").clone()
+    }
+}
+
+tokio::task_local! {
+    static INVOCATION: Invocation;
+}
+
+/// The invocation a task runs: which function, for which job and lease, and how to tell the
+/// host that it crashed.
+#[derive(Debug, Clone)]
+pub struct Invocation {
+    /// The function's logical name.
+    pub function: String,
+    /// The job the event names, if any.
+    pub job_id: Option<String>,
+    /// The lease the event carries, if any.
+    pub lease: Option<String>,
+    crashed: Arc<Notify>,
+}
+
+impl Invocation {
+    /// An invocation of `function` with `event` (read for `job_id` and `lease.token`).
+    pub fn new(function: &str, event: Option<&serde_json::Value>) -> Self {
+        let field = |path: &[&str]| {
+            let mut value = event?;
+            for name in path {
+                value = value.get(name)?;
+            }
+            value.as_str().map(str::to_owned)
+        };
+        Invocation {
+            function: function.to_owned(),
+            job_id: field(&["job_id"]),
+            lease: field(&["lease", "token"]),
+            crashed: Arc::new(Notify::new()),
+        }
+    }
+
+    /// Runs `future` as this invocation (its AWS calls are subject to the fault plan).
+    pub fn scope<F: Future>(&self, future: F) -> impl Future<Output = F::Output> + use<F> {
+        INVOCATION.scope(self.clone(), future)
+    }
+
+    /// Completes when a fault crashed this invocation.
+    pub async fn crashed(&self) {
+        self.crashed.notified().await;
+    }
+
+    fn crash(&self) {
+        // `notify_one` keeps a permit if the host is not waiting yet.
+        self.crashed.notify_one();
+    }
+}
+
+/// The SDK HTTP client of the hosted functions: the real client, with crashes injected
+/// around the calls of invocations the plan targets, and each call tagged with the lease of
+/// the attempt making it.
+#[derive(Debug, Clone)]
+pub struct FaultyHttpClient {
+    inner: SharedHttpClient,
+    faults: Arc<Faults>,
+}
+
+impl FaultyHttpClient {
+    /// Wraps `inner`.
+    pub fn new(inner: SharedHttpClient, faults: Arc<Faults>) -> Self {
+        FaultyHttpClient { inner, faults }
+    }
+}
+
+impl HttpClient for FaultyHttpClient {
+    fn http_connector(&self, settings: &HttpConnectorSettings, components: &RuntimeComponents) -> SharedHttpConnector {
+        SharedHttpConnector::new(FaultyConnector {
+            inner: self.inner.http_connector(settings, components),
+            faults: self.faults.clone(),
+        })
+    }
+}
+
+#[derive(Debug)]
+struct FaultyConnector {
+    inner: SharedHttpConnector,
+    faults: Arc<Faults>,
+}
+
+impl HttpConnector for FaultyConnector {
+    fn call(&self, mut request: HttpRequest) -> HttpConnectorFuture {
+        // The SDK calls the connector from the task that awaits the operation, so the
+        // task-local names the invocation (calls from tasks a handler spawns are not
+        // attributed, and never crash).
+        let Ok(invocation) = INVOCATION.try_with(Invocation::clone) else {
+            return self.inner.call(request);
+        };
+        if let Some(lease) = &invocation.lease {
+            // Added after signing, so it is not part of the signature; the edge reads it.
+            request.headers_mut().insert(LEASE_HEADER, lease.clone());
+        }
+        match self.faults.crash_at_call(&invocation) {
+            None => self.inner.call(request),
+            Some(Crash::BeforeCall) => {
+                invocation.crash();
+                HttpConnectorFuture::new(std::future::pending())
+            }
+            Some(Crash::AfterCall) => {
+                let call = self.inner.call(request);
+                HttpConnectorFuture::new(async move {
+                    // Whatever the answer, the function never sees it.
+                    let _answer_never_seen = call.await;
+                    invocation.crash();
+                    std::future::pending().await
+                })
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn invocation(job: &str) -> Invocation {
+        Invocation::new("StageFunction", Some(&serde_json::json!({"job_id": job, "lease": {"token": "t1"}})))
+    }
+
+    #[test]
+    fn an_invocation_reads_job_and_lease_from_its_event() {
+        let i = invocation("j1");
+        assert_eq!((i.job_id.as_deref(), i.lease.as_deref()), (Some("j1"), Some("t1")));
+        let bare = Invocation::new("DispatcherFunction", Some(&serde_json::json!({"Records": []})));
+        assert_eq!((bare.job_id, bare.lease), (None, None));
+    }
+
+    #[test]
+    fn crashes_only_target_the_planned_functions_and_respect_the_per_job_cap() {
+        let faults = Faults::default();
+        faults.set_plan(FaultPlan {
+            crash_functions: vec!["StageFunction".into()],
+            crash_before_call: 1.0,
+            max_crashes_per_job: 2,
+            ..FaultPlan::default()
+        });
+        let other = Invocation::new("DispatcherFunction", None);
+        assert_eq!(faults.crash_at_call(&other), None);
+        let stage = invocation("j1");
+        assert_eq!(faults.crash_at_call(&stage), Some(Crash::BeforeCall));
+        assert_eq!(faults.crash_at_call(&stage), Some(Crash::BeforeCall));
+        assert_eq!(faults.crash_at_call(&stage), None, "the third crash of j1 exceeds the cap");
+        assert_eq!(faults.crash_at_call(&invocation("j2")), Some(Crash::BeforeCall));
+        assert_eq!(faults.counts().crashed_before_call, 3);
+    }
+
+    #[test]
+    fn no_plan_injects_nothing() {
+        let faults = Faults::default();
+        assert_eq!(faults.crash_at_call(&invocation("j1")), None);
+        assert!(!faults.throttle_call() && !faults.duplicate_delivery());
+        assert_eq!(faults.counts(), FaultCounts::default());
+    }
+
+    #[test]
+    fn the_journal_keeps_keys_and_the_lease_after_each_write() {
+        let faults = Faults::default();
+        faults.set_plan(FaultPlan { journal: true, ..FaultPlan::default() });
+        let request = serde_json::json!({"Key": {"pk": {"S": "JOB#1"}, "sk": {"S": "JOB"}}});
+        let response = serde_json::json!({"Attributes": {"lease": {"S": "t2"}, "status": {"S": "running"}}});
+        faults.journal_write(
+            "dynamodb:UpdateItem",
+            Some("t1".into()),
+            request.to_string().as_bytes(),
+            response.to_string().as_bytes(),
+        );
+        faults.journal_write("dynamodb:PutItem", None, b"not json", b"");
+        let journal = faults.journal();
+        assert_eq!(journal.len(), 2);
+        assert_eq!(journal[0].pk.as_deref(), Some("JOB#1"));
+        assert_eq!(journal[0].writer_lease.as_deref(), Some("t1"));
+        assert_eq!(journal[0].lease_after.as_deref(), Some("t2"));
+        assert_eq!(journal[0].status_after.as_deref(), Some("running"));
+        assert_eq!((journal[1].seq, journal[1].pk.as_deref()), (1, None));
+    }
+}
