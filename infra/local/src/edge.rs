@@ -12,22 +12,35 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use futures::TryStreamExt;
 
-use crate::faults::{Faults, LEASE_HEADER};
+use crate::faults::{FUNCTION_HEADER, Faults, LEASE_HEADER};
 use crate::hosted::HostedFunction;
 
-/// Counts of AWS API calls by `service:operation`.
+/// Counts of AWS API calls by `service:operation`, and by function and operation.
 #[derive(Debug, Clone, Default)]
-pub struct CallCounter(Arc<Mutex<BTreeMap<String, u64>>>);
+pub struct CallCounter {
+    by_operation: Arc<Mutex<BTreeMap<String, u64>>>,
+    by_function: Arc<Mutex<BTreeMap<String, BTreeMap<String, u64>>>>,
+}
 
 impl CallCounter {
-    /// Counts one call.
-    pub fn record(&self, key: String) {
-        *self.0.lock().expect("counter lock").entry(key).or_default() += 1;
+    /// Counts one call of `key` (`service:Operation`), made by `function` (its logical name;
+    /// `None` when no hosted function made it, e.g. moto's interpreter invoking a task).
+    pub fn record(&self, key: String, function: Option<&str>) {
+        if let Some(function) = function {
+            let mut by_function = self.by_function.lock().expect("counter lock");
+            *by_function.entry(function.to_owned()).or_default().entry(key.clone()).or_default() += 1;
+        }
+        *self.by_operation.lock().expect("counter lock").entry(key).or_default() += 1;
     }
 
-    /// The counts so far.
+    /// The counts so far, by `service:operation`.
     pub fn snapshot(&self) -> BTreeMap<String, u64> {
-        self.0.lock().expect("counter lock").clone()
+        self.by_operation.lock().expect("counter lock").clone()
+    }
+
+    /// The counts so far, by function, then `service:operation`.
+    pub fn by_function(&self) -> BTreeMap<String, BTreeMap<String, u64>> {
+        self.by_function.lock().expect("counter lock").clone()
     }
 }
 
@@ -73,7 +86,7 @@ pub fn router(state: EdgeState) -> axum::Router {
 }
 
 async fn invoke(State(state): State<EdgeState>, Path(function): Path<String>, body: axum::body::Bytes) -> Response {
-    state.calls.record("lambda:Invoke".into());
+    state.calls.record("lambda:Invoke".into(), None);
     // The path carries a name, an ARN, or a partial ARN (…:function:name[:qualifier]).
     let name = match function.split_once(":function:") {
         Some((_, rest)) => rest.split(':').next().unwrap_or(rest).to_owned(),
@@ -124,7 +137,8 @@ async fn forward(State(state): State<EdgeState>, request: Request) -> Response {
     let operation = classify(&parts.method, &parts.uri, &parts.headers);
     let dynamodb = operation.starts_with("dynamodb:");
     let write = DYNAMODB_WRITES.contains(&operation.as_str());
-    state.calls.record(operation.clone());
+    let function = parts.headers.get(FUNCTION_HEADER).and_then(|v| v.to_str().ok());
+    state.calls.record(operation.clone(), function);
     // Only SDK calls (signed in the Authorization header) are throttled: presigned URLs are
     // followed by plain HTTP clients, which do not retry.
     if parts.headers.contains_key("authorization") && state.faults.throttle_call() {
@@ -143,7 +157,7 @@ async fn forward(State(state): State<EdgeState>, request: Request) -> Response {
     let mut outbound =
         state.client.request(parts.method.clone(), format!("{}{path}", state.emulator_url)).body(body);
     for (name, value) in &parts.headers {
-        if name != "host" && name != "content-length" && name != LEASE_HEADER {
+        if name != "host" && name != "content-length" && name != LEASE_HEADER && name != FUNCTION_HEADER {
             outbound = outbound.header(name, value);
         }
     }

@@ -30,6 +30,8 @@ use tokio::sync::Notify;
 
 /// The header that carries an attempt's lease from the function to the edge's journal.
 pub const LEASE_HEADER: &str = "x-longhaul-lease";
+/// The header that names the function making a call, for the edge's per-function counts.
+pub const FUNCTION_HEADER: &str = "x-longhaul-function";
 
 /// Which faults to inject, and how often. All probabilities are per opportunity (per AWS
 /// call, per SQS batch) and default to zero: no plan, no faults.
@@ -244,6 +246,16 @@ pub struct Invocation {
     /// The lease the event carries, if any.
     pub lease: Option<String>,
     crashed: Arc<Notify>,
+    aws: Arc<Mutex<AwsUse>>,
+}
+
+/// The AWS calls one invocation made, and the time it spent waiting for them.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct AwsUse {
+    /// Calls made (SDK attempts: a retried call counts each attempt).
+    pub calls: u32,
+    /// Wall time from handing each request to the HTTP client to its response head.
+    pub time: std::time::Duration,
 }
 
 impl Invocation {
@@ -261,6 +273,7 @@ impl Invocation {
             job_id: field(&["job_id"]),
             lease: field(&["lease", "token"]),
             crashed: Arc::new(Notify::new()),
+            aws: Arc::default(),
         }
     }
 
@@ -274,6 +287,17 @@ impl Invocation {
         self.crashed.notified().await;
     }
 
+    /// The AWS calls this invocation made so far.
+    pub fn aws_use(&self) -> AwsUse {
+        *self.aws.lock().expect("aws use")
+    }
+
+    fn count_call(&self, time: std::time::Duration) {
+        let mut aws = self.aws.lock().expect("aws use");
+        aws.calls += 1;
+        aws.time += time;
+    }
+
     fn crash(&self) {
         // `notify_one` keeps a permit if the host is not waiting yet.
         self.crashed.notify_one();
@@ -281,8 +305,8 @@ impl Invocation {
 }
 
 /// The SDK HTTP client of the hosted functions: the real client, with crashes injected
-/// around the calls of invocations the plan targets, and each call tagged with the lease of
-/// the attempt making it.
+/// around the calls of invocations the plan targets, each call tagged with the function and
+/// the lease of the attempt making it, and each invocation's AWS time measured.
 #[derive(Debug, Clone)]
 pub struct FaultyHttpClient {
     inner: SharedHttpClient,
@@ -319,12 +343,21 @@ impl HttpConnector for FaultyConnector {
         let Ok(invocation) = INVOCATION.try_with(Invocation::clone) else {
             return self.inner.call(request);
         };
+        // Added after signing, so not part of the signature; the edge reads and drops them.
         if let Some(lease) = &invocation.lease {
-            // Added after signing, so it is not part of the signature; the edge reads it.
             request.headers_mut().insert(LEASE_HEADER, lease.clone());
         }
+        request.headers_mut().insert(FUNCTION_HEADER, invocation.function.clone());
         match self.faults.crash_at_call(&invocation) {
-            None => self.inner.call(request),
+            None => {
+                let call = self.inner.call(request);
+                HttpConnectorFuture::new(async move {
+                    let started = std::time::Instant::now();
+                    let answer = call.await;
+                    invocation.count_call(started.elapsed());
+                    answer
+                })
+            }
             Some(Crash::BeforeCall) => {
                 invocation.crash();
                 HttpConnectorFuture::new(std::future::pending())

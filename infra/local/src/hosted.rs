@@ -38,6 +38,53 @@ pub enum Handler {
 /// An invocation in flight: the job it works on (if its event names one) and its task.
 type Inflight = (Option<String>, tokio::task::AbortHandle);
 
+/// One finished invocation of a hosted function (`GET /_local/invocations`).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct InvocationRecord {
+    /// The function's logical name.
+    pub function: String,
+    /// The job its event named, if any.
+    pub job_id: Option<String>,
+    /// Wall time of the handler, milliseconds.
+    pub duration_ms: f64,
+    /// Of which waiting for AWS calls, milliseconds.
+    pub aws_ms: f64,
+    /// AWS calls it made.
+    pub aws_calls: u32,
+    /// `ok`, `error` (a function error), `crashed`, `panicked` or `timed_out`.
+    pub outcome: String,
+}
+
+/// The most recent invocations of every hosted function (at most [`InvocationLog::CAPACITY`]).
+#[derive(Debug, Clone, Default)]
+pub struct InvocationLog(Arc<std::sync::Mutex<std::collections::VecDeque<InvocationRecord>>>);
+
+impl InvocationLog {
+    /// Records kept; the oldest go first.
+    pub const CAPACITY: usize = 200_000;
+
+    fn record(&self, invocation: &Invocation, started: Instant, outcome: &str) {
+        let aws = invocation.aws_use();
+        let mut log = self.0.lock().expect("invocation log");
+        if log.len() == Self::CAPACITY {
+            log.pop_front();
+        }
+        log.push_back(InvocationRecord {
+            function: invocation.function.clone(),
+            job_id: invocation.job_id.clone(),
+            duration_ms: started.elapsed().as_secs_f64() * 1e3,
+            aws_ms: aws.time.as_secs_f64() * 1e3,
+            aws_calls: aws.calls,
+            outcome: outcome.to_owned(),
+        });
+    }
+
+    /// The records so far, oldest first.
+    pub fn snapshot(&self) -> Vec<InvocationRecord> {
+        self.0.lock().expect("invocation log").iter().cloned().collect()
+    }
+}
+
 /// A hosted function.
 #[derive(Clone)]
 pub struct HostedFunction {
@@ -47,6 +94,8 @@ pub struct HostedFunction {
     pub handler: Handler,
     /// Invocations in flight, so a test can crash them (`POST /_local/functions/{name}/crash`).
     inflight: Arc<std::sync::Mutex<Vec<Inflight>>>,
+    /// Where finished invocations are recorded.
+    log: InvocationLog,
 }
 
 fn typed<I, O, E, F, Fut>(handler: F) -> EventHandler
@@ -92,7 +141,7 @@ macro_rules! http_function {
 }
 
 /// Builds the handler for `spec`, with its environment (plus `overrides`).
-pub fn host(spec: &FunctionSpec, sdk: &SdkConfig) -> anyhow::Result<HostedFunction> {
+pub fn host(spec: &FunctionSpec, sdk: &SdkConfig, log: &InvocationLog) -> anyhow::Result<HostedFunction> {
     let vars = Vars::from_map(spec.env.clone().into_iter().collect());
     let context = || format!("configuring {} ({})", spec.logical, spec.binary);
     let handler = match spec.binary.as_str() {
@@ -154,7 +203,7 @@ pub fn host(spec: &FunctionSpec, sdk: &SdkConfig) -> anyhow::Result<HostedFuncti
             spec.logical
         ),
     };
-    Ok(HostedFunction { spec: spec.clone(), handler, inflight: Default::default() })
+    Ok(HostedFunction { spec: spec.clone(), handler, inflight: Default::default(), log: log.clone() })
 }
 
 impl HostedFunction {
@@ -169,6 +218,7 @@ impl HostedFunction {
         };
         let timeout = self.spec.timeout;
         let invocation = Invocation::new(&self.spec.logical, Some(&event));
+        let started = Instant::now();
         let mut task = tokio::spawn(invocation.scope(handler(event, Instant::now() + timeout)));
         let abort = task.abort_handle();
         self.inflight.lock().expect("inflight lock").push((invocation.job_id.clone(), abort.clone()));
@@ -181,6 +231,14 @@ impl HostedFunction {
             }
         };
         self.inflight.lock().expect("inflight lock").retain(|(_, h)| !h.is_finished());
+        let kind = match &outcome {
+            Ok(Ok(Ok(_))) => "ok",
+            Ok(Ok(Err(_))) => "error",
+            Ok(Err(join_error)) if join_error.is_cancelled() => "crashed",
+            Ok(Err(_)) => "panicked",
+            Err(_) => "timed_out",
+        };
+        self.log.record(&invocation, started, kind);
         match outcome {
             Ok(Ok(result)) => result,
             // What Lambda reports when the runtime process dies mid-invocation.
@@ -235,19 +293,22 @@ impl HostedFunction {
         };
         let timeout = self.spec.timeout.min(Duration::from_secs(30));
         let invocation = Invocation::new(&self.spec.logical, None);
+        let started = Instant::now();
         let mut task = tokio::spawn(invocation.scope(handler(request)));
-        tokio::select! {
+        let (kind, response) = tokio::select! {
             outcome = tokio::time::timeout(timeout, &mut task) => match outcome {
-                Ok(Ok(response)) => response,
-                Ok(Err(_panic)) => gateway_error(500, "Internal Server Error"),
-                Err(_) => gateway_error(503, "Service Unavailable"),
+                Ok(Ok(response)) => ("ok", response),
+                Ok(Err(_panic)) => ("panicked", gateway_error(500, "Internal Server Error")),
+                Err(_) => ("timed_out", gateway_error(503, "Service Unavailable")),
             },
             () = invocation.crashed() => {
                 // What API Gateway answers when the function's runtime dies mid-request.
                 task.abort();
-                gateway_error(502, "Internal Server Error")
+                ("crashed", gateway_error(502, "Internal Server Error"))
             }
-        }
+        };
+        self.log.record(&invocation, started, kind);
+        response
     }
 }
 

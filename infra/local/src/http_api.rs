@@ -67,6 +67,8 @@ pub struct ApiState {
     pub metrics: MetricLines,
     /// The fault injector (`/_local/faults`, `/_local/journal`).
     pub faults: Arc<crate::faults::Faults>,
+    /// Finished invocations (`GET /_local/invocations`).
+    pub invocations: crate::hosted::InvocationLog,
 }
 
 /// The routes of every hosted API function.
@@ -146,6 +148,12 @@ fn percent_decode(s: &str) -> Option<String> {
 pub fn router(state: ApiState) -> axum::Router {
     axum::Router::new()
         .route("/_local/aws-calls", axum::routing::get(aws_calls))
+        .route("/_local/aws-calls/by-function", axum::routing::get(|State(state): State<ApiState>| async move {
+            axum::Json(state.calls.by_function()).into_response()
+        }))
+        .route("/_local/invocations", axum::routing::get(|State(state): State<ApiState>| async move {
+            axum::Json(state.invocations.snapshot()).into_response()
+        }))
         .route("/_local/metrics", axum::routing::get(|State(state): State<ApiState>| async move {
             axum::Json(state.metrics.parsed()).into_response()
         }))

@@ -106,6 +106,8 @@ pub struct LocalStack {
     pub metrics: http_api::MetricLines,
     /// The fault injector (`/_local/faults`, `/_local/journal`).
     pub faults: Arc<faults::Faults>,
+    /// Finished invocations of the hosted functions (`/_local/invocations`).
+    pub invocations: hosted::InvocationLog,
     authorizer: jwt::Authorizer,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
@@ -183,10 +185,11 @@ impl LocalStack {
         let faults = Arc::new(faults::Faults::default());
         let function_sdk =
             sdk_config_with(&edge_url, faults::FaultyHttpClient::new(longhaul_aws::sdk::http_client(), faults.clone())).await;
+        let invocations = hosted::InvocationLog::default();
         let mut hosted = Vec::new();
         for mut spec in model::functions(&template)? {
             spec.env.extend(options.env_overrides.iter().map(|(k, v)| (k.clone(), v.clone())));
-            hosted.push(hosted::host(&spec, &function_sdk)?);
+            hosted.push(hosted::host(&spec, &function_sdk, &invocations)?);
         }
         let calls = edge::CallCounter::default();
         let metrics = http_api::MetricLines::default();
@@ -214,6 +217,7 @@ impl LocalStack {
             functions: Arc::new(hosted.clone()),
             metrics: metrics.clone(),
             faults: faults.clone(),
+            invocations: invocations.clone(),
         };
         let mut tasks = vec![
             tokio::spawn(async move {
@@ -229,7 +233,7 @@ impl LocalStack {
         ];
         tasks.extend(event_sources::spawn(&hosted, &clients.sqs, &faults));
         tasks.extend(schedules.spawn());
-        Ok(LocalStack { api_url, edge_url, emulator, template, calls, metrics, faults, authorizer, tasks })
+        Ok(LocalStack { api_url, edge_url, emulator, template, calls, metrics, faults, invocations, authorizer, tasks })
     }
 
     /// A bearer token for principal `sub` (valid one day).
