@@ -57,14 +57,16 @@ pub struct Options {
 
 impl Options {
     /// `make dev`: fixed ports (overridable by `LONGHAUL_API_PORT`, `LONGHAUL_EDGE_PORT`,
-    /// `LONGHAUL_MOTO_PORT`), an emulator that survives a crash of this process, and every
-    /// `LONGHAUL_*` variable of this environment passed to every function.
+    /// `LONGHAUL_MOTO_PORT`), state in `.local/` (or `LONGHAUL_STATE_DIR`), an emulator that
+    /// survives a crash of this process, and every `LONGHAUL_*` variable of this environment
+    /// passed to every function.
     pub fn dev(root: PathBuf) -> anyhow::Result<Self> {
         let port = |name: &str, default: u16| -> anyhow::Result<u16> {
             std::env::var(name).ok().map(|v| v.parse().with_context(|| format!("{name}={v}"))).unwrap_or(Ok(default))
         };
+        let state_dir = std::env::var_os("LONGHAUL_STATE_DIR").map(PathBuf::from).unwrap_or_else(|| root.join(".local"));
         Ok(Options {
-            state_dir: Some(root.join(".local")),
+            state_dir: Some(state_dir),
             root,
             api_port: port("LONGHAUL_API_PORT", 3000)?,
             edge_port: port("LONGHAUL_EDGE_PORT", 4510)?,
@@ -148,6 +150,27 @@ pub fn authorizer(template: &template::Template, key_dir: Option<&std::path::Pat
         std::fs::remove_file(&path).ok();
     }
     Ok(authorizer)
+}
+
+/// Runs the stack with `options` until SIGINT or SIGTERM (`make dev`), printing where
+/// everything listens.
+pub async fn run_until_signal(options: Options) -> anyhow::Result<()> {
+    let stack = LocalStack::start(options).await?;
+    println!();
+    println!("longhaul is running locally");
+    println!("  API          {}", stack.api_url);
+    println!("  AWS endpoint {}  (functions and Step Functions tasks; counts at {}/_local/aws-calls)", stack.edge_url, stack.api_url);
+    println!("  emulator     {}  (pid {}; survives a crash of this process, `make stop` ends it)", stack.emulator.url, stack.emulator.pid);
+    println!("  token        make token SUB=alice");
+    println!("Ctrl-C stops everything.");
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = terminate.recv() => {}
+    }
+    println!("stopping…");
+    stack.shutdown();
+    Ok(())
 }
 
 impl LocalStack {

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
-use longhaul_local::{LocalStack, Options, emulator, template::Template};
+use longhaul_local::{Options, emulator, template::Template};
 
 fn root() -> anyhow::Result<PathBuf> {
     match std::env::var_os("LONGHAUL_ROOT") {
@@ -33,7 +33,7 @@ async fn main() -> anyhow::Result<()> {
             Ok(())
         }
         ["stop"] => {
-            match emulator::stop_recorded(&root()?.join(".local"))? {
+            match emulator::stop_recorded(Options::dev(root()?)?.state_dir.as_deref().unwrap_or(std::path::Path::new(".local")))? {
                 Some(pid) => println!("stopped the emulator (pid {pid})"),
                 None => println!("no emulator is recorded as running"),
             }
@@ -47,20 +47,5 @@ async fn main() -> anyhow::Result<()> {
 }
 
 async fn dev() -> anyhow::Result<()> {
-    let stack = LocalStack::start(Options::dev(root()?)?).await?;
-    println!();
-    println!("longhaul is running locally");
-    println!("  API          {}", stack.api_url);
-    println!("  AWS endpoint {}  (functions and Step Functions tasks; counts at {}/_local/aws-calls)", stack.edge_url, stack.api_url);
-    println!("  emulator     {}  (pid {}; survives a crash of this process, `make stop` ends it)", stack.emulator.url, stack.emulator.pid);
-    println!("  token        make token SUB=alice");
-    println!("Ctrl-C stops everything.");
-    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = terminate.recv() => {}
-    }
-    println!("stopping…");
-    stack.shutdown();
-    Ok(())
+    longhaul_local::run_until_signal(Options::dev(root()?)?).await
 }
