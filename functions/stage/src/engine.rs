@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use longhaul_aws::jobs::{JobRecord, Lease, ProgressRecord, ProgressRefused, status_bucket};
 use longhaul_aws::objects::checkpoint_key;
 use longhaul_domain::{JobStatus, now_rfc3339};
+use longhaul_domain::progress::{Position, eta_seconds, overall_pct};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
@@ -142,13 +143,8 @@ impl<'a> Ctx<'a> {
     }
 
     fn pct(&self, done: u64, total: Option<u64>) -> f64 {
-        let fraction = match total {
-            Some(0) => 1.0,
-            Some(total) => (done as f64 / total as f64).min(1.0),
-            None => 0.0,
-        };
-        let overall = (self.stage_index as f64 - 1.0 + fraction) / self.stages_total as f64 * 100.0;
-        ((overall * 10.0).floor() / 10.0).max(self.last_pct)
+        let position = Position { stage_index: self.stage_index, stages_total: self.stages_total, done, total };
+        overall_pct(position, self.last_pct)
     }
 
     /// Writes the progress record now (monotonic: never below what was reported before).
@@ -158,8 +154,7 @@ impl<'a> Ctx<'a> {
         let origin = *self.origin.get_or_insert((now, pct));
         let elapsed = now.duration_since(origin.0).as_secs_f64();
         // ETA from this invocation's throughput; none until 10 % is done.
-        let eta = (pct >= 10.0 && pct > origin.1 && elapsed > 0.0)
-            .then(|| ((100.0 - pct) / ((pct - origin.1) / elapsed)).ceil() as u64);
+        let eta = eta_seconds(pct, origin.1, elapsed);
         self.seq += 1;
         let stamp = now_rfc3339();
         let items_done = done.max(self.floor_done);

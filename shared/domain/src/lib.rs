@@ -8,6 +8,7 @@ pub mod csv_report;
 pub mod demo;
 pub mod fingerprint;
 pub mod job;
+pub mod progress;
 pub mod reaper;
 pub mod status;
 pub mod stream_token;
