@@ -161,7 +161,7 @@ impl Faults {
             return None;
         };
         if plan.max_crashes_per_job > 0 {
-            let job = invocation.job_id.clone().unwrap_or_default();
+            let job = invocation.crash_key.clone().unwrap_or_default();
             let mut counts = self.crashes_by_job.lock().expect("crash counts");
             let count = counts.entry(job).or_default();
             if *count >= plan.max_crashes_per_job {
@@ -245,6 +245,9 @@ pub struct Invocation {
     pub job_id: Option<String>,
     /// The lease the event carries, if any.
     pub lease: Option<String>,
+    /// What the per-job crash cap counts against: the job, or for an SQS batch its first
+    /// message (a redelivered batch must not crash until the message is dead-lettered).
+    crash_key: Option<String>,
     crashed: Arc<Notify>,
     aws: Arc<Mutex<AwsUse>>,
 }
@@ -268,9 +271,14 @@ impl Invocation {
             }
             value.as_str().map(str::to_owned)
         };
+        let job_id = field(&["job_id"]);
+        let first_message = event
+            .and_then(|e| e.get("Records")?.get(0)?.get("messageId")?.as_str())
+            .map(|id| format!("message {id}"));
         Invocation {
             function: function.to_owned(),
-            job_id: field(&["job_id"]),
+            crash_key: job_id.clone().or(first_message),
+            job_id,
             lease: field(&["lease", "token"]),
             crashed: Arc::new(Notify::new()),
             aws: Arc::default(),
@@ -389,6 +397,8 @@ mod tests {
         assert_eq!((i.job_id.as_deref(), i.lease.as_deref()), (Some("j1"), Some("t1")));
         let bare = Invocation::new("DispatcherFunction", Some(&serde_json::json!({"Records": []})));
         assert_eq!((bare.job_id, bare.lease), (None, None));
+        let batch = Invocation::new("DispatcherFunction", Some(&serde_json::json!({"Records": [{"messageId": "m1"}]})));
+        assert_eq!(batch.crash_key.as_deref(), Some("message m1"), "a batch's crashes are capped by its first message");
     }
 
     #[test]
