@@ -59,6 +59,7 @@ bench: venv bench-tools
 	rm -rf target/bench
 	cargo run --release -p longhaul-bench --bin csvscan
 	cargo run --release -p longhaul-bench --bin coldstart
+	cargo run --profile bench-local -p longhaul-bench --bin jobs
 	tests/bench/assemble
 
 clean-local:
