@@ -6,7 +6,7 @@
 //! which Step Functions deduplicates. Failed records are reported as batch item failures, so
 //! SQS retries them and, after `maxReceiveCount`, moves them to the dead-letter queue.
 
-use aws_lambda_events::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
+use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use longhaul_aws::config::{ConfigError, Vars};
 use longhaul_aws::executions::{Executions, StartOutcome, execution_name};
 use longhaul_aws::jobs::{JobStore, StoreError, TransitionRequest};
@@ -68,18 +68,7 @@ pub enum DispatchError {
 
 /// Dispatches a batch; returns the messages to retry.
 pub async fn handle(deps: &Deps, event: SqsEvent) -> SqsBatchResponse {
-    let mut response = SqsBatchResponse::default();
-    // The batch is small (≤ 10) and each dispatch is two calls: process in parallel.
-    let results = futures::future::join_all(event.records.iter().map(|record| dispatch_record(deps, record))).await;
-    for (record, result) in event.records.iter().zip(results) {
-        if result.is_err() {
-            let message_id = record.message_id.clone().unwrap_or_default();
-            let mut failure = BatchItemFailure::default();
-            failure.item_identifier = message_id;
-            response.batch_item_failures.push(failure);
-        }
-    }
-    response
+    longhaul_aws::queue::handle_batch(&event.records, |record| dispatch_record(deps, record)).await
 }
 
 /// One record, in its job's `job` span ([`logs`]): the job id from the message, the attempt

@@ -13,7 +13,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use aws_lambda_events::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
+use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use futures::future::BoxFuture;
 use longhaul_aws::config::{ConfigError, Vars};
 use longhaul_aws::jobs::{DeliveryRecord, JobStore};
@@ -137,17 +137,7 @@ impl Deps {
 /// Delivers a batch; returns the messages to retry through SQS (unexpected failures only:
 /// a receiver's failure is retried on the webhook schedule, not by redelivery).
 pub async fn handle(deps: &Deps, event: SqsEvent) -> SqsBatchResponse {
-    let mut response = SqsBatchResponse::default();
-    let results = futures::future::join_all(event.records.iter().map(|record| process_record(deps, record))).await;
-    for (record, result) in event.records.iter().zip(results) {
-        if result.is_err() {
-            let message_id = record.message_id.clone().unwrap_or_default();
-            let mut failure = BatchItemFailure::default();
-            failure.item_identifier = message_id;
-            response.batch_item_failures.push(failure);
-        }
-    }
-    response
+    longhaul_aws::queue::handle_batch(&event.records, |record| process_record(deps, record)).await
 }
 
 /// One record, in its job's `job` span ([`logs`]): the job id from the message, the job's

@@ -119,3 +119,26 @@ impl WebhookQueue {
         warm_queue(&self.client, &self.url).await;
     }
 }
+
+/// Handles every record of an SQS batch at once (a batch holds at most ten) and reports the
+/// ones that failed as batch item failures, so only those return to the queue — the partial
+/// batch response every SQS consumer here gives (`ReportBatchItemFailures`).
+pub async fn handle_batch<'a, F, Fut, E>(
+    records: &'a [aws_lambda_events::sqs::SqsMessage],
+    handle_record: F,
+) -> aws_lambda_events::sqs::SqsBatchResponse
+where
+    F: Fn(&'a aws_lambda_events::sqs::SqsMessage) -> Fut,
+    Fut: Future<Output = Result<(), E>>,
+{
+    let results = futures::future::join_all(records.iter().map(handle_record)).await;
+    let mut response = aws_lambda_events::sqs::SqsBatchResponse::default();
+    for (record, result) in records.iter().zip(results) {
+        if result.is_err() {
+            let mut failure = aws_lambda_events::sqs::BatchItemFailure::default();
+            failure.item_identifier = record.message_id.clone().unwrap_or_default();
+            response.batch_item_failures.push(failure);
+        }
+    }
+    response
+}
