@@ -181,6 +181,20 @@ impl Api {
         download.bytes().await.expect("body").to_vec()
     }
 
+    /// Polls `GET /jobs/{id}` until `pred` holds for the job's JSON (or panics after a minute,
+    /// naming `what` it waited for); returns that JSON.
+    pub async fn wait_for(&self, job_id: &str, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let job = self.get(&format!("/jobs/{job_id}")).await.json;
+            if pred(&job) {
+                return job;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "job {job_id}: timed out waiting for {what}: {job}");
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
     /// Polls the job until it is terminal (or panics after `timeout`).
     pub async fn wait_terminal(&self, job_id: &str, timeout: Duration) -> Value {
         let deadline = tokio::time::Instant::now() + timeout;

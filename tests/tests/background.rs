@@ -50,18 +50,6 @@ async fn fire_until(api: &Api, job_id: &str, schedule: &str, what: &str, done: i
     panic!("{what} never happened to {job_id}");
 }
 
-async fn wait_for(api: &Api, job_id: &str, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
-    let mut job = Value::Null;
-    for _ in 0..1200 {
-        job = api.get(&format!("/jobs/{job_id}")).await.json;
-        if pred(&job) {
-            return job;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("job {job_id}: timed out waiting for {what}: {job}");
-}
-
 async fn store() -> JobStore {
     JobStore::new(Aws::new().await.dynamodb.clone(), stack().stack.resource("JobsTable"))
 }
@@ -95,7 +83,7 @@ async fn a_zombie_is_redispatched_and_its_stale_worker_is_fenced_off() {
     stack();
     let api = Api::new(&principal("zombie"));
     let job_id = api.submit(&json!({"type": "demo", "params": {"items": 60, "item_ms": 100}})).await;
-    wait_for(&api, &job_id, "progress", |j| j["progress"]["items_done"].as_u64().unwrap_or(0) >= 15).await;
+    api.wait_for(&job_id, "progress", |j| j["progress"]["items_done"].as_u64().unwrap_or(0) >= 15).await;
     let old = kill(&job_id).await;
     let job = fire_until(&api, &job_id, "reaper", "re-dispatch", |j| j["attempt"] == 2).await;
     assert!(reasons(&job).iter().any(|r| r.starts_with("queued: no heartbeat for")), "{:?}", reasons(&job));
@@ -120,7 +108,7 @@ async fn a_result_written_before_the_status_was_lost_is_backfilled() {
     stack();
     let api = Api::new(&principal("backfill"));
     let job_id = api.submit(&json!({"type": "demo", "params": {"items": 50, "item_ms": 100}})).await;
-    wait_for(&api, &job_id, "running", |j| j["status"] == "running" && j["progress"]["items_done"].as_u64().unwrap_or(0) > 2).await;
+    api.wait_for(&job_id, "running", |j| j["status"] == "running" && j["progress"]["items_done"].as_u64().unwrap_or(0) > 2).await;
     kill(&job_id).await;
     // As if the worker stored its result and died before recording success.
     let result = serde_json::to_vec(&DemoResult::expected(50)).unwrap();
@@ -137,10 +125,10 @@ async fn a_zombie_past_its_retry_budget_fails_with_the_reason() {
     stack();
     let api = Api::new(&principal("budget"));
     let job_id = api.submit(&json!({"type": "demo", "params": {"items": 80, "item_ms": 100}})).await;
-    wait_for(&api, &job_id, "running", |j| j["status"] == "running" && j["progress"]["items_done"].as_u64().unwrap_or(0) > 2).await;
+    api.wait_for(&job_id, "running", |j| j["status"] == "running" && j["progress"]["items_done"].as_u64().unwrap_or(0) > 2).await;
     kill(&job_id).await;
     fire_until(&api, &job_id, "reaper", "re-dispatch", |j| j["attempt"] == 2).await;
-    wait_for(&api, &job_id, "attempt 2 running", |j| j["status"] == "running" && j["attempt"] == 2).await;
+    api.wait_for(&job_id, "attempt 2 running", |j| j["status"] == "running" && j["attempt"] == 2).await;
     kill(&job_id).await;
     let job = fire_until(&api, &job_id, "reaper", "failure", |j| j["status"] == "failed").await;
     assert_eq!(job["error"]["code"], "Job.Abandoned");
@@ -153,7 +141,7 @@ async fn two_reapers_at_once_act_once() {
     stack();
     let api = Api::new(&principal("twins"));
     let job_id = api.submit(&json!({"type": "demo", "params": {"items": 50, "item_ms": 100}})).await;
-    wait_for(&api, &job_id, "running", |j| j["status"] == "running" && j["progress"]["items_done"].as_u64().unwrap_or(0) > 2).await;
+    api.wait_for(&job_id, "running", |j| j["status"] == "running" && j["progress"]["items_done"].as_u64().unwrap_or(0) > 2).await;
     kill(&job_id).await;
     for _ in 0..120 {
         futures::future::join(fire("reaper"), fire("reaper")).await;
@@ -174,7 +162,7 @@ async fn stalled_progress_is_flagged_then_treated_as_a_zombie() {
     stack();
     let api = Api::new(&principal("stall"));
     let job_id = api.submit(&json!({"type": "demo", "params": {"items": 20, "item_ms": 50, "stall_at": 5, "stall_ms": 60000}})).await;
-    wait_for(&api, &job_id, "the stall", |j| j["progress"]["items_done"].as_u64().unwrap_or(0) >= 5).await;
+    api.wait_for(&job_id, "the stall", |j| j["progress"]["items_done"].as_u64().unwrap_or(0) >= 5).await;
     let job = fire_until(&api, &job_id, "reaper", "the stalled flag", |j| j["stalled"] == true).await;
     assert_eq!(job["status"], "running");
     // Heartbeats keep coming: it is not a zombie until the grace has passed.
@@ -246,7 +234,7 @@ async fn a_job_running_past_its_maximum_times_out() {
     stack();
     let api = Api::new(&principal("overtime"));
     let job_id = api.submit(&json!({"type": "demo", "params": {"items": 500, "item_ms": 100}})).await;
-    wait_for(&api, &job_id, "running", |j| j["status"] == "running").await;
+    api.wait_for(&job_id, "running", |j| j["status"] == "running").await;
     let job = fire_until(&api, &job_id, "reaper", "the timeout", |j| j["status"] == "failed").await;
     assert_eq!(job["error"]["code"], "Job.Timeout", "{job}");
 }

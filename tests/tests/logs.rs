@@ -114,18 +114,6 @@ async fn fire(schedule: &str) {
     assert_eq!(reply.status(), 200, "the {schedule} run failed");
 }
 
-async fn wait_for(api: &Api, job_id: &str, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
-    let mut job = Value::Null;
-    for _ in 0..1200 {
-        job = api.get(&format!("/jobs/{job_id}")).await.json;
-        if pred(&job) {
-            return job;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("job {job_id}: timed out waiting for {what}: {job}");
-}
-
 /// The `X-Amz-Signature` of a presigned URL.
 fn signature(url: &str) -> String {
     let url = reqwest::Url::parse(url).expect("a URL");
@@ -205,7 +193,7 @@ async fn webhook_job(run: &Mutex<Run>) {
     let callback_token = format!("cbtok_SECRET{}", uuid::Uuid::new_v4().simple());
     let callback = format!("http://{}/hook?token={callback_token}", receiver());
     let job_id = api.submit(&json!({"type": "demo", "params": {"items": 20, "item_ms": 50}, "callback_url": callback})).await;
-    let events_url = wait_for(&api, &job_id, "an events_url", |j| j["events_url"].is_string()).await["events_url"]
+    let events_url = api.wait_for(&job_id, "an events_url", |j| j["events_url"].is_string()).await["events_url"]
         .as_str()
         .unwrap()
         .to_owned();
@@ -232,7 +220,7 @@ async fn cancelled_job(run: &Mutex<Run>) {
     let owner = principal("logs-cancel");
     let api = Api::new(&owner);
     let job_id = api.submit(&json!({"type": "demo", "params": {"items": 400, "item_ms": 50}})).await;
-    wait_for(&api, &job_id, "progress", |j| j["progress"]["items_done"].as_u64().unwrap_or(0) >= 2).await;
+    api.wait_for(&job_id, "progress", |j| j["progress"]["items_done"].as_u64().unwrap_or(0) >= 2).await;
     let reply = api.post_json(&format!("/jobs/{job_id}/cancel"), &json!({"reason": "not needed"})).await;
     assert_eq!(reply.status, 202, "{}", reply.text);
     assert_eq!(api.wait_terminal(&job_id, TIMEOUT).await["status"], "cancelled");
@@ -244,7 +232,7 @@ async fn zombie_job(run: &Mutex<Run>) {
     let owner = principal("logs-zombie");
     let api = Api::new(&owner);
     let job_id = api.submit(&json!({"type": "demo", "params": {"items": 40, "item_ms": 100}})).await;
-    wait_for(&api, &job_id, "progress", |j| j["progress"]["items_done"].as_u64().unwrap_or(0) >= 5).await;
+    api.wait_for(&job_id, "progress", |j| j["progress"]["items_done"].as_u64().unwrap_or(0) >= 5).await;
     let aws = Aws::new().await;
     let store = longhaul_aws::jobs::JobStore::new(aws.dynamodb.clone(), stack().stack.resource("JobsTable"));
     let execution = store.job(&job_id).await.unwrap().unwrap().execution.unwrap();
