@@ -39,15 +39,16 @@ async fn fire(schedule: &str) -> Value {
 
 /// Fires `schedule` until `done(job)` holds (the thresholds are time-based: this awaits them).
 async fn fire_until(api: &Api, job_id: &str, schedule: &str, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+    let mut job = Value::Null;
     for _ in 0..120 {
         fire(schedule).await;
-        let job = api.get(&format!("/jobs/{job_id}")).await.json;
+        job = api.get(&format!("/jobs/{job_id}")).await.json;
         if done(&job) {
             return job;
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
-    panic!("{what} never happened to {job_id}");
+    panic!("{what} never happened to {job_id}: {job}");
 }
 
 async fn store() -> JobStore {
@@ -200,6 +201,38 @@ fn record(owner: &str, created_at: String) -> JobRecord {
         enqueues: 0,
         stalled_at: None,
     }
+}
+
+/// The claim is two writes (job, then progress). One that died between them, with nothing
+/// left to retry it (its execution stopped), must not leave a running job the reaper cannot
+/// see: CI once caught exactly that when a kill landed between the writes.
+#[tokio::test]
+async fn a_claim_that_died_before_handing_over_progress_is_rescued() {
+    stack();
+    let owner = principal("half-claim");
+    let api = Api::new(&owner);
+    let jobs = store().await;
+    let job = record(&owner, format_rfc3339(chrono::Utc::now()));
+    jobs.put_job(&job).await.unwrap();
+    jobs.transition(
+        TransitionRequest::new(&job.job_id, &[JobStatus::Pending], JobStatus::Queued, "dispatched")
+            .set("execution", AttributeValue::S(format!("{}-stopped", job.job_id)))
+            .set("dispatches", AttributeValue::N("1".into())),
+    )
+    .await
+    .unwrap();
+    jobs.claim(&job.job_id, &format!("{}-stopped", job.job_id)).await.unwrap();
+    // As if the claim died after its first write: no progress record names the lease.
+    Aws::new().await.dynamodb.delete_item().table_name(stack().stack.resource("JobsTable"))
+        .key("pk", AttributeValue::S(format!("JOB#{}", job.job_id))).key("sk", AttributeValue::S("PROGRESS".into()))
+        .send().await.unwrap();
+    assert_eq!(api.get(&format!("/jobs/{}", job.job_id)).await.json["status"], "running");
+
+    let rescued = fire_until(&api, &job.job_id, "reaper", "re-dispatch", |j| j["attempt"] == 2).await;
+    assert!(reasons(&rescued).iter().any(|r| r.starts_with("queued: no heartbeat for")), "{:?}", reasons(&rescued));
+    let done = api.wait_terminal(&job.job_id, TIMEOUT).await;
+    assert_eq!((done["status"].as_str(), done["attempt"].as_u64()), (Some("succeeded"), Some(2)), "{done}");
+    assert_eq!(serde_json::from_slice::<DemoResult>(&api.result(&job.job_id).await).unwrap(), DemoResult::expected(3));
 }
 
 #[tokio::test]

@@ -199,9 +199,9 @@ pub async fn handle(deps: &Deps, now: DateTime<Utc>) -> Result<Report, ReaperErr
         lost_queued(deps, job, &mut report).instrument(span).await?;
     }
     for item in deps.jobs.due("running", &at(now + chrono::Duration::seconds(1)), deps.config.page).await? {
-        let (job_id, progress) = JobStore::progress_from(item)?;
-        let span = logs::job_span(Some(&job_id), None, None);
-        running(deps, now, &job_id, &progress, &mut report).instrument(span).await?;
+        let job = JobStore::job_from(item)?;
+        let span = logs::span_of(&job);
+        running(deps, now, &job.job_id, &mut report).instrument(span).await?;
     }
     tracing::info!(report = ?report, "reaper run");
     Ok(report)
@@ -264,25 +264,26 @@ async fn lost_queued(deps: &Deps, job: JobRecord, report: &mut Report) -> Result
     }
 }
 
-async fn running(
-    deps: &Deps,
-    now: DateTime<Utc>,
-    job_id: &str,
-    progress: &longhaul_aws::jobs::ProgressRecord,
-    report: &mut Report,
-) -> Result<(), ReaperError> {
-    let Some(job) = deps.jobs.job(job_id).await? else { return Ok(()) };
+async fn running(deps: &Deps, now: DateTime<Utc>, job_id: &str, report: &mut Report) -> Result<(), ReaperError> {
+    // The index is eventually consistent: judge the job and its progress as they are now.
+    let Some(view) = deps.jobs.view(job_id).await? else { return Ok(()) };
+    let job = view.job;
     logs::current_job(&job);
-    if job.status != JobStatus::Running || job.lease.as_deref() != Some(progress.lease.as_str()) {
-        // The job ended (or moved on) and left its progress in the running index.
-        deps.jobs.unindex_progress(job_id).await?;
-        return Ok(());
-    }
-    let lease = progress.lease.clone();
+    let (JobStatus::Running, Some(lease)) = (job.status, job.lease.clone()) else { return Ok(()) };
+    // A claim that died before handing the progress record over left the record to an
+    // earlier attempt (or none at all): the lease's only sign of life is the claim itself.
+    let claimed_at = parse(&job.updated_at).unwrap_or(now);
+    let (heartbeat_at, progress_changed_at) = match view.progress.filter(|p| p.lease == lease) {
+        Some(progress) => (
+            parse(&progress.heartbeat_at).unwrap_or(now),
+            progress.progress_changed_at.as_deref().and_then(parse).unwrap_or(now),
+        ),
+        None => (claimed_at, claimed_at),
+    };
     let job_type = job.job_type.parse::<JobType>().unwrap_or(JobType::Demo);
     let state = Running {
-        heartbeat_at: parse(&progress.heartbeat_at).unwrap_or(now),
-        progress_changed_at: progress.progress_changed_at.as_deref().and_then(parse).unwrap_or(now),
+        heartbeat_at,
+        progress_changed_at,
         started_at: job.started_at.as_deref().and_then(parse).unwrap_or(now),
         stalled_at: job.stalled_at.as_deref().and_then(parse),
         max_runtime: deps
@@ -425,5 +426,5 @@ async fn stop_execution(deps: &Deps, job: &JobRecord, cause: &str) {
 }
 
 async fn tidy(deps: &Deps, job_id: &str) -> Result<(), ReaperError> {
-    Ok(longhaul_aws::tidy_after_end(&deps.jobs, &deps.objects, job_id).await?)
+    Ok(longhaul_aws::tidy_after_end(&deps.objects, job_id).await?)
 }

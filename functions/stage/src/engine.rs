@@ -11,9 +11,9 @@
 
 use std::time::{Duration, Instant};
 
-use longhaul_aws::jobs::{JobRecord, Lease, ProgressRecord, ProgressRefused, status_bucket};
+use longhaul_aws::jobs::{JobRecord, Lease, ProgressRecord, ProgressRefused};
 use longhaul_aws::objects::checkpoint_key;
-use longhaul_domain::{JobStatus, now_rfc3339};
+use longhaul_domain::now_rfc3339;
 use longhaul_domain::progress::{Position, eta_seconds, overall_pct};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -177,8 +177,6 @@ impl<'a> Ctx<'a> {
             checkpoint_key: self.checkpoint_key.clone(),
             cancel_requested_at: None,
             progress_changed_at: self.changed_at.clone(),
-            gsi2pk: Some(status_bucket(JobStatus::Running.as_str(), &self.job.job_id)),
-            gsi2sk: Some(stamp.clone()),
         };
         self.deps.jobs.record_progress(&self.job.job_id, &record).await.map_err(refused)?;
         self.last_write = now;

@@ -482,5 +482,5 @@ pub(crate) fn emit_end_metrics(job: &longhaul_aws::jobs::JobRecord) {
 
 /// After a job ended (see [`longhaul_aws::tidy_after_end`]).
 pub(crate) async fn tidy_after_end(deps: &Deps, job_id: &str) -> Result<(), StageError> {
-    longhaul_aws::tidy_after_end(&deps.jobs, &deps.objects, job_id).await.map_err(|e| StageError::Retryable(e.to_string()))
+    longhaul_aws::tidy_after_end(&deps.objects, job_id).await.map_err(|e| StageError::Retryable(e.to_string()))
 }

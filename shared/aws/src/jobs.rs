@@ -190,12 +190,6 @@ pub struct ProgressRecord {
     /// When `pct` or `items_done` last changed (heartbeats alone do not change it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress_changed_at: Option<String>,
-    /// Status index bucket (`running#<shard>`) while the job runs.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub gsi2pk: Option<String>,
-    /// Status index sort key: the heartbeat.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub gsi2sk: Option<String>,
 }
 
 /// An idempotency record.
@@ -323,9 +317,12 @@ fn secrets_pk(owner: &str) -> String {
 /// Name of the owner index (`template.yaml`).
 pub const OWNER_INDEX: &str = "OwnerIndex";
 /// Name of the sparse status index (`template.yaml`): `gsi2pk = <status>#<shard>`,
-/// `gsi2sk` = when the entry becomes interesting (created, queued, last heartbeat, result
-/// expiry). Only `pending`, `queued`, `succeeded` jobs and the progress of `running` jobs
-/// are in it, so the reaper and the expirer read only what may need them.
+/// `gsi2sk` = when the entry becomes interesting (created, queued, claimed, result expiry).
+/// Only job records in `pending`, `queued`, `running` and `succeeded` are in it, so the
+/// reaper and the expirer read only what may need them. A job enters and leaves a bucket in
+/// the same conditional write that changes its status, so no crash between two writes can
+/// leave a live job outside the index (and the hot progress record, rewritten at every
+/// heartbeat, pays for no index writes).
 pub const STATUS_INDEX: &str = "StatusIndex";
 /// Shards per status, so one busy status never concentrates on one index partition.
 pub const STATUS_SHARDS: u32 = 4;
@@ -647,7 +644,7 @@ impl JobStore {
         }
         // The status index holds only what the reaper and the expirer look for.
         match (request.to, request.index_at) {
-            (JobStatus::Queued | JobStatus::Succeeded, at) => {
+            (JobStatus::Queued | JobStatus::Running | JobStatus::Succeeded, at) => {
                 update.push_str(", gsi2pk = :bucket, gsi2sk = :index_at");
                 values.insert(":bucket".into(), s(status_bucket(request.to.as_str(), &request.job_id)));
                 values.insert(":index_at".into(), s(at.unwrap_or_else(|| now.clone())));
@@ -810,12 +807,13 @@ impl JobStore {
         Ok(CancelOutcome::Requested(Box::new(job)))
     }
 
-    /// `queued → running` for `execution`, minting a new lease, then hands the progress record
-    /// to it. Idempotent per execution: if this execution already holds the job (the claim's
-    /// response was lost and the state machine retried it), the existing lease is returned
-    /// and the hand-over is done again — the first call may have died between the two writes,
-    /// and a running job whose progress record is not in the running index would be invisible
-    /// to the reaper forever (fault injection found exactly that).
+    /// `queued → running` for `execution`, minting a new lease (the job enters the reaper's
+    /// running index in the same write), then hands the progress record to it. Idempotent per
+    /// execution: if this execution already holds the job (the claim's response was lost and
+    /// the state machine retried it), the existing lease is returned and the hand-over is
+    /// done again — the first call may have died between the two writes (fault injection
+    /// found exactly that). If nothing retries it, the reaper judges the lease by its claim
+    /// time: no hand-over, no heartbeat.
     pub async fn claim(&self, job_id: &str, execution: &str) -> Result<(Lease, JobRecord), StoreError> {
         let token = uuid::Uuid::new_v4().simple().to_string();
         let request = TransitionRequest::new(job_id, &[JobStatus::Queued], JobStatus::Running, "claimed by a stage")
@@ -861,7 +859,10 @@ impl JobStore {
             names.insert(format!("#s{i}"), name);
             values.insert(format!(":s{i}"), value);
         }
-        update.push_str(" ADD #attempt :one REMOVE gsi2pk, gsi2sk");
+        // The claimed job enters the running bucket in this same write: if the claim dies
+        // before handing the progress record over, the reaper still finds the job.
+        update.push_str(", gsi2pk = :bucket, gsi2sk = :now ADD #attempt :one");
+        values.insert(":bucket".to_owned(), s(status_bucket(JobStatus::Running.as_str(), &request.job_id)));
         self.update_job(&request.job_id, update, "#status = :from".into(), names, values).await
     }
 
@@ -871,7 +872,8 @@ impl JobStore {
 
     /// Hands the progress record to a new attempt: its lease and a fresh heartbeat, keeping
     /// the stage and checkpoint pointer a previous attempt left (so a re-dispatched job
-    /// resumes where it was) and any cancellation request.
+    /// resumes where it was) and any cancellation request. (Progress records written before
+    /// the running index moved to the job record leave the index here.)
     async fn take_progress(&self, job_id: &str, lease: &Lease) -> Result<(), StoreError> {
         let now = now_rfc3339();
         let zero = AttributeValue::N("0".into());
@@ -881,13 +883,13 @@ impl JobStore {
             .set_key(Some(Self::progress_key(job_id).into_iter().collect()))
             .update_expression(
                 "SET lease = :lease, heartbeat_at = :now, updated_at = :now, progress_changed_at = :now, \
-                 gsi2pk = :bucket, gsi2sk = :now, seq = if_not_exists(seq, :zero), pct = if_not_exists(pct, :zero), \
+                 seq = if_not_exists(seq, :zero), pct = if_not_exists(pct, :zero), \
                  stage = if_not_exists(stage, :empty), stage_index = if_not_exists(stage_index, :zero), \
-                 stages_total = if_not_exists(stages_total, :zero), items_done = if_not_exists(items_done, :zero)",
+                 stages_total = if_not_exists(stages_total, :zero), items_done = if_not_exists(items_done, :zero) \
+                 REMOVE gsi2pk, gsi2sk",
             )
             .expression_attribute_values(":lease", s(&lease.token))
             .expression_attribute_values(":now", s(&now))
-            .expression_attribute_values(":bucket", s(status_bucket(JobStatus::Running.as_str(), job_id)))
             .expression_attribute_values(":zero", zero)
             .expression_attribute_values(":empty", s(""))
             .send()
@@ -896,27 +898,8 @@ impl JobStore {
         Ok(())
     }
 
-    /// Takes a job that has ended out of the running index (its progress record stays).
-    pub async fn unindex_progress(&self, job_id: &str) -> Result<(), StoreError> {
-        let result = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .set_key(Some(Self::progress_key(job_id).into_iter().collect()))
-            .update_expression("REMOVE gsi2pk, gsi2sk")
-            .condition_expression("attribute_exists(pk)")
-            .send()
-            .await;
-        match result {
-            Ok(_) => Ok(()),
-            Err(err) if err.as_service_error().is_some_and(|e| e.is_conditional_check_failed_exception()) => Ok(()),
-            Err(err) => Err(AwsError::new(format!("unindex progress of {job_id}"), err).into()),
-        }
-    }
-
     /// Up to `limit` entries of status-index bucket `kind` (all shards) whose sort key is
-    /// before `before`, oldest first: job records for `pending`, `queued` and `succeeded`,
-    /// progress records (with their job id) for `running`.
+    /// before `before`, oldest first (job records).
     pub async fn due(&self, kind: &str, before: &str, limit: usize) -> Result<Vec<Item>, StoreError> {
         let mut out = Vec::new();
         for shard in 0..STATUS_SHARDS {
@@ -1044,17 +1027,6 @@ impl JobStore {
     /// Decodes a job record read from an index.
     pub fn job_from(item: Item) -> Result<JobRecord, StoreError> {
         from_item(item)
-    }
-
-    /// Decodes a progress record read from an index, with its job id.
-    pub fn progress_from(item: Item) -> Result<(String, ProgressRecord), StoreError> {
-        let job_id = item
-            .get("pk")
-            .and_then(|v| v.as_s().ok())
-            .and_then(|pk| pk.strip_prefix("JOB#"))
-            .map(str::to_owned)
-            .unwrap_or_default();
-        Ok((job_id, from_item(item)?))
     }
 
     /// Sets (or clears) the job's `stalled_at` while it runs under `lease`.

@@ -42,10 +42,9 @@ impl AwsError {
 }
 
 /// What every end of a job (succeeded, failed, cancelled — by its stage or by the reaper)
-/// leaves to clean: the job leaves the running index, and its checkpoints are deleted
-/// (nothing resumes an ended job; a retry is a new job).
-pub async fn tidy_after_end(jobs: &jobs::JobStore, objects: &objects::ObjectStore, job_id: &str) -> Result<(), jobs::StoreError> {
-    jobs.unindex_progress(job_id).await?;
+/// leaves to clean: its checkpoints are deleted (nothing resumes an ended job; a retry is a
+/// new job). The job left the running index in the write that ended it.
+pub async fn tidy_after_end(objects: &objects::ObjectStore, job_id: &str) -> Result<(), jobs::StoreError> {
     objects.delete_prefix(&objects::checkpoints_prefix(job_id)).await?;
     Ok(())
 }
