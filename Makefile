@@ -5,7 +5,7 @@ VENV ?= .venv
 SUB ?= alice
 export LONGHAUL_VENV := $(abspath $(VENV))
 
-.PHONY: dev test lint token stop venv build-tools build bench-tools bench clean-local
+.PHONY: dev test lint token stop venv build-tools build bench-tools bench bench-jobs clean-local
 
 ## Start the whole system locally (API on http://127.0.0.1:3000). Ctrl-C stops it.
 dev: venv
@@ -59,6 +59,11 @@ bench: venv bench-tools
 	rm -rf target/bench
 	cargo run --release -p longhaul-bench --bin csvscan
 	cargo run --release -p longhaul-bench --bin coldstart
+	cargo run --profile bench-local -p longhaul-bench --bin jobs
+	tests/bench/assemble
+
+## Re-measure only the jobs section (requests, transitions, $ per job) and rewrite BENCHMARKS.md.
+bench-jobs: venv
 	cargo run --profile bench-local -p longhaul-bench --bin jobs
 	tests/bench/assemble
 

@@ -293,21 +293,28 @@ impl Aws {
         page.contents().iter().filter_map(|o| o.key().map(str::to_owned)).collect()
     }
 
-    /// The names of the states whose Lambda task was scheduled, in order, for `execution`.
-    pub async fn scheduled_tasks(&self, job_id: &str) -> Vec<String> {
-        let machine = harness().stack.resource("JobStateMachine");
-        let execution = machine.replace(":stateMachine:", ":execution:") + ":" + job_id;
+    fn execution_arn(job_id: &str) -> String {
+        harness().stack.resource("JobStateMachine").replace(":stateMachine:", ":execution:") + ":" + job_id
+    }
+
+    async fn history(&self, job_id: &str) -> Vec<aws_sdk_sfn::types::HistoryEvent> {
         let history = self
             .sfn
             .get_execution_history()
-            .execution_arn(execution)
+            .execution_arn(Self::execution_arn(job_id))
             .max_results(1000)
             .send()
             .await
             .expect("execution history");
+        history.events().to_vec()
+    }
+
+    /// The names of the states whose Lambda task was scheduled, in order, for the job's
+    /// first execution.
+    pub async fn scheduled_tasks(&self, job_id: &str) -> Vec<String> {
         let mut state = String::new();
         let mut out = Vec::new();
-        for event in history.events() {
+        for event in self.history(job_id).await {
             if let Some(entered) = event.state_entered_event_details() {
                 state = entered.name().to_owned();
             }
@@ -316,5 +323,21 @@ impl Aws {
             }
         }
         out
+    }
+
+    /// The names of the states the job's first execution entered (each one a billed state
+    /// transition), once the execution has ended.
+    pub async fn states_entered(&self, job_id: &str) -> Vec<String> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let execution = self.sfn.describe_execution().execution_arn(Self::execution_arn(job_id)).send().await.expect("execution");
+            if execution.status().as_str() != "RUNNING" {
+                break;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "execution of {job_id} still running");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let history = self.history(job_id).await;
+        history.iter().filter_map(|e| e.state_entered_event_details()).map(|d| d.name().to_owned()).collect()
     }
 }

@@ -128,6 +128,14 @@ async fn stale_leases_and_duplicate_executions_change_nothing() {
     let forged = json!({"attempt": 1, "token": "not-the-lease"});
     let (error, body) = invoke(json!({"op": "run", "job_id": job_id, "lease": forged, "loops": 0})).await;
     assert_eq!((error.as_deref(), body["errorType"].as_str()), (Some("Unhandled"), Some("Job.LeaseLost")), "{body}");
+    let (_, body) = invoke(json!({"op": "work", "job_id": job_id, "execution": job_id, "state": {"job_id": job_id, "lease": forged}})).await;
+    assert_eq!(body["errorType"], "Job.LeaseLost", "{body}");
+    // Another execution's first call cannot claim a running job; nor can its failure end it.
+    let (_, body) = invoke(json!({"op": "work", "job_id": job_id, "execution": "another", "state": {"job_id": job_id}})).await;
+    assert_eq!(body["errorType"], "Job.NotClaimable", "{body}");
+    let (error, _) = invoke(json!({"op": "fail", "job_id": job_id, "execution": "another", "state": {"job_id": job_id},
+        "error": {"Error": "States.Timeout", "Cause": "another execution"}})).await;
+    assert_eq!(error, None, "nothing of the job is that execution's to record");
     let (_, body) = invoke(json!({"op": "complete", "job_id": job_id, "lease": forged,
         "run": {"next": "done", "result_key": format!("results/{job_id}/forged.json")}})).await;
     assert_eq!(body["errorType"], "Job.LeaseLost", "{body}");

@@ -66,6 +66,8 @@ async fn event_samples_drive_their_handlers() {
     let (error, body) = invoke("WebhookFunction", sample("webhook.json")).await;
     assert_eq!((error, body["batchItemFailures"].clone()), (None, serde_json::json!([])));
     // The stage refuses to claim or run a job that is not there, with the names the ASL matches.
+    let (error, body) = invoke("StageFunction", sample("stage-work.json")).await;
+    assert_eq!((error.as_deref(), body["errorType"].as_str()), (Some("Unhandled"), Some("Job.NotClaimable")));
     let (error, body) = invoke("StageFunction", sample("stage-claim.json")).await;
     assert_eq!((error.as_deref(), body["errorType"].as_str()), (Some("Unhandled"), Some("Job.NotClaimable")));
     let (error, body) = invoke("StageFunction", sample("stage-run.json")).await;

@@ -1,11 +1,17 @@
 //! **stage** — the Step Functions task that does a job's work.
 //!
 //! One function serves every task state of the job state machine, selected by `op`:
-//! `claim` (`queued → running`, minting the lease), `run` (work on the current stage until it
-//! is done or the Lambda deadline nears, checkpointing; answer `continue`, `next_stage`,
-//! `continue_as_new`, `cancelled` or `done`), `complete` (`running → succeeded`, after the
-//! result is durable), `fail` (record why) and `continue_as_new` (start the next execution of
-//! a long job before the history limit).
+//! `work` (the state machine's `Run` state: claim the job if this execution holds no lease
+//! yet — `queued → running`, minting the lease — then work through its stages until it is
+//! done or the Lambda deadline nears, checkpointing, and record the success itself; answer
+//! `continue`, `continue_as_new`, `cancelled` or `done`), `fail` (record why) and
+//! `continue_as_new` (start the next execution of a long job before the history limit).
+//!
+//! Step Functions bills every state entered, so one `work` call does what once took the
+//! `Claim`, `Start`, `Run`, `StageBoundary` and `Complete` states: a job's happy path enters
+//! three states (`Run`, `Next?`, `Succeeded`) whatever its number of stages. The former ops
+//! `claim`, `run` (one stage per call) and `complete` still answer, for executions started
+//! under the previous definition while a deployment rolls over.
 //!
 //! A running job is cancelled cooperatively: the stage learns of it when its next progress
 //! write is refused, deletes partial results and ends the job `cancelled` with the reason.
@@ -144,18 +150,41 @@ pub struct StateError {
     pub cause: String,
 }
 
+/// An execution's state as the state machine carries it (`$`): what `work` reads, and (with
+/// the lease and its answer) returns in place of it.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+pub struct WorkState {
+    /// The lease this execution holds: none before its first `work` (a continued execution
+    /// starts with the lease of the attempt it continues).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease: Option<TaskLease>,
+    /// The previous `work` answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<RunOutput>,
+}
+
 /// A task state's input.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum StageInput {
-    /// Take the job: `queued → running`.
+    /// Claim the job if needed, work through its stages, record success.
+    Work {
+        /// The job.
+        job_id: String,
+        /// The execution's name (claims are idempotent per execution).
+        execution: String,
+        /// The execution's state (`$`).
+        #[serde(default)]
+        state: WorkState,
+    },
+    /// Take the job: `queued → running` (the previous definition's `Claim` state).
     Claim {
         /// The job.
         job_id: String,
         /// The execution's name (claims are idempotent per execution).
         execution: String,
     },
-    /// Do work.
+    /// Work on the current stage (the previous definition's `Run` state).
     Run {
         /// The job.
         job_id: String,
@@ -172,7 +201,7 @@ pub enum StageInput {
         /// The claim's lease.
         lease: TaskLease,
     },
-    /// Mark the job succeeded.
+    /// Mark the job succeeded (the previous definition's `Complete` state).
     Complete {
         /// The job.
         job_id: String,
@@ -185,8 +214,16 @@ pub enum StageInput {
     Fail {
         /// The job.
         job_id: String,
-        /// The claim's lease.
-        lease: TaskLease,
+        /// The claim's lease (the previous definition passes it here)…
+        #[serde(default)]
+        lease: Option<TaskLease>,
+        /// …or the execution's state carries it…
+        #[serde(default)]
+        state: WorkState,
+        /// …or, when the first `work` failed before answering, the job record names this
+        /// execution as the one holding it.
+        #[serde(default)]
+        execution: Option<String>,
         /// What went wrong.
         error: StateError,
     },
@@ -217,7 +254,8 @@ impl std::ops::Deref for TaskLease {
 /// What `run` returns.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 pub struct RunOutput {
-    /// `continue`, `next_stage`, `continue_as_new`, `cancelled` or `done`.
+    /// `continue`, `continue_as_new`, `cancelled` or `done` (and from the one-stage `run`
+    /// op, `next_stage`).
     pub next: String,
     /// The stage now current (its name shows in the execution history).
     #[serde(default)]
@@ -302,37 +340,101 @@ pub fn deadline_from_epoch_ms(deadline_ms: u64) -> Instant {
 /// Runs in the job's `job` span ([`logs`]): the job id from the input; the attempt and the
 /// principal from the lease the state machine passes (the claim from the record it returns).
 pub async fn handle(deps: &Deps, input: StageInput, deadline: Instant) -> Result<serde_json::Value, StageError> {
+    let with_lease = |job_id: &str, lease: Option<&TaskLease>| {
+        logs::job_span(Some(job_id), lease.map(|l| l.attempt), lease.and_then(|l| l.principal.as_deref()))
+    };
     let span = match &input {
-        StageInput::Claim { job_id, .. } => logs::job_span(Some(job_id), None, None),
+        StageInput::Claim { job_id, .. } => with_lease(job_id, None),
+        StageInput::Work { job_id, state, .. } => with_lease(job_id, state.lease.as_ref()),
+        StageInput::Fail { job_id, lease, state, .. } => with_lease(job_id, lease.as_ref().or(state.lease.as_ref())),
         StageInput::Run { job_id, lease, .. }
         | StageInput::ContinueAsNew { job_id, lease }
-        | StageInput::Complete { job_id, lease, .. }
-        | StageInput::Fail { job_id, lease, .. } => logs::job_span(Some(job_id), Some(lease.attempt), lease.principal.as_deref()),
+        | StageInput::Complete { job_id, lease, .. } => with_lease(job_id, Some(lease)),
     };
     task(deps, input, deadline).instrument(span).await
 }
 
+/// `queued → running` for `execution` (idempotent per execution), minting the lease.
+async fn claim(deps: &Deps, job_id: &str, execution: &str) -> Result<TaskLease, StageError> {
+    let (lease, job) = deps.jobs.claim(job_id, execution).await.map_err(|err| match err {
+        StoreError::Conflict { current } => {
+            StageError::NotClaimable(format!("job {job_id} is {}", current.map(|j| j.status.as_str()).unwrap_or("missing")))
+        }
+        other => StageError::Retryable(other.to_string()),
+    })?;
+    logs::record_job(&tracing::Span::current(), &job);
+    tracing::info!("claimed");
+    if lease.attempt == 1
+        && let (Ok(created), Some(Ok(started))) = (
+            chrono::DateTime::parse_from_rfc3339(&job.created_at),
+            job.started_at.as_deref().map(chrono::DateTime::parse_from_rfc3339),
+        )
+    {
+        metrics::emit("QueueWait", (started - created).num_milliseconds() as f64, Unit::Milliseconds, &job.job_type);
+    }
+    Ok(TaskLease { lease, principal: Some(job.owner.clone()) })
+}
+
+/// Works through the job's stages until it needs the state machine again: stage boundaries
+/// are crossed within the invocation, and success is recorded here, not in a state of its own.
+async fn work(deps: &Deps, job_id: &str, lease: &TaskLease, loops: u32, deadline: Instant) -> Result<RunOutput, StageError> {
+    loop {
+        let output = run(deps, job_id, lease, loops, deadline).await?;
+        match output.next.as_str() {
+            // The next stage reads the progress record `run` just moved on (one strong read).
+            "next_stage" => continue,
+            "done" => {
+                complete(deps, job_id, lease, &output).await?;
+                return Ok(output);
+            }
+            _ => return Ok(output),
+        }
+    }
+}
+
+/// `running → succeeded` with the result `run` stored (fenced).
+async fn complete(deps: &Deps, job_id: &str, lease: &Lease, run: &RunOutput) -> Result<(), StageError> {
+    let result_key = run.result_key.clone().ok_or_else(|| StageError::Fatal("complete without a result".into()))?;
+    let ttl = run.result_ttl_seconds.map(Duration::from_secs).unwrap_or_else(|| deps.result_ttl.default_ttl());
+    let expires = chrono::Utc::now() + chrono::Duration::from_std(ttl).unwrap_or(chrono::Duration::days(7));
+    let request = TransitionRequest::new(job_id, &[JobStatus::Running], JobStatus::Succeeded, "result stored")
+        .fenced(&lease.token)
+        .set("result_key", aws_sdk_dynamodb::types::AttributeValue::S(result_key))
+        .indexed_at(longhaul_domain::format_rfc3339(expires));
+    end_job(deps, request, lease).await?;
+    tracing::info!("succeeded");
+    Ok(())
+}
+
+/// The lease a `fail` task records the failure under: the one passed, or — when the
+/// execution's first `work` failed before answering — the job's, if this execution holds it.
+async fn failing_lease(deps: &Deps, job_id: &str, given: Option<TaskLease>, execution: Option<&str>) -> Result<Option<TaskLease>, StageError> {
+    if given.is_some() {
+        return Ok(given);
+    }
+    let Some(execution) = execution else { return Ok(None) };
+    let job = deps.jobs.job(job_id).await.map_err(|e| StageError::Retryable(e.to_string()))?;
+    Ok(job.and_then(|job| match (job.status, job.lease) {
+        (JobStatus::Running, Some(token)) if job.execution.as_deref() == Some(execution) => {
+            Some(TaskLease { lease: Lease { attempt: job.attempt, token }, principal: Some(job.owner) })
+        }
+        _ => None,
+    }))
+}
+
 async fn task(deps: &Deps, input: StageInput, deadline: Instant) -> Result<serde_json::Value, StageError> {
     match input {
+        StageInput::Work { job_id, execution, state } => {
+            let lease = match state.lease {
+                Some(lease) => lease,
+                None => claim(deps, &job_id, &execution).await?,
+            };
+            let loops = state.run.map_or(0, |run| run.loops) + 1;
+            let output = work(deps, &job_id, &lease, loops, deadline).await?;
+            Ok(json!({ "job_id": job_id, "lease": lease, "run": output }))
+        }
         StageInput::Claim { job_id, execution } => {
-            let (lease, job) = deps.jobs.claim(&job_id, &execution).await.map_err(|err| match err {
-                StoreError::Conflict { current } => StageError::NotClaimable(format!(
-                    "job {job_id} is {}",
-                    current.map(|j| j.status.as_str()).unwrap_or("missing")
-                )),
-                other => StageError::Retryable(other.to_string()),
-            })?;
-            logs::record_job(&tracing::Span::current(), &job);
-            tracing::info!("claimed");
-            if lease.attempt == 1
-                && let (Ok(created), Some(Ok(started))) = (
-                    chrono::DateTime::parse_from_rfc3339(&job.created_at),
-                    job.started_at.as_deref().map(chrono::DateTime::parse_from_rfc3339),
-                )
-            {
-                metrics::emit("QueueWait", (started - created).num_milliseconds() as f64, Unit::Milliseconds, &job.job_type);
-            }
-            let lease = TaskLease { lease, principal: Some(job.owner.clone()) };
+            let lease = claim(deps, &job_id, &execution).await?;
             Ok(serde_json::to_value(lease).expect("leases serialise"))
         }
         StageInput::Run { job_id, lease, loops } => {
@@ -348,18 +450,20 @@ async fn task(deps: &Deps, input: StageInput, deadline: Instant) -> Result<serde
             Ok(json!({ "execution": name }))
         }
         StageInput::Complete { job_id, lease, run } => {
-            let result_key = run.result_key.ok_or_else(|| StageError::Fatal("complete without a result".into()))?;
-            let ttl = run.result_ttl_seconds.map(Duration::from_secs).unwrap_or_else(|| deps.result_ttl.default_ttl());
-            let expires = chrono::Utc::now() + chrono::Duration::from_std(ttl).unwrap_or(chrono::Duration::days(7));
-            let request = TransitionRequest::new(&job_id, &[JobStatus::Running], JobStatus::Succeeded, "result stored")
-                .fenced(&lease.token)
-                .set("result_key", aws_sdk_dynamodb::types::AttributeValue::S(result_key))
-                .indexed_at(longhaul_domain::format_rfc3339(expires));
-            end_job(deps, request, &lease).await?;
-            tracing::info!("succeeded");
+            complete(deps, &job_id, &lease, &run).await?;
             Ok(json!({}))
         }
-        StageInput::Fail { job_id, lease, error } => {
+        StageInput::Fail { job_id, lease, state, execution, error } => {
+            let Some(lease) = failing_lease(deps, &job_id, lease.or(state.lease), execution.as_deref()).await? else {
+                // Never claimed by this execution: nothing of the job is this execution's to end.
+                tracing::warn!(error = error.error, "the execution failed before holding the job; nothing recorded");
+                return Ok(json!({}));
+            };
+            let span = tracing::Span::current();
+            logs::record_attempt(&span, lease.attempt);
+            if let Some(principal) = &lease.principal {
+                logs::record_principal(&span, principal);
+            }
             let message = serde_json::from_str::<serde_json::Value>(&error.cause)
                 .ok()
                 .and_then(|cause| cause.get("errorMessage").and_then(|m| m.as_str()).map(str::to_owned))
@@ -382,8 +486,18 @@ async fn run(deps: &Deps, job_id: &str, lease: &TaskLease, loops: u32, deadline:
     if lease.principal.is_none() {
         logs::record_principal(&tracing::Span::current(), &job.owner);
     }
-    if job.status != JobStatus::Running || job.lease.as_deref() != Some(&lease.token) {
-        return Err(StageError::LeaseLost(format!("job is {} under another lease", job.status)));
+    let ours = job.lease.as_deref() == Some(&lease.token);
+    let ended = |next: &str, result_key: Option<String>| RunOutput { next: next.into(), loops, result_key, ..RunOutput::default() };
+    match job.status {
+        JobStatus::Running if ours => {}
+        // A retried call whose end already landed: answer it again, so the end's follow-up
+        // (webhook, metrics, tidying), which may not have happened, is done again.
+        JobStatus::Succeeded if ours => return Ok(ended("done", job.result_key.clone())),
+        JobStatus::Cancelled if ours => {
+            finish_cancellation(deps, job_id, lease).await?;
+            return Ok(ended("cancelled", None));
+        }
+        _ => return Err(StageError::LeaseLost(format!("job is {} under another lease", job.status))),
     }
     let spec = JobSpec::parse(&job.job_type, &job.params).map_err(|e| StageError::Fatal(e.to_string()))?;
     let stages = match &spec {

@@ -17,12 +17,25 @@ pub fn workspace_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("workspace root exists")
 }
 
-/// Writes section `name` (Markdown, starting with a `## ` heading) for BENCHMARKS.md.
+/// Writes section `name` (Markdown, starting with a `## ` heading) for BENCHMARKS.md, and
+/// beside it `<name>.stamp`: the commit and date it was measured on (sections can be re-run
+/// one at a time, so each says when it was measured).
 pub fn write_section(name: &str, markdown: &str) -> anyhow::Result<PathBuf> {
     let dir = out_dir();
     std::fs::create_dir_all(&dir)?;
     let path = dir.join(format!("{name}.md"));
     std::fs::write(&path, markdown)?;
+    let commit = std::process::Command::new("git")
+        .args(["rev-parse", "--short", "HEAD"])
+        .current_dir(workspace_root())
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .unwrap_or_else(|| "unknown".into());
+    let date = chrono::Utc::now().format("%Y-%m-%d");
+    std::fs::write(dir.join(format!("{name}.stamp")), format!("{commit} {date}\n"))?;
     eprintln!("wrote {}", path.display());
     Ok(path)
 }
+
