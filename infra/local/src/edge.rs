@@ -12,7 +12,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use futures::TryStreamExt;
 
-use crate::faults::{FUNCTION_HEADER, Faults, LEASE_HEADER};
+use crate::faults::{FUNCTION_HEADER, Faults, INVOCATION_HEADER, LEASE_HEADER};
 use crate::hosted::HostedFunction;
 
 /// Counts of AWS API calls by `service:operation`, and by function and operation.
@@ -147,6 +147,7 @@ async fn forward(State(state): State<EdgeState>, request: Request) -> Response {
     let write_guard = if write { Some(state.dynamodb_lock.clone().write_owned().await) } else { None };
     let read_guard = if dynamodb && !write { Some(state.dynamodb_lock.clone().read_owned().await) } else { None };
     let writer_lease = parts.headers.get(LEASE_HEADER).and_then(|v| v.to_str().ok()).map(str::to_owned);
+    let invocation = parts.headers.get(INVOCATION_HEADER).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
     let path = parts.uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
     // Buffered, not streamed: werkzeug (under moto) does not read chunked request bodies.
     let body = match axum::body::to_bytes(body, usize::MAX).await {
@@ -157,7 +158,7 @@ async fn forward(State(state): State<EdgeState>, request: Request) -> Response {
     let mut outbound =
         state.client.request(parts.method.clone(), format!("{}{path}", state.emulator_url)).body(body);
     for (name, value) in &parts.headers {
-        if name != "host" && name != "content-length" && name != LEASE_HEADER && name != FUNCTION_HEADER {
+        if name != "host" && name != "content-length" && name != LEASE_HEADER && name != FUNCTION_HEADER && name != INVOCATION_HEADER {
             outbound = outbound.header(name, value);
         }
     }
@@ -174,7 +175,7 @@ async fn forward(State(state): State<EdgeState>, request: Request) -> Response {
                 if let (Some(request), Ok(answer)) = (&journal_request, &bytes)
                     && status.is_success()
                 {
-                    state.faults.journal_write(&operation, writer_lease, request, answer);
+                    state.faults.journal_write(&operation, writer_lease, invocation, request, answer);
                 }
                 drop((write_guard, read_guard));
                 match bytes {

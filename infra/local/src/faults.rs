@@ -32,6 +32,11 @@ use tokio::sync::Notify;
 pub const LEASE_HEADER: &str = "x-longhaul-lease";
 /// The header that names the function making a call, for the edge's per-function counts.
 pub const FUNCTION_HEADER: &str = "x-longhaul-function";
+/// The header that names the invocation making a call (see [`Faults::journal_write`]).
+pub const INVOCATION_HEADER: &str = "x-longhaul-invocation";
+
+/// Numbers invocations, for [`INVOCATION_HEADER`].
+static NEXT_INVOCATION: AtomicU64 = AtomicU64::new(1);
 
 /// Which faults to inject, and how often. All probabilities are per opportunity (per AWS
 /// call, per SQS batch) and default to zero: no plan, no faults.
@@ -101,6 +106,8 @@ pub struct Faults {
     throttled: AtomicU64,
     duplicated: AtomicU64,
     journal: Mutex<Vec<JournalEntry>>,
+    /// Leases invocations minted by claiming their job (invocation → job key, lease).
+    claimed: Mutex<HashMap<u64, (String, String)>>,
 }
 
 /// Where a crash strikes relative to the AWS call that triggers it.
@@ -119,6 +126,7 @@ impl Faults {
         *self.plan.write().expect("fault plan") = plan;
         self.crashes_by_job.lock().expect("crash counts").clear();
         self.journal.lock().expect("journal").clear();
+        self.claimed.lock().expect("claimed leases").clear();
         for counter in [&self.crashed_before, &self.crashed_after, &self.throttled, &self.duplicated] {
             counter.store(0, Ordering::Relaxed);
         }
@@ -204,7 +212,12 @@ impl Faults {
 
     /// Journals a DynamoDB write that took effect: `request` and `response` are the wire
     /// bodies. Call it while writes are serialised, so the journal's order is the table's.
-    pub fn journal_write(&self, operation: &str, writer_lease: Option<String>, request: &[u8], response: &[u8]) {
+    ///
+    /// A write by invocation `invocation` holding no lease that made a job item `running`
+    /// under a lease is a claim: the invocation's later calls on that job carry the lease it
+    /// minted (the state machine's first stage call claims the job and works in one
+    /// invocation, so its event cannot name the lease).
+    pub fn journal_write(&self, operation: &str, writer_lease: Option<String>, invocation: Option<u64>, request: &[u8], response: &[u8]) {
         let request: serde_json::Value = serde_json::from_slice(request).unwrap_or_default();
         let response: serde_json::Value = serde_json::from_slice(response).unwrap_or_default();
         let key = request.get("Key").or_else(|| request.get("Item"));
@@ -212,17 +225,35 @@ impl Faults {
             v.and_then(|v| v.get(name)).and_then(|a| a.get("S")).and_then(|s| s.as_str()).map(str::to_owned)
         };
         let attributes = response.get("Attributes");
-        let mut journal = self.journal.lock().expect("journal");
-        let seq = journal.len() as u64;
-        journal.push(JournalEntry {
-            seq,
+        let entry = JournalEntry {
+            seq: 0,
             operation: operation.to_owned(),
             pk: string(key, "pk"),
             sk: string(key, "sk"),
             writer_lease,
             lease_after: string(attributes, "lease"),
             status_after: string(attributes, "status"),
-        });
+        };
+        if let (Some(invocation), None, Some("JOB"), Some("running"), Some(pk), Some(lease)) = (
+            invocation,
+            &entry.writer_lease,
+            entry.sk.as_deref(),
+            entry.status_after.as_deref(),
+            &entry.pk,
+            &entry.lease_after,
+        ) {
+            self.claimed.lock().expect("claimed leases").insert(invocation, (pk.clone(), lease.clone()));
+        }
+        let mut journal = self.journal.lock().expect("journal");
+        let seq = journal.len() as u64;
+        journal.push(JournalEntry { seq, ..entry });
+    }
+
+    /// The lease `invocation` minted by claiming job `job_id`, if it did.
+    fn claimed_lease(&self, invocation: u64, job_id: &str) -> Option<String> {
+        let claimed = self.claimed.lock().expect("claimed leases");
+        let (pk, lease) = claimed.get(&invocation)?;
+        (pk.strip_prefix("JOB#") == Some(job_id)).then(|| lease.clone())
     }
 
     /// The journal so far.
@@ -239,6 +270,8 @@ tokio::task_local! {
 /// host that it crashed.
 #[derive(Debug, Clone)]
 pub struct Invocation {
+    /// Unique per invocation (within the process).
+    pub id: u64,
     /// The function's logical name.
     pub function: String,
     /// The job the event names, if any.
@@ -262,7 +295,8 @@ pub struct AwsUse {
 }
 
 impl Invocation {
-    /// An invocation of `function` with `event` (read for `job_id` and `lease.token`).
+    /// An invocation of `function` with `event` (read for `job_id` and `lease.token`, or
+    /// `state.lease.token` as the state machine's `Run` state passes it).
     pub fn new(function: &str, event: Option<&serde_json::Value>) -> Self {
         let field = |path: &[&str]| {
             let mut value = event?;
@@ -276,10 +310,11 @@ impl Invocation {
             .and_then(|e| e.get("Records")?.get(0)?.get("messageId")?.as_str())
             .map(|id| format!("message {id}"));
         Invocation {
+            id: NEXT_INVOCATION.fetch_add(1, Ordering::Relaxed),
             function: function.to_owned(),
             crash_key: job_id.clone().or(first_message),
             job_id,
-            lease: field(&["lease", "token"]),
+            lease: field(&["lease", "token"]).or_else(|| field(&["state", "lease", "token"])),
             crashed: Arc::new(Notify::new()),
             aws: Arc::default(),
         }
@@ -352,10 +387,15 @@ impl HttpConnector for FaultyConnector {
             return self.inner.call(request);
         };
         // Added after signing, so not part of the signature; the edge reads and drops them.
-        if let Some(lease) = &invocation.lease {
-            request.headers_mut().insert(LEASE_HEADER, lease.clone());
+        let lease = invocation.lease.clone().or_else(|| {
+            let job_id = invocation.job_id.as_deref()?;
+            self.faults.claimed_lease(invocation.id, job_id)
+        });
+        if let Some(lease) = lease {
+            request.headers_mut().insert(LEASE_HEADER, lease);
         }
         request.headers_mut().insert(FUNCTION_HEADER, invocation.function.clone());
+        request.headers_mut().insert(INVOCATION_HEADER, invocation.id.to_string());
         match self.faults.crash_at_call(&invocation) {
             None => {
                 let call = self.inner.call(request);
@@ -437,10 +477,11 @@ mod tests {
         faults.journal_write(
             "dynamodb:UpdateItem",
             Some("t1".into()),
+            Some(7),
             request.to_string().as_bytes(),
             response.to_string().as_bytes(),
         );
-        faults.journal_write("dynamodb:PutItem", None, b"not json", b"");
+        faults.journal_write("dynamodb:PutItem", None, None, b"not json", b"");
         let journal = faults.journal();
         assert_eq!(journal.len(), 2);
         assert_eq!(journal[0].pk.as_deref(), Some("JOB#1"));
@@ -448,5 +489,21 @@ mod tests {
         assert_eq!(journal[0].lease_after.as_deref(), Some("t2"));
         assert_eq!(journal[0].status_after.as_deref(), Some("running"));
         assert_eq!((journal[1].seq, journal[1].pk.as_deref()), (1, None));
+        // Written under a lease: not a claim, nothing learned.
+        assert_eq!(faults.claimed_lease(7, "1"), None);
+    }
+
+    #[test]
+    fn an_invocation_that_claims_its_job_writes_under_the_lease_it_minted() {
+        let faults = Faults::default();
+        faults.set_plan(FaultPlan { journal: true, ..FaultPlan::default() });
+        let request = serde_json::json!({"Key": {"pk": {"S": "JOB#j1"}, "sk": {"S": "JOB"}}});
+        let claimed = serde_json::json!({"Attributes": {"lease": {"S": "minted"}, "status": {"S": "running"}}});
+        faults.journal_write("dynamodb:UpdateItem", None, Some(9), request.to_string().as_bytes(), claimed.to_string().as_bytes());
+        assert_eq!(faults.claimed_lease(9, "j1").as_deref(), Some("minted"));
+        assert_eq!(faults.claimed_lease(9, "j2"), None, "only for the job it claimed");
+        assert_eq!(faults.claimed_lease(10, "j1"), None, "only for the invocation that claimed");
+        let work = Invocation::new("StageFunction", Some(&serde_json::json!({"job_id": "j1", "state": {"lease": {"token": "t3"}}})));
+        assert_eq!(work.lease.as_deref(), Some("t3"));
     }
 }
