@@ -235,6 +235,27 @@ async fn a_claim_that_died_before_handing_over_progress_is_rescued() {
     assert_eq!(serde_json::from_slice::<DemoResult>(&api.result(&job.job_id).await).unwrap(), DemoResult::expected(3));
 }
 
+/// Tidying deletes a few keys one by one (free) and a larger page in one batch; either way
+/// nothing under the prefix survives and nothing outside it is touched.
+#[tokio::test]
+async fn deleting_a_prefix_removes_every_key_under_it_and_nothing_else() {
+    stack();
+    let aws = Aws::new().await;
+    let objects = longhaul_aws::objects::ObjectStore::new(aws.s3.clone(), stack().stack.resource("DataBucket"));
+    let run = uuid::Uuid::new_v4();
+    for (prefix, count) in [("few", 3), ("many", 9)] {
+        for i in 0..count {
+            objects.put(&format!("checkpoints/{run}-{prefix}/{i}.json"), b"{}".to_vec(), "application/json").await.unwrap();
+        }
+    }
+    objects.put(&format!("checkpoints/{run}-fewer/kept.json"), b"{}".to_vec(), "application/json").await.unwrap();
+    assert_eq!(objects.delete_prefix(&format!("checkpoints/{run}-few/")).await.unwrap(), 3);
+    assert_eq!(objects.delete_prefix(&format!("checkpoints/{run}-many/")).await.unwrap(), 9);
+    assert!(aws.keys(&format!("checkpoints/{run}-few/")).await.is_empty());
+    assert!(aws.keys(&format!("checkpoints/{run}-many/")).await.is_empty());
+    assert_eq!(aws.keys(&format!("checkpoints/{run}-fewer/")).await.len(), 1);
+}
+
 #[tokio::test]
 async fn lost_dispatches_are_recovered() {
     stack();

@@ -165,8 +165,12 @@ impl ObjectStore {
         Ok(())
     }
 
-    /// Deletes every object under `prefix`.
+    /// Deletes every object under `prefix`. A page of a few keys is deleted key by key
+    /// (concurrently): `DeleteObject` is free, while a `DeleteObjects` batch is billed as a
+    /// PUT-class request — which made tidying a small job cost as much as storing its result.
     pub async fn delete_prefix(&self, prefix: &str) -> Result<usize, AwsError> {
+        /// Most keys of a page deleted one by one.
+        const ONE_BY_ONE: usize = 4;
         use aws_sdk_s3::types::{Delete, ObjectIdentifier};
         let context = || format!("delete s3://{}/{prefix}*", self.bucket);
         let mut deleted = 0;
@@ -186,7 +190,13 @@ impl ObjectStore {
                 .iter()
                 .filter_map(|o| ObjectIdentifier::builder().key(o.key()?).build().ok())
                 .collect();
-            if !ids.is_empty() {
+            if (1..=ONE_BY_ONE).contains(&ids.len()) {
+                deleted += ids.len();
+                let deletes = ids.iter().map(|id| self.client.delete_object().bucket(&self.bucket).key(id.key()).send());
+                for result in futures::future::join_all(deletes).await {
+                    result.map_err(|e| AwsError::new(context(), e))?;
+                }
+            } else if !ids.is_empty() {
                 deleted += ids.len();
                 let delete = Delete::builder().set_objects(Some(ids)).quiet(true).build().map_err(|e| AwsError::new(context(), e))?;
                 self.client.delete_objects().bucket(&self.bucket).delete(delete).send().await.map_err(|e| AwsError::new(context(), e))?;
