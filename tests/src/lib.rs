@@ -161,7 +161,8 @@ impl Api {
 
     /// Uploads `bytes` through `POST /uploads` and returns the `input` reference.
     pub async fn upload(&self, filename: &str, content_type: &str, bytes: Vec<u8>) -> String {
-        let reply = self.post_json("/uploads", &serde_json::json!({"filename": filename, "content_type": content_type})).await;
+        let body = serde_json::json!({"filename": filename, "content_type": content_type, "size_bytes": bytes.len()});
+        let reply = self.post_json("/uploads", &body).await;
         assert_eq!(reply.status, 201, "{}", reply.text);
         let mut put = reqwest::Client::new().put(reply.json["upload_url"].as_str().expect("upload_url")).body(bytes);
         for (name, value) in reply.json["headers"].as_object().expect("headers") {

@@ -266,12 +266,19 @@ async fn results_redirect_when_ready_conflict_before_and_are_gone_after_expiry()
 async fn uploads_are_presigned_under_the_callers_own_prefix() {
     let who = principal("uploader");
     let api = Api::new(&who);
-    let reply = api.post_json("/uploads", &json!({"filename": "sales.csv", "content_type": "text/csv"})).await;
+    let csv = "region,amount\neu,3\n";
+    let reply = api.post_json("/uploads", &json!({"filename": "sales.csv", "content_type": "text/csv", "size_bytes": csv.len()})).await;
     assert_eq!(reply.status, 201, "{}", reply.text);
     let input = reply.json["input"].as_str().unwrap().to_owned();
+    // The declared size is signed into the URL: S3 takes a body of exactly that length and no
+    // other. (The emulator does not check signatures, so this checks what S3 will check.)
+    let url = reqwest::Url::parse(reply.json["upload_url"].as_str().unwrap()).unwrap();
+    let signed = url.query_pairs().find(|(k, _)| k == "X-Amz-SignedHeaders").map(|(_, v)| v.into_owned()).unwrap();
+    assert!(signed.split(';').any(|h| h == "content-length"), "content-length is signed: {signed}");
+    assert_eq!(reply.json["size_bytes"], csv.len());
     assert!(longhaul_domain::uploads::owns_upload(&who, &input), "{input}");
     assert!(!input.contains(&who), "the key does not reveal the principal");
-    let mut put = reqwest::Client::new().put(reply.json["upload_url"].as_str().unwrap()).body("region,amount\neu,3\n");
+    let mut put = reqwest::Client::new().put(reply.json["upload_url"].as_str().unwrap()).body(csv);
     for (name, value) in reply.json["headers"].as_object().unwrap() {
         put = put.header(name, value.as_str().unwrap());
     }
@@ -280,11 +287,15 @@ async fn uploads_are_presigned_under_the_callers_own_prefix() {
     let object = Aws::new().await.s3.get_object().bucket(harness().stack.resource("DataBucket")).key(&input).send().await.unwrap();
     assert_eq!(object.body.collect().await.unwrap().into_bytes().as_ref(), b"region,amount\neu,3\n");
 
+    let over_the_limit = 5 * 1024 * 1024 * 1024u64 + 1;
     for (body, status) in [
-        (json!({"filename": "../etc/passwd", "content_type": "text/csv"}), 422),
-        (json!({"filename": "a.csv", "content_type": "not a type"}), 422),
-        (json!({"filename": "a.csv"}), 400),
-        (json!({"filename": "a.csv", "content_type": "text/csv", "acl": "public-read"}), 400),
+        (json!({"filename": "../etc/passwd", "content_type": "text/csv", "size_bytes": 10}), 422),
+        (json!({"filename": "a.csv", "content_type": "not a type", "size_bytes": 10}), 422),
+        (json!({"filename": "a.csv", "content_type": "text/csv", "size_bytes": over_the_limit}), 422),
+        (json!({"filename": "a.csv", "content_type": "text/csv"}), 400),
+        (json!({"filename": "a.csv", "content_type": "text/csv", "size_bytes": -1}), 400),
+        (json!({"filename": "a.csv", "size_bytes": 10}), 400),
+        (json!({"filename": "a.csv", "content_type": "text/csv", "size_bytes": 10, "acl": "public-read"}), 400),
     ] {
         let reply = api.post_json("/uploads", &body).await;
         assert_eq!(reply.status, status, "{body}: {}", reply.text);

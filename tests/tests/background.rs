@@ -378,3 +378,103 @@ async fn a_poison_message_goes_to_the_dead_letter_queue_without_blocking_its_bat
     panic!("the poison message never reached the dead-letter queue");
 }
 
+
+/// The outbox's dead letters: a job's end the notifier cannot read goes, whole and with the
+/// reason, to the notifier dead-letter queue — and the ends after it still flow (retrying it
+/// would change nothing, and Lambda would dead-letter the rest of its batch with it).
+#[tokio::test]
+async fn an_unreadable_end_on_the_stream_is_dead_lettered_and_the_ends_after_it_flow() {
+    stack();
+    let aws = Aws::new().await;
+    let jobs = store().await;
+    let table = stack().stack.resource("JobsTable");
+    let owner = principal("outbox-poison");
+    let running = |mut job: JobRecord| {
+        job.status = JobStatus::Running;
+        job.attempt = 1;
+        job.lease = Some("lease-1".into());
+        job.callback_url = Some("https://partner.example.com/hook".into());
+        job
+    };
+    // A job record this version cannot read (its attempt is not a number), then its end (which
+    // takes it out of the status index, as every end does).
+    let poison = running(record(&owner, longhaul_domain::now_rfc3339()));
+    jobs.put_job(&poison).await.unwrap();
+    aws.dynamodb
+        .update_item()
+        .table_name(&table)
+        .key("pk", AttributeValue::S(longhaul_aws::jobs::job_pk(&poison.job_id)))
+        .key("sk", AttributeValue::S(longhaul_aws::jobs::JOB_SK.into()))
+        .update_expression("SET attempt = :bad, #status = :failed REMOVE gsi2pk, gsi2sk")
+        .expression_attribute_names("#status", "status")
+        .expression_attribute_values(":bad", AttributeValue::S("one".into()))
+        .expression_attribute_values(":failed", AttributeValue::S("failed".into()))
+        .send()
+        .await
+        .unwrap();
+    // A good end right after it, in the same stretch of the stream.
+    let good = running(record(&owner, longhaul_domain::now_rfc3339()));
+    jobs.put_job(&good).await.unwrap();
+    jobs.transition(TransitionRequest::new(&good.job_id, &[JobStatus::Running], JobStatus::Failed, "test").fenced("lease-1")).await.unwrap();
+
+    let dlq = stack().stack.resource("NotifierDeadLetterQueue");
+    let mut dead_letter = None;
+    for _ in 0..120 {
+        let received = aws.sqs.receive_message().queue_url(&dlq).max_number_of_messages(10).wait_time_seconds(1).send().await.unwrap();
+        if let Some(body) = received.messages().first().and_then(|m| m.body()) {
+            dead_letter = Some(serde_json::from_str::<Value>(body).unwrap());
+            break;
+        }
+    }
+    let dead_letter = dead_letter.expect("the unreadable end reached the notifier dead-letter queue");
+    assert_eq!(dead_letter["record"]["dynamodb"]["NewImage"]["job_id"]["S"], poison.job_id.as_str(), "{dead_letter}");
+    assert_eq!(dead_letter["record"]["dynamodb"]["NewImage"]["status"]["S"], "failed", "{dead_letter}");
+    assert!(dead_letter["reason"].as_str().is_some_and(|r| r.contains("cannot be read")), "{dead_letter}");
+    // The good end after it was queued and its delivery attempted.
+    for _ in 0..600 {
+        if !jobs.deliveries(&good.job_id).await.unwrap().is_empty() {
+            assert!(jobs.deliveries(&poison.job_id).await.unwrap().is_empty(), "nothing was sent for the unreadable end");
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("the end after the unreadable one was never delivered");
+}
+
+/// The reaper reads each status bucket oldest first: one job record it cannot read (or cannot
+/// act on) is logged, counted and skipped, and the jobs behind it are still looked after.
+#[tokio::test]
+async fn an_unreadable_job_record_does_not_hold_up_the_reaper() {
+    stack();
+    let owner = principal("unreadable");
+    let api = Api::new(&owner);
+    let jobs = store().await;
+    let aws = Aws::new().await;
+    let table = stack().stack.resource("JobsTable");
+    let key = |job_id: &str| {
+        [
+            ("pk".to_owned(), AttributeValue::S(longhaul_aws::jobs::job_pk(job_id))),
+            ("sk".to_owned(), AttributeValue::S(longhaul_aws::jobs::JOB_SK.into())),
+        ]
+    };
+    // An old pending job whose record this version cannot read, first in its bucket...
+    let unreadable = record(&owner, format_rfc3339(chrono::Utc::now() - chrono::Duration::hours(1)));
+    jobs.put_job(&unreadable).await.unwrap();
+    aws.dynamodb
+        .update_item()
+        .table_name(&table)
+        .set_key(Some(key(&unreadable.job_id).into_iter().collect()))
+        .update_expression("SET attempt = :bad")
+        .expression_attribute_values(":bad", AttributeValue::S("one".into()))
+        .send()
+        .await
+        .unwrap();
+    // ...and a lost dispatch behind it.
+    let lost = record(&owner, format_rfc3339(chrono::Utc::now() - chrono::Duration::seconds(30)));
+    jobs.put_job(&lost).await.unwrap();
+    let report = fire("reaper").await;
+    assert!(report["output"]["errors"].as_u64().is_some_and(|n| n >= 1), "the unreadable record is counted: {report}");
+    fire_until(&api, &lost.job_id, "reaper", "recovery", |j| j["status"] == "succeeded" || j["status"] == "running").await;
+    assert_eq!(api.wait_terminal(&lost.job_id, TIMEOUT).await["status"], "succeeded");
+    aws.dynamodb.delete_item().table_name(&table).set_key(Some(key(&unreadable.job_id).into_iter().collect())).send().await.unwrap();
+}

@@ -7,7 +7,7 @@
 //! `AWS_LAMBDA_LOG_FORMAT=JSON`: `tracing_subscriber::fmt().json()`, level INFO) before the
 //! stack starts — with targets switched on, so a line can be told to come from a function —
 //! and captures every line it writes. It then runs jobs through every function (submit,
-//! dispatcher, stage, status, uploads, webhooks, the webhook deliverer, cancel, the SSE
+//! dispatcher, stage, status, uploads, webhooks, the notifier, the webhook deliverer, cancel, the SSE
 //! stream, the reaper and the expirer) with recognisable secret values, and reads the lines.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -26,7 +26,7 @@ const TIMEOUT: Duration = Duration::from_secs(120);
 /// The crates whose lines are the functions' own (the handlers and the adapters they call).
 const FUNCTION_CRATES: &[&str] = &[
     "submit", "status", "cancel", "uploads", "webhooks", "dispatcher", "stage", "reaper", "expirer", "webhook",
-    "events", "longhaul_aws",
+    "events", "notifier", "longhaul_aws",
 ];
 /// Functions whose lines are about a principal but never about one job.
 const PRINCIPAL_ONLY: &[&str] = &["uploads", "webhooks"];
@@ -148,7 +148,7 @@ async fn params_job(run: &Mutex<Run>) {
     let column = format!("sk_live_COLUMN{}", uuid::Uuid::new_v4().simple());
     let file = format!("sk_live_FILE{}", uuid::Uuid::new_v4().simple());
     let csv = format!("{column},amount\neu,1\nus,2\neu,3\n");
-    let upload = api.post_json("/uploads", &json!({"filename": format!("{file}.csv"), "content_type": "text/csv"})).await;
+    let upload = api.post_json("/uploads", &json!({"filename": format!("{file}.csv"), "content_type": "text/csv", "size_bytes": csv.len()})).await;
     assert_eq!(upload.status, 201, "{}", upload.text);
     let upload_signature = signature(upload.json["upload_url"].as_str().unwrap());
     let input = api.upload(&format!("{file}.csv"), "text/csv", csv.into_bytes()).await;
@@ -326,6 +326,7 @@ async fn every_job_line_names_its_job_attempt_and_principal_and_no_line_holds_a_
         "cancel: cancellation requested from the running stage",
         "events: stream opened",
         "events: stream ended: the job is terminal",
+        "notifier: webhook queued",
         "webhook: webhook attempt made",
         "reaper: zombie re-dispatched",
         "expirer: expired: result retention passed",

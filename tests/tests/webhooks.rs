@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
-use longhaul_aws::jobs::JobStore;
+use longhaul_aws::jobs::{JobStore, TransitionRequest};
 use longhaul_aws::queue::WebhookMessage;
 use longhaul_domain::webhooks::verify;
 use longhaul_domain::{JobStatus, Transition};
@@ -202,6 +202,38 @@ async fn during_a_rotation_deliveries_carry_both_signatures() {
         assert!(verify(secret, &message.id, message.timestamp, &message.body, &message.signature), "{secret}");
     }
     assert_eq!(message.signature.split(' ').count(), 2);
+}
+
+/// The outbox: whoever ends a job only writes its record; the table's stream carries the end
+/// to the notifier. Here the test is the ender — a reaper or cancel that died right after its
+/// transition leaves exactly this behind — and the partner still gets the event, once.
+#[tokio::test]
+async fn an_end_whose_ender_queued_nothing_is_still_delivered() {
+    stack();
+    let owner = principal("outbox-partner");
+    let api = Api::new(&owner);
+    let secret = secrets(&api).await.remove(0);
+    let sdk = stack().stack.emulator_sdk_config().await;
+    let jobs = JobStore::new(aws_sdk_dynamodb::Client::new(&sdk), stack().stack.resource("JobsTable"));
+    let (url, key) = callback("ok");
+    let now = longhaul_domain::now_rfc3339();
+    let job_id = longhaul_domain::JobId::new().to_string();
+    let record: longhaul_aws::jobs::JobRecord = serde_json::from_value(json!({
+        "job_id": job_id, "owner": owner, "type": "demo", "params": {"items": 1}, "status": "running",
+        "attempt": 1, "lease": "lease-1", "idempotency_key": "k", "fingerprint": "f", "callback_url": url,
+        "created_at": now, "updated_at": now, "started_at": now,
+        "transitions": [Transition { state: JobStatus::Running, at: now.clone(), reason: "test".into() }],
+    }))
+    .unwrap();
+    jobs.put_job(&record).await.unwrap();
+    let ended = TransitionRequest::new(&job_id, &[JobStatus::Running], JobStatus::Failed, "its worker vanished").fenced("lease-1");
+    jobs.transition(ended).await.unwrap();
+    let got = received(&key, 1).await;
+    assert!(verify(&secret, &got[0].id, got[0].timestamp, &got[0].body, &got[0].signature));
+    let payload: Value = serde_json::from_slice(&got[0].body).unwrap();
+    assert_eq!((payload["type"].as_str(), payload["job_id"].as_str()), (Some("job.failed"), Some(job_id.as_str())));
+    let recorded = deliveries(&api, &job_id, 1).await;
+    assert_eq!((recorded.len(), recorded[0]["outcome"].as_str()), (1, Some("delivered")), "one end, one delivery");
 }
 
 /// A resolver whose answer changed since submission: the host now points inside.

@@ -10,7 +10,6 @@ use longhaul_aws::api::{Problem, json_response, path_job_id, principal, wrong_st
 use longhaul_aws::config::{ConfigError, Vars};
 use longhaul_aws::executions::{Executions, execution_name};
 use longhaul_aws::metrics::{self, Unit};
-use longhaul_aws::queue::WebhookQueue;
 use longhaul_aws::jobs::{CancelOutcome, JobRecord, JobStore, StoreError};
 use longhaul_aws::logs;
 use longhaul_domain::{Cancellation, JobStatus, now_rfc3339};
@@ -30,8 +29,6 @@ pub struct Config {
     pub table: String,
     /// `STATE_MACHINE_ARN`: whose executions a cancellation stops.
     pub state_machine_arn: String,
-    /// `WEBHOOK_QUEUE_URL`: where the `job.cancelled` event goes.
-    pub webhook_queue_url: String,
 }
 
 impl Config {
@@ -40,7 +37,6 @@ impl Config {
         Ok(Config {
             table: vars.required("TABLE_NAME")?,
             state_machine_arn: vars.required("STATE_MACHINE_ARN")?,
-            webhook_queue_url: vars.required("WEBHOOK_QUEUE_URL")?,
         })
     }
 }
@@ -52,8 +48,6 @@ pub struct Deps {
     pub jobs: JobStore,
     /// The job state machine.
     pub executions: Executions,
-    /// Partner notifications.
-    pub webhooks: WebhookQueue,
 }
 
 impl Deps {
@@ -62,7 +56,6 @@ impl Deps {
         Deps {
             jobs: JobStore::new(aws_sdk_dynamodb::Client::new(sdk), config.table.clone()),
             executions: Executions::new(aws_sdk_sfn::Client::new(sdk), config.state_machine_arn.clone()),
-            webhooks: WebhookQueue::new(aws_sdk_sqs::Client::new(sdk), config.webhook_queue_url.clone()),
         }
     }
 }
@@ -119,9 +112,6 @@ async fn cancel(deps: &Deps, request: &Request) -> Result<Response<Body>, Proble
                     // The job is cancelled either way: the execution's claim will be refused.
                     tracing::warn!(error = %err, "stopping the execution failed");
                 }
-            }
-            if let Err(err) = deps.webhooks.notify(&job).await {
-                tracing::error!(error = %err, "queueing the job.cancelled webhook failed");
             }
             metrics::emit("JobsCancelled", 1.0, Unit::Count, &job.job_type);
             tracing::info!("cancelled");

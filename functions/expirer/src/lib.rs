@@ -70,6 +70,9 @@ pub struct Report {
     pub expired: u32,
     /// Objects deleted.
     pub objects_deleted: usize,
+    /// Jobs that could not be handled this run (unreadable, or an AWS call failed), each
+    /// logged with its reason. They are tried again next run; the others are not held up.
+    pub errors: u32,
 }
 
 /// A run failed (it is retried at the next tick; nothing is half-done that a rerun cannot finish).
@@ -87,11 +90,23 @@ impl From<ExpirerError> for lambda_runtime::Diagnostic {
 pub async fn handle(deps: &Deps, now: DateTime<Utc>) -> Result<Report, ExpirerError> {
     let mut report = Report::default();
     let due = deps.jobs.due("succeeded", &format_rfc3339(now), deps.config.page).await.map_err(|e| ExpirerError(e.to_string()))?;
+    // One job that cannot be handled is logged, counted and left for the next run: the index
+    // is read oldest first, so failing the whole run would hold every job behind it up for good.
     for item in due {
-        let job = JobStore::job_from(item).map_err(|e| ExpirerError(e.to_string()))?;
+        let job = match JobStore::job_from(item) {
+            Ok(job) => job,
+            Err(err) => {
+                tracing::error!(error = %err, "a job record in the status index cannot be read; skipped");
+                report.errors += 1;
+                continue;
+            }
+        };
         // In the job's `job` span (see `longhaul_aws::logs`), from the record the index returned.
         let span = logs::span_of(&job);
-        expire(deps, now, &job, &mut report).instrument(span).await?;
+        if let Err(err) = expire(deps, now, &job, &mut report).instrument(span.clone()).await {
+            span.in_scope(|| tracing::error!(error = %err, "expiring the job failed; the next run tries again"));
+            report.errors += 1;
+        }
     }
     tracing::info!(report = ?report, "expirer run");
     Ok(report)

@@ -26,7 +26,7 @@ use longhaul_aws::jobs::{JobRecord, JobStore, StoreError, TransitionRequest};
 use longhaul_aws::logs;
 use longhaul_aws::metrics::{self, Unit};
 use longhaul_aws::objects::ObjectStore;
-use longhaul_aws::queue::{DispatchMessage, IntakeQueue, WebhookQueue};
+use longhaul_aws::queue::{DispatchMessage, IntakeQueue};
 use longhaul_domain::reaper::{Rescue, Running, Thresholds, Verdict, judge, rescue};
 use longhaul_domain::{JobError, JobStatus, JobType, format_rfc3339};
 use serde::Serialize;
@@ -61,8 +61,6 @@ pub struct Config {
     pub page: usize,
     /// Result retention (for a backfilled success).
     pub result_ttl: ResultTtl,
-    /// `WEBHOOK_QUEUE_URL`: terminal events for partners.
-    pub webhook_queue_url: String,
 }
 
 impl Config {
@@ -94,7 +92,6 @@ impl Config {
             default_max_runtime: secs("LONGHAUL_MAX_RUNTIME_SECONDS", 86_400)?,
             page: vars.parsed_or("LONGHAUL_REAPER_PAGE", 100)?,
             result_ttl: ResultTtl::from_vars(vars)?,
-            webhook_queue_url: vars.required("WEBHOOK_QUEUE_URL")?,
         })
     }
 }
@@ -110,8 +107,6 @@ pub struct Deps {
     pub intake: IntakeQueue,
     /// The job state machine.
     pub executions: Executions,
-    /// Partner notifications.
-    pub webhooks: WebhookQueue,
     /// Settings.
     pub config: Config,
 }
@@ -124,7 +119,6 @@ impl Deps {
             objects: ObjectStore::new(aws_sdk_s3::Client::new(sdk), config.bucket.clone()),
             intake: IntakeQueue::new(aws_sdk_sqs::Client::new(sdk), config.intake_queue_url.clone()),
             executions: Executions::new(aws_sdk_sfn::Client::new(sdk), config.state_machine_arn.clone()),
-            webhooks: WebhookQueue::new(aws_sdk_sqs::Client::new(sdk), config.webhook_queue_url.clone()),
             config: config.clone(),
         }
     }
@@ -149,6 +143,9 @@ pub struct Report {
     pub recovered: u32,
     /// Actions another reaper (or the job itself) got to first.
     pub raced: u32,
+    /// Jobs that could not be handled this run (unreadable, or an AWS call failed), each
+    /// logged with its reason. They are tried again next run; the others are not held up.
+    pub errors: u32,
 }
 
 /// A run failed as a whole (it is retried at the next tick).
@@ -188,23 +185,49 @@ pub async fn handle(deps: &Deps, now: DateTime<Utc>) -> Result<Report, ReaperErr
     let grace = |d: Duration| at(now - chrono::Duration::from_std(d).unwrap_or_default());
     // Each job is handled in its `job` span (see `longhaul_aws::logs`): pending and queued
     // jobs come from the index with their whole record; a running job's record is read anyway.
+    // One job that cannot be handled (an item this version cannot read, an AWS call that
+    // failed) is logged, counted and left for the next run: the index is read oldest first, so
+    // failing the whole run would hold every job behind it up for good.
     for item in deps.jobs.due("pending", &grace(deps.config.pending_grace), deps.config.page).await? {
-        let job = JobStore::job_from(item)?;
+        let Some(job) = readable(item, &mut report) else { continue };
         let span = logs::span_of(&job);
-        lost_pending(deps, job, &mut report).instrument(span).await?;
+        let result = lost_pending(deps, job, &mut report).instrument(span.clone()).await;
+        counted(result, &span, &mut report);
     }
     for item in deps.jobs.due("queued", &grace(deps.config.queued_grace), deps.config.page).await? {
-        let job = JobStore::job_from(item)?;
+        let Some(job) = readable(item, &mut report) else { continue };
         let span = logs::span_of(&job);
-        lost_queued(deps, job, &mut report).instrument(span).await?;
+        let result = lost_queued(deps, job, &mut report).instrument(span.clone()).await;
+        counted(result, &span, &mut report);
     }
     for item in deps.jobs.due("running", &at(now + chrono::Duration::seconds(1)), deps.config.page).await? {
-        let job = JobStore::job_from(item)?;
+        let Some(job) = readable(item, &mut report) else { continue };
         let span = logs::span_of(&job);
-        running(deps, now, &job.job_id, &mut report).instrument(span).await?;
+        let result = running(deps, now, &job.job_id, &mut report).instrument(span.clone()).await;
+        counted(result, &span, &mut report);
     }
     tracing::info!(report = ?report, "reaper run");
     Ok(report)
+}
+
+/// The job record an index returned, or `None` (logged and counted) if it cannot be read.
+fn readable(item: longhaul_aws::jobs::Item, report: &mut Report) -> Option<JobRecord> {
+    match JobStore::job_from(item) {
+        Ok(job) => Some(job),
+        Err(err) => {
+            tracing::error!(error = %err, "a job record in the status index cannot be read; skipped");
+            report.errors += 1;
+            None
+        }
+    }
+}
+
+/// Logs and counts a job that could not be handled this run.
+fn counted(result: Result<(), ReaperError>, span: &tracing::Span, report: &mut Report) {
+    if let Err(err) = result {
+        span.in_scope(|| tracing::error!(error = %err, "handling the job failed; the next run tries again"));
+        report.errors += 1;
+    }
 }
 
 /// Counts a lost race (someone else changed the job first): not an error.
@@ -345,8 +368,7 @@ async fn zombie(
                 .set("result_key", AttributeValue::S(key))
                 .indexed_at(at(expires));
             let result = deps.jobs.transition(request).await;
-            if let Ok(ended) = &result {
-                notify(deps, ended).await;
+            if result.is_ok() {
                 stop_execution(deps, job, "the worker stopped after storing the result").await;
                 tidy(deps, job_id).await?;
                 report.backfilled += 1;
@@ -395,8 +417,7 @@ async fn fail(deps: &Deps, job: &JobRecord, from: &[JobStatus], lease: Option<&s
     if let Some(lease) = lease {
         request = request.fenced(lease);
     }
-    let ended = deps.jobs.transition(request).await?;
-    notify(deps, &ended).await;
+    deps.jobs.transition(request).await?;
     metrics::emit("JobsFailed", 1.0, Unit::Count, &job.job_type);
     if error.code == "Job.Undispatchable" {
         metrics::emit("JobsDeadLettered", 1.0, Unit::Count, &job.job_type);
@@ -407,13 +428,6 @@ async fn fail(deps: &Deps, job: &JobRecord, from: &[JobStatus], lease: Option<&s
         tracing::warn!(error = %err, "cleanup after failing the job failed; the lifecycle rule is the backstop");
     }
     Ok(())
-}
-
-/// Queues the partner's webhook for a job the reaper ended.
-async fn notify(deps: &Deps, job: &JobRecord) {
-    if let Err(err) = deps.webhooks.notify(job).await {
-        tracing::error!(error = %err, "queueing the terminal webhook failed");
-    }
 }
 
 async fn stop_execution(deps: &Deps, job: &JobRecord, cause: &str) {

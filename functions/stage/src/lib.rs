@@ -32,7 +32,6 @@ pub mod engine;
 use longhaul_aws::executions::Executions;
 use longhaul_aws::logs;
 use longhaul_aws::metrics::{self, Unit};
-use longhaul_aws::queue::WebhookQueue;
 use longhaul_aws::objects::{ObjectStore, result_key};
 use longhaul_domain::{JobError, JobSpec, JobStatus};
 
@@ -70,8 +69,6 @@ pub struct Config {
     /// `LONGHAUL_RESULT_TTL_SECONDS` (default 604,800 = 7 days): how long a result is kept;
     /// `LONGHAUL_RESULT_TTL_SECONDS_<TYPE>` overrides it for one job type.
     pub result_ttl: ResultTtl,
-    /// `WEBHOOK_QUEUE_URL`: where terminal events for partners go.
-    pub webhook_queue_url: String,
 }
 
 impl Config {
@@ -88,7 +85,6 @@ impl Config {
             runs_per_execution: vars.parsed_or("LONGHAUL_RUNS_PER_EXECUTION", 500)?,
             state_machine_arn: vars.required("STATE_MACHINE_ARN")?,
             result_ttl: ResultTtl::from_vars(vars)?,
-            webhook_queue_url: vars.required("WEBHOOK_QUEUE_URL")?,
         })
     }
 }
@@ -116,8 +112,6 @@ pub struct Deps {
     pub executions: Executions,
     /// Result retention.
     pub result_ttl: ResultTtl,
-    /// Where terminal events for partners go.
-    pub webhooks: WebhookQueue,
 }
 
 impl Deps {
@@ -134,7 +128,6 @@ impl Deps {
             runs_per_execution: config.runs_per_execution.max(1),
             executions: Executions::new(aws_sdk_sfn::Client::new(sdk), config.state_machine_arn.clone()),
             result_ttl: config.result_ttl.clone(),
-            webhooks: WebhookQueue::new(aws_sdk_sqs::Client::new(sdk), config.webhook_queue_url.clone()),
         }
     }
 }
@@ -491,7 +484,7 @@ async fn run(deps: &Deps, job_id: &str, lease: &TaskLease, loops: u32, deadline:
     match job.status {
         JobStatus::Running if ours => {}
         // A retried call whose end already landed: answer it again, so the end's follow-up
-        // (webhook, metrics, tidying), which may not have happened, is done again.
+        // (metrics, tidying), which may not have happened, is done again.
         JobStatus::Succeeded if ours => return Ok(ended("done", job.result_key.clone())),
         JobStatus::Cancelled if ours => {
             finish_cancellation(deps, job_id, lease).await?;
@@ -562,9 +555,9 @@ async fn finish_cancellation(deps: &Deps, job_id: &str, lease: &Lease) -> Result
 }
 
 /// Ends the job with `request` (a fenced move to a terminal status) and does what follows
-/// every end: the partner's webhook is queued, metrics are emitted, the job is tidied up. A
-/// retried call whose transition already landed does the follow-up again (it may not have
-/// happened), which is why webhook receivers deduplicate by `webhook-id`.
+/// every end: metrics are emitted, the job is tidied up. A retried call whose transition
+/// already landed does the follow-up again (it may not have happened). The partner's webhook
+/// is not queued here: the notifier reads every end from the table's stream (the outbox).
 async fn end_job(deps: &Deps, request: TransitionRequest, lease: &Lease) -> Result<(), StageError> {
     let status = request.to;
     let job_id = request.job_id.clone();
@@ -574,7 +567,6 @@ async fn end_job(deps: &Deps, request: TransitionRequest, lease: &Lease) -> Resu
         Err(err) => return Err(fenced(err)),
     };
     logs::record_principal(&tracing::Span::current(), &job.owner);
-    deps.webhooks.notify(&job).await?;
     emit_end_metrics(&job);
     tidy_after_end(deps, &job_id).await
 }

@@ -8,7 +8,7 @@ async fn main() -> Result<(), Error> {
     let config = Config::from_vars(&Vars::from_env())?;
     let deps = Deps::new(&load_sdk_config().await, &config);
     warm_up(async {
-        tokio::join!(deps.jobs.warm(), deps.objects.warm(), deps.executions.warm(), deps.webhooks.warm());
+        tokio::join!(deps.jobs.warm(), deps.objects.warm(), deps.executions.warm());
     })
     .await;
     let deps = &deps;

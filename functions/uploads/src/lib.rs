@@ -1,6 +1,7 @@
 //! **uploads** — `POST /uploads`: a presigned PUT for one input file under the caller's own
 //! prefix. The answer's `input` is what a job's params name; a job may only name the caller's
-//! own uploads (checked at submission from the key alone).
+//! own uploads (checked at submission from the key alone). The caller declares the file's
+//! size, at most `LONGHAUL_MAX_UPLOAD_BYTES`, and the URL signs it: S3 takes no other length.
 
 use std::time::Duration;
 
@@ -17,18 +18,30 @@ use serde_json::json;
 pub const MAX_BODY_BYTES: usize = 4 * 1024;
 /// How long an upload URL lives.
 pub const UPLOAD_URL_TTL: Duration = Duration::from_secs(15 * 60);
+/// The largest file one presigned PUT can carry (S3's limit for a single PUT, 5 GiB).
+pub const S3_MAX_PUT_BYTES: u64 = 5 * 1024 * 1024 * 1024;
 
 /// The function's configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
     /// `BUCKET_NAME`: where uploads go.
     pub bucket: String,
+    /// `LONGHAUL_MAX_UPLOAD_BYTES` (default and most: 5 GiB): the largest file accepted.
+    pub max_upload_bytes: u64,
 }
 
 impl Config {
     /// Reads the configuration.
     pub fn from_vars(vars: &Vars) -> Result<Self, ConfigError> {
-        Ok(Config { bucket: vars.required("BUCKET_NAME")? })
+        let max_upload_bytes = vars.parsed_or("LONGHAUL_MAX_UPLOAD_BYTES", S3_MAX_PUT_BYTES)?;
+        if !(1..=S3_MAX_PUT_BYTES).contains(&max_upload_bytes) {
+            return Err(ConfigError::Invalid {
+                name: "LONGHAUL_MAX_UPLOAD_BYTES".into(),
+                value: max_upload_bytes.to_string(),
+                reason: format!("must be between 1 and {S3_MAX_PUT_BYTES} (one S3 PUT)"),
+            });
+        }
+        Ok(Config { bucket: vars.required("BUCKET_NAME")?, max_upload_bytes })
     }
 }
 
@@ -37,12 +50,14 @@ impl Config {
 pub struct Deps {
     /// The bucket (presigning only; this function writes nothing itself).
     pub objects: ObjectStore,
+    /// The largest file accepted.
+    pub max_upload_bytes: u64,
 }
 
 impl Deps {
     /// Builds the adapters from one SDK configuration.
     pub fn new(sdk: &aws_config::SdkConfig, config: &Config) -> Self {
-        Deps { objects: ObjectStore::new(aws_sdk_s3::Client::new(sdk), config.bucket.clone()) }
+        Deps { objects: ObjectStore::new(aws_sdk_s3::Client::new(sdk), config.bucket.clone()), max_upload_bytes: config.max_upload_bytes }
     }
 }
 
@@ -51,6 +66,7 @@ impl Deps {
 struct UploadBody {
     filename: String,
     content_type: String,
+    size_bytes: u64,
 }
 
 /// Handles one request. Never fails: every error is a problem response.
@@ -77,14 +93,24 @@ async fn create(deps: &Deps, request: &Request) -> Result<Response<Body>, Proble
         .ok_or_else(|| {
             Problem::unprocessable("invalid-content-type", "Invalid content type", "content_type must be a media type such as text/csv.")
         })?;
+    if body.size_bytes > deps.max_upload_bytes {
+        return Err(Problem::unprocessable(
+            "upload-too-large",
+            "Upload too large",
+            format!("size_bytes is {}; the largest upload accepted is {} bytes.", body.size_bytes, deps.max_upload_bytes),
+        ));
+    }
     let key = upload_key(&owner, &uuid::Uuid::now_v7().to_string(), &body.filename);
-    let (url, headers) = deps.objects.presign_put(&key, content_type.as_ref(), UPLOAD_URL_TTL).await.map_err(|err| {
+    let (url, headers) = deps.objects.presign_put(&key, content_type.as_ref(), body.size_bytes, UPLOAD_URL_TTL).await.map_err(|err| {
         tracing::error!(error = %err, "presigning an upload failed");
         Problem::internal()
     })?;
     let expires_at = chrono::Utc::now() + chrono::Duration::from_std(UPLOAD_URL_TTL).expect("15 minutes fits");
     let mut headers = headers;
     headers.entry("content-type".into()).or_insert_with(|| content_type.to_string());
+    // Every HTTP client sets Content-Length from the body itself (browsers refuse to be told);
+    // what matters is that the body is exactly `size_bytes` long, as the answer says.
+    headers.remove("content-length");
     Ok(json_response(
         StatusCode::CREATED,
         &json!({
@@ -92,6 +118,7 @@ async fn create(deps: &Deps, request: &Request) -> Result<Response<Body>, Proble
             "method": "PUT",
             "headers": headers,
             "input": key,
+            "size_bytes": body.size_bytes,
             "expires_at": longhaul_domain::format_rfc3339(expires_at),
         }),
     ))

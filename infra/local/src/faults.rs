@@ -7,7 +7,7 @@
 //!   API Gateway for an API function), at most `max_crashes_per_job` times per job;
 //! * **throttles** AWS calls at the edge (`ThrottlingException`, S3 `SlowDown`), which the
 //!   SDK retries and the code must survive when retries run out;
-//! * **delivers SQS batches twice**, concurrently, as SQS's at-least-once delivery may;
+//! * **delivers SQS and stream batches twice**, concurrently, as at-least-once delivery may;
 //! * keeps a **journal** of every DynamoDB write that took effect, in the order the table
 //!   applied them, with the lease of the attempt that made it — so a checker can prove that
 //!   no write of an attempt landed after a newer attempt took the job.
@@ -39,7 +39,7 @@ pub const INVOCATION_HEADER: &str = "x-longhaul-invocation";
 static NEXT_INVOCATION: AtomicU64 = AtomicU64::new(1);
 
 /// Which faults to inject, and how often. All probabilities are per opportunity (per AWS
-/// call, per SQS batch) and default to zero: no plan, no faults.
+/// call, per batch) and default to zero: no plan, no faults.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct FaultPlan {
@@ -55,7 +55,7 @@ pub struct FaultPlan {
     pub max_crashes_per_job: u32,
     /// Probability that the edge answers an AWS call with a throttling error.
     pub throttle: f64,
-    /// Probability that an SQS batch is delivered to its function twice at once.
+    /// Probability that an SQS or DynamoDB stream batch is delivered to its function twice at once.
     pub duplicate_delivery: f64,
     /// Whether to keep the journal of DynamoDB writes.
     pub journal: bool,
@@ -72,7 +72,7 @@ pub struct FaultCounts {
     pub crashed_after_call: u64,
     /// AWS calls answered with a throttling error.
     pub throttled: u64,
-    /// SQS batches delivered twice.
+    /// SQS and stream batches delivered twice.
     pub duplicated_batches: u64,
 }
 
@@ -195,7 +195,7 @@ impl Faults {
         hit
     }
 
-    /// Whether an SQS batch is delivered twice.
+    /// Whether an SQS or stream batch is delivered twice.
     pub fn duplicate_delivery(&self) -> bool {
         let probability = self.plan.read().expect("fault plan").duplicate_delivery;
         let hit = self.roll(probability);
@@ -278,8 +278,8 @@ pub struct Invocation {
     pub job_id: Option<String>,
     /// The lease the event carries, if any.
     pub lease: Option<String>,
-    /// What the per-job crash cap counts against: the job, or for an SQS batch its first
-    /// message (a redelivered batch must not crash until the message is dead-lettered).
+    /// What the per-job crash cap counts against: the job, or for an SQS or stream batch its
+    /// first message or record (a redelivered batch must not crash until it is dead-lettered).
     crash_key: Option<String>,
     crashed: Arc<Notify>,
     aws: Arc<Mutex<AwsUse>>,
@@ -306,9 +306,11 @@ impl Invocation {
             value.as_str().map(str::to_owned)
         };
         let job_id = field(&["job_id"]);
-        let first_message = event
-            .and_then(|e| e.get("Records")?.get(0)?.get("messageId")?.as_str())
-            .map(|id| format!("message {id}"));
+        let first = event.and_then(|e| e.get("Records")?.get(0));
+        let first_message = first
+            .and_then(|r| r.get("messageId")?.as_str())
+            .map(|id| format!("message {id}"))
+            .or_else(|| first.and_then(|r| r["dynamodb"]["SequenceNumber"].as_str()).map(|seq| format!("record {seq}")));
         Invocation {
             id: NEXT_INVOCATION.fetch_add(1, Ordering::Relaxed),
             function: function.to_owned(),
@@ -439,6 +441,8 @@ mod tests {
         assert_eq!((bare.job_id, bare.lease), (None, None));
         let batch = Invocation::new("DispatcherFunction", Some(&serde_json::json!({"Records": [{"messageId": "m1"}]})));
         assert_eq!(batch.crash_key.as_deref(), Some("message m1"), "a batch's crashes are capped by its first message");
+        let stream = Invocation::new("NotifierFunction", Some(&serde_json::json!({"Records": [{"dynamodb": {"SequenceNumber": "7"}}]})));
+        assert_eq!(stream.crash_key.as_deref(), Some("record 7"), "a stream batch's by its first record");
     }
 
     #[test]

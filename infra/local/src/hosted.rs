@@ -170,6 +170,13 @@ pub fn host(spec: &FunctionSpec, sdk: &SdkConfig, log: &InvocationLog) -> anyhow
                 async move { Ok::<_, Diagnostic>(webhook::handle(&deps, event).await) }
             }))
         }
+        "notifier" => {
+            let deps = Arc::new(notifier::Deps::new(sdk, &notifier::Config::from_vars(&vars).with_context(context)?));
+            Handler::Event(typed(move |event: aws_lambda_events::dynamodb::Event, _deadline| {
+                let deps = deps.clone();
+                async move { Ok::<_, Diagnostic>(notifier::handle(&deps, event).await) }
+            }))
+        }
         "dispatcher" => {
             let deps = Arc::new(dispatcher::Deps::new(sdk, &dispatcher::Config::from_vars(&vars).with_context(context)?));
             Handler::Event(typed(move |event: aws_lambda_events::sqs::SqsEvent, _deadline| {

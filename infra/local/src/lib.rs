@@ -5,7 +5,7 @@
 //! * **the edge** hosts every function of `template.yaml` in-process and serves
 //!   - the HTTP API (API Gateway HTTP API, payload 2.0, JWT authorizer emulated),
 //!   - the Lambda Invoke endpoint moto's interpreter calls for task states,
-//!   - SQS event source mappings and EventBridge schedules,
+//!   - SQS and DynamoDB stream event source mappings and EventBridge schedules,
 //!   - `/_local/` routes (AWS call counts, firing schedules).
 //!
 //! Every resource and trigger is derived from `template.yaml`, so what runs here is what
@@ -15,12 +15,14 @@ pub mod edge;
 pub mod emulator;
 pub mod event_sources;
 pub mod faults;
+pub mod filter;
 pub mod hosted;
 pub mod http_api;
 pub mod jwt;
 pub mod model;
 pub mod provision;
 pub mod schedules;
+pub mod streams;
 pub mod template;
 
 use std::collections::{BTreeMap, HashMap};
@@ -255,6 +257,15 @@ impl LocalStack {
             }),
         ];
         tasks.extend(event_sources::spawn(&hosted, &clients.sqs, &faults));
+        tasks.extend(streams::spawn(
+            &hosted,
+            &streams::Environment {
+                emulator_url: emulator.url.clone(),
+                sqs: clients.sqs.clone(),
+                faults: faults.clone(),
+                state_dir: options.state_dir.clone(),
+            },
+        ));
         tasks.extend(schedules.spawn());
         Ok(LocalStack { api_url, edge_url, emulator, template, calls, metrics, faults, invocations, authorizer, tasks })
     }

@@ -6,6 +6,7 @@ use std::time::Duration;
 use anyhow::{Context, anyhow, bail};
 use serde_json::Value;
 
+use crate::filter::Pattern;
 use crate::template::Template;
 
 /// A function resource.
@@ -53,6 +54,8 @@ pub enum EventSpec {
         /// `RESPONSE_STREAM` or `BUFFERED`.
         streaming: bool,
     },
+    /// A DynamoDB stream event source mapping.
+    DynamoDb(StreamMappingSpec),
     /// An EventBridge schedule.
     Schedule {
         /// The schedule's name (`Name`, else the event's key).
@@ -60,6 +63,206 @@ pub enum EventSpec {
         /// `rate(...)`; `None` for cron expressions (fired only on demand locally).
         every: Option<Duration>,
     },
+}
+
+/// A DynamoDB stream event source mapping (`Type: DynamoDB`).
+#[derive(Debug, Clone)]
+pub struct StreamMappingSpec {
+    /// The event's key under `Events` (`JobEnded`): names the mapping's checkpoint.
+    pub name: String,
+    /// The table's logical id (`JobsTable`).
+    pub table_logical: String,
+    /// The table's physical name. The stream's ARN is only known at runtime (the table's
+    /// `LatestStreamArn`: the emulator puts the stream's creation time in it).
+    pub table_name: String,
+    /// Where to start without a checkpoint.
+    pub starting_position: StartingPosition,
+    /// Most records per invocation (`BatchSize`, default 100).
+    pub batch_size: usize,
+    /// Retries of a failing batch before it goes to the on-failure destination
+    /// (`MaximumRetryAttempts`; `None`: -1, retry until the batch succeeds).
+    pub maximum_retry_attempts: Option<u32>,
+    /// `BisectBatchOnFunctionError`.
+    pub bisect_batch_on_function_error: bool,
+    /// `FunctionResponseTypes: [ReportBatchItemFailures]`.
+    pub report_batch_item_failures: bool,
+    /// `DestinationConfig.OnFailure` (an SQS queue).
+    pub on_failure: Option<QueueTarget>,
+    /// `FilterCriteria.Filters[].Pattern` (none: every record invokes the function).
+    pub filters: Vec<Pattern>,
+}
+
+/// Where a stream mapping starts reading when it has no checkpoint (`StartingPosition`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StartingPosition {
+    /// The oldest record the stream holds.
+    TrimHorizon,
+    /// Only records written after the mapping started.
+    Latest,
+}
+
+impl StartingPosition {
+    /// The `ShardIteratorType` that starts there.
+    pub fn iterator_type(self) -> &'static str {
+        match self {
+            StartingPosition::TrimHorizon => "TRIM_HORIZON",
+            StartingPosition::Latest => "LATEST",
+        }
+    }
+}
+
+/// An SQS queue named by ARN in the template.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueTarget {
+    /// Its URL (on the edge, as the functions see it).
+    pub url: String,
+    /// Its ARN.
+    pub arn: String,
+}
+
+impl QueueTarget {
+    fn from_arn(template: &Template, arn: String) -> anyhow::Result<QueueTarget> {
+        let parts: Vec<&str> = arn.split(':').collect();
+        let ["arn", _, "sqs", _, _, name] = parts.as_slice() else { bail!("{arn} is not an SQS queue ARN") };
+        Ok(QueueTarget { url: format!("{}/{}/{name}", template.queue_endpoint, crate::template::ACCOUNT), arn })
+    }
+}
+
+/// The properties of a `Type: DynamoDB` event the local stack honours; any other is refused
+/// rather than ignored, so the stack never silently runs a mapping unlike the deployed one.
+const STREAM_PROPERTIES: [&str; 11] = [
+    "Stream",
+    "StartingPosition",
+    "BatchSize",
+    "MaximumRetryAttempts",
+    "BisectBatchOnFunctionError",
+    "FunctionResponseTypes",
+    "DestinationConfig",
+    "FilterCriteria",
+    "Enabled",
+    "MaximumBatchingWindowInSeconds",
+    "MaximumRecordAgeInSeconds",
+];
+
+/// Reads a `Type: DynamoDB` event; `None` when it is disabled (`Enabled: false`).
+fn stream_mapping(template: &Template, key: &str, props: &Value) -> anyhow::Result<Option<StreamMappingSpec>> {
+    for name in props.as_object().into_iter().flatten().map(|(name, _)| name) {
+        if !STREAM_PROPERTIES.contains(&name.as_str()) {
+            bail!("property {name} is not supported by the local stack");
+        }
+    }
+    let flag = |name: &str, default: bool| -> anyhow::Result<bool> {
+        match &props[name] {
+            Value::Null => Ok(default),
+            value => match template.resolve_string(value)?.as_str() {
+                "true" => Ok(true),
+                "false" => Ok(false),
+                other => bail!("{name} must be true or false, not {other}"),
+            },
+        }
+    };
+    let number = |name: &str, default: i64| -> anyhow::Result<i64> {
+        match &props[name] {
+            Value::Null => Ok(default),
+            value => template.resolve_string(value)?.parse().with_context(|| format!("{name} must be an integer")),
+        }
+    };
+    if !flag("Enabled", true)? {
+        return Ok(None);
+    }
+    // Batching windows only delay invocations; the local stack invokes as soon as it has
+    // records, which is what a window of 0 (the default) does.
+    if number("MaximumBatchingWindowInSeconds", 0)? != 0 {
+        bail!("MaximumBatchingWindowInSeconds other than 0 is not supported by the local stack");
+    }
+    // The emulator's stream keeps records forever, so only "no maximum age" can be honoured.
+    if number("MaximumRecordAgeInSeconds", -1)? != -1 {
+        bail!("MaximumRecordAgeInSeconds other than -1 is not supported by the local stack");
+    }
+    // `!GetAtt Table.StreamArn`: the ARN exists only at runtime, so the table is what we keep.
+    let table_logical = match &props["Stream"]["Fn::GetAtt"] {
+        Value::Array(parts) => match parts.as_slice() {
+            [Value::String(table), Value::String(attr)] if attr == "StreamArn" => table.clone(),
+            _ => bail!("Stream must be !GetAtt <Table>.StreamArn"),
+        },
+        Value::String(s) => match s.split_once('.') {
+            Some((table, "StreamArn")) => table.to_owned(),
+            _ => bail!("Stream must be !GetAtt <Table>.StreamArn"),
+        },
+        _ => bail!("Stream must be !GetAtt <Table>.StreamArn (a literal stream ARN cannot name the emulator's stream)"),
+    };
+    let table = template
+        .resources
+        .get(&table_logical)
+        .ok_or_else(|| anyhow!("Stream names {table_logical}, which is not in the template"))?;
+    if table["Type"] != "AWS::DynamoDB::Table" {
+        bail!("Stream names {table_logical}, which is not a DynamoDB table");
+    }
+    if table["Properties"]["StreamSpecification"].is_null() {
+        bail!("Stream names {table_logical}, which has no StreamSpecification");
+    }
+    let starting_position = match template.resolve_string(&props["StartingPosition"])?.as_str() {
+        "TRIM_HORIZON" => StartingPosition::TrimHorizon,
+        "LATEST" => StartingPosition::Latest,
+        other => bail!("StartingPosition {other} is not supported for DynamoDB streams (TRIM_HORIZON or LATEST)"),
+    };
+    let batch_size = number("BatchSize", 100)?;
+    if !(1..=10_000).contains(&batch_size) {
+        bail!("BatchSize must be 1 to 10000, not {batch_size}");
+    }
+    let maximum_retry_attempts = match number("MaximumRetryAttempts", -1)? {
+        -1 => None,
+        n @ 0..=10_000 => Some(n as u32),
+        n => bail!("MaximumRetryAttempts must be -1 or 0 to 10000, not {n}"),
+    };
+    let mut report_batch_item_failures = false;
+    for kind in props["FunctionResponseTypes"].as_array().into_iter().flatten() {
+        match kind.as_str() {
+            Some("ReportBatchItemFailures") => report_batch_item_failures = true,
+            _ => bail!("FunctionResponseTypes {kind} is not supported"),
+        }
+    }
+    let on_failure = match &props["DestinationConfig"] {
+        Value::Null => None,
+        Value::Object(config) => {
+            if let Some(other) = config.keys().find(|k| *k != "OnFailure") {
+                bail!("DestinationConfig.{other} is not supported for streams (only OnFailure)");
+            }
+            let on_failure = &config["OnFailure"];
+            match on_failure["Type"].as_str() {
+                Some("SQS") | None => {}
+                Some(other) => bail!("DestinationConfig.OnFailure.Type {other} is not supported by the local stack (SQS only)"),
+            }
+            let arn = template.resolve_string(&on_failure["Destination"]).context("DestinationConfig.OnFailure.Destination")?;
+            Some(QueueTarget::from_arn(template, arn).context("DestinationConfig.OnFailure.Destination")?)
+        }
+        other => bail!("DestinationConfig must be an object, not {other}"),
+    };
+    let mut filters = Vec::new();
+    match &props["FilterCriteria"] {
+        Value::Null => {}
+        criteria => {
+            if let Some(other) = criteria.as_object().into_iter().flatten().map(|(k, _)| k).find(|k| *k != "Filters") {
+                bail!("FilterCriteria.{other} is not supported");
+            }
+            for (i, filter) in criteria["Filters"].as_array().into_iter().flatten().enumerate() {
+                let text = template.resolve_string(&filter["Pattern"]).with_context(|| format!("FilterCriteria.Filters[{i}].Pattern"))?;
+                filters.push(Pattern::parse(&text).with_context(|| format!("FilterCriteria.Filters[{i}].Pattern"))?);
+            }
+        }
+    }
+    Ok(Some(StreamMappingSpec {
+        name: key.to_owned(),
+        table_name: template.physical_name(&table_logical)?,
+        table_logical,
+        starting_position,
+        batch_size: batch_size as usize,
+        maximum_retry_attempts,
+        bisect_batch_on_function_error: flag("BisectBatchOnFunctionError", false)?,
+        report_batch_item_failures,
+        on_failure,
+        filters,
+    }))
 }
 
 /// Parses `rate(5 minutes)`.
@@ -114,6 +317,10 @@ pub fn functions(template: &Template) -> anyhow::Result<Vec<FunctionSpec>> {
                             .is_some_and(|t| t.iter().any(|t| t == "ReportBatchItemFailures")),
                     }
                 }
+                "DynamoDB" => match stream_mapping(template, key, props).with_context(|| format!("{logical}: event {key}"))? {
+                    Some(mapping) => EventSpec::DynamoDb(mapping),
+                    None => continue,
+                },
                 "Schedule" | "ScheduleV2" => {
                     let expr = template.resolve_string(&props["Schedule"].clone()).or_else(|_| {
                         template.resolve_string(&props["ScheduleExpression"])
@@ -146,6 +353,51 @@ pub fn functions(template: &Template) -> anyhow::Result<Vec<FunctionSpec>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn template() -> Template {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../template.yaml");
+        Template::load(&path, "longhaul", "http://127.0.0.1:1", "http://127.0.0.1:2", &BTreeMap::new()).unwrap()
+    }
+
+    #[test]
+    fn the_notifier_mapping_is_read_from_the_template() {
+        let functions = functions(&template()).unwrap();
+        let notifier = functions.iter().find(|f| f.logical == "NotifierFunction").unwrap();
+        let [EventSpec::DynamoDb(mapping)] = notifier.events.as_slice() else { panic!("{:?}", notifier.events) };
+        assert_eq!((mapping.table_logical.as_str(), mapping.table_name.as_str()), ("JobsTable", "longhaul-JobsTable"));
+        assert_eq!(mapping.starting_position, StartingPosition::TrimHorizon);
+        assert_eq!((mapping.batch_size, mapping.maximum_retry_attempts), (100, Some(10)));
+        assert!(mapping.bisect_batch_on_function_error && mapping.report_batch_item_failures);
+        let dlq = mapping.on_failure.as_ref().unwrap();
+        assert_eq!(dlq.url, "http://127.0.0.1:1/123456789012/longhaul-NotifierDeadLetterQueue");
+        assert_eq!(dlq.arn, "arn:aws:sqs:us-east-1:123456789012:longhaul-NotifierDeadLetterQueue");
+        assert_eq!(mapping.filters.len(), 1);
+    }
+
+    #[test]
+    fn unsupported_stream_mappings_are_refused() {
+        let t = template();
+        let base = serde_json::json!({"Stream": {"Fn::GetAtt": ["JobsTable", "StreamArn"]}, "StartingPosition": "LATEST"});
+        let mapping = stream_mapping(&t, "E", &base).unwrap().unwrap();
+        assert_eq!((mapping.batch_size, mapping.maximum_retry_attempts, mapping.on_failure), (100, None, None));
+        let refused = |edit: serde_json::Value| {
+            let mut props = base.clone();
+            props.as_object_mut().unwrap().extend(edit.as_object().unwrap().clone());
+            format!("{:#}", stream_mapping(&t, "E", &props).unwrap_err())
+        };
+        assert!(refused(serde_json::json!({"ParallelizationFactor": 2})).contains("ParallelizationFactor"));
+        assert!(refused(serde_json::json!({"MaximumRecordAgeInSeconds": 60})).contains("MaximumRecordAgeInSeconds"));
+        assert!(refused(serde_json::json!({"MaximumBatchingWindowInSeconds": 1})).contains("MaximumBatchingWindowInSeconds"));
+        assert!(refused(serde_json::json!({"StartingPosition": "AT_TIMESTAMP"})).contains("AT_TIMESTAMP"));
+        assert!(refused(serde_json::json!({"Stream": "arn:aws:dynamodb:x"})).contains("StreamArn"));
+        assert!(refused(serde_json::json!({"Stream": {"Fn::GetAtt": ["IntakeQueue", "StreamArn"]}})).contains("not a DynamoDB table"));
+        assert!(refused(serde_json::json!({"MaximumRetryAttempts": -2})).contains("MaximumRetryAttempts"));
+        let sns = serde_json::json!({"DestinationConfig": {"OnFailure": {"Type": "SNS", "Destination": "arn:aws:sns:x"}}});
+        assert!(refused(sns).contains("SNS"));
+        let suffix = serde_json::json!({"FilterCriteria": {"Filters": [{"Pattern": "{\"a\": [{\"suffix\": \"x\"}]}"}]}});
+        assert!(refused(suffix).contains("suffix"));
+        assert!(stream_mapping(&t, "E", &serde_json::json!({"Enabled": false})).unwrap().is_none());
+    }
 
     #[test]
     fn rates() {

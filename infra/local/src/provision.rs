@@ -1,10 +1,10 @@
 //! Creates the template's tables, queues, buckets and state machines in the emulator.
 //! Idempotent: a restarted stack adopts what exists (and updates state machine definitions).
 
-use anyhow::{Context, anyhow};
+use anyhow::{Context, anyhow, bail};
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, BillingMode, GlobalSecondaryIndex, KeySchemaElement, KeyType, Projection, ProjectionType,
-    ScalarAttributeType, TimeToLiveSpecification,
+    ScalarAttributeType, StreamSpecification, StreamViewType, TimeToLiveSpecification,
 };
 use aws_sdk_sqs::types::QueueAttributeName;
 use serde_json::Value;
@@ -92,9 +92,20 @@ async fn table(template: &Template, logical: &str, resource: &Value, clients: &C
                 .build()?,
         );
     }
+    let stream = stream_view_type(&props)?;
+    if let Some(view) = &stream {
+        request = request
+            .stream_specification(StreamSpecification::builder().stream_enabled(true).stream_view_type(view.clone()).build()?);
+    }
     match request.send().await {
         Ok(_) => {}
-        Err(err) if err.as_service_error().is_some_and(|e| e.is_resource_in_use_exception()) => return Ok(()),
+        Err(err) if err.as_service_error().is_some_and(|e| e.is_resource_in_use_exception()) => {
+            // Adopted from a running emulator: it may predate the template's stream.
+            if let Some(view) = stream {
+                ensure_stream(&name, view, clients).await?;
+            }
+            return Ok(());
+        }
         Err(err) => return Err(aws_err(err)),
     }
     if let Some(ttl) = props["TimeToLiveSpecification"].as_object() {
@@ -113,6 +124,49 @@ async fn table(template: &Template, logical: &str, resource: &Value, clients: &C
             .map_err(aws_err)?;
     }
     Ok(())
+}
+
+/// The table's `StreamSpecification.StreamViewType`, if it has a stream.
+fn stream_view_type(props: &Value) -> anyhow::Result<Option<StreamViewType>> {
+    let spec = &props["StreamSpecification"];
+    if spec.is_null() {
+        return Ok(None);
+    }
+    match spec["StreamViewType"].as_str() {
+        Some(view @ ("NEW_IMAGE" | "OLD_IMAGE" | "NEW_AND_OLD_IMAGES" | "KEYS_ONLY")) => Ok(Some(StreamViewType::from(view))),
+        _ => bail!("StreamSpecification.StreamViewType must be NEW_IMAGE, OLD_IMAGE, NEW_AND_OLD_IMAGES or KEYS_ONLY"),
+    }
+}
+
+/// Gives an existing table the stream the template declares, if it has none.
+async fn ensure_stream(name: &str, view: StreamViewType, clients: &Clients) -> anyhow::Result<()> {
+    let described = clients.dynamodb.describe_table().table_name(name).send().await.map_err(aws_err)?;
+    let current = described
+        .table()
+        .and_then(|t| t.stream_specification())
+        .filter(|s| s.stream_enabled())
+        .and_then(|s| s.stream_view_type().cloned());
+    match current {
+        Some(current) if current == view => Ok(()),
+        // The emulator cannot change a stream's view type (nor re-enable a disabled stream).
+        Some(current) => bail!(
+            "table {name} in the running emulator has a {current} stream, the template wants {view}: \
+             stop the emulator (`make stop`) so the table is created anew"
+        ),
+        None => {
+            tracing::info!(table = name, view = %view, "enabling the stream of a table adopted from the running emulator");
+            clients
+                .dynamodb
+                .update_table()
+                .table_name(name)
+                .stream_specification(StreamSpecification::builder().stream_enabled(true).stream_view_type(view).build()?)
+                .send()
+                .await
+                .map_err(aws_err)
+                .with_context(|| format!("enabling the stream of {name} (or stop the emulator with `make stop`)"))?;
+            Ok(())
+        }
+    }
 }
 
 async fn bucket(template: &Template, logical: &str, clients: &Clients) -> anyhow::Result<()> {

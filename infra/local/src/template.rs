@@ -189,6 +189,11 @@ impl Template {
             ("AWS::Serverless::Function", "Arn") => function_arn(&name),
             ("AWS::Serverless::StateMachine", "Arn") => self.reference(logical)?,
             ("AWS::Serverless::StateMachine", "Name") => name,
+            // The emulator names a stream by its creation time: the ARN exists only at runtime
+            // (the table's LatestStreamArn), which the stream mappings look up themselves.
+            ("AWS::DynamoDB::Table", "StreamArn") => {
+                bail!("Fn::GetAtt {logical}.StreamArn is only known at runtime locally; only a DynamoDB event's Stream may name it")
+            }
             _ => bail!("Fn::GetAtt {logical}.{attr} is not supported by the local stack"),
         })
     }

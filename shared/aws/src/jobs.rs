@@ -21,7 +21,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::AwsError;
 
-type Item = HashMap<String, AttributeValue>;
+/// A DynamoDB item as the SDK reads and writes it.
+pub type Item = HashMap<String, AttributeValue>;
 
 /// Sort key of a job record.
 pub const JOB_SK: &str = "JOB";

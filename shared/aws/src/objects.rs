@@ -92,12 +92,18 @@ impl ObjectStore {
 
     /// A URL that PUTs `key` with `content_type` until `expires_in` has passed, and the
     /// headers the upload must send (they are part of the signature).
+    ///
+    /// `content_length` is signed (`X-Amz-SignedHeaders` names `content-length`): S3 refuses
+    /// the PUT (403 `SignatureDoesNotMatch`) unless the body is exactly that long, which is
+    /// how an upload's declared size becomes its cap.
     pub async fn presign_put(
         &self,
         key: &str,
         content_type: &str,
+        content_length: u64,
         expires_in: Duration,
     ) -> Result<(String, BTreeMap<String, String>), AwsError> {
+        let content_length = i64::try_from(content_length).map_err(|e| AwsError::new("content length", e))?;
         let config = PresigningConfig::expires_in(expires_in).map_err(|e| AwsError::new("presigning config", e))?;
         let request = self
             .client
@@ -105,6 +111,7 @@ impl ObjectStore {
             .bucket(&self.bucket)
             .key(key)
             .content_type(content_type)
+            .content_length(content_length)
             .presigned(config)
             .await
             .map_err(|e| AwsError::new(format!("presign PUT {key}"), e))?;

@@ -80,15 +80,68 @@ impl WebhookQueue {
         Ok(())
     }
 
-    /// Queues the terminal event of `job` if it has a callback URL. Called right after the
-    /// terminal transition, and again by a retried caller that finds the transition already
-    /// made (deliveries are deduplicated by receivers through the stable `webhook-id`).
-    pub async fn notify(&self, job: &crate::jobs::JobRecord) -> Result<(), AwsError> {
-        if job.callback_url.is_none() || longhaul_domain::webhooks::event_type(job.status).is_none() {
-            return Ok(());
+    /// Queues up to ten messages in one request (`SendMessageBatch`), delivered at once.
+    /// Answers, in order, whether each message was queued: SQS accepts or refuses each entry
+    /// of a batch on its own. An error means the request as a whole failed (none was queued).
+    pub async fn send_batch(&self, messages: &[WebhookMessage]) -> Result<Vec<bool>, AwsError> {
+        use aws_sdk_sqs::types::SendMessageBatchRequestEntry;
+        assert!(messages.len() <= 10, "SQS takes at most ten messages per batch");
+        if messages.is_empty() {
+            return Ok(Vec::new());
         }
-        let message = WebhookMessage { job_id: job.job_id.clone(), status: job.status, attempt: 1, not_before: 0 };
-        self.send(&message, 0).await
+        let entries = messages
+            .iter()
+            .enumerate()
+            .map(|(i, message)| {
+                SendMessageBatchRequestEntry::builder()
+                    .id(i.to_string())
+                    .message_body(serde_json::to_string(message).expect("webhook messages serialise"))
+                    .build()
+                    .expect("id and body are set")
+            })
+            .collect();
+        let output = self
+            .client
+            .send_message_batch()
+            .queue_url(&self.url)
+            .set_entries(Some(entries))
+            .send()
+            .await
+            .map_err(|e| AwsError::new(format!("queue {} webhooks", messages.len()), e))?;
+        let mut queued = vec![false; messages.len()];
+        for entry in output.successful() {
+            if let Some(slot) = entry.id().parse::<usize>().ok().and_then(|i| queued.get_mut(i)) {
+                *slot = true;
+            }
+        }
+        Ok(queued)
+    }
+}
+
+/// A dead-letter queue that takes what a function could not process, with the reason, for a
+/// person to look at (docs/runbook.md).
+#[derive(Debug, Clone)]
+pub struct DeadLetterQueue {
+    client: aws_sdk_sqs::Client,
+    url: String,
+}
+
+impl DeadLetterQueue {
+    /// An adapter for the queue at `url`.
+    pub fn new(client: aws_sdk_sqs::Client, url: String) -> Self {
+        DeadLetterQueue { client, url }
+    }
+
+    /// Sends `body` (a JSON document) to the queue.
+    pub async fn send(&self, body: &serde_json::Value) -> Result<(), AwsError> {
+        self.client
+            .send_message()
+            .queue_url(&self.url)
+            .message_body(body.to_string())
+            .send()
+            .await
+            .map_err(|e| AwsError::new("dead-letter a message", e))?;
+        Ok(())
     }
 }
 

@@ -32,12 +32,13 @@ use axum::routing::{get, post};
 use tokio::sync::mpsc;
 
 /// The functions (cargo package = binary name) and their sample event in `events/`.
-const FUNCTIONS: [(&str, &str); 11] = [
+const FUNCTIONS: [(&str, &str); 12] = [
     ("submit", "submit.json"),
     ("status", "status.json"),
     ("cancel", "cancel.json"),
     ("uploads", "uploads.json"),
     ("webhooks", "webhooks.json"),
+    ("notifier", "notifier.json"),
     ("events", "events.json"),
     ("dispatcher", "dispatcher.json"),
     ("stage", "stage-claim.json"),

@@ -322,8 +322,8 @@ impl Bench {
 
     /// Uploads `bytes` as a client would: `POST /uploads`, then the presigned PUT.
     async fn upload(&self, bytes: Vec<u8>) -> anyhow::Result<String> {
-        let (status, reply) =
-            self.api("POST", "/uploads", Some(&json!({"filename": "sales.csv", "content_type": "text/csv"})), None).await?;
+        let body = json!({"filename": "sales.csv", "content_type": "text/csv", "size_bytes": bytes.len()});
+        let (status, reply) = self.api("POST", "/uploads", Some(&body), None).await?;
         if status != 201 {
             bail!("uploads answered {status}: {reply}");
         }

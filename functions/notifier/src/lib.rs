@@ -1,0 +1,273 @@
+//! **notifier** — the outbox's reader: turns the job table's stream into webhook messages.
+//!
+//! A job ends in one fenced write of its record, and whoever makes it (a stage, the cancel
+//! function, the reaper) queues nothing itself. The table's stream carries that write here —
+//! filtered by the event source mapping to job records that moved into a terminal status and
+//! have a callback URL — and this function queues the first delivery attempt on the webhook
+//! queue. An ender that dies right after its transition therefore loses no event: the stream
+//! keeps the change (24 hours) until it is queued.
+//!
+//! Records are handled in stream order. A record that cannot be read (no retry will change
+//! that) goes, whole and with the reason, to the notifier dead-letter queue, and the records
+//! after it go on: Lambda would otherwise retry it and dead-letter the rest of its batch with
+//! it. The first record that could not be queued (SQS failed: worth retrying) is the batch
+//! item failure: Lambda retries from it (the records before it are done), bisects a batch that
+//! keeps failing, and after `MaximumRetryAttempts` sends the batch's shard and sequence range
+//! to the same dead-letter queue (docs/runbook.md#notifier-dead-letters). A retried batch may
+//! queue an event twice; receivers deduplicate by `webhook-id`.
+
+use aws_lambda_events::dynamodb::{Event, EventRecord};
+use aws_lambda_events::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
+use longhaul_aws::config::{ConfigError, Vars};
+use longhaul_aws::jobs::JOB_SK;
+use longhaul_aws::logs;
+use longhaul_aws::queue::{DeadLetterQueue, WebhookMessage, WebhookQueue};
+use longhaul_domain::JobStatus;
+use longhaul_domain::webhooks::event_type;
+use serde::Deserialize;
+
+/// Most messages one `SendMessageBatch` takes.
+const SQS_BATCH: usize = 10;
+
+/// The function's configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// `WEBHOOK_QUEUE_URL`: where first delivery attempts go.
+    pub webhook_queue_url: String,
+    /// `NOTIFIER_DLQ_URL`: where records that cannot be read go.
+    pub dead_letter_url: String,
+}
+
+impl Config {
+    /// Reads the configuration.
+    pub fn from_vars(vars: &Vars) -> Result<Self, ConfigError> {
+        Ok(Config { webhook_queue_url: vars.required("WEBHOOK_QUEUE_URL")?, dead_letter_url: vars.required("NOTIFIER_DLQ_URL")? })
+    }
+}
+
+/// What the handler needs, built once per sandbox.
+#[derive(Debug, Clone)]
+pub struct Deps {
+    /// The webhook queue.
+    pub webhooks: WebhookQueue,
+    /// Records that cannot be read.
+    pub dead_letters: DeadLetterQueue,
+}
+
+impl Deps {
+    /// Builds the adapter from one SDK configuration.
+    pub fn new(sdk: &aws_config::SdkConfig, config: &Config) -> Self {
+        let sqs = aws_sdk_sqs::Client::new(sdk);
+        Deps {
+            webhooks: WebhookQueue::new(sqs.clone(), config.webhook_queue_url.clone()),
+            dead_letters: DeadLetterQueue::new(sqs, config.dead_letter_url.clone()),
+        }
+    }
+}
+
+/// Why a stream record could not be read (it is retried, then dead-lettered with its batch).
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    /// The stream does not carry old images (it must be `NEW_AND_OLD_IMAGES`): without the
+    /// status before the change, an end cannot be told from a later write to an ended job.
+    #[error("the stream record has no old image; the table's stream must be NEW_AND_OLD_IMAGES")]
+    NoOldImage,
+    /// The job record's image is not one this version reads.
+    #[error("the job record's image cannot be read: {0}")]
+    Unreadable(#[from] serde_dynamo::Error),
+}
+
+/// The fields of a job record's image this function reads.
+#[derive(Debug, Deserialize)]
+struct JobImage {
+    job_id: String,
+    owner: String,
+    status: JobStatus,
+    attempt: u32,
+    #[serde(default)]
+    callback_url: Option<String>,
+}
+
+/// The status a job record had before the change.
+#[derive(Debug, Deserialize)]
+struct StatusImage {
+    status: JobStatus,
+}
+
+/// A job's end that has a webhook to send, read from one stream record.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Ended {
+    /// The first delivery attempt of the job's terminal event.
+    pub message: WebhookMessage,
+    /// The job's owner (for the log lines about it).
+    pub owner: String,
+    /// The job's attempt when it ended (for the log lines about it).
+    pub attempt: u32,
+}
+
+/// Reads one stream record: `Some` if it is a job record moving into a terminal status that
+/// has an event and a callback URL, `None` for every other change of the table. The event
+/// source mapping's filter passes only the former; this check does not depend on it.
+pub fn ended(record: &EventRecord) -> Result<Option<Ended>, RecordError> {
+    let change = &record.change;
+    let is_job_record = change.keys.get("sk").is_some_and(|sk| sk == &serde_dynamo::AttributeValue::S(JOB_SK.to_owned()));
+    if record.event_name != "MODIFY" || !is_job_record {
+        return Ok(None);
+    }
+    let new: JobImage = serde_dynamo::from_item(change.new_image.clone())?;
+    if new.callback_url.is_none() || !new.status.is_terminal() || event_type(new.status).is_none() {
+        return Ok(None);
+    }
+    if change.old_image.is_empty() {
+        return Err(RecordError::NoOldImage);
+    }
+    let old: StatusImage = serde_dynamo::from_item(change.old_image.clone())?;
+    if old.status.is_terminal() {
+        return Ok(None);
+    }
+    Ok(Some(Ended {
+        message: WebhookMessage { job_id: new.job_id, status: new.status, attempt: 1, not_before: 0 },
+        owner: new.owner,
+        attempt: new.attempt,
+    }))
+}
+
+/// Handles one batch of stream records, in order. Never fails: the first record that could
+/// not be queued (or, unreadable, not dead-lettered) is reported, so Lambda resumes the shard
+/// from it.
+pub async fn handle(deps: &Deps, event: Event) -> DynamoDbEventResponse {
+    let mut pending: Vec<(&EventRecord, Ended)> = Vec::with_capacity(SQS_BATCH);
+    for record in &event.records {
+        match ended(record) {
+            Ok(Some(ended)) => {
+                pending.push((record, ended));
+                if pending.len() == SQS_BATCH
+                    && let Some(failed) = queue(deps, &mut pending).await
+                {
+                    return failure_at(failed);
+                }
+            }
+            Ok(None) => {}
+            Err(err) => {
+                tracing::error!(error = %err, sequence = record.change.sequence_number, "a job record on the stream cannot be read");
+                let dead_letter = serde_json::json!({"reason": err.to_string(), "record": record});
+                if let Err(send) = deps.dead_letters.send(&dead_letter).await {
+                    tracing::error!(error = %send, "dead-lettering the unreadable record failed; the stream retries it");
+                    // Queue what came before it, so the retry starts at this record.
+                    return failure_at(queue(deps, &mut pending).await.unwrap_or(record));
+                }
+            }
+        }
+    }
+    match queue(deps, &mut pending).await {
+        Some(failed) => failure_at(failed),
+        None => DynamoDbEventResponse::default(),
+    }
+}
+
+/// Queues the pending messages (at most ten) in one request and empties `pending`. Answers
+/// the first record whose message was not queued.
+async fn queue<'a>(deps: &Deps, pending: &mut Vec<(&'a EventRecord, Ended)>) -> Option<&'a EventRecord> {
+    if pending.is_empty() {
+        return None;
+    }
+    let messages: Vec<WebhookMessage> = pending.iter().map(|(_, ended)| ended.message.clone()).collect();
+    let queued = match deps.webhooks.send_batch(&messages).await {
+        Ok(queued) => queued,
+        Err(err) => {
+            tracing::error!(error = %err, count = messages.len(), "queueing webhooks failed; the stream retries them");
+            vec![false; messages.len()]
+        }
+    };
+    let mut first_failed = None;
+    for ((record, ended), queued) in pending.drain(..).zip(queued) {
+        let span = logs::job_span(Some(&ended.message.job_id), Some(ended.attempt), Some(&ended.owner));
+        let _entered = span.enter();
+        if queued {
+            tracing::info!(status = %ended.message.status, "webhook queued");
+        } else {
+            tracing::warn!(status = %ended.message.status, "queueing the webhook failed; the stream retries it");
+            first_failed.get_or_insert(record);
+        }
+    }
+    first_failed
+}
+
+/// The response that makes Lambda retry the shard from `record` on.
+fn failure_at(record: &EventRecord) -> DynamoDbEventResponse {
+    let mut failure = DynamoDbBatchItemFailure::default();
+    failure.item_identifier = record.change.sequence_number.clone();
+    let mut response = DynamoDbEventResponse::default();
+    response.batch_item_failures.push(failure);
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{Value, json};
+
+    /// The sample in `events/` (a job's move from `running` to `succeeded`), changed by `edit`.
+    fn record(edit: impl FnOnce(&mut Value)) -> EventRecord {
+        let text = include_str!("../../../events/notifier.json");
+        let mut event: Value = serde_json::from_str(text).unwrap();
+        let mut record = event["Records"][0].take();
+        edit(&mut record);
+        serde_json::from_value(record).unwrap()
+    }
+
+    #[test]
+    fn a_job_moving_into_a_terminal_status_is_its_first_delivery() {
+        let end = ended(&record(|_| {})).unwrap().unwrap();
+        assert_eq!(
+            end.message,
+            WebhookMessage {
+                job_id: "01a201ea-fb15-7355-87ef-3777d21385c6".into(),
+                status: JobStatus::Succeeded,
+                attempt: 1,
+                not_before: 0
+            }
+        );
+        assert_eq!((end.owner.as_str(), end.attempt), ("alice", 1));
+        for status in ["failed", "cancelled"] {
+            let end = ended(&record(|r| r["dynamodb"]["NewImage"]["status"]["S"] = json!(status))).unwrap().unwrap();
+            assert_eq!(end.message.status.as_str(), status);
+        }
+    }
+
+    /// A named change to the sample record.
+    type Case = (&'static str, Box<dyn FnOnce(&mut Value)>);
+
+    #[test]
+    fn every_other_change_is_not_an_end() {
+        let cases: [Case; 6] = [
+            ("no callback", Box::new(|r| drop(r["dynamodb"]["NewImage"].as_object_mut().unwrap().remove("callback_url")))),
+            ("still running", Box::new(|r| r["dynamodb"]["NewImage"]["status"]["S"] = json!("running"))),
+            ("already ended", Box::new(|r| r["dynamodb"]["OldImage"]["status"]["S"] = json!("cancelled"))),
+            ("expired", Box::new(|r| {
+                r["dynamodb"]["OldImage"]["status"]["S"] = json!("succeeded");
+                r["dynamodb"]["NewImage"]["status"]["S"] = json!("expired");
+            })),
+            ("an insert", Box::new(|r| r["eventName"] = json!("INSERT"))),
+            ("another item", Box::new(|r| r["dynamodb"]["Keys"]["sk"]["S"] = json!("PROGRESS"))),
+        ];
+        for (case, edit) in cases {
+            assert_eq!(ended(&record(edit)).unwrap(), None, "{case}");
+        }
+    }
+
+    #[test]
+    fn a_stream_without_old_images_or_an_unreadable_image_is_an_error() {
+        let no_old = record(|r| drop(r["dynamodb"].as_object_mut().unwrap().remove("OldImage")));
+        assert!(matches!(ended(&no_old), Err(RecordError::NoOldImage)));
+        let unreadable = record(|r| r["dynamodb"]["NewImage"]["status"]["S"] = json!("on-fire"));
+        assert!(matches!(ended(&unreadable), Err(RecordError::Unreadable(_))));
+    }
+
+    #[test]
+    fn the_failure_names_the_record_to_resume_from() {
+        let response = failure_at(&record(|_| {}));
+        assert_eq!(response.batch_item_failures.len(), 1);
+        assert_eq!(response.batch_item_failures[0].item_identifier.as_deref(), Some("1100000000017454423010"));
+    }
+}
