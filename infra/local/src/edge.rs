@@ -144,8 +144,6 @@ async fn forward(State(state): State<EdgeState>, request: Request) -> Response {
     if parts.headers.contains_key("authorization") && state.faults.throttle_call() {
         return throttled(&operation);
     }
-    let write_guard = if write { Some(state.dynamodb_lock.clone().write_owned().await) } else { None };
-    let read_guard = if dynamodb && !write { Some(state.dynamodb_lock.clone().read_owned().await) } else { None };
     let writer_lease = parts.headers.get(LEASE_HEADER).and_then(|v| v.to_str().ok()).map(str::to_owned);
     let invocation = parts.headers.get(INVOCATION_HEADER).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
     let path = parts.uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
@@ -162,37 +160,59 @@ async fn forward(State(state): State<EdgeState>, request: Request) -> Response {
             outbound = outbound.header(name, value);
         }
     }
-    match outbound.send().await {
-        Ok(response) => {
-            let mut builder = Response::builder().status(response.status());
-            for (name, value) in response.headers() {
-                builder = builder.header(name, value);
+    if !dynamodb {
+        return match outbound.send().await {
+            Ok(response) => {
+                let builder = response_builder(&response);
+                let body = Body::from_stream(response.bytes_stream().map_err(std::io::Error::other));
+                builder.body(body).unwrap_or_else(|_| StatusCode::BAD_GATEWAY.into_response())
             }
-            let status = response.status();
-            let body = if dynamodb {
-                // Read the whole (small) answer before letting the next write in.
-                let bytes = response.bytes().await;
-                if let (Some(request), Ok(answer)) = (&journal_request, &bytes)
-                    && status.is_success()
-                {
-                    state.faults.journal_write(&operation, writer_lease, invocation, request, answer);
-                }
-                drop((write_guard, read_guard));
-                match bytes {
-                    Ok(bytes) => Body::from(bytes),
-                    Err(err) => return (StatusCode::BAD_GATEWAY, err.to_string()).into_response(),
-                }
-            } else {
-                Body::from_stream(response.bytes_stream().map_err(std::io::Error::other))
-            };
-            builder.body(body).unwrap_or_else(|_| StatusCode::BAD_GATEWAY.into_response())
-        }
-        Err(err) => {
-            tracing::warn!(error = %err, "forwarding to the emulator failed");
-            (StatusCode::BAD_GATEWAY, [("content-type", HeaderValue::from_static("text/plain"))], err.to_string())
-                .into_response()
-        }
+            Err(err) => emulator_unreachable(err),
+        };
     }
+    // A DynamoDB request runs to its end in a task of its own, holding the lock throughout,
+    // even if the caller goes away meanwhile (an invocation crashed or timed out with this
+    // call in flight): moto goes on applying a request it has received, so releasing the lock
+    // when the caller hangs up would let the next write run alongside it, and two conditional
+    // writes could both pass (a job dispatched twice was seen exactly so). DynamoDB, too,
+    // applies a write it received whether or not anyone reads the answer.
+    let lock = state.dynamodb_lock.clone();
+    let faults = state.faults.clone();
+    let exchange = tokio::spawn(async move {
+        let _write = if write { Some(lock.clone().write_owned().await) } else { None };
+        let _read = if write { None } else { Some(lock.read_owned().await) };
+        let response = outbound.send().await?;
+        let builder = response_builder(&response);
+        let status = response.status();
+        // Read the whole (small) answer before letting the next write in.
+        let answer = response.bytes().await?;
+        if let Some(request) = &journal_request
+            && status.is_success()
+        {
+            faults.journal_write(&operation, writer_lease, invocation, request, &answer);
+        }
+        Ok::<_, reqwest::Error>((builder, answer))
+    });
+    match exchange.await {
+        Ok(Ok((builder, answer))) => builder.body(Body::from(answer)).unwrap_or_else(|_| StatusCode::BAD_GATEWAY.into_response()),
+        Ok(Err(err)) => emulator_unreachable(err),
+        Err(join_error) => (StatusCode::BAD_GATEWAY, join_error.to_string()).into_response(),
+    }
+}
+
+/// A response builder with the emulator's status and headers.
+fn response_builder(response: &reqwest::Response) -> axum::http::response::Builder {
+    let mut builder = Response::builder().status(response.status());
+    for (name, value) in response.headers() {
+        builder = builder.header(name, value);
+    }
+    builder
+}
+
+/// The answer when the emulator could not be reached (or hung up mid-answer).
+fn emulator_unreachable(err: reqwest::Error) -> Response {
+    tracing::warn!(error = %err, "forwarding to the emulator failed");
+    (StatusCode::BAD_GATEWAY, [("content-type", HeaderValue::from_static("text/plain"))], err.to_string()).into_response()
 }
 
 /// The throttling error the service behind `operation` answers with when it sheds load.
@@ -285,5 +305,60 @@ mod tests {
         assert_eq!(classify(&Method::PUT, &"/bucket/results/x".parse().unwrap(), &headers), "s3:PutObject");
         assert_eq!(classify(&Method::GET, &"/bucket/k?x-id=GetObject".parse().unwrap(), &headers), "s3:GetObject");
         assert_eq!(classify(&Method::GET, &"/bucket?list-type=2".parse().unwrap(), &headers), "s3:ListObjectsV2");
+    }
+
+    /// A write whose caller hangs up while the emulator is still applying it keeps the lock
+    /// until the emulator answers: the next write never runs alongside it (moto would let two
+    /// conditional writes both pass). The upstream here stands in for moto only to be slow
+    /// and to count how many requests it holds at once.
+    #[tokio::test]
+    async fn a_write_keeps_the_lock_after_its_caller_hangs_up() {
+        longhaul_aws::sdk::install_tls_provider();
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let in_flight = Arc::new(AtomicUsize::new(0));
+        let most = Arc::new(AtomicUsize::new(0));
+        let upstream = {
+            let (in_flight, most) = (in_flight.clone(), most.clone());
+            axum::Router::new().fallback(move || {
+                let (in_flight, most) = (in_flight.clone(), most.clone());
+                async move {
+                    let now = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+                    most.fetch_max(now, Ordering::SeqCst);
+                    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+                    in_flight.fetch_sub(1, Ordering::SeqCst);
+                    "{}"
+                }
+            })
+        };
+        let serve = |router: axum::Router| async move {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let address = listener.local_addr().unwrap();
+            tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+            format!("http://{address}")
+        };
+        let emulator_url = serve(upstream).await;
+        let edge = serve(router(EdgeState {
+            functions: Default::default(),
+            calls: CallCounter::default(),
+            emulator_url,
+            client: reqwest::Client::new(),
+            dynamodb_lock: Default::default(),
+            faults: Default::default(),
+        }))
+        .await;
+        let write = |timeout_ms: u64| {
+            reqwest::Client::new()
+                .post(&edge)
+                .header("authorization", "AWS4-HMAC-SHA256 Credential=test/20261122/us-east-1/dynamodb/aws4_request, SignedHeaders=x")
+                .header("x-amz-target", "DynamoDB_20120810.UpdateItem")
+                .body("{}")
+                .timeout(std::time::Duration::from_millis(timeout_ms))
+                .send()
+        };
+        let abandoned = write(100).await;
+        assert!(abandoned.is_err_and(|e| e.is_timeout()), "the first caller gives up mid-write");
+        let answered = write(5_000).await.expect("the second write is answered");
+        assert_eq!(answered.status(), StatusCode::OK);
+        assert_eq!(most.load(Ordering::SeqCst), 1, "the emulator held two writes at once");
     }
 }

@@ -226,38 +226,41 @@ impl HostedFunction {
         let timeout = self.spec.timeout;
         let invocation = Invocation::new(&self.spec.logical, Some(&event));
         let started = Instant::now();
-        let mut task = tokio::spawn(invocation.scope(handler(event, Instant::now() + timeout)));
+        // The timeout is inside the task: Lambda stops a timed-out invocation's code (it
+        // resets the sandbox), so nothing of it may go on writing after its caller was told.
+        let mut task =
+            tokio::spawn(invocation.scope(tokio::time::timeout(timeout, handler(event, Instant::now() + timeout))));
         let abort = task.abort_handle();
         self.inflight.lock().expect("inflight lock").push((invocation.job_id.clone(), abort.clone()));
         let outcome = tokio::select! {
-            outcome = tokio::time::timeout(timeout, &mut task) => outcome,
+            outcome = &mut task => outcome,
             () = invocation.crashed() => {
                 // A fault plan crashed it at an AWS call: the sandbox dies there.
                 abort.abort();
-                Ok(task.await)
+                task.await
             }
         };
         self.inflight.lock().expect("inflight lock").retain(|(_, h)| !h.is_finished());
         let kind = match &outcome {
             Ok(Ok(Ok(_))) => "ok",
             Ok(Ok(Err(_))) => "error",
-            Ok(Err(join_error)) if join_error.is_cancelled() => "crashed",
-            Ok(Err(_)) => "panicked",
-            Err(_) => "timed_out",
+            Ok(Err(_elapsed)) => "timed_out",
+            Err(join_error) if join_error.is_cancelled() => "crashed",
+            Err(_) => "panicked",
         };
         self.log.record(&invocation, started, kind);
         match outcome {
             Ok(Ok(result)) => result,
             // What Lambda reports when the runtime process dies mid-invocation.
-            Ok(Err(join_error)) if join_error.is_cancelled() => Err(Diagnostic {
+            Err(join_error) if join_error.is_cancelled() => Err(Diagnostic {
                 error_type: "Runtime.ExitError".into(),
                 error_message: format!("{}: the runtime exited (crash injected)", self.spec.logical),
             }),
-            Ok(Err(join_error)) => Err(Diagnostic {
+            Err(join_error) => Err(Diagnostic {
                 error_type: "Runtime.Panic".into(),
                 error_message: format!("{} panicked: {join_error}", self.spec.logical),
             }),
-            Err(_) => Err(Diagnostic {
+            Ok(Err(_elapsed)) => Err(Diagnostic {
                 error_type: "Sandbox.Timedout".into(),
                 error_message: format!("Task timed out after {:.2} seconds", timeout.as_secs_f64()),
             }),
@@ -298,15 +301,17 @@ impl HostedFunction {
         let Handler::Http(handler) = &self.handler else {
             return gateway_error(500, "Internal Server Error");
         };
-        let timeout = self.spec.timeout.min(Duration::from_secs(30));
+        let gateway_timeout = self.spec.timeout.min(Duration::from_secs(30));
         let invocation = Invocation::new(&self.spec.logical, None);
         let started = Instant::now();
-        let mut task = tokio::spawn(invocation.scope(handler(request)));
+        // The function runs until its own timeout even when the gateway gave up sooner, as on
+        // AWS; then Lambda stops it.
+        let mut task = tokio::spawn(invocation.scope(tokio::time::timeout(self.spec.timeout, handler(request))));
         let (kind, response) = tokio::select! {
-            outcome = tokio::time::timeout(timeout, &mut task) => match outcome {
-                Ok(Ok(response)) => ("ok", response),
+            outcome = tokio::time::timeout(gateway_timeout, &mut task) => match outcome {
+                Ok(Ok(Ok(response))) => ("ok", response),
                 Ok(Err(_panic)) => ("panicked", gateway_error(500, "Internal Server Error")),
-                Err(_) => ("timed_out", gateway_error(503, "Service Unavailable")),
+                Ok(Ok(Err(_))) | Err(_) => ("timed_out", gateway_error(503, "Service Unavailable")),
             },
             () = invocation.crashed() => {
                 // What API Gateway answers when the function's runtime dies mid-request.
