@@ -67,6 +67,33 @@ pub fn harness() -> &'static Harness {
     })
 }
 
+/// The EMF data points of metric `name` about job `job_id` that this binary's functions
+/// emitted, once there are at least `at_least` (a function may record a job's new state a
+/// moment before it emits the metric; this waits up to 30 s, then returns what there is).
+pub async fn metric_points(name: &str, job_id: &str, at_least: usize) -> Vec<Value> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let points: Vec<Value> = harness()
+            .stack
+            .metrics
+            .parsed()
+            .into_iter()
+            .filter(|line| line["job_id"] == job_id && line.get(name).is_some())
+            .collect();
+        if points.len() >= at_least || tokio::time::Instant::now() >= deadline {
+            return points;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Asserts the functions counted `name` for job `job_id` exactly once.
+pub async fn assert_counted_once(name: &str, job_id: &str) {
+    let points = metric_points(name, job_id, 1).await;
+    assert_eq!(points.len(), 1, "{name} for {job_id}: {points:?}");
+    assert_eq!(points[0][name], 1.0, "{:?}", points[0]);
+}
+
 /// A unique principal, so tests never see each other's jobs.
 pub fn principal(label: &str) -> String {
     format!("{label}-{}", uuid::Uuid::new_v4().simple())

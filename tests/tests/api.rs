@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use longhaul_domain::demo::DemoResult;
-use longhaul_tests::{Api, Aws, harness, openapi, principal};
+use longhaul_tests::{Api, Aws, assert_counted_once, harness, openapi, principal};
 use serde_json::{Value, json};
 
 const JOB_TIMEOUT: Duration = Duration::from_secs(90);
@@ -116,6 +116,7 @@ async fn a_key_whose_job_failed_starts_a_new_job() {
     let first = api.send("POST", "/jobs", Some(("application/json", body.clone())), &key).await;
     let failed_id = first.json["job_id"].as_str().unwrap().to_owned();
     assert_eq!(api.wait_terminal(&failed_id, JOB_TIMEOUT).await["status"], "failed");
+    assert_counted_once("JobsFailed", &failed_id).await;
     let second = api.send("POST", "/jobs", Some(("application/json", body)), &key).await;
     assert_eq!(second.status, 202, "{}", second.text);
     assert_ne!(second.json["job_id"], failed_id.as_str());
@@ -189,6 +190,7 @@ async fn cancelling_a_job_before_it_runs_ends_it_at_once() {
         tokio::time::sleep(Duration::from_secs(2)).await;
         let job = api.get(&format!("/jobs/{job_id}")).await.json;
         assert_eq!((job["status"].as_str(), job["attempt"].as_u64()), (Some("cancelled"), Some(0)), "{job}");
+        assert_counted_once("JobsCancelled", &job_id).await;
         // Cancelling again, or retrying the cancellation of a terminal job, is a conflict.
         let again = api.send("POST", &format!("/jobs/{job_id}/cancel"), None, &[]).await;
         assert_eq!(again.status, 409);
@@ -221,6 +223,7 @@ async fn cancelling_a_running_job_stops_its_stage_and_removes_partial_results() 
     let last = job["transitions"].as_array().unwrap().last().unwrap().clone();
     assert_eq!(last["reason"], format!("cancelled by {owner}: changed my mind"));
     assert!(job["progress"]["items_done"].as_u64().unwrap() < 400, "it stopped early: {job}");
+    assert_counted_once("JobsCancelled", &job_id).await;
     assert!(Aws::new().await.keys(&format!("results/{job_id}/")).await.is_empty(), "no partial result remains");
     let result = api.get(&format!("/jobs/{job_id}/result")).await;
     assert_eq!((result.status, result.json["status_now"].as_str()), (409, Some("cancelled")));

@@ -8,7 +8,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use longhaul_aws::jobs::{JobRecord, JobStore, ProgressRecord, ProgressRefused, TransitionRequest};
 use longhaul_domain::demo::DemoResult;
 use longhaul_domain::{JobStatus, Transition, format_rfc3339};
-use longhaul_tests::{Api, Aws, Harness, harness_with, principal};
+use longhaul_tests::{Api, Aws, Harness, assert_counted_once, harness_with, metric_points, principal};
 use serde_json::{Value, json};
 
 const TIMEOUT: Duration = Duration::from_secs(120);
@@ -88,6 +88,7 @@ async fn a_zombie_is_redispatched_and_its_stale_worker_is_fenced_off() {
     let old = kill(&job_id).await;
     let job = fire_until(&api, &job_id, "reaper", "re-dispatch", |j| j["attempt"] == 2).await;
     assert!(reasons(&job).iter().any(|r| r.starts_with("queued: no heartbeat for")), "{:?}", reasons(&job));
+    assert_counted_once("ZombiesReaped", &job_id).await;
 
     // The old worker comes back: every write of its lease is refused.
     let old_lease = json!({"attempt": 1, "token": old.lease.clone().unwrap()});
@@ -133,6 +134,9 @@ async fn a_zombie_past_its_retry_budget_fails_with_the_reason() {
     kill(&job_id).await;
     let job = fire_until(&api, &job_id, "reaper", "failure", |j| j["status"] == "failed").await;
     assert_eq!(job["error"]["code"], "Job.Abandoned");
+    assert_eq!(metric_points("ZombiesReaped", &job_id, 2).await.len(), 2, "one per dead attempt");
+    assert_counted_once("JobsFailed", &job_id).await;
+    assert!(metric_points("JobsDeadLettered", &job_id, 0).await.is_empty(), "it was dispatched");
     assert!(job["error"]["message"].as_str().unwrap().contains("retry budget"), "{job}");
     assert!(Aws::new().await.keys(&format!("checkpoints/{job_id}/")).await.is_empty(), "checkpoints cleaned up");
 }
@@ -156,6 +160,7 @@ async fn two_reapers_at_once_act_once() {
     let redispatches = reasons(&job).iter().filter(|r| r.contains("re-dispatched")).count();
     assert_eq!(redispatches, 1, "{:?}", reasons(&job));
     assert_eq!(job["status"], "succeeded");
+    assert_counted_once("ZombiesReaped", &job_id).await;
 }
 
 #[tokio::test]
@@ -166,6 +171,8 @@ async fn stalled_progress_is_flagged_then_treated_as_a_zombie() {
     api.wait_for(&job_id, "the stall", |j| j["progress"]["items_done"].as_u64().unwrap_or(0) >= 5).await;
     let job = fire_until(&api, &job_id, "reaper", "the stalled flag", |j| j["stalled"] == true).await;
     assert_eq!(job["status"], "running");
+    fire("reaper").await;
+    assert_counted_once("StalledJobs", &job_id).await;
     // Heartbeats keep coming: it is not a zombie until the grace has passed.
     let job = fire_until(&api, &job_id, "reaper", "stall → zombie", |j| j["attempt"] == 2).await;
     assert!(reasons(&job).iter().any(|r| r.contains("stalled")), "{:?}", reasons(&job));
@@ -203,6 +210,22 @@ fn record(owner: &str, created_at: String) -> JobRecord {
     }
 }
 
+/// Stores a job as the dispatcher leaves it: `queued` for its `dispatches`-th execution,
+/// `{job_id}-{execution}`, which nothing starts; indexed as queued since `since`.
+async fn put_queued(jobs: &JobStore, job: &JobRecord, execution: &str, dispatches: u32, since: String) -> String {
+    jobs.put_job(job).await.unwrap();
+    let execution = format!("{}-{execution}", job.job_id);
+    jobs.transition(
+        TransitionRequest::new(&job.job_id, &[JobStatus::Pending], JobStatus::Queued, "dispatched")
+            .set("execution", AttributeValue::S(execution.clone()))
+            .set("dispatches", AttributeValue::N(dispatches.to_string()))
+            .indexed_at(since),
+    )
+    .await
+    .unwrap();
+    execution
+}
+
 /// The claim is two writes (job, then progress). One that died between them, with nothing
 /// left to retry it (its execution stopped), must not leave a running job the reaper cannot
 /// see: CI once caught exactly that when a kill landed between the writes.
@@ -213,15 +236,8 @@ async fn a_claim_that_died_before_handing_over_progress_is_rescued() {
     let api = Api::new(&owner);
     let jobs = store().await;
     let job = record(&owner, format_rfc3339(chrono::Utc::now()));
-    jobs.put_job(&job).await.unwrap();
-    jobs.transition(
-        TransitionRequest::new(&job.job_id, &[JobStatus::Pending], JobStatus::Queued, "dispatched")
-            .set("execution", AttributeValue::S(format!("{}-stopped", job.job_id)))
-            .set("dispatches", AttributeValue::N("1".into())),
-    )
-    .await
-    .unwrap();
-    jobs.claim(&job.job_id, &format!("{}-stopped", job.job_id)).await.unwrap();
+    let execution = put_queued(&jobs, &job, "stopped", 1, format_rfc3339(chrono::Utc::now())).await;
+    jobs.claim(&job.job_id, &execution).await.unwrap();
     // As if the claim died after its first write: no progress record names the lease.
     Aws::new().await.dynamodb.delete_item().table_name(stack().stack.resource("JobsTable"))
         .key("pk", AttributeValue::S(format!("JOB#{}", job.job_id))).key("sk", AttributeValue::S("PROGRESS".into()))
@@ -267,19 +283,36 @@ async fn lost_dispatches_are_recovered() {
     jobs.put_job(&pending).await.unwrap();
     // The dispatcher recorded `queued`, but its execution never started.
     let queued = record(&owner, format_rfc3339(chrono::Utc::now()));
-    jobs.put_job(&queued).await.unwrap();
-    jobs.transition(
-        TransitionRequest::new(&queued.job_id, &[JobStatus::Pending], JobStatus::Queued, "dispatched")
-            .set("execution", AttributeValue::S(format!("{}-never-started", queued.job_id)))
-            .set("dispatches", AttributeValue::N("1".into()))
-            .indexed_at(format_rfc3339(chrono::Utc::now() - chrono::Duration::seconds(30))),
-    )
-    .await
-    .unwrap();
+    put_queued(&jobs, &queued, "never-started", 1, format_rfc3339(chrono::Utc::now() - chrono::Duration::seconds(30))).await;
     for job_id in [&pending.job_id, &queued.job_id] {
         let job = fire_until(&api, job_id, "reaper", "recovery", |j| j["status"] == "succeeded" || j["status"] == "running").await;
         assert_ne!(job["status"], "failed");
         assert_eq!(api.wait_terminal(job_id, TIMEOUT).await["status"], "succeeded");
+    }
+}
+
+/// A job the reaper gives up dispatching fails with the reason and is counted as dead-lettered:
+/// a pending job re-enqueued `LONGHAUL_MAX_ENQUEUES` (5) times, and a queued job whose last
+/// allowed execution (`LONGHAUL_MAX_ATTEMPTS` = 2) ended without running it.
+#[tokio::test]
+async fn a_job_that_cannot_be_dispatched_fails_and_is_counted() {
+    stack();
+    let owner = principal("undispatchable");
+    let api = Api::new(&owner);
+    let jobs = store().await;
+    let old = || format_rfc3339(chrono::Utc::now() - chrono::Duration::seconds(30));
+    let pending = JobRecord { enqueues: 5, ..record(&owner, old()) };
+    jobs.put_job(&pending).await.unwrap();
+    let queued = record(&owner, old());
+    let execution = put_queued(&jobs, &queued, "never-started", 2, old()).await;
+    for (job, message) in [(&pending, "could not be dispatched after 6 attempts".to_owned()),
+        (&queued, format!("its execution {execution} ended without running it"))]
+    {
+        let failed = fire_until(&api, &job.job_id, "reaper", "giving up", |j| j["status"] != "pending" && j["status"] != "queued").await;
+        assert_eq!((failed["status"].as_str(), failed["error"]["code"].as_str()), (Some("failed"), Some("Job.Undispatchable")), "{failed}");
+        assert_eq!(failed["error"]["message"], message.as_str());
+        assert_counted_once("JobsFailed", &job.job_id).await;
+        assert_counted_once("JobsDeadLettered", &job.job_id).await;
     }
 }
 
@@ -302,6 +335,8 @@ async fn expired_results_are_deleted_and_answer_410() {
     assert_eq!(api.get(&format!("/jobs/{job_id}/result")).await.status, 303);
     let job = fire_until(&api, &job_id, "expirer", "expiry", |j| j["status"] == "expired").await;
     assert_eq!(reasons(&job).last().unwrap(), "expired: result retention passed");
+    fire("expirer").await;
+    assert_counted_once("JobsExpired", &job_id).await;
     assert_eq!(api.get(&format!("/jobs/{job_id}/result")).await.status, 410);
     assert!(Aws::new().await.keys(&format!("results/{job_id}/")).await.is_empty());
 }
@@ -457,18 +492,16 @@ async fn an_unreadable_job_record_does_not_hold_up_the_reaper() {
             ("sk".to_owned(), AttributeValue::S(longhaul_aws::jobs::JOB_SK.into())),
         ]
     };
-    // An old pending job whose record this version cannot read, first in its bucket...
+    // An old pending job whose record this version cannot read, first in its bucket. It is
+    // written unreadable in one step: a reaper run of another test between a readable write
+    // and the change would re-enqueue it and move it to the back of its bucket.
     let unreadable = record(&owner, format_rfc3339(chrono::Utc::now() - chrono::Duration::hours(1)));
-    jobs.put_job(&unreadable).await.unwrap();
-    aws.dynamodb
-        .update_item()
-        .table_name(&table)
-        .set_key(Some(key(&unreadable.job_id).into_iter().collect()))
-        .update_expression("SET attempt = :bad")
-        .expression_attribute_values(":bad", AttributeValue::S("one".into()))
-        .send()
-        .await
-        .unwrap();
+    let mut item: std::collections::HashMap<String, AttributeValue> = serde_dynamo::to_item(&unreadable).unwrap();
+    item.extend(key(&unreadable.job_id));
+    item.insert("gsi2pk".into(), AttributeValue::S(longhaul_aws::jobs::status_bucket("pending", &unreadable.job_id)));
+    item.insert("gsi2sk".into(), AttributeValue::S(unreadable.created_at.clone()));
+    item.insert("attempt".into(), AttributeValue::S("one".into()));
+    aws.dynamodb.put_item().table_name(&table).set_item(Some(item)).send().await.unwrap();
     // ...and a lost dispatch behind it.
     let lost = record(&owner, format_rfc3339(chrono::Utc::now() - chrono::Duration::seconds(30)));
     jobs.put_job(&lost).await.unwrap();

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use longhaul_domain::demo::DemoResult;
-use longhaul_tests::{Api, Aws, principal};
+use longhaul_tests::{Api, Aws, assert_counted_once, metric_points, principal};
 use serde_json::{Value, json};
 
 const JOB_TIMEOUT: Duration = Duration::from_secs(90);
@@ -189,24 +189,27 @@ async fn functions_emit_cloudwatch_metrics_as_emf() {
     let api = Api::new(&principal("metrics"));
     let job_id = api.submit(&json!({"type": "demo", "params": {"items": 2}})).await;
     assert_eq!(api.wait_terminal(&job_id, JOB_TIMEOUT).await["status"], "succeeded");
-    let lines = api.get("/_local/metrics").await.json;
-    let names: Vec<String> = lines
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|line| {
-            // Each line is a valid EMF document: the metric it declares is a member of it.
-            let declared = &line["_aws"]["CloudWatchMetrics"][0];
-            assert_eq!(declared["Namespace"], "longhaul");
-            assert_eq!(declared["Dimensions"], json!([["JobType"], []]));
-            assert!(line["_aws"]["Timestamp"].is_i64());
-            let name = declared["Metrics"][0]["Name"].as_str().unwrap().to_owned();
-            assert!(line[&name].is_number(), "{line}");
-            assert!(line["JobType"].is_string());
-            name
-        })
-        .collect();
-    for expected in ["JobsSubmitted", "JobsSucceeded", "JobDuration", "QueueWait"] {
-        assert!(names.iter().any(|n| n == expected), "{expected} missing from {names:?}");
+    // This job's life, each counted once.
+    for name in ["JobsSubmitted", "JobsSucceeded"] {
+        assert_counted_once(name, &job_id).await;
     }
+    for name in ["QueueWait", "JobDuration"] {
+        let points = metric_points(name, &job_id, 1).await;
+        assert_eq!(points.len(), 1, "{name}: {points:?}");
+        assert_eq!(points[0]["JobType"], "demo");
+        assert!(points[0][name].as_f64().unwrap() >= 0.0, "{:?}", points[0]);
+    }
+    // Each line is a valid EMF document: the metric it declares is a member of it.
+    let lines = api.get("/_local/metrics").await.json;
+    for line in lines.as_array().unwrap() {
+        let declared = &line["_aws"]["CloudWatchMetrics"][0];
+        assert_eq!(declared["Namespace"], "longhaul");
+        assert_eq!(declared["Dimensions"], json!([["JobType"], []]));
+        assert!(line["_aws"]["Timestamp"].is_i64());
+        let name = declared["Metrics"][0]["Name"].as_str().unwrap();
+        assert!(line[name].is_number(), "{line}");
+        assert!(line["JobType"].is_string());
+        assert!(line["job_id"].is_string(), "each data point names its job: {line}");
+    }
+    assert!(metric_points("JobsFailed", &job_id, 0).await.is_empty());
 }

@@ -12,7 +12,7 @@ use longhaul_aws::jobs::{JobStore, TransitionRequest};
 use longhaul_aws::queue::WebhookMessage;
 use longhaul_domain::webhooks::verify;
 use longhaul_domain::{JobStatus, Transition};
-use longhaul_tests::{Api, Aws, Harness, harness_with, principal};
+use longhaul_tests::{Api, Aws, Harness, assert_counted_once, harness_with, metric_points, principal};
 use serde_json::{Value, json};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
@@ -132,6 +132,8 @@ async fn a_terminal_event_is_delivered_signed() {
     let recorded = deliveries(&api, &job_id, 1).await;
     assert_eq!((recorded[0]["status_code"].as_u64(), recorded[0]["outcome"].as_str()), (Some(204), Some("delivered")));
     assert_eq!(recorded[0]["webhook_id"], message.id.as_str());
+    assert_counted_once("WebhookDelivered", &job_id).await;
+    assert!(metric_points("WebhookFailed", &job_id, 0).await.is_empty());
     // Nobody else sees them.
     assert_eq!(Api::new(&principal("other")).get(&format!("/jobs/{job_id}/deliveries")).await.status, 404);
 }
@@ -151,6 +153,8 @@ async fn failures_are_retried_with_the_same_id_then_dead_lettered() {
     let outcomes: Vec<&str> = recorded.iter().map(|d| d["outcome"].as_str().unwrap()).collect();
     assert_eq!(outcomes, ["retrying", "retrying", "retrying", "dead_lettered"]);
     assert!(recorded.iter().all(|d| d["status_code"] == 500));
+    assert_counted_once("WebhookFailed", &job_id).await;
+    assert!(metric_points("WebhookDelivered", &job_id, 0).await.is_empty());
     let aws = Aws::new().await;
     let dlq = stack().stack.resource("WebhookDeadLetterQueue");
     for _ in 0..100 {

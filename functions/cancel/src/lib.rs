@@ -113,7 +113,7 @@ async fn cancel(deps: &Deps, request: &Request) -> Result<Response<Body>, Proble
                     tracing::warn!(error = %err, "stopping the execution failed");
                 }
             }
-            metrics::emit("JobsCancelled", 1.0, Unit::Count, &job.job_type);
+            metrics::emit("JobsCancelled", 1.0, Unit::Count, &job);
             tracing::info!("cancelled");
             job
         }

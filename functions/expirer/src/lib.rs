@@ -126,7 +126,7 @@ async fn expire(deps: &Deps, now: DateTime<Utc>, job: &JobRecord, report: &mut R
     }
     let retain_until = now + chrono::Duration::from_std(deps.config.record_retention).unwrap_or_default();
     deps.jobs.retain_until(&job.job_id, retain_until.timestamp()).await.map_err(|e| ExpirerError(e.to_string()))?;
-    metrics::emit("JobsExpired", 1.0, Unit::Count, &job.job_type);
+    metrics::emit("JobsExpired", 1.0, Unit::Count, job);
     tracing::info!("expired: result retention passed");
     report.expired += 1;
     Ok(())

@@ -322,7 +322,7 @@ async fn running(deps: &Deps, now: DateTime<Utc>, job_id: &str, report: &mut Rep
         Verdict::Stalled => {
             let result = deps.jobs.mark_stalled(job_id, &lease, Some(&at(now))).await;
             if result.is_ok() {
-                metrics::emit("StalledJobs", 1.0, Unit::Count, &job.job_type);
+                metrics::emit("StalledJobs", 1.0, Unit::Count, &job);
                 tracing::warn!("progress stalled while heartbeating");
                 report.stalled += 1;
             }
@@ -358,7 +358,6 @@ async fn zombie(
 ) -> Result<(), ReaperError> {
     let job_id = job.job_id.as_str();
     let result_key = deps.objects.first_key(&format!("results/{job_id}/{}/", job.attempt)).await?;
-    metrics::emit("ZombiesReaped", 1.0, Unit::Count, &job.job_type);
     let outcome = match rescue(result_key.is_some(), job.attempt, &deps.config.thresholds) {
         Rescue::Backfill => {
             let key = result_key.unwrap_or_default();
@@ -407,6 +406,10 @@ async fn zombie(
             result
         }
     };
+    // Counted only by the reaper whose fenced write rescued it (another may have raced it).
+    if outcome.is_ok() {
+        metrics::emit("ZombiesReaped", 1.0, Unit::Count, job);
+    }
     raced(outcome, report)
 }
 
@@ -418,9 +421,9 @@ async fn fail(deps: &Deps, job: &JobRecord, from: &[JobStatus], lease: Option<&s
         request = request.fenced(lease);
     }
     deps.jobs.transition(request).await?;
-    metrics::emit("JobsFailed", 1.0, Unit::Count, &job.job_type);
+    metrics::emit("JobsFailed", 1.0, Unit::Count, job);
     if error.code == "Job.Undispatchable" {
-        metrics::emit("JobsDeadLettered", 1.0, Unit::Count, &job.job_type);
+        metrics::emit("JobsDeadLettered", 1.0, Unit::Count, job);
     }
     tracing::warn!(code = error.code, message = error.message, "failed by the reaper");
     stop_execution(deps, job, &error.message).await;

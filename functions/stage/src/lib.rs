@@ -363,7 +363,7 @@ async fn claim(deps: &Deps, job_id: &str, execution: &str) -> Result<TaskLease, 
             job.started_at.as_deref().map(chrono::DateTime::parse_from_rfc3339),
         )
     {
-        metrics::emit("QueueWait", (started - created).num_milliseconds() as f64, Unit::Milliseconds, &job.job_type);
+        metrics::emit("QueueWait", (started - created).num_milliseconds() as f64, Unit::Milliseconds, &job);
     }
     Ok(TaskLease { lease, principal: Some(job.owner.clone()) })
 }
@@ -579,10 +579,10 @@ pub(crate) fn emit_end_metrics(job: &longhaul_aws::jobs::JobRecord) {
         JobStatus::Cancelled => "JobsCancelled",
         _ => return,
     };
-    metrics::emit(name, 1.0, Unit::Count, &job.job_type);
+    metrics::emit(name, 1.0, Unit::Count, job);
     let parse = |t: &str| chrono::DateTime::parse_from_rfc3339(t).ok();
     if let (Some(start), Some(end)) = (parse(&job.created_at), job.finished_at.as_deref().and_then(parse)) {
-        metrics::emit("JobDuration", (end - start).num_milliseconds() as f64, Unit::Milliseconds, &job.job_type);
+        metrics::emit("JobDuration", (end - start).num_milliseconds() as f64, Unit::Milliseconds, job);
     }
 }
 

@@ -308,7 +308,7 @@ async fn create(deps: &Deps, new: &NewJob<'_>) -> Result<Response<Body>, Problem
 async fn write_and_enqueue(deps: &Deps, job: &JobRecord) -> Result<Response<Body>, Problem> {
     match deps.jobs.put_job(job).await {
         Ok(()) => {
-            metrics::emit("JobsSubmitted", 1.0, Unit::Count, &job.job_type);
+            metrics::emit("JobsSubmitted", 1.0, Unit::Count, job);
             // Never the params, the callback URL or the idempotency key (see `longhaul_aws::logs`).
             tracing::info!(job_type = job.job_type, retry_of = job.retry_of, "submitted");
             enqueue(deps, &job.job_id).await;

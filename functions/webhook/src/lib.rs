@@ -232,7 +232,7 @@ pub async fn process(deps: &Deps, message: &WebhookMessage) -> Result<(), String
     // partner's URL may carry a token. The delivery record keeps them for the owner.
     tracing::info!(webhook_id, delivery_attempt = message.attempt, status_code, latency_ms, outcome, "webhook attempt made");
     match outcome {
-        "delivered" => metrics::emit("WebhookDelivered", 1.0, Unit::Count, &job.job_type),
+        "delivered" => metrics::emit("WebhookDelivered", 1.0, Unit::Count, &job),
         "retrying" => {
             let delay = deps.config.schedule.delay_before(message.attempt + 1).unwrap_or(0);
             let next = WebhookMessage { attempt: message.attempt + 1, not_before: now + delay as i64, ..message.clone() };
@@ -240,7 +240,7 @@ pub async fn process(deps: &Deps, message: &WebhookMessage) -> Result<(), String
         }
         "dead_lettered" => {
             deps.dead_letters.send(message, 0).await.map_err(|e| e.to_string())?;
-            metrics::emit("WebhookFailed", 1.0, Unit::Count, &job.job_type);
+            metrics::emit("WebhookFailed", 1.0, Unit::Count, &job);
             tracing::warn!(webhook_id, delivery_attempt = message.attempt, "webhook retries exhausted; dead-lettered");
         }
         _ => tracing::info!(webhook_id, delivery_attempt = message.attempt, "receiver answered 410 Gone; no more attempts"),

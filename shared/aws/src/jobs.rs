@@ -1030,11 +1030,16 @@ impl JobStore {
         from_item(item)
     }
 
-    /// Sets (or clears) the job's `stalled_at` while it runs under `lease`.
+    /// Sets (or clears) the job's `stalled_at` while it runs under `lease`. Refused
+    /// ([`StoreError::Conflict`]) if it is already set (or already clear), so of two reapers
+    /// that saw the same stall only one flags it and counts it.
     pub async fn mark_stalled(&self, job_id: &str, lease: &str, stalled_at: Option<&str>) -> Result<(), StoreError> {
         match stalled_at {
-            Some(at) => self.update_fenced(job_id, lease, "SET stalled_at = :at", HashMap::from([(":at".to_owned(), s(at))])).await?,
-            None => self.update_fenced(job_id, lease, "REMOVE stalled_at", HashMap::new()).await?,
+            Some(at) => {
+                let values = HashMap::from([(":at".to_owned(), s(at))]);
+                self.update_fenced_when(job_id, lease, "SET stalled_at = :at", Some("attribute_not_exists(stalled_at)"), values).await?
+            }
+            None => self.update_fenced_when(job_id, lease, "REMOVE stalled_at", Some("attribute_exists(stalled_at)"), HashMap::new()).await?,
         };
         Ok(())
     }
@@ -1147,12 +1152,28 @@ impl JobStore {
         job_id: &str,
         lease: &str,
         update: &str,
+        values: HashMap<String, AttributeValue>,
+    ) -> Result<JobRecord, StoreError> {
+        self.update_fenced_when(job_id, lease, update, None, values).await
+    }
+
+    /// [`Self::update_fenced`], refused also unless `also` holds.
+    async fn update_fenced_when(
+        &self,
+        job_id: &str,
+        lease: &str,
+        update: &str,
+        also: Option<&str>,
         mut values: HashMap<String, AttributeValue>,
     ) -> Result<JobRecord, StoreError> {
         let names = HashMap::from([("#status".to_owned(), "status".to_owned()), ("#lease".to_owned(), "lease".to_owned())]);
         values.insert(":running".into(), s(JobStatus::Running.as_str()));
         values.insert(":lease".into(), s(lease));
-        self.update_job(job_id, update.into(), "#status = :running AND #lease = :lease".into(), names, values).await
+        let mut condition = "#status = :running AND #lease = :lease".to_owned();
+        if let Some(also) = also {
+            condition = format!("{condition} AND {also}");
+        }
+        self.update_job(job_id, update.into(), condition, names, values).await
     }
 
     /// Adds one to the counter `attribute` of a running job (fenced by `lease`).

@@ -5,6 +5,8 @@ use std::sync::OnceLock;
 
 use serde_json::json;
 
+use crate::jobs::JobRecord;
+
 /// Something that also receives every EMF line (the local stack records them for tests).
 pub type Sink = Box<dyn Fn(&str) + Send + Sync>;
 
@@ -36,8 +38,10 @@ impl Unit {
     }
 }
 
-/// The EMF line for one data point of `name`, dimensioned by job type.
-pub fn line(name: &str, value: f64, unit: Unit, job_type: &str) -> String {
+/// The EMF line for one data point of `name` about one job: dimensioned by its type, with its
+/// id as a plain property (not a dimension: one metric per job would be costly and useless, but
+/// the property lets Logs Insights find the job behind any data point).
+pub fn line(name: &str, value: f64, unit: Unit, job_type: &str, job_id: &str) -> String {
     json!({
         "_aws": {
             "Timestamp": chrono::Utc::now().timestamp_millis(),
@@ -49,14 +53,15 @@ pub fn line(name: &str, value: f64, unit: Unit, job_type: &str) -> String {
             }],
         },
         "JobType": job_type,
+        "job_id": job_id,
         name: value,
     })
     .to_string()
 }
 
-/// Emits one data point.
-pub fn emit(name: &str, value: f64, unit: Unit, job_type: &str) {
-    let line = line(name, value, unit, job_type);
+/// Emits one data point about `job`.
+pub fn emit(name: &str, value: f64, unit: Unit, job: &JobRecord) {
+    let line = line(name, value, unit, &job.job_type, &job.job_id);
     println!("{line}");
     if let Some(sink) = SINK.get() {
         sink(&line);
@@ -69,9 +74,10 @@ mod tests {
 
     #[test]
     fn emf_shape() {
-        let parsed: serde_json::Value = serde_json::from_str(&line("ZombiesReaped", 1.0, Unit::Count, "demo")).unwrap();
+        let parsed: serde_json::Value = serde_json::from_str(&line("ZombiesReaped", 1.0, Unit::Count, "demo", "job-1")).unwrap();
         assert_eq!(parsed["ZombiesReaped"], 1.0);
         assert_eq!(parsed["JobType"], "demo");
+        assert_eq!(parsed["job_id"], "job-1");
         assert_eq!(parsed["_aws"]["CloudWatchMetrics"][0]["Metrics"][0]["Name"], "ZombiesReaped");
         assert_eq!(parsed["_aws"]["CloudWatchMetrics"][0]["Dimensions"], json!([["JobType"], []]));
     }

@@ -2,7 +2,7 @@
 //! Lambda Runtime API emulator and times its init, next to a bare `lambda_runtime` hello binary
 //! (`src/bin/hello.rs`) measured in the same run.
 //!
-//! It builds what it measures first (`cargo build --release` of the 11 functions and of
+//! It builds what it measures first (`cargo build --release` of the 12 functions and of
 //! `hello`; a no-op when they are up to date — set `LONGHAUL_COLDSTART_NO_BUILD=1` to measure the
 //! binaries already in `target/release` as they are). `LONGHAUL_COLDSTART_RUNS` sets the runs
 //! per binary (default 20).
