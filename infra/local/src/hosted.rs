@@ -333,3 +333,62 @@ pub fn gateway_error(status: u16, message: &str) -> Response<Body> {
         .insert("content-type", lambda_http::http::HeaderValue::from_static("application/json"));
     response
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use super::*;
+
+    /// Sends on drop: tells the test the handler's future is gone (finished or stopped).
+    struct Dropped(Option<tokio::sync::oneshot::Sender<()>>);
+
+    impl Drop for Dropped {
+        fn drop(&mut self) {
+            if let Some(tx) = self.0.take() {
+                tx.send(()).ok(); // the test may have given up already
+            }
+        }
+    }
+
+    fn function(timeout: Duration, handler: Handler) -> HostedFunction {
+        let spec = FunctionSpec {
+            logical: "SlowFunction".into(),
+            name: "longhaul-SlowFunction".into(),
+            binary: "slow".into(),
+            timeout,
+            env: Default::default(),
+            events: Vec::new(),
+        };
+        HostedFunction { spec, handler, inflight: Default::default(), log: InvocationLog::default() }
+    }
+
+    /// Lambda stops a timed-out invocation (it resets the sandbox): what its code would have
+    /// done after the timeout never happens, e.g. a late write racing the retry of the event.
+    #[tokio::test]
+    async fn a_timed_out_invocation_is_stopped_not_left_running() {
+        let wrote = Arc::new(AtomicBool::new(false));
+        let (gone_tx, gone) = tokio::sync::oneshot::channel();
+        let gone_tx = Arc::new(std::sync::Mutex::new(Some(gone_tx)));
+        let flag = wrote.clone();
+        let handler = Handler::Event(Arc::new(move |_event, _deadline| {
+            let (flag, guard) = (flag.clone(), Dropped(gone_tx.lock().unwrap().take()));
+            async move {
+                let _guard = guard;
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                flag.store(true, Ordering::SeqCst);
+                Ok(Value::Null)
+            }
+            .boxed()
+        }));
+        let slow = function(Duration::from_millis(50), handler);
+
+        let error = slow.invoke(serde_json::json!({"job_id": "j1"})).await.unwrap_err();
+        assert_eq!(error.error_type, "Sandbox.Timedout");
+        assert_eq!(error.error_message, "Task timed out after 0.05 seconds");
+        gone.await.expect("the handler's future is dropped");
+        assert!(!wrote.load(Ordering::SeqCst), "the timed-out code ran on after its caller was told");
+        let log = slow.log.snapshot();
+        assert_eq!((log.len(), log[0].outcome.as_str(), log[0].job_id.as_deref()), (1, "timed_out", Some("j1")));
+    }
+}

@@ -212,6 +212,7 @@ fn lambda_env(name: &str, runtime_api: &str) -> Vec<(String, String)> {
         ("INTAKE_QUEUE_URL", queue("IntakeQueue")),
         ("WEBHOOK_QUEUE_URL", queue("WebhookQueue")),
         ("WEBHOOK_DLQ_URL", queue("WebhookDeadLetterQueue")),
+        ("NOTIFIER_DLQ_URL", queue("NotifierDeadLetterQueue")),
         ("STATE_MACHINE_ARN", format!("arn:aws:states:{region}:{account}:stateMachine:longhaul-jobs")),
         ("EVENTS_URL", "https://abcdefghijklmnopqrstuvwxyz012345.lambda-url.us-east-1.on.aws".to_owned()),
         ("STREAM_TOKEN_SECRET", "coldstart-bench-stream-token-secret-0123456789ab".to_owned()),
@@ -536,6 +537,9 @@ async fn main() -> anyhow::Result<()> {
             }
         }
         eprintln!("coldstart: round {}/{runs} done", round + 1);
+        if !failures.is_empty() {
+            break; // a broken binary stays broken: say so now rather than after every round
+        }
     }
     if !failures.is_empty() {
         for (name, err) in &failures {
