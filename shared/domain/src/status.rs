@@ -124,6 +124,7 @@ pub struct TransitionError {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+    use proptest::sample::Index;
 
     #[test]
     fn happy_path_is_legal() {
@@ -148,41 +149,139 @@ mod tests {
         assert!("RUNNING".parse::<JobStatus>().is_err());
     }
 
-    fn any_status() -> impl Strategy<Value = JobStatus> {
-        proptest::sample::select(JobStatus::ALL.to_vec())
+    /// The statuses `from` can move to.
+    fn moves_from(from: JobStatus) -> Vec<JobStatus> {
+        JobStatus::ALL.into_iter().filter(|to| from.can_transition_to(*to)).collect()
+    }
+
+    /// The states a job ends in: it gets there only once.
+    const ENDINGS: [JobStatus; 3] = [JobStatus::Succeeded, JobStatus::Failed, JobStatus::Cancelled];
+
+    /// No job gets stuck alive: from every live (non-terminal) state some terminal state is
+    /// reachable through legal moves (breadth-first over `can_transition_to`).
+    #[test]
+    fn a_terminal_state_is_reachable_from_every_live_state() {
+        for start in JobStatus::ALL.into_iter().filter(|status| !status.is_terminal()) {
+            let mut seen = vec![start];
+            let mut frontier = std::collections::VecDeque::from([start]);
+            while let Some(status) = frontier.pop_front() {
+                for to in moves_from(status) {
+                    if !seen.contains(&to) {
+                        seen.push(to);
+                        frontier.push_back(to);
+                    }
+                }
+            }
+            assert!(seen.iter().any(|status| status.is_terminal()), "{start} can only reach {seen:?}");
+        }
+    }
+
+    /// Terminal states never change, except succeeded → expired (checked on every pair, and
+    /// that one move is allowed).
+    #[test]
+    fn terminal_states_only_move_from_succeeded_to_expired() {
+        for from in JobStatus::ALL.into_iter().filter(|status| status.is_terminal()) {
+            for to in moves_from(from) {
+                assert_eq!((from, to), (JobStatus::Succeeded, JobStatus::Expired), "{from} → {to}");
+            }
+        }
+        assert!(JobStatus::Succeeded.can_transition_to(JobStatus::Expired));
+    }
+
+    /// Any live state can be cancelled, as the owner may cancel a job at any point before it
+    /// ends.
+    #[test]
+    fn every_live_state_can_be_cancelled() {
+        for from in JobStatus::ALL.into_iter().filter(|status| !status.is_terminal()) {
+            assert!(from.can_transition_to(JobStatus::Cancelled), "{from} cannot be cancelled");
+        }
+    }
+
+    /// No state moves to itself and nothing returns to pending (checked on every pair).
+    #[test]
+    fn no_self_loops_or_return_to_pending() {
+        for from in JobStatus::ALL {
+            for to in moves_from(from) {
+                assert_ne!(from, to);
+                assert_ne!(to, JobStatus::Pending, "{from} → pending");
+            }
+        }
+    }
+
+    /// The retry edge running → queued is the only way round: without it the moves form no
+    /// cycle (every state drops out when states are repeatedly removed once nothing moves to
+    /// them), and with it queued → running → queued is one.
+    #[test]
+    fn the_retry_is_the_only_cycle() {
+        let is_retry = |from, to| (from, to) == (JobStatus::Running, JobStatus::Queued);
+        let mut left = JobStatus::ALL.to_vec();
+        let entered = |left: &[JobStatus], to: JobStatus| {
+            left.iter().any(|from| from.can_transition_to(to) && !is_retry(*from, to))
+        };
+        while let Some(i) = left.iter().position(|to| !entered(&left, *to)) {
+            left.remove(i);
+        }
+        assert!(left.is_empty(), "{left:?} form a cycle without the retry");
+        assert!(JobStatus::Queued.can_transition_to(JobStatus::Running));
+        assert!(JobStatus::Running.can_transition_to(JobStatus::Queued));
     }
 
     proptest! {
-        /// Terminal states never change, except succeeded → expired.
+        /// Every walk through legal moves from pending ends — runs out of moves — in a terminal
+        /// state within 4 moves plus 2 per retry (pending → queued → running → succeeded →
+        /// expired is the longest run, and each running → queued adds queued → running): only
+        /// the retry edge can keep a job alive. The walk picks among the legal moves at random
+        /// and retries at most `retries` times.
         #[test]
-        fn terminal_states_are_final(from in any_status(), to in any_status()) {
-            if from.is_terminal() && from.can_transition_to(to) {
-                prop_assert_eq!((from, to), (JobStatus::Succeeded, JobStatus::Expired));
-            }
-        }
-
-        /// No state moves to itself and nothing returns to pending.
-        #[test]
-        fn no_self_loops_or_return_to_pending(from in any_status(), to in any_status()) {
-            if from.can_transition_to(to) {
-                prop_assert_ne!(from, to);
-                prop_assert_ne!(to, JobStatus::Pending);
-            }
-        }
-
-        /// Any walk through legal moves from pending reaches a terminal state within a bounded
-        /// number of moves unless it loops through running → queued, the retry edge.
-        #[test]
-        fn walks_only_loop_through_retry(choices in proptest::collection::vec(0usize..7, 1..40)) {
-            let mut status = JobStatus::Pending;
-            for choice in choices {
-                let next: Vec<_> = JobStatus::ALL.into_iter().filter(|to| status.can_transition_to(*to)).collect();
-                if next.is_empty() { prop_assert!(status.is_terminal()); break; }
-                let to = next[choice % next.len()];
-                prop_assert!(status.transition(to).is_ok());
-                if to == JobStatus::Queued { prop_assert!(matches!(status, JobStatus::Pending | JobStatus::Running)); }
+        fn every_walk_ends_in_a_terminal_state(retries in 0usize..5, choices in proptest::collection::vec(any::<Index>(), 64)) {
+            let (mut status, mut moves, mut retried) = (JobStatus::Pending, 0usize, 0usize);
+            let mut choices = choices.into_iter();
+            loop {
+                let next: Vec<_> = moves_from(status)
+                    .into_iter()
+                    .filter(|to| retried < retries || (status, *to) != (JobStatus::Running, JobStatus::Queued))
+                    .collect();
+                if next.is_empty() { break; }
+                let choice = choices.next().expect("a walk longer than 4 moves + 2 per retry");
+                let to = next[choice.index(next.len())];
+                if (status, to) == (JobStatus::Running, JobStatus::Queued) { retried += 1; }
                 status = to;
+                moves += 1;
             }
+            prop_assert!(status.is_terminal(), "the walk stopped at {}", status);
+            prop_assert!(moves <= 4 + 2 * retried, "{} moves with {} retries", moves, retried);
+        }
+
+        /// A job ends once: any walk through legal moves, from any state, enters succeeded,
+        /// failed or cancelled at most once; after a terminal state only succeeded → expired
+        /// follows; and a walk that comes back to a state has retried (moved running → queued)
+        /// since it was last there.
+        #[test]
+        fn a_walk_ends_at_most_once_and_repeats_only_through_a_retry(
+            start in proptest::sample::select(JobStatus::ALL.to_vec()),
+            choices in proptest::collection::vec(any::<Index>(), 1..40),
+        ) {
+            let mut walk = vec![start];
+            for choice in choices {
+                let status = *walk.last().unwrap();
+                let next = moves_from(status);
+                if next.is_empty() { break; }
+                let to = next[choice.index(next.len())];
+                prop_assert!(status.transition(to).is_ok());
+                if status.is_terminal() {
+                    prop_assert_eq!((status, to), (JobStatus::Succeeded, JobStatus::Expired));
+                }
+                if let Some(last_visit) = walk.iter().rposition(|seen| *seen == to) {
+                    let retried = walk[last_visit..]
+                        .windows(2)
+                        .chain([[status, to].as_slice()])
+                        .any(|pair| (pair[0], pair[1]) == (JobStatus::Running, JobStatus::Queued));
+                    prop_assert!(retried, "{:?} came back to {} without a retry", walk, to);
+                }
+                walk.push(to);
+            }
+            let endings = walk.windows(2).filter(|pair| ENDINGS.contains(&pair[1])).count();
+            prop_assert!(endings <= 1, "{:?} ends {} times", walk, endings);
         }
     }
 }
