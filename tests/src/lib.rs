@@ -67,6 +67,15 @@ pub fn harness() -> &'static Harness {
     })
 }
 
+/// Fails if any function of this binary's stack made an AWS call its role in template.yaml
+/// does not grant (the edge refused it as AWS would). Every API call a test makes checks
+/// this, as it checks the answer against the OpenAPI document: a permission missing from the
+/// template fails the test that reaches the code needing it, or the next one to call the API.
+pub fn assert_no_access_denied() {
+    let denials = harness().stack.denials.snapshot();
+    assert!(denials.is_empty(), "calls refused by the template's IAM policies: {denials:#?}");
+}
+
 /// The EMF data points of metric `name` about job `job_id` that this binary's functions
 /// emitted, once there are at least `at_least` (a function may record a job's new state a
 /// moment before it emits the metric; this waits up to 30 s, then returns what there is).
@@ -166,6 +175,7 @@ impl Api {
         if !path.starts_with("/_local/") {
             openapi::check(method, path, &reply);
         }
+        assert_no_access_denied();
         reply
     }
 

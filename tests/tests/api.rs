@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use longhaul_domain::demo::DemoResult;
-use longhaul_tests::{Api, Aws, assert_counted_once, harness, openapi, principal};
+use longhaul_tests::{Api, Aws, assert_counted_once, harness, metric_points, openapi, principal};
 use serde_json::{Value, json};
 
 const JOB_TIMEOUT: Duration = Duration::from_secs(90);
@@ -191,6 +191,7 @@ async fn cancelling_a_job_before_it_runs_ends_it_at_once() {
         let job = api.get(&format!("/jobs/{job_id}")).await.json;
         assert_eq!((job["status"].as_str(), job["attempt"].as_u64()), (Some("cancelled"), Some(0)), "{job}");
         assert_counted_once("JobsCancelled", &job_id).await;
+        assert_eq!(metric_points("JobDuration", &job_id, 1).await.len(), 1, "one duration per end");
         // Cancelling again, or retrying the cancellation of a terminal job, is a conflict.
         let again = api.send("POST", &format!("/jobs/{job_id}/cancel"), None, &[]).await;
         assert_eq!(again.status, 409);

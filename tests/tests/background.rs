@@ -120,6 +120,9 @@ async fn a_result_written_before_the_status_was_lost_is_backfilled() {
     assert_eq!(job["status"], "succeeded", "{job}");
     assert!(reasons(&job).last().unwrap().contains("its result was already stored"), "{:?}", reasons(&job));
     assert_eq!(api.result(&job_id).await, result);
+    // The reaper ended the job: it counts the success and its duration, once.
+    assert_counted_once("JobsSucceeded", &job_id).await;
+    assert_eq!(metric_points("JobDuration", &job_id, 1).await.len(), 1, "one duration per end");
 }
 
 #[tokio::test]
@@ -136,6 +139,7 @@ async fn a_zombie_past_its_retry_budget_fails_with_the_reason() {
     assert_eq!(job["error"]["code"], "Job.Abandoned");
     assert_eq!(metric_points("ZombiesReaped", &job_id, 2).await.len(), 2, "one per dead attempt");
     assert_counted_once("JobsFailed", &job_id).await;
+    assert_eq!(metric_points("JobDuration", &job_id, 1).await.len(), 1, "one duration per end");
     assert!(metric_points("JobsDeadLettered", &job_id, 0).await.is_empty(), "it was dispatched");
     assert!(job["error"]["message"].as_str().unwrap().contains("retry budget"), "{job}");
     assert!(Aws::new().await.keys(&format!("checkpoints/{job_id}/")).await.is_empty(), "checkpoints cleaned up");
@@ -510,4 +514,30 @@ async fn an_unreadable_job_record_does_not_hold_up_the_reaper() {
     fire_until(&api, &lost.job_id, "reaper", "recovery", |j| j["status"] == "succeeded" || j["status"] == "running").await;
     assert_eq!(api.wait_terminal(&lost.job_id, TIMEOUT).await["status"], "succeeded");
     aws.dynamodb.delete_item().table_name(&table).set_key(Some(key(&unreadable.job_id).into_iter().collect())).send().await.unwrap();
+}
+
+/// The dashboard's "active jobs by status": each reaper run counts the live jobs of each
+/// status in the status index and emits them as the `ActiveJobs` gauge (dimension `Status`).
+#[tokio::test]
+async fn the_reaper_counts_active_jobs_by_status_for_the_dashboard() {
+    stack();
+    let api = Api::new(&principal("active"));
+    let job_id = api.submit(&json!({"type": "demo", "params": {"items": 40, "item_ms": 100}})).await;
+    api.wait_for(&job_id, "running", |j| j["status"] == "running").await;
+    let report = fire("reaper").await;
+    let active = &report["output"]["active"];
+    for status in ["pending", "queued", "running"] {
+        assert!(active[status].is_u64(), "{status} counted: {report}");
+    }
+    assert!(active["running"].as_u64().unwrap() >= 1, "our running job is counted: {report}");
+    let gauges: Vec<Value> = stack().stack.metrics.parsed().into_iter().filter(|l| l.get("ActiveJobs").is_some()).collect();
+    for status in ["pending", "queued", "running"] {
+        assert!(gauges.iter().any(|g| g["Status"] == status), "an ActiveJobs point for {status}: {gauges:?}");
+    }
+    assert!(
+        gauges.iter().any(|g| g["Status"] == "running" && g["ActiveJobs"].as_f64().unwrap() >= 1.0),
+        "the running job reached the gauge: {gauges:?}"
+    );
+    assert!(gauges.iter().all(|g| g["_aws"]["CloudWatchMetrics"][0]["Dimensions"] == json!([["Status"]])), "{gauges:?}");
+    api.post_json(&format!("/jobs/{job_id}/cancel"), &json!({})).await;
 }

@@ -115,3 +115,21 @@ async fn scanning_is_measured() {
     let report: Value = serde_json::from_slice(&api.result(&job_id).await).unwrap();
     assert_eq!(report["rows_scanned"], 200_000);
 }
+
+/// An input that was never uploaded fails the job at once, with the reason, rather than being
+/// retried as a transient error. In AWS this needs the stage to be allowed to list the bucket:
+/// S3 answers a HEAD of a missing key with 403 (not 404) to a caller that may not, and the
+/// local edge answers the same way.
+#[tokio::test]
+async fn an_input_that_was_never_uploaded_fails_the_job_at_once() {
+    let api = Api::new(&principal("never-uploaded"));
+    let reply = api.post_json("/uploads", &json!({"filename": "later.csv", "content_type": "text/csv", "size_bytes": 10})).await;
+    assert_eq!(reply.status, 201, "{}", reply.text);
+    let input = reply.json["input"].as_str().unwrap().to_owned();
+    let job_id = api.submit(&report_params(&input, "json")).await;
+    let job = api.wait_terminal(&job_id, TIMEOUT).await;
+    assert_eq!(job["status"], "failed", "{job}");
+    assert_eq!(job["error"]["code"], "Job.Fatal", "{job}");
+    assert!(job["error"]["message"].as_str().unwrap().contains("does not exist"), "{job}");
+    assert_eq!(job["attempt"], 1, "not retried as a new attempt: {job}");
+}

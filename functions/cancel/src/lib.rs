@@ -9,7 +9,7 @@ use lambda_http::{Body, Request, Response};
 use longhaul_aws::api::{Problem, json_response, path_job_id, principal, wrong_status};
 use longhaul_aws::config::{ConfigError, Vars};
 use longhaul_aws::executions::{Executions, execution_name};
-use longhaul_aws::metrics::{self, Unit};
+use longhaul_aws::metrics;
 use longhaul_aws::jobs::{CancelOutcome, JobRecord, JobStore, StoreError};
 use longhaul_aws::logs;
 use longhaul_domain::{Cancellation, JobStatus, now_rfc3339};
@@ -113,7 +113,7 @@ async fn cancel(deps: &Deps, request: &Request) -> Result<Response<Body>, Proble
                     tracing::warn!(error = %err, "stopping the execution failed");
                 }
             }
-            metrics::emit("JobsCancelled", 1.0, Unit::Count, &job);
+            metrics::emit_end(&job);
             tracing::info!("cancelled");
             job
         }

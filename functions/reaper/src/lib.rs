@@ -146,7 +146,14 @@ pub struct Report {
     /// Jobs that could not be handled this run (unreadable, or an AWS call failed), each
     /// logged with its reason. They are tried again next run; the others are not held up.
     pub errors: u32,
+    /// Live jobs by status at the start of the run (`pending`, `queued`, `running`), also
+    /// emitted as the `ActiveJobs` gauge (dimension `Status`) for the dashboard. A status
+    /// that could not be counted is missing (and counted in `errors`).
+    pub active: std::collections::BTreeMap<String, u64>,
 }
+
+/// The live statuses the `ActiveJobs` gauge reports (the status index's live buckets).
+pub const ACTIVE_STATUSES: [&str; 3] = ["pending", "queued", "running"];
 
 /// A run failed as a whole (it is retried at the next tick).
 #[derive(Debug, thiserror::Error)]
@@ -183,6 +190,20 @@ impl From<ReaperError> for lambda_runtime::Diagnostic {
 pub async fn handle(deps: &Deps, now: DateTime<Utc>) -> Result<Report, ReaperError> {
     let mut report = Report::default();
     let grace = |d: Duration| at(now - chrono::Duration::from_std(d).unwrap_or_default());
+    // The reaper runs every minute anyway: it is the one place that can afford to count the
+    // live jobs for the dashboard's "active jobs by status" (a count query per shard).
+    for status in ACTIVE_STATUSES {
+        match deps.jobs.count_bucket(status).await {
+            Ok(count) => {
+                metrics::emit_status("ActiveJobs", count as f64, status);
+                report.active.insert(status.to_owned(), count);
+            }
+            Err(err) => {
+                tracing::error!(error = %err, status, "counting the live jobs failed");
+                report.errors += 1;
+            }
+        }
+    }
     // Each job is handled in its `job` span (see `longhaul_aws::logs`): pending and queued
     // jobs come from the index with their whole record; a running job's record is read anyway.
     // One job that cannot be handled (an item this version cannot read, an AWS call that
@@ -367,7 +388,8 @@ async fn zombie(
                 .set("result_key", AttributeValue::S(key))
                 .indexed_at(at(expires));
             let result = deps.jobs.transition(request).await;
-            if result.is_ok() {
+            if let Ok(ended) = &result {
+                metrics::emit_end(ended);
                 stop_execution(deps, job, "the worker stopped after storing the result").await;
                 tidy(deps, job_id).await?;
                 report.backfilled += 1;
@@ -420,8 +442,8 @@ async fn fail(deps: &Deps, job: &JobRecord, from: &[JobStatus], lease: Option<&s
     if let Some(lease) = lease {
         request = request.fenced(lease);
     }
-    deps.jobs.transition(request).await?;
-    metrics::emit("JobsFailed", 1.0, Unit::Count, job);
+    let ended = deps.jobs.transition(request).await?;
+    metrics::emit_end(&ended);
     if error.code == "Job.Undispatchable" {
         metrics::emit("JobsDeadLettered", 1.0, Unit::Count, job);
     }

@@ -567,23 +567,8 @@ async fn end_job(deps: &Deps, request: TransitionRequest, lease: &Lease) -> Resu
         Err(err) => return Err(fenced(err)),
     };
     logs::record_principal(&tracing::Span::current(), &job.owner);
-    emit_end_metrics(&job);
+    metrics::emit_end(&job);
     tidy_after_end(deps, &job_id).await
-}
-
-/// `JobsSucceeded` / `JobsFailed` / `JobsCancelled` and `JobDuration` (submission to end).
-pub(crate) fn emit_end_metrics(job: &longhaul_aws::jobs::JobRecord) {
-    let name = match job.status {
-        JobStatus::Succeeded => "JobsSucceeded",
-        JobStatus::Failed => "JobsFailed",
-        JobStatus::Cancelled => "JobsCancelled",
-        _ => return,
-    };
-    metrics::emit(name, 1.0, Unit::Count, job);
-    let parse = |t: &str| chrono::DateTime::parse_from_rfc3339(t).ok();
-    if let (Some(start), Some(end)) = (parse(&job.created_at), job.finished_at.as_deref().and_then(parse)) {
-        metrics::emit("JobDuration", (end - start).num_milliseconds() as f64, Unit::Milliseconds, job);
-    }
 }
 
 /// After a job ended (see [`longhaul_aws::tidy_after_end`]).

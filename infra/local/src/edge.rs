@@ -1,19 +1,22 @@
 //! The edge: the AWS endpoint the hosted functions (and moto's Step Functions interpreter)
 //! talk to. It serves the Lambda Invoke API by calling the hosted handlers, forwards every
-//! other request to the emulator, and counts AWS calls per `service:operation`.
+//! other request to the emulator, and counts AWS calls per `service:operation`. Every call a
+//! hosted function makes is first checked against its role's policies in the template
+//! (`crate::iam`), and refused as AWS would refuse it.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 use axum::body::Body;
 use axum::extract::{Path, Request, State};
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use futures::TryStreamExt;
 
 use crate::faults::{FUNCTION_HEADER, Faults, INVOCATION_HEADER, LEASE_HEADER};
 use crate::hosted::HostedFunction;
+use crate::iam::{Denial, Policies};
 
 /// Counts of AWS API calls by `service:operation`, and by function and operation.
 #[derive(Debug, Clone, Default)]
@@ -65,6 +68,26 @@ pub struct EdgeState {
     pub dynamodb_lock: Arc<tokio::sync::RwLock<()>>,
     /// Throttling to inject and the journal of DynamoDB writes.
     pub faults: Arc<Faults>,
+    /// The template's role policies, enforced on every call a hosted function makes.
+    pub policies: Arc<Policies>,
+    /// Every call refused so far (`GET /_local/iam/denials`).
+    pub denials: Denials,
+}
+
+/// The calls the edge refused for want of a permission, in order.
+#[derive(Debug, Clone, Default)]
+pub struct Denials(Arc<Mutex<Vec<Denial>>>);
+
+impl Denials {
+    fn record(&self, denial: Denial) {
+        tracing::error!(principal = denial.principal, action = denial.action, resource = denial.resource, "AccessDenied: {}", denial.message);
+        self.0.lock().expect("denials lock").push(denial);
+    }
+
+    /// The refusals so far.
+    pub fn snapshot(&self) -> Vec<Denial> {
+        self.0.lock().expect("denials lock").clone()
+    }
 }
 
 /// DynamoDB operations that change data.
@@ -85,13 +108,31 @@ pub fn router(state: EdgeState) -> axum::Router {
         .with_state(state)
 }
 
-async fn invoke(State(state): State<EdgeState>, Path(function): Path<String>, body: axum::body::Bytes) -> Response {
+async fn invoke(State(state): State<EdgeState>, Path(function): Path<String>, headers: HeaderMap, body: axum::body::Bytes) -> Response {
     state.calls.record("lambda:Invoke".into(), None);
     // The path carries a name, an ARN, or a partial ARN (…:function:name[:qualifier]).
     let name = match function.split_once(":function:") {
         Some((_, rest)) => rest.split(':').next().unwrap_or(rest).to_owned(),
         None => function.clone(),
     };
+    // The emulator's Step Functions interpreter signs with a key of its own (whatever its
+    // environment says): a signed call by neither the administrator nor a function is a state
+    // machine's, whose role must grant it. Tests calling this API unsigned play the
+    // administrator.
+    let function_arn = crate::template::function_arn(&name);
+    let verdict = match crate::iam::signer(&Uri::from_static("/"), &headers) {
+        None => Ok(()),
+        Some(key) if key == crate::iam::ADMIN_KEY => Ok(()),
+        // A hosted function invoking another: its own role must grant it.
+        Some(key) if state.policies.knows(&key) => {
+            state.policies.check(&key, &[crate::iam::Access::invoke(&function_arn)])
+        }
+        Some(_) => state.policies.check_invoke(&function_arn),
+    };
+    if let Err(denial) = verdict {
+        state.denials.record(denial.clone());
+        return access_denied("lambda:Invoke", &denial);
+    }
     let Some(hosted) = state.functions.get(&name) else {
         return (
             StatusCode::NOT_FOUND,
@@ -152,6 +193,28 @@ async fn forward(State(state): State<EdgeState>, request: Request) -> Response {
         Ok(body) => body,
         Err(err) => return (StatusCode::BAD_REQUEST, err.to_string()).into_response(),
     };
+    let principal = crate::iam::signer(&parts.uri, &parts.headers).filter(|p| state.policies.knows(p));
+    // S3 hides whether a key exists from a caller that may not list its bucket: 403, not 404.
+    let missing_reads_as_denied = principal.as_deref().is_some_and(|principal| {
+        matches!(operation.as_str(), "s3:GetObject" | "s3:HeadObject")
+            && !state.policies.may_list_bucket(principal, parts.uri.path().trim_start_matches('/').split('/').next().unwrap_or_default())
+    });
+    if let Some(principal) = principal {
+        let verdict = state
+            .policies
+            .accesses(&operation, &parts.method, &parts.uri, &parts.headers, &body)
+            .map_err(|unknown| Denial {
+                principal: principal.clone(),
+                action: operation.clone(),
+                resource: parts.uri.path().to_owned(),
+                message: format!("the local IAM check cannot name what this request needs: {unknown:#}"),
+            })
+            .and_then(|accesses| state.policies.check(&principal, &accesses));
+        if let Err(denial) = verdict {
+            state.denials.record(denial.clone());
+            return access_denied(&operation, &denial);
+        }
+    }
     let journal_request = (write && state.faults.journaling()).then(|| body.clone());
     let mut outbound =
         state.client.request(parts.method.clone(), format!("{}{path}", state.emulator_url)).body(body);
@@ -162,6 +225,16 @@ async fn forward(State(state): State<EdgeState>, request: Request) -> Response {
     }
     if !dynamodb {
         return match outbound.send().await {
+            Ok(response) if missing_reads_as_denied && response.status() == StatusCode::NOT_FOUND => {
+                tracing::warn!(operation, "a missing key read by a caller that may not list the bucket: 403, as S3 answers");
+                let denial = Denial {
+                    principal: String::new(),
+                    action: operation.clone(),
+                    resource: parts.uri.path().to_owned(),
+                    message: "Access Denied (the key does not exist, and the caller may not list the bucket)".into(),
+                };
+                access_denied(&operation, &denial)
+            }
             Ok(response) => {
                 let builder = response_builder(&response);
                 let body = Body::from_stream(response.bytes_stream().map_err(std::io::Error::other));
@@ -213,6 +286,24 @@ fn response_builder(response: &reqwest::Response) -> axum::http::response::Build
 fn emulator_unreachable(err: reqwest::Error) -> Response {
     tracing::warn!(error = %err, "forwarding to the emulator failed");
     (StatusCode::BAD_GATEWAY, [("content-type", HeaderValue::from_static("text/plain"))], err.to_string()).into_response()
+}
+
+/// The error the service behind `operation` answers a call its caller may not make with.
+fn access_denied(operation: &str, denial: &Denial) -> Response {
+    if operation.starts_with("s3:") {
+        let xml = format!(
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>AccessDenied</Code><Message>{}</Message></Error>",
+            denial.message.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+        );
+        return (StatusCode::FORBIDDEN, [("content-type", "application/xml")], xml).into_response();
+    }
+    let status = if operation.starts_with("lambda:") { StatusCode::FORBIDDEN } else { StatusCode::BAD_REQUEST };
+    (
+        status,
+        [("content-type", "application/x-amz-json-1.0"), ("x-amzn-errortype", "AccessDeniedException")],
+        serde_json::json!({"__type": "AccessDeniedException", "message": denial.message}).to_string(),
+    )
+        .into_response()
 }
 
 /// The throttling error the service behind `operation` answers with when it sheds load.
@@ -344,6 +435,8 @@ mod tests {
             client: reqwest::Client::new(),
             dynamodb_lock: Default::default(),
             faults: Default::default(),
+            policies: Default::default(),
+            denials: Default::default(),
         }))
         .await;
         let write = |timeout_ms: u64| {

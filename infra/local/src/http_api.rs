@@ -69,6 +69,8 @@ pub struct ApiState {
     pub faults: Arc<crate::faults::Faults>,
     /// Finished invocations (`GET /_local/invocations`).
     pub invocations: crate::hosted::InvocationLog,
+    /// Calls refused by the IAM check (`GET /_local/iam/denials`).
+    pub denials: crate::edge::Denials,
 }
 
 /// The routes of every hosted API function.
@@ -150,6 +152,9 @@ pub fn router(state: ApiState) -> axum::Router {
         .route("/_local/aws-calls", axum::routing::get(aws_calls))
         .route("/_local/aws-calls/by-function", axum::routing::get(|State(state): State<ApiState>| async move {
             axum::Json(state.calls.by_function()).into_response()
+        }))
+        .route("/_local/iam/denials", axum::routing::get(|State(state): State<ApiState>| async move {
+            axum::Json(state.denials.snapshot())
         }))
         .route("/_local/invocations", axum::routing::get(|State(state): State<ApiState>| async move {
             axum::Json(state.invocations.snapshot()).into_response()

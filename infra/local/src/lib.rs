@@ -18,6 +18,7 @@ pub mod faults;
 pub mod filter;
 pub mod hosted;
 pub mod http_api;
+pub mod iam;
 pub mod jwt;
 pub mod model;
 pub mod provision;
@@ -112,6 +113,9 @@ pub struct LocalStack {
     pub faults: Arc<faults::Faults>,
     /// Finished invocations of the hosted functions (`/_local/invocations`).
     pub invocations: hosted::InvocationLog,
+    /// AWS calls the edge refused because the caller's role does not grant them
+    /// (`/_local/iam/denials`).
+    pub denials: edge::Denials,
     authorizer: jwt::Authorizer,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
@@ -125,10 +129,17 @@ async fn sdk_config_with(endpoint: &str, http_client: impl aws_smithy_runtime_ap
     aws_config::defaults(BehaviorVersion::latest())
         .endpoint_url(endpoint)
         .region(Region::new(template::REGION))
-        .credentials_provider(aws_sdk_sqs::config::Credentials::new("longhaul", "local", None, None, "local"))
+        .credentials_provider(aws_sdk_sqs::config::Credentials::new(iam::ADMIN_KEY, "local", None, None, "local"))
         .http_client(http_client)
         .load()
         .await
+}
+
+/// `sdk` signing as the function `logical` (its own access key id): the edge tells the
+/// caller of every request by it and checks the call against that function's role.
+pub fn function_identity(sdk: &SdkConfig, logical: &str) -> SdkConfig {
+    let credentials = aws_sdk_sqs::config::Credentials::new(iam::access_key_id(logical), "local", None, None, "local");
+    sdk.to_builder().credentials_provider(aws_sdk_sqs::config::SharedCredentialsProvider::new(credentials)).build()
 }
 
 fn free_port() -> anyhow::Result<u16> {
@@ -211,11 +222,13 @@ impl LocalStack {
         let function_sdk =
             sdk_config_with(&edge_url, faults::FaultyHttpClient::new(longhaul_aws::sdk::http_client(), faults.clone())).await;
         let invocations = hosted::InvocationLog::default();
+        let policies = Arc::new(iam::Policies::from_template(&template)?);
         let mut hosted = Vec::new();
         for mut spec in model::functions(&template)? {
             spec.env.extend(options.env_overrides.iter().map(|(k, v)| (k.clone(), v.clone())));
-            hosted.push(hosted::host(&spec, &function_sdk, &invocations)?);
+            hosted.push(hosted::host(&spec, &function_identity(&function_sdk, &spec.logical), &invocations)?);
         }
+        let denials = edge::Denials::default();
         let calls = edge::CallCounter::default();
         let metrics = http_api::MetricLines::default();
         let recorder = metrics.clone();
@@ -231,6 +244,8 @@ impl LocalStack {
             client: reqwest::Client::new(),
             dynamodb_lock: Default::default(),
             faults: faults.clone(),
+            policies,
+            denials: denials.clone(),
         };
         let authorizer = authorizer(&template, options.state_dir.as_deref())?;
         let schedules = schedules::Schedules::new(&hosted);
@@ -243,6 +258,7 @@ impl LocalStack {
             metrics: metrics.clone(),
             faults: faults.clone(),
             invocations: invocations.clone(),
+            denials: denials.clone(),
         };
         let mut tasks = vec![
             tokio::spawn(async move {
@@ -267,7 +283,7 @@ impl LocalStack {
             },
         ));
         tasks.extend(schedules.spawn());
-        Ok(LocalStack { api_url, edge_url, emulator, template, calls, metrics, faults, invocations, authorizer, tasks })
+        Ok(LocalStack { api_url, edge_url, emulator, template, calls, metrics, faults, invocations, denials, authorizer, tasks })
     }
 
     /// A bearer token for principal `sub` (valid one day).

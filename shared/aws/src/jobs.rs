@@ -926,6 +926,36 @@ impl JobStore {
         Ok(out)
     }
 
+    /// How many job records status-index bucket `kind` holds (all shards): a `Select=COUNT`
+    /// query per shard and page, so only the count crosses the wire (billed by the index data
+    /// read, as any query).
+    pub async fn count_bucket(&self, kind: &str) -> Result<u64, StoreError> {
+        let mut total = 0u64;
+        for shard in 0..STATUS_SHARDS {
+            let mut start = None;
+            loop {
+                let page = self
+                    .client
+                    .query()
+                    .table_name(&self.table)
+                    .index_name(STATUS_INDEX)
+                    .key_condition_expression("gsi2pk = :bucket")
+                    .expression_attribute_values(":bucket", s(format!("{kind}#{shard}")))
+                    .select(aws_sdk_dynamodb::types::Select::Count)
+                    .set_exclusive_start_key(start)
+                    .send()
+                    .await
+                    .map_err(|e| AwsError::new(format!("count the {kind} index"), e))?;
+                total += page.count.max(0) as u64;
+                start = page.last_evaluated_key;
+                if start.is_none() {
+                    break;
+                }
+            }
+        }
+        Ok(total)
+    }
+
     /// `owner`'s webhook secrets, created on first use (a conditional put, so concurrent
     /// first uses agree on one secret).
     pub async fn webhook_secrets(&self, owner: &str) -> Result<SecretsRecord, StoreError> {

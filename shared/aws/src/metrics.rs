@@ -59,12 +59,57 @@ pub fn line(name: &str, value: f64, unit: Unit, job_type: &str, job_id: &str) ->
     .to_string()
 }
 
+/// The EMF line for one reading of a gauge `name` (a count of jobs) in status `status`,
+/// dimensioned by `Status` only: it is about the whole table, not one job.
+pub fn status_line(name: &str, value: f64, status: &str) -> String {
+    json!({
+        "_aws": {
+            "Timestamp": chrono::Utc::now().timestamp_millis(),
+            "CloudWatchMetrics": [{
+                "Namespace": NAMESPACE,
+                "Dimensions": [["Status"]],
+                "Metrics": [{"Name": name, "Unit": Unit::Count.as_str()}],
+            }],
+        },
+        "Status": status,
+        name: value,
+    })
+    .to_string()
+}
+
 /// Emits one data point about `job`.
 pub fn emit(name: &str, value: f64, unit: Unit, job: &JobRecord) {
-    let line = line(name, value, unit, &job.job_type, &job.job_id);
+    publish(&line(name, value, unit, &job.job_type, &job.job_id));
+}
+
+/// Emits what a job's end counts, from its record as the ending write left it: `JobsSucceeded`,
+/// `JobsFailed` or `JobsCancelled`, and `JobDuration` (submission to end). Whoever ends a job —
+/// a stage, the reaper, a cancellation — calls this once, after its write took effect, so
+/// every end is counted exactly once whichever path took it. Nothing for a live status.
+pub fn emit_end(job: &JobRecord) {
+    use longhaul_domain::JobStatus;
+    let name = match job.status {
+        JobStatus::Succeeded => "JobsSucceeded",
+        JobStatus::Failed => "JobsFailed",
+        JobStatus::Cancelled => "JobsCancelled",
+        _ => return,
+    };
+    emit(name, 1.0, Unit::Count, job);
+    let parse = |t: &str| chrono::DateTime::parse_from_rfc3339(t).ok();
+    if let (Some(start), Some(end)) = (parse(&job.created_at), job.finished_at.as_deref().and_then(parse)) {
+        emit("JobDuration", (end - start).num_milliseconds() as f64, Unit::Milliseconds, job);
+    }
+}
+
+/// Emits one reading of gauge `name` for status `status`.
+pub fn emit_status(name: &str, value: f64, status: &str) {
+    publish(&status_line(name, value, status));
+}
+
+fn publish(line: &str) {
     println!("{line}");
     if let Some(sink) = SINK.get() {
-        sink(&line);
+        sink(line);
     }
 }
 
@@ -80,5 +125,8 @@ mod tests {
         assert_eq!(parsed["job_id"], "job-1");
         assert_eq!(parsed["_aws"]["CloudWatchMetrics"][0]["Metrics"][0]["Name"], "ZombiesReaped");
         assert_eq!(parsed["_aws"]["CloudWatchMetrics"][0]["Dimensions"], json!([["JobType"], []]));
+        let gauge: serde_json::Value = serde_json::from_str(&status_line("ActiveJobs", 7.0, "running")).unwrap();
+        assert_eq!((gauge["ActiveJobs"].as_f64(), gauge["Status"].as_str()), (Some(7.0), Some("running")));
+        assert_eq!(gauge["_aws"]["CloudWatchMetrics"][0]["Dimensions"], json!([["Status"]]));
     }
 }
