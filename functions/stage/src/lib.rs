@@ -344,7 +344,14 @@ pub async fn handle(deps: &Deps, input: StageInput, deadline: Instant) -> Result
         | StageInput::ContinueAsNew { job_id, lease }
         | StageInput::Complete { job_id, lease, .. } => with_lease(job_id, Some(lease)),
     };
-    task(deps, input, deadline).instrument(span).await
+    let result = task(deps, input, deadline).instrument(span.clone()).await;
+    // lambda_runtime logs a handler's error too, but after this span closed (a line about the
+    // job without its id, attempt and principal): the stage's own line is the one that counts,
+    // and main.rs drops the runtime's (`logs::init_subscriber`).
+    if let Err(err) = &result {
+        span.in_scope(|| tracing::error!(error_type = err.name(), error = %err, "task failed"));
+    }
+    result
 }
 
 /// `queued → running` for `execution` (idempotent per execution), minting the lease.

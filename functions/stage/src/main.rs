@@ -4,7 +4,7 @@ use stage::{Config, Deps, StageInput};
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    lambda_runtime::tracing::init_default_subscriber();
+    longhaul_aws::logs::init_subscriber();
     let config = Config::from_vars(&Vars::from_env())?;
     let deps = Deps::new(&load_sdk_config().await, &config);
     warm_up(async {

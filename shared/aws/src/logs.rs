@@ -72,6 +72,49 @@ pub fn current_job(job: &JobRecord) {
     record_job(&Span::current(), job);
 }
 
+/// The target of lambda_runtime's line for a handler's error (and panic).
+pub const RUNTIME_ERROR_TARGET: &str = "lambda_runtime::layers::panic";
+
+/// Installs the subscriber lambda_runtime installs (`init_default_subscriber`: JSON when the
+/// function's LoggingConfig says so, the level from `AWS_LAMBDA_LOG_LEVEL` or `RUST_LOG`), less
+/// the runtime's own line for a handler's error. That line is written after the handler's
+/// `job` span closed, so it would be a line about a job without its id, attempt and principal;
+/// a handler that returns job errors (the stage) logs each in its span instead. A panic still
+/// reaches the log through Rust's panic hook (stderr).
+pub fn init_subscriber() {
+    use tracing_subscriber::util::SubscriberInitExt;
+    let json = std::env::var("AWS_LAMBDA_LOG_FORMAT").is_ok_and(|f| f.eq_ignore_ascii_case("json"));
+    let level = std::env::var("AWS_LAMBDA_LOG_LEVEL").or_else(|_| std::env::var("RUST_LOG")).ok();
+    if json {
+        subscriber(level.as_deref(), std::io::stdout).json().finish().init();
+    } else {
+        subscriber(level.as_deref(), std::io::stdout).finish().init();
+    }
+}
+
+/// Lambda's formatter: full lines, no timestamp (CloudWatch stamps each line).
+type Builder<W> = tracing_subscriber::fmt::SubscriberBuilder<
+    tracing_subscriber::fmt::format::DefaultFields,
+    tracing_subscriber::fmt::format::Format<tracing_subscriber::fmt::format::Full, ()>,
+    tracing_subscriber::EnvFilter,
+    W,
+>;
+
+/// The subscriber builder of [`init_subscriber`], writing to `writer`.
+fn subscriber<W>(level: Option<&str>, writer: W) -> Builder<W>
+where
+    W: for<'w> tracing_subscriber::fmt::MakeWriter<'w> + Send + Sync + 'static,
+{
+    use std::str::FromStr;
+    use tracing_subscriber::filter::{EnvFilter, LevelFilter};
+    let level = LevelFilter::from_str(level.unwrap_or("INFO")).unwrap_or(LevelFilter::INFO);
+    let filter = EnvFilter::builder()
+        .with_default_directive(level.into())
+        .parse_lossy("")
+        .add_directive(format!("{RUNTIME_ERROR_TARGET}=off").parse().expect("a valid directive"));
+    tracing_subscriber::fmt().with_target(false).without_time().with_env_filter(filter).with_writer(writer)
+}
+
 /// A placeholder for a redacted value in `Debug` output.
 pub struct Redacted;
 
@@ -126,6 +169,23 @@ mod tests {
         assert_eq!(line["span"]["attempt"], 3, "{line}");
         assert_eq!(line["span"]["principal"], "alice", "{line}");
         assert_eq!(line["span"]["name"], SPAN_NAME);
+    }
+
+    /// The stage's subscriber drops lambda_runtime's context-less line for a handler error and
+    /// keeps everything else, at the configured level.
+    #[test]
+    fn the_runtime_error_line_is_dropped_and_the_rest_kept() {
+        let buffer = Buffer::default();
+        let writer = buffer.clone();
+        let subscriber = subscriber(Some("WARN"), move || writer.clone()).json().finish();
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::error!(target: "lambda_runtime::layers::panic", "Retryable(\"x\")");
+            tracing::error!(target: "stage", "task failed");
+            tracing::info!(target: "stage", "below the level");
+        });
+        let text = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
+        assert_eq!(text.lines().count(), 1, "{text}");
+        assert!(text.contains("task failed"), "{text}");
     }
 
     #[test]
