@@ -108,9 +108,11 @@ where
     use std::str::FromStr;
     use tracing_subscriber::filter::{EnvFilter, LevelFilter};
     let level = LevelFilter::from_str(level.unwrap_or("INFO")).unwrap_or(LevelFilter::INFO);
+    // Also `RUST_LOG`'s per-target directives, as lambda_runtime's subscriber reads them (the
+    // cold-start benchmark sets `longhaul_aws::sdk=debug`).
     let filter = EnvFilter::builder()
         .with_default_directive(level.into())
-        .parse_lossy("")
+        .from_env_lossy()
         .add_directive(format!("{RUNTIME_ERROR_TARGET}=off").parse().expect("a valid directive"));
     tracing_subscriber::fmt().with_target(false).without_time().with_env_filter(filter).with_writer(writer)
 }
