@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use lambda_http::request::LambdaRequest;
 use longhaul_aws::config::Vars;
+use longhaul_local::function_identity;
 use longhaul_tests::{harness, root};
 use serde_json::Value;
 
@@ -24,11 +25,6 @@ fn vars(logical: &str) -> Vars {
     Vars::from_map(spec.env.into_iter().collect())
 }
 
-/// `sdk` signing as the function `logical`: the edge holds its calls to that function's role.
-fn as_function(sdk: &aws_config::SdkConfig, logical: &str) -> aws_config::SdkConfig {
-    longhaul_local::function_identity(sdk, logical)
-}
-
 async fn invoke(logical: &str, event: Value) -> (Option<String>, Value) {
     let stack = &harness().stack;
     let url = format!("{}/2015-03-31/functions/{}/invocations", stack.edge_url, stack.template.physical_name(logical).unwrap());
@@ -41,7 +37,7 @@ async fn invoke(logical: &str, event: Value) -> (Option<String>, Value) {
 async fn http_samples_drive_their_handlers() {
     let stack = &harness().stack;
     let sdk = longhaul_local::sdk_config(&stack.edge_url).await;
-    let submit = submit::Deps::new(&as_function(&sdk, "SubmitFunction"), &submit::Config::from_vars(&vars("SubmitFunction")).unwrap());
+    let submit = submit::Deps::new(&function_identity(&sdk, "SubmitFunction"), &submit::Config::from_vars(&vars("SubmitFunction")).unwrap());
     let response = submit::handle(&submit, request(sample("submit.json"))).await;
     assert_eq!(response.status(), 202);
     let body: Value = serde_json::from_slice(response.body().as_ref()).unwrap();
@@ -51,15 +47,15 @@ async fn http_samples_drive_their_handlers() {
         request(serde_json::from_str(&text).unwrap())
     };
 
-    let status = status::Deps::new(&as_function(&sdk, "StatusFunction"), &status::Config::from_vars(&vars("StatusFunction")).unwrap());
+    let status = status::Deps::new(&function_identity(&sdk, "StatusFunction"), &status::Config::from_vars(&vars("StatusFunction")).unwrap());
     assert_eq!(status::handle(&status, with_job("status.json")).await.status(), 200);
-    let cancel = cancel::Deps::new(&as_function(&sdk, "CancelFunction"), &cancel::Config::from_vars(&vars("CancelFunction")).unwrap());
+    let cancel = cancel::Deps::new(&function_identity(&sdk, "CancelFunction"), &cancel::Config::from_vars(&vars("CancelFunction")).unwrap());
     assert_eq!(cancel::handle(&cancel, with_job("cancel.json")).await.status(), 202);
-    let uploads = uploads::Deps::new(&as_function(&sdk, "UploadsFunction"), &uploads::Config::from_vars(&vars("UploadsFunction")).unwrap());
+    let uploads = uploads::Deps::new(&function_identity(&sdk, "UploadsFunction"), &uploads::Config::from_vars(&vars("UploadsFunction")).unwrap());
     assert_eq!(uploads::handle(&uploads, request(sample("uploads.json"))).await.status(), 201);
-    let webhooks = webhooks::Deps::new(&as_function(&sdk, "WebhooksFunction"), &webhooks::Config::from_vars(&vars("WebhooksFunction")).unwrap());
+    let webhooks = webhooks::Deps::new(&function_identity(&sdk, "WebhooksFunction"), &webhooks::Config::from_vars(&vars("WebhooksFunction")).unwrap());
     assert_eq!(webhooks::handle(&webhooks, request(sample("webhooks.json"))).await.status(), 200);
-    let events = std::sync::Arc::new(events::Deps::new(&as_function(&sdk, "EventsFunction"), &events::Config::from_vars(&vars("EventsFunction")).unwrap()));
+    let events = std::sync::Arc::new(events::Deps::new(&function_identity(&sdk, "EventsFunction"), &events::Config::from_vars(&vars("EventsFunction")).unwrap()));
     assert_eq!(events::handle(events, with_job("events.json")).await.status(), 404, "a bad token reads as no such job");
 }
 

@@ -16,7 +16,7 @@ use futures::TryStreamExt;
 
 use crate::faults::{FUNCTION_HEADER, Faults, INVOCATION_HEADER, LEASE_HEADER};
 use crate::hosted::HostedFunction;
-use crate::iam::{Denial, Policies};
+use crate::iam::{Credential, Denial, Policies};
 
 /// Counts of AWS API calls by `service:operation`, and by function and operation.
 #[derive(Debug, Clone, Default)]
@@ -120,7 +120,7 @@ async fn invoke(State(state): State<EdgeState>, Path(function): Path<String>, he
     // machine's, whose role must grant it. Tests calling this API unsigned play the
     // administrator.
     let function_arn = crate::template::function_arn(&name);
-    let verdict = match crate::iam::signer(&Uri::from_static("/"), &headers) {
+    let verdict = match Credential::of(&Uri::from_static("/"), &headers).map(|c| c.key) {
         None => Ok(()),
         Some(key) if key == crate::iam::ADMIN_KEY => Ok(()),
         // A hosted function invoking another: its own role must grant it.
@@ -131,7 +131,7 @@ async fn invoke(State(state): State<EdgeState>, Path(function): Path<String>, he
     };
     if let Err(denial) = verdict {
         state.denials.record(denial.clone());
-        return access_denied("lambda:Invoke", &denial);
+        return access_denied("lambda:Invoke", &denial.message);
     }
     let Some(hosted) = state.functions.get(&name) else {
         return (
@@ -193,13 +193,8 @@ async fn forward(State(state): State<EdgeState>, request: Request) -> Response {
         Ok(body) => body,
         Err(err) => return (StatusCode::BAD_REQUEST, err.to_string()).into_response(),
     };
-    let principal = crate::iam::signer(&parts.uri, &parts.headers).filter(|p| state.policies.knows(p));
-    // S3 hides whether a key exists from a caller that may not list its bucket: 403, not 404.
-    let missing_reads_as_denied = principal.as_deref().is_some_and(|principal| {
-        matches!(operation.as_str(), "s3:GetObject" | "s3:HeadObject")
-            && !state.policies.may_list_bucket(principal, parts.uri.path().trim_start_matches('/').split('/').next().unwrap_or_default())
-    });
-    if let Some(principal) = principal {
+    let principal = Credential::of(&parts.uri, &parts.headers).map(|c| c.key).filter(|p| state.policies.knows(p));
+    if let Some(principal) = &principal {
         let verdict = state
             .policies
             .accesses(&operation, &parts.method, &parts.uri, &parts.headers, &body)
@@ -209,10 +204,10 @@ async fn forward(State(state): State<EdgeState>, request: Request) -> Response {
                 resource: parts.uri.path().to_owned(),
                 message: format!("the local IAM check cannot name what this request needs: {unknown:#}"),
             })
-            .and_then(|accesses| state.policies.check(&principal, &accesses));
+            .and_then(|accesses| state.policies.check(principal, &accesses));
         if let Err(denial) = verdict {
             state.denials.record(denial.clone());
-            return access_denied(&operation, &denial);
+            return access_denied(&operation, &denial.message);
         }
     }
     let journal_request = (write && state.faults.journaling()).then(|| body.clone());
@@ -225,15 +220,14 @@ async fn forward(State(state): State<EdgeState>, request: Request) -> Response {
     }
     if !dynamodb {
         return match outbound.send().await {
-            Ok(response) if missing_reads_as_denied && response.status() == StatusCode::NOT_FOUND => {
+            // S3 hides whether a key exists from a caller that may not list its bucket.
+            Ok(response)
+                if response.status() == StatusCode::NOT_FOUND
+                    && matches!(operation.as_str(), "s3:GetObject" | "s3:HeadObject")
+                    && principal.as_deref().is_some_and(|p| state.policies.hides_missing_keys(p, &parts.uri)) =>
+            {
                 tracing::warn!(operation, "a missing key read by a caller that may not list the bucket: 403, as S3 answers");
-                let denial = Denial {
-                    principal: String::new(),
-                    action: operation.clone(),
-                    resource: parts.uri.path().to_owned(),
-                    message: "Access Denied (the key does not exist, and the caller may not list the bucket)".into(),
-                };
-                access_denied(&operation, &denial)
+                access_denied(&operation, "Access Denied (the key does not exist, and the caller may not list the bucket)")
             }
             Ok(response) => {
                 let builder = response_builder(&response);
@@ -289,35 +283,30 @@ fn emulator_unreachable(err: reqwest::Error) -> Response {
 }
 
 /// The error the service behind `operation` answers a call its caller may not make with.
-fn access_denied(operation: &str, denial: &Denial) -> Response {
-    if operation.starts_with("s3:") {
-        let xml = format!(
-            "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>AccessDenied</Code><Message>{}</Message></Error>",
-            denial.message.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
-        );
-        return (StatusCode::FORBIDDEN, [("content-type", "application/xml")], xml).into_response();
-    }
-    let status = if operation.starts_with("lambda:") { StatusCode::FORBIDDEN } else { StatusCode::BAD_REQUEST };
-    (
-        status,
-        [("content-type", "application/x-amz-json-1.0"), ("x-amzn-errortype", "AccessDeniedException")],
-        serde_json::json!({"__type": "AccessDeniedException", "message": denial.message}).to_string(),
-    )
-        .into_response()
+fn access_denied(operation: &str, message: &str) -> Response {
+    let json_status = if operation.starts_with("lambda:") { StatusCode::FORBIDDEN } else { StatusCode::BAD_REQUEST };
+    aws_error(operation, (StatusCode::FORBIDDEN, "AccessDenied"), (json_status, "AccessDeniedException"), message)
 }
 
 /// The throttling error the service behind `operation` answers with when it sheds load.
 fn throttled(operation: &str) -> Response {
     let message = "Rate exceeded (throttling injected by the local edge)";
+    aws_error(operation, (StatusCode::SERVICE_UNAVAILABLE, "SlowDown"), (StatusCode::BAD_REQUEST, "ThrottlingException"), message)
+}
+
+/// An error answer in the wire format of the service behind `operation`: S3's XML `<Error>`
+/// with `s3`'s status and code, or the AWS JSON protocols' `__type` (DynamoDB, SQS, Step
+/// Functions, Lambda) with `json`'s.
+fn aws_error(operation: &str, s3: (StatusCode, &str), json: (StatusCode, &str), message: &str) -> Response {
     if operation.starts_with("s3:") {
-        let xml = format!("<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>SlowDown</Code><Message>{message}</Message></Error>");
-        return (StatusCode::SERVICE_UNAVAILABLE, [("content-type", "application/xml")], xml).into_response();
+        let message = message.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;");
+        let xml = format!("<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>{}</Code><Message>{message}</Message></Error>", s3.1);
+        return (s3.0, [("content-type", "application/xml")], xml).into_response();
     }
-    // DynamoDB, SQS and Step Functions speak AWS JSON: the error code is `__type`.
     (
-        StatusCode::BAD_REQUEST,
-        [("content-type", "application/x-amz-json-1.0"), ("x-amzn-errortype", "ThrottlingException")],
-        serde_json::json!({"__type": "ThrottlingException", "message": message}).to_string(),
+        json.0,
+        [("content-type", "application/x-amz-json-1.0"), ("x-amzn-errortype", json.1)],
+        serde_json::json!({"__type": json.1, "message": message}).to_string(),
     )
         .into_response()
 }
@@ -325,21 +314,7 @@ fn throttled(operation: &str) -> Response {
 /// Names an AWS request `service:Operation`: from `X-Amz-Target` for JSON protocols
 /// (DynamoDB, SQS, Step Functions), from the method and path for S3's REST protocol.
 pub fn classify(method: &Method, uri: &axum::http::Uri, headers: &HeaderMap) -> String {
-    let service = headers
-        .get("authorization")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|auth| auth.split("Credential=").nth(1))
-        .and_then(|cred| cred.split('/').nth(3))
-        .map(str::to_owned)
-        .or_else(|| {
-            let query = uri.query().unwrap_or_default();
-            query
-                .split('&')
-                .find_map(|kv| kv.strip_prefix("X-Amz-Credential="))
-                .and_then(|cred| cred.split("%2F").nth(3))
-                .map(str::to_owned)
-        })
-        .unwrap_or_else(|| "unknown".into());
+    let service = Credential::of(uri, headers).map_or_else(|| "unknown".into(), |c| c.service);
     if let Some(target) = headers.get("x-amz-target").and_then(|v| v.to_str().ok()) {
         let operation = target.rsplit('.').next().unwrap_or(target);
         return format!("{service}:{operation}");

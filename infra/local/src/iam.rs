@@ -176,6 +176,12 @@ impl Policies {
         self.check(principal, &[Access::new("s3:ListBucket", format!("arn:aws:s3:::{bucket}"))]).is_ok()
     }
 
+    /// Whether S3 answers `principal` 403 rather than 404 for a GET or HEAD of a missing key at
+    /// `uri` (path-style: `/<bucket>/<key>`), because it may not list the bucket.
+    pub fn hides_missing_keys(&self, principal: &str, uri: &Uri) -> bool {
+        !self.may_list_bucket(principal, s3_path(uri).0)
+    }
+
     /// Checks every access of a request; the first refused one is the answer.
     pub fn check(&self, principal: &str, accesses: &[Access]) -> Result<(), Denial> {
         let statements = self.by_principal.get(principal).map(Vec::as_slice).unwrap_or_default();
@@ -478,10 +484,8 @@ fn states(op: &str, body: &[u8]) -> anyhow::Result<Vec<Access>> {
 fn s3(op: &str, method: &Method, uri: &Uri, headers: &HeaderMap, body: &[u8]) -> anyhow::Result<Vec<Access>> {
     let decode = |s: &str| percent_decode_str(s).decode_utf8_lossy().into_owned();
     let path = uri.path().trim_start_matches('/');
-    let (bucket, key) = match path.split_once('/') {
-        Some((bucket, key)) => (bucket.to_owned(), decode(key)),
-        None => (path.to_owned(), String::new()),
-    };
+    let (bucket, key) = s3_path(uri);
+    let key = decode(key);
     let object = |key: &str| format!("arn:aws:s3:::{bucket}/{key}");
     let bucket_arn = format!("arn:aws:s3:::{bucket}");
     let query: BTreeMap<String, String> = url::form_urlencoded::parse(uri.query().unwrap_or_default().as_bytes()).into_owned().collect();
@@ -538,6 +542,12 @@ fn s3(op: &str, method: &Method, uri: &Uri, headers: &HeaderMap, body: &[u8]) ->
     })
 }
 
+/// The bucket and the (still percent-encoded) key of a path-style S3 request.
+fn s3_path(uri: &Uri) -> (&str, &str) {
+    let path = uri.path().trim_start_matches('/');
+    path.split_once('/').unwrap_or((path, ""))
+}
+
 fn xml_unescape(text: &str) -> String {
     text.replace("&lt;", "<").replace("&gt;", ">").replace("&quot;", "\"").replace("&apos;", "'").replace("&amp;", "&")
 }
@@ -566,15 +576,26 @@ fn glob(pattern: &str, text: &str) -> bool {
     p[pi..].iter().all(|c| *c == '*')
 }
 
-/// The caller named by a request's signature: the access key id of its `Authorization`
-/// header, or of a presigned URL's `X-Amz-Credential`.
-pub fn signer(uri: &Uri, headers: &HeaderMap) -> Option<String> {
-    if let Some(auth) = headers.get("authorization").and_then(|v| v.to_str().ok()) {
-        return auth.split("Credential=").nth(1).and_then(|c| c.split('/').next()).map(str::to_owned);
+/// The credential scope a SigV4 request is signed under
+/// (`<access key id>/<date>/<region>/<service>/aws4_request`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Credential {
+    /// The access key id: who is calling.
+    pub key: String,
+    /// The service the request is signed for (`dynamodb`, `s3`…).
+    pub service: String,
+}
+
+impl Credential {
+    /// The scope of the `Authorization` header, or of a presigned URL's `X-Amz-Credential`.
+    pub fn of(uri: &Uri, headers: &HeaderMap) -> Option<Self> {
+        let scope = match headers.get("authorization").and_then(|v| v.to_str().ok()) {
+            Some(auth) => auth.split("Credential=").nth(1)?.split([',', ' ']).next()?.to_owned(),
+            None => url::form_urlencoded::parse(uri.query()?.as_bytes()).find(|(k, _)| k == "X-Amz-Credential")?.1.into_owned(),
+        };
+        let parts: Vec<&str> = scope.split('/').collect();
+        Some(Credential { key: (*parts.first()?).to_owned(), service: (*parts.get(3)?).to_owned() })
     }
-    url::form_urlencoded::parse(uri.query()?.as_bytes())
-        .find(|(k, _)| k == "X-Amz-Credential")
-        .and_then(|(_, v)| v.split('/').next().map(str::to_owned))
 }
 
 #[cfg(test)]
@@ -711,9 +732,11 @@ mod tests {
     fn the_signer_is_read_from_the_header_or_a_presigned_url() {
         let mut headers = HeaderMap::new();
         headers.insert("authorization", "AWS4-HMAC-SHA256 Credential=StageFunction/20261123/us-east-1/s3/aws4_request, SignedHeaders=host".parse().unwrap());
-        assert_eq!(signer(&"/b/k".parse().unwrap(), &headers).as_deref(), Some("StageFunction"));
+        let signed = Credential::of(&"/b/k".parse().unwrap(), &headers).unwrap();
+        assert_eq!((signed.key.as_str(), signed.service.as_str()), ("StageFunction", "s3"));
         let presigned: Uri = "/b/k?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=UploadsFunction%2F20261123%2Fus-east-1%2Fs3%2Faws4_request".parse().unwrap();
-        assert_eq!(signer(&presigned, &HeaderMap::new()).as_deref(), Some("UploadsFunction"));
+        let presigned = Credential::of(&presigned, &HeaderMap::new()).unwrap();
+        assert_eq!((presigned.key.as_str(), presigned.service.as_str()), ("UploadsFunction", "s3"));
     }
 
     #[test]

@@ -905,12 +905,7 @@ impl JobStore {
         let mut out = Vec::new();
         for shard in 0..STATUS_SHARDS {
             let page = self
-                .client
-                .query()
-                .table_name(&self.table)
-                .index_name(STATUS_INDEX)
-                .key_condition_expression("gsi2pk = :bucket AND gsi2sk < :before")
-                .expression_attribute_values(":bucket", s(format!("{kind}#{shard}")))
+                .bucket_query(kind, shard, "AND gsi2sk < :before")
                 .expression_attribute_values(":before", s(before))
                 .limit(limit as i32)
                 .send()
@@ -935,12 +930,7 @@ impl JobStore {
             let mut start = None;
             loop {
                 let page = self
-                    .client
-                    .query()
-                    .table_name(&self.table)
-                    .index_name(STATUS_INDEX)
-                    .key_condition_expression("gsi2pk = :bucket")
-                    .expression_attribute_values(":bucket", s(format!("{kind}#{shard}")))
+                    .bucket_query(kind, shard, "")
                     .select(aws_sdk_dynamodb::types::Select::Count)
                     .set_exclusive_start_key(start)
                     .send()
@@ -954,6 +944,17 @@ impl JobStore {
             }
         }
         Ok(total)
+    }
+
+    /// A Query of status-index bucket `kind`, shard `shard` (`gsi2pk = :bucket`, then
+    /// `sort_condition` on `gsi2sk`, whose values the caller adds).
+    fn bucket_query(&self, kind: &str, shard: u32, sort_condition: &str) -> aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder {
+        self.client
+            .query()
+            .table_name(&self.table)
+            .index_name(STATUS_INDEX)
+            .key_condition_expression(format!("gsi2pk = :bucket {sort_condition}").trim_end().to_owned())
+            .expression_attribute_values(":bucket", s(format!("{kind}#{shard}")))
     }
 
     /// `owner`'s webhook secrets, created on first use (a conditional put, so concurrent

@@ -42,39 +42,34 @@ impl Unit {
 /// id as a plain property (not a dimension: one metric per job would be costly and useless, but
 /// the property lets Logs Insights find the job behind any data point).
 pub fn line(name: &str, value: f64, unit: Unit, job_type: &str, job_id: &str) -> String {
-    json!({
-        "_aws": {
-            "Timestamp": chrono::Utc::now().timestamp_millis(),
-            "CloudWatchMetrics": [{
-                "Namespace": NAMESPACE,
-                // Per job type, and the total (alarms cannot aggregate over a dimension).
-                "Dimensions": [["JobType"], []],
-                "Metrics": [{"Name": name, "Unit": unit.as_str()}],
-            }],
-        },
-        "JobType": job_type,
-        "job_id": job_id,
-        name: value,
-    })
-    .to_string()
+    // Per job type, and the total (alarms cannot aggregate over a dimension).
+    envelope(name, value, unit, json!([["JobType"], []]), json!({"JobType": job_type, "job_id": job_id}))
 }
 
 /// The EMF line for one reading of a gauge `name` (a count of jobs) in status `status`,
 /// dimensioned by `Status` only: it is about the whole table, not one job.
 pub fn status_line(name: &str, value: f64, status: &str) -> String {
-    json!({
+    envelope(name, value, Unit::Count, json!([["Status"]]), json!({"Status": status}))
+}
+
+/// One EMF data point: `name = value` with its `dimensions` (sets of property names) and the
+/// `properties` (an object) that carry them.
+fn envelope(name: &str, value: f64, unit: Unit, dimensions: serde_json::Value, properties: serde_json::Value) -> String {
+    let mut line = json!({
         "_aws": {
             "Timestamp": chrono::Utc::now().timestamp_millis(),
             "CloudWatchMetrics": [{
                 "Namespace": NAMESPACE,
-                "Dimensions": [["Status"]],
-                "Metrics": [{"Name": name, "Unit": Unit::Count.as_str()}],
+                "Dimensions": dimensions,
+                "Metrics": [{"Name": name, "Unit": unit.as_str()}],
             }],
         },
-        "Status": status,
         name: value,
-    })
-    .to_string()
+    });
+    if let (Some(line), serde_json::Value::Object(properties)) = (line.as_object_mut(), properties) {
+        line.extend(properties);
+    }
+    line.to_string()
 }
 
 /// Emits one data point about `job`.
