@@ -1,10 +1,16 @@
 //! Fault injection at scale: thousands of jobs run while the stack crashes functions before
-//! and after their AWS calls, throttles AWS, and delivers SQS batches twice. The checker
-//! then proves, from the table, the result objects and the journal of every DynamoDB write:
-//! every job ended exactly once, in `succeeded`, with the right result; none was lost; and
-//! no attempt's write ever landed after a newer attempt had taken the job.
+//! and after their AWS calls, pauses workers until the reaper declares them dead and
+//! re-dispatches their jobs, throttles AWS, delivers SQS batches and `StartExecution` twice.
+//! The checker then proves, from the table, the result objects and the journal of every
+//! DynamoDB write: every job ended exactly once, in `succeeded`, with the right result; none
+//! was lost; jobs did change hands between attempts, and no attempt's write ever landed after
+//! a newer attempt had taken the job (the stale attempts' writes were refused).
+//!
+//! Most jobs are `demo` jobs that checkpoint every two items and write progress every 20 ms;
+//! one in twenty is a three-stage `csv_report` over a 2 MiB+ upload, so that
+//! resuming a scan from its checkpoint and crossing stage boundaries happen under faults too.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
@@ -13,7 +19,8 @@ use longhaul_aws::jobs::JobRecord;
 use longhaul_domain::JobStatus;
 use longhaul_domain::demo::DemoResult;
 use longhaul_local::faults::{FaultCounts, FaultPlan, JournalEntry};
-use longhaul_tests::{Aws, Harness, harness_with, principal};
+use longhaul_tests::csvgen::{Gen, csv_bytes, expected, rows_match};
+use longhaul_tests::{Api, Aws, Harness, harness_with, principal};
 use serde_json::{Value, json};
 
 /// Jobs in the run (`LONGHAUL_FAULT_JOBS` lowers it while developing).
@@ -24,12 +31,33 @@ fn job_count() -> usize {
 /// How long the whole run may take before the test gives up and names the unfinished jobs.
 const RUN_BUDGET: Duration = Duration::from_secs(20 * 60);
 
+/// How long a paused worker stays frozen: well beyond the heartbeat timeout below plus a
+/// reaper run (which takes seconds under this load) and [`REAPER_EVERY`], so the reaper
+/// declares it dead while it still lives.
+const PAUSE: Duration = Duration::from_secs(40);
+const REAPER_EVERY: Duration = Duration::from_secs(3);
+/// What the reaper fired by the test did, summed over its runs (its report's counts).
+static REAPER_DID: std::sync::Mutex<BTreeMap<String, u64>> = std::sync::Mutex::new(BTreeMap::new());
+
 fn stack() -> &'static Harness {
     harness_with(&[
         // A job whose submission crashed between writing it and queueing it is re-enqueued
         // by the reaper after this long.
         ("LONGHAUL_PENDING_GRACE_SECONDS", "20"),
         ("LONGHAUL_QUEUED_GRACE_SECONDS", "90"),
+        // A worker silent this long is a zombie (a paused one is silent for PAUSE).
+        ("LONGHAUL_HEARTBEAT_TIMEOUT_SECONDS", "8"),
+        ("LONGHAUL_HEARTBEAT_INTERVAL_SECONDS", "2"),
+        // Re-dispatches of slow-but-alive workers under load must not exhaust the budget:
+        // a job failed for that would be the fault model's doing, not a finding.
+        ("LONGHAUL_MAX_ATTEMPTS", "6"),
+        // The reaper looks at this many running jobs per run, oldest claim first: hundreds
+        // run at once here, and a paused one claimed recently must not wait behind them.
+        ("LONGHAUL_REAPER_PAGE", "500"),
+        // Many small checkpoints and progress writes: more AWS calls to crash around, and
+        // resumes from real checkpoints.
+        ("LONGHAUL_CHECKPOINT_ITEMS", "2"),
+        ("LONGHAUL_PROGRESS_INTERVAL_MS", "20"),
     ])
 }
 
@@ -41,26 +69,44 @@ fn plan() -> FaultPlan {
         max_crashes_per_job: 2,
         throttle: 0.03,
         duplicate_delivery: 0.1,
+        duplicate_start: 0.05,
+        pause_functions: vec!["StageFunction".into()],
+        pause_before_call: 0.003,
+        pause_ms: PAUSE.as_millis() as u64,
         journal: true,
-        seed: 20261122,
+        seed: 20261123,
     }
 }
 
-/// What job `i` asks for: small demo jobs of different lengths.
-fn spec(i: usize) -> Value {
+/// Whether job `i` is a `csv_report` (one in twenty), not a `demo`.
+fn is_report(i: usize) -> bool {
+    i % 20 == 19
+}
+
+/// What job `i` asks for: demo jobs of different lengths, and reports over `input`.
+fn spec(i: usize, input: &str) -> Value {
+    if is_report(i) {
+        return json!({"type": "csv_report", "params": {
+            "input": input,
+            "group_by": ["region", "product"],
+            "metrics": [{"op": "count"}, {"op": "sum", "column": "amount"}, {"op": "min", "column": "amount"},
+                        {"op": "max", "column": "amount"}, {"op": "mean", "column": "amount"}],
+            "format": "json",
+        }});
+    }
     json!({"type": "demo", "params": {"items": 2 + (i % 7), "item_ms": 5 * (i % 3)}})
 }
 
 /// Submits with an Idempotency-Key, retrying (same key) through crashes and throttling, as
 /// a well-behaved client does; returns the job id.
-async fn submit(http: &reqwest::Client, token: &str, i: usize) -> String {
+async fn submit(http: &reqwest::Client, token: &str, i: usize, input: &str) -> String {
     let key = format!("fault-run-{i}");
     for _ in 0..30 {
         let response = http
             .post(format!("{}/jobs", stack().stack.api_url))
             .bearer_auth(token)
             .header("idempotency-key", &key)
-            .json(&spec(i))
+            .json(&spec(i, input))
             .send()
             .await
             .expect("the local API answers");
@@ -128,6 +174,9 @@ fn lease_violations(journal: &[JournalEntry]) -> Vec<String> {
     let mut violations = Vec::new();
     for entry in journal {
         let Some(job) = entry.pk.as_deref().and_then(|pk| pk.strip_prefix("JOB#")) else { continue };
+        if entry.refused {
+            continue;
+        }
         if let Some(writer) = entry.writer_lease.as_deref() {
             let holder = current.get(job).copied().flatten();
             if holder != Some(writer) {
@@ -145,38 +194,120 @@ fn lease_violations(journal: &[JournalEntry]) -> Vec<String> {
     violations
 }
 
+/// Writes the table refused because their attempt's lease was no longer the job's: the
+/// fence at work (a refusal for another reason, such as a cancelled job, is not counted).
+fn stale_writes_refused(journal: &[JournalEntry]) -> usize {
+    let mut current: HashMap<&str, Option<&str>> = HashMap::new();
+    let mut refused = 0;
+    for entry in journal {
+        let Some(job) = entry.pk.as_deref().and_then(|pk| pk.strip_prefix("JOB#")) else { continue };
+        if entry.refused {
+            refused += usize::from(entry.writer_lease.as_deref() != current.get(job).copied().flatten());
+        } else if entry.sk.as_deref() == Some("JOB") && entry.status_after.is_some() {
+            current.insert(job, entry.lease_after.as_deref());
+        }
+    }
+    refused
+}
+
+/// Per job, the distinct leases it was run under, from the journal.
+fn leases_by_job(journal: &[JournalEntry]) -> HashMap<&str, BTreeSet<&str>> {
+    let mut leases: HashMap<&str, BTreeSet<&str>> = HashMap::new();
+    for entry in journal.iter().filter(|e| !e.refused && e.sk.as_deref() == Some("JOB")) {
+        if let (Some(job), Some(lease)) = (entry.pk.as_deref().and_then(|pk| pk.strip_prefix("JOB#")), entry.lease_after.as_deref()) {
+            leases.entry(job).or_default().insert(lease);
+        }
+    }
+    leases
+}
+
+/// Violations of "exactly one terminal state": per job, the statuses its item took, write
+/// by write, must reach a terminal state once and never leave it.
+fn terminal_violations(journal: &[JournalEntry]) -> Vec<String> {
+    let mut statuses: HashMap<&str, Vec<JobStatus>> = HashMap::new();
+    for entry in journal.iter().filter(|e| !e.refused && e.sk.as_deref() == Some("JOB")) {
+        if let (Some(job), Some(status)) = (entry.pk.as_deref().and_then(|pk| pk.strip_prefix("JOB#")), entry.status_after.as_deref()) {
+            let status = serde_json::from_value(json!(status)).expect("a known status");
+            statuses.entry(job).or_default().push(status);
+        }
+    }
+    statuses
+        .into_iter()
+        .filter_map(|(job, seen)| {
+            let first_end = seen.iter().position(|s| s.is_terminal())?;
+            let ends = seen.windows(2).filter(|w| !w[0].is_terminal() && w[1].is_terminal()).count()
+                + usize::from(first_end == 0);
+            (ends != 1 || seen[first_end..].iter().any(|s| *s != seen[first_end]))
+                .then(|| format!("job {job}: statuses written {seen:?}"))
+        })
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn every_job_ends_exactly_once_and_correctly_under_injected_faults() {
     let jobs = job_count();
     let owner = principal("faults");
     let token = stack().stack.token(&owner);
     let aws = Aws::new().await;
+
+    // The reports' input: over two checkpoint intervals of the scan (LONGHAUL_CHECKPOINT_ITEMS
+    // MiB), uploaded before the faults start.
+    let rows = Gen::new(23).rows(80_000);
+    let csv = csv_bytes(&rows);
+    assert!(csv.len() > 2 << 20, "the report input spans a scan checkpoint ({} bytes)", csv.len());
+    let input = Api::new(&owner).upload("faults.csv", "text/csv", csv).await;
+    let (report_rows, report_invalid) = expected(&rows);
+
     let plan = plan();
     set_plan(&plan).await;
-    let calls_before: BTreeMap<String, u64> = local("aws-calls").await;
+    let calls_before: BTreeMap<String, BTreeMap<String, u64>> = local("aws-calls/by-function").await;
     let started = std::time::Instant::now();
 
+    // The reaper, often: it is what declares a paused worker dead and re-dispatches its job.
+    // Its reports are summed, to tell what it did.
+    let reaper = tokio::spawn(async {
+        let http = reqwest::Client::builder().timeout(Duration::from_secs(60)).build().expect("client");
+        let mut did: BTreeMap<String, u64> = BTreeMap::new();
+        loop {
+            let run = http.post(format!("{}/_local/schedules/reaper", stack().stack.api_url)).send().await;
+            let report = match run {
+                Ok(reply) => reply.json::<Value>().await.unwrap_or_default(),
+                Err(err) => json!({"error": err.to_string()}),
+            };
+            match report["output"].as_object() {
+                Some(output) => {
+                    for (name, value) in output.iter().filter_map(|(k, v)| Some((k, v.as_u64()?))) {
+                        *did.entry(name.clone()).or_default() += value;
+                    }
+                }
+                None => *did.entry(format!("failed runs: {report}")).or_default() += 1,
+            }
+            REAPER_DID.lock().expect("reaper totals").clone_from(&did);
+            tokio::time::sleep(REAPER_EVERY).await;
+        }
+    });
+
     // Submit everything, a few requests at a time, as clients that retry properly.
-    let http = reqwest::Client::new();
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(60)).build().expect("client");
     let ids: Vec<(usize, String)> = futures::stream::iter(0..jobs)
         .map(|i| {
-            let (http, token) = (&http, &token);
-            async move { (i, submit(http, token, i).await) }
+            let (http, token, input) = (&http, &token, &input);
+            async move { (i, submit(http, token, i, input).await) }
         })
         .buffer_unordered(16)
         .collect()
         .await;
-    let expected: HashMap<String, usize> = ids.iter().map(|(i, id)| (id.clone(), *i)).collect();
+    let expected_jobs: HashMap<String, usize> = ids.iter().map(|(i, id)| (id.clone(), *i)).collect();
     eprintln!("{jobs} jobs submitted after {:?}", started.elapsed());
-    assert_eq!(expected.len(), jobs, "each submission created its own job (no key reuse across jobs)");
+    assert_eq!(expected_jobs.len(), jobs, "each submission created its own job (no key reuse across jobs)");
 
-    // Await the end of every job (the reaper's schedule runs on its own).
+    // Await the end of every job.
     let deadline = tokio::time::Instant::now() + RUN_BUDGET;
-    let records = loop {
+    loop {
         let records = jobs_of(&aws, &owner).await;
         let open: Vec<&JobRecord> = records.values().filter(|j| !j.status.is_terminal()).collect();
         if records.len() >= jobs && open.is_empty() {
-            break records;
+            break;
         }
         assert!(
             tokio::time::Instant::now() < deadline,
@@ -185,31 +316,67 @@ async fn every_job_ends_exactly_once_and_correctly_under_injected_faults() {
             open.iter().take(5).map(|j| (&j.job_id, j.status, &j.transitions)).collect::<Vec<_>>()
         );
         tokio::time::sleep(Duration::from_secs(2)).await;
-    };
+    }
+    eprintln!("{jobs} jobs ended after {:?}", started.elapsed());
+    // Then await quiet: every paused worker woke and tried its stale writes, and nothing has
+    // written since, so what the table holds now is final, not a snapshot.
+    let mut last_length = usize::MAX;
+    loop {
+        let injected: FaultCounts = serde_json::from_value(local::<Value>("faults").await["injected"].clone()).unwrap();
+        let length = local::<Vec<JournalEntry>>("journal").await.len();
+        if injected.pauses_over == injected.paused && length == last_length {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline + PAUSE * 2, "the stack never went quiet: {injected:?}");
+        last_length = length;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+    }
+    reaper.abort();
+    let records = jobs_of(&aws, &owner).await;
     let injected: FaultCounts = serde_json::from_value(local::<Value>("faults").await["injected"].clone()).unwrap();
     let journal: Vec<JournalEntry> = local("journal").await;
     set_plan(&FaultPlan::default()).await;
-    let calls_after: BTreeMap<String, u64> = local("aws-calls").await;
+    let calls_after: BTreeMap<String, BTreeMap<String, u64>> = local("aws-calls/by-function").await;
 
     // Every kind of fault happened, at scale, or this test proved nothing.
-    eprintln!("{jobs} jobs ended after {:?}; faults injected: {injected:?}", started.elapsed());
+    eprintln!("after {:?}, faults injected: {injected:#?}", started.elapsed());
+    eprintln!("the reaper did: {:?}", REAPER_DID.lock().expect("reaper totals"));
     let n = jobs as u64;
     assert!(injected.crashed_before_call >= n / 10, "{injected:?}");
     assert!(injected.crashed_after_call >= n / 10, "{injected:?}");
     assert!(injected.throttled >= n / 4, "{injected:?}");
     assert!(injected.duplicated_batches >= n / 100, "{injected:?}");
-    let start_executions = calls_after.get("states:StartExecution").copied().unwrap_or(0)
-        - calls_before.get("states:StartExecution").copied().unwrap_or(0);
-    assert!(
-        start_executions > jobs as u64,
-        "duplicate deliveries and dispatcher crashes must have repeated StartExecution ({start_executions} calls)"
-    );
+    assert!(injected.duplicated_starts >= n / 100, "{injected:?}");
+    assert!(injected.paused >= n / 200, "{injected:?}");
+    // Crashes struck on both sides of every AWS call the crashing functions make often.
+    let calls_during = |function: &str, operation: &str| {
+        let count = |calls: &BTreeMap<String, BTreeMap<String, u64>>| {
+            calls.get(function).and_then(|c| c.get(operation)).copied().unwrap_or(0)
+        };
+        count(&calls_after) - count(&calls_before)
+    };
+    let (mut frequent_calls, frequent) = (0, (n / 2).max(500));
+    for function in &plan.crash_functions {
+        for operation in calls_after.get(function).map(|c| c.keys().cloned().collect::<Vec<_>>()).unwrap_or_default() {
+            if calls_during(function, &operation) < frequent {
+                continue;
+            }
+            frequent_calls += 1;
+            for side in ["before", "after"] {
+                let site = format!("{function} {operation} {side}");
+                assert!(injected.crash_sites.get(&site).copied().unwrap_or(0) > 0, "no crash {side} {function}'s {operation}: {injected:#?}");
+            }
+        }
+    }
+    if jobs >= 2_000 {
+        assert!(frequent_calls >= 6, "the crashing functions' frequent calls ({frequent_calls}) were found");
+    }
 
     // Exactly the submitted jobs exist: none lost, none created twice.
     assert_eq!(records.len(), jobs, "jobs in the table vs jobs submitted");
     let mut wrong = Vec::new();
     for (job_id, job) in &records {
-        let Some(i) = expected.get(job_id) else {
+        let Some(&i) = expected_jobs.get(job_id) else {
             wrong.push(format!("{job_id}: a job nobody submitted"));
             continue;
         };
@@ -223,7 +390,8 @@ async fn every_job_ends_exactly_once_and_correctly_under_injected_faults() {
         if let Some(pair) = states.windows(2).find(|w| !w[0].can_transition_to(w[1])) {
             wrong.push(format!("{job_id}: illegal transition {pair:?} in {states:?}"));
         }
-        // The right result: the hash chain over every item, each processed exactly once.
+        // The right result: the hash chain over every item, each processed exactly once, or
+        // the report equal to one computed directly from the generated rows.
         let key = job.result_key.as_deref().expect("a succeeded job has a result");
         let object = aws
             .s3
@@ -234,19 +402,45 @@ async fn every_job_ends_exactly_once_and_correctly_under_injected_faults() {
             .await
             .expect("the result object exists");
         let bytes = object.body.collect().await.expect("result body").into_bytes();
+        if is_report(i) {
+            let report: Value = serde_json::from_slice(&bytes).expect("a JSON report");
+            let actual = report["rows"].as_array().cloned().unwrap_or_default();
+            let right = report["rows_scanned"] == json!(rows.len())
+                && report["invalid"] == json!({"amount": report_invalid})
+                && actual.len() == report_rows.len()
+                && actual.iter().zip(&report_rows).all(|(a, e)| rows_match(a, e));
+            if !right {
+                wrong.push(format!("{job_id}: a report that differs from the direct computation: {}", &report.to_string()[..200.min(report.to_string().len())]));
+            }
+            continue;
+        }
         let result: DemoResult = serde_json::from_slice(&bytes).expect("a demo result");
-        let items = spec(*i)["params"]["items"].as_u64().unwrap();
+        let items = spec(i, &input)["params"]["items"].as_u64().unwrap();
         if result != DemoResult::expected(items) {
             wrong.push(format!("{job_id}: result {result:?}, expected {:?}", DemoResult::expected(items)));
         }
     }
     assert!(wrong.is_empty(), "{} of {jobs} jobs went wrong:\n{}", wrong.len(), wrong.join("\n"));
 
-    // The journal saw every job's writes, and no attempt wrote after losing its lease.
-    let journaled_jobs = journal.iter().filter(|e| e.sk.as_deref() == Some("JOB") && e.status_after.is_some()).count();
+    // The journal saw every job's writes: each job's item reached one terminal state once and
+    // stayed there (counted write by write, after the stack went quiet).
+    let journaled_jobs = journal.iter().filter(|e| !e.refused && e.sk.as_deref() == Some("JOB") && e.status_after.is_some()).count();
     assert!(journaled_jobs >= 2 * jobs, "the journal holds the jobs' transitions ({journaled_jobs} entries)");
-    let fenced = journal.iter().filter(|e| e.writer_lease.is_some()).count();
+    let fenced = journal.iter().filter(|e| !e.refused && e.writer_lease.is_some()).count();
     assert!(fenced >= jobs, "attempts' own writes are journaled ({fenced})");
+    let ends = terminal_violations(&journal);
+    assert!(ends.is_empty(), "{} jobs did not end exactly once:\n{}", ends.len(), ends.join("\n"));
+
+    // Jobs changed hands between live attempts (a paused worker woke after the reaper had
+    // given its job to a new attempt), and yet no attempt wrote after losing its lease: the
+    // stale attempts tried, and the table refused them.
+    let leases = leases_by_job(&journal);
+    let handed_over = leases.values().filter(|l| l.len() >= 2).count();
+    let refused = stale_writes_refused(&journal);
+    eprintln!("{handed_over} jobs ran under two or more leases; {refused} stale writes refused");
+    // (A pause after the job's last write, or one the reaper's run missed, hands nothing over.)
+    assert!(handed_over >= 1, "{handed_over} jobs changed hands for {} pauses", injected.paused);
+    assert!(refused >= 1, "{refused} stale writes refused for {handed_over} jobs that changed hands");
     let violations = lease_violations(&journal);
     assert!(violations.is_empty(), "{} writes outside their lease:\n{}", violations.len(), violations.join("\n"));
 }
@@ -261,6 +455,7 @@ fn the_lease_checker_finds_a_write_after_a_newer_claim() {
         writer_lease: writer.map(Into::into),
         lease_after: lease_after.map(Into::into),
         status_after: status.map(Into::into),
+        refused: false,
     };
     let healthy = vec![
         entry(0, "JOB", None, Some("a"), Some("running")),
@@ -276,4 +471,40 @@ fn the_lease_checker_finds_a_write_after_a_newer_claim() {
     let mut after_requeue = healthy[..3].to_vec();
     after_requeue.push(entry(3, "PROGRESS", Some("a"), None, None));
     assert_eq!(lease_violations(&after_requeue).len(), 1, "a requeue ends lease a");
+}
+
+#[test]
+fn the_fence_checker_counts_stale_refusals_and_ignores_them_as_violations() {
+    let entry = |seq, sk: &str, writer: Option<&str>, lease_after: Option<&str>, status: Option<&str>, refused| JournalEntry {
+        seq,
+        operation: "dynamodb:UpdateItem".into(),
+        pk: Some("JOB#j".into()),
+        sk: Some(sk.into()),
+        writer_lease: writer.map(Into::into),
+        lease_after: lease_after.map(Into::into),
+        status_after: status.map(Into::into),
+        refused,
+    };
+    let journal = vec![
+        entry(0, "JOB", None, Some("a"), Some("running"), false),
+        entry(1, "JOB", Some("a"), None, Some("queued"), false),
+        entry(2, "JOB", None, Some("b"), Some("running"), false),
+        // Lease a's worker wakes: its writes are refused.
+        entry(3, "PROGRESS", Some("a"), None, None, true),
+        entry(4, "JOB", Some("a"), None, None, true),
+        // b's own refused write (say, a cancelled job) is not a stale one.
+        entry(5, "JOB", Some("b"), None, None, true),
+        entry(6, "JOB", Some("b"), Some("b"), Some("succeeded"), false),
+    ];
+    assert!(lease_violations(&journal).is_empty(), "refused writes changed nothing");
+    assert_eq!(stale_writes_refused(&journal), 2);
+    assert_eq!(leases_by_job(&journal)["j"].len(), 2);
+    assert!(terminal_violations(&journal).is_empty());
+    let mut twice = journal.clone();
+    twice.push(entry(7, "JOB", Some("b"), Some("b"), Some("failed"), false));
+    assert_eq!(terminal_violations(&twice).len(), 1, "left its terminal state");
+    let mut again = journal;
+    again.push(entry(7, "JOB", None, Some("c"), Some("running"), false));
+    again.push(entry(8, "JOB", Some("c"), Some("c"), Some("succeeded"), false));
+    assert_eq!(terminal_violations(&again).len(), 1, "ended twice");
 }

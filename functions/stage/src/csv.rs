@@ -83,6 +83,12 @@ async fn scan(ctx: &mut Ctx<'_>, params: &CsvReportParams) -> Result<StageOutcom
 }
 
 async fn render_stage(ctx: &mut Ctx<'_>, params: &CsvReportParams) -> Result<StageOutcome, StageError> {
+    // An invocation that rendered and checkpointed the report, then died before crossing the
+    // boundary, left the progress record pointing at the rendered report, not at the scan's
+    // output: the stage is done. (Reading the pointer as the scan's output failed the job.)
+    if ctx.has_own_checkpoint() && ctx.resume::<Rendered>(RENDERED_VERSION).await?.is_some() {
+        return Ok(StageOutcome::StageDone);
+    }
     let state: ScanState = ctx.carried("scan", SCAN_STATE_VERSION).await?;
     let report = render(params, &state);
     let (content_type, extension) = match params.format {

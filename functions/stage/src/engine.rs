@@ -203,6 +203,14 @@ impl<'a> Ctx<'a> {
         Ok(())
     }
 
+    /// Whether the current checkpoint is this stage's own (written by an earlier invocation of
+    /// this stage), not the previous stage's output carried across the boundary. Told by its
+    /// key, so the common case costs no read.
+    pub fn has_own_checkpoint(&self) -> bool {
+        let own = format!("{}{}/", longhaul_aws::objects::checkpoints_prefix(&self.job.job_id), self.stage);
+        self.checkpoint_key.as_deref().is_some_and(|key| key.starts_with(&own))
+    }
+
     /// The previous stage's final checkpoint, which this stage starts from (the progress record
     /// keeps pointing at it across the stage boundary). A version mismatch here cannot be
     /// healed by restarting this stage, so it fails the job with a clear reason.

@@ -218,6 +218,17 @@ async fn forward(State(state): State<EdgeState>, request: Request) -> Response {
             outbound = outbound.header(name, value);
         }
     }
+    if operation == "states:StartExecution"
+        && state.faults.duplicate_start()
+        && let Some(first) = outbound.try_clone()
+    {
+        // The first delivery takes effect and its answer is lost: the caller sees the
+        // second's, as when the SDK retries a call whose answer timed out.
+        match first.send().await {
+            Ok(lost) => drop(lost.bytes().await),
+            Err(err) => return emulator_unreachable(err),
+        }
+    }
     if !dynamodb {
         return match outbound.send().await {
             // S3 hides whether a key exists from a caller that may not list its bucket.
@@ -253,10 +264,13 @@ async fn forward(State(state): State<EdgeState>, request: Request) -> Response {
         let status = response.status();
         // Read the whole (small) answer before letting the next write in.
         let answer = response.bytes().await?;
-        if let Some(request) = &journal_request
-            && status.is_success()
-        {
-            faults.journal_write(&operation, writer_lease, invocation, request, &answer);
+        if let Some(request) = &journal_request {
+            let refused = !status.is_success()
+                && writer_lease.is_some()
+                && String::from_utf8_lossy(&answer).contains("ConditionalCheckFailedException");
+            if status.is_success() || refused {
+                faults.journal_write(&operation, writer_lease, invocation, status.is_success(), request, &answer);
+            }
         }
         Ok::<_, reqwest::Error>((builder, answer))
     });

@@ -4,19 +4,28 @@
 //! * **crashes** invocations of the chosen functions just *before* an AWS call leaves the
 //!   function, or just *after* the call took effect and before the function saw the answer
 //!   (the invocation ends as a Lambda sandbox crash does: `Runtime.ExitError`, or a 502 from
-//!   API Gateway for an API function), at most `max_crashes_per_job` times per job;
+//!   API Gateway for an API function), at most `max_crashes_per_job` times per job (or per
+//!   submission, for the API: per `Idempotency-Key`), counted per function, AWS operation and
+//!   side of the call;
+//! * **pauses** an invocation that holds a job's lease just before an AWS call, for longer
+//!   than the reaper's heartbeat timeout, then lets the call go: a worker frozen (a throttled
+//!   sandbox, a long stop of the world) while the reaper declares it dead and a new attempt
+//!   takes the job, whose stale writes must then be refused;
+//! * **delivers `StartExecution` twice** at the edge, the first answer lost, as when the SDK
+//!   retries a call whose answer timed out after it took effect;
 //! * **throttles** AWS calls at the edge (`ThrottlingException`, S3 `SlowDown`), which the
 //!   SDK retries and the code must survive when retries run out;
 //! * **delivers SQS and stream batches twice**, concurrently, as at-least-once delivery may;
-//! * keeps a **journal** of every DynamoDB write that took effect, in the order the table
-//!   applied them, with the lease of the attempt that made it — so a checker can prove that
-//!   no write of an attempt landed after a newer attempt took the job.
+//! * keeps a **journal** of every DynamoDB write that took effect, and of every write made
+//!   under a lease that the table refused, in the order the table applied them, with the
+//!   lease of the attempt that made it — so a checker can prove that no write of an attempt
+//!   landed after a newer attempt took the job, and that stale attempts did try.
 //!
 //! Crashes happen in the SDK's HTTP client ([`FaultyHttpClient`]), which knows the
 //! invocation it runs in through a task-local set by the host ([`Invocation`]); throttling
 //! and the journal happen in the edge, which sees every call's wire form.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -57,6 +66,19 @@ pub struct FaultPlan {
     pub throttle: f64,
     /// Probability that an SQS or DynamoDB stream batch is delivered to its function twice at once.
     pub duplicate_delivery: f64,
+    /// Probability that the edge sends a `StartExecution` twice, answering with the second
+    /// answer (the first is lost after it took effect).
+    pub duplicate_start: f64,
+    /// Logical names of the functions whose invocations may pause (empty: none).
+    pub pause_functions: Vec<String>,
+    /// Probability that an invocation holding a job's lease pauses just before an AWS call
+    /// (at most once per job).
+    pub pause_before_call: f64,
+    /// How long a pause lasts, in milliseconds: make it longer than the reaper's heartbeat
+    /// timeout, so that the paused attempt is declared dead while it still lives. (The hosted
+    /// functions' SDK runs without stalled-stream protection, whose timers would otherwise cut
+    /// a pause short, where a frozen sandbox freezes them too.)
+    pub pause_ms: u64,
     /// Whether to keep the journal of DynamoDB writes.
     pub journal: bool,
     /// Seed of the fault dice (runs with the same seed and timing draw the same faults).
@@ -74,6 +96,17 @@ pub struct FaultCounts {
     pub throttled: u64,
     /// SQS and stream batches delivered twice.
     pub duplicated_batches: u64,
+    /// `StartExecution` calls sent twice.
+    pub duplicated_starts: u64,
+    /// Invocations paused before an AWS call.
+    pub paused: u64,
+    /// Pauses that are over: the call went out and was answered, or the invocation died (or
+    /// the SDK gave up on the call) meanwhile.
+    pub pauses_over: u64,
+    /// Crashes by where they struck: `"<function> <service:Operation> before|after"`.
+    pub crash_sites: BTreeMap<String, u64>,
+    /// Pauses by where they struck: `"<function> <service:Operation>"`.
+    pub pause_sites: BTreeMap<String, u64>,
 }
 
 /// One DynamoDB write that took effect.
@@ -93,6 +126,10 @@ pub struct JournalEntry {
     pub lease_after: Option<String>,
     /// The item's `status` after the write, when the response returned the item.
     pub status_after: Option<String>,
+    /// The table refused the write (its condition failed): it changed nothing. Only writes
+    /// made under a lease are journaled when refused.
+    #[serde(default)]
+    pub refused: bool,
 }
 
 /// The stack's fault injector, shared by the edge, the hosts and the event sources.
@@ -105,6 +142,12 @@ pub struct Faults {
     crashed_after: AtomicU64,
     throttled: AtomicU64,
     duplicated: AtomicU64,
+    duplicated_starts: AtomicU64,
+    paused: AtomicU64,
+    pauses_over: AtomicU64,
+    paused_jobs: Mutex<HashSet<String>>,
+    crash_sites: Mutex<BTreeMap<String, u64>>,
+    pause_sites: Mutex<BTreeMap<String, u64>>,
     journal: Mutex<Vec<JournalEntry>>,
     /// Leases invocations minted by claiming their job (invocation → job key, lease).
     claimed: Mutex<HashMap<u64, (String, String)>>,
@@ -125,9 +168,20 @@ impl Faults {
         *self.rng.lock().expect("fault rng") = Some(fastrand::Rng::with_seed(plan.seed));
         *self.plan.write().expect("fault plan") = plan;
         self.crashes_by_job.lock().expect("crash counts").clear();
+        self.paused_jobs.lock().expect("paused jobs").clear();
+        self.crash_sites.lock().expect("crash sites").clear();
+        self.pause_sites.lock().expect("pause sites").clear();
         self.journal.lock().expect("journal").clear();
         self.claimed.lock().expect("claimed leases").clear();
-        for counter in [&self.crashed_before, &self.crashed_after, &self.throttled, &self.duplicated] {
+        for counter in [
+            &self.crashed_before,
+            &self.crashed_after,
+            &self.throttled,
+            &self.duplicated,
+            &self.duplicated_starts,
+            &self.paused,
+            &self.pauses_over,
+        ] {
             counter.store(0, Ordering::Relaxed);
         }
     }
@@ -144,6 +198,11 @@ impl Faults {
             crashed_after_call: self.crashed_after.load(Ordering::Relaxed),
             throttled: self.throttled.load(Ordering::Relaxed),
             duplicated_batches: self.duplicated.load(Ordering::Relaxed),
+            duplicated_starts: self.duplicated_starts.load(Ordering::Relaxed),
+            paused: self.paused.load(Ordering::Relaxed),
+            pauses_over: self.pauses_over.load(Ordering::Relaxed),
+            crash_sites: self.crash_sites.lock().expect("crash sites").clone(),
+            pause_sites: self.pause_sites.lock().expect("pause sites").clone(),
         }
     }
 
@@ -155,8 +214,9 @@ impl Faults {
         rng.get_or_insert_with(|| fastrand::Rng::with_seed(0)).f64() < probability
     }
 
-    /// Whether `invocation` crashes at the AWS call it is about to make, and where.
-    pub fn crash_at_call(&self, invocation: &Invocation) -> Option<Crash> {
+    /// Whether `invocation` crashes at the AWS call (`operation`, as `service:Operation`) it
+    /// is about to make, and where.
+    pub fn crash_at_call(&self, invocation: &Invocation, operation: &str) -> Option<Crash> {
         let plan = self.plan.read().expect("fault plan");
         if !plan.crash_functions.contains(&invocation.function) {
             return None;
@@ -177,12 +237,42 @@ impl Faults {
             }
             *count += 1;
         }
-        match crash {
-            Crash::BeforeCall => &self.crashed_before,
-            Crash::AfterCall => &self.crashed_after,
-        }
-        .fetch_add(1, Ordering::Relaxed);
+        let (counter, side) = match crash {
+            Crash::BeforeCall => (&self.crashed_before, "before"),
+            Crash::AfterCall => (&self.crashed_after, "after"),
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        let site = format!("{} {operation} {side}", invocation.function);
+        *self.crash_sites.lock().expect("crash sites").entry(site).or_default() += 1;
         Some(crash)
+    }
+
+    /// How long `invocation` pauses before the AWS call (`operation`) it is about to make, if
+    /// it does: only an invocation of a planned function that holds (`holds_lease`) a job's
+    /// lease, at most once per job.
+    pub fn pause_at_call(&self, invocation: &Invocation, operation: &str, holds_lease: bool) -> Option<std::time::Duration> {
+        let plan = self.plan.read().expect("fault plan");
+        let job = invocation.job_id.as_ref()?;
+        if !holds_lease || !plan.pause_functions.contains(&invocation.function) || !self.roll(plan.pause_before_call) {
+            return None;
+        }
+        if !self.paused_jobs.lock().expect("paused jobs").insert(job.clone()) {
+            return None;
+        }
+        self.paused.fetch_add(1, Ordering::Relaxed);
+        let site = format!("{} {operation}", invocation.function);
+        *self.pause_sites.lock().expect("pause sites").entry(site).or_default() += 1;
+        Some(std::time::Duration::from_millis(plan.pause_ms))
+    }
+
+    /// Whether the edge sends the `StartExecution` it is about to forward twice.
+    pub fn duplicate_start(&self) -> bool {
+        let probability = self.plan.read().expect("fault plan").duplicate_start;
+        let hit = self.roll(probability);
+        if hit {
+            self.duplicated_starts.fetch_add(1, Ordering::Relaxed);
+        }
+        hit
     }
 
     /// Whether the edge throttles the call it is about to forward.
@@ -210,21 +300,31 @@ impl Faults {
         self.plan.read().expect("fault plan").journal
     }
 
-    /// Journals a DynamoDB write that took effect: `request` and `response` are the wire
-    /// bodies. Call it while writes are serialised, so the journal's order is the table's.
+    /// Journals a DynamoDB write that took effect (`applied`), or that the table refused:
+    /// `request` and `response` are the wire bodies. Call it while writes are serialised, so
+    /// the journal's order is the table's.
     ///
     /// A write by invocation `invocation` holding no lease that made a job item `running`
     /// under a lease is a claim: the invocation's later calls on that job carry the lease it
     /// minted (the state machine's first stage call claims the job and works in one
     /// invocation, so its event cannot name the lease).
-    pub fn journal_write(&self, operation: &str, writer_lease: Option<String>, invocation: Option<u64>, request: &[u8], response: &[u8]) {
+    pub fn journal_write(
+        &self,
+        operation: &str,
+        writer_lease: Option<String>,
+        invocation: Option<u64>,
+        applied: bool,
+        request: &[u8],
+        response: &[u8],
+    ) {
         let request: serde_json::Value = serde_json::from_slice(request).unwrap_or_default();
         let response: serde_json::Value = serde_json::from_slice(response).unwrap_or_default();
         let key = request.get("Key").or_else(|| request.get("Item"));
         let string = |v: Option<&serde_json::Value>, name: &str| {
             v.and_then(|v| v.get(name)).and_then(|a| a.get("S")).and_then(|s| s.as_str()).map(str::to_owned)
         };
-        let attributes = response.get("Attributes");
+        // A refused write's answer may carry the item as it is (ALL_OLD): not after the write.
+        let attributes = response.get("Attributes").filter(|_| applied);
         let entry = JournalEntry {
             seq: 0,
             operation: operation.to_owned(),
@@ -233,6 +333,7 @@ impl Faults {
             writer_lease,
             lease_after: string(attributes, "lease"),
             status_after: string(attributes, "status"),
+            refused: !applied,
         };
         if let (Some(invocation), None, Some("JOB"), Some("running"), Some(pk), Some(lease)) = (
             invocation,
@@ -278,8 +379,9 @@ pub struct Invocation {
     pub job_id: Option<String>,
     /// The lease the event carries, if any.
     pub lease: Option<String>,
-    /// What the per-job crash cap counts against: the job, or for an SQS or stream batch its
-    /// first message or record (a redelivered batch must not crash until it is dead-lettered).
+    /// What the per-job crash cap counts against: the job, for an SQS or stream batch its
+    /// first message or record (a redelivered batch must not crash until it is dead-lettered),
+    /// for an API request its `Idempotency-Key` (the submission a client retries).
     crash_key: Option<String>,
     crashed: Arc<Notify>,
     aws: Arc<Mutex<AwsUse>>,
@@ -314,7 +416,10 @@ impl Invocation {
         Invocation {
             id: NEXT_INVOCATION.fetch_add(1, Ordering::Relaxed),
             function: function.to_owned(),
-            crash_key: job_id.clone().or(first_message),
+            crash_key: job_id.clone().or(first_message).or_else(|| {
+                let key = event?.get("headers")?.get("idempotency-key")?.as_str()?;
+                Some(format!("submission {key}"))
+            }),
             job_id,
             lease: field(&["lease", "token"]).or_else(|| field(&["state", "lease", "token"])),
             crashed: Arc::new(Notify::new()),
@@ -393,17 +498,26 @@ impl HttpConnector for FaultyConnector {
             let job_id = invocation.job_id.as_deref()?;
             self.faults.claimed_lease(invocation.id, job_id)
         });
+        let holds_lease = lease.is_some();
         if let Some(lease) = lease {
             request.headers_mut().insert(LEASE_HEADER, lease);
         }
         request.headers_mut().insert(FUNCTION_HEADER, invocation.function.clone());
         request.headers_mut().insert(INVOCATION_HEADER, invocation.id.to_string());
-        match self.faults.crash_at_call(&invocation) {
+        let operation = operation_of(&request);
+        match self.faults.crash_at_call(&invocation, &operation) {
             None => {
-                let call = self.inner.call(request);
+                let pause = self.faults.pause_at_call(&invocation, &operation, holds_lease);
+                let (inner, faults) = (self.inner.clone(), self.faults.clone());
                 HttpConnectorFuture::new(async move {
+                    // Counts the pause over however this future ends (answered or dropped).
+                    let _pause_over = pause.map(|_| PauseOver(faults));
+                    if let Some(pause) = pause {
+                        tracing::info!(function = invocation.function, job_id = invocation.job_id, ?pause, "invocation paused (fault injected)");
+                        tokio::time::sleep(pause).await;
+                    }
                     let started = std::time::Instant::now();
-                    let answer = call.await;
+                    let answer = inner.call(request).await;
                     invocation.count_call(started.elapsed());
                     answer
                 })
@@ -423,6 +537,28 @@ impl HttpConnector for FaultyConnector {
             }
         }
     }
+}
+
+/// Counts a pause over when dropped.
+struct PauseOver(Arc<Faults>);
+
+impl Drop for PauseOver {
+    fn drop(&mut self) {
+        self.0.pauses_over.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Names a signed SDK request `service:Operation`, as the edge does.
+fn operation_of(request: &HttpRequest) -> String {
+    let mut headers = axum::http::HeaderMap::new();
+    for name in ["authorization", "x-amz-target", "x-amz-copy-source"] {
+        if let Some(value) = request.headers().get(name).and_then(|v| axum::http::HeaderValue::from_str(v).ok()) {
+            headers.insert(name, value);
+        }
+    }
+    let method = axum::http::Method::from_bytes(request.method().as_bytes()).unwrap_or_default();
+    let uri = request.uri().parse::<axum::http::Uri>().unwrap_or_default();
+    crate::edge::classify(&method, &uri, &headers)
 }
 
 #[cfg(test)]
@@ -455,20 +591,61 @@ mod tests {
             ..FaultPlan::default()
         });
         let other = Invocation::new("DispatcherFunction", None);
-        assert_eq!(faults.crash_at_call(&other), None);
+        assert_eq!(faults.crash_at_call(&other, "s3:GetObject"), None);
         let stage = invocation("j1");
-        assert_eq!(faults.crash_at_call(&stage), Some(Crash::BeforeCall));
-        assert_eq!(faults.crash_at_call(&stage), Some(Crash::BeforeCall));
-        assert_eq!(faults.crash_at_call(&stage), None, "the third crash of j1 exceeds the cap");
-        assert_eq!(faults.crash_at_call(&invocation("j2")), Some(Crash::BeforeCall));
-        assert_eq!(faults.counts().crashed_before_call, 3);
+        assert_eq!(faults.crash_at_call(&stage, "s3:GetObject"), Some(Crash::BeforeCall));
+        assert_eq!(faults.crash_at_call(&stage, "dynamodb:UpdateItem"), Some(Crash::BeforeCall));
+        assert_eq!(faults.crash_at_call(&stage, "s3:GetObject"), None, "the third crash of j1 exceeds the cap");
+        assert_eq!(faults.crash_at_call(&invocation("j2"), "s3:GetObject"), Some(Crash::BeforeCall));
+        let counts = faults.counts();
+        assert_eq!(counts.crashed_before_call, 3);
+        assert_eq!(
+            counts.crash_sites,
+            BTreeMap::from([
+                ("StageFunction dynamodb:UpdateItem before".to_owned(), 1),
+                ("StageFunction s3:GetObject before".to_owned(), 2)
+            ])
+        );
+    }
+
+    #[test]
+    fn a_submission_is_capped_by_its_idempotency_key() {
+        let faults = Faults::default();
+        faults.set_plan(FaultPlan {
+            crash_functions: vec!["SubmitFunction".into()],
+            crash_after_call: 1.0,
+            max_crashes_per_job: 1,
+            ..FaultPlan::default()
+        });
+        let submit = |key: &str| Invocation::new("SubmitFunction", Some(&serde_json::json!({"headers": {"idempotency-key": key}})));
+        assert_eq!(faults.crash_at_call(&submit("k1"), "dynamodb:PutItem"), Some(Crash::AfterCall));
+        assert_eq!(faults.crash_at_call(&submit("k1"), "dynamodb:PutItem"), None, "k1's retry is spared");
+        assert_eq!(faults.crash_at_call(&submit("k2"), "dynamodb:PutItem"), Some(Crash::AfterCall), "another submission is not");
+    }
+
+    #[test]
+    fn only_a_lease_holder_of_a_planned_function_pauses_and_once_per_job() {
+        let faults = Faults::default();
+        faults.set_plan(FaultPlan {
+            pause_functions: vec!["StageFunction".into()],
+            pause_before_call: 1.0,
+            pause_ms: 1_500,
+            ..FaultPlan::default()
+        });
+        assert_eq!(faults.pause_at_call(&invocation("j1"), "s3:PutObject", false), None, "not before it holds the lease");
+        assert_eq!(faults.pause_at_call(&Invocation::new("DispatcherFunction", None), "s3:PutObject", true), None);
+        assert_eq!(faults.pause_at_call(&invocation("j1"), "s3:PutObject", true), Some(std::time::Duration::from_millis(1_500)));
+        assert_eq!(faults.pause_at_call(&invocation("j1"), "s3:PutObject", true), None, "once per job");
+        assert_eq!(faults.counts().paused, 1);
+        assert_eq!(faults.counts().pause_sites, BTreeMap::from([("StageFunction s3:PutObject".to_owned(), 1)]));
     }
 
     #[test]
     fn no_plan_injects_nothing() {
         let faults = Faults::default();
-        assert_eq!(faults.crash_at_call(&invocation("j1")), None);
-        assert!(!faults.throttle_call() && !faults.duplicate_delivery());
+        assert_eq!(faults.crash_at_call(&invocation("j1"), "s3:GetObject"), None);
+        assert_eq!(faults.pause_at_call(&invocation("j1"), "s3:PutObject", true), None);
+        assert!(!faults.throttle_call() && !faults.duplicate_delivery() && !faults.duplicate_start());
         assert_eq!(faults.counts(), FaultCounts::default());
     }
 
@@ -482,12 +659,18 @@ mod tests {
             "dynamodb:UpdateItem",
             Some("t1".into()),
             Some(7),
+            true,
             request.to_string().as_bytes(),
             response.to_string().as_bytes(),
         );
-        faults.journal_write("dynamodb:PutItem", None, None, b"not json", b"");
+        faults.journal_write("dynamodb:PutItem", None, None, true, b"not json", b"");
+        // Refused: journaled, but nothing of the item is read from the answer.
+        faults.journal_write("dynamodb:UpdateItem", Some("t0".into()), None, false, request.to_string().as_bytes(), response.to_string().as_bytes());
         let journal = faults.journal();
-        assert_eq!(journal.len(), 2);
+        assert_eq!(journal.len(), 3);
+        assert!(!journal[0].refused);
+        assert!(journal[2].refused);
+        assert_eq!((journal[2].lease_after.as_deref(), journal[2].status_after.as_deref()), (None, None));
         assert_eq!(journal[0].pk.as_deref(), Some("JOB#1"));
         assert_eq!(journal[0].writer_lease.as_deref(), Some("t1"));
         assert_eq!(journal[0].lease_after.as_deref(), Some("t2"));
@@ -503,7 +686,7 @@ mod tests {
         faults.set_plan(FaultPlan { journal: true, ..FaultPlan::default() });
         let request = serde_json::json!({"Key": {"pk": {"S": "JOB#j1"}, "sk": {"S": "JOB"}}});
         let claimed = serde_json::json!({"Attributes": {"lease": {"S": "minted"}, "status": {"S": "running"}}});
-        faults.journal_write("dynamodb:UpdateItem", None, Some(9), request.to_string().as_bytes(), claimed.to_string().as_bytes());
+        faults.journal_write("dynamodb:UpdateItem", None, Some(9), true, request.to_string().as_bytes(), claimed.to_string().as_bytes());
         assert_eq!(faults.claimed_lease(9, "j1").as_deref(), Some("minted"));
         assert_eq!(faults.claimed_lease(9, "j2"), None, "only for the job it claimed");
         assert_eq!(faults.claimed_lease(10, "j1"), None, "only for the invocation that claimed");

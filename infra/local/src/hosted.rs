@@ -302,7 +302,9 @@ impl HostedFunction {
             return gateway_error(500, "Internal Server Error");
         };
         let gateway_timeout = self.spec.timeout.min(Duration::from_secs(30));
-        let invocation = Invocation::new(&self.spec.logical, None);
+        // What of the request the fault plan reads: the key a client retries a submission with.
+        let key = request.headers().get("idempotency-key").and_then(|v| v.to_str().ok());
+        let invocation = Invocation::new(&self.spec.logical, Some(&serde_json::json!({"headers": {"idempotency-key": key}})));
         let started = Instant::now();
         // The function runs until its own timeout even when the gateway gave up sooner, as on
         // AWS; then Lambda stops it.

@@ -219,8 +219,15 @@ impl LocalStack {
 
         // The functions' SDK goes through the fault injector (inert until a plan is set).
         let faults = Arc::new(faults::Faults::default());
+        // Without stalled-stream protection: its timers run on while an injected pause holds a
+        // call's request body, and it would end the pause after a few seconds, where a frozen
+        // sandbox (what a pause stands for) freezes those timers too.
         let function_sdk =
-            sdk_config_with(&edge_url, faults::FaultyHttpClient::new(longhaul_aws::sdk::http_client(), faults.clone())).await;
+            sdk_config_with(&edge_url, faults::FaultyHttpClient::new(longhaul_aws::sdk::http_client(), faults.clone()))
+                .await
+                .to_builder()
+                .stalled_stream_protection(aws_config::stalled_stream_protection::StalledStreamProtectionConfig::disabled())
+                .build();
         let invocations = hosted::InvocationLog::default();
         let policies = Arc::new(iam::Policies::from_template(&template)?);
         let mut hosted = Vec::new();

@@ -18,15 +18,16 @@ pub fn workspace_root() -> PathBuf {
 }
 
 /// Writes section `name` (Markdown, starting with a `## ` heading) for BENCHMARKS.md, and
-/// beside it `<name>.stamp`: the commit and date it was measured on (sections can be re-run
-/// one at a time, so each says when it was measured).
+/// beside it `<name>.stamp`: the commit (`-dirty` if the tree had uncommitted changes) and
+/// date it was measured on (sections can be re-run one at a time, so each says when it was
+/// measured, and on what).
 pub fn write_section(name: &str, markdown: &str) -> anyhow::Result<PathBuf> {
     let dir = out_dir();
     std::fs::create_dir_all(&dir)?;
     let path = dir.join(format!("{name}.md"));
     std::fs::write(&path, markdown)?;
     let commit = std::process::Command::new("git")
-        .args(["rev-parse", "--short", "HEAD"])
+        .args(["describe", "--always", "--dirty", "--abbrev=7"])
         .current_dir(workspace_root())
         .output()
         .ok()
