@@ -245,6 +245,35 @@ async fn a_crash_mid_scan_resumes_from_the_checkpoint_with_an_identical_report()
     }
 }
 
+/// A render that died right after its checkpoint moved the progress record's pointer to the
+/// rendered report (before the stage boundary) is done: the retry must not read that pointer
+/// as the scan's output (it once failed the job with `Job.Fatal`).
+#[tokio::test]
+async fn a_render_that_died_after_its_checkpoint_is_done_on_retry() {
+    stack();
+    let api = Api::new(&principal("render-crash"));
+    let rows = longhaul_tests::csvgen::Gen::new(17).rows(20_000);
+    let input = api.upload("r.csv", "text/csv", longhaul_tests::csvgen::csv_bytes(&rows)).await;
+    let job_id = api.submit(&report(&input)).await;
+    // Crash the stage once, just after the progress write that points at the rendered report.
+    let faults = format!("{}/_local/faults", stack().stack.api_url);
+    let plan = json!({"crash_functions": ["StageFunction"], "crash_after_call": 1.0, "max_crashes_per_job": 1,
+        "crash_only": {"operation": "dynamodb:PutItem", "contains": format!("checkpoints/{job_id}/render/")}});
+    let http = reqwest::Client::new();
+    assert_eq!(http.post(&faults).json(&plan).send().await.unwrap().status(), 200);
+    let job = api.wait_terminal(&job_id, TIMEOUT).await;
+    let injected: Value = http.get(&faults).send().await.unwrap().json().await.unwrap();
+    http.post(&faults).json(&json!({})).send().await.unwrap();
+    assert_eq!(injected["injected"]["crash_sites"], json!({"StageFunction dynamodb:PutItem after": 1}), "{injected}");
+    assert_eq!(job["status"], "succeeded", "{job}");
+    let result: Value = serde_json::from_slice(&api.result(&job_id).await).unwrap();
+    let (expected, _) = longhaul_tests::csvgen::expected(&rows);
+    assert_eq!(result["rows_scanned"], 20_000);
+    for (a, e) in result["rows"].as_array().unwrap().iter().zip(&expected) {
+        assert!(longhaul_tests::csvgen::rows_match(a, e), "{a} ≠ {e}");
+    }
+}
+
 #[tokio::test]
 async fn cancelling_mid_scan_ends_cancelled_without_a_result() {
     stack();

@@ -177,6 +177,7 @@ impl<'a> Ctx<'a> {
             checkpoint_key: self.checkpoint_key.clone(),
             cancel_requested_at: None,
             progress_changed_at: self.changed_at.clone(),
+            attempt: Some(self.lease.attempt),
         };
         self.deps.jobs.record_progress(&self.job.job_id, &record).await.map_err(refused)?;
         self.last_write = now;

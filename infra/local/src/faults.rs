@@ -58,6 +58,9 @@ pub struct FaultPlan {
     pub crash_before_call: f64,
     /// Probability that an invocation crashes just after an AWS call took effect.
     pub crash_after_call: f64,
+    /// When set, crashes strike only the calls it matches (a test aiming at one moment of one
+    /// job); `None`: any call of the planned functions.
+    pub crash_only: Option<CallMatch>,
     /// Most crashes injected into the invocations of any one job (0: unlimited). Keeps every
     /// job within the state machine's retry budget, so that a correct system finishes every
     /// job and a lost or failed one is a finding, not bad luck.
@@ -74,6 +77,9 @@ pub struct FaultPlan {
     /// Probability that an invocation holding a job's lease pauses just before an AWS call
     /// (at most once per job).
     pub pause_before_call: f64,
+    /// Most pauses in all (0: unlimited). A test at scale pauses only its first jobs, while
+    /// few jobs run and the reaper, fired often, examines every running job each time.
+    pub max_pauses: u64,
     /// How long a pause lasts, in milliseconds: make it longer than the reaper's heartbeat
     /// timeout, so that the paused attempt is declared dead while it still lives. (The hosted
     /// functions' SDK runs without stalled-stream protection, whose timers would otherwise cut
@@ -83,6 +89,24 @@ pub struct FaultPlan {
     pub journal: bool,
     /// Seed of the fault dice (runs with the same seed and timing draw the same faults).
     pub seed: u64,
+}
+
+/// The calls a fault plan aims at: one operation, whose request (URI or body) contains a text.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CallMatch {
+    /// `service:Operation`, as the edge names calls (`dynamodb:PutItem`, `s3:PutObject`…).
+    pub operation: String,
+    /// Text the request's URI or body contains (a job id, a key prefix…).
+    pub contains: String,
+}
+
+impl CallMatch {
+    fn matches(&self, operation: &str, uri: &str, body: Option<&[u8]>) -> bool {
+        let needle = self.contains.as_bytes();
+        let contains = |haystack: &[u8]| needle.is_empty() || haystack.windows(needle.len()).any(|w| w == needle);
+        operation == self.operation && (contains(uri.as_bytes()) || body.is_some_and(contains))
+    }
 }
 
 /// How many faults were injected, by kind (`GET /_local/faults`).
@@ -214,6 +238,13 @@ impl Faults {
         rng.get_or_insert_with(|| fastrand::Rng::with_seed(0)).f64() < probability
     }
 
+    /// Whether the plan may crash a call of `operation` to `uri` with `body` at all (see
+    /// [`FaultPlan::crash_only`]).
+    pub fn crash_targets(&self, operation: &str, uri: &str, body: Option<&[u8]>) -> bool {
+        let plan = self.plan.read().expect("fault plan");
+        plan.crash_only.as_ref().is_none_or(|only| only.matches(operation, uri, body))
+    }
+
     /// Whether `invocation` crashes at the AWS call (`operation`, as `service:Operation`) it
     /// is about to make, and where.
     pub fn crash_at_call(&self, invocation: &Invocation, operation: &str) -> Option<Crash> {
@@ -256,9 +287,11 @@ impl Faults {
         if !holds_lease || !plan.pause_functions.contains(&invocation.function) || !self.roll(plan.pause_before_call) {
             return None;
         }
-        if !self.paused_jobs.lock().expect("paused jobs").insert(job.clone()) {
+        let mut paused_jobs = self.paused_jobs.lock().expect("paused jobs");
+        if (plan.max_pauses > 0 && paused_jobs.len() as u64 >= plan.max_pauses) || !paused_jobs.insert(job.clone()) {
             return None;
         }
+        drop(paused_jobs);
         self.paused.fetch_add(1, Ordering::Relaxed);
         let site = format!("{} {operation}", invocation.function);
         *self.pause_sites.lock().expect("pause sites").entry(site).or_default() += 1;
@@ -505,7 +538,8 @@ impl HttpConnector for FaultyConnector {
         request.headers_mut().insert(FUNCTION_HEADER, invocation.function.clone());
         request.headers_mut().insert(INVOCATION_HEADER, invocation.id.to_string());
         let operation = operation_of(&request);
-        match self.faults.crash_at_call(&invocation, &operation) {
+        let targeted = self.faults.crash_targets(&operation, request.uri(), request.body().bytes());
+        match targeted.then(|| self.faults.crash_at_call(&invocation, &operation)).flatten() {
             None => {
                 let pause = self.faults.pause_at_call(&invocation, &operation, holds_lease);
                 let (inner, faults) = (self.inner.clone(), self.faults.clone());
@@ -609,6 +643,20 @@ mod tests {
     }
 
     #[test]
+    fn a_plan_can_aim_its_crashes_at_one_kind_of_call() {
+        let faults = Faults::default();
+        let only = CallMatch { operation: "dynamodb:PutItem".into(), contains: "checkpoints/j1/render/".into() };
+        faults.set_plan(FaultPlan { crash_only: Some(only), ..FaultPlan::default() });
+        let body = br#"{"Item":{"checkpoint_key":{"S":"checkpoints/j1/render/00000000000000000003.json"}}}"#;
+        assert!(faults.crash_targets("dynamodb:PutItem", "/", Some(body)));
+        assert!(!faults.crash_targets("dynamodb:UpdateItem", "/", Some(body)), "another operation");
+        assert!(!faults.crash_targets("dynamodb:PutItem", "/", Some(b"{}")), "another request");
+        assert!(faults.crash_targets("dynamodb:PutItem", "/bucket/checkpoints/j1/render/x", None), "the URI counts too");
+        faults.set_plan(FaultPlan::default());
+        assert!(faults.crash_targets("s3:GetObject", "/", None), "no aim: every call");
+    }
+
+    #[test]
     fn a_submission_is_capped_by_its_idempotency_key() {
         let faults = Faults::default();
         faults.set_plan(FaultPlan {
@@ -636,6 +684,9 @@ mod tests {
         assert_eq!(faults.pause_at_call(&Invocation::new("DispatcherFunction", None), "s3:PutObject", true), None);
         assert_eq!(faults.pause_at_call(&invocation("j1"), "s3:PutObject", true), Some(std::time::Duration::from_millis(1_500)));
         assert_eq!(faults.pause_at_call(&invocation("j1"), "s3:PutObject", true), None, "once per job");
+        faults.set_plan(FaultPlan { max_pauses: 1, ..faults.plan() });
+        assert!(faults.pause_at_call(&invocation("j2"), "s3:PutObject", true).is_some());
+        assert_eq!(faults.pause_at_call(&invocation("j3"), "s3:PutObject", true), None, "at most max_pauses in all");
         assert_eq!(faults.counts().paused, 1);
         assert_eq!(faults.counts().pause_sites, BTreeMap::from([("StageFunction s3:PutObject".to_owned(), 1)]));
     }

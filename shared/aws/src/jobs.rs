@@ -191,6 +191,10 @@ pub struct ProgressRecord {
     /// When `pct` or `items_done` last changed (heartbeats alone do not change it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress_changed_at: Option<String>,
+    /// The attempt whose lease owns this record (absent in records older than the field): a
+    /// hand-over to an earlier attempt is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempt: Option<u32>,
 }
 
 /// An idempotency record.
@@ -875,28 +879,42 @@ impl JobStore {
     /// the stage and checkpoint pointer a previous attempt left (so a re-dispatched job
     /// resumes where it was) and any cancellation request. (Progress records written before
     /// the running index moved to the job record leave the index here.)
+    ///
+    /// Refused (a conflict) if a later attempt already holds the record: a claimer delayed
+    /// between its two writes while the reaper re-dispatched the job must not take the
+    /// record back from the attempt that claimed it since (the fault checker's paused
+    /// workers did exactly that, and the newer attempt's progress writes were then refused).
     async fn take_progress(&self, job_id: &str, lease: &Lease) -> Result<(), StoreError> {
         let now = now_rfc3339();
         let zero = AttributeValue::N("0".into());
-        self.client
+        let taken = self
+            .client
             .update_item()
             .table_name(&self.table)
             .set_key(Some(Self::progress_key(job_id).into_iter().collect()))
             .update_expression(
-                "SET lease = :lease, heartbeat_at = :now, updated_at = :now, progress_changed_at = :now, \
+                "SET lease = :lease, #attempt = :attempt, heartbeat_at = :now, updated_at = :now, progress_changed_at = :now, \
                  seq = if_not_exists(seq, :zero), pct = if_not_exists(pct, :zero), \
                  stage = if_not_exists(stage, :empty), stage_index = if_not_exists(stage_index, :zero), \
                  stages_total = if_not_exists(stages_total, :zero), items_done = if_not_exists(items_done, :zero) \
                  REMOVE gsi2pk, gsi2sk",
             )
+            .condition_expression("attribute_not_exists(#attempt) OR #attempt <= :attempt")
+            .expression_attribute_names("#attempt", "attempt")
             .expression_attribute_values(":lease", s(&lease.token))
+            .expression_attribute_values(":attempt", AttributeValue::N(lease.attempt.to_string()))
             .expression_attribute_values(":now", s(&now))
             .expression_attribute_values(":zero", zero)
             .expression_attribute_values(":empty", s(""))
             .send()
-            .await
-            .map_err(|e| AwsError::new(format!("hand progress of {job_id} to attempt {}", lease.attempt), e))?;
-        Ok(())
+            .await;
+        match taken {
+            Ok(_) => Ok(()),
+            Err(err) if err.as_service_error().is_some_and(|e| e.is_conditional_check_failed_exception()) => {
+                Err(StoreError::Conflict { current: self.job(job_id).await?.map(Box::new) })
+            }
+            Err(err) => Err(AwsError::new(format!("hand progress of {job_id} to attempt {}", lease.attempt), err).into()),
+        }
     }
 
     /// Up to `limit` entries of status-index bucket `kind` (all shards) whose sort key is
