@@ -105,6 +105,34 @@ async fn a_zombie_is_redispatched_and_its_stale_worker_is_fenced_off() {
     assert_eq!(serde_json::from_slice::<DemoResult>(&api.result(&job_id).await).unwrap(), DemoResult::expected(60));
 }
 
+/// What the reaper does first to a zombie it re-dispatches: the old lease loses the progress
+/// record (its writes are refused from then on, even before the next attempt claims the
+/// job), and the stage and checkpoint pointer stay for the next attempt to resume from.
+#[tokio::test]
+async fn a_revoked_progress_record_refuses_the_old_lease_and_keeps_its_checkpoint() {
+    stack();
+    let api = Api::new(&principal("revoke"));
+    let job_id = api.submit(&json!({"type": "demo", "params": {"items": 60, "item_ms": 100}})).await;
+    api.wait_for(&job_id, "progress", |j| j["progress"]["items_done"].as_u64().unwrap_or(0) >= 15).await;
+    let lease = kill(&job_id).await.lease.expect("a running job's lease");
+    let aws = Aws::new().await;
+    let before = aws.progress_record(&job_id).await;
+    store().await.revoke_progress(&job_id, &lease).await.unwrap();
+    let after = aws.progress_record(&job_id).await;
+    assert_ne!(after.lease, lease);
+    assert_eq!((&after.checkpoint_key, after.stage_index), (&before.checkpoint_key, before.stage_index));
+    let stale = ProgressRecord { seq: u64::MAX - 1, lease: lease.clone(), pct: 99.0, ..Default::default() };
+    assert!(matches!(store().await.record_progress(&job_id, &stale).await, Err(ProgressRefused::LeaseLost)));
+    // Revoking what the lease no longer holds changes nothing.
+    store().await.revoke_progress(&job_id, &lease).await.unwrap();
+    assert_eq!(aws.progress_record(&job_id).await.lease, after.lease);
+
+    fire_until(&api, &job_id, "reaper", "re-dispatch", |j| j["attempt"] == 2).await;
+    let job = api.wait_terminal(&job_id, TIMEOUT).await;
+    assert_eq!((job["status"].as_str(), job["attempt"].as_u64()), (Some("succeeded"), Some(2)), "{job}");
+    assert_eq!(serde_json::from_slice::<DemoResult>(&api.result(&job_id).await).unwrap(), DemoResult::expected(60));
+}
+
 #[tokio::test]
 async fn a_result_written_before_the_status_was_lost_is_backfilled() {
     stack();

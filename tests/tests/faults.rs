@@ -34,7 +34,7 @@ const RUN_BUDGET: Duration = Duration::from_secs(20 * 60);
 /// How long a paused worker stays frozen: well beyond the heartbeat timeout below plus a
 /// reaper run (which takes seconds under this load) and [`REAPER_EVERY`], so the reaper
 /// declares it dead while it still lives.
-const PAUSE: Duration = Duration::from_secs(40);
+const PAUSE: Duration = Duration::from_secs(120);
 const REAPER_EVERY: Duration = Duration::from_secs(3);
 /// What the reaper fired by the test did, summed over its runs (its report's counts).
 static REAPER_DID: std::sync::Mutex<BTreeMap<String, u64>> = std::sync::Mutex::new(BTreeMap::new());

@@ -397,6 +397,8 @@ async fn zombie(
             result.map(|_| ())
         }
         Rescue::Redispatch => {
+            // First fence the old worker off its progress record: it may be alive after all.
+            deps.jobs.revoke_progress(job_id, lease).await?;
             let next = execution_name(job_id, job.dispatches.max(1) + 1);
             let request = TransitionRequest::new(
                 job_id,

@@ -875,6 +875,32 @@ impl JobStore {
         [("pk".into(), s(job_pk(job_id))), ("sk".into(), s(PROGRESS_SK))]
     }
 
+    /// Takes the progress record from `lease` (the record keeps its stage and checkpoint
+    /// pointer, under a lease no attempt holds), so that the attempt's progress and checkpoint
+    /// writes are refused from now on. The reaper does this *before* re-dispatching a zombie:
+    /// otherwise a worker declared dead but alive could go on writing progress while the job
+    /// was queued again or claimed by the next attempt (until that claim's hand-over), as the
+    /// fault checker's paused workers did. A record that `lease` does not hold is left alone.
+    pub async fn revoke_progress(&self, job_id: &str, lease: &str) -> Result<(), StoreError> {
+        let revoked = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(Self::progress_key(job_id).into_iter().collect()))
+            .update_expression("SET lease = :revoked, updated_at = :now")
+            .condition_expression("lease = :lease")
+            .expression_attribute_values(":revoked", s(format!("revoked:{lease}")))
+            .expression_attribute_values(":now", s(now_rfc3339()))
+            .expression_attribute_values(":lease", s(lease))
+            .send()
+            .await;
+        match revoked {
+            Ok(_) => Ok(()),
+            Err(err) if err.as_service_error().is_some_and(|e| e.is_conditional_check_failed_exception()) => Ok(()),
+            Err(err) => Err(AwsError::new(format!("revoke progress of {job_id} from its lease"), err).into()),
+        }
+    }
+
     /// Hands the progress record to a new attempt: its lease and a fresh heartbeat, keeping
     /// the stage and checkpoint pointer a previous attempt left (so a re-dispatched job
     /// resumes where it was) and any cancellation request. (Progress records written before
