@@ -168,54 +168,49 @@ async fn jobs_of(aws: &Aws, owner: &str) -> HashMap<String, JobRecord> {
     }
 }
 
-/// Violations of "never two live leases": a write made by an attempt while the job item
-/// named another lease (or none) as the current one. The journal is in the table's order.
-fn lease_violations(journal: &[JournalEntry]) -> Vec<String> {
-    let mut current: HashMap<&str, Option<&str>> = HashMap::new();
-    let mut violations = Vec::new();
-    for entry in journal {
-        let Some(job) = entry.pk.as_deref().and_then(|pk| pk.strip_prefix("JOB#")) else { continue };
-        if entry.refused {
-            continue;
-        }
-        if let Some(writer) = entry.writer_lease.as_deref() {
-            let holder = current.get(job).copied().flatten();
-            if holder != Some(writer) {
-                violations.push(format!(
-                    "job {job}: #{} {} {:?} by lease {writer} while the job's lease was {holder:?}",
-                    entry.seq, entry.operation, entry.sk
-                ));
-            }
-        }
-        // A write that returned the job item tells its lease after the write (none: removed).
-        if entry.sk.as_deref() == Some("JOB") && entry.status_after.is_some() {
-            current.insert(job, entry.lease_after.as_deref());
-        }
-    }
-    violations
+/// The job a journal entry wrote to, if it names one.
+fn job_of(entry: &JournalEntry) -> Option<&str> {
+    entry.pk.as_deref()?.strip_prefix("JOB#")
 }
 
-/// Writes the table refused because their attempt's lease was no longer the job's: the
-/// fence at work (a refusal for another reason, such as a cancelled job, is not counted).
-fn stale_writes_refused(journal: &[JournalEntry]) -> usize {
+/// The journal replayed against each job's current lease (the journal is in the table's order).
+#[derive(Debug, Default)]
+struct Fences {
+    /// Violations of "never two live leases": a write that took effect, made by an attempt
+    /// while the job item named another lease (or none) as the current one.
+    violations: Vec<String>,
+    /// Writes the table refused because their attempt's lease was no longer the job's: the
+    /// fence at work (a refusal for another reason, such as a cancelled job, is not counted).
+    stale_refused: usize,
+}
+
+fn replay_fences(journal: &[JournalEntry]) -> Fences {
     let mut current: HashMap<&str, Option<&str>> = HashMap::new();
-    let mut refused = 0;
+    let mut fences = Fences::default();
     for entry in journal {
-        let Some(job) = entry.pk.as_deref().and_then(|pk| pk.strip_prefix("JOB#")) else { continue };
-        if entry.refused {
-            refused += usize::from(entry.writer_lease.as_deref() != current.get(job).copied().flatten());
-        } else if entry.sk.as_deref() == Some("JOB") && entry.status_after.is_some() {
+        let Some(job) = job_of(entry) else { continue };
+        let holder = current.get(job).copied().flatten();
+        match entry.writer_lease.as_deref() {
+            Some(writer) if entry.refused => fences.stale_refused += usize::from(holder != Some(writer)),
+            Some(writer) if holder != Some(writer) => fences.violations.push(format!(
+                "job {job}: #{} {} {:?} by lease {writer} while the job's lease was {holder:?}",
+                entry.seq, entry.operation, entry.sk
+            )),
+            _ => {}
+        }
+        // A write that returned the job item tells its lease after the write (none: removed).
+        if !entry.refused && entry.sk.as_deref() == Some("JOB") && entry.status_after.is_some() {
             current.insert(job, entry.lease_after.as_deref());
         }
     }
-    refused
+    fences
 }
 
 /// Per job, the distinct leases it was run under, from the journal.
 fn leases_by_job(journal: &[JournalEntry]) -> HashMap<&str, BTreeSet<&str>> {
     let mut leases: HashMap<&str, BTreeSet<&str>> = HashMap::new();
     for entry in journal.iter().filter(|e| !e.refused && e.sk.as_deref() == Some("JOB")) {
-        if let (Some(job), Some(lease)) = (entry.pk.as_deref().and_then(|pk| pk.strip_prefix("JOB#")), entry.lease_after.as_deref()) {
+        if let (Some(job), Some(lease)) = (job_of(entry), entry.lease_after.as_deref()) {
             leases.entry(job).or_default().insert(lease);
         }
     }
@@ -227,7 +222,7 @@ fn leases_by_job(journal: &[JournalEntry]) -> HashMap<&str, BTreeSet<&str>> {
 fn terminal_violations(journal: &[JournalEntry]) -> Vec<String> {
     let mut statuses: HashMap<&str, Vec<JobStatus>> = HashMap::new();
     for entry in journal.iter().filter(|e| !e.refused && e.sk.as_deref() == Some("JOB")) {
-        if let (Some(job), Some(status)) = (entry.pk.as_deref().and_then(|pk| pk.strip_prefix("JOB#")), entry.status_after.as_deref()) {
+        if let (Some(job), Some(status)) = (job_of(entry), entry.status_after.as_deref()) {
             let status = serde_json::from_value(json!(status)).expect("a known status");
             statuses.entry(job).or_default().push(status);
         }
@@ -446,46 +441,19 @@ async fn every_job_ends_exactly_once_and_correctly_under_injected_faults() {
     // stale attempts tried, and the table refused them.
     let leases = leases_by_job(&journal);
     let handed_over = leases.values().filter(|l| l.len() >= 2).count();
-    let refused = stale_writes_refused(&journal);
+    let fences = replay_fences(&journal);
+    let refused = fences.stale_refused;
     eprintln!("{handed_over} jobs ran under two or more leases; {refused} stale writes refused");
     // (A pause after the job's last write, or one the reaper's run missed, hands nothing over.)
     assert!(handed_over >= 1, "{handed_over} jobs changed hands for {} pauses", injected.paused);
     assert!(refused >= 1, "{refused} stale writes refused for {handed_over} jobs that changed hands");
-    let violations = lease_violations(&journal);
+    let violations = fences.violations;
     assert!(violations.is_empty(), "{} writes outside their lease:\n{}", violations.len(), violations.join("\n"));
 }
 
-#[test]
-fn the_lease_checker_finds_a_write_after_a_newer_claim() {
-    let entry = |seq, sk: &str, writer: Option<&str>, lease_after: Option<&str>, status: Option<&str>| JournalEntry {
-        seq,
-        operation: "dynamodb:UpdateItem".into(),
-        pk: Some("JOB#j".into()),
-        sk: Some(sk.into()),
-        writer_lease: writer.map(Into::into),
-        lease_after: lease_after.map(Into::into),
-        status_after: status.map(Into::into),
-        refused: false,
-    };
-    let healthy = vec![
-        entry(0, "JOB", None, Some("a"), Some("running")),
-        entry(1, "PROGRESS", Some("a"), None, None),
-        entry(2, "JOB", None, None, Some("queued")),
-        entry(3, "JOB", None, Some("b"), Some("running")),
-        entry(4, "PROGRESS", Some("b"), None, None),
-    ];
-    assert!(lease_violations(&healthy).is_empty());
-    let mut stale = healthy.clone();
-    stale.push(entry(5, "PROGRESS", Some("a"), None, None));
-    assert_eq!(lease_violations(&stale).len(), 1);
-    let mut after_requeue = healthy[..3].to_vec();
-    after_requeue.push(entry(3, "PROGRESS", Some("a"), None, None));
-    assert_eq!(lease_violations(&after_requeue).len(), 1, "a requeue ends lease a");
-}
-
-#[test]
-fn the_fence_checker_counts_stale_refusals_and_ignores_them_as_violations() {
-    let entry = |seq, sk: &str, writer: Option<&str>, lease_after: Option<&str>, status: Option<&str>, refused| JournalEntry {
+/// A journal entry for job `j`, for the checkers' own tests.
+fn entry(seq: u64, sk: &str, writer: Option<&str>, lease_after: Option<&str>, status: Option<&str>, refused: bool) -> JournalEntry {
+    JournalEntry {
         seq,
         operation: "dynamodb:UpdateItem".into(),
         pk: Some("JOB#j".into()),
@@ -494,7 +462,29 @@ fn the_fence_checker_counts_stale_refusals_and_ignores_them_as_violations() {
         lease_after: lease_after.map(Into::into),
         status_after: status.map(Into::into),
         refused,
-    };
+    }
+}
+
+#[test]
+fn the_lease_checker_finds_a_write_after_a_newer_claim() {
+    let healthy = vec![
+        entry(0, "JOB", None, Some("a"), Some("running"), false),
+        entry(1, "PROGRESS", Some("a"), None, None, false),
+        entry(2, "JOB", None, None, Some("queued"), false),
+        entry(3, "JOB", None, Some("b"), Some("running"), false),
+        entry(4, "PROGRESS", Some("b"), None, None, false),
+    ];
+    assert!(replay_fences(&healthy).violations.is_empty());
+    let mut stale = healthy.clone();
+    stale.push(entry(5, "PROGRESS", Some("a"), None, None, false));
+    assert_eq!(replay_fences(&stale).violations.len(), 1);
+    let mut after_requeue = healthy[..3].to_vec();
+    after_requeue.push(entry(3, "PROGRESS", Some("a"), None, None, false));
+    assert_eq!(replay_fences(&after_requeue).violations.len(), 1, "a requeue ends lease a");
+}
+
+#[test]
+fn the_fence_checker_counts_stale_refusals_and_ignores_them_as_violations() {
     let journal = vec![
         entry(0, "JOB", None, Some("a"), Some("running"), false),
         entry(1, "JOB", Some("a"), None, Some("queued"), false),
@@ -506,8 +496,9 @@ fn the_fence_checker_counts_stale_refusals_and_ignores_them_as_violations() {
         entry(5, "JOB", Some("b"), None, None, true),
         entry(6, "JOB", Some("b"), Some("b"), Some("succeeded"), false),
     ];
-    assert!(lease_violations(&journal).is_empty(), "refused writes changed nothing");
-    assert_eq!(stale_writes_refused(&journal), 2);
+    let fences = replay_fences(&journal);
+    assert!(fences.violations.is_empty(), "refused writes changed nothing");
+    assert_eq!(fences.stale_refused, 2);
     assert_eq!(leases_by_job(&journal)["j"].len(), 2);
     assert!(terminal_violations(&journal).is_empty());
     let mut twice = journal.clone();
