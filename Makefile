@@ -16,8 +16,9 @@ dev: venv
 test: venv
 	RUST_TEST_THREADS=8 cargo test --workspace
 
-## Lint the template (cfn-lint, sam validate --lint) and the Rust code (clippy).
+## Lint the template (cfn-lint, sam validate --lint) and the Rust code (rustfmt, clippy).
 lint: venv
+	cargo fmt --all --check
 	$(VENV)/bin/cfn-lint template.yaml
 	SAM_CLI_TELEMETRY=0 $(VENV)/bin/sam validate --lint --template template.yaml
 	cargo clippy --workspace --all-targets -- -D warnings

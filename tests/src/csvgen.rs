@@ -40,7 +40,8 @@ impl Gen {
 
     /// `n` rows.
     pub fn rows(&mut self, n: usize) -> Vec<Row> {
-        let regions = ["eu", "us", "Asia, Pacific", "the \"north\"", "multi\nline", "  padded  ", ""];
+        let regions =
+            ["eu", "us", "Asia, Pacific", "the \"north\"", "multi\nline", "  padded  ", ""];
         let products = ["widget", "gadget", "gizmo", "sprocket"];
         (0..n)
             .map(|_| {
@@ -77,7 +78,13 @@ pub fn csv_bytes(rows: &[Row]) -> Vec<u8> {
             out.push_str("\r\n");
         }
         let note = if i % 3 == 0 { "\"said \"\"hi\"\", left\"" } else { "plain" };
-        out.push_str(&format!("{},{},{},{}\r\n", quote(&row.region), quote(&row.product), quote(&row.amount_text), note));
+        out.push_str(&format!(
+            "{},{},{},{}\r\n",
+            quote(&row.region),
+            quote(&row.product),
+            quote(&row.amount_text),
+            note
+        ));
     }
     out.into_bytes()
 }

@@ -27,7 +27,8 @@ static OVERRIDES: OnceLock<Vec<(String, String)>> = OnceLock::new();
 /// deadlines, intervals…). Call it before anything else touches the stack: the first call of
 /// a test binary decides.
 pub fn harness_with(overrides: &[(&str, &str)]) -> &'static Harness {
-    OVERRIDES.get_or_init(|| overrides.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect());
+    OVERRIDES
+        .get_or_init(|| overrides.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect());
     harness()
 }
 
@@ -51,7 +52,9 @@ pub fn harness() -> &'static Harness {
                     .expect("runtime");
                 runtime.block_on(async move {
                     let mut options = Options::ephemeral(root());
-                    options.env_overrides.insert("LONGHAUL_PROGRESS_INTERVAL_MS".into(), "200".into());
+                    options
+                        .env_overrides
+                        .insert("LONGHAUL_PROGRESS_INTERVAL_MS".into(), "200".into());
                     for (name, value) in OVERRIDES.get_or_init(Vec::new) {
                         options.env_overrides.insert(name.clone(), value.clone());
                     }
@@ -63,7 +66,9 @@ pub fn harness() -> &'static Harness {
                 });
             })
             .expect("spawning the stack thread");
-        rx.recv().expect("stack thread answers").unwrap_or_else(|e| panic!("the local stack did not start: {e}"))
+        rx.recv()
+            .expect("stack thread answers")
+            .unwrap_or_else(|e| panic!("the local stack did not start: {e}"))
     })
 }
 
@@ -140,13 +145,20 @@ impl Reply {
 impl Api {
     /// A client that does not follow redirects (so tests see the 303 itself).
     fn client() -> reqwest::Client {
-        reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().expect("client")
+        reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .expect("client")
     }
 
     /// A client for `principal`.
     pub fn new(principal: &str) -> Self {
         let h = harness();
-        Api { base: h.stack.api_url.clone(), token: Some(h.stack.token(principal)), http: Self::client() }
+        Api {
+            base: h.stack.api_url.clone(),
+            token: Some(h.stack.token(principal)),
+            http: Self::client(),
+        }
     }
 
     /// A client without a token.
@@ -155,8 +167,15 @@ impl Api {
     }
 
     /// Sends a request with optional raw body and extra headers.
-    pub async fn send(&self, method: &str, path: &str, body: Option<(&str, Vec<u8>)>, headers: &[(&str, &str)]) -> Reply {
-        let mut request = self.http.request(method.parse().expect("method"), format!("{}{path}", self.base));
+    pub async fn send(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<(&str, Vec<u8>)>,
+        headers: &[(&str, &str)],
+    ) -> Reply {
+        let mut request =
+            self.http.request(method.parse().expect("method"), format!("{}{path}", self.base));
         if let Some(token) = &self.token {
             request = request.bearer_auth(token);
         }
@@ -186,7 +205,8 @@ impl Api {
 
     /// `POST path` with a JSON body.
     pub async fn post_json(&self, path: &str, body: &Value) -> Reply {
-        self.send("POST", path, Some(("application/json", body.to_string().into_bytes())), &[]).await
+        self.send("POST", path, Some(("application/json", body.to_string().into_bytes())), &[])
+            .await
     }
 
     /// Submits a job and returns its id (asserting 202).
@@ -201,7 +221,9 @@ impl Api {
         let body = serde_json::json!({"filename": filename, "content_type": content_type, "size_bytes": bytes.len()});
         let reply = self.post_json("/uploads", &body).await;
         assert_eq!(reply.status, 201, "{}", reply.text);
-        let mut put = reqwest::Client::new().put(reply.json["upload_url"].as_str().expect("upload_url")).body(bytes);
+        let mut put = reqwest::Client::new()
+            .put(reply.json["upload_url"].as_str().expect("upload_url"))
+            .body(bytes);
         for (name, value) in reply.json["headers"].as_object().expect("headers") {
             put = put.header(name, value.as_str().expect("header value"));
         }
@@ -214,7 +236,8 @@ impl Api {
     pub async fn result(&self, job_id: &str) -> Vec<u8> {
         let reply = self.get(&format!("/jobs/{job_id}/result")).await;
         assert_eq!(reply.status, 303, "{}", reply.text);
-        let download = reqwest::get(reply.header("location").expect("Location")).await.expect("download");
+        let download =
+            reqwest::get(reply.header("location").expect("Location")).await.expect("download");
         assert_eq!(download.status(), 200);
         download.bytes().await.expect("body").to_vec()
     }
@@ -228,7 +251,10 @@ impl Api {
             if pred(&job) {
                 return job;
             }
-            assert!(tokio::time::Instant::now() < deadline, "job {job_id}: timed out waiting for {what}: {job}");
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "job {job_id}: timed out waiting for {what}: {job}"
+            );
             tokio::time::sleep(Duration::from_millis(25)).await;
         }
     }
@@ -239,10 +265,17 @@ impl Api {
         loop {
             let reply = self.get(&format!("/jobs/{job_id}")).await;
             assert_eq!(reply.status, 200, "{}", reply.text);
-            if matches!(reply.json["status"].as_str(), Some("succeeded" | "failed" | "cancelled" | "expired")) {
+            if matches!(
+                reply.json["status"].as_str(),
+                Some("succeeded" | "failed" | "cancelled" | "expired")
+            ) {
                 return reply.json;
             }
-            assert!(tokio::time::Instant::now() < deadline, "job {job_id} not terminal after {timeout:?}: {}", reply.json);
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "job {job_id} not terminal after {timeout:?}: {}",
+                reply.json
+            );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
@@ -274,7 +307,10 @@ impl Aws {
 
     /// Every item in the job table that belongs to `owner` (job, progress and idempotency
     /// records), by a full scan — fine for a test table.
-    pub async fn items_of(&self, owner: &str) -> Vec<std::collections::HashMap<String, aws_sdk_dynamodb::types::AttributeValue>> {
+    pub async fn items_of(
+        &self,
+        owner: &str,
+    ) -> Vec<std::collections::HashMap<String, aws_sdk_dynamodb::types::AttributeValue>> {
         use aws_sdk_dynamodb::types::AttributeValue;
         let table = harness().stack.resource("JobsTable");
         let mut items = Vec::new();
@@ -332,7 +368,9 @@ impl Aws {
     }
 
     fn execution_arn(job_id: &str) -> String {
-        harness().stack.resource("JobStateMachine").replace(":stateMachine:", ":execution:") + ":" + job_id
+        harness().stack.resource("JobStateMachine").replace(":stateMachine:", ":execution:")
+            + ":"
+            + job_id
     }
 
     async fn history(&self, job_id: &str) -> Vec<aws_sdk_sfn::types::HistoryEvent> {
@@ -368,7 +406,13 @@ impl Aws {
     pub async fn states_entered(&self, job_id: &str) -> Vec<String> {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
         loop {
-            let execution = self.sfn.describe_execution().execution_arn(Self::execution_arn(job_id)).send().await.expect("execution");
+            let execution = self
+                .sfn
+                .describe_execution()
+                .execution_arn(Self::execution_arn(job_id))
+                .send()
+                .await
+                .expect("execution");
             if execution.status().as_str() != "RUNNING" {
                 break;
             }
@@ -376,6 +420,10 @@ impl Aws {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         let history = self.history(job_id).await;
-        history.iter().filter_map(|e| e.state_entered_event_details()).map(|d| d.name().to_owned()).collect()
+        history
+            .iter()
+            .filter_map(|e| e.state_entered_event_details())
+            .map(|d| d.name().to_owned())
+            .collect()
     }
 }

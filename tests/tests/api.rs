@@ -49,7 +49,11 @@ async fn the_api_description_documents_exactly_the_template_routes() {
         .unwrap()
         .iter()
         .flat_map(|(path, item)| {
-            item.as_object().unwrap().keys().filter(|m| *m != "parameters").map(move |m| format!("{} {path}", m.to_uppercase()))
+            item.as_object()
+                .unwrap()
+                .keys()
+                .filter(|m| *m != "parameters")
+                .map(move |m| format!("{} {path}", m.to_uppercase()))
         })
         .collect();
     assert_eq!(routes, documented);
@@ -75,7 +79,9 @@ async fn idempotency_key_replays_conflicts_and_reuse_after_failure() {
     assert_eq!(replay.header("idempotent-replayed"), Some("true"));
     assert_eq!(replay.header("location"), Some(format!("/jobs/{job_id}").as_str()));
 
-    let different = api.send("POST", "/jobs", Some(("application/json", demo(3).to_string().into_bytes())), &key).await;
+    let different = api
+        .send("POST", "/jobs", Some(("application/json", demo(3).to_string().into_bytes())), &key)
+        .await;
     assert_eq!(different.status, 422);
     assert_eq!(different.json["type"], "/problems/idempotency-key-reused");
 
@@ -137,11 +143,21 @@ async fn listing_is_newest_first_paged_and_filtered() {
 
     let page = api.get("/jobs?limit=2").await;
     assert_eq!(page.status, 200, "{}", page.text);
-    let got: Vec<&str> = page.json["jobs"].as_array().unwrap().iter().map(|j| j["job_id"].as_str().unwrap()).collect();
+    let got: Vec<&str> = page.json["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["job_id"].as_str().unwrap())
+        .collect();
     assert_eq!(got, [failed.as_str(), ids[2].as_str()], "newest first");
     let cursor = page.json["next_cursor"].as_str().expect("more pages").to_owned();
     let next = api.get(&format!("/jobs?limit=2&cursor={cursor}")).await;
-    let got: Vec<&str> = next.json["jobs"].as_array().unwrap().iter().map(|j| j["job_id"].as_str().unwrap()).collect();
+    let got: Vec<&str> = next.json["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["job_id"].as_str().unwrap())
+        .collect();
     assert_eq!(got, [ids[1].as_str(), ids[0].as_str()]);
 
     let succeeded = api.get("/jobs?status=succeeded&type=demo&limit=100").await;
@@ -156,7 +172,15 @@ async fn listing_is_newest_first_paged_and_filtered() {
     let borrowed = stranger.get(&format!("/jobs?cursor={cursor}")).await;
     assert!(borrowed.status == 400 || borrowed.json["jobs"] == json!([]), "{}", borrowed.text);
 
-    for bad in ["limit=0", "limit=101", "limit=ten", "status=RUNNING", "cursor=%%%", "cursor=e30", "sort=asc"] {
+    for bad in [
+        "limit=0",
+        "limit=101",
+        "limit=ten",
+        "status=RUNNING",
+        "cursor=%%%",
+        "cursor=e30",
+        "sort=asc",
+    ] {
         let reply = api.get(&format!("/jobs?{bad}")).await;
         assert_eq!(reply.status, 400, "{bad}: {}", reply.text);
     }
@@ -169,9 +193,15 @@ async fn cancelling_a_job_before_it_runs_ends_it_at_once() {
     // Cancel straight after submitting: the job is pending or queued (rarely already
     // running; then try again with a fresh job).
     for attempt in 0..5 {
-        let job_id = api.submit(&json!({"type": "demo", "params": {"items": 50, "item_ms": 100}})).await;
+        let job_id =
+            api.submit(&json!({"type": "demo", "params": {"items": 50, "item_ms": 100}})).await;
         let reply = api
-            .send("DELETE", &format!("/jobs/{job_id}"), Some(("application/json", br#"{"reason": "wrong input"}"#.to_vec())), &[])
+            .send(
+                "DELETE",
+                &format!("/jobs/{job_id}"),
+                Some(("application/json", br#"{"reason": "wrong input"}"#.to_vec())),
+                &[],
+            )
             .await;
         assert_eq!(reply.status, 202, "{}", reply.text);
         assert_eq!(reply.json["cancellation"]["requested_by"], owner.as_str());
@@ -189,7 +219,11 @@ async fn cancelling_a_job_before_it_runs_ends_it_at_once() {
         // It never runs: an execution, if one started, does not claim it.
         tokio::time::sleep(Duration::from_secs(2)).await;
         let job = api.get(&format!("/jobs/{job_id}")).await.json;
-        assert_eq!((job["status"].as_str(), job["attempt"].as_u64()), (Some("cancelled"), Some(0)), "{job}");
+        assert_eq!(
+            (job["status"].as_str(), job["attempt"].as_u64()),
+            (Some("cancelled"), Some(0)),
+            "{job}"
+        );
         assert_counted_once("JobsCancelled", &job_id).await;
         assert_eq!(metric_points("JobDuration", &job_id, 1).await.len(), 1, "one duration per end");
         // Cancelling again, or retrying the cancellation of a terminal job, is a conflict.
@@ -205,7 +239,8 @@ async fn cancelling_a_job_before_it_runs_ends_it_at_once() {
 async fn cancelling_a_running_job_stops_its_stage_and_removes_partial_results() {
     let owner = principal("coop");
     let api = Api::new(&owner);
-    let job_id = api.submit(&json!({"type": "demo", "params": {"items": 400, "item_ms": 20}})).await;
+    let job_id =
+        api.submit(&json!({"type": "demo", "params": {"items": 400, "item_ms": 20}})).await;
     for _ in 0..400 {
         let job = api.get(&format!("/jobs/{job_id}")).await.json;
         if job["status"] == "running" && job["progress"]["items_done"].as_u64().unwrap_or(0) > 5 {
@@ -213,7 +248,14 @@ async fn cancelling_a_running_job_stops_its_stage_and_removes_partial_results() 
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
-    let reply = api.send("POST", &format!("/jobs/{job_id}/cancel"), Some(("application/json", br#"{"reason": "changed my mind"}"#.to_vec())), &[]).await;
+    let reply = api
+        .send(
+            "POST",
+            &format!("/jobs/{job_id}/cancel"),
+            Some(("application/json", br#"{"reason": "changed my mind"}"#.to_vec())),
+            &[],
+        )
+        .await;
     assert_eq!(reply.status, 202, "{}", reply.text);
     assert_eq!(reply.json["status"], "running", "a running job is cancelled cooperatively");
     // Asking twice is harmless.
@@ -225,7 +267,10 @@ async fn cancelling_a_running_job_stops_its_stage_and_removes_partial_results() 
     assert_eq!(last["reason"], format!("cancelled by {owner}: changed my mind"));
     assert!(job["progress"]["items_done"].as_u64().unwrap() < 400, "it stopped early: {job}");
     assert_counted_once("JobsCancelled", &job_id).await;
-    assert!(Aws::new().await.keys(&format!("results/{job_id}/")).await.is_empty(), "no partial result remains");
+    assert!(
+        Aws::new().await.keys(&format!("results/{job_id}/")).await.is_empty(),
+        "no partial result remains"
+    );
     let result = api.get(&format!("/jobs/{job_id}/result")).await;
     assert_eq!((result.status, result.json["status_now"].as_str()), (409, Some("cancelled")));
     let after = api.send("DELETE", &format!("/jobs/{job_id}"), None, &[]).await;
@@ -271,13 +316,22 @@ async fn uploads_are_presigned_under_the_callers_own_prefix() {
     let who = principal("uploader");
     let api = Api::new(&who);
     let csv = "region,amount\neu,3\n";
-    let reply = api.post_json("/uploads", &json!({"filename": "sales.csv", "content_type": "text/csv", "size_bytes": csv.len()})).await;
+    let reply = api
+        .post_json(
+            "/uploads",
+            &json!({"filename": "sales.csv", "content_type": "text/csv", "size_bytes": csv.len()}),
+        )
+        .await;
     assert_eq!(reply.status, 201, "{}", reply.text);
     let input = reply.json["input"].as_str().unwrap().to_owned();
     // The declared size is signed into the URL: S3 takes a body of exactly that length and no
     // other. (The emulator does not check signatures, so this checks what S3 will check.)
     let url = reqwest::Url::parse(reply.json["upload_url"].as_str().unwrap()).unwrap();
-    let signed = url.query_pairs().find(|(k, _)| k == "X-Amz-SignedHeaders").map(|(_, v)| v.into_owned()).unwrap();
+    let signed = url
+        .query_pairs()
+        .find(|(k, _)| k == "X-Amz-SignedHeaders")
+        .map(|(_, v)| v.into_owned())
+        .unwrap();
     assert!(signed.split(';').any(|h| h == "content-length"), "content-length is signed: {signed}");
     assert_eq!(reply.json["size_bytes"], csv.len());
     assert!(longhaul_domain::uploads::owns_upload(&who, &input), "{input}");
@@ -288,18 +342,35 @@ async fn uploads_are_presigned_under_the_callers_own_prefix() {
     }
     let uploaded = put.send().await.unwrap();
     assert_eq!(uploaded.status(), 200, "{}", uploaded.text().await.unwrap());
-    let object = Aws::new().await.s3.get_object().bucket(harness().stack.resource("DataBucket")).key(&input).send().await.unwrap();
-    assert_eq!(object.body.collect().await.unwrap().into_bytes().as_ref(), b"region,amount\neu,3\n");
+    let object = Aws::new()
+        .await
+        .s3
+        .get_object()
+        .bucket(harness().stack.resource("DataBucket"))
+        .key(&input)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        object.body.collect().await.unwrap().into_bytes().as_ref(),
+        b"region,amount\neu,3\n"
+    );
 
     let over_the_limit = 5 * 1024 * 1024 * 1024u64 + 1;
     for (body, status) in [
         (json!({"filename": "../etc/passwd", "content_type": "text/csv", "size_bytes": 10}), 422),
         (json!({"filename": "a.csv", "content_type": "not a type", "size_bytes": 10}), 422),
-        (json!({"filename": "a.csv", "content_type": "text/csv", "size_bytes": over_the_limit}), 422),
+        (
+            json!({"filename": "a.csv", "content_type": "text/csv", "size_bytes": over_the_limit}),
+            422,
+        ),
         (json!({"filename": "a.csv", "content_type": "text/csv"}), 400),
         (json!({"filename": "a.csv", "content_type": "text/csv", "size_bytes": -1}), 400),
         (json!({"filename": "a.csv", "size_bytes": 10}), 400),
-        (json!({"filename": "a.csv", "content_type": "text/csv", "size_bytes": 10, "acl": "public-read"}), 400),
+        (
+            json!({"filename": "a.csv", "content_type": "text/csv", "size_bytes": 10, "acl": "public-read"}),
+            400,
+        ),
     ] {
         let reply = api.post_json("/uploads", &body).await;
         assert_eq!(reply.status, status, "{body}: {}", reply.text);
@@ -309,7 +380,11 @@ async fn uploads_are_presigned_under_the_callers_own_prefix() {
 #[tokio::test]
 async fn a_failed_job_is_retried_as_a_new_linked_job() {
     let api = Api::new(&principal("retrier"));
-    let failed = api.submit(&json!({"type": "demo", "params": {"items": 3, "fail_at": 1, "fail_kind": "fatal"}})).await;
+    let failed = api
+        .submit(
+            &json!({"type": "demo", "params": {"items": 3, "fail_at": 1, "fail_kind": "fatal"}}),
+        )
+        .await;
     assert_eq!(api.wait_terminal(&failed, JOB_TIMEOUT).await["status"], "failed");
     let reply = api.send("POST", &format!("/jobs/{failed}/retry"), None, &[]).await;
     assert_eq!(reply.status, 202, "{}", reply.text);
@@ -350,7 +425,12 @@ async fn a_retry_of_the_same_job_is_idempotent() {
     let retry_id = first.json["job_id"].as_str().unwrap().to_owned();
     wait_dispatched(&api, &retry_id).await;
     let second = api.send("POST", &format!("/jobs/{original}/retry"), None, &[]).await;
-    assert_eq!((second.status, second.json["job_id"].as_str()), (200, Some(retry_id.as_str())), "{}", second.text);
+    assert_eq!(
+        (second.status, second.json["job_id"].as_str()),
+        (200, Some(retry_id.as_str())),
+        "{}",
+        second.text
+    );
     assert_eq!(second.header("idempotent-replayed"), Some("true"));
     api.send("DELETE", &format!("/jobs/{retry_id}"), None, &[]).await;
 }
@@ -419,14 +499,23 @@ async fn hostile_requests_get_4xx_problems_and_change_nothing() {
     for (method, path, body, status) in cases {
         let reply = api.send(method, &path, body, &[]).await;
         assert_eq!(reply.status, status, "{method} {path}: {}", reply.text);
-        assert_eq!(reply.header("content-type"), Some("application/problem+json"), "{method} {path}");
+        assert_eq!(
+            reply.header("content-type"),
+            Some("application/problem+json"),
+            "{method} {path}"
+        );
     }
     let long_key = "k".repeat(300);
     for (name, value) in [("idempotency-key", ""), ("idempotency-key", long_key.as_str())] {
-        let reply = api.send("POST", "/jobs", Some((json, demo(1).to_string().into_bytes())), &[(name, value)]).await;
+        let reply = api
+            .send("POST", "/jobs", Some((json, demo(1).to_string().into_bytes())), &[(name, value)])
+            .await;
         assert_eq!(reply.status, 400, "{name}: {}", reply.text);
     }
-    assert!(Aws::new().await.items_of(&who).await.is_empty(), "a refused request wrote to the table");
+    assert!(
+        Aws::new().await.items_of(&who).await.is_empty(),
+        "a refused request wrote to the table"
+    );
 }
 
 #[tokio::test]
@@ -461,7 +550,12 @@ async fn callback_urls_are_checked_against_ssrf_at_submission() {
         "ftp://partner.example/",
         "https://partner.example/#frag",
     ] {
-        let reply = api.post_json("/jobs", &json!({"type": "demo", "params": {"items": 1}, "callback_url": url})).await;
+        let reply = api
+            .post_json(
+                "/jobs",
+                &json!({"type": "demo", "params": {"items": 1}, "callback_url": url}),
+            )
+            .await;
         assert_eq!(reply.status, 422, "{url}: {}", reply.text);
         assert_eq!(reply.json["type"], "/problems/invalid-callback-url", "{url}");
     }

@@ -8,7 +8,9 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use longhaul_aws::jobs::{JobRecord, JobStore, ProgressRecord, ProgressRefused, TransitionRequest};
 use longhaul_domain::demo::DemoResult;
 use longhaul_domain::{JobStatus, Transition, format_rfc3339};
-use longhaul_tests::{Api, Aws, Harness, assert_counted_once, harness_with, metric_points, principal};
+use longhaul_tests::{
+    Api, Aws, Harness, assert_counted_once, harness_with, metric_points, principal,
+};
 use serde_json::{Value, json};
 
 const TIMEOUT: Duration = Duration::from_secs(120);
@@ -38,7 +40,13 @@ async fn fire(schedule: &str) -> Value {
 }
 
 /// Fires `schedule` until `done(job)` holds (the thresholds are time-based: this awaits them).
-async fn fire_until(api: &Api, job_id: &str, schedule: &str, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+async fn fire_until(
+    api: &Api,
+    job_id: &str,
+    schedule: &str,
+    what: &str,
+    done: impl Fn(&Value) -> bool,
+) -> Value {
     let mut job = Value::Null;
     for _ in 0..120 {
         fire(schedule).await;
@@ -60,14 +68,30 @@ async fn kill(job_id: &str) -> JobRecord {
     let job = store().await.job(job_id).await.unwrap().unwrap();
     let aws = Aws::new().await;
     let machine = stack().stack.resource("JobStateMachine");
-    let arn = format!("{}:{}", machine.replace(":stateMachine:", ":execution:"), job.execution.clone().unwrap());
+    let arn = format!(
+        "{}:{}",
+        machine.replace(":stateMachine:", ":execution:"),
+        job.execution.clone().unwrap()
+    );
     aws.sfn.stop_execution().execution_arn(arn).send().await.unwrap();
-    reqwest::Client::new().post(format!("{}/_local/functions/StageFunction/crash?job_id={job_id}", stack().stack.api_url)).send().await.unwrap();
+    reqwest::Client::new()
+        .post(format!(
+            "{}/_local/functions/StageFunction/crash?job_id={job_id}",
+            stack().stack.api_url
+        ))
+        .send()
+        .await
+        .unwrap();
     job
 }
 
 fn reasons(job: &Value) -> Vec<String> {
-    job["transitions"].as_array().unwrap().iter().map(|t| format!("{}: {}", t["state"].as_str().unwrap(), t["reason"].as_str().unwrap())).collect()
+    job["transitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| format!("{}: {}", t["state"].as_str().unwrap(), t["reason"].as_str().unwrap()))
+        .collect()
 }
 
 async fn invoke_stage(payload: Value) -> Value {
@@ -83,26 +107,49 @@ async fn invoke_stage(payload: Value) -> Value {
 async fn a_zombie_is_redispatched_and_its_stale_worker_is_fenced_off() {
     stack();
     let api = Api::new(&principal("zombie"));
-    let job_id = api.submit(&json!({"type": "demo", "params": {"items": 60, "item_ms": 100}})).await;
-    api.wait_for(&job_id, "progress", |j| j["progress"]["items_done"].as_u64().unwrap_or(0) >= 15).await;
+    let job_id =
+        api.submit(&json!({"type": "demo", "params": {"items": 60, "item_ms": 100}})).await;
+    api.wait_for(&job_id, "progress", |j| j["progress"]["items_done"].as_u64().unwrap_or(0) >= 15)
+        .await;
     let old = kill(&job_id).await;
     let job = fire_until(&api, &job_id, "reaper", "re-dispatch", |j| j["attempt"] == 2).await;
-    assert!(reasons(&job).iter().any(|r| r.starts_with("queued: no heartbeat for")), "{:?}", reasons(&job));
+    assert!(
+        reasons(&job).iter().any(|r| r.starts_with("queued: no heartbeat for")),
+        "{:?}",
+        reasons(&job)
+    );
     assert_counted_once("ZombiesReaped", &job_id).await;
 
     // The old worker comes back: every write of its lease is refused.
     let old_lease = json!({"attempt": 1, "token": old.lease.clone().unwrap()});
-    let run = invoke_stage(json!({"op": "run", "job_id": job_id, "lease": old_lease, "loops": 0})).await;
+    let run =
+        invoke_stage(json!({"op": "run", "job_id": job_id, "lease": old_lease, "loops": 0})).await;
     assert_eq!(run["errorType"], "Job.LeaseLost", "{run}");
     let complete = invoke_stage(json!({"op": "complete", "job_id": job_id, "lease": old_lease,
-        "run": {"next": "done", "result_key": format!("results/{job_id}/1/result.json")}})).await;
+        "run": {"next": "done", "result_key": format!("results/{job_id}/1/result.json")}}))
+    .await;
     assert_eq!(complete["errorType"], "Job.LeaseLost", "{complete}");
-    let stale = ProgressRecord { seq: u64::MAX - 1, lease: old.lease.clone().unwrap(), pct: 99.0, ..Default::default() };
-    assert!(matches!(store().await.record_progress(&job_id, &stale).await, Err(ProgressRefused::LeaseLost)));
+    let stale = ProgressRecord {
+        seq: u64::MAX - 1,
+        lease: old.lease.clone().unwrap(),
+        pct: 99.0,
+        ..Default::default()
+    };
+    assert!(matches!(
+        store().await.record_progress(&job_id, &stale).await,
+        Err(ProgressRefused::LeaseLost)
+    ));
 
     let job = api.wait_terminal(&job_id, TIMEOUT).await;
-    assert_eq!((job["status"].as_str(), job["attempt"].as_u64()), (Some("succeeded"), Some(2)), "{job}");
-    assert_eq!(serde_json::from_slice::<DemoResult>(&api.result(&job_id).await).unwrap(), DemoResult::expected(60));
+    assert_eq!(
+        (job["status"].as_str(), job["attempt"].as_u64()),
+        (Some("succeeded"), Some(2)),
+        "{job}"
+    );
+    assert_eq!(
+        serde_json::from_slice::<DemoResult>(&api.result(&job_id).await).unwrap(),
+        DemoResult::expected(60)
+    );
 }
 
 /// What the reaper does first to a zombie it re-dispatches: the old lease loses the progress
@@ -112,41 +159,73 @@ async fn a_zombie_is_redispatched_and_its_stale_worker_is_fenced_off() {
 async fn a_revoked_progress_record_refuses_the_old_lease_and_keeps_its_checkpoint() {
     stack();
     let api = Api::new(&principal("revoke"));
-    let job_id = api.submit(&json!({"type": "demo", "params": {"items": 60, "item_ms": 100}})).await;
-    api.wait_for(&job_id, "progress", |j| j["progress"]["items_done"].as_u64().unwrap_or(0) >= 15).await;
+    let job_id =
+        api.submit(&json!({"type": "demo", "params": {"items": 60, "item_ms": 100}})).await;
+    api.wait_for(&job_id, "progress", |j| j["progress"]["items_done"].as_u64().unwrap_or(0) >= 15)
+        .await;
     let lease = kill(&job_id).await.lease.expect("a running job's lease");
     let aws = Aws::new().await;
     let before = aws.progress_record(&job_id).await;
     store().await.revoke_progress(&job_id, &lease).await.unwrap();
     let after = aws.progress_record(&job_id).await;
     assert_ne!(after.lease, lease);
-    assert_eq!((&after.checkpoint_key, after.stage_index), (&before.checkpoint_key, before.stage_index));
-    let stale = ProgressRecord { seq: u64::MAX - 1, lease: lease.clone(), pct: 99.0, ..Default::default() };
-    assert!(matches!(store().await.record_progress(&job_id, &stale).await, Err(ProgressRefused::LeaseLost)));
+    assert_eq!(
+        (&after.checkpoint_key, after.stage_index),
+        (&before.checkpoint_key, before.stage_index)
+    );
+    let stale =
+        ProgressRecord { seq: u64::MAX - 1, lease: lease.clone(), pct: 99.0, ..Default::default() };
+    assert!(matches!(
+        store().await.record_progress(&job_id, &stale).await,
+        Err(ProgressRefused::LeaseLost)
+    ));
     // Revoking what the lease no longer holds changes nothing.
     store().await.revoke_progress(&job_id, &lease).await.unwrap();
     assert_eq!(aws.progress_record(&job_id).await.lease, after.lease);
 
     fire_until(&api, &job_id, "reaper", "re-dispatch", |j| j["attempt"] == 2).await;
     let job = api.wait_terminal(&job_id, TIMEOUT).await;
-    assert_eq!((job["status"].as_str(), job["attempt"].as_u64()), (Some("succeeded"), Some(2)), "{job}");
-    assert_eq!(serde_json::from_slice::<DemoResult>(&api.result(&job_id).await).unwrap(), DemoResult::expected(60));
+    assert_eq!(
+        (job["status"].as_str(), job["attempt"].as_u64()),
+        (Some("succeeded"), Some(2)),
+        "{job}"
+    );
+    assert_eq!(
+        serde_json::from_slice::<DemoResult>(&api.result(&job_id).await).unwrap(),
+        DemoResult::expected(60)
+    );
 }
 
 #[tokio::test]
 async fn a_result_written_before_the_status_was_lost_is_backfilled() {
     stack();
     let api = Api::new(&principal("backfill"));
-    let job_id = api.submit(&json!({"type": "demo", "params": {"items": 50, "item_ms": 100}})).await;
-    api.wait_for(&job_id, "running", |j| j["status"] == "running" && j["progress"]["items_done"].as_u64().unwrap_or(0) > 2).await;
+    let job_id =
+        api.submit(&json!({"type": "demo", "params": {"items": 50, "item_ms": 100}})).await;
+    api.wait_for(&job_id, "running", |j| {
+        j["status"] == "running" && j["progress"]["items_done"].as_u64().unwrap_or(0) > 2
+    })
+    .await;
     kill(&job_id).await;
     // As if the worker stored its result and died before recording success.
     let result = serde_json::to_vec(&DemoResult::expected(50)).unwrap();
-    Aws::new().await.s3.put_object().bucket(stack().stack.resource("DataBucket")).key(format!("results/{job_id}/1/result.json"))
-        .body(result.clone().into()).send().await.unwrap();
+    Aws::new()
+        .await
+        .s3
+        .put_object()
+        .bucket(stack().stack.resource("DataBucket"))
+        .key(format!("results/{job_id}/1/result.json"))
+        .body(result.clone().into())
+        .send()
+        .await
+        .unwrap();
     let job = fire_until(&api, &job_id, "reaper", "backfill", |j| j["status"] != "running").await;
     assert_eq!(job["status"], "succeeded", "{job}");
-    assert!(reasons(&job).last().unwrap().contains("its result was already stored"), "{:?}", reasons(&job));
+    assert!(
+        reasons(&job).last().unwrap().contains("its result was already stored"),
+        "{:?}",
+        reasons(&job)
+    );
     assert_eq!(api.result(&job_id).await, result);
     // The reaper ended the job: it counts the success and its duration, once.
     assert_counted_once("JobsSucceeded", &job_id).await;
@@ -157,11 +236,16 @@ async fn a_result_written_before_the_status_was_lost_is_backfilled() {
 async fn a_zombie_past_its_retry_budget_fails_with_the_reason() {
     stack();
     let api = Api::new(&principal("budget"));
-    let job_id = api.submit(&json!({"type": "demo", "params": {"items": 80, "item_ms": 100}})).await;
-    api.wait_for(&job_id, "running", |j| j["status"] == "running" && j["progress"]["items_done"].as_u64().unwrap_or(0) > 2).await;
+    let job_id =
+        api.submit(&json!({"type": "demo", "params": {"items": 80, "item_ms": 100}})).await;
+    api.wait_for(&job_id, "running", |j| {
+        j["status"] == "running" && j["progress"]["items_done"].as_u64().unwrap_or(0) > 2
+    })
+    .await;
     kill(&job_id).await;
     fire_until(&api, &job_id, "reaper", "re-dispatch", |j| j["attempt"] == 2).await;
-    api.wait_for(&job_id, "attempt 2 running", |j| j["status"] == "running" && j["attempt"] == 2).await;
+    api.wait_for(&job_id, "attempt 2 running", |j| j["status"] == "running" && j["attempt"] == 2)
+        .await;
     kill(&job_id).await;
     let job = fire_until(&api, &job_id, "reaper", "failure", |j| j["status"] == "failed").await;
     assert_eq!(job["error"]["code"], "Job.Abandoned");
@@ -170,15 +254,22 @@ async fn a_zombie_past_its_retry_budget_fails_with_the_reason() {
     assert_eq!(metric_points("JobDuration", &job_id, 1).await.len(), 1, "one duration per end");
     assert!(metric_points("JobsDeadLettered", &job_id, 0).await.is_empty(), "it was dispatched");
     assert!(job["error"]["message"].as_str().unwrap().contains("retry budget"), "{job}");
-    assert!(Aws::new().await.keys(&format!("checkpoints/{job_id}/")).await.is_empty(), "checkpoints cleaned up");
+    assert!(
+        Aws::new().await.keys(&format!("checkpoints/{job_id}/")).await.is_empty(),
+        "checkpoints cleaned up"
+    );
 }
 
 #[tokio::test]
 async fn two_reapers_at_once_act_once() {
     stack();
     let api = Api::new(&principal("twins"));
-    let job_id = api.submit(&json!({"type": "demo", "params": {"items": 50, "item_ms": 100}})).await;
-    api.wait_for(&job_id, "running", |j| j["status"] == "running" && j["progress"]["items_done"].as_u64().unwrap_or(0) > 2).await;
+    let job_id =
+        api.submit(&json!({"type": "demo", "params": {"items": 50, "item_ms": 100}})).await;
+    api.wait_for(&job_id, "running", |j| {
+        j["status"] == "running" && j["progress"]["items_done"].as_u64().unwrap_or(0) > 2
+    })
+    .await;
     kill(&job_id).await;
     for _ in 0..120 {
         futures::future::join(fire("reaper"), fire("reaper")).await;
@@ -200,8 +291,10 @@ async fn stalled_progress_is_flagged_then_treated_as_a_zombie() {
     stack();
     let api = Api::new(&principal("stall"));
     let job_id = api.submit(&json!({"type": "demo", "params": {"items": 20, "item_ms": 50, "stall_at": 5, "stall_ms": 60000}})).await;
-    api.wait_for(&job_id, "the stall", |j| j["progress"]["items_done"].as_u64().unwrap_or(0) >= 5).await;
-    let job = fire_until(&api, &job_id, "reaper", "the stalled flag", |j| j["stalled"] == true).await;
+    api.wait_for(&job_id, "the stall", |j| j["progress"]["items_done"].as_u64().unwrap_or(0) >= 5)
+        .await;
+    let job =
+        fire_until(&api, &job_id, "reaper", "the stalled flag", |j| j["stalled"] == true).await;
     assert_eq!(job["status"], "running");
     fire("reaper").await;
     assert_counted_once("StalledJobs", &job_id).await;
@@ -231,7 +324,11 @@ fn record(owner: &str, created_at: String) -> JobRecord {
         finished_at: None,
         error: None,
         result_key: None,
-        transitions: vec![Transition { state: JobStatus::Pending, at: created_at, reason: "submitted".into() }],
+        transitions: vec![Transition {
+            state: JobStatus::Pending,
+            at: created_at,
+            reason: "submitted".into(),
+        }],
         injected_failures: 0,
         retry_of: None,
         cancellation: None,
@@ -244,7 +341,13 @@ fn record(owner: &str, created_at: String) -> JobRecord {
 
 /// Stores a job as the dispatcher leaves it: `queued` for its `dispatches`-th execution,
 /// `{job_id}-{execution}`, which nothing starts; indexed as queued since `since`.
-async fn put_queued(jobs: &JobStore, job: &JobRecord, execution: &str, dispatches: u32, since: String) -> String {
+async fn put_queued(
+    jobs: &JobStore,
+    job: &JobRecord,
+    execution: &str,
+    dispatches: u32,
+    since: String,
+) -> String {
     jobs.put_job(job).await.unwrap();
     let execution = format!("{}-{execution}", job.job_id);
     jobs.transition(
@@ -271,16 +374,35 @@ async fn a_claim_that_died_before_handing_over_progress_is_rescued() {
     let execution = put_queued(&jobs, &job, "stopped", 1, format_rfc3339(chrono::Utc::now())).await;
     jobs.claim(&job.job_id, &execution).await.unwrap();
     // As if the claim died after its first write: no progress record names the lease.
-    Aws::new().await.dynamodb.delete_item().table_name(stack().stack.resource("JobsTable"))
-        .key("pk", AttributeValue::S(format!("JOB#{}", job.job_id))).key("sk", AttributeValue::S("PROGRESS".into()))
-        .send().await.unwrap();
+    Aws::new()
+        .await
+        .dynamodb
+        .delete_item()
+        .table_name(stack().stack.resource("JobsTable"))
+        .key("pk", AttributeValue::S(format!("JOB#{}", job.job_id)))
+        .key("sk", AttributeValue::S("PROGRESS".into()))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(api.get(&format!("/jobs/{}", job.job_id)).await.json["status"], "running");
 
-    let rescued = fire_until(&api, &job.job_id, "reaper", "re-dispatch", |j| j["attempt"] == 2).await;
-    assert!(reasons(&rescued).iter().any(|r| r.starts_with("queued: no heartbeat for")), "{:?}", reasons(&rescued));
+    let rescued =
+        fire_until(&api, &job.job_id, "reaper", "re-dispatch", |j| j["attempt"] == 2).await;
+    assert!(
+        reasons(&rescued).iter().any(|r| r.starts_with("queued: no heartbeat for")),
+        "{:?}",
+        reasons(&rescued)
+    );
     let done = api.wait_terminal(&job.job_id, TIMEOUT).await;
-    assert_eq!((done["status"].as_str(), done["attempt"].as_u64()), (Some("succeeded"), Some(2)), "{done}");
-    assert_eq!(serde_json::from_slice::<DemoResult>(&api.result(&job.job_id).await).unwrap(), DemoResult::expected(3));
+    assert_eq!(
+        (done["status"].as_str(), done["attempt"].as_u64()),
+        (Some("succeeded"), Some(2)),
+        "{done}"
+    );
+    assert_eq!(
+        serde_json::from_slice::<DemoResult>(&api.result(&job.job_id).await).unwrap(),
+        DemoResult::expected(3)
+    );
 }
 
 /// Tidying deletes a few keys one by one (free) and a larger page in one batch; either way
@@ -289,14 +411,27 @@ async fn a_claim_that_died_before_handing_over_progress_is_rescued() {
 async fn deleting_a_prefix_removes_every_key_under_it_and_nothing_else() {
     stack();
     let aws = Aws::new().await;
-    let objects = longhaul_aws::objects::ObjectStore::new(aws.s3.clone(), stack().stack.resource("DataBucket"));
+    let objects = longhaul_aws::objects::ObjectStore::new(
+        aws.s3.clone(),
+        stack().stack.resource("DataBucket"),
+    );
     let run = uuid::Uuid::new_v4();
     for (prefix, count) in [("few", 3), ("many", 9)] {
         for i in 0..count {
-            objects.put(&format!("checkpoints/{run}-{prefix}/{i}.json"), b"{}".to_vec(), "application/json").await.unwrap();
+            objects
+                .put(
+                    &format!("checkpoints/{run}-{prefix}/{i}.json"),
+                    b"{}".to_vec(),
+                    "application/json",
+                )
+                .await
+                .unwrap();
         }
     }
-    objects.put(&format!("checkpoints/{run}-fewer/kept.json"), b"{}".to_vec(), "application/json").await.unwrap();
+    objects
+        .put(&format!("checkpoints/{run}-fewer/kept.json"), b"{}".to_vec(), "application/json")
+        .await
+        .unwrap();
     assert_eq!(objects.delete_prefix(&format!("checkpoints/{run}-few/")).await.unwrap(), 3);
     assert_eq!(objects.delete_prefix(&format!("checkpoints/{run}-many/")).await.unwrap(), 9);
     assert!(aws.keys(&format!("checkpoints/{run}-few/")).await.is_empty());
@@ -311,13 +446,24 @@ async fn lost_dispatches_are_recovered() {
     let api = Api::new(&owner);
     let jobs = store().await;
     // Submit died between storing the job and enqueueing it.
-    let pending = record(&owner, format_rfc3339(chrono::Utc::now() - chrono::Duration::seconds(30)));
+    let pending =
+        record(&owner, format_rfc3339(chrono::Utc::now() - chrono::Duration::seconds(30)));
     jobs.put_job(&pending).await.unwrap();
     // The dispatcher recorded `queued`, but its execution never started.
     let queued = record(&owner, format_rfc3339(chrono::Utc::now()));
-    put_queued(&jobs, &queued, "never-started", 1, format_rfc3339(chrono::Utc::now() - chrono::Duration::seconds(30))).await;
+    put_queued(
+        &jobs,
+        &queued,
+        "never-started",
+        1,
+        format_rfc3339(chrono::Utc::now() - chrono::Duration::seconds(30)),
+    )
+    .await;
     for job_id in [&pending.job_id, &queued.job_id] {
-        let job = fire_until(&api, job_id, "reaper", "recovery", |j| j["status"] == "succeeded" || j["status"] == "running").await;
+        let job = fire_until(&api, job_id, "reaper", "recovery", |j| {
+            j["status"] == "succeeded" || j["status"] == "running"
+        })
+        .await;
         assert_ne!(job["status"], "failed");
         assert_eq!(api.wait_terminal(job_id, TIMEOUT).await["status"], "succeeded");
     }
@@ -337,11 +483,19 @@ async fn a_job_that_cannot_be_dispatched_fails_and_is_counted() {
     jobs.put_job(&pending).await.unwrap();
     let queued = record(&owner, old());
     let execution = put_queued(&jobs, &queued, "never-started", 2, old()).await;
-    for (job, message) in [(&pending, "could not be dispatched after 6 attempts".to_owned()),
-        (&queued, format!("its execution {execution} ended without running it"))]
-    {
-        let failed = fire_until(&api, &job.job_id, "reaper", "giving up", |j| j["status"] != "pending" && j["status"] != "queued").await;
-        assert_eq!((failed["status"].as_str(), failed["error"]["code"].as_str()), (Some("failed"), Some("Job.Undispatchable")), "{failed}");
+    for (job, message) in [
+        (&pending, "could not be dispatched after 6 attempts".to_owned()),
+        (&queued, format!("its execution {execution} ended without running it")),
+    ] {
+        let failed = fire_until(&api, &job.job_id, "reaper", "giving up", |j| {
+            j["status"] != "pending" && j["status"] != "queued"
+        })
+        .await;
+        assert_eq!(
+            (failed["status"].as_str(), failed["error"]["code"].as_str()),
+            (Some("failed"), Some("Job.Undispatchable")),
+            "{failed}"
+        );
         assert_eq!(failed["error"]["message"], message.as_str());
         assert_counted_once("JobsFailed", &job.job_id).await;
         assert_counted_once("JobsDeadLettered", &job.job_id).await;
@@ -352,7 +506,8 @@ async fn a_job_that_cannot_be_dispatched_fails_and_is_counted() {
 async fn a_job_running_past_its_maximum_times_out() {
     stack();
     let api = Api::new(&principal("overtime"));
-    let job_id = api.submit(&json!({"type": "demo", "params": {"items": 500, "item_ms": 100}})).await;
+    let job_id =
+        api.submit(&json!({"type": "demo", "params": {"items": 500, "item_ms": 100}})).await;
     api.wait_for(&job_id, "running", |j| j["status"] == "running").await;
     let job = fire_until(&api, &job_id, "reaper", "the timeout", |j| j["status"] == "failed").await;
     assert_eq!(job["error"]["code"], "Job.Timeout", "{job}");
@@ -385,17 +540,23 @@ async fn a_run_over_500_mixed_jobs_changes_only_what_is_due() {
     for i in 0..500 {
         let mut job = record(&owner, format_rfc3339(now - chrono::Duration::hours(1)));
         let (status, index) = match i % 5 {
-            0 | 1 => (JobStatus::Succeeded, Some(format_rfc3339(now - chrono::Duration::minutes(1)))),
+            0 | 1 => {
+                (JobStatus::Succeeded, Some(format_rfc3339(now - chrono::Duration::minutes(1))))
+            }
             2 => (JobStatus::Succeeded, Some(format_rfc3339(now + chrono::Duration::days(1)))),
             3 => (JobStatus::Failed, None),
             _ => (JobStatus::Cancelled, None),
         };
         job.status = status;
-        let mut item: std::collections::HashMap<String, AttributeValue> = serde_dynamo::to_item(&job).unwrap();
+        let mut item: std::collections::HashMap<String, AttributeValue> =
+            serde_dynamo::to_item(&job).unwrap();
         item.insert("pk".into(), AttributeValue::S(format!("JOB#{}", job.job_id)));
         item.insert("sk".into(), AttributeValue::S("JOB".into()));
         if let Some(index) = &index {
-            item.insert("gsi2pk".into(), AttributeValue::S(longhaul_aws::jobs::status_bucket("succeeded", &job.job_id)));
+            item.insert(
+                "gsi2pk".into(),
+                AttributeValue::S(longhaul_aws::jobs::status_bucket("succeeded", &job.job_id)),
+            );
             item.insert("gsi2sk".into(), AttributeValue::S(index.clone()));
         }
         aws.dynamodb.put_item().table_name(&table).set_item(Some(item)).send().await.unwrap();
@@ -426,25 +587,44 @@ async fn a_poison_message_goes_to_the_dead_letter_queue_without_blocking_its_bat
     let intake = stack().stack.resource("IntakeQueue");
     let dlq = stack().stack.resource("IntakeDeadLetterQueue");
     // Redeliveries after one second instead of 90, so five receives take seconds.
-    aws.sqs.set_queue_attributes().queue_url(&intake).attributes(aws_sdk_sqs::types::QueueAttributeName::VisibilityTimeout, "1")
-        .send().await.unwrap();
+    aws.sqs
+        .set_queue_attributes()
+        .queue_url(&intake)
+        .attributes(aws_sdk_sqs::types::QueueAttributeName::VisibilityTimeout, "1")
+        .send()
+        .await
+        .unwrap();
     let poison = format!("not a dispatch message {}", uuid::Uuid::new_v4());
     // Delayed past the pollers' current long polls, which still use the old timeout.
-    aws.sqs.send_message().queue_url(&intake).message_body(&poison).delay_seconds(2).send().await.unwrap();
+    aws.sqs
+        .send_message()
+        .queue_url(&intake)
+        .message_body(&poison)
+        .delay_seconds(2)
+        .send()
+        .await
+        .unwrap();
     // A good job sent alongside is dispatched as usual.
     let api = Api::new(&principal("poison"));
     let job_id = api.submit(&json!({"type": "demo", "params": {"items": 1}})).await;
     assert_eq!(api.wait_terminal(&job_id, TIMEOUT).await["status"], "succeeded");
     for _ in 0..60 {
-        let received = aws.sqs.receive_message().queue_url(&dlq).max_number_of_messages(10).wait_time_seconds(1)
-            .visibility_timeout(0).send().await.unwrap();
+        let received = aws
+            .sqs
+            .receive_message()
+            .queue_url(&dlq)
+            .max_number_of_messages(10)
+            .wait_time_seconds(1)
+            .visibility_timeout(0)
+            .send()
+            .await
+            .unwrap();
         if received.messages().iter().any(|m| m.body() == Some(poison.as_str())) {
             return;
         }
     }
     panic!("the poison message never reached the dead-letter queue");
 }
-
 
 /// The outbox's dead letters: a job's end the notifier cannot read goes, whole and with the
 /// reason, to the notifier dead-letter queue — and the ends after it still flow (retrying it
@@ -482,25 +662,52 @@ async fn an_unreadable_end_on_the_stream_is_dead_lettered_and_the_ends_after_it_
     // A good end right after it, in the same stretch of the stream.
     let good = running(record(&owner, longhaul_domain::now_rfc3339()));
     jobs.put_job(&good).await.unwrap();
-    jobs.transition(TransitionRequest::new(&good.job_id, &[JobStatus::Running], JobStatus::Failed, "test").fenced("lease-1")).await.unwrap();
+    jobs.transition(
+        TransitionRequest::new(&good.job_id, &[JobStatus::Running], JobStatus::Failed, "test")
+            .fenced("lease-1"),
+    )
+    .await
+    .unwrap();
 
     let dlq = stack().stack.resource("NotifierDeadLetterQueue");
     let mut dead_letter = None;
     for _ in 0..120 {
-        let received = aws.sqs.receive_message().queue_url(&dlq).max_number_of_messages(10).wait_time_seconds(1).send().await.unwrap();
+        let received = aws
+            .sqs
+            .receive_message()
+            .queue_url(&dlq)
+            .max_number_of_messages(10)
+            .wait_time_seconds(1)
+            .send()
+            .await
+            .unwrap();
         if let Some(body) = received.messages().first().and_then(|m| m.body()) {
             dead_letter = Some(serde_json::from_str::<Value>(body).unwrap());
             break;
         }
     }
-    let dead_letter = dead_letter.expect("the unreadable end reached the notifier dead-letter queue");
-    assert_eq!(dead_letter["record"]["dynamodb"]["NewImage"]["job_id"]["S"], poison.job_id.as_str(), "{dead_letter}");
-    assert_eq!(dead_letter["record"]["dynamodb"]["NewImage"]["status"]["S"], "failed", "{dead_letter}");
-    assert!(dead_letter["reason"].as_str().is_some_and(|r| r.contains("cannot be read")), "{dead_letter}");
+    let dead_letter =
+        dead_letter.expect("the unreadable end reached the notifier dead-letter queue");
+    assert_eq!(
+        dead_letter["record"]["dynamodb"]["NewImage"]["job_id"]["S"],
+        poison.job_id.as_str(),
+        "{dead_letter}"
+    );
+    assert_eq!(
+        dead_letter["record"]["dynamodb"]["NewImage"]["status"]["S"], "failed",
+        "{dead_letter}"
+    );
+    assert!(
+        dead_letter["reason"].as_str().is_some_and(|r| r.contains("cannot be read")),
+        "{dead_letter}"
+    );
     // The good end after it was queued and its delivery attempted.
     for _ in 0..600 {
         if !jobs.deliveries(&good.job_id).await.unwrap().is_empty() {
-            assert!(jobs.deliveries(&poison.job_id).await.unwrap().is_empty(), "nothing was sent for the unreadable end");
+            assert!(
+                jobs.deliveries(&poison.job_id).await.unwrap().is_empty(),
+                "nothing was sent for the unreadable end"
+            );
             return;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -527,10 +734,15 @@ async fn an_unreadable_job_record_does_not_hold_up_the_reaper() {
     // An old pending job whose record this version cannot read, first in its bucket. It is
     // written unreadable in one step: a reaper run of another test between a readable write
     // and the change would re-enqueue it and move it to the back of its bucket.
-    let unreadable = record(&owner, format_rfc3339(chrono::Utc::now() - chrono::Duration::hours(1)));
-    let mut item: std::collections::HashMap<String, AttributeValue> = serde_dynamo::to_item(&unreadable).unwrap();
+    let unreadable =
+        record(&owner, format_rfc3339(chrono::Utc::now() - chrono::Duration::hours(1)));
+    let mut item: std::collections::HashMap<String, AttributeValue> =
+        serde_dynamo::to_item(&unreadable).unwrap();
     item.extend(key(&unreadable.job_id));
-    item.insert("gsi2pk".into(), AttributeValue::S(longhaul_aws::jobs::status_bucket("pending", &unreadable.job_id)));
+    item.insert(
+        "gsi2pk".into(),
+        AttributeValue::S(longhaul_aws::jobs::status_bucket("pending", &unreadable.job_id)),
+    );
     item.insert("gsi2sk".into(), AttributeValue::S(unreadable.created_at.clone()));
     item.insert("attempt".into(), AttributeValue::S("one".into()));
     aws.dynamodb.put_item().table_name(&table).set_item(Some(item)).send().await.unwrap();
@@ -538,10 +750,22 @@ async fn an_unreadable_job_record_does_not_hold_up_the_reaper() {
     let lost = record(&owner, format_rfc3339(chrono::Utc::now() - chrono::Duration::seconds(30)));
     jobs.put_job(&lost).await.unwrap();
     let report = fire("reaper").await;
-    assert!(report["output"]["errors"].as_u64().is_some_and(|n| n >= 1), "the unreadable record is counted: {report}");
-    fire_until(&api, &lost.job_id, "reaper", "recovery", |j| j["status"] == "succeeded" || j["status"] == "running").await;
+    assert!(
+        report["output"]["errors"].as_u64().is_some_and(|n| n >= 1),
+        "the unreadable record is counted: {report}"
+    );
+    fire_until(&api, &lost.job_id, "reaper", "recovery", |j| {
+        j["status"] == "succeeded" || j["status"] == "running"
+    })
+    .await;
     assert_eq!(api.wait_terminal(&lost.job_id, TIMEOUT).await["status"], "succeeded");
-    aws.dynamodb.delete_item().table_name(&table).set_key(Some(key(&unreadable.job_id).into_iter().collect())).send().await.unwrap();
+    aws.dynamodb
+        .delete_item()
+        .table_name(&table)
+        .set_key(Some(key(&unreadable.job_id).into_iter().collect()))
+        .send()
+        .await
+        .unwrap();
 }
 
 /// The dashboard's "active jobs by status": each reaper run counts the live jobs of each
@@ -550,7 +774,8 @@ async fn an_unreadable_job_record_does_not_hold_up_the_reaper() {
 async fn the_reaper_counts_active_jobs_by_status_for_the_dashboard() {
     stack();
     let api = Api::new(&principal("active"));
-    let job_id = api.submit(&json!({"type": "demo", "params": {"items": 40, "item_ms": 100}})).await;
+    let job_id =
+        api.submit(&json!({"type": "demo", "params": {"items": 40, "item_ms": 100}})).await;
     api.wait_for(&job_id, "running", |j| j["status"] == "running").await;
     let report = fire("reaper").await;
     let active = &report["output"]["active"];
@@ -558,14 +783,28 @@ async fn the_reaper_counts_active_jobs_by_status_for_the_dashboard() {
         assert!(active[status].is_u64(), "{status} counted: {report}");
     }
     assert!(active["running"].as_u64().unwrap() >= 1, "our running job is counted: {report}");
-    let gauges: Vec<Value> = stack().stack.metrics.parsed().into_iter().filter(|l| l.get("ActiveJobs").is_some()).collect();
+    let gauges: Vec<Value> = stack()
+        .stack
+        .metrics
+        .parsed()
+        .into_iter()
+        .filter(|l| l.get("ActiveJobs").is_some())
+        .collect();
     for status in ["pending", "queued", "running"] {
-        assert!(gauges.iter().any(|g| g["Status"] == status), "an ActiveJobs point for {status}: {gauges:?}");
+        assert!(
+            gauges.iter().any(|g| g["Status"] == status),
+            "an ActiveJobs point for {status}: {gauges:?}"
+        );
     }
     assert!(
         gauges.iter().any(|g| g["Status"] == "running" && g["ActiveJobs"].as_f64().unwrap() >= 1.0),
         "the running job reached the gauge: {gauges:?}"
     );
-    assert!(gauges.iter().all(|g| g["_aws"]["CloudWatchMetrics"][0]["Dimensions"] == json!([["Status"]])), "{gauges:?}");
+    assert!(
+        gauges
+            .iter()
+            .all(|g| g["_aws"]["CloudWatchMetrics"][0]["Dimensions"] == json!([["Status"]])),
+        "{gauges:?}"
+    );
     api.post_json(&format!("/jobs/{job_id}/cancel"), &json!({})).await;
 }

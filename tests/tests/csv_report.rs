@@ -32,7 +32,18 @@ async fn a_report_equals_an_independent_computation() {
     assert_eq!(stages, ["Run"], "{stages:?}");
 
     let report: Value = serde_json::from_slice(&api.result(&job_id).await).unwrap();
-    assert_eq!(report["columns"], json!(["region", "product", "count", "sum(amount)", "min(amount)", "max(amount)", "mean(amount)"]));
+    assert_eq!(
+        report["columns"],
+        json!([
+            "region",
+            "product",
+            "count",
+            "sum(amount)",
+            "min(amount)",
+            "max(amount)",
+            "mean(amount)"
+        ])
+    );
     assert_eq!(report["rows_scanned"], 5_000);
     let (rows_expected, invalid) = expected(&rows);
     assert_eq!(report["invalid"], json!({"amount": invalid}));
@@ -53,7 +64,10 @@ async fn the_csv_format_has_the_same_columns_and_rows() {
     let body = api.result(&job_id).await;
     let mut reader = csv::ReaderBuilder::new().has_headers(true).from_reader(body.as_slice());
     let header: Vec<String> = reader.headers().unwrap().iter().map(str::to_owned).collect();
-    assert_eq!(header, ["region", "product", "count", "sum(amount)", "min(amount)", "max(amount)", "mean(amount)"]);
+    assert_eq!(
+        header,
+        ["region", "product", "count", "sum(amount)", "min(amount)", "max(amount)", "mean(amount)"]
+    );
     let (rows_expected, _) = expected(&rows);
     let records: Vec<csv::StringRecord> = reader.records().map(Result::unwrap).collect();
     assert_eq!(records.len(), rows_expected.len());
@@ -123,7 +137,12 @@ async fn scanning_is_measured() {
 #[tokio::test]
 async fn an_input_that_was_never_uploaded_fails_the_job_at_once() {
     let api = Api::new(&principal("never-uploaded"));
-    let reply = api.post_json("/uploads", &json!({"filename": "later.csv", "content_type": "text/csv", "size_bytes": 10})).await;
+    let reply = api
+        .post_json(
+            "/uploads",
+            &json!({"filename": "later.csv", "content_type": "text/csv", "size_bytes": 10}),
+        )
+        .await;
     assert_eq!(reply.status, 201, "{}", reply.text);
     let input = reply.json["input"].as_str().unwrap().to_owned();
     let job_id = api.submit(&report_params(&input, "json")).await;

@@ -28,7 +28,10 @@ async fn wait_for(api: &Api, job_id: &str, what: &str, pred: impl Fn(&Value) -> 
         if pred(&job) {
             return job;
         }
-        assert!(!matches!(job["status"].as_str(), Some("succeeded" | "failed" | "cancelled")), "ended before {what}: {job}");
+        assert!(
+            !matches!(job["status"].as_str(), Some("succeeded" | "failed" | "cancelled")),
+            "ended before {what}: {job}"
+        );
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
     panic!("job {job_id}: timed out waiting for {what}");
@@ -36,8 +39,19 @@ async fn wait_for(api: &Api, job_id: &str, what: &str, pred: impl Fn(&Value) -> 
 
 async fn executions_of(aws: &Aws, job_id: &str) -> Vec<String> {
     let machine = stack().stack.resource("JobStateMachine");
-    let list = aws.sfn.list_executions().state_machine_arn(machine).max_results(1000).send().await.unwrap();
-    list.executions().iter().map(|e| e.name().to_owned()).filter(|n| n.starts_with(job_id)).collect()
+    let list = aws
+        .sfn
+        .list_executions()
+        .state_machine_arn(machine)
+        .max_results(1000)
+        .send()
+        .await
+        .unwrap();
+    list.executions()
+        .iter()
+        .map(|e| e.name().to_owned())
+        .filter(|n| n.starts_with(job_id))
+        .collect()
 }
 
 #[tokio::test]
@@ -45,11 +59,15 @@ async fn long_jobs_continue_across_invocations_and_executions() {
     stack();
     let api = Api::new(&principal("long"));
     // ~7 s of work in ~2 s slices: at least 3 runs, and more than 3 means a new execution.
-    let job_id = api.submit(&json!({"type": "demo", "params": {"items": 140, "item_ms": 50}})).await;
+    let job_id =
+        api.submit(&json!({"type": "demo", "params": {"items": 140, "item_ms": 50}})).await;
     let job = api.wait_terminal(&job_id, TIMEOUT).await;
     assert_eq!(job["status"], "succeeded", "{job}");
     assert_eq!(job["attempt"], 1, "continuation keeps the attempt and its lease");
-    assert_eq!(serde_json::from_slice::<DemoResult>(&api.result(&job_id).await).unwrap(), DemoResult::expected(140));
+    assert_eq!(
+        serde_json::from_slice::<DemoResult>(&api.result(&job_id).await).unwrap(),
+        DemoResult::expected(140)
+    );
     let aws = Aws::new().await;
     let executions = executions_of(&aws, &job_id).await;
     assert!(executions.len() >= 2, "continued as a new execution: {executions:?}");
@@ -64,10 +82,17 @@ async fn long_jobs_continue_across_invocations_and_executions() {
 async fn a_crash_mid_run_resumes_from_the_last_checkpoint() {
     stack();
     let api = Api::new(&principal("crash"));
-    let job_id = api.submit(&json!({"type": "demo", "params": {"items": 120, "item_ms": 15}})).await;
-    wait_for(&api, &job_id, "30 items", |j| j["progress"]["items_done"].as_u64().unwrap_or(0) >= 30).await;
+    let job_id =
+        api.submit(&json!({"type": "demo", "params": {"items": 120, "item_ms": 15}})).await;
+    wait_for(&api, &job_id, "30 items", |j| {
+        j["progress"]["items_done"].as_u64().unwrap_or(0) >= 30
+    })
+    .await;
     let crash = reqwest::Client::new()
-        .post(format!("{}/_local/functions/StageFunction/crash?job_id={job_id}", stack().stack.api_url))
+        .post(format!(
+            "{}/_local/functions/StageFunction/crash?job_id={job_id}",
+            stack().stack.api_url
+        ))
         .send()
         .await
         .unwrap();
@@ -75,31 +100,62 @@ async fn a_crash_mid_run_resumes_from_the_last_checkpoint() {
     let aws = Aws::new().await;
     let progress = aws.progress_record(&job_id).await;
     let key = progress.checkpoint_key.clone().expect("a checkpoint before the crash");
-    let object = aws.s3.get_object().bucket(stack().stack.resource("DataBucket")).key(&key).send().await.unwrap();
-    let checkpoint: Value = serde_json::from_slice(&object.body.collect().await.unwrap().into_bytes()).unwrap();
+    let object = aws
+        .s3
+        .get_object()
+        .bucket(stack().stack.resource("DataBucket"))
+        .key(&key)
+        .send()
+        .await
+        .unwrap();
+    let checkpoint: Value =
+        serde_json::from_slice(&object.body.collect().await.unwrap().into_bytes()).unwrap();
     let resumed_from = checkpoint["state"]["next_item"].as_u64().unwrap();
     let rework = progress.items_done - resumed_from;
-    assert!(rework <= CHECKPOINT_ITEMS, "rework of {rework} items is more than one checkpoint interval");
+    assert!(
+        rework <= CHECKPOINT_ITEMS,
+        "rework of {rework} items is more than one checkpoint interval"
+    );
 
     let job = api.wait_terminal(&job_id, TIMEOUT).await;
     assert_eq!(job["status"], "succeeded", "{job}");
-    assert_eq!(serde_json::from_slice::<DemoResult>(&api.result(&job_id).await).unwrap(), DemoResult::expected(120));
+    assert_eq!(
+        serde_json::from_slice::<DemoResult>(&api.result(&job_id).await).unwrap(),
+        DemoResult::expected(120)
+    );
 }
 
 #[tokio::test]
 async fn a_checkpoint_of_another_schema_version_is_never_consumed() {
     stack();
     let api = Api::new(&principal("schema"));
-    let job_id = api.submit(&json!({"type": "demo", "params": {"items": 100, "item_ms": 15}})).await;
-    wait_for(&api, &job_id, "a checkpoint", |j| j["progress"]["items_done"].as_u64().unwrap_or(0) >= 25).await;
+    let job_id =
+        api.submit(&json!({"type": "demo", "params": {"items": 100, "item_ms": 15}})).await;
+    wait_for(&api, &job_id, "a checkpoint", |j| {
+        j["progress"]["items_done"].as_u64().unwrap_or(0) >= 25
+    })
+    .await;
     let aws = Aws::new().await;
     let key = aws.progress_record(&job_id).await.checkpoint_key.expect("a checkpoint");
     // A checkpoint from a future schema with a state that would corrupt the result if read.
     let forged = json!({"schema_version": 999, "stage": "process", "attempt": 1, "written_at": "2026-01-01T00:00:00Z",
         "state": {"next_item": 90, "digest": "00"}});
-    aws.s3.put_object().bucket(stack().stack.resource("DataBucket")).key(&key).body(forged.to_string().into_bytes().into())
-        .send().await.unwrap();
-    reqwest::Client::new().post(format!("{}/_local/functions/StageFunction/crash?job_id={job_id}", stack().stack.api_url)).send().await.unwrap();
+    aws.s3
+        .put_object()
+        .bucket(stack().stack.resource("DataBucket"))
+        .key(&key)
+        .body(forged.to_string().into_bytes().into())
+        .send()
+        .await
+        .unwrap();
+    reqwest::Client::new()
+        .post(format!(
+            "{}/_local/functions/StageFunction/crash?job_id={job_id}",
+            stack().stack.api_url
+        ))
+        .send()
+        .await
+        .unwrap();
     let job = api.wait_terminal(&job_id, TIMEOUT).await;
     assert_eq!(job["status"], "succeeded", "{job}");
     assert_eq!(
@@ -122,40 +178,71 @@ async fn stale_leases_and_duplicate_executions_change_nothing() {
             stack().stack.template.physical_name("StageFunction").unwrap()
         );
         let response = reqwest::Client::new().post(url).json(&payload).send().await.unwrap();
-        let error = response.headers().get("x-amz-function-error").map(|v| v.to_str().unwrap().to_owned());
+        let error =
+            response.headers().get("x-amz-function-error").map(|v| v.to_str().unwrap().to_owned());
         (error, response.json::<Value>().await.unwrap())
     };
     let forged = json!({"attempt": 1, "token": "not-the-lease"});
-    let (error, body) = invoke(json!({"op": "run", "job_id": job_id, "lease": forged, "loops": 0})).await;
-    assert_eq!((error.as_deref(), body["errorType"].as_str()), (Some("Unhandled"), Some("Job.LeaseLost")), "{body}");
+    let (error, body) =
+        invoke(json!({"op": "run", "job_id": job_id, "lease": forged, "loops": 0})).await;
+    assert_eq!(
+        (error.as_deref(), body["errorType"].as_str()),
+        (Some("Unhandled"), Some("Job.LeaseLost")),
+        "{body}"
+    );
     let (_, body) = invoke(json!({"op": "work", "job_id": job_id, "execution": job_id, "state": {"job_id": job_id, "lease": forged}})).await;
     assert_eq!(body["errorType"], "Job.LeaseLost", "{body}");
     // Another execution's first call cannot claim a running job; nor can its failure end it.
     let (_, body) = invoke(json!({"op": "work", "job_id": job_id, "execution": "another", "state": {"job_id": job_id}})).await;
     assert_eq!(body["errorType"], "Job.NotClaimable", "{body}");
-    let (error, _) = invoke(json!({"op": "fail", "job_id": job_id, "execution": "another", "state": {"job_id": job_id},
-        "error": {"Error": "States.Timeout", "Cause": "another execution"}})).await;
+    let (error, _) = invoke(
+        json!({"op": "fail", "job_id": job_id, "execution": "another", "state": {"job_id": job_id},
+        "error": {"Error": "States.Timeout", "Cause": "another execution"}}),
+    )
+    .await;
     assert_eq!(error, None, "nothing of the job is that execution's to record");
     let (_, body) = invoke(json!({"op": "complete", "job_id": job_id, "lease": forged,
-        "run": {"next": "done", "result_key": format!("results/{job_id}/forged.json")}})).await;
+        "run": {"next": "done", "result_key": format!("results/{job_id}/forged.json")}}))
+    .await;
     assert_eq!(body["errorType"], "Job.LeaseLost", "{body}");
     let (_, body) = invoke(json!({"op": "fail", "job_id": job_id, "lease": forged,
-        "error": {"Error": "Job.Fatal", "Cause": "forged"}})).await;
+        "error": {"Error": "Job.Fatal", "Cause": "forged"}}))
+    .await;
     assert_eq!(body["errorType"], "Job.LeaseLost", "{body}");
 
     // A second execution for the same job cannot claim it.
     let aws = Aws::new().await;
-    let duplicate = aws.sfn.start_execution().state_machine_arn(stack().stack.resource("JobStateMachine"))
-        .name(format!("{job_id}-duplicate")).input(json!({"job_id": job_id}).to_string()).send().await.unwrap();
+    let duplicate = aws
+        .sfn
+        .start_execution()
+        .state_machine_arn(stack().stack.resource("JobStateMachine"))
+        .name(format!("{job_id}-duplicate"))
+        .input(json!({"job_id": job_id}).to_string())
+        .send()
+        .await
+        .unwrap();
 
     let job = api.wait_terminal(&job_id, TIMEOUT).await;
     assert_eq!(job["status"], "succeeded", "{job}");
     assert_eq!(job["attempt"], 1);
-    assert_eq!(serde_json::from_slice::<DemoResult>(&api.result(&job_id).await).unwrap(), DemoResult::expected(60));
+    assert_eq!(
+        serde_json::from_slice::<DemoResult>(&api.result(&job_id).await).unwrap(),
+        DemoResult::expected(60)
+    );
     for _ in 0..200 {
-        let described = aws.sfn.describe_execution().execution_arn(duplicate.execution_arn()).send().await.unwrap();
+        let described = aws
+            .sfn
+            .describe_execution()
+            .execution_arn(duplicate.execution_arn())
+            .send()
+            .await
+            .unwrap();
         if described.status().as_str() != "RUNNING" {
-            assert_eq!(described.status().as_str(), "FAILED", "the duplicate ends without touching the job");
+            assert_eq!(
+                described.status().as_str(),
+                "FAILED",
+                "the duplicate ends without touching the job"
+            );
             return;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -167,14 +254,18 @@ async fn stale_leases_and_duplicate_executions_change_nothing() {
 async fn progress_is_monotonic_with_an_eta_only_after_ten_percent() {
     stack();
     let api = Api::new(&principal("progress"));
-    let job_id = api.submit(&json!({"type": "demo", "params": {"items": 150, "item_ms": 20}})).await;
+    let job_id =
+        api.submit(&json!({"type": "demo", "params": {"items": 150, "item_ms": 20}})).await;
     let (mut last_pct, mut last_done, mut saw_eta) = (-1.0, 0, false);
     loop {
         let job = api.get(&format!("/jobs/{job_id}")).await.json;
         let progress = &job["progress"];
         let pct = progress["pct"].as_f64().unwrap();
         let done = progress["items_done"].as_u64().unwrap_or(0);
-        assert!(pct >= last_pct && done >= last_done, "progress went back: {last_pct}→{pct}, {last_done}→{done}");
+        assert!(
+            pct >= last_pct && done >= last_done,
+            "progress went back: {last_pct}→{pct}, {last_done}→{done}"
+        );
         if job["status"] == "running" {
             if pct < 10.0 {
                 assert!(progress["eta"].is_null(), "an ETA before 10 %: {progress}");
@@ -183,14 +274,21 @@ async fn progress_is_monotonic_with_an_eta_only_after_ten_percent() {
             }
             if !progress["stage"].is_null() {
                 assert_eq!(progress["stage"], "process");
-                assert_eq!((progress["stage_index"].as_u64(), progress["stages_total"].as_u64()), (Some(1), Some(1)));
+                assert_eq!(
+                    (progress["stage_index"].as_u64(), progress["stages_total"].as_u64()),
+                    (Some(1), Some(1))
+                );
             }
         }
         (last_pct, last_done) = (pct, done);
         if job["status"] == "succeeded" {
             break;
         }
-        assert_eq!(job["status"].as_str().map(|s| s == "failed" || s == "cancelled"), Some(false), "{job}");
+        assert_eq!(
+            job["status"].as_str().map(|s| s == "failed" || s == "cancelled"),
+            Some(false),
+            "{job}"
+        );
         tokio::time::sleep(Duration::from_millis(30)).await;
     }
     assert!(saw_eta, "an ETA once past 10 %");
@@ -220,19 +318,38 @@ async fn a_crash_mid_scan_resumes_from_the_checkpoint_with_an_identical_report()
     let job_id = api.submit(&report(&input)).await;
     let mib = 1024 * 1024;
     wait_for(&api, &job_id, "12 MiB scanned", |j| {
-        j["progress"]["stage"] == "scan" && j["progress"]["items_done"].as_u64().unwrap_or(0) >= 12 * mib
+        j["progress"]["stage"] == "scan"
+            && j["progress"]["items_done"].as_u64().unwrap_or(0) >= 12 * mib
     })
     .await;
-    reqwest::Client::new().post(format!("{}/_local/functions/StageFunction/crash?job_id={job_id}", stack().stack.api_url)).send().await.unwrap();
+    reqwest::Client::new()
+        .post(format!(
+            "{}/_local/functions/StageFunction/crash?job_id={job_id}",
+            stack().stack.api_url
+        ))
+        .send()
+        .await
+        .unwrap();
     let aws = Aws::new().await;
     let progress = aws.progress_record(&job_id).await;
     let key = progress.checkpoint_key.clone().expect("a scan checkpoint before the crash");
-    let object = aws.s3.get_object().bucket(stack().stack.resource("DataBucket")).key(&key).send().await.unwrap();
-    let checkpoint: Value = serde_json::from_slice(&object.body.collect().await.unwrap().into_bytes()).unwrap();
+    let object = aws
+        .s3
+        .get_object()
+        .bucket(stack().stack.resource("DataBucket"))
+        .key(&key)
+        .send()
+        .await
+        .unwrap();
+    let checkpoint: Value =
+        serde_json::from_slice(&object.body.collect().await.unwrap().into_bytes()).unwrap();
     assert_eq!(checkpoint["stage"], "scan");
     let resumed_from = checkpoint["state"]["offset"].as_u64().unwrap();
     let rework = progress.items_done.saturating_sub(resumed_from);
-    assert!(rework <= CHECKPOINT_ITEMS * mib + mib, "rework of {rework} bytes is more than one checkpoint interval");
+    assert!(
+        rework <= CHECKPOINT_ITEMS * mib + mib,
+        "rework of {rework} bytes is more than one checkpoint interval"
+    );
 
     let job = api.wait_terminal(&job_id, TIMEOUT).await;
     assert_eq!(job["status"], "succeeded", "{job}");
@@ -264,7 +381,11 @@ async fn a_render_that_died_after_its_checkpoint_is_done_on_retry() {
     let job = api.wait_terminal(&job_id, TIMEOUT).await;
     let injected: Value = http.get(&faults).send().await.unwrap().json().await.unwrap();
     http.post(&faults).json(&json!({})).send().await.unwrap();
-    assert_eq!(injected["injected"]["crash_sites"], json!({"StageFunction dynamodb:PutItem after": 1}), "{injected}");
+    assert_eq!(
+        injected["injected"]["crash_sites"],
+        json!({"StageFunction dynamodb:PutItem after": 1}),
+        "{injected}"
+    );
     assert_eq!(job["status"], "succeeded", "{job}");
     let result: Value = serde_json::from_slice(&api.result(&job_id).await).unwrap();
     let (expected, _) = longhaul_tests::csvgen::expected(&rows);
@@ -281,7 +402,10 @@ async fn cancelling_mid_scan_ends_cancelled_without_a_result() {
     let (_, bytes) = big_csv(9);
     let input = api.upload("big.csv", "text/csv", bytes).await;
     let job_id = api.submit(&report(&input)).await;
-    wait_for(&api, &job_id, "scanning", |j| j["progress"]["stage"] == "scan" && j["progress"]["items_done"].as_u64().unwrap_or(0) > 0).await;
+    wait_for(&api, &job_id, "scanning", |j| {
+        j["progress"]["stage"] == "scan" && j["progress"]["items_done"].as_u64().unwrap_or(0) > 0
+    })
+    .await;
     let reply = api.send("DELETE", &format!("/jobs/{job_id}"), None, &[]).await;
     assert_eq!(reply.status, 202, "{}", reply.text);
     let job = api.wait_terminal(&job_id, TIMEOUT).await;

@@ -27,9 +27,14 @@ fn vars(logical: &str) -> Vars {
 
 async fn invoke(logical: &str, event: Value) -> (Option<String>, Value) {
     let stack = &harness().stack;
-    let url = format!("{}/2015-03-31/functions/{}/invocations", stack.edge_url, stack.template.physical_name(logical).unwrap());
+    let url = format!(
+        "{}/2015-03-31/functions/{}/invocations",
+        stack.edge_url,
+        stack.template.physical_name(logical).unwrap()
+    );
     let response = reqwest::Client::new().post(url).json(&event).send().await.unwrap();
-    let error = response.headers().get("x-amz-function-error").map(|v| v.to_str().unwrap().to_owned());
+    let error =
+        response.headers().get("x-amz-function-error").map(|v| v.to_str().unwrap().to_owned());
     (error, response.json().await.unwrap())
 }
 
@@ -37,26 +42,50 @@ async fn invoke(logical: &str, event: Value) -> (Option<String>, Value) {
 async fn http_samples_drive_their_handlers() {
     let stack = &harness().stack;
     let sdk = longhaul_local::sdk_config(&stack.edge_url).await;
-    let submit = submit::Deps::new(&function_identity(&sdk, "SubmitFunction"), &submit::Config::from_vars(&vars("SubmitFunction")).unwrap());
+    let submit = submit::Deps::new(
+        &function_identity(&sdk, "SubmitFunction"),
+        &submit::Config::from_vars(&vars("SubmitFunction")).unwrap(),
+    );
     let response = submit::handle(&submit, request(sample("submit.json"))).await;
     assert_eq!(response.status(), 202);
     let body: Value = serde_json::from_slice(response.body().as_ref()).unwrap();
     let job_id = body["job_id"].as_str().unwrap().to_owned();
     let with_job = |name: &str| {
-        let text = serde_json::to_string(&sample(name)).unwrap().replace("01a201ea-fb15-7355-87ef-3777d21385c6", &job_id);
+        let text = serde_json::to_string(&sample(name))
+            .unwrap()
+            .replace("01a201ea-fb15-7355-87ef-3777d21385c6", &job_id);
         request(serde_json::from_str(&text).unwrap())
     };
 
-    let status = status::Deps::new(&function_identity(&sdk, "StatusFunction"), &status::Config::from_vars(&vars("StatusFunction")).unwrap());
+    let status = status::Deps::new(
+        &function_identity(&sdk, "StatusFunction"),
+        &status::Config::from_vars(&vars("StatusFunction")).unwrap(),
+    );
     assert_eq!(status::handle(&status, with_job("status.json")).await.status(), 200);
-    let cancel = cancel::Deps::new(&function_identity(&sdk, "CancelFunction"), &cancel::Config::from_vars(&vars("CancelFunction")).unwrap());
+    let cancel = cancel::Deps::new(
+        &function_identity(&sdk, "CancelFunction"),
+        &cancel::Config::from_vars(&vars("CancelFunction")).unwrap(),
+    );
     assert_eq!(cancel::handle(&cancel, with_job("cancel.json")).await.status(), 202);
-    let uploads = uploads::Deps::new(&function_identity(&sdk, "UploadsFunction"), &uploads::Config::from_vars(&vars("UploadsFunction")).unwrap());
+    let uploads = uploads::Deps::new(
+        &function_identity(&sdk, "UploadsFunction"),
+        &uploads::Config::from_vars(&vars("UploadsFunction")).unwrap(),
+    );
     assert_eq!(uploads::handle(&uploads, request(sample("uploads.json"))).await.status(), 201);
-    let webhooks = webhooks::Deps::new(&function_identity(&sdk, "WebhooksFunction"), &webhooks::Config::from_vars(&vars("WebhooksFunction")).unwrap());
+    let webhooks = webhooks::Deps::new(
+        &function_identity(&sdk, "WebhooksFunction"),
+        &webhooks::Config::from_vars(&vars("WebhooksFunction")).unwrap(),
+    );
     assert_eq!(webhooks::handle(&webhooks, request(sample("webhooks.json"))).await.status(), 200);
-    let events = std::sync::Arc::new(events::Deps::new(&function_identity(&sdk, "EventsFunction"), &events::Config::from_vars(&vars("EventsFunction")).unwrap()));
-    assert_eq!(events::handle(events, with_job("events.json")).await.status(), 404, "a bad token reads as no such job");
+    let events = std::sync::Arc::new(events::Deps::new(
+        &function_identity(&sdk, "EventsFunction"),
+        &events::Config::from_vars(&vars("EventsFunction")).unwrap(),
+    ));
+    assert_eq!(
+        events::handle(events, with_job("events.json")).await.status(),
+        404,
+        "a bad token reads as no such job"
+    );
 }
 
 #[tokio::test]
@@ -72,12 +101,22 @@ async fn event_samples_drive_their_handlers() {
     assert_eq!((error, body["batchItemFailures"].clone()), (None, serde_json::json!([])));
     // The stage refuses to claim or run a job that is not there, with the names the ASL matches.
     let (error, body) = invoke("StageFunction", sample("stage-work.json")).await;
-    assert_eq!((error.as_deref(), body["errorType"].as_str()), (Some("Unhandled"), Some("Job.NotClaimable")));
+    assert_eq!(
+        (error.as_deref(), body["errorType"].as_str()),
+        (Some("Unhandled"), Some("Job.NotClaimable"))
+    );
     let (error, body) = invoke("StageFunction", sample("stage-claim.json")).await;
-    assert_eq!((error.as_deref(), body["errorType"].as_str()), (Some("Unhandled"), Some("Job.NotClaimable")));
+    assert_eq!(
+        (error.as_deref(), body["errorType"].as_str()),
+        (Some("Unhandled"), Some("Job.NotClaimable"))
+    );
     let (error, body) = invoke("StageFunction", sample("stage-run.json")).await;
-    assert_eq!((error.as_deref(), body["errorType"].as_str()), (Some("Unhandled"), Some("Job.Fatal")));
-    for (logical, name) in [("ReaperFunction", "reaper.json"), ("ExpirerFunction", "expirer.json")] {
+    assert_eq!(
+        (error.as_deref(), body["errorType"].as_str()),
+        (Some("Unhandled"), Some("Job.Fatal"))
+    );
+    for (logical, name) in [("ReaperFunction", "reaper.json"), ("ExpirerFunction", "expirer.json")]
+    {
         let (error, body) = invoke(logical, sample(name)).await;
         assert_eq!(error, None, "{logical}: {body}");
         assert!(body.is_object(), "{logical} reports what it did: {body}");

@@ -60,7 +60,11 @@ fn stack() -> &'static Harness {
 
 fn plan() -> FaultPlan {
     FaultPlan {
-        crash_functions: vec!["StageFunction".into(), "DispatcherFunction".into(), "SubmitFunction".into()],
+        crash_functions: vec![
+            "StageFunction".into(),
+            "DispatcherFunction".into(),
+            "SubmitFunction".into(),
+        ],
         crash_before_call: 0.02,
         crash_after_call: 0.02,
         crash_only: None,
@@ -136,7 +140,12 @@ async fn set_plan(plan: &FaultPlan) -> Value {
 }
 
 async fn local<T: serde::de::DeserializeOwned>(path: &str) -> T {
-    reqwest::get(format!("{}/_local/{path}", stack().stack.api_url)).await.unwrap().json().await.unwrap()
+    reqwest::get(format!("{}/_local/{path}", stack().stack.api_url))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
 }
 
 /// Every job record of `owner`, by job id (a scan of the emulator's table: uncounted).
@@ -191,7 +200,9 @@ fn replay_fences(journal: &[JournalEntry]) -> Fences {
         let Some(job) = job_of(entry) else { continue };
         let holder = current.get(job).copied().flatten();
         match entry.writer_lease.as_deref() {
-            Some(writer) if entry.refused => fences.stale_refused += usize::from(holder != Some(writer)),
+            Some(writer) if entry.refused => {
+                fences.stale_refused += usize::from(holder != Some(writer))
+            }
             Some(writer) if holder != Some(writer) => fences.violations.push(format!(
                 "job {job}: #{} {} {:?} by lease {writer} while the job's lease was {holder:?}",
                 entry.seq, entry.operation, entry.sk
@@ -231,8 +242,9 @@ fn terminal_violations(journal: &[JournalEntry]) -> Vec<String> {
         .into_iter()
         .filter_map(|(job, seen)| {
             let first_end = seen.iter().position(|s| s.is_terminal())?;
-            let ends = seen.windows(2).filter(|w| !w[0].is_terminal() && w[1].is_terminal()).count()
-                + usize::from(first_end == 0);
+            let ends =
+                seen.windows(2).filter(|w| !w[0].is_terminal() && w[1].is_terminal()).count()
+                    + usize::from(first_end == 0);
             (ends != 1 || seen[first_end..].iter().any(|s| *s != seen[first_end]))
                 .then(|| format!("job {job}: statuses written {seen:?}"))
         })
@@ -256,7 +268,8 @@ async fn every_job_ends_exactly_once_and_correctly_under_injected_faults() {
 
     let plan = plan();
     set_plan(&plan).await;
-    let calls_before: BTreeMap<String, BTreeMap<String, u64>> = local("aws-calls/by-function").await;
+    let calls_before: BTreeMap<String, BTreeMap<String, u64>> =
+        local("aws-calls/by-function").await;
     let started = std::time::Instant::now();
 
     // The reaper, often, until every pause is over (then only its schedule, every minute): it
@@ -264,15 +277,20 @@ async fn every_job_ends_exactly_once_and_correctly_under_injected_faults() {
     // to tell what it did.
     let max_pauses = plan.max_pauses;
     let reaper = tokio::spawn(async move {
-        let http = reqwest::Client::builder().timeout(Duration::from_secs(60)).build().expect("client");
+        let http =
+            reqwest::Client::builder().timeout(Duration::from_secs(60)).build().expect("client");
         let mut did: BTreeMap<String, u64> = BTreeMap::new();
         loop {
-            let injected: FaultCounts = serde_json::from_value(local::<Value>("faults").await["injected"].clone()).unwrap();
+            let injected: FaultCounts =
+                serde_json::from_value(local::<Value>("faults").await["injected"].clone()).unwrap();
             if injected.paused >= max_pauses && injected.pauses_over == injected.paused {
                 return;
             }
             let run_started = std::time::Instant::now();
-            let run = http.post(format!("{}/_local/schedules/reaper", stack().stack.api_url)).send().await;
+            let run = http
+                .post(format!("{}/_local/schedules/reaper", stack().stack.api_url))
+                .send()
+                .await;
             let report = match run {
                 Ok(reply) => reply.json::<Value>().await.unwrap_or_default(),
                 Err(err) => json!({"error": err.to_string()}),
@@ -302,9 +320,14 @@ async fn every_job_ends_exactly_once_and_correctly_under_injected_faults() {
         .buffer_unordered(16)
         .collect()
         .await;
-    let expected_jobs: HashMap<String, usize> = ids.iter().map(|(i, id)| (id.clone(), *i)).collect();
+    let expected_jobs: HashMap<String, usize> =
+        ids.iter().map(|(i, id)| (id.clone(), *i)).collect();
     eprintln!("{jobs} jobs submitted after {:?}", started.elapsed());
-    assert_eq!(expected_jobs.len(), jobs, "each submission created its own job (no key reuse across jobs)");
+    assert_eq!(
+        expected_jobs.len(),
+        jobs,
+        "each submission created its own job (no key reuse across jobs)"
+    );
 
     // Await the end of every job.
     let deadline = tokio::time::Instant::now() + RUN_BUDGET;
@@ -327,18 +350,23 @@ async fn every_job_ends_exactly_once_and_correctly_under_injected_faults() {
     // written since, so what the table holds now is final, not a snapshot.
     let mut last_length = usize::MAX;
     loop {
-        let injected: FaultCounts = serde_json::from_value(local::<Value>("faults").await["injected"].clone()).unwrap();
+        let injected: FaultCounts =
+            serde_json::from_value(local::<Value>("faults").await["injected"].clone()).unwrap();
         let length = local::<Vec<JournalEntry>>("journal").await.len();
         if injected.pauses_over == injected.paused && length == last_length {
             break;
         }
-        assert!(tokio::time::Instant::now() < deadline + PAUSE * 2, "the stack never went quiet: {injected:?}");
+        assert!(
+            tokio::time::Instant::now() < deadline + PAUSE * 2,
+            "the stack never went quiet: {injected:?}"
+        );
         last_length = length;
         tokio::time::sleep(Duration::from_secs(3)).await;
     }
     reaper.abort();
     let records = jobs_of(&aws, &owner).await;
-    let injected: FaultCounts = serde_json::from_value(local::<Value>("faults").await["injected"].clone()).unwrap();
+    let injected: FaultCounts =
+        serde_json::from_value(local::<Value>("faults").await["injected"].clone()).unwrap();
     let journal: Vec<JournalEntry> = local("journal").await;
     set_plan(&FaultPlan::default()).await;
     let calls_after: BTreeMap<String, BTreeMap<String, u64>> = local("aws-calls/by-function").await;
@@ -362,19 +390,29 @@ async fn every_job_ends_exactly_once_and_correctly_under_injected_faults() {
     };
     let (mut frequent_calls, frequent) = (0, (n / 2).max(500));
     for function in &plan.crash_functions {
-        for operation in calls_after.get(function).map(|c| c.keys().cloned().collect::<Vec<_>>()).unwrap_or_default() {
+        for operation in calls_after
+            .get(function)
+            .map(|c| c.keys().cloned().collect::<Vec<_>>())
+            .unwrap_or_default()
+        {
             if calls_during(function, &operation) < frequent {
                 continue;
             }
             frequent_calls += 1;
             for side in ["before", "after"] {
                 let site = format!("{function} {operation} {side}");
-                assert!(injected.crash_sites.get(&site).copied().unwrap_or(0) > 0, "no crash {side} {function}'s {operation}: {injected:#?}");
+                assert!(
+                    injected.crash_sites.get(&site).copied().unwrap_or(0) > 0,
+                    "no crash {side} {function}'s {operation}: {injected:#?}"
+                );
             }
         }
     }
     if jobs >= 2_000 {
-        assert!(frequent_calls >= 6, "the crashing functions' frequent calls ({frequent_calls}) were found");
+        assert!(
+            frequent_calls >= 6,
+            "the crashing functions' frequent calls ({frequent_calls}) were found"
+        );
     }
 
     // Exactly the submitted jobs exist: none lost, none created twice.
@@ -388,7 +426,10 @@ async fn every_job_ends_exactly_once_and_correctly_under_injected_faults() {
         // One terminal state, reached once, through legal transitions only.
         let terminal: Vec<_> = job.transitions.iter().filter(|t| t.state.is_terminal()).collect();
         if job.status != JobStatus::Succeeded || terminal.len() != 1 {
-            wrong.push(format!("{job_id}: {:?}, transitions {:?}, error {:?}", job.status, job.transitions, job.error));
+            wrong.push(format!(
+                "{job_id}: {:?}, transitions {:?}, error {:?}",
+                job.status, job.transitions, job.error
+            ));
             continue;
         }
         let states: Vec<JobStatus> = job.transitions.iter().map(|t| t.state).collect();
@@ -415,22 +456,34 @@ async fn every_job_ends_exactly_once_and_correctly_under_injected_faults() {
                 && actual.len() == report_rows.len()
                 && actual.iter().zip(&report_rows).all(|(a, e)| rows_match(a, e));
             if !right {
-                wrong.push(format!("{job_id}: a report that differs from the direct computation: {}", &report.to_string()[..200.min(report.to_string().len())]));
+                wrong.push(format!(
+                    "{job_id}: a report that differs from the direct computation: {}",
+                    &report.to_string()[..200.min(report.to_string().len())]
+                ));
             }
             continue;
         }
         let result: DemoResult = serde_json::from_slice(&bytes).expect("a demo result");
         let items = spec(i, &input)["params"]["items"].as_u64().unwrap();
         if result != DemoResult::expected(items) {
-            wrong.push(format!("{job_id}: result {result:?}, expected {:?}", DemoResult::expected(items)));
+            wrong.push(format!(
+                "{job_id}: result {result:?}, expected {:?}",
+                DemoResult::expected(items)
+            ));
         }
     }
     assert!(wrong.is_empty(), "{} of {jobs} jobs went wrong:\n{}", wrong.len(), wrong.join("\n"));
 
     // The journal saw every job's writes: each job's item reached one terminal state once and
     // stayed there (counted write by write, after the stack went quiet).
-    let journaled_jobs = journal.iter().filter(|e| !e.refused && e.sk.as_deref() == Some("JOB") && e.status_after.is_some()).count();
-    assert!(journaled_jobs >= 2 * jobs, "the journal holds the jobs' transitions ({journaled_jobs} entries)");
+    let journaled_jobs = journal
+        .iter()
+        .filter(|e| !e.refused && e.sk.as_deref() == Some("JOB") && e.status_after.is_some())
+        .count();
+    assert!(
+        journaled_jobs >= 2 * jobs,
+        "the journal holds the jobs' transitions ({journaled_jobs} entries)"
+    );
     let fenced = journal.iter().filter(|e| !e.refused && e.writer_lease.is_some()).count();
     assert!(fenced >= jobs, "attempts' own writes are journaled ({fenced})");
     let ends = terminal_violations(&journal);
@@ -446,13 +499,28 @@ async fn every_job_ends_exactly_once_and_correctly_under_injected_faults() {
     eprintln!("{handed_over} jobs ran under two or more leases; {refused} stale writes refused");
     // (A pause after the job's last write, or one the reaper's run missed, hands nothing over.)
     assert!(handed_over >= 1, "{handed_over} jobs changed hands for {} pauses", injected.paused);
-    assert!(refused >= 1, "{refused} stale writes refused for {handed_over} jobs that changed hands");
+    assert!(
+        refused >= 1,
+        "{refused} stale writes refused for {handed_over} jobs that changed hands"
+    );
     let violations = fences.violations;
-    assert!(violations.is_empty(), "{} writes outside their lease:\n{}", violations.len(), violations.join("\n"));
+    assert!(
+        violations.is_empty(),
+        "{} writes outside their lease:\n{}",
+        violations.len(),
+        violations.join("\n")
+    );
 }
 
 /// A journal entry for job `j`, for the checkers' own tests.
-fn entry(seq: u64, sk: &str, writer: Option<&str>, lease_after: Option<&str>, status: Option<&str>, refused: bool) -> JournalEntry {
+fn entry(
+    seq: u64,
+    sk: &str,
+    writer: Option<&str>,
+    lease_after: Option<&str>,
+    status: Option<&str>,
+    refused: bool,
+) -> JournalEntry {
     JournalEntry {
         seq,
         operation: "dynamodb:UpdateItem".into(),

@@ -27,7 +27,8 @@ struct Host {
 
 impl Host {
     fn new() -> Self {
-        let state_dir = std::env::temp_dir().join(format!("longhaul-host-kill-{}", uuid::Uuid::new_v4().simple()));
+        let state_dir = std::env::temp_dir()
+            .join(format!("longhaul-host-kill-{}", uuid::Uuid::new_v4().simple()));
         let api_port = free_port();
         let env = vec![
             ("LONGHAUL_API_PORT".to_owned(), api_port.to_string()),
@@ -51,7 +52,10 @@ impl Host {
             .expect("starting the host");
         self.child = Some(child);
         for _ in 0..600 {
-            if reqwest::get(format!("{}/_local/aws-calls", self.api)).await.is_ok_and(|r| r.status().is_success()) {
+            if reqwest::get(format!("{}/_local/aws-calls", self.api))
+                .await
+                .is_ok_and(|r| r.status().is_success())
+            {
                 return;
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -67,7 +71,9 @@ impl Host {
 
     fn token(&self, principal: &str) -> String {
         let root = longhaul_tests::root();
-        let template = Template::load(&root.join("template.yaml"), "longhaul", "", "", &Default::default()).unwrap();
+        let template =
+            Template::load(&root.join("template.yaml"), "longhaul", "", "", &Default::default())
+                .unwrap();
         longhaul_local::authorizer(&template, Some(&self.state_dir)).unwrap().token(principal, 3600)
     }
 }
@@ -125,7 +131,10 @@ async fn jobs_survive_a_sigkill_of_the_functions_host() {
     }
     assert!(running >= 4, "jobs were running when the host was killed");
     host.kill();
-    assert!(reqwest::get(format!("{}/_local/aws-calls", host.api)).await.is_err(), "the host is gone");
+    assert!(
+        reqwest::get(format!("{}/_local/aws-calls", host.api)).await.is_err(),
+        "the host is gone"
+    );
     tokio::time::sleep(Duration::from_secs(2)).await;
     host.start().await;
 
@@ -134,18 +143,34 @@ async fn jobs_survive_a_sigkill_of_the_functions_host() {
         let job = loop {
             let (status, job) = get(&http, &token, format!("{}/jobs/{job_id}", host.api)).await;
             assert_eq!(status, 200, "{job}");
-            if matches!(job["status"].as_str(), Some("succeeded" | "failed" | "cancelled" | "expired")) {
+            if matches!(
+                job["status"].as_str(),
+                Some("succeeded" | "failed" | "cancelled" | "expired")
+            ) {
                 break job;
             }
-            assert!(tokio::time::Instant::now() < deadline, "job {job_id} did not finish after the restart: {job}");
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "job {job_id} did not finish after the restart: {job}"
+            );
             tokio::time::sleep(Duration::from_millis(250)).await;
         };
         assert_eq!(job["status"], "succeeded", "{job}");
-        let redirect = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
-        let reply = redirect.get(format!("{}/jobs/{job_id}/result", host.api)).bearer_auth(&token).send().await.unwrap();
+        let redirect =
+            reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+        let reply = redirect
+            .get(format!("{}/jobs/{job_id}/result", host.api))
+            .bearer_auth(&token)
+            .send()
+            .await
+            .unwrap();
         assert_eq!(reply.status(), 303);
         let location = reply.headers()["location"].to_str().unwrap().to_owned();
         let result: DemoResult = reqwest::get(location).await.unwrap().json().await.unwrap();
-        assert_eq!(result, DemoResult::expected(*items), "job {job_id}: every item processed exactly once");
+        assert_eq!(
+            result,
+            DemoResult::expected(*items),
+            "job {job_id}: every item processed exactly once"
+        );
     }
 }

@@ -25,8 +25,19 @@ const TIMEOUT: Duration = Duration::from_secs(120);
 
 /// The crates whose lines are the functions' own (the handlers and the adapters they call).
 const FUNCTION_CRATES: &[&str] = &[
-    "submit", "status", "cancel", "uploads", "webhooks", "dispatcher", "stage", "reaper", "expirer", "webhook",
-    "events", "notifier", "longhaul_aws",
+    "submit",
+    "status",
+    "cancel",
+    "uploads",
+    "webhooks",
+    "dispatcher",
+    "stage",
+    "reaper",
+    "expirer",
+    "webhook",
+    "events",
+    "notifier",
+    "longhaul_aws",
 ];
 /// Functions whose lines are about a principal but never about one job.
 const PRINCIPAL_ONLY: &[&str] = &["uploads", "webhooks"];
@@ -43,7 +54,10 @@ impl std::io::Write for Capture {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         // The formatter writes each line whole, in one call.
         let text = String::from_utf8_lossy(buf);
-        self.0.lock().unwrap().extend(text.lines().filter(|l| !l.trim().is_empty()).map(str::to_owned));
+        self.0
+            .lock()
+            .unwrap()
+            .extend(text.lines().filter(|l| !l.trim().is_empty()).map(str::to_owned));
         Ok(buf.len())
     }
     fn flush(&mut self) -> std::io::Result<()> {
@@ -92,12 +106,15 @@ fn receiver() -> SocketAddr {
     *RECEIVER.get_or_init(|| {
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            let runtime =
+                tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
             runtime.block_on(async move {
                 let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
                 tx.send(listener.local_addr().unwrap()).unwrap();
-                let app = axum::Router::new()
-                    .route("/hook", axum::routing::post(|| async { axum::http::StatusCode::NO_CONTENT }));
+                let app = axum::Router::new().route(
+                    "/hook",
+                    axum::routing::post(|| async { axum::http::StatusCode::NO_CONTENT }),
+                );
                 axum::serve(listener, app).await.unwrap();
             });
         });
@@ -117,7 +134,10 @@ async fn fire(schedule: &str) {
 /// The `X-Amz-Signature` of a presigned URL.
 fn signature(url: &str) -> String {
     let url = reqwest::Url::parse(url).expect("a URL");
-    url.query_pairs().find(|(k, _)| k == "X-Amz-Signature").map(|(_, v)| v.into_owned()).expect("a presigned URL")
+    url.query_pairs()
+        .find(|(k, _)| k == "X-Amz-Signature")
+        .map(|(_, v)| v.into_owned())
+        .expect("a presigned URL")
 }
 
 /// Reads an SSE stream to its end; returns its last event's data.
@@ -155,7 +175,14 @@ async fn params_job(run: &Mutex<Run>) {
     let key = format!("idem_SECRET{}", uuid::Uuid::new_v4().simple());
     let body = json!({"type": "csv_report", "params": {
         "input": input, "group_by": [column], "metrics": [{"op": "sum", "column": "amount"}], "format": "json"}});
-    let reply = api.send("POST", "/jobs", Some(("application/json", body.to_string().into_bytes())), &[("idempotency-key", key.as_str())]).await;
+    let reply = api
+        .send(
+            "POST",
+            "/jobs",
+            Some(("application/json", body.to_string().into_bytes())),
+            &[("idempotency-key", key.as_str())],
+        )
+        .await;
     assert_eq!(reply.status, 202, "{}", reply.text);
     let job_id = reply.json["job_id"].as_str().unwrap().to_owned();
     let job = api.wait_terminal(&job_id, TIMEOUT).await;
@@ -186,22 +213,31 @@ async fn params_job(run: &Mutex<Run>) {
 async fn webhook_job(run: &Mutex<Run>) {
     let owner = principal("logs-webhook");
     let api = Api::new(&owner);
-    let first = api.get("/webhooks/secret").await.json["secrets"][0]["secret"].as_str().unwrap().to_owned();
+    let first =
+        api.get("/webhooks/secret").await.json["secrets"][0]["secret"].as_str().unwrap().to_owned();
     let rotated = api.post_json("/webhooks/secret/rotate", &json!({})).await;
     assert_eq!(rotated.status, 200, "{}", rotated.text);
     let second = rotated.json["secrets"][0]["secret"].as_str().unwrap().to_owned();
     let callback_token = format!("cbtok_SECRET{}", uuid::Uuid::new_v4().simple());
     let callback = format!("http://{}/hook?token={callback_token}", receiver());
     let job_id = api.submit(&json!({"type": "demo", "params": {"items": 20, "item_ms": 50}, "callback_url": callback})).await;
-    let events_url = api.wait_for(&job_id, "an events_url", |j| j["events_url"].is_string()).await["events_url"]
+    let events_url = api.wait_for(&job_id, "an events_url", |j| j["events_url"].is_string()).await
+        ["events_url"]
         .as_str()
         .unwrap()
         .to_owned();
-    let stream_token = reqwest::Url::parse(&events_url).unwrap().query_pairs().find(|(k, _)| k == "token").unwrap().1.into_owned();
+    let stream_token = reqwest::Url::parse(&events_url)
+        .unwrap()
+        .query_pairs()
+        .find(|(k, _)| k == "token")
+        .unwrap()
+        .1
+        .into_owned();
     let events = read_stream(&events_url).await;
     assert!(events.contains("\"status\":\"succeeded\""), "{events}");
     for _ in 0..200 {
-        let deliveries = api.get(&format!("/jobs/{job_id}/deliveries")).await.json["deliveries"].clone();
+        let deliveries =
+            api.get(&format!("/jobs/{job_id}/deliveries")).await.json["deliveries"].clone();
         if deliveries.as_array().is_some_and(|d| d.iter().any(|d| d["outcome"] == "delivered")) {
             break;
         }
@@ -219,9 +255,12 @@ async fn webhook_job(run: &Mutex<Run>) {
 async fn cancelled_job(run: &Mutex<Run>) {
     let owner = principal("logs-cancel");
     let api = Api::new(&owner);
-    let job_id = api.submit(&json!({"type": "demo", "params": {"items": 400, "item_ms": 50}})).await;
-    api.wait_for(&job_id, "progress", |j| j["progress"]["items_done"].as_u64().unwrap_or(0) >= 2).await;
-    let reply = api.post_json(&format!("/jobs/{job_id}/cancel"), &json!({"reason": "not needed"})).await;
+    let job_id =
+        api.submit(&json!({"type": "demo", "params": {"items": 400, "item_ms": 50}})).await;
+    api.wait_for(&job_id, "progress", |j| j["progress"]["items_done"].as_u64().unwrap_or(0) >= 2)
+        .await;
+    let reply =
+        api.post_json(&format!("/jobs/{job_id}/cancel"), &json!({"reason": "not needed"})).await;
     assert_eq!(reply.status, 202, "{}", reply.text);
     assert_eq!(api.wait_terminal(&job_id, TIMEOUT).await["status"], "cancelled");
     run.lock().unwrap().owners.insert(job_id, owner);
@@ -231,15 +270,21 @@ async fn cancelled_job(run: &Mutex<Run>) {
 async fn zombie_job(run: &Mutex<Run>) {
     let owner = principal("logs-zombie");
     let api = Api::new(&owner);
-    let job_id = api.submit(&json!({"type": "demo", "params": {"items": 40, "item_ms": 100}})).await;
-    api.wait_for(&job_id, "progress", |j| j["progress"]["items_done"].as_u64().unwrap_or(0) >= 5).await;
+    let job_id =
+        api.submit(&json!({"type": "demo", "params": {"items": 40, "item_ms": 100}})).await;
+    api.wait_for(&job_id, "progress", |j| j["progress"]["items_done"].as_u64().unwrap_or(0) >= 5)
+        .await;
     let aws = Aws::new().await;
-    let store = longhaul_aws::jobs::JobStore::new(aws.dynamodb.clone(), stack().stack.resource("JobsTable"));
+    let store = longhaul_aws::jobs::JobStore::new(
+        aws.dynamodb.clone(),
+        stack().stack.resource("JobsTable"),
+    );
     let execution = store.job(&job_id).await.unwrap().unwrap().execution.unwrap();
     let machine = stack().stack.resource("JobStateMachine");
     let arn = format!("{}:{execution}", machine.replace(":stateMachine:", ":execution:"));
     aws.sfn.stop_execution().execution_arn(arn).send().await.unwrap();
-    let crash = format!("{}/_local/functions/StageFunction/crash?job_id={job_id}", stack().stack.api_url);
+    let crash =
+        format!("{}/_local/functions/StageFunction/crash?job_id={job_id}", stack().stack.api_url);
     reqwest::Client::new().post(crash).send().await.unwrap();
     for _ in 0..120 {
         fire("reaper").await;
@@ -249,7 +294,11 @@ async fn zombie_job(run: &Mutex<Run>) {
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     let job = api.wait_terminal(&job_id, TIMEOUT).await;
-    assert_eq!((job["status"].as_str(), job["attempt"].as_u64()), (Some("succeeded"), Some(2)), "{job}");
+    assert_eq!(
+        (job["status"].as_str(), job["attempt"].as_u64()),
+        (Some("succeeded"), Some(2)),
+        "{job}"
+    );
     run.lock().unwrap().owners.insert(job_id, owner);
 }
 
@@ -284,7 +333,8 @@ async fn every_job_line_names_its_job_attempt_and_principal_and_no_line_holds_a_
     //    and they are the job's: the principal is the job's owner.
     let mut seen: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for text in &lines {
-        let line: Value = serde_json::from_str(text).unwrap_or_else(|e| panic!("not a JSON line ({e}): {text}"));
+        let line: Value =
+            serde_json::from_str(text).unwrap_or_else(|e| panic!("not a JSON line ({e}): {text}"));
         let target = line["target"].as_str().unwrap_or_default();
         let krate = target.split("::").next().unwrap_or_default();
         if !FUNCTION_CRATES.contains(&krate) {
@@ -294,23 +344,38 @@ async fn every_job_line_names_its_job_attempt_and_principal_and_no_line_holds_a_
         if RUN_SUMMARIES.contains(&message.as_str()) {
             continue;
         }
-        let span = job_span(&line).unwrap_or_else(|| panic!("a {krate} line outside a job span: {text}"));
+        let span =
+            job_span(&line).unwrap_or_else(|| panic!("a {krate} line outside a job span: {text}"));
         assert!(span["principal"].is_string(), "a {krate} line without principal: {text}");
         if PRINCIPAL_ONLY.contains(&krate) {
             continue;
         }
-        let job_id = span["job_id"].as_str().unwrap_or_else(|| panic!("a {krate} line without job_id: {text}"));
-        let attempt = span["attempt"].as_u64().unwrap_or_else(|| panic!("a {krate} line without attempt: {text}"));
+        let job_id = span["job_id"]
+            .as_str()
+            .unwrap_or_else(|| panic!("a {krate} line without job_id: {text}"));
+        let attempt = span["attempt"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("a {krate} line without attempt: {text}"));
         if let Some(owner) = run.owners.get(job_id) {
-            assert_eq!(span["principal"].as_str(), Some(owner.as_str()), "the principal is the job's owner: {text}");
+            assert_eq!(
+                span["principal"].as_str(),
+                Some(owner.as_str()),
+                "the principal is the job's owner: {text}"
+            );
             if krate == "stage" {
-                assert!((1..=2).contains(&attempt), "a stage line names the attempt it works for: {text}");
+                assert!(
+                    (1..=2).contains(&attempt),
+                    "a stage line names the attempt it works for: {text}"
+                );
             }
             seen.entry(job_id.to_owned()).or_default().insert(format!("{krate}: {message}"));
         }
         // A line naming one of our jobs anywhere names it in its span.
         for other in run.owners.keys().filter(|id| id.as_str() != job_id) {
-            assert!(!text.contains(other.as_str()), "a line about {other} in the span of {job_id}: {text}");
+            assert!(
+                !text.contains(other.as_str()),
+                "a line about {other} in the span of {job_id}: {text}"
+            );
         }
     }
 
@@ -331,9 +396,16 @@ async fn every_job_line_names_its_job_attempt_and_principal_and_no_line_holds_a_
         "reaper: zombie re-dispatched",
         "expirer: expired: result retention passed",
     ] {
-        assert!(all.contains(expected), "no line {expected:?} about the test's jobs; seen: {seen:#?}");
+        assert!(
+            all.contains(expected),
+            "no line {expected:?} about the test's jobs; seen: {seen:#?}"
+        );
     }
     for job_id in run.owners.keys() {
-        assert!(seen.get(job_id).is_some_and(|s| s.len() >= 3), "few lines about {job_id}: {:?}", seen.get(job_id));
+        assert!(
+            seen.get(job_id).is_some_and(|s| s.len() >= 3),
+            "few lines about {job_id}: {:?}",
+            seen.get(job_id)
+        );
     }
 }

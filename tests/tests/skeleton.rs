@@ -11,13 +11,20 @@ use serde_json::{Value, json};
 const JOB_TIMEOUT: Duration = Duration::from_secs(90);
 
 fn states(job: &Value) -> Vec<String> {
-    job["transitions"].as_array().unwrap().iter().map(|t| t["state"].as_str().unwrap().to_owned()).collect()
+    job["transitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["state"].as_str().unwrap().to_owned())
+        .collect()
 }
 
 #[tokio::test]
 async fn a_demo_job_runs_to_success_with_its_result_in_s3() {
     let api = Api::new(&principal("happy"));
-    let reply = api.post_json("/jobs", &json!({"type": "demo", "params": {"items": 25, "item_ms": 5}})).await;
+    let reply = api
+        .post_json("/jobs", &json!({"type": "demo", "params": {"items": 25, "item_ms": 5}}))
+        .await;
     assert_eq!(reply.status, 202, "{}", reply.text);
     let job_id = reply.json["job_id"].as_str().unwrap().to_owned();
     assert_eq!(uuid::Uuid::parse_str(&job_id).unwrap().get_version_num(), 7);
@@ -43,7 +50,8 @@ async fn a_demo_job_runs_to_success_with_its_result_in_s3() {
     let first = api.get(&format!("/jobs/{job_id}")).await;
     let etag = first.header("etag").expect("terminal jobs have an ETag").to_owned();
     assert!(first.header("retry-after").is_none());
-    let again = api.send("GET", &format!("/jobs/{job_id}"), None, &[("if-none-match", &etag)]).await;
+    let again =
+        api.send("GET", &format!("/jobs/{job_id}"), None, &[("if-none-match", &etag)]).await;
     assert_eq!(again.status, 304);
 }
 
@@ -83,13 +91,20 @@ async fn a_transient_failure_is_retried_by_the_state_machine() {
     let runs = Aws::new().await.scheduled_tasks(&job_id).await;
     assert_eq!(runs.iter().filter(|s| *s == "Run").count(), 2, "{runs:?}");
     // Resumed from the checkpoint: every item processed exactly once.
-    assert_eq!(serde_json::from_slice::<DemoResult>(&api.result(&job_id).await).unwrap(), DemoResult::expected(10));
+    assert_eq!(
+        serde_json::from_slice::<DemoResult>(&api.result(&job_id).await).unwrap(),
+        DemoResult::expected(10)
+    );
 }
 
 #[tokio::test]
 async fn a_fatal_failure_fails_the_job_without_retries() {
     let api = Api::new(&principal("fatal"));
-    let job_id = api.submit(&json!({"type": "demo", "params": {"items": 10, "fail_at": 3, "fail_kind": "fatal"}})).await;
+    let job_id = api
+        .submit(
+            &json!({"type": "demo", "params": {"items": 10, "fail_at": 3, "fail_kind": "fatal"}}),
+        )
+        .await;
     let job = api.wait_terminal(&job_id, JOB_TIMEOUT).await;
     assert_eq!(job["status"], "failed", "{job}");
     assert_eq!(states(&job), ["pending", "queued", "running", "failed"]);
@@ -111,13 +126,18 @@ async fn retries_are_bounded_then_the_job_fails() {
     assert_eq!(job["status"], "failed", "{job}");
     assert_eq!(job["error"]["code"], "Job.Retryable");
     let runs = Aws::new().await.scheduled_tasks(&job_id).await;
-    assert_eq!(runs.iter().filter(|s| *s == "Run").count(), 4, "one try and three retries: {runs:?}");
+    assert_eq!(
+        runs.iter().filter(|s| *s == "Run").count(),
+        4,
+        "one try and three retries: {runs:?}"
+    );
 }
 
 #[tokio::test]
 async fn requests_without_a_valid_token_get_401() {
     let anonymous = Api::anonymous();
-    let reply = anonymous.post_json("/jobs", &json!({"type": "demo", "params": {"items": 1}})).await;
+    let reply =
+        anonymous.post_json("/jobs", &json!({"type": "demo", "params": {"items": 1}})).await;
     assert_eq!(reply.status, 401);
     assert_eq!(anonymous.get("/jobs/01a201a7-1000-711d-99cc-fc962b49387c").await.status, 401);
     let mut forged = Api::new(&principal("forged"));
@@ -137,7 +157,10 @@ async fn unknown_ids_and_other_tenants_jobs_read_the_same_404() {
         assert_eq!(reply.status, 404);
         assert_eq!(reply.header("content-type"), Some("application/problem+json"));
     }
-    assert_eq!(theirs.text, unknown.text, "another tenant's job must be indistinguishable from none");
+    assert_eq!(
+        theirs.text, unknown.text,
+        "another tenant's job must be indistinguishable from none"
+    );
     assert_eq!(owner.get(&format!("/jobs/{job_id}")).await.status, 200);
 }
 
@@ -148,13 +171,49 @@ async fn bad_submissions_get_problem_json_and_write_nothing() {
     let cases: Vec<(&str, &str, Vec<u8>, u16)> = vec![
         ("malformed JSON", "application/json", b"{\"type\": \"demo\",".to_vec(), 400),
         ("not an object", "application/json", b"[1, 2]".to_vec(), 400),
-        ("unknown type", "application/json", br#"{"type": "mine-bitcoin", "params": {}}"#.to_vec(), 422),
-        ("bad params", "application/json", br#"{"type": "demo", "params": {"items": -1}}"#.to_vec(), 422),
-        ("unknown field", "application/json", br#"{"type": "demo", "params": {"items": 1}, "x": 1}"#.to_vec(), 400),
-        ("huge number", "application/json", br#"{"type": "demo", "params": {"items": 1e400}}"#.to_vec(), 400),
-        ("wrong content type", "text/plain", br#"{"type": "demo", "params": {"items": 1}}"#.to_vec(), 415),
-        ("oversized body", "application/json", format!(r#"{{"type": "demo", "params": {{"pad": "{}"}}}}"#, "x".repeat(70_000)).into_bytes(), 413),
-        ("deep nesting", "application/json", format!("{}{}", "[".repeat(5000), "]".repeat(5000)).into_bytes(), 400),
+        (
+            "unknown type",
+            "application/json",
+            br#"{"type": "mine-bitcoin", "params": {}}"#.to_vec(),
+            422,
+        ),
+        (
+            "bad params",
+            "application/json",
+            br#"{"type": "demo", "params": {"items": -1}}"#.to_vec(),
+            422,
+        ),
+        (
+            "unknown field",
+            "application/json",
+            br#"{"type": "demo", "params": {"items": 1}, "x": 1}"#.to_vec(),
+            400,
+        ),
+        (
+            "huge number",
+            "application/json",
+            br#"{"type": "demo", "params": {"items": 1e400}}"#.to_vec(),
+            400,
+        ),
+        (
+            "wrong content type",
+            "text/plain",
+            br#"{"type": "demo", "params": {"items": 1}}"#.to_vec(),
+            415,
+        ),
+        (
+            "oversized body",
+            "application/json",
+            format!(r#"{{"type": "demo", "params": {{"pad": "{}"}}}}"#, "x".repeat(70_000))
+                .into_bytes(),
+            413,
+        ),
+        (
+            "deep nesting",
+            "application/json",
+            format!("{}{}", "[".repeat(5000), "]".repeat(5000)).into_bytes(),
+            400,
+        ),
     ];
     for (name, content_type, body, status) in cases {
         let reply = api.send("POST", "/jobs", Some((content_type, body)), &[]).await;
@@ -164,7 +223,10 @@ async fn bad_submissions_get_problem_json_and_write_nothing() {
         assert!(reply.json["type"].as_str().is_some_and(|t| t.starts_with("/problems/")), "{name}");
         assert!(reply.json["title"].is_string() && reply.json["detail"].is_string(), "{name}");
     }
-    assert!(Aws::new().await.items_of(&who).await.is_empty(), "a refused request wrote to the table");
+    assert!(
+        Aws::new().await.items_of(&who).await.is_empty(),
+        "a refused request wrote to the table"
+    );
 }
 
 #[tokio::test]

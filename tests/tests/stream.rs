@@ -40,14 +40,24 @@ fn parse(block: &str) -> Option<Event> {
 }
 
 /// Reads the stream at `url` until it ends or `stop` says so.
-async fn read(url: &str, last_event_id: Option<u64>, stop: impl Fn(&[Event]) -> bool) -> (u16, String, Vec<Event>) {
+async fn read(
+    url: &str,
+    last_event_id: Option<u64>,
+    stop: impl Fn(&[Event]) -> bool,
+) -> (u16, String, Vec<Event>) {
     let mut request = reqwest::Client::new().get(url);
     if let Some(id) = last_event_id {
         request = request.header("last-event-id", id.to_string());
     }
-    let response = tokio::time::timeout(Duration::from_secs(30), request.send()).await.unwrap().unwrap();
+    let response =
+        tokio::time::timeout(Duration::from_secs(30), request.send()).await.unwrap().unwrap();
     let status = response.status().as_u16();
-    let content_type = response.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
+    let content_type = response
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_owned();
     let mut events = Vec::new();
     let mut buffer = String::new();
     let mut body = response.bytes_stream();
@@ -84,7 +94,11 @@ async fn progress_streams_monotonically_then_the_terminal_event_closes_it() {
     assert!(events.iter().filter(|e| e.kind == "progress").count() >= 2, "{events:?}");
     let ids: Vec<u64> = events.iter().map(|e| e.id.unwrap()).collect();
     assert!(ids.windows(2).all(|w| w[0] < w[1]), "ids increase: {ids:?}");
-    let pcts: Vec<f64> = events.iter().filter(|e| e.kind == "progress").map(|e| e.data["pct"].as_f64().unwrap()).collect();
+    let pcts: Vec<f64> = events
+        .iter()
+        .filter(|e| e.kind == "progress")
+        .map(|e| e.data["pct"].as_f64().unwrap())
+        .collect();
     assert!(pcts.windows(2).all(|w| w[0] <= w[1]), "progress never goes back: {pcts:?}");
     // A terminal job has nothing to stream, and stays cacheable.
     assert!(api.get(&format!("/jobs/{job_id}")).await.json.get("events_url").is_none());
@@ -96,7 +110,9 @@ async fn a_reconnect_with_last_event_id_resumes_without_repeats() {
     let api = Api::new(&principal("reconnect"));
     let job_id = api.submit(&json!({"type": "demo", "params": {"items": 60, "item_ms": 50}})).await;
     let url = events_url(&api, &job_id).await;
-    let (_, _, first) = read(&url, None, |events| events.iter().filter(|e| e.kind == "progress").count() >= 3).await;
+    let (_, _, first) =
+        read(&url, None, |events| events.iter().filter(|e| e.kind == "progress").count() >= 3)
+            .await;
     let seen = first.iter().filter_map(|e| e.id).max().unwrap();
     let (_, _, rest) = read(&url, Some(seen), |_| false).await;
     let ids: Vec<u64> = rest.iter().filter_map(|e| e.id).collect();
@@ -119,10 +135,12 @@ async fn streams_are_tenant_scoped() {
     stack();
     let owner = Api::new(&principal("stream-owner"));
     let stranger = Api::new(&principal("stream-stranger"));
-    let job_id = owner.submit(&json!({"type": "demo", "params": {"items": 40, "item_ms": 50}})).await;
+    let job_id =
+        owner.submit(&json!({"type": "demo", "params": {"items": 40, "item_ms": 50}})).await;
     assert_eq!(stranger.get(&format!("/jobs/{job_id}")).await.status, 404, "no link for strangers");
     let url = events_url(&owner, &job_id).await;
-    let other_job = owner.submit(&json!({"type": "demo", "params": {"items": 41, "item_ms": 50}})).await;
+    let other_job =
+        owner.submit(&json!({"type": "demo", "params": {"items": 41, "item_ms": 50}})).await;
     for bad in [
         url.replace(&job_id, &other_job),
         url.split("?token=").next().unwrap().to_owned(),

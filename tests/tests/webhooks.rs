@@ -12,7 +12,9 @@ use longhaul_aws::jobs::{JobStore, TransitionRequest};
 use longhaul_aws::queue::WebhookMessage;
 use longhaul_domain::webhooks::verify;
 use longhaul_domain::{JobStatus, Transition};
-use longhaul_tests::{Api, Aws, Harness, assert_counted_once, harness_with, metric_points, principal};
+use longhaul_tests::{
+    Api, Aws, Harness, assert_counted_once, harness_with, metric_points, principal,
+};
 use serde_json::{Value, json};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
@@ -44,11 +46,17 @@ fn receiver() -> &'static (SocketAddr, Inbox) {
         let (tx, rx) = std::sync::mpsc::channel();
         let state = inbox.clone();
         std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .unwrap();
             runtime.block_on(async move {
                 let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
                 tx.send(listener.local_addr().unwrap()).unwrap();
-                let app = axum::Router::new().route("/{mode}/{key}", axum::routing::post(receive)).with_state(state);
+                let app = axum::Router::new()
+                    .route("/{mode}/{key}", axum::routing::post(receive))
+                    .with_state(state);
                 axum::serve(listener, app).await.unwrap();
             });
         });
@@ -56,8 +64,14 @@ fn receiver() -> &'static (SocketAddr, Inbox) {
     })
 }
 
-async fn receive(State(inbox): State<Inbox>, Path((mode, key)): Path<(String, String)>, headers: HeaderMap, body: axum::body::Bytes) -> StatusCode {
-    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
+async fn receive(
+    State(inbox): State<Inbox>,
+    Path((mode, key)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> StatusCode {
+    let header =
+        |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
     let received = Received {
         id: header("webhook-id"),
         timestamp: header("webhook-timestamp").parse().unwrap_or(0),
@@ -108,7 +122,12 @@ async fn deliveries(api: &Api, job_id: &str, at_least: usize) -> Vec<Value> {
 async fn secrets(api: &Api) -> Vec<String> {
     let reply = api.get("/webhooks/secret").await;
     assert_eq!(reply.status, 200, "{}", reply.text);
-    reply.json["secrets"].as_array().unwrap().iter().map(|s| s["secret"].as_str().unwrap().to_owned()).collect()
+    reply.json["secrets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["secret"].as_str().unwrap().to_owned())
+        .collect()
 }
 
 #[tokio::test]
@@ -118,11 +137,15 @@ async fn a_terminal_event_is_delivered_signed() {
     let secret = secrets(&api).await.remove(0);
     assert_eq!(secrets(&api).await, std::slice::from_ref(&secret), "the secret is stable");
     let (url, key) = callback("ok");
-    let job_id = api.submit(&json!({"type": "demo", "params": {"items": 2}, "callback_url": url})).await;
+    let job_id =
+        api.submit(&json!({"type": "demo", "params": {"items": 2}, "callback_url": url})).await;
     assert_eq!(api.wait_terminal(&job_id, TIMEOUT).await["status"], "succeeded");
     let got = received(&key, 1).await;
     let message = &got[0];
-    assert!(verify(&secret, &message.id, message.timestamp, &message.body, &message.signature), "signature verifies");
+    assert!(
+        verify(&secret, &message.id, message.timestamp, &message.body, &message.signature),
+        "signature verifies"
+    );
     assert!((chrono::Utc::now().timestamp() - message.timestamp).abs() < 60);
     let payload: Value = serde_json::from_slice(&message.body).unwrap();
     assert_eq!(payload["type"], "job.succeeded");
@@ -130,12 +153,18 @@ async fn a_terminal_event_is_delivered_signed() {
     assert_eq!(payload["status"], "succeeded");
     assert_eq!(payload["result_url"], format!("/jobs/{job_id}/result"));
     let recorded = deliveries(&api, &job_id, 1).await;
-    assert_eq!((recorded[0]["status_code"].as_u64(), recorded[0]["outcome"].as_str()), (Some(204), Some("delivered")));
+    assert_eq!(
+        (recorded[0]["status_code"].as_u64(), recorded[0]["outcome"].as_str()),
+        (Some(204), Some("delivered"))
+    );
     assert_eq!(recorded[0]["webhook_id"], message.id.as_str());
     assert_counted_once("WebhookDelivered", &job_id).await;
     assert!(metric_points("WebhookFailed", &job_id, 0).await.is_empty());
     // Nobody else sees them.
-    assert_eq!(Api::new(&principal("other")).get(&format!("/jobs/{job_id}/deliveries")).await.status, 404);
+    assert_eq!(
+        Api::new(&principal("other")).get(&format!("/jobs/{job_id}/deliveries")).await.status,
+        404
+    );
 }
 
 #[tokio::test]
@@ -148,7 +177,10 @@ async fn failures_are_retried_with_the_same_id_then_dead_lettered() {
     let got = received(&key, 4).await;
     assert!(got.iter().all(|m| m.id == got[0].id), "every retry keeps the webhook-id");
     let payload: Value = serde_json::from_slice(&got[0].body).unwrap();
-    assert_eq!((payload["type"].as_str(), payload["error"]["code"].as_str()), (Some("job.failed"), Some("Job.Fatal")));
+    assert_eq!(
+        (payload["type"].as_str(), payload["error"]["code"].as_str()),
+        (Some("job.failed"), Some("Job.Fatal"))
+    );
     let recorded = deliveries(&api, &job_id, 4).await;
     let outcomes: Vec<&str> = recorded.iter().map(|d| d["outcome"].as_str().unwrap()).collect();
     assert_eq!(outcomes, ["retrying", "retrying", "retrying", "dead_lettered"]);
@@ -158,7 +190,16 @@ async fn failures_are_retried_with_the_same_id_then_dead_lettered() {
     let aws = Aws::new().await;
     let dlq = stack().stack.resource("WebhookDeadLetterQueue");
     for _ in 0..100 {
-        let messages = aws.sqs.receive_message().queue_url(&dlq).max_number_of_messages(10).visibility_timeout(0).wait_time_seconds(1).send().await.unwrap();
+        let messages = aws
+            .sqs
+            .receive_message()
+            .queue_url(&dlq)
+            .max_number_of_messages(10)
+            .visibility_timeout(0)
+            .wait_time_seconds(1)
+            .send()
+            .await
+            .unwrap();
         if messages.messages().iter().any(|m| m.body().is_some_and(|b| b.contains(&job_id))) {
             return;
         }
@@ -171,7 +212,8 @@ async fn a_timeout_is_retried_and_410_stops_deliveries() {
     stack();
     let api = Api::new(&principal("slow-partner"));
     let (url, key) = callback("slow");
-    let job_id = api.submit(&json!({"type": "demo", "params": {"items": 1}, "callback_url": url})).await;
+    let job_id =
+        api.submit(&json!({"type": "demo", "params": {"items": 1}, "callback_url": url})).await;
     api.wait_terminal(&job_id, TIMEOUT).await;
     let recorded = deliveries(&api, &job_id, 2).await;
     assert_eq!(recorded[0]["error"], "timed out");
@@ -179,7 +221,8 @@ async fn a_timeout_is_retried_and_410_stops_deliveries() {
     assert!(received(&key, 2).await.len() >= 2);
 
     let (url, key) = callback("gone");
-    let job_id = api.submit(&json!({"type": "demo", "params": {"items": 3}, "callback_url": url})).await;
+    let job_id =
+        api.submit(&json!({"type": "demo", "params": {"items": 3}, "callback_url": url})).await;
     api.wait_terminal(&job_id, TIMEOUT).await;
     let recorded = deliveries(&api, &job_id, 1).await;
     assert_eq!(recorded[0]["outcome"], "stopped");
@@ -199,11 +242,15 @@ async fn during_a_rotation_deliveries_carry_both_signatures() {
     assert_eq!(both.len(), 2);
     assert_eq!(both[1], old);
     let (url, key) = callback("ok");
-    let job_id = api.submit(&json!({"type": "demo", "params": {"items": 1}, "callback_url": url})).await;
+    let job_id =
+        api.submit(&json!({"type": "demo", "params": {"items": 1}, "callback_url": url})).await;
     api.wait_terminal(&job_id, TIMEOUT).await;
     let message = received(&key, 1).await.remove(0);
     for secret in &both {
-        assert!(verify(secret, &message.id, message.timestamp, &message.body, &message.signature), "{secret}");
+        assert!(
+            verify(secret, &message.id, message.timestamp, &message.body, &message.signature),
+            "{secret}"
+        );
     }
     assert_eq!(message.signature.split(' ').count(), 2);
 }
@@ -218,7 +265,8 @@ async fn an_end_whose_ender_queued_nothing_is_still_delivered() {
     let api = Api::new(&owner);
     let secret = secrets(&api).await.remove(0);
     let sdk = stack().stack.emulator_sdk_config().await;
-    let jobs = JobStore::new(aws_sdk_dynamodb::Client::new(&sdk), stack().stack.resource("JobsTable"));
+    let jobs =
+        JobStore::new(aws_sdk_dynamodb::Client::new(&sdk), stack().stack.resource("JobsTable"));
     let (url, key) = callback("ok");
     let now = longhaul_domain::now_rfc3339();
     let job_id = longhaul_domain::JobId::new().to_string();
@@ -230,22 +278,44 @@ async fn an_end_whose_ender_queued_nothing_is_still_delivered() {
     }))
     .unwrap();
     jobs.put_job(&record).await.unwrap();
-    let ended = TransitionRequest::new(&job_id, &[JobStatus::Running], JobStatus::Failed, "its worker vanished").fenced("lease-1");
+    let ended = TransitionRequest::new(
+        &job_id,
+        &[JobStatus::Running],
+        JobStatus::Failed,
+        "its worker vanished",
+    )
+    .fenced("lease-1");
     jobs.transition(ended).await.unwrap();
     let got = received(&key, 1).await;
     assert!(verify(&secret, &got[0].id, got[0].timestamp, &got[0].body, &got[0].signature));
     let payload: Value = serde_json::from_slice(&got[0].body).unwrap();
-    assert_eq!((payload["type"].as_str(), payload["job_id"].as_str()), (Some("job.failed"), Some(job_id.as_str())));
+    assert_eq!(
+        (payload["type"].as_str(), payload["job_id"].as_str()),
+        (Some("job.failed"), Some(job_id.as_str()))
+    );
     let recorded = deliveries(&api, &job_id, 1).await;
-    assert_eq!((recorded.len(), recorded[0]["outcome"].as_str()), (1, Some("delivered")), "one end, one delivery");
+    assert_eq!(
+        (recorded.len(), recorded[0]["outcome"].as_str()),
+        (1, Some("delivered")),
+        "one end, one delivery"
+    );
 }
 
 /// A resolver whose answer changed since submission: the host now points inside.
 struct Rebound;
 
 impl webhook::Resolver for Rebound {
-    fn resolve<'a>(&'a self, _host: &'a str, port: u16) -> futures::future::BoxFuture<'a, std::io::Result<Vec<SocketAddr>>> {
-        Box::pin(async move { Ok(vec![SocketAddr::from(([10, 0, 0, 7], port)), SocketAddr::from(([93, 184, 216, 34], port))]) })
+    fn resolve<'a>(
+        &'a self,
+        _host: &'a str,
+        port: u16,
+    ) -> futures::future::BoxFuture<'a, std::io::Result<Vec<SocketAddr>>> {
+        Box::pin(async move {
+            Ok(vec![
+                SocketAddr::from(([10, 0, 0, 7], port)),
+                SocketAddr::from(([93, 184, 216, 34], port)),
+            ])
+        })
     }
 }
 
@@ -254,7 +324,8 @@ async fn delivery_rechecks_dns_and_refuses_private_addresses() {
     stack();
     let owner = principal("rebinding");
     let sdk = stack().stack.emulator_sdk_config().await;
-    let jobs = JobStore::new(aws_sdk_dynamodb::Client::new(&sdk), stack().stack.resource("JobsTable"));
+    let jobs =
+        JobStore::new(aws_sdk_dynamodb::Client::new(&sdk), stack().stack.resource("JobsTable"));
     // A job whose callback host resolved to a public address when it was submitted.
     let now = longhaul_domain::now_rfc3339();
     let job_id = longhaul_domain::JobId::new().to_string();
@@ -268,16 +339,39 @@ async fn delivery_rechecks_dns_and_refuses_private_addresses() {
     jobs.put_job(&record).await.unwrap();
     let mut vars = std::collections::HashMap::new();
     vars.insert("TABLE_NAME".to_string(), stack().stack.resource("JobsTable"));
-    vars.insert("WEBHOOK_QUEUE_URL".to_string(), stack().stack.resource("WebhookQueue").replace(&stack().stack.edge_url, &stack().stack.emulator.url));
-    vars.insert("WEBHOOK_DLQ_URL".to_string(), stack().stack.resource("WebhookDeadLetterQueue").replace(&stack().stack.edge_url, &stack().stack.emulator.url));
+    vars.insert(
+        "WEBHOOK_QUEUE_URL".to_string(),
+        stack()
+            .stack
+            .resource("WebhookQueue")
+            .replace(&stack().stack.edge_url, &stack().stack.emulator.url),
+    );
+    vars.insert(
+        "WEBHOOK_DLQ_URL".to_string(),
+        stack()
+            .stack
+            .resource("WebhookDeadLetterQueue")
+            .replace(&stack().stack.edge_url, &stack().stack.emulator.url),
+    );
     let config = webhook::Config::from_vars(&longhaul_aws::config::Vars::from_map(vars)).unwrap();
     let deps = webhook::Deps::new(&sdk, &config, Arc::new(Rebound)).unwrap();
-    webhook::process(&deps, &WebhookMessage { job_id: job_id.clone(), status: JobStatus::Succeeded, attempt: 1, not_before: 0 })
-        .await
-        .unwrap();
+    webhook::process(
+        &deps,
+        &WebhookMessage {
+            job_id: job_id.clone(),
+            status: JobStatus::Succeeded,
+            attempt: 1,
+            not_before: 0,
+        },
+    )
+    .await
+    .unwrap();
     let recorded = jobs.deliveries(&job_id).await.unwrap();
     assert_eq!(recorded.len(), 1);
-    assert_eq!(recorded[0].error.as_deref(), Some("partner.example.com resolves to a non-public address"));
+    assert_eq!(
+        recorded[0].error.as_deref(),
+        Some("partner.example.com resolves to a non-public address")
+    );
     assert_eq!(recorded[0].status_code, None, "no connection was made");
     assert_eq!(recorded[0].outcome, "retrying");
 }

@@ -9,9 +9,9 @@ use lambda_http::{Body, Request, Response};
 use longhaul_aws::api::{Problem, json_response, path_job_id, principal, wrong_status};
 use longhaul_aws::config::{ConfigError, Vars};
 use longhaul_aws::executions::{Executions, execution_name};
-use longhaul_aws::metrics;
 use longhaul_aws::jobs::{CancelOutcome, JobRecord, JobStore, StoreError};
 use longhaul_aws::logs;
+use longhaul_aws::metrics;
 use longhaul_domain::{Cancellation, JobStatus, now_rfc3339};
 use serde::Deserialize;
 use serde_json::json;
@@ -55,7 +55,10 @@ impl Deps {
     pub fn new(sdk: &aws_config::SdkConfig, config: &Config) -> Self {
         Deps {
             jobs: JobStore::new(aws_sdk_dynamodb::Client::new(sdk), config.table.clone()),
-            executions: Executions::new(aws_sdk_sfn::Client::new(sdk), config.state_machine_arn.clone()),
+            executions: Executions::new(
+                aws_sdk_sfn::Client::new(sdk),
+                config.state_machine_arn.clone(),
+            ),
         }
     }
 }
@@ -83,10 +86,13 @@ fn body(request: &Request) -> Result<CancelBody, Problem> {
         return Ok(CancelBody::default());
     }
     let value = longhaul_aws::api::json_body(request, MAX_BODY_BYTES)?;
-    let body: CancelBody = serde_json::from_value(value)
-        .map_err(|e| Problem::bad_request(format!("The body does not match the cancel schema: {e}")))?;
+    let body: CancelBody = serde_json::from_value(value).map_err(|e| {
+        Problem::bad_request(format!("The body does not match the cancel schema: {e}"))
+    })?;
     if body.reason.as_ref().is_some_and(|r| r.chars().count() > MAX_REASON_CHARS) {
-        return Err(Problem::bad_request(format!("reason must be at most {MAX_REASON_CHARS} characters")));
+        return Err(Problem::bad_request(format!(
+            "reason must be at most {MAX_REASON_CHARS} characters"
+        )));
     }
     Ok(body)
 }
@@ -102,7 +108,8 @@ async fn cancel(deps: &Deps, request: &Request) -> Result<Response<Body>, Proble
     if job.status.is_terminal() {
         return Err(wrong_status(job.status, format!("The job is already {}.", job.status)));
     }
-    let cancellation = Cancellation { requested_at: now_rfc3339(), requested_by: owner, reason: body.reason };
+    let cancellation =
+        Cancellation { requested_at: now_rfc3339(), requested_by: owner, reason: body.reason };
     let job = match deps.jobs.cancel(&job_id, &cancellation).await {
         Ok(CancelOutcome::Cancelled(job)) => {
             if job.transitions.iter().any(|t| t.state == JobStatus::Queued) {
@@ -145,6 +152,8 @@ fn accepted(job: &JobRecord) -> Response<Body> {
             "cancellation": job.cancellation,
         }),
     );
-    response.headers_mut().insert(header::LOCATION, location.parse().expect("job ids are header-safe"));
+    response
+        .headers_mut()
+        .insert(header::LOCATION, location.parse().expect("job ids are header-safe"));
     response
 }

@@ -7,12 +7,12 @@
 //! SQS retries them and, after `maxReceiveCount`, moves them to the dead-letter queue.
 
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
+use aws_sdk_dynamodb::types::AttributeValue;
 use longhaul_aws::config::{ConfigError, Vars};
 use longhaul_aws::executions::{Executions, StartOutcome, execution_name};
 use longhaul_aws::jobs::{JobStore, StoreError, TransitionRequest};
 use longhaul_aws::logs;
 use longhaul_aws::queue::DispatchMessage;
-use aws_sdk_dynamodb::types::AttributeValue;
 use longhaul_domain::JobStatus;
 use serde_json::json;
 use tracing::Instrument;
@@ -29,7 +29,10 @@ pub struct Config {
 impl Config {
     /// Reads the configuration.
     pub fn from_vars(vars: &Vars) -> Result<Self, ConfigError> {
-        Ok(Config { table: vars.required("TABLE_NAME")?, state_machine_arn: vars.required("STATE_MACHINE_ARN")? })
+        Ok(Config {
+            table: vars.required("TABLE_NAME")?,
+            state_machine_arn: vars.required("STATE_MACHINE_ARN")?,
+        })
     }
 }
 
@@ -47,7 +50,10 @@ impl Deps {
     pub fn new(sdk: &aws_config::SdkConfig, config: &Config) -> Self {
         Deps {
             jobs: JobStore::new(aws_sdk_dynamodb::Client::new(sdk), config.table.clone()),
-            executions: Executions::new(aws_sdk_sfn::Client::new(sdk), config.state_machine_arn.clone()),
+            executions: Executions::new(
+                aws_sdk_sfn::Client::new(sdk),
+                config.state_machine_arn.clone(),
+            ),
         }
     }
 }
@@ -76,7 +82,9 @@ pub async fn handle(deps: &Deps, event: SqsEvent) -> SqsBatchResponse {
 /// first write fails are they unknown; a malformed message is about no job.
 async fn dispatch_record(deps: &Deps, record: &SqsMessage) -> Result<(), DispatchError> {
     let message_id = record.message_id.as_deref().unwrap_or_default();
-    let message: DispatchMessage = match serde_json::from_str(record.body.as_deref().unwrap_or_default()) {
+    let message: DispatchMessage = match serde_json::from_str(
+        record.body.as_deref().unwrap_or_default(),
+    ) {
         Ok(message) => message,
         Err(err) => {
             let err = DispatchError::Malformed(err);
@@ -100,9 +108,10 @@ async fn dispatch_record(deps: &Deps, record: &SqsMessage) -> Result<(), Dispatc
 /// attempt and principal in the current `job` span.
 pub async fn dispatch(deps: &Deps, job_id: &str) -> Result<(), DispatchError> {
     let mut name = execution_name(job_id, 1);
-    let request = TransitionRequest::new(job_id, &[JobStatus::Pending], JobStatus::Queued, "dispatched")
-        .set("execution", AttributeValue::S(name.clone()))
-        .set("dispatches", AttributeValue::N("1".into()));
+    let request =
+        TransitionRequest::new(job_id, &[JobStatus::Pending], JobStatus::Queued, "dispatched")
+            .set("execution", AttributeValue::S(name.clone()))
+            .set("dispatches", AttributeValue::N("1".into()));
     match deps.jobs.transition(request).await {
         Ok(job) => logs::current_job(&job),
         Err(StoreError::Conflict { current: Some(job) }) if job.status == JobStatus::Queued => {
@@ -124,7 +133,9 @@ pub async fn dispatch(deps: &Deps, job_id: &str) -> Result<(), DispatchError> {
         Err(err) => return Err(err.into()),
     }
     match deps.executions.start(&name, &json!({ "job_id": job_id })).await? {
-        StartOutcome::Started { execution_arn } => tracing::info!(execution_arn, "execution started"),
+        StartOutcome::Started { execution_arn } => {
+            tracing::info!(execution_arn, "execution started")
+        }
         StartOutcome::AlreadyExists => tracing::info!("execution already exists"),
     }
     Ok(())

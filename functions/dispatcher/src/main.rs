@@ -1,7 +1,10 @@
 use aws_lambda_events::sqs::SqsEvent;
 use dispatcher::{Config, Deps};
 use lambda_runtime::{Error, LambdaEvent, service_fn};
-use longhaul_aws::{config::Vars, sdk::{load_sdk_config, warm_up}};
+use longhaul_aws::{
+    config::Vars,
+    sdk::{load_sdk_config, warm_up},
+};
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {

@@ -29,7 +29,8 @@ use serde_json::json;
 use tracing::Instrument;
 
 /// The streamed body.
-pub type EventBody = StreamBody<Pin<Box<dyn Stream<Item = Result<http_body::Frame<Bytes>, Infallible>> + Send>>>;
+pub type EventBody =
+    StreamBody<Pin<Box<dyn Stream<Item = Result<http_body::Frame<Bytes>, Infallible>> + Send>>>;
 
 /// The function's configuration (its `Debug` redacts the token key).
 #[derive(Clone)]
@@ -66,7 +67,9 @@ impl Config {
             table: vars.required("TABLE_NAME")?,
             token_secret: vars.required("STREAM_TOKEN_SECRET")?,
             poll: Duration::from_millis(vars.parsed_or("LONGHAUL_STREAM_POLL_MS", 1_000)?),
-            keepalive: Duration::from_secs(vars.parsed_or("LONGHAUL_STREAM_KEEPALIVE_SECONDS", 15)?),
+            keepalive: Duration::from_secs(
+                vars.parsed_or("LONGHAUL_STREAM_KEEPALIVE_SECONDS", 15)?,
+            ),
             max_duration: Duration::from_secs(vars.parsed_or("LONGHAUL_STREAM_MAX_SECONDS", 840)?),
         })
     }
@@ -84,7 +87,10 @@ pub struct Deps {
 impl Deps {
     /// Builds the adapters from one SDK configuration.
     pub fn new(sdk: &aws_config::SdkConfig, config: &Config) -> Self {
-        Deps { jobs: JobStore::new(aws_sdk_dynamodb::Client::new(sdk), config.table.clone()), config: config.clone() }
+        Deps {
+            jobs: JobStore::new(aws_sdk_dynamodb::Client::new(sdk), config.table.clone()),
+            config: config.clone(),
+        }
     }
 }
 
@@ -123,19 +129,31 @@ pub async fn handle(deps: Arc<Deps>, request: Request) -> Response<EventBody> {
 /// Checks the token; returns the job and the last event id the client has.
 async fn open(deps: &Deps, request: &Request) -> Result<(JobView, u64), Problem> {
     // Function URLs have no routes (and no path parameters): the path is ours to read.
-    let job_id = match request.uri().path().trim_matches('/').split('/').collect::<Vec<_>>().as_slice() {
-        ["jobs", id, "events"] => id.parse::<longhaul_domain::JobId>().map_err(|_| Problem::not_found())?.to_string(),
-        _ => return Err(Problem::not_found()),
-    };
+    let job_id =
+        match request.uri().path().trim_matches('/').split('/').collect::<Vec<_>>().as_slice() {
+            ["jobs", id, "events"] => {
+                id.parse::<longhaul_domain::JobId>().map_err(|_| Problem::not_found())?.to_string()
+            }
+            _ => return Err(Problem::not_found()),
+        };
     logs::record_job_id(&tracing::Span::current(), &job_id);
-    let token = request.query_string_parameters().first("token").map(str::to_owned).unwrap_or_default();
+    let token =
+        request.query_string_parameters().first("token").map(str::to_owned).unwrap_or_default();
     let view = deps.jobs.view(&job_id).await.map_err(|err| {
         tracing::error!(error = %err, "reading the job failed");
         Problem::internal()
     })?;
     // Unknown job and a token for another job or owner read the same.
     let view = view
-        .filter(|v| stream_token::verify(deps.config.token_secret.as_bytes(), &token, &job_id, &v.job.owner, chrono::Utc::now().timestamp()))
+        .filter(|v| {
+            stream_token::verify(
+                deps.config.token_secret.as_bytes(),
+                &token,
+                &job_id,
+                &v.job.owner,
+                chrono::Utc::now().timestamp(),
+            )
+        })
         .ok_or_else(Problem::not_found)?;
     logs::current_job(&view.job);
     let after = request
@@ -203,14 +221,25 @@ async fn poll(mut st: State) -> Option<(Bytes, State)> {
     loop {
         if Instant::now() >= st.ends_at {
             st.done = true;
-            tracing::info!(last_event_id = st.last_id, "stream ended at its time limit; the client reconnects");
-            return Some((Bytes::from_static(b": reconnect with Last-Event-ID to continue\n\n"), st));
+            tracing::info!(
+                last_event_id = st.last_id,
+                "stream ended at its time limit; the client reconnects"
+            );
+            return Some((
+                Bytes::from_static(b": reconnect with Last-Event-ID to continue\n\n"),
+                st,
+            ));
         }
         let view = match st.deps.jobs.view(&st.job_id).await {
             Ok(Some(view)) => view,
             Ok(None) => {
                 st.done = true;
-                return Some((Bytes::from_static(b"event: error\ndata: {\"detail\":\"the job no longer exists\"}\n\n"), st));
+                return Some((
+                    Bytes::from_static(
+                        b"event: error\ndata: {\"detail\":\"the job no longer exists\"}\n\n",
+                    ),
+                    st,
+                ));
             }
             Err(err) => {
                 tracing::warn!(error = %err, "reading the job failed; retrying");

@@ -1,6 +1,9 @@
 use events::{Config, Deps};
 use lambda_http::{Error, Request, service_fn};
-use longhaul_aws::{config::Vars, sdk::{load_sdk_config, warm_up}};
+use longhaul_aws::{
+    config::Vars,
+    sdk::{load_sdk_config, warm_up},
+};
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {

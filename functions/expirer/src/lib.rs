@@ -35,7 +35,9 @@ impl Config {
         Ok(Config {
             table: vars.required("TABLE_NAME")?,
             bucket: vars.required("BUCKET_NAME")?,
-            record_retention: Duration::from_secs(vars.parsed_or("LONGHAUL_RECORD_RETENTION_SECONDS", 2_592_000)?),
+            record_retention: Duration::from_secs(
+                vars.parsed_or("LONGHAUL_RECORD_RETENTION_SECONDS", 2_592_000)?,
+            ),
             page: vars.parsed_or("LONGHAUL_EXPIRER_PAGE", 200)?,
         })
     }
@@ -82,14 +84,21 @@ pub struct ExpirerError(String);
 
 impl From<ExpirerError> for lambda_runtime::Diagnostic {
     fn from(err: ExpirerError) -> Self {
-        lambda_runtime::Diagnostic { error_type: "Expirer.Failed".into(), error_message: err.to_string() }
+        lambda_runtime::Diagnostic {
+            error_type: "Expirer.Failed".into(),
+            error_message: err.to_string(),
+        }
     }
 }
 
 /// One run at `now`.
 pub async fn handle(deps: &Deps, now: DateTime<Utc>) -> Result<Report, ExpirerError> {
     let mut report = Report::default();
-    let due = deps.jobs.due("succeeded", &format_rfc3339(now), deps.config.page).await.map_err(|e| ExpirerError(e.to_string()))?;
+    let due = deps
+        .jobs
+        .due("succeeded", &format_rfc3339(now), deps.config.page)
+        .await
+        .map_err(|e| ExpirerError(e.to_string()))?;
     // One job that cannot be handled is logged, counted and left for the next run: the index
     // is read oldest first, so failing the whole run would hold every job behind it up for good.
     for item in due {
@@ -113,19 +122,36 @@ pub async fn handle(deps: &Deps, now: DateTime<Utc>) -> Result<Report, ExpirerEr
 }
 
 /// Expires one succeeded job whose retention passed (a job that changed meanwhile is skipped).
-async fn expire(deps: &Deps, now: DateTime<Utc>, job: &JobRecord, report: &mut Report) -> Result<(), ExpirerError> {
+async fn expire(
+    deps: &Deps,
+    now: DateTime<Utc>,
+    job: &JobRecord,
+    report: &mut Report,
+) -> Result<(), ExpirerError> {
     // Objects first: a job marked expired must have no result left behind.
-    for prefix in [format!("results/{}/", job.job_id), longhaul_aws::objects::checkpoints_prefix(&job.job_id)] {
-        report.objects_deleted += deps.objects.delete_prefix(&prefix).await.map_err(|e| ExpirerError(e.to_string()))?;
+    for prefix in
+        [format!("results/{}/", job.job_id), longhaul_aws::objects::checkpoints_prefix(&job.job_id)]
+    {
+        report.objects_deleted +=
+            deps.objects.delete_prefix(&prefix).await.map_err(|e| ExpirerError(e.to_string()))?;
     }
-    let request = TransitionRequest::new(&job.job_id, &[JobStatus::Succeeded], JobStatus::Expired, "result retention passed");
+    let request = TransitionRequest::new(
+        &job.job_id,
+        &[JobStatus::Succeeded],
+        JobStatus::Expired,
+        "result retention passed",
+    );
     match deps.jobs.transition(request).await {
         Ok(_) => {}
         Err(StoreError::Conflict { .. }) => return Ok(()),
         Err(err) => return Err(ExpirerError(err.to_string())),
     }
-    let retain_until = now + chrono::Duration::from_std(deps.config.record_retention).unwrap_or_default();
-    deps.jobs.retain_until(&job.job_id, retain_until.timestamp()).await.map_err(|e| ExpirerError(e.to_string()))?;
+    let retain_until =
+        now + chrono::Duration::from_std(deps.config.record_retention).unwrap_or_default();
+    deps.jobs
+        .retain_until(&job.job_id, retain_until.timestamp())
+        .await
+        .map_err(|e| ExpirerError(e.to_string()))?;
     metrics::emit("JobsExpired", 1.0, Unit::Count, job);
     tracing::info!("expired: result retention passed");
     report.expired += 1;

@@ -1,6 +1,9 @@
-use lambda_runtime::{Error, LambdaEvent, service_fn};
-use longhaul_aws::{config::Vars, sdk::{load_sdk_config, warm_up}};
 use expirer::{Config, Deps};
+use lambda_runtime::{Error, LambdaEvent, service_fn};
+use longhaul_aws::{
+    config::Vars,
+    sdk::{load_sdk_config, warm_up},
+};
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {

@@ -41,7 +41,10 @@ pub struct Config {
 impl Config {
     /// Reads the configuration.
     pub fn from_vars(vars: &Vars) -> Result<Self, ConfigError> {
-        Ok(Config { webhook_queue_url: vars.required("WEBHOOK_QUEUE_URL")?, dead_letter_url: vars.required("NOTIFIER_DLQ_URL")? })
+        Ok(Config {
+            webhook_queue_url: vars.required("WEBHOOK_QUEUE_URL")?,
+            dead_letter_url: vars.required("NOTIFIER_DLQ_URL")?,
+        })
     }
 }
 
@@ -110,7 +113,10 @@ pub struct Ended {
 /// source mapping's filter passes only the former; this check does not depend on it.
 pub fn ended(record: &EventRecord) -> Result<Option<Ended>, RecordError> {
     let change = &record.change;
-    let is_job_record = change.keys.get("sk").is_some_and(|sk| sk == &serde_dynamo::AttributeValue::S(JOB_SK.to_owned()));
+    let is_job_record = change
+        .keys
+        .get("sk")
+        .is_some_and(|sk| sk == &serde_dynamo::AttributeValue::S(JOB_SK.to_owned()));
     if record.event_name != "MODIFY" || !is_job_record {
         return Ok(None);
     }
@@ -126,7 +132,12 @@ pub fn ended(record: &EventRecord) -> Result<Option<Ended>, RecordError> {
         return Ok(None);
     }
     Ok(Some(Ended {
-        message: WebhookMessage { job_id: new.job_id, status: new.status, attempt: 1, not_before: 0 },
+        message: WebhookMessage {
+            job_id: new.job_id,
+            status: new.status,
+            attempt: 1,
+            not_before: 0,
+        },
         owner: new.owner,
         attempt: new.attempt,
     }))
@@ -167,11 +178,15 @@ pub async fn handle(deps: &Deps, event: Event) -> DynamoDbEventResponse {
 
 /// Queues the pending messages (at most ten) in one request and empties `pending`. Answers
 /// the first record whose message was not queued.
-async fn queue<'a>(deps: &Deps, pending: &mut Vec<(&'a EventRecord, Ended)>) -> Option<&'a EventRecord> {
+async fn queue<'a>(
+    deps: &Deps,
+    pending: &mut Vec<(&'a EventRecord, Ended)>,
+) -> Option<&'a EventRecord> {
     if pending.is_empty() {
         return None;
     }
-    let messages: Vec<WebhookMessage> = pending.iter().map(|(_, ended)| ended.message.clone()).collect();
+    let messages: Vec<WebhookMessage> =
+        pending.iter().map(|(_, ended)| ended.message.clone()).collect();
     let queued = match deps.webhooks.send_batch(&messages).await {
         Ok(queued) => queued,
         Err(err) => {
@@ -181,7 +196,8 @@ async fn queue<'a>(deps: &Deps, pending: &mut Vec<(&'a EventRecord, Ended)>) -> 
     };
     let mut first_failed = None;
     for ((record, ended), queued) in pending.drain(..).zip(queued) {
-        let span = logs::job_span(Some(&ended.message.job_id), Some(ended.attempt), Some(&ended.owner));
+        let span =
+            logs::job_span(Some(&ended.message.job_id), Some(ended.attempt), Some(&ended.owner));
         let _entered = span.enter();
         if queued {
             tracing::info!(status = %ended.message.status, "webhook queued");
@@ -230,7 +246,9 @@ mod tests {
         );
         assert_eq!((end.owner.as_str(), end.attempt), ("alice", 1));
         for status in ["failed", "cancelled"] {
-            let end = ended(&record(|r| r["dynamodb"]["NewImage"]["status"]["S"] = json!(status))).unwrap().unwrap();
+            let end = ended(&record(|r| r["dynamodb"]["NewImage"]["status"]["S"] = json!(status)))
+                .unwrap()
+                .unwrap();
             assert_eq!(end.message.status.as_str(), status);
         }
     }
@@ -241,13 +259,27 @@ mod tests {
     #[test]
     fn every_other_change_is_not_an_end() {
         let cases: [Case; 6] = [
-            ("no callback", Box::new(|r| drop(r["dynamodb"]["NewImage"].as_object_mut().unwrap().remove("callback_url")))),
-            ("still running", Box::new(|r| r["dynamodb"]["NewImage"]["status"]["S"] = json!("running"))),
-            ("already ended", Box::new(|r| r["dynamodb"]["OldImage"]["status"]["S"] = json!("cancelled"))),
-            ("expired", Box::new(|r| {
-                r["dynamodb"]["OldImage"]["status"]["S"] = json!("succeeded");
-                r["dynamodb"]["NewImage"]["status"]["S"] = json!("expired");
-            })),
+            (
+                "no callback",
+                Box::new(|r| {
+                    drop(r["dynamodb"]["NewImage"].as_object_mut().unwrap().remove("callback_url"))
+                }),
+            ),
+            (
+                "still running",
+                Box::new(|r| r["dynamodb"]["NewImage"]["status"]["S"] = json!("running")),
+            ),
+            (
+                "already ended",
+                Box::new(|r| r["dynamodb"]["OldImage"]["status"]["S"] = json!("cancelled")),
+            ),
+            (
+                "expired",
+                Box::new(|r| {
+                    r["dynamodb"]["OldImage"]["status"]["S"] = json!("succeeded");
+                    r["dynamodb"]["NewImage"]["status"]["S"] = json!("expired");
+                }),
+            ),
             ("an insert", Box::new(|r| r["eventName"] = json!("INSERT"))),
             ("another item", Box::new(|r| r["dynamodb"]["Keys"]["sk"]["S"] = json!("PROGRESS"))),
         ];
@@ -268,6 +300,9 @@ mod tests {
     fn the_failure_names_the_record_to_resume_from() {
         let response = failure_at(&record(|_| {}));
         assert_eq!(response.batch_item_failures.len(), 1);
-        assert_eq!(response.batch_item_failures[0].item_identifier.as_deref(), Some("1100000000017454423010"));
+        assert_eq!(
+            response.batch_item_failures[0].item_identifier.as_deref(),
+            Some("1100000000017454423010")
+        );
     }
 }

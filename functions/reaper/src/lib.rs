@@ -66,7 +66,8 @@ pub struct Config {
 impl Config {
     /// Reads the configuration.
     pub fn from_vars(vars: &Vars) -> Result<Self, ConfigError> {
-        let secs = |name: &str, default: u64| vars.parsed_or(name, default).map(Duration::from_secs);
+        let secs =
+            |name: &str, default: u64| vars.parsed_or(name, default).map(Duration::from_secs);
         let mut max_runtime = Vec::new();
         for job_type in JobType::ALL {
             let name = format!("LONGHAUL_MAX_RUNTIME_SECONDS_{}", job_type.as_str().to_uppercase());
@@ -117,8 +118,14 @@ impl Deps {
         Deps {
             jobs: JobStore::new(aws_sdk_dynamodb::Client::new(sdk), config.table.clone()),
             objects: ObjectStore::new(aws_sdk_s3::Client::new(sdk), config.bucket.clone()),
-            intake: IntakeQueue::new(aws_sdk_sqs::Client::new(sdk), config.intake_queue_url.clone()),
-            executions: Executions::new(aws_sdk_sfn::Client::new(sdk), config.state_machine_arn.clone()),
+            intake: IntakeQueue::new(
+                aws_sdk_sqs::Client::new(sdk),
+                config.intake_queue_url.clone(),
+            ),
+            executions: Executions::new(
+                aws_sdk_sfn::Client::new(sdk),
+                config.state_machine_arn.clone(),
+            ),
             config: config.clone(),
         }
     }
@@ -182,7 +189,10 @@ fn parse(time: &str) -> Option<DateTime<Utc>> {
 
 impl From<ReaperError> for lambda_runtime::Diagnostic {
     fn from(err: ReaperError) -> Self {
-        lambda_runtime::Diagnostic { error_type: "Reaper.Failed".into(), error_message: err.to_string() }
+        lambda_runtime::Diagnostic {
+            error_type: "Reaper.Failed".into(),
+            error_message: err.to_string(),
+        }
     }
 }
 
@@ -209,7 +219,9 @@ pub async fn handle(deps: &Deps, now: DateTime<Utc>) -> Result<Report, ReaperErr
     // One job that cannot be handled (an item this version cannot read, an AWS call that
     // failed) is logged, counted and left for the next run: the index is read oldest first, so
     // failing the whole run would hold every job behind it up for good.
-    for item in deps.jobs.due("pending", &grace(deps.config.pending_grace), deps.config.page).await? {
+    for item in
+        deps.jobs.due("pending", &grace(deps.config.pending_grace), deps.config.page).await?
+    {
         let Some(job) = readable(item, &mut report) else { continue };
         let span = logs::span_of(&job);
         let result = lost_pending(deps, job, &mut report).instrument(span.clone()).await;
@@ -221,7 +233,9 @@ pub async fn handle(deps: &Deps, now: DateTime<Utc>) -> Result<Report, ReaperErr
         let result = lost_queued(deps, job, &mut report).instrument(span.clone()).await;
         counted(result, &span, &mut report);
     }
-    for item in deps.jobs.due("running", &at(now + chrono::Duration::seconds(1)), deps.config.page).await? {
+    for item in
+        deps.jobs.due("running", &at(now + chrono::Duration::seconds(1)), deps.config.page).await?
+    {
         let Some(job) = readable(item, &mut report) else { continue };
         let span = logs::span_of(&job);
         let result = running(deps, now, &job.job_id, &mut report).instrument(span.clone()).await;
@@ -246,7 +260,9 @@ fn readable(item: longhaul_aws::jobs::Item, report: &mut Report) -> Option<JobRe
 /// Logs and counts a job that could not be handled this run.
 fn counted(result: Result<(), ReaperError>, span: &tracing::Span, report: &mut Report) {
     if let Err(err) = result {
-        span.in_scope(|| tracing::error!(error = %err, "handling the job failed; the next run tries again"));
+        span.in_scope(
+            || tracing::error!(error = %err, "handling the job failed; the next run tries again"),
+        );
         report.errors += 1;
     }
 }
@@ -265,7 +281,10 @@ fn raced(result: Result<(), StoreError>, report: &mut Report) -> Result<(), Reap
 
 async fn lost_pending(deps: &Deps, job: JobRecord, report: &mut Report) -> Result<(), ReaperError> {
     if job.enqueues >= deps.config.max_enqueues {
-        let error = JobError { code: "Job.Undispatchable".into(), message: format!("could not be dispatched after {} attempts", job.enqueues + 1) };
+        let error = JobError {
+            code: "Job.Undispatchable".into(),
+            message: format!("could not be dispatched after {} attempts", job.enqueues + 1),
+        };
         let result = fail(deps, &job, &[JobStatus::Pending], None, error).await;
         if result.is_ok() {
             report.failed += 1;
@@ -284,12 +303,16 @@ async fn lost_pending(deps: &Deps, job: JobRecord, report: &mut Report) -> Resul
 }
 
 async fn lost_queued(deps: &Deps, job: JobRecord, report: &mut Report) -> Result<(), ReaperError> {
-    let current = job.execution.clone().unwrap_or_else(|| execution_name(&job.job_id, job.dispatches.max(1)));
+    let current =
+        job.execution.clone().unwrap_or_else(|| execution_name(&job.job_id, job.dispatches.max(1)));
     if deps.executions.status(&current).await?.as_deref() == Some("RUNNING") {
         return Ok(()); // on its way (its claim may be retrying)
     }
     if job.dispatches >= deps.config.thresholds.max_attempts {
-        let error = JobError { code: "Job.Undispatchable".into(), message: format!("its execution {current} ended without running it") };
+        let error = JobError {
+            code: "Job.Undispatchable".into(),
+            message: format!("its execution {current} ended without running it"),
+        };
         let result = fail(deps, &job, &[JobStatus::Queued], None, error).await;
         if result.is_ok() {
             report.failed += 1;
@@ -300,7 +323,10 @@ async fn lost_queued(deps: &Deps, job: JobRecord, report: &mut Report) -> Result
     match deps.jobs.redispatch_queued(&job.job_id, job.dispatches, &next).await {
         Ok(_) => {
             deps.executions.start(&next, &json!({ "job_id": job.job_id })).await?;
-            tracing::warn!(execution = next, "queued job's execution ended without it; started another");
+            tracing::warn!(
+                execution = next,
+                "queued job's execution ended without it; started another"
+            );
             report.restarted += 1;
             Ok(())
         }
@@ -308,7 +334,12 @@ async fn lost_queued(deps: &Deps, job: JobRecord, report: &mut Report) -> Result
     }
 }
 
-async fn running(deps: &Deps, now: DateTime<Utc>, job_id: &str, report: &mut Report) -> Result<(), ReaperError> {
+async fn running(
+    deps: &Deps,
+    now: DateTime<Utc>,
+    job_id: &str,
+    report: &mut Report,
+) -> Result<(), ReaperError> {
     // The index is eventually consistent: judge the job and its progress as they are now.
     let Some(view) = deps.jobs.view(job_id).await? else { return Ok(()) };
     let job = view.job;
@@ -382,11 +413,18 @@ async fn zombie(
     let outcome = match rescue(result_key.is_some(), job.attempt, &deps.config.thresholds) {
         Rescue::Backfill => {
             let key = result_key.unwrap_or_default();
-            let expires = now + chrono::Duration::from_std(deps.config.result_ttl.of(job_type)).unwrap_or_default();
-            let request = TransitionRequest::new(job_id, &[JobStatus::Running], JobStatus::Succeeded, format!("{reason}; its result was already stored"))
-                .fenced(lease)
-                .set("result_key", AttributeValue::S(key))
-                .indexed_at(at(expires));
+            let expires = now
+                + chrono::Duration::from_std(deps.config.result_ttl.of(job_type))
+                    .unwrap_or_default();
+            let request = TransitionRequest::new(
+                job_id,
+                &[JobStatus::Running],
+                JobStatus::Succeeded,
+                format!("{reason}; its result was already stored"),
+            )
+            .fenced(lease)
+            .set("result_key", AttributeValue::S(key))
+            .indexed_at(at(expires));
             let result = deps.jobs.transition(request).await;
             if let Ok(ended) = &result {
                 metrics::emit_end(ended);
@@ -404,7 +442,11 @@ async fn zombie(
                 job_id,
                 &[JobStatus::Running],
                 JobStatus::Queued,
-                format!("{reason}; re-dispatched as attempt {} of {}", job.attempt + 1, deps.config.thresholds.max_attempts),
+                format!(
+                    "{reason}; re-dispatched as attempt {} of {}",
+                    job.attempt + 1,
+                    deps.config.thresholds.max_attempts
+                ),
             )
             .fenced(lease)
             .set("execution", AttributeValue::S(next.clone()))
@@ -421,7 +463,10 @@ async fn zombie(
         Rescue::Fail => {
             let error = JobError {
                 code: "Job.Abandoned".into(),
-                message: format!("{reason}; retry budget of {} attempts spent", deps.config.thresholds.max_attempts),
+                message: format!(
+                    "{reason}; retry budget of {} attempts spent",
+                    deps.config.thresholds.max_attempts
+                ),
             };
             let result = fail(deps, job, &[JobStatus::Running], Some(lease), error).await;
             if result.is_ok() {
@@ -438,9 +483,16 @@ async fn zombie(
 }
 
 /// Fails a job (conditionally), stops its execution and tidies up after it.
-async fn fail(deps: &Deps, job: &JobRecord, from: &[JobStatus], lease: Option<&str>, error: JobError) -> Result<(), StoreError> {
-    let mut request = TransitionRequest::new(&job.job_id, from, JobStatus::Failed, error.message.clone())
-        .set("error", serde_dynamo::to_attribute_value(&error).expect("errors serialise"));
+async fn fail(
+    deps: &Deps,
+    job: &JobRecord,
+    from: &[JobStatus],
+    lease: Option<&str>,
+    error: JobError,
+) -> Result<(), StoreError> {
+    let mut request =
+        TransitionRequest::new(&job.job_id, from, JobStatus::Failed, error.message.clone())
+            .set("error", serde_dynamo::to_attribute_value(&error).expect("errors serialise"));
     if let Some(lease) = lease {
         request = request.fenced(lease);
     }

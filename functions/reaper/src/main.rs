@@ -1,5 +1,8 @@
 use lambda_runtime::{Error, LambdaEvent, service_fn};
-use longhaul_aws::{config::Vars, sdk::{load_sdk_config, warm_up}};
+use longhaul_aws::{
+    config::Vars,
+    sdk::{load_sdk_config, warm_up},
+};
 use reaper::{Config, Deps};
 
 #[tokio::main]
@@ -8,7 +11,12 @@ async fn main() -> Result<(), Error> {
     let config = Config::from_vars(&Vars::from_env())?;
     let deps = Deps::new(&load_sdk_config().await, &config);
     warm_up(async {
-        tokio::join!(deps.jobs.warm(), deps.objects.warm(), deps.executions.warm(), deps.intake.warm());
+        tokio::join!(
+            deps.jobs.warm(),
+            deps.objects.warm(),
+            deps.executions.warm(),
+            deps.intake.warm()
+        );
     })
     .await;
     let deps = &deps;

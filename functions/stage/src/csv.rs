@@ -9,7 +9,9 @@
 //!   result is durable before the job can be marked succeeded.
 
 use longhaul_aws::objects::result_key;
-use longhaul_domain::csv_report::{CsvReportParams, Format, SCAN_STATE_VERSION, ScanError, ScanState, Scanner, render};
+use longhaul_domain::csv_report::{
+    CsvReportParams, Format, SCAN_STATE_VERSION, ScanError, ScanState, Scanner, render,
+};
 use longhaul_domain::uploads::owns_upload;
 use serde::{Deserialize, Serialize};
 
@@ -49,7 +51,9 @@ async fn scan(ctx: &mut Ctx<'_>, params: &CsvReportParams) -> Result<StageOutcom
         return Err(StageError::Fatal("the input is not one of the job owner's uploads".into()));
     }
     let size = ctx.deps.objects.size(&params.input).await?.ok_or_else(|| {
-        StageError::Fatal("the input upload does not exist (upload it before submitting the job)".into())
+        StageError::Fatal(
+            "the input upload does not exist (upload it before submitting the job)".into(),
+        )
     })?;
     let state: ScanState = ctx.resume(SCAN_STATE_VERSION).await?.unwrap_or_default();
     let mut scanner = Scanner::new(params, state);
@@ -82,7 +86,10 @@ async fn scan(ctx: &mut Ctx<'_>, params: &CsvReportParams) -> Result<StageOutcom
     Ok(StageOutcome::StageDone)
 }
 
-async fn render_stage(ctx: &mut Ctx<'_>, params: &CsvReportParams) -> Result<StageOutcome, StageError> {
+async fn render_stage(
+    ctx: &mut Ctx<'_>,
+    params: &CsvReportParams,
+) -> Result<StageOutcome, StageError> {
     // An invocation that rendered and checkpointed the report, then died before crossing the
     // boundary, left the progress record pointing at the rendered report, not at the scan's
     // output: the stage is done. (Reading the pointer as the scan's output failed the job.)
@@ -95,7 +102,8 @@ async fn render_stage(ctx: &mut Ctx<'_>, params: &CsvReportParams) -> Result<Sta
         Format::Json => ("application/json", "json"),
         Format::Csv => ("text/csv; charset=utf-8", "csv"),
     };
-    let key = format!("checkpoints/{}/render/a{}-report.{extension}", ctx.job_id(), ctx.lease.attempt);
+    let key =
+        format!("checkpoints/{}/render/a{}-report.{extension}", ctx.job_id(), ctx.lease.attempt);
     ctx.deps.objects.put(&key, report.encode(params.format), content_type).await?;
     let rendered = Rendered { key, content_type: content_type.into(), extension: extension.into() };
     ctx.checkpoint(RENDERED_VERSION, &rendered, 1, Some(1)).await?;
@@ -104,7 +112,8 @@ async fn render_stage(ctx: &mut Ctx<'_>, params: &CsvReportParams) -> Result<Sta
 
 async fn publish(ctx: &mut Ctx<'_>) -> Result<StageOutcome, StageError> {
     let rendered: Rendered = ctx.carried("render", RENDERED_VERSION).await?;
-    let key = result_key(ctx.job_id(), &format!("{}/report.{}", ctx.lease.attempt, rendered.extension));
+    let key =
+        result_key(ctx.job_id(), &format!("{}/report.{}", ctx.lease.attempt, rendered.extension));
     ctx.deps.objects.copy(&rendered.key, &key, &rendered.content_type).await?;
     ctx.progress(1, Some(1)).await?;
     Ok(StageOutcome::Finished { result_key: key })

@@ -26,8 +26,13 @@ pub async fn run(ctx: &mut Ctx<'_>, params: &DemoParams) -> Result<StageOutcome,
         if let Some(kind) = params.injected_failure(state.next_item, ctx.job.injected_failures) {
             // Keep the work done so far, count the failure (fenced), then fail as asked.
             ctx.checkpoint(STATE_VERSION, &state, state.next_item, total).await?;
-            ctx.deps.jobs.count_injected_failure(ctx.job_id(), &ctx.lease.token).await.map_err(crate::fenced)?;
-            let message = format!("injected {kind:?} failure at item {}", state.next_item).to_lowercase();
+            ctx.deps
+                .jobs
+                .count_injected_failure(ctx.job_id(), &ctx.lease.token)
+                .await
+                .map_err(crate::fenced)?;
+            let message =
+                format!("injected {kind:?} failure at item {}", state.next_item).to_lowercase();
             return Err(match kind {
                 FailKind::Transient => StageError::Retryable(message),
                 FailKind::Fatal => StageError::Fatal(message),
@@ -35,7 +40,8 @@ pub async fn run(ctx: &mut Ctx<'_>, params: &DemoParams) -> Result<StageOutcome,
         }
         if params.stall_at == Some(state.next_item) {
             tracing::info!(item = state.next_item, "stalling as asked");
-            ctx.pause(Duration::from_millis(params.stall_ms.unwrap_or(0)), state.next_item, total).await?;
+            ctx.pause(Duration::from_millis(params.stall_ms.unwrap_or(0)), state.next_item, total)
+                .await?;
         }
         state.process_next();
         if params.item_ms > 0 {
@@ -50,7 +56,10 @@ pub async fn run(ctx: &mut Ctx<'_>, params: &DemoParams) -> Result<StageOutcome,
     let result = DemoResult { items: state.next_item, digest: state.digest.clone() };
     // Keyed by attempt: a stale attempt's result can never be the one `complete` records.
     let key = result_key(ctx.job_id(), &format!("{}/result.json", ctx.lease.attempt));
-    ctx.deps.objects.put(&key, serde_json::to_vec(&result).expect("results serialise"), "application/json").await?;
+    ctx.deps
+        .objects
+        .put(&key, serde_json::to_vec(&result).expect("results serialise"), "application/json")
+        .await?;
     ctx.checkpoint(STATE_VERSION, &state, params.items, total).await?;
     Ok(StageOutcome::Finished { result_key: key })
 }

@@ -144,7 +144,12 @@ impl<'a> Ctx<'a> {
     }
 
     fn pct(&self, done: u64, total: Option<u64>) -> f64 {
-        let position = Position { stage_index: self.stage_index, stages_total: self.stages_total, done, total };
+        let position = Position {
+            stage_index: self.stage_index,
+            stages_total: self.stages_total,
+            done,
+            total,
+        };
         overall_pct(position, self.last_pct)
     }
 
@@ -187,7 +192,13 @@ impl<'a> Ctx<'a> {
     }
 
     /// Saves `state` as the stage's checkpoint and makes it current (fenced).
-    pub async fn checkpoint<T: Serialize>(&mut self, version: u32, state: &T, done: u64, total: Option<u64>) -> Result<(), StageError> {
+    pub async fn checkpoint<T: Serialize>(
+        &mut self,
+        version: u32,
+        state: &T,
+        done: u64,
+        total: Option<u64>,
+    ) -> Result<(), StageError> {
         let key = checkpoint_key(&self.job.job_id, self.stage, self.seq + 1);
         let body = serde_json::to_vec(&Checkpoint {
             schema_version: version,
@@ -208,26 +219,46 @@ impl<'a> Ctx<'a> {
     /// this stage), not the previous stage's output carried across the boundary. Told by its
     /// key, so the common case costs no read.
     pub fn has_own_checkpoint(&self) -> bool {
-        let own = format!("{}{}/", longhaul_aws::objects::checkpoints_prefix(&self.job.job_id), self.stage);
+        let own = format!(
+            "{}{}/",
+            longhaul_aws::objects::checkpoints_prefix(&self.job.job_id),
+            self.stage
+        );
         self.checkpoint_key.as_deref().is_some_and(|key| key.starts_with(&own))
     }
 
     /// The previous stage's final checkpoint, which this stage starts from (the progress record
     /// keeps pointing at it across the stage boundary). A version mismatch here cannot be
     /// healed by restarting this stage, so it fails the job with a clear reason.
-    pub async fn carried<T: DeserializeOwned>(&mut self, stage: &str, version: u32) -> Result<T, StageError> {
-        let key = self.checkpoint_key.clone().ok_or_else(|| StageError::Fatal(format!("the {stage} stage left no output")))?;
-        let bytes = self.deps.objects.get(&key).await?.ok_or_else(|| StageError::Fatal(format!("the {stage} stage's output {key} is missing")))?;
+    pub async fn carried<T: DeserializeOwned>(
+        &mut self,
+        stage: &str,
+        version: u32,
+    ) -> Result<T, StageError> {
+        let key = self
+            .checkpoint_key
+            .clone()
+            .ok_or_else(|| StageError::Fatal(format!("the {stage} stage left no output")))?;
+        let bytes = self.deps.objects.get(&key).await?.ok_or_else(|| {
+            StageError::Fatal(format!("the {stage} stage's output {key} is missing"))
+        })?;
         let checkpoint: Checkpoint<T> = serde_json::from_slice(&bytes)
             .ok()
             .filter(|c: &Checkpoint<T>| c.schema_version == version && c.stage == stage)
-            .ok_or_else(|| StageError::Fatal(format!("the {stage} stage's output {key} is not of schema version {version}")))?;
+            .ok_or_else(|| {
+                StageError::Fatal(format!(
+                    "the {stage} stage's output {key} is not of schema version {version}"
+                ))
+            })?;
         Ok(checkpoint.state)
     }
 
     /// The stage's current checkpoint, if there is one of schema `version`. A checkpoint of
     /// another version is not consumed: the stage restarts (logged).
-    pub async fn resume<T: DeserializeOwned>(&mut self, version: u32) -> Result<Option<T>, StageError> {
+    pub async fn resume<T: DeserializeOwned>(
+        &mut self,
+        version: u32,
+    ) -> Result<Option<T>, StageError> {
         let Some(key) = self.checkpoint_key.clone() else { return Ok(None) };
         let Some(bytes) = self.deps.objects.get(&key).await? else {
             tracing::warn!(key, "the current checkpoint is missing; restarting the stage");
@@ -254,8 +285,11 @@ impl<'a> Ctx<'a> {
             self.floor_done = 0;
             return Ok(None);
         }
-        let checkpoint: Checkpoint<T> = serde_json::from_slice(&bytes)
-            .map_err(|e| StageError::Fatal(format!("checkpoint {key} does not match its schema version {version}: {e}")))?;
+        let checkpoint: Checkpoint<T> = serde_json::from_slice(&bytes).map_err(|e| {
+            StageError::Fatal(format!(
+                "checkpoint {key} does not match its schema version {version}: {e}"
+            ))
+        })?;
         tracing::info!(stage = self.stage, key, "resuming from checkpoint");
         Ok(Some(checkpoint.state))
     }
@@ -270,8 +304,14 @@ impl<'a> Ctx<'a> {
     }
 
     /// Sleeps `duration` in short steps, heartbeating while it waits.
-    pub async fn pause(&mut self, duration: Duration, done: u64, total: Option<u64>) -> Result<(), StageError> {
-        let step = self.deps.heartbeat_interval.min(Duration::from_secs(5)).max(Duration::from_millis(1));
+    pub async fn pause(
+        &mut self,
+        duration: Duration,
+        done: u64,
+        total: Option<u64>,
+    ) -> Result<(), StageError> {
+        let step =
+            self.deps.heartbeat_interval.min(Duration::from_secs(5)).max(Duration::from_millis(1));
         let end = Instant::now() + duration;
         while let Some(left) = end.checked_duration_since(Instant::now()).filter(|d| !d.is_zero()) {
             tokio::time::sleep(left.min(step)).await;
@@ -285,7 +325,9 @@ fn refused(err: ProgressRefused) -> StageError {
     match err {
         ProgressRefused::Cancelled => StageError::Cancelled,
         ProgressRefused::LeaseLost => StageError::LeaseLost("another attempt holds the job".into()),
-        ProgressRefused::Stale { seq } => StageError::LeaseLost(format!("a duplicate worker already recorded progress {seq}")),
+        ProgressRefused::Stale { seq } => {
+            StageError::LeaseLost(format!("a duplicate worker already recorded progress {seq}"))
+        }
         ProgressRefused::Store(err) => StageError::Retryable(err.to_string()),
     }
 }

@@ -78,10 +78,16 @@ impl Config {
             table: vars.required("TABLE_NAME")?,
             bucket: vars.required("BUCKET_NAME")?,
             margin: Duration::from_secs(vars.parsed_or("LONGHAUL_STAGE_MARGIN_SECONDS", 30)?),
-            progress_interval: Duration::from_millis(vars.parsed_or("LONGHAUL_PROGRESS_INTERVAL_MS", 2_000)?),
-            heartbeat_interval: Duration::from_secs(vars.parsed_or("LONGHAUL_HEARTBEAT_INTERVAL_SECONDS", 30)?),
+            progress_interval: Duration::from_millis(
+                vars.parsed_or("LONGHAUL_PROGRESS_INTERVAL_MS", 2_000)?,
+            ),
+            heartbeat_interval: Duration::from_secs(
+                vars.parsed_or("LONGHAUL_HEARTBEAT_INTERVAL_SECONDS", 30)?,
+            ),
             checkpoint_items: vars.parsed_or("LONGHAUL_CHECKPOINT_ITEMS", 1_000)?,
-            checkpoint_interval: Duration::from_secs(vars.parsed_or("LONGHAUL_CHECKPOINT_SECONDS", 60)?),
+            checkpoint_interval: Duration::from_secs(
+                vars.parsed_or("LONGHAUL_CHECKPOINT_SECONDS", 60)?,
+            ),
             runs_per_execution: vars.parsed_or("LONGHAUL_RUNS_PER_EXECUTION", 500)?,
             state_machine_arn: vars.required("STATE_MACHINE_ARN")?,
             result_ttl: ResultTtl::from_vars(vars)?,
@@ -126,7 +132,10 @@ impl Deps {
             checkpoint_items: config.checkpoint_items.max(1),
             checkpoint_interval: config.checkpoint_interval,
             runs_per_execution: config.runs_per_execution.max(1),
-            executions: Executions::new(aws_sdk_sfn::Client::new(sdk), config.state_machine_arn.clone()),
+            executions: Executions::new(
+                aws_sdk_sfn::Client::new(sdk),
+                config.state_machine_arn.clone(),
+            ),
             result_ttl: config.result_ttl.clone(),
         }
     }
@@ -324,7 +333,8 @@ pub(crate) fn fenced(err: StoreError) -> StageError {
 
 /// The Lambda deadline (epoch milliseconds) as an `Instant`.
 pub fn deadline_from_epoch_ms(deadline_ms: u64) -> Instant {
-    let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_millis() as u64;
+    let now_ms =
+        SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_millis() as u64;
     Instant::now() + Duration::from_millis(deadline_ms.saturating_sub(now_ms))
 }
 
@@ -332,14 +342,24 @@ pub fn deadline_from_epoch_ms(deadline_ms: u64) -> Instant {
 ///
 /// Runs in the job's `job` span ([`logs`]): the job id from the input; the attempt and the
 /// principal from the lease the state machine passes (the claim from the record it returns).
-pub async fn handle(deps: &Deps, input: StageInput, deadline: Instant) -> Result<serde_json::Value, StageError> {
+pub async fn handle(
+    deps: &Deps,
+    input: StageInput,
+    deadline: Instant,
+) -> Result<serde_json::Value, StageError> {
     let with_lease = |job_id: &str, lease: Option<&TaskLease>| {
-        logs::job_span(Some(job_id), lease.map(|l| l.attempt), lease.and_then(|l| l.principal.as_deref()))
+        logs::job_span(
+            Some(job_id),
+            lease.map(|l| l.attempt),
+            lease.and_then(|l| l.principal.as_deref()),
+        )
     };
     let span = match &input {
         StageInput::Claim { job_id, .. } => with_lease(job_id, None),
         StageInput::Work { job_id, state, .. } => with_lease(job_id, state.lease.as_ref()),
-        StageInput::Fail { job_id, lease, state, .. } => with_lease(job_id, lease.as_ref().or(state.lease.as_ref())),
+        StageInput::Fail { job_id, lease, state, .. } => {
+            with_lease(job_id, lease.as_ref().or(state.lease.as_ref()))
+        }
         StageInput::Run { job_id, lease, .. }
         | StageInput::ContinueAsNew { job_id, lease }
         | StageInput::Complete { job_id, lease, .. } => with_lease(job_id, Some(lease)),
@@ -357,9 +377,10 @@ pub async fn handle(deps: &Deps, input: StageInput, deadline: Instant) -> Result
 /// `queued → running` for `execution` (idempotent per execution), minting the lease.
 async fn claim(deps: &Deps, job_id: &str, execution: &str) -> Result<TaskLease, StageError> {
     let (lease, job) = deps.jobs.claim(job_id, execution).await.map_err(|err| match err {
-        StoreError::Conflict { current } => {
-            StageError::NotClaimable(format!("job {job_id} is {}", current.map(|j| j.status.as_str()).unwrap_or("missing")))
-        }
+        StoreError::Conflict { current } => StageError::NotClaimable(format!(
+            "job {job_id} is {}",
+            current.map(|j| j.status.as_str()).unwrap_or("missing")
+        )),
         other => StageError::Retryable(other.to_string()),
     })?;
     logs::record_job(&tracing::Span::current(), &job);
@@ -370,14 +391,25 @@ async fn claim(deps: &Deps, job_id: &str, execution: &str) -> Result<TaskLease, 
             job.started_at.as_deref().map(chrono::DateTime::parse_from_rfc3339),
         )
     {
-        metrics::emit("QueueWait", (started - created).num_milliseconds() as f64, Unit::Milliseconds, &job);
+        metrics::emit(
+            "QueueWait",
+            (started - created).num_milliseconds() as f64,
+            Unit::Milliseconds,
+            &job,
+        );
     }
     Ok(TaskLease { lease, principal: Some(job.owner.clone()) })
 }
 
 /// Works through the job's stages until it needs the state machine again: stage boundaries
 /// are crossed within the invocation, and success is recorded here, not in a state of its own.
-async fn work(deps: &Deps, job_id: &str, lease: &TaskLease, loops: u32, deadline: Instant) -> Result<RunOutput, StageError> {
+async fn work(
+    deps: &Deps,
+    job_id: &str,
+    lease: &TaskLease,
+    loops: u32,
+    deadline: Instant,
+) -> Result<RunOutput, StageError> {
     loop {
         let output = run(deps, job_id, lease, loops, deadline).await?;
         match output.next.as_str() {
@@ -393,14 +425,31 @@ async fn work(deps: &Deps, job_id: &str, lease: &TaskLease, loops: u32, deadline
 }
 
 /// `running → succeeded` with the result `run` stored (fenced).
-async fn complete(deps: &Deps, job_id: &str, lease: &Lease, run: &RunOutput) -> Result<(), StageError> {
-    let result_key = run.result_key.clone().ok_or_else(|| StageError::Fatal("complete without a result".into()))?;
-    let ttl = run.result_ttl_seconds.map(Duration::from_secs).unwrap_or_else(|| deps.result_ttl.default_ttl());
-    let expires = chrono::Utc::now() + chrono::Duration::from_std(ttl).unwrap_or(chrono::Duration::days(7));
-    let request = TransitionRequest::new(job_id, &[JobStatus::Running], JobStatus::Succeeded, "result stored")
-        .fenced(&lease.token)
-        .set("result_key", aws_sdk_dynamodb::types::AttributeValue::S(result_key))
-        .indexed_at(longhaul_domain::format_rfc3339(expires));
+async fn complete(
+    deps: &Deps,
+    job_id: &str,
+    lease: &Lease,
+    run: &RunOutput,
+) -> Result<(), StageError> {
+    let result_key = run
+        .result_key
+        .clone()
+        .ok_or_else(|| StageError::Fatal("complete without a result".into()))?;
+    let ttl = run
+        .result_ttl_seconds
+        .map(Duration::from_secs)
+        .unwrap_or_else(|| deps.result_ttl.default_ttl());
+    let expires =
+        chrono::Utc::now() + chrono::Duration::from_std(ttl).unwrap_or(chrono::Duration::days(7));
+    let request = TransitionRequest::new(
+        job_id,
+        &[JobStatus::Running],
+        JobStatus::Succeeded,
+        "result stored",
+    )
+    .fenced(&lease.token)
+    .set("result_key", aws_sdk_dynamodb::types::AttributeValue::S(result_key))
+    .indexed_at(longhaul_domain::format_rfc3339(expires));
     end_job(deps, request, lease).await?;
     tracing::info!("succeeded");
     Ok(())
@@ -408,7 +457,12 @@ async fn complete(deps: &Deps, job_id: &str, lease: &Lease, run: &RunOutput) -> 
 
 /// The lease a `fail` task records the failure under: the one passed, or — when the
 /// execution's first `work` failed before answering — the job's, if this execution holds it.
-async fn failing_lease(deps: &Deps, job_id: &str, given: Option<TaskLease>, execution: Option<&str>) -> Result<Option<TaskLease>, StageError> {
+async fn failing_lease(
+    deps: &Deps,
+    job_id: &str,
+    given: Option<TaskLease>,
+    execution: Option<&str>,
+) -> Result<Option<TaskLease>, StageError> {
     if given.is_some() {
         return Ok(given);
     }
@@ -416,13 +470,20 @@ async fn failing_lease(deps: &Deps, job_id: &str, given: Option<TaskLease>, exec
     let job = deps.jobs.job(job_id).await.map_err(|e| StageError::Retryable(e.to_string()))?;
     Ok(job.and_then(|job| match (job.status, job.lease) {
         (JobStatus::Running, Some(token)) if job.execution.as_deref() == Some(execution) => {
-            Some(TaskLease { lease: Lease { attempt: job.attempt, token }, principal: Some(job.owner) })
+            Some(TaskLease {
+                lease: Lease { attempt: job.attempt, token },
+                principal: Some(job.owner),
+            })
         }
         _ => None,
     }))
 }
 
-async fn task(deps: &Deps, input: StageInput, deadline: Instant) -> Result<serde_json::Value, StageError> {
+async fn task(
+    deps: &Deps,
+    input: StageInput,
+    deadline: Instant,
+) -> Result<serde_json::Value, StageError> {
     match input {
         StageInput::Work { job_id, execution, state } => {
             let lease = match state.lease {
@@ -444,7 +505,8 @@ async fn task(deps: &Deps, input: StageInput, deadline: Instant) -> Result<serde
         StageInput::ContinueAsNew { job_id, lease } => {
             let n = deps.jobs.count_continuation(&job_id, &lease.token).await.map_err(fenced)?;
             let name = format!("{job_id}.a{}c{n}", lease.attempt);
-            let input = json!({ "job_id": job_id, "lease": lease, "run": { "next": "start", "loops": 0 } });
+            let input =
+                json!({ "job_id": job_id, "lease": lease, "run": { "next": "start", "loops": 0 } });
             deps.executions.start(&name, &input).await?;
             tracing::info!(execution = name, "continued as a new execution");
             Ok(json!({ "execution": name }))
@@ -454,9 +516,14 @@ async fn task(deps: &Deps, input: StageInput, deadline: Instant) -> Result<serde
             Ok(json!({}))
         }
         StageInput::Fail { job_id, lease, state, execution, error } => {
-            let Some(lease) = failing_lease(deps, &job_id, lease.or(state.lease), execution.as_deref()).await? else {
+            let Some(lease) =
+                failing_lease(deps, &job_id, lease.or(state.lease), execution.as_deref()).await?
+            else {
                 // Never claimed by this execution: nothing of the job is this execution's to end.
-                tracing::warn!(error = error.error, "the execution failed before holding the job; nothing recorded");
+                tracing::warn!(
+                    error = error.error,
+                    "the execution failed before holding the job; nothing recorded"
+                );
                 return Ok(json!({}));
             };
             let span = tracing::Span::current();
@@ -466,12 +533,19 @@ async fn task(deps: &Deps, input: StageInput, deadline: Instant) -> Result<serde
             }
             let message = serde_json::from_str::<serde_json::Value>(&error.cause)
                 .ok()
-                .and_then(|cause| cause.get("errorMessage").and_then(|m| m.as_str()).map(str::to_owned))
+                .and_then(|cause| {
+                    cause.get("errorMessage").and_then(|m| m.as_str()).map(str::to_owned)
+                })
                 .unwrap_or(error.cause);
             let job_error = JobError { code: error.error, message };
-            let request = TransitionRequest::new(&job_id, &[JobStatus::Running], JobStatus::Failed, job_error.message.clone())
-                .fenced(&lease.token)
-                .set("error", serde_dynamo::to_attribute_value(&job_error).expect("errors serialise"));
+            let request = TransitionRequest::new(
+                &job_id,
+                &[JobStatus::Running],
+                JobStatus::Failed,
+                job_error.message.clone(),
+            )
+            .fenced(&lease.token)
+            .set("error", serde_dynamo::to_attribute_value(&job_error).expect("errors serialise"));
             end_job(deps, request, &lease).await?;
             tracing::warn!(code = job_error.code, "failed");
             Ok(json!({}))
@@ -479,7 +553,13 @@ async fn task(deps: &Deps, input: StageInput, deadline: Instant) -> Result<serde
     }
 }
 
-async fn run(deps: &Deps, job_id: &str, lease: &TaskLease, loops: u32, deadline: Instant) -> Result<RunOutput, StageError> {
+async fn run(
+    deps: &Deps,
+    job_id: &str,
+    lease: &TaskLease,
+    loops: u32,
+    deadline: Instant,
+) -> Result<RunOutput, StageError> {
     let view = deps.jobs.view(job_id).await.map_err(|e| StageError::Retryable(e.to_string()))?;
     let view = view.ok_or_else(|| StageError::Fatal(format!("job {job_id} does not exist")))?;
     let job = &view.job;
@@ -487,7 +567,12 @@ async fn run(deps: &Deps, job_id: &str, lease: &TaskLease, loops: u32, deadline:
         logs::record_principal(&tracing::Span::current(), &job.owner);
     }
     let ours = job.lease.as_deref() == Some(&lease.token);
-    let ended = |next: &str, result_key: Option<String>| RunOutput { next: next.into(), loops, result_key, ..RunOutput::default() };
+    let ended = |next: &str, result_key: Option<String>| RunOutput {
+        next: next.into(),
+        loops,
+        result_key,
+        ..RunOutput::default()
+    };
     match job.status {
         JobStatus::Running if ours => {}
         // A retried call whose end already landed: answer it again, so the end's follow-up
@@ -497,9 +582,15 @@ async fn run(deps: &Deps, job_id: &str, lease: &TaskLease, loops: u32, deadline:
             finish_cancellation(deps, job_id, lease).await?;
             return Ok(ended("cancelled", None));
         }
-        _ => return Err(StageError::LeaseLost(format!("job is {} under another lease", job.status))),
+        _ => {
+            return Err(StageError::LeaseLost(format!(
+                "job is {} under another lease",
+                job.status
+            )));
+        }
     }
-    let spec = JobSpec::parse(&job.job_type, &job.params).map_err(|e| StageError::Fatal(e.to_string()))?;
+    let spec =
+        JobSpec::parse(&job.job_type, &job.params).map_err(|e| StageError::Fatal(e.to_string()))?;
     let stages = match &spec {
         JobSpec::Demo(_) => demo::STAGES,
         JobSpec::CsvReport(_) => csv::STAGES,
@@ -522,7 +613,9 @@ async fn run(deps: &Deps, job_id: &str, lease: &TaskLease, loops: u32, deadline:
         result_ttl_seconds: None,
     };
     match outcome {
-        Ok(StageOutcome::Paused) if loops >= deps.runs_per_execution => Ok(output("continue_as_new", None, ctx.stage)),
+        Ok(StageOutcome::Paused) if loops >= deps.runs_per_execution => {
+            Ok(output("continue_as_new", None, ctx.stage))
+        }
         Ok(StageOutcome::Paused) => Ok(output("continue", None, ctx.stage)),
         Ok(StageOutcome::StageDone) => {
             let next = stages[ctx.stage_index as usize];
@@ -555,7 +648,9 @@ async fn finish_cancellation(deps: &Deps, job_id: &str, lease: &Lease) -> Result
         },
         None => "cancelled".to_owned(),
     };
-    let request = TransitionRequest::new(job_id, &[JobStatus::Running], JobStatus::Cancelled, reason).fenced(&lease.token);
+    let request =
+        TransitionRequest::new(job_id, &[JobStatus::Running], JobStatus::Cancelled, reason)
+            .fenced(&lease.token);
     end_job(deps, request, lease).await?;
     tracing::info!("cancelled while running");
     Ok(())
@@ -570,7 +665,11 @@ async fn end_job(deps: &Deps, request: TransitionRequest, lease: &Lease) -> Resu
     let job_id = request.job_id.clone();
     let job = match deps.jobs.transition(request).await {
         Ok(job) => job,
-        Err(StoreError::Conflict { current: Some(job) }) if job.status == status && job.lease.as_deref() == Some(&lease.token) => *job,
+        Err(StoreError::Conflict { current: Some(job) })
+            if job.status == status && job.lease.as_deref() == Some(&lease.token) =>
+        {
+            *job
+        }
         Err(err) => return Err(fenced(err)),
     };
     logs::record_principal(&tracing::Span::current(), &job.owner);
@@ -580,5 +679,7 @@ async fn end_job(deps: &Deps, request: TransitionRequest, lease: &Lease) -> Resu
 
 /// After a job ended (see [`longhaul_aws::tidy_after_end`]).
 pub(crate) async fn tidy_after_end(deps: &Deps, job_id: &str) -> Result<(), StageError> {
-    longhaul_aws::tidy_after_end(&deps.objects, job_id).await.map_err(|e| StageError::Retryable(e.to_string()))
+    longhaul_aws::tidy_after_end(&deps.objects, job_id)
+        .await
+        .map_err(|e| StageError::Retryable(e.to_string()))
 }

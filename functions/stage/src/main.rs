@@ -1,5 +1,8 @@
 use lambda_runtime::{Error, LambdaEvent, service_fn};
-use longhaul_aws::{config::Vars, sdk::{load_sdk_config, warm_up}};
+use longhaul_aws::{
+    config::Vars,
+    sdk::{load_sdk_config, warm_up},
+};
 use stage::{Config, Deps, StageInput};
 
 #[tokio::main]

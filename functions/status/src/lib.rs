@@ -42,14 +42,21 @@ pub const OPENAPI: &str = include_str!("../../../docs/openapi.json");
 
 /// The paths of the API with their methods, read from the API description.
 static PATHS: LazyLock<Vec<(Vec<String>, Vec<String>)>> = LazyLock::new(|| {
-    let doc: serde_json::Value = serde_json::from_str(OPENAPI).expect("docs/openapi.json is valid JSON");
+    let doc: serde_json::Value =
+        serde_json::from_str(OPENAPI).expect("docs/openapi.json is valid JSON");
     doc["paths"]
         .as_object()
         .into_iter()
         .flatten()
         .map(|(path, item)| {
             let segments = path.trim_start_matches('/').split('/').map(str::to_owned).collect();
-            let methods = item.as_object().into_iter().flatten().map(|(m, _)| m.to_uppercase()).filter(|m| m != "PARAMETERS").collect();
+            let methods = item
+                .as_object()
+                .into_iter()
+                .flatten()
+                .map(|(m, _)| m.to_uppercase())
+                .filter(|m| m != "PARAMETERS")
+                .collect();
             (segments, methods)
         })
         .collect()
@@ -150,8 +157,12 @@ pub async fn handle(deps: &Deps, request: Request) -> Response<Body> {
 
 fn openapi() -> Response<Body> {
     let mut response = Response::new(Body::from(OPENAPI));
-    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("public, max-age=300"));
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+        .headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("public, max-age=300"));
     response
 }
 
@@ -160,7 +171,10 @@ fn fallback(method: &Method, path: &str) -> Problem {
     let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
     let known = PATHS.iter().find(|(segments, _)| {
         segments.len() == parts.len()
-            && segments.iter().zip(&parts).all(|(s, p)| (s.starts_with('{') && !p.is_empty()) || s == p)
+            && segments
+                .iter()
+                .zip(&parts)
+                .all(|(s, p)| (s.starts_with('{') && !p.is_empty()) || s == p)
     });
     match known {
         Some((_, methods)) => Problem::new(
@@ -195,8 +209,14 @@ async fn get_job(deps: &Deps, request: &Request) -> Result<Response<Body>, Probl
         // A job-scoped link to the live stream, valid for 15 minutes (EventSource cannot send
         // an Authorization header). Terminal jobs have nothing to stream and stay cacheable.
         let expires = chrono::Utc::now().timestamp() + STREAM_TOKEN_TTL_SECONDS;
-        let token = stream_token::issue(deps.stream_token_secret.as_bytes(), &view.job.job_id, &view.job.owner, expires);
-        rendered["events_url"] = format!("{}/jobs/{}/events?token={token}", deps.events_url, view.job.job_id).into();
+        let token = stream_token::issue(
+            deps.stream_token_secret.as_bytes(),
+            &view.job.job_id,
+            &view.job.owner,
+            expires,
+        );
+        rendered["events_url"] =
+            format!("{}/jobs/{}/events?token={token}", deps.events_url, view.job.job_id).into();
     }
     let body = serde_json::to_vec(&rendered).expect("views always serialise");
     let etag = format!("\"{}\"", &hex::encode(Sha256::digest(&body))[..32]);
@@ -244,20 +264,25 @@ async fn list_jobs(deps: &Deps, request: &Request) -> Result<Response<Body>, Pro
     let job_type = query.first("type").map(|t| t.chars().take(64).collect::<String>());
     let limit = match query.first("limit") {
         None => DEFAULT_PAGE,
-        Some(l) => l
-            .parse::<usize>()
-            .ok()
-            .filter(|l| (1..=MAX_PAGE).contains(l))
-            .ok_or_else(|| Problem::bad_request(format!("limit must be an integer from 1 to {MAX_PAGE}")))?,
+        Some(l) => {
+            l.parse::<usize>().ok().filter(|l| (1..=MAX_PAGE).contains(l)).ok_or_else(|| {
+                Problem::bad_request(format!("limit must be an integer from 1 to {MAX_PAGE}"))
+            })?
+        }
     };
     let filter = ListFilter { status, job_type };
-    let (jobs, next) = deps.jobs.list(&owner, &filter, limit, query.first("cursor")).await.map_err(|err| match err {
-        ListError::InvalidCursor => Problem::bad_request("cursor is not a cursor this API issued to you"),
-        ListError::Store(err) => {
-            tracing::error!(error = %err, "listing jobs failed");
-            Problem::internal()
-        }
-    })?;
+    let (jobs, next) =
+        deps.jobs.list(&owner, &filter, limit, query.first("cursor")).await.map_err(
+            |err| match err {
+                ListError::InvalidCursor => {
+                    Problem::bad_request("cursor is not a cursor this API issued to you")
+                }
+                ListError::Store(err) => {
+                    tracing::error!(error = %err, "listing jobs failed");
+                    Problem::internal()
+                }
+            },
+        )?;
     let jobs: Vec<_> = jobs.iter().map(summary).collect();
     let mut response = json_response(StatusCode::OK, &json!({ "jobs": jobs, "next_cursor": next }));
     response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
@@ -286,7 +311,10 @@ async fn result(deps: &Deps, request: &Request) -> Result<Response<Body>, Proble
             "The result has expired",
             "The job's result passed its retention period and was deleted.",
         )),
-        (status, _) => Err(wrong_status(status, format!("The job is {status}; its result exists once it has succeeded."))),
+        (status, _) => Err(wrong_status(
+            status,
+            format!("The job is {status}; its result exists once it has succeeded."),
+        )),
     }
 }
 
@@ -297,7 +325,10 @@ async fn deliveries(deps: &Deps, request: &Request) -> Result<Response<Body>, Pr
         tracing::error!(error = %err, "reading deliveries failed");
         Problem::internal()
     })?;
-    let mut response = json_response(StatusCode::OK, &json!({ "job_id": view.job.job_id, "deliveries": attempts }));
+    let mut response = json_response(
+        StatusCode::OK,
+        &json!({ "job_id": view.job.job_id, "deliveries": attempts }),
+    );
     response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     Ok(response)
 }

@@ -11,15 +11,17 @@ use std::time::Duration;
 
 use lambda_http::http::{StatusCode, header};
 use lambda_http::{Body, Request, Response};
-use longhaul_aws::api::{Problem, json_body, json_response, path_job_id, principal, route_key, wrong_status};
+use longhaul_aws::api::{
+    Problem, json_body, json_response, path_job_id, principal, route_key, wrong_status,
+};
 use longhaul_aws::config::{ConfigError, Vars};
 use longhaul_aws::jobs::{IdempotencyRecord, JobRecord, JobStore, StoreError};
 use longhaul_aws::logs;
 use longhaul_aws::metrics::{self, Unit};
 use longhaul_aws::queue::{DispatchMessage, IntakeQueue};
 use longhaul_domain::callback::{CallbackPolicy, Host, check_address, parse_callback_url};
-use longhaul_domain::uploads::owns_upload;
 use longhaul_domain::fingerprint::{derived_idempotency_key, fingerprint, retry_idempotency_key};
+use longhaul_domain::uploads::owns_upload;
 use longhaul_domain::{JobId, JobSpec, JobStatus, JobType, SpecError, Transition, now_rfc3339};
 use serde::Deserialize;
 use serde_json::json;
@@ -73,7 +75,8 @@ impl Config {
                     })
                     .collect::<Result<_, _>>()?,
             },
-            allow_insecure_callbacks: vars.parsed_or("LONGHAUL_ALLOW_INSECURE_CALLBACKS", 0u8)? == 1,
+            allow_insecure_callbacks: vars.parsed_or("LONGHAUL_ALLOW_INSECURE_CALLBACKS", 0u8)?
+                == 1,
         })
     }
 }
@@ -98,7 +101,10 @@ impl Deps {
     pub fn new(sdk: &aws_config::SdkConfig, config: &Config) -> Self {
         Deps {
             jobs: JobStore::new(aws_sdk_dynamodb::Client::new(sdk), config.table.clone()),
-            intake: IntakeQueue::new(aws_sdk_sqs::Client::new(sdk), config.intake_queue_url.clone()),
+            intake: IntakeQueue::new(
+                aws_sdk_sqs::Client::new(sdk),
+                config.intake_queue_url.clone(),
+            ),
             idempotency_ttl: Duration::from_secs(config.idempotency_ttl_seconds),
             enabled_job_types: config.enabled_job_types.clone(),
             callbacks: CallbackPolicy { allow_insecure: config.allow_insecure_callbacks },
@@ -153,7 +159,10 @@ async fn retry(deps: &Deps, request: &Request) -> Result<Response<Body>, Problem
     if !matches!(original.status, JobStatus::Failed | JobStatus::Cancelled) {
         return Err(wrong_status(
             original.status,
-            format!("Only failed or cancelled jobs can be retried; this one is {}.", original.status),
+            format!(
+                "Only failed or cancelled jobs can be retried; this one is {}.",
+                original.status
+            ),
         ));
     }
     let spec = JobSpec::parse(&original.job_type, &original.params).map_err(spec_problem)?;
@@ -173,15 +182,21 @@ async fn retry(deps: &Deps, request: &Request) -> Result<Response<Body>, Problem
 
 fn spec_problem(e: SpecError) -> Problem {
     match e {
-        SpecError::UnknownType(_) => Problem::unprocessable("unknown-job-type", "Unknown job type", e.to_string()),
-        SpecError::InvalidParams(_) => Problem::unprocessable("invalid-params", "Invalid job parameters", e.to_string()),
+        SpecError::UnknownType(_) => {
+            Problem::unprocessable("unknown-job-type", "Unknown job type", e.to_string())
+        }
+        SpecError::InvalidParams(_) => {
+            Problem::unprocessable("invalid-params", "Invalid job parameters", e.to_string())
+        }
     }
 }
 
 async fn submit(deps: &Deps, request: &Request) -> Result<Response<Body>, Problem> {
     let owner = principal(request).ok_or_else(Problem::unauthorized)?;
-    let body: SubmitBody = serde_json::from_value(json_body(request, MAX_BODY_BYTES)?)
-        .map_err(|e| Problem::bad_request(format!("The body does not match the job submission schema: {e}")))?;
+    let body: SubmitBody =
+        serde_json::from_value(json_body(request, MAX_BODY_BYTES)?).map_err(|e| {
+            Problem::bad_request(format!("The body does not match the job submission schema: {e}"))
+        })?;
     let spec = JobSpec::parse(&body.job_type, &body.params).map_err(spec_problem)?;
     if spec.input().is_some_and(|input| !owns_upload(&owner, input)) {
         // Someone else's upload reads exactly like one that does not exist.
@@ -205,16 +220,21 @@ async fn submit(deps: &Deps, request: &Request) -> Result<Response<Body>, Proble
     };
     let key = match request.headers().get("idempotency-key") {
         Some(value) => {
-            let key = value.to_str().ok().filter(|k| !k.is_empty() && k.len() <= MAX_KEY_LEN && k.bytes().all(|b| b.is_ascii_graphic()));
+            let key = value.to_str().ok().filter(|k| {
+                !k.is_empty() && k.len() <= MAX_KEY_LEN && k.bytes().all(|b| b.is_ascii_graphic())
+            });
             key.ok_or_else(|| {
-                Problem::bad_request(format!("Idempotency-Key must be 1 to {MAX_KEY_LEN} visible ASCII characters."))
+                Problem::bad_request(format!(
+                    "Idempotency-Key must be 1 to {MAX_KEY_LEN} visible ASCII characters."
+                ))
             })?
             .to_owned()
         }
         None => derived_idempotency_key(&owner, spec.job_type().as_str(), &body.params),
     };
-    let request_fingerprint =
-        fingerprint(&json!({"type": spec.job_type().as_str(), "params": body.params, "callback_url": callback_url}));
+    let request_fingerprint = fingerprint(
+        &json!({"type": spec.job_type().as_str(), "params": body.params, "callback_url": callback_url}),
+    );
 
     let new = NewJob {
         owner: &owner,
@@ -258,15 +278,16 @@ async fn create(deps: &Deps, new: &NewJob<'_>) -> Result<Response<Body>, Problem
             created_at: job.created_at.clone(),
             expires_at: chrono::Utc::now().timestamp() + deps.idempotency_ttl.as_secs() as i64,
         };
-        let existing = match deps.jobs.claim_key(new.owner, new.key, &record, replacing.as_deref()).await {
-            Ok(()) => return write_and_enqueue(deps, &job).await,
-            Err(StoreError::KeyTaken(existing)) => existing,
-            Err(StoreError::Conflict { .. }) => {
-                replacing = None; // the record we meant to replace expired: claim afresh
-                continue;
-            }
-            Err(err) => return Err(internal(err)),
-        };
+        let existing =
+            match deps.jobs.claim_key(new.owner, new.key, &record, replacing.as_deref()).await {
+                Ok(()) => return write_and_enqueue(deps, &job).await,
+                Err(StoreError::KeyTaken(existing)) => existing,
+                Err(StoreError::Conflict { .. }) => {
+                    replacing = None; // the record we meant to replace expired: claim afresh
+                    continue;
+                }
+                Err(err) => return Err(internal(err)),
+            };
         if existing.fingerprint != new.fingerprint {
             return Err(Problem::unprocessable(
                 "idempotency-key-reused",
@@ -284,7 +305,10 @@ async fn create(deps: &Deps, new: &NewJob<'_>) -> Result<Response<Body>, Problem
                 logs::current_job(&job);
                 match deps.jobs.put_job(&job).await {
                     Ok(()) => {
-                        tracing::info!(job_type = job.job_type, "submitted (finishing an interrupted request)");
+                        tracing::info!(
+                            job_type = job.job_type,
+                            "submitted (finishing an interrupted request)"
+                        );
                         enqueue(deps, &job.job_id).await;
                         return Ok(accepted(StatusCode::ACCEPTED, &job, false));
                     }
@@ -342,10 +366,16 @@ const RESOLVE_TIMEOUT: Duration = Duration::from_secs(2);
 /// to): `https`, no credentials, and a host that is — and resolves only to — public
 /// addresses. Returns the normalised URL.
 async fn validate_callback_url(raw: &str, policy: &CallbackPolicy) -> Result<String, Problem> {
-    let invalid = |detail: String| Problem::unprocessable("invalid-callback-url", "Invalid callback URL", detail);
+    let invalid = |detail: String| {
+        Problem::unprocessable("invalid-callback-url", "Invalid callback URL", detail)
+    };
     let url = parse_callback_url(raw, policy).map_err(|e| invalid(e.to_string()))?;
     if let Host::Domain(name) = url.host() {
-        let lookup = tokio::time::timeout(RESOLVE_TIMEOUT, tokio::net::lookup_host((name.as_str(), url.port()))).await;
+        let lookup = tokio::time::timeout(
+            RESOLVE_TIMEOUT,
+            tokio::net::lookup_host((name.as_str(), url.port())),
+        )
+        .await;
         let addresses: Vec<_> = match lookup {
             Ok(Ok(addresses)) => addresses.collect(),
             _ => return Err(invalid(format!("The callback host {name} does not resolve."))),
@@ -354,8 +384,9 @@ async fn validate_callback_url(raw: &str, policy: &CallbackPolicy) -> Result<Str
             return Err(invalid(format!("The callback host {name} does not resolve.")));
         }
         for address in addresses {
-            check_address(address.ip(), policy)
-                .map_err(|_| invalid(format!("The callback host {name} resolves to a non-public address.")))?;
+            check_address(address.ip(), policy).map_err(|_| {
+                invalid(format!("The callback host {name} resolves to a non-public address."))
+            })?;
         }
     }
     Ok(url.as_str().to_owned())
@@ -363,7 +394,9 @@ async fn validate_callback_url(raw: &str, policy: &CallbackPolicy) -> Result<Str
 
 fn is_recent(created_at: &str) -> bool {
     chrono::DateTime::parse_from_rfc3339(created_at)
-        .map(|at| (chrono::Utc::now() - at.to_utc()).to_std().unwrap_or_default() < IN_FLIGHT_WINDOW)
+        .map(|at| {
+            (chrono::Utc::now() - at.to_utc()).to_std().unwrap_or_default() < IN_FLIGHT_WINDOW
+        })
         .unwrap_or(false)
 }
 
@@ -387,7 +420,11 @@ fn new_job(new: &NewJob<'_>, job_id: String) -> JobRecord {
         finished_at: None,
         error: None,
         result_key: None,
-        transitions: vec![Transition { state: JobStatus::Pending, at: now, reason: "submitted".into() }],
+        transitions: vec![Transition {
+            state: JobStatus::Pending,
+            at: now,
+            reason: "submitted".into(),
+        }],
         injected_failures: 0,
         retry_of: new.retry_of.map(str::to_owned),
         cancellation: None,
@@ -445,8 +482,10 @@ mod tests {
     #[test]
     fn enabled_job_types() {
         assert_eq!(Config::from_vars(&vars(&[])).unwrap().enabled_job_types, JobType::ALL.to_vec());
-        assert_eq!(Config::from_vars(&vars(&[("ENABLED_JOB_TYPES", " demo ")])).unwrap().enabled_job_types, vec![JobType::Demo]);
+        assert_eq!(
+            Config::from_vars(&vars(&[("ENABLED_JOB_TYPES", " demo ")])).unwrap().enabled_job_types,
+            vec![JobType::Demo]
+        );
         assert!(Config::from_vars(&vars(&[("ENABLED_JOB_TYPES", "demo,nope")])).is_err());
     }
-
 }

@@ -1,5 +1,8 @@
 use lambda_http::{Error, Request, service_fn};
-use longhaul_aws::{config::Vars, sdk::{load_sdk_config, warm_up}};
+use longhaul_aws::{
+    config::Vars,
+    sdk::{load_sdk_config, warm_up},
+};
 use submit::{Config, Deps};
 
 #[tokio::main]

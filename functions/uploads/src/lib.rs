@@ -57,7 +57,10 @@ pub struct Deps {
 impl Deps {
     /// Builds the adapters from one SDK configuration.
     pub fn new(sdk: &aws_config::SdkConfig, config: &Config) -> Self {
-        Deps { objects: ObjectStore::new(aws_sdk_s3::Client::new(sdk), config.bucket.clone()), max_upload_bytes: config.max_upload_bytes }
+        Deps {
+            objects: ObjectStore::new(aws_sdk_s3::Client::new(sdk), config.bucket.clone()),
+            max_upload_bytes: config.max_upload_bytes,
+        }
     }
 }
 
@@ -81,31 +84,46 @@ pub async fn handle(deps: &Deps, request: Request) -> Response<Body> {
 
 async fn create(deps: &Deps, request: &Request) -> Result<Response<Body>, Problem> {
     let owner = principal(request).ok_or_else(Problem::unauthorized)?;
-    let body: UploadBody = serde_json::from_value(json_body(request, MAX_BODY_BYTES)?)
-        .map_err(|e| Problem::bad_request(format!("The body does not match the upload schema: {e}")))?;
-    validate_filename(&body.filename)
-        .map_err(|e| Problem::unprocessable("invalid-filename", "Invalid file name", e.to_string()))?;
+    let body: UploadBody =
+        serde_json::from_value(json_body(request, MAX_BODY_BYTES)?).map_err(|e| {
+            Problem::bad_request(format!("The body does not match the upload schema: {e}"))
+        })?;
+    validate_filename(&body.filename).map_err(|e| {
+        Problem::unprocessable("invalid-filename", "Invalid file name", e.to_string())
+    })?;
     let content_type: mime::Mime = body
         .content_type
         .parse()
         .ok()
         .filter(|_| (3..=255).contains(&body.content_type.len()) && body.content_type.is_ascii())
         .ok_or_else(|| {
-            Problem::unprocessable("invalid-content-type", "Invalid content type", "content_type must be a media type such as text/csv.")
+            Problem::unprocessable(
+                "invalid-content-type",
+                "Invalid content type",
+                "content_type must be a media type such as text/csv.",
+            )
         })?;
     if body.size_bytes > deps.max_upload_bytes {
         return Err(Problem::unprocessable(
             "upload-too-large",
             "Upload too large",
-            format!("size_bytes is {}; the largest upload accepted is {} bytes.", body.size_bytes, deps.max_upload_bytes),
+            format!(
+                "size_bytes is {}; the largest upload accepted is {} bytes.",
+                body.size_bytes, deps.max_upload_bytes
+            ),
         ));
     }
     let key = upload_key(&owner, &uuid::Uuid::now_v7().to_string(), &body.filename);
-    let (url, headers) = deps.objects.presign_put(&key, content_type.as_ref(), body.size_bytes, UPLOAD_URL_TTL).await.map_err(|err| {
-        tracing::error!(error = %err, "presigning an upload failed");
-        Problem::internal()
-    })?;
-    let expires_at = chrono::Utc::now() + chrono::Duration::from_std(UPLOAD_URL_TTL).expect("15 minutes fits");
+    let (url, headers) = deps
+        .objects
+        .presign_put(&key, content_type.as_ref(), body.size_bytes, UPLOAD_URL_TTL)
+        .await
+        .map_err(|err| {
+            tracing::error!(error = %err, "presigning an upload failed");
+            Problem::internal()
+        })?;
+    let expires_at =
+        chrono::Utc::now() + chrono::Duration::from_std(UPLOAD_URL_TTL).expect("15 minutes fits");
     let mut headers = headers;
     headers.entry("content-type".into()).or_insert_with(|| content_type.to_string());
     // Every HTTP client sets Content-Length from the body itself (browsers refuse to be told);

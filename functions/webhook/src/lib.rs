@@ -33,7 +33,11 @@ pub const MAX_RESPONSE_BYTES: usize = 4096;
 /// tests swap in answers that change after submission.
 pub trait Resolver: Send + Sync {
     /// The addresses of `host`.
-    fn resolve<'a>(&'a self, host: &'a str, port: u16) -> BoxFuture<'a, std::io::Result<Vec<SocketAddr>>>;
+    fn resolve<'a>(
+        &'a self,
+        host: &'a str,
+        port: u16,
+    ) -> BoxFuture<'a, std::io::Result<Vec<SocketAddr>>>;
 }
 
 /// The system resolver.
@@ -41,7 +45,11 @@ pub trait Resolver: Send + Sync {
 pub struct SystemResolver;
 
 impl Resolver for SystemResolver {
-    fn resolve<'a>(&'a self, host: &'a str, port: u16) -> BoxFuture<'a, std::io::Result<Vec<SocketAddr>>> {
+    fn resolve<'a>(
+        &'a self,
+        host: &'a str,
+        port: u16,
+    ) -> BoxFuture<'a, std::io::Result<Vec<SocketAddr>>> {
         Box::pin(async move { Ok(tokio::net::lookup_host((host, port)).await?.collect()) })
     }
 }
@@ -113,14 +121,22 @@ fn tls_config() -> Result<rustls::ClientConfig, ConfigError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     Ok(rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
-        .map_err(|e| ConfigError::Invalid { name: "TLS".into(), value: String::new(), reason: e.to_string() })?
+        .map_err(|e| ConfigError::Invalid {
+            name: "TLS".into(),
+            value: String::new(),
+            reason: e.to_string(),
+        })?
         .with_root_certificates(roots)
         .with_no_client_auth())
 }
 
 impl Deps {
     /// Builds the adapters from one SDK configuration.
-    pub fn new(sdk: &aws_config::SdkConfig, config: &Config, resolver: Arc<dyn Resolver>) -> Result<Self, ConfigError> {
+    pub fn new(
+        sdk: &aws_config::SdkConfig,
+        config: &Config,
+        resolver: Arc<dyn Resolver>,
+    ) -> Result<Self, ConfigError> {
         longhaul_aws::sdk::install_tls_provider();
         let sqs = aws_sdk_sqs::Client::new(sdk);
         Ok(Deps {
@@ -145,7 +161,9 @@ pub async fn handle(deps: &Deps, event: SqsEvent) -> SqsBatchResponse {
 /// nothing). `delivery_attempt` is the webhook's own attempt number.
 async fn process_record(deps: &Deps, record: &SqsMessage) -> Result<(), String> {
     let message_id = record.message_id.as_deref().unwrap_or_default();
-    let message: WebhookMessage = match serde_json::from_str(record.body.as_deref().unwrap_or_default()) {
+    let message: WebhookMessage = match serde_json::from_str(
+        record.body.as_deref().unwrap_or_default(),
+    ) {
         Ok(message) => message,
         Err(err) => {
             let err = format!("not a webhook message: {err}");
@@ -179,7 +197,9 @@ pub async fn process(deps: &Deps, message: &WebhookMessage) -> Result<(), String
         return Ok(());
     };
     logs::current_job(&job);
-    let (Some(url), Some(event)) = (job.callback_url.clone(), event_type(message.status)) else { return Ok(()) };
+    let (Some(url), Some(event)) = (job.callback_url.clone(), event_type(message.status)) else {
+        return Ok(());
+    };
     let webhook_id = message_id(&job.job_id, message.status);
     let mut payload = json!({
         "type": event,
@@ -230,35 +250,67 @@ pub async fn process(deps: &Deps, message: &WebhookMessage) -> Result<(), String
     deps.jobs.record_delivery(&job.job_id, &record).await.map_err(|e| e.to_string())?;
     // Neither the callback URL nor the request error (which names the URL) is logged: a
     // partner's URL may carry a token. The delivery record keeps them for the owner.
-    tracing::info!(webhook_id, delivery_attempt = message.attempt, status_code, latency_ms, outcome, "webhook attempt made");
+    tracing::info!(
+        webhook_id,
+        delivery_attempt = message.attempt,
+        status_code,
+        latency_ms,
+        outcome,
+        "webhook attempt made"
+    );
     match outcome {
         "delivered" => metrics::emit("WebhookDelivered", 1.0, Unit::Count, &job),
         "retrying" => {
             let delay = deps.config.schedule.delay_before(message.attempt + 1).unwrap_or(0);
-            let next = WebhookMessage { attempt: message.attempt + 1, not_before: now + delay as i64, ..message.clone() };
+            let next = WebhookMessage {
+                attempt: message.attempt + 1,
+                not_before: now + delay as i64,
+                ..message.clone()
+            };
             deps.queue.send(&next, delay).await.map_err(|e| e.to_string())?;
         }
         "dead_lettered" => {
             deps.dead_letters.send(message, 0).await.map_err(|e| e.to_string())?;
             metrics::emit("WebhookFailed", 1.0, Unit::Count, &job);
-            tracing::warn!(webhook_id, delivery_attempt = message.attempt, "webhook retries exhausted; dead-lettered");
+            tracing::warn!(
+                webhook_id,
+                delivery_attempt = message.attempt,
+                "webhook retries exhausted; dead-lettered"
+            );
         }
-        _ => tracing::info!(webhook_id, delivery_attempt = message.attempt, "receiver answered 410 Gone; no more attempts"),
+        _ => tracing::info!(
+            webhook_id,
+            delivery_attempt = message.attempt,
+            "receiver answered 410 Gone; no more attempts"
+        ),
     }
     Ok(())
 }
 
 /// Makes the HTTP request to the checked address; the status code, or why there is none.
-async fn deliver(deps: &Deps, url: &str, webhook_id: &str, timestamp: i64, signature: &str, body: Vec<u8>) -> Result<u16, String> {
+async fn deliver(
+    deps: &Deps,
+    url: &str,
+    webhook_id: &str,
+    timestamp: i64,
+    signature: &str,
+    body: Vec<u8>,
+) -> Result<u16, String> {
     let policy = CallbackPolicy { allow_insecure: deps.config.allow_insecure };
-    let callback = parse_callback_url(url, &policy).map_err(|e| format!("callback URL refused: {e}"))?;
+    let callback =
+        parse_callback_url(url, &policy).map_err(|e| format!("callback URL refused: {e}"))?;
     let port = callback.port();
     let (host, address) = match callback.host() {
         Host::Ip(ip) => (ip.to_string(), SocketAddr::new(ip, port)),
         Host::Domain(name) => {
-            let addresses = deps.resolver.resolve(&name, port).await.map_err(|e| format!("{name} does not resolve: {e}"))?;
+            let addresses = deps
+                .resolver
+                .resolve(&name, port)
+                .await
+                .map_err(|e| format!("{name} does not resolve: {e}"))?;
             for address in &addresses {
-                check_address(address.ip(), &policy).map_err(|_| format!("{name} resolves to a non-public address"))?;
+                check_address(address.ip(), &policy)
+                    .map_err(|_| format!("{name} resolves to a non-public address"))?;
             }
             let first = *addresses.first().ok_or_else(|| format!("{name} has no addresses"))?;
             (name, first)
@@ -281,7 +333,9 @@ async fn deliver(deps: &Deps, url: &str, webhook_id: &str, timestamp: i64, signa
         .body(body)
         .send()
         .await
-        .map_err(|e| if e.is_timeout() { "timed out".to_owned() } else { format!("request failed: {e}") })?;
+        .map_err(|e| {
+            if e.is_timeout() { "timed out".to_owned() } else { format!("request failed: {e}") }
+        })?;
     let status = response.status().as_u16();
     // Read (and discard) a bounded part of the answer, so a slow or huge body cannot hold us.
     let mut read = 0;

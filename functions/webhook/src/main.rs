@@ -1,6 +1,9 @@
 use aws_lambda_events::sqs::SqsEvent;
 use lambda_runtime::{Error, LambdaEvent, service_fn};
-use longhaul_aws::{config::Vars, sdk::{load_sdk_config, warm_up}};
+use longhaul_aws::{
+    config::Vars,
+    sdk::{load_sdk_config, warm_up},
+};
 use webhook::{Config, Deps, SystemResolver};
 
 #[tokio::main]

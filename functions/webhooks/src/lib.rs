@@ -57,7 +57,8 @@ async fn secrets(deps: &Deps, request: &Request) -> Result<Response<Body>, Probl
     let owner = principal(request).ok_or_else(Problem::unauthorized)?;
     let record = match route_key(request).as_deref() {
         Some("POST /webhooks/secret/rotate") => {
-            let until = chrono::Utc::now() + chrono::Duration::from_std(ROTATION_OVERLAP).expect("a day fits");
+            let until = chrono::Utc::now()
+                + chrono::Duration::from_std(ROTATION_OVERLAP).expect("a day fits");
             deps.jobs.rotate_webhook_secret(&owner, &format_rfc3339(until)).await
         }
         _ => deps.jobs.webhook_secrets(&owner).await,

@@ -31,7 +31,8 @@ impl CallCounter {
     pub fn record(&self, key: String, function: Option<&str>) {
         if let Some(function) = function {
             let mut by_function = self.by_function.lock().expect("counter lock");
-            *by_function.entry(function.to_owned()).or_default().entry(key.clone()).or_default() += 1;
+            *by_function.entry(function.to_owned()).or_default().entry(key.clone()).or_default() +=
+                1;
         }
         *self.by_operation.lock().expect("counter lock").entry(key).or_default() += 1;
     }
@@ -80,7 +81,13 @@ pub struct Denials(Arc<Mutex<Vec<Denial>>>);
 
 impl Denials {
     fn record(&self, denial: Denial) {
-        tracing::error!(principal = denial.principal, action = denial.action, resource = denial.resource, "AccessDenied: {}", denial.message);
+        tracing::error!(
+            principal = denial.principal,
+            action = denial.action,
+            resource = denial.resource,
+            "AccessDenied: {}",
+            denial.message
+        );
         self.0.lock().expect("denials lock").push(denial);
     }
 
@@ -108,7 +115,12 @@ pub fn router(state: EdgeState) -> axum::Router {
         .with_state(state)
 }
 
-async fn invoke(State(state): State<EdgeState>, Path(function): Path<String>, headers: HeaderMap, body: axum::body::Bytes) -> Response {
+async fn invoke(
+    State(state): State<EdgeState>,
+    Path(function): Path<String>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
     state.calls.record("lambda:Invoke".into(), None);
     // The path carries a name, an ARN, or a partial ARN (…:function:name[:qualifier]).
     let name = match function.split_once(":function:") {
@@ -157,7 +169,8 @@ async fn invoke(State(state): State<EdgeState>, Path(function): Path<String>, he
         }
     };
     match hosted.invoke(event).await {
-        Ok(output) => (StatusCode::OK, [("x-amz-executed-version", "$LATEST")], axum::Json(output)).into_response(),
+        Ok(output) => (StatusCode::OK, [("x-amz-executed-version", "$LATEST")], axum::Json(output))
+            .into_response(),
         Err(diagnostic) => {
             tracing::info!(function = name, error_type = diagnostic.error_type, "function error");
             (
@@ -185,15 +198,22 @@ async fn forward(State(state): State<EdgeState>, request: Request) -> Response {
     if parts.headers.contains_key("authorization") && state.faults.throttle_call() {
         return throttled(&operation);
     }
-    let writer_lease = parts.headers.get(LEASE_HEADER).and_then(|v| v.to_str().ok()).map(str::to_owned);
-    let invocation = parts.headers.get(INVOCATION_HEADER).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    let writer_lease =
+        parts.headers.get(LEASE_HEADER).and_then(|v| v.to_str().ok()).map(str::to_owned);
+    let invocation = parts
+        .headers
+        .get(INVOCATION_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
     let path = parts.uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
     // Buffered, not streamed: werkzeug (under moto) does not read chunked request bodies.
     let body = match axum::body::to_bytes(body, usize::MAX).await {
         Ok(body) => body,
         Err(err) => return (StatusCode::BAD_REQUEST, err.to_string()).into_response(),
     };
-    let principal = Credential::of(&parts.uri, &parts.headers).map(|c| c.key).filter(|p| state.policies.knows(p));
+    let principal = Credential::of(&parts.uri, &parts.headers)
+        .map(|c| c.key)
+        .filter(|p| state.policies.knows(p));
     if let Some(principal) = &principal {
         let verdict = state
             .policies
@@ -202,7 +222,9 @@ async fn forward(State(state): State<EdgeState>, request: Request) -> Response {
                 principal: principal.clone(),
                 action: operation.clone(),
                 resource: parts.uri.path().to_owned(),
-                message: format!("the local IAM check cannot name what this request needs: {unknown:#}"),
+                message: format!(
+                    "the local IAM check cannot name what this request needs: {unknown:#}"
+                ),
             })
             .and_then(|accesses| state.policies.check(principal, &accesses));
         if let Err(denial) = verdict {
@@ -211,10 +233,17 @@ async fn forward(State(state): State<EdgeState>, request: Request) -> Response {
         }
     }
     let journal_request = (write && state.faults.journaling()).then(|| body.clone());
-    let mut outbound =
-        state.client.request(parts.method.clone(), format!("{}{path}", state.emulator_url)).body(body);
+    let mut outbound = state
+        .client
+        .request(parts.method.clone(), format!("{}{path}", state.emulator_url))
+        .body(body);
     for (name, value) in &parts.headers {
-        if name != "host" && name != "content-length" && name != LEASE_HEADER && name != FUNCTION_HEADER && name != INVOCATION_HEADER {
+        if name != "host"
+            && name != "content-length"
+            && name != LEASE_HEADER
+            && name != FUNCTION_HEADER
+            && name != INVOCATION_HEADER
+        {
             outbound = outbound.header(name, value);
         }
     }
@@ -235,14 +264,23 @@ async fn forward(State(state): State<EdgeState>, request: Request) -> Response {
             Ok(response)
                 if response.status() == StatusCode::NOT_FOUND
                     && matches!(operation.as_str(), "s3:GetObject" | "s3:HeadObject")
-                    && principal.as_deref().is_some_and(|p| state.policies.hides_missing_keys(p, &parts.uri)) =>
+                    && principal
+                        .as_deref()
+                        .is_some_and(|p| state.policies.hides_missing_keys(p, &parts.uri)) =>
             {
-                tracing::warn!(operation, "a missing key read by a caller that may not list the bucket: 403, as S3 answers");
-                access_denied(&operation, "Access Denied (the key does not exist, and the caller may not list the bucket)")
+                tracing::warn!(
+                    operation,
+                    "a missing key read by a caller that may not list the bucket: 403, as S3 answers"
+                );
+                access_denied(
+                    &operation,
+                    "Access Denied (the key does not exist, and the caller may not list the bucket)",
+                )
             }
             Ok(response) => {
                 let builder = response_builder(&response);
-                let body = Body::from_stream(response.bytes_stream().map_err(std::io::Error::other));
+                let body =
+                    Body::from_stream(response.bytes_stream().map_err(std::io::Error::other));
                 builder.body(body).unwrap_or_else(|_| StatusCode::BAD_GATEWAY.into_response())
             }
             Err(err) => emulator_unreachable(err),
@@ -269,13 +307,22 @@ async fn forward(State(state): State<EdgeState>, request: Request) -> Response {
                 && writer_lease.is_some()
                 && String::from_utf8_lossy(&answer).contains("ConditionalCheckFailedException");
             if status.is_success() || refused {
-                faults.journal_write(&operation, writer_lease, invocation, status.is_success(), request, &answer);
+                faults.journal_write(
+                    &operation,
+                    writer_lease,
+                    invocation,
+                    status.is_success(),
+                    request,
+                    &answer,
+                );
             }
         }
         Ok::<_, reqwest::Error>((builder, answer))
     });
     match exchange.await {
-        Ok(Ok((builder, answer))) => builder.body(Body::from(answer)).unwrap_or_else(|_| StatusCode::BAD_GATEWAY.into_response()),
+        Ok(Ok((builder, answer))) => builder
+            .body(Body::from(answer))
+            .unwrap_or_else(|_| StatusCode::BAD_GATEWAY.into_response()),
         Ok(Err(err)) => emulator_unreachable(err),
         Err(join_error) => (StatusCode::BAD_GATEWAY, join_error.to_string()).into_response(),
     }
@@ -293,28 +340,55 @@ fn response_builder(response: &reqwest::Response) -> axum::http::response::Build
 /// The answer when the emulator could not be reached (or hung up mid-answer).
 fn emulator_unreachable(err: reqwest::Error) -> Response {
     tracing::warn!(error = %err, "forwarding to the emulator failed");
-    (StatusCode::BAD_GATEWAY, [("content-type", HeaderValue::from_static("text/plain"))], err.to_string()).into_response()
+    (
+        StatusCode::BAD_GATEWAY,
+        [("content-type", HeaderValue::from_static("text/plain"))],
+        err.to_string(),
+    )
+        .into_response()
 }
 
 /// The error the service behind `operation` answers a call its caller may not make with.
 fn access_denied(operation: &str, message: &str) -> Response {
-    let json_status = if operation.starts_with("lambda:") { StatusCode::FORBIDDEN } else { StatusCode::BAD_REQUEST };
-    aws_error(operation, (StatusCode::FORBIDDEN, "AccessDenied"), (json_status, "AccessDeniedException"), message)
+    let json_status = if operation.starts_with("lambda:") {
+        StatusCode::FORBIDDEN
+    } else {
+        StatusCode::BAD_REQUEST
+    };
+    aws_error(
+        operation,
+        (StatusCode::FORBIDDEN, "AccessDenied"),
+        (json_status, "AccessDeniedException"),
+        message,
+    )
 }
 
 /// The throttling error the service behind `operation` answers with when it sheds load.
 fn throttled(operation: &str) -> Response {
     let message = "Rate exceeded (throttling injected by the local edge)";
-    aws_error(operation, (StatusCode::SERVICE_UNAVAILABLE, "SlowDown"), (StatusCode::BAD_REQUEST, "ThrottlingException"), message)
+    aws_error(
+        operation,
+        (StatusCode::SERVICE_UNAVAILABLE, "SlowDown"),
+        (StatusCode::BAD_REQUEST, "ThrottlingException"),
+        message,
+    )
 }
 
 /// An error answer in the wire format of the service behind `operation`: S3's XML `<Error>`
 /// with `s3`'s status and code, or the AWS JSON protocols' `__type` (DynamoDB, SQS, Step
 /// Functions, Lambda) with `json`'s.
-fn aws_error(operation: &str, s3: (StatusCode, &str), json: (StatusCode, &str), message: &str) -> Response {
+fn aws_error(
+    operation: &str,
+    s3: (StatusCode, &str),
+    json: (StatusCode, &str),
+    message: &str,
+) -> Response {
     if operation.starts_with("s3:") {
         let message = message.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;");
-        let xml = format!("<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>{}</Code><Message>{message}</Message></Error>", s3.1);
+        let xml = format!(
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>{}</Code><Message>{message}</Message></Error>",
+            s3.1
+        );
         return (s3.0, [("content-type", "application/xml")], xml).into_response();
     }
     (
@@ -343,7 +417,8 @@ fn s3_operation(method: &Method, uri: &axum::http::Uri, headers: &HeaderMap) -> 
     let segments: Vec<&str> = uri.path().trim_start_matches('/').splitn(2, '/').collect();
     let has_key = segments.len() == 2 && !segments[1].is_empty();
     let query = uri.query().unwrap_or_default();
-    let has = |name: &str| query.split('&').any(|kv| kv == name || kv.starts_with(&format!("{name}=")));
+    let has =
+        |name: &str| query.split('&').any(|kv| kv == name || kv.starts_with(&format!("{name}=")));
     match (method.as_str(), has_key) {
         ("GET", true) => "GetObject",
         ("HEAD", true) => "HeadObject",
@@ -380,11 +455,22 @@ mod tests {
         let mut headers = HeaderMap::new();
         headers.insert(
             "authorization",
-            "AWS4-HMAC-SHA256 Credential=test/20261122/us-east-1/s3/aws4_request, SignedHeaders=x".parse().unwrap(),
+            "AWS4-HMAC-SHA256 Credential=test/20261122/us-east-1/s3/aws4_request, SignedHeaders=x"
+                .parse()
+                .unwrap(),
         );
-        assert_eq!(classify(&Method::PUT, &"/bucket/results/x".parse().unwrap(), &headers), "s3:PutObject");
-        assert_eq!(classify(&Method::GET, &"/bucket/k?x-id=GetObject".parse().unwrap(), &headers), "s3:GetObject");
-        assert_eq!(classify(&Method::GET, &"/bucket?list-type=2".parse().unwrap(), &headers), "s3:ListObjectsV2");
+        assert_eq!(
+            classify(&Method::PUT, &"/bucket/results/x".parse().unwrap(), &headers),
+            "s3:PutObject"
+        );
+        assert_eq!(
+            classify(&Method::GET, &"/bucket/k?x-id=GetObject".parse().unwrap(), &headers),
+            "s3:GetObject"
+        );
+        assert_eq!(
+            classify(&Method::GET, &"/bucket?list-type=2".parse().unwrap(), &headers),
+            "s3:ListObjectsV2"
+        );
     }
 
     /// A write whose caller hangs up while the emulator is still applying it keeps the lock

@@ -53,7 +53,13 @@ async fn healthy(client: &reqwest::Client, url: &str) -> bool {
 
 /// Starts moto on `port` (or adopts the one recorded at `state_dir/moto.json` if it is alive
 /// and was started for the same ports), then enables Step Functions execution.
-pub async fn ensure(moto_server: &Path, port: u16, edge_port: u16, lifetime: Lifetime, state_dir: Option<&Path>) -> anyhow::Result<Emulator> {
+pub async fn ensure(
+    moto_server: &Path,
+    port: u16,
+    edge_port: u16,
+    lifetime: Lifetime,
+    state_dir: Option<&Path>,
+) -> anyhow::Result<Emulator> {
     let client = reqwest::Client::new();
     let url = format!("http://127.0.0.1:{port}");
     let record_path = state_dir.map(|d| d.join("moto.json"));
@@ -78,7 +84,10 @@ pub async fn ensure(moto_server: &Path, port: u16, edge_port: u16, lifetime: Lif
         bail!("something else already answers on {url}; set LONGHAUL_MOTO_PORT or stop it");
     }
     if !moto_server.exists() {
-        bail!("{} not found: run `make venv` (make dev and make test do it for you)", moto_server.display());
+        bail!(
+            "{} not found: run `make venv` (make dev and make test do it for you)",
+            moto_server.display()
+        );
     }
     let log = match state_dir {
         Some(dir) => {
@@ -112,7 +121,8 @@ pub async fn ensure(moto_server: &Path, port: u16, edge_port: u16, lifetime: Lif
             }
         }
     }
-    let mut child = command.spawn().with_context(|| format!("starting {}", moto_server.display()))?;
+    let mut child =
+        command.spawn().with_context(|| format!("starting {}", moto_server.display()))?;
     let pid = child.id();
     for _ in 0..300 {
         if healthy(&client, &url).await {

@@ -17,11 +17,19 @@ const POLLERS_PER_MAPPING: usize = 2;
 
 /// Starts the pollers of every SQS mapping. `sqs` talks to the emulator directly: polling is
 /// the event source mapping's work, not the function's, so it is not counted as its calls.
-pub fn spawn(functions: &[HostedFunction], sqs: &aws_sdk_sqs::Client, faults: &Arc<Faults>) -> Vec<tokio::task::JoinHandle<()>> {
+pub fn spawn(
+    functions: &[HostedFunction],
+    sqs: &aws_sdk_sqs::Client,
+    faults: &Arc<Faults>,
+) -> Vec<tokio::task::JoinHandle<()>> {
     let mut tasks = Vec::new();
     for function in functions {
         for event in &function.spec.events {
-            let EventSpec::Sqs { queue_url, queue_arn, batch_size, report_batch_item_failures } = event else { continue };
+            let EventSpec::Sqs { queue_url, queue_arn, batch_size, report_batch_item_failures } =
+                event
+            else {
+                continue;
+            };
             for _ in 0..POLLERS_PER_MAPPING {
                 let mapping = Mapping {
                     function: function.clone(),
@@ -93,7 +101,11 @@ impl Mapping {
             .map(|m| {
                 let attributes: serde_json::Map<String, Value> = m
                     .attributes()
-                    .map(|a| a.iter().map(|(k, v)| (k.as_str().to_owned(), Value::String(v.clone()))).collect())
+                    .map(|a| {
+                        a.iter()
+                            .map(|(k, v)| (k.as_str().to_owned(), Value::String(v.clone())))
+                            .collect()
+                    })
                     .unwrap_or_default();
                 json!({
                     "messageId": m.message_id(),
@@ -112,7 +124,8 @@ impl Mapping {
         let outcome = if self.faults.duplicate_delivery() {
             // At-least-once delivery, at its worst: two invocations with the same batch at
             // once. A message is done only if both handled it.
-            let (first, second) = futures::join!(self.function.invoke(event.clone()), self.function.invoke(event));
+            let (first, second) =
+                futures::join!(self.function.invoke(event.clone()), self.function.invoke(event));
             match (first, second) {
                 (Ok(first), Ok(second)) => {
                     let mut failures = self.batch_item_failures(&first);
@@ -158,7 +171,10 @@ impl Mapping {
                 .await
                 .map_err(|e| longhaul_aws::AwsError::new("delete batch", e))?;
             if !output.failed.is_empty() {
-                tracing::warn!(count = output.failed.len(), "some processed messages could not be deleted; they will be redelivered");
+                tracing::warn!(
+                    count = output.failed.len(),
+                    "some processed messages could not be deleted; they will be redelivered"
+                );
             }
         }
         Ok(())

@@ -30,7 +30,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use aws_smithy_runtime_api::client::http::{
-    HttpClient, HttpConnector, HttpConnectorFuture, HttpConnectorSettings, SharedHttpClient, SharedHttpConnector,
+    HttpClient, HttpConnector, HttpConnectorFuture, HttpConnectorSettings, SharedHttpClient,
+    SharedHttpConnector,
 };
 use aws_smithy_runtime_api::client::orchestrator::HttpRequest;
 use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
@@ -104,7 +105,9 @@ pub struct CallMatch {
 impl CallMatch {
     fn matches(&self, operation: &str, uri: &str, body: Option<&[u8]>) -> bool {
         let needle = self.contains.as_bytes();
-        let contains = |haystack: &[u8]| needle.is_empty() || haystack.windows(needle.len()).any(|w| w == needle);
+        let contains = |haystack: &[u8]| {
+            needle.is_empty() || haystack.windows(needle.len()).any(|w| w == needle)
+        };
         operation == self.operation && (contains(uri.as_bytes()) || body.is_some_and(contains))
     }
 }
@@ -281,14 +284,24 @@ impl Faults {
     /// How long `invocation` pauses before the AWS call (`operation`) it is about to make, if
     /// it does: only an invocation of a planned function that holds (`holds_lease`) a job's
     /// lease, at most once per job.
-    pub fn pause_at_call(&self, invocation: &Invocation, operation: &str, holds_lease: bool) -> Option<std::time::Duration> {
+    pub fn pause_at_call(
+        &self,
+        invocation: &Invocation,
+        operation: &str,
+        holds_lease: bool,
+    ) -> Option<std::time::Duration> {
         let plan = self.plan.read().expect("fault plan");
         let job = invocation.job_id.as_ref()?;
-        if !holds_lease || !plan.pause_functions.contains(&invocation.function) || !self.roll(plan.pause_before_call) {
+        if !holds_lease
+            || !plan.pause_functions.contains(&invocation.function)
+            || !self.roll(plan.pause_before_call)
+        {
             return None;
         }
         let mut paused_jobs = self.paused_jobs.lock().expect("paused jobs");
-        if (plan.max_pauses > 0 && paused_jobs.len() as u64 >= plan.max_pauses) || !paused_jobs.insert(job.clone()) {
+        if (plan.max_pauses > 0 && paused_jobs.len() as u64 >= plan.max_pauses)
+            || !paused_jobs.insert(job.clone())
+        {
             return None;
         }
         drop(paused_jobs);
@@ -354,7 +367,10 @@ impl Faults {
         let response: serde_json::Value = serde_json::from_slice(response).unwrap_or_default();
         let key = request.get("Key").or_else(|| request.get("Item"));
         let string = |v: Option<&serde_json::Value>, name: &str| {
-            v.and_then(|v| v.get(name)).and_then(|a| a.get("S")).and_then(|s| s.as_str()).map(str::to_owned)
+            v.and_then(|v| v.get(name))
+                .and_then(|a| a.get("S"))
+                .and_then(|s| s.as_str())
+                .map(str::to_owned)
         };
         // A refused write's answer may carry the item as it is (ALL_OLD): not after the write.
         let attributes = response.get("Attributes").filter(|_| applied);
@@ -376,7 +392,10 @@ impl Faults {
             &entry.pk,
             &entry.lease_after,
         ) {
-            self.claimed.lock().expect("claimed leases").insert(invocation, (pk.clone(), lease.clone()));
+            self.claimed
+                .lock()
+                .expect("claimed leases")
+                .insert(invocation, (pk.clone(), lease.clone()));
         }
         let mut journal = self.journal.lock().expect("journal");
         let seq = journal.len() as u64;
@@ -445,7 +464,11 @@ impl Invocation {
         let first_message = first
             .and_then(|r| r.get("messageId")?.as_str())
             .map(|id| format!("message {id}"))
-            .or_else(|| first.and_then(|r| r["dynamodb"]["SequenceNumber"].as_str()).map(|seq| format!("record {seq}")));
+            .or_else(|| {
+                first
+                    .and_then(|r| r["dynamodb"]["SequenceNumber"].as_str())
+                    .map(|seq| format!("record {seq}"))
+            });
         Invocation {
             id: NEXT_INVOCATION.fetch_add(1, Ordering::Relaxed),
             function: function.to_owned(),
@@ -504,7 +527,11 @@ impl FaultyHttpClient {
 }
 
 impl HttpClient for FaultyHttpClient {
-    fn http_connector(&self, settings: &HttpConnectorSettings, components: &RuntimeComponents) -> SharedHttpConnector {
+    fn http_connector(
+        &self,
+        settings: &HttpConnectorSettings,
+        components: &RuntimeComponents,
+    ) -> SharedHttpConnector {
         SharedHttpConnector::new(FaultyConnector {
             inner: self.inner.http_connector(settings, components),
             faults: self.faults.clone(),
@@ -547,7 +574,12 @@ impl HttpConnector for FaultyConnector {
                     // Counts the pause over however this future ends (answered or dropped).
                     let _pause_over = pause.map(|_| PauseOver(faults));
                     if let Some(pause) = pause {
-                        tracing::info!(function = invocation.function, job_id = invocation.job_id, ?pause, "invocation paused (fault injected)");
+                        tracing::info!(
+                            function = invocation.function,
+                            job_id = invocation.job_id,
+                            ?pause,
+                            "invocation paused (fault injected)"
+                        );
                         tokio::time::sleep(pause).await;
                     }
                     let started = std::time::Instant::now();
@@ -586,7 +618,9 @@ impl Drop for PauseOver {
 fn operation_of(request: &HttpRequest) -> String {
     let mut headers = axum::http::HeaderMap::new();
     for name in ["authorization", "x-amz-target", "x-amz-copy-source"] {
-        if let Some(value) = request.headers().get(name).and_then(|v| axum::http::HeaderValue::from_str(v).ok()) {
+        if let Some(value) =
+            request.headers().get(name).and_then(|v| axum::http::HeaderValue::from_str(v).ok())
+        {
             headers.insert(name, value);
         }
     }
@@ -600,7 +634,10 @@ mod tests {
     use super::*;
 
     fn invocation(job: &str) -> Invocation {
-        Invocation::new("StageFunction", Some(&serde_json::json!({"job_id": job, "lease": {"token": "t1"}})))
+        Invocation::new(
+            "StageFunction",
+            Some(&serde_json::json!({"job_id": job, "lease": {"token": "t1"}})),
+        )
     }
 
     #[test]
@@ -609,10 +646,24 @@ mod tests {
         assert_eq!((i.job_id.as_deref(), i.lease.as_deref()), (Some("j1"), Some("t1")));
         let bare = Invocation::new("DispatcherFunction", Some(&serde_json::json!({"Records": []})));
         assert_eq!((bare.job_id, bare.lease), (None, None));
-        let batch = Invocation::new("DispatcherFunction", Some(&serde_json::json!({"Records": [{"messageId": "m1"}]})));
-        assert_eq!(batch.crash_key.as_deref(), Some("message m1"), "a batch's crashes are capped by its first message");
-        let stream = Invocation::new("NotifierFunction", Some(&serde_json::json!({"Records": [{"dynamodb": {"SequenceNumber": "7"}}]})));
-        assert_eq!(stream.crash_key.as_deref(), Some("record 7"), "a stream batch's by its first record");
+        let batch = Invocation::new(
+            "DispatcherFunction",
+            Some(&serde_json::json!({"Records": [{"messageId": "m1"}]})),
+        );
+        assert_eq!(
+            batch.crash_key.as_deref(),
+            Some("message m1"),
+            "a batch's crashes are capped by its first message"
+        );
+        let stream = Invocation::new(
+            "NotifierFunction",
+            Some(&serde_json::json!({"Records": [{"dynamodb": {"SequenceNumber": "7"}}]})),
+        );
+        assert_eq!(
+            stream.crash_key.as_deref(),
+            Some("record 7"),
+            "a stream batch's by its first record"
+        );
     }
 
     #[test]
@@ -629,8 +680,15 @@ mod tests {
         let stage = invocation("j1");
         assert_eq!(faults.crash_at_call(&stage, "s3:GetObject"), Some(Crash::BeforeCall));
         assert_eq!(faults.crash_at_call(&stage, "dynamodb:UpdateItem"), Some(Crash::BeforeCall));
-        assert_eq!(faults.crash_at_call(&stage, "s3:GetObject"), None, "the third crash of j1 exceeds the cap");
-        assert_eq!(faults.crash_at_call(&invocation("j2"), "s3:GetObject"), Some(Crash::BeforeCall));
+        assert_eq!(
+            faults.crash_at_call(&stage, "s3:GetObject"),
+            None,
+            "the third crash of j1 exceeds the cap"
+        );
+        assert_eq!(
+            faults.crash_at_call(&invocation("j2"), "s3:GetObject"),
+            Some(Crash::BeforeCall)
+        );
         let counts = faults.counts();
         assert_eq!(counts.crashed_before_call, 3);
         assert_eq!(
@@ -645,13 +703,19 @@ mod tests {
     #[test]
     fn a_plan_can_aim_its_crashes_at_one_kind_of_call() {
         let faults = Faults::default();
-        let only = CallMatch { operation: "dynamodb:PutItem".into(), contains: "checkpoints/j1/render/".into() };
+        let only = CallMatch {
+            operation: "dynamodb:PutItem".into(),
+            contains: "checkpoints/j1/render/".into(),
+        };
         faults.set_plan(FaultPlan { crash_only: Some(only), ..FaultPlan::default() });
         let body = br#"{"Item":{"checkpoint_key":{"S":"checkpoints/j1/render/00000000000000000003.json"}}}"#;
         assert!(faults.crash_targets("dynamodb:PutItem", "/", Some(body)));
         assert!(!faults.crash_targets("dynamodb:UpdateItem", "/", Some(body)), "another operation");
         assert!(!faults.crash_targets("dynamodb:PutItem", "/", Some(b"{}")), "another request");
-        assert!(faults.crash_targets("dynamodb:PutItem", "/bucket/checkpoints/j1/render/x", None), "the URI counts too");
+        assert!(
+            faults.crash_targets("dynamodb:PutItem", "/bucket/checkpoints/j1/render/x", None),
+            "the URI counts too"
+        );
         faults.set_plan(FaultPlan::default());
         assert!(faults.crash_targets("s3:GetObject", "/", None), "no aim: every call");
     }
@@ -665,10 +729,23 @@ mod tests {
             max_crashes_per_job: 1,
             ..FaultPlan::default()
         });
-        let submit = |key: &str| Invocation::new("SubmitFunction", Some(&serde_json::json!({"headers": {"idempotency-key": key}})));
+        let submit = |key: &str| {
+            Invocation::new(
+                "SubmitFunction",
+                Some(&serde_json::json!({"headers": {"idempotency-key": key}})),
+            )
+        };
         assert_eq!(faults.crash_at_call(&submit("k1"), "dynamodb:PutItem"), Some(Crash::AfterCall));
-        assert_eq!(faults.crash_at_call(&submit("k1"), "dynamodb:PutItem"), None, "k1's retry is spared");
-        assert_eq!(faults.crash_at_call(&submit("k2"), "dynamodb:PutItem"), Some(Crash::AfterCall), "another submission is not");
+        assert_eq!(
+            faults.crash_at_call(&submit("k1"), "dynamodb:PutItem"),
+            None,
+            "k1's retry is spared"
+        );
+        assert_eq!(
+            faults.crash_at_call(&submit("k2"), "dynamodb:PutItem"),
+            Some(Crash::AfterCall),
+            "another submission is not"
+        );
     }
 
     #[test]
@@ -680,15 +757,40 @@ mod tests {
             pause_ms: 1_500,
             ..FaultPlan::default()
         });
-        assert_eq!(faults.pause_at_call(&invocation("j1"), "s3:PutObject", false), None, "not before it holds the lease");
-        assert_eq!(faults.pause_at_call(&Invocation::new("DispatcherFunction", None), "s3:PutObject", true), None);
-        assert_eq!(faults.pause_at_call(&invocation("j1"), "s3:PutObject", true), Some(std::time::Duration::from_millis(1_500)));
-        assert_eq!(faults.pause_at_call(&invocation("j1"), "s3:PutObject", true), None, "once per job");
+        assert_eq!(
+            faults.pause_at_call(&invocation("j1"), "s3:PutObject", false),
+            None,
+            "not before it holds the lease"
+        );
+        assert_eq!(
+            faults.pause_at_call(
+                &Invocation::new("DispatcherFunction", None),
+                "s3:PutObject",
+                true
+            ),
+            None
+        );
+        assert_eq!(
+            faults.pause_at_call(&invocation("j1"), "s3:PutObject", true),
+            Some(std::time::Duration::from_millis(1_500))
+        );
+        assert_eq!(
+            faults.pause_at_call(&invocation("j1"), "s3:PutObject", true),
+            None,
+            "once per job"
+        );
         faults.set_plan(FaultPlan { max_pauses: 1, ..faults.plan() });
         assert!(faults.pause_at_call(&invocation("j2"), "s3:PutObject", true).is_some());
-        assert_eq!(faults.pause_at_call(&invocation("j3"), "s3:PutObject", true), None, "at most max_pauses in all");
+        assert_eq!(
+            faults.pause_at_call(&invocation("j3"), "s3:PutObject", true),
+            None,
+            "at most max_pauses in all"
+        );
         assert_eq!(faults.counts().paused, 1);
-        assert_eq!(faults.counts().pause_sites, BTreeMap::from([("StageFunction s3:PutObject".to_owned(), 1)]));
+        assert_eq!(
+            faults.counts().pause_sites,
+            BTreeMap::from([("StageFunction s3:PutObject".to_owned(), 1)])
+        );
     }
 
     #[test]
@@ -696,7 +798,9 @@ mod tests {
         let faults = Faults::default();
         assert_eq!(faults.crash_at_call(&invocation("j1"), "s3:GetObject"), None);
         assert_eq!(faults.pause_at_call(&invocation("j1"), "s3:PutObject", true), None);
-        assert!(!faults.throttle_call() && !faults.duplicate_delivery() && !faults.duplicate_start());
+        assert!(
+            !faults.throttle_call() && !faults.duplicate_delivery() && !faults.duplicate_start()
+        );
         assert_eq!(faults.counts(), FaultCounts::default());
     }
 
@@ -705,7 +809,8 @@ mod tests {
         let faults = Faults::default();
         faults.set_plan(FaultPlan { journal: true, ..FaultPlan::default() });
         let request = serde_json::json!({"Key": {"pk": {"S": "JOB#1"}, "sk": {"S": "JOB"}}});
-        let response = serde_json::json!({"Attributes": {"lease": {"S": "t2"}, "status": {"S": "running"}}});
+        let response =
+            serde_json::json!({"Attributes": {"lease": {"S": "t2"}, "status": {"S": "running"}}});
         faults.journal_write(
             "dynamodb:UpdateItem",
             Some("t1".into()),
@@ -716,12 +821,22 @@ mod tests {
         );
         faults.journal_write("dynamodb:PutItem", None, None, true, b"not json", b"");
         // Refused: journaled, but nothing of the item is read from the answer.
-        faults.journal_write("dynamodb:UpdateItem", Some("t0".into()), None, false, request.to_string().as_bytes(), response.to_string().as_bytes());
+        faults.journal_write(
+            "dynamodb:UpdateItem",
+            Some("t0".into()),
+            None,
+            false,
+            request.to_string().as_bytes(),
+            response.to_string().as_bytes(),
+        );
         let journal = faults.journal();
         assert_eq!(journal.len(), 3);
         assert!(!journal[0].refused);
         assert!(journal[2].refused);
-        assert_eq!((journal[2].lease_after.as_deref(), journal[2].status_after.as_deref()), (None, None));
+        assert_eq!(
+            (journal[2].lease_after.as_deref(), journal[2].status_after.as_deref()),
+            (None, None)
+        );
         assert_eq!(journal[0].pk.as_deref(), Some("JOB#1"));
         assert_eq!(journal[0].writer_lease.as_deref(), Some("t1"));
         assert_eq!(journal[0].lease_after.as_deref(), Some("t2"));
@@ -737,11 +852,21 @@ mod tests {
         faults.set_plan(FaultPlan { journal: true, ..FaultPlan::default() });
         let request = serde_json::json!({"Key": {"pk": {"S": "JOB#j1"}, "sk": {"S": "JOB"}}});
         let claimed = serde_json::json!({"Attributes": {"lease": {"S": "minted"}, "status": {"S": "running"}}});
-        faults.journal_write("dynamodb:UpdateItem", None, Some(9), true, request.to_string().as_bytes(), claimed.to_string().as_bytes());
+        faults.journal_write(
+            "dynamodb:UpdateItem",
+            None,
+            Some(9),
+            true,
+            request.to_string().as_bytes(),
+            claimed.to_string().as_bytes(),
+        );
         assert_eq!(faults.claimed_lease(9, "j1").as_deref(), Some("minted"));
         assert_eq!(faults.claimed_lease(9, "j2"), None, "only for the job it claimed");
         assert_eq!(faults.claimed_lease(10, "j1"), None, "only for the invocation that claimed");
-        let work = Invocation::new("StageFunction", Some(&serde_json::json!({"job_id": "j1", "state": {"lease": {"token": "t3"}}})));
+        let work = Invocation::new(
+            "StageFunction",
+            Some(&serde_json::json!({"job_id": "j1", "state": {"lease": {"token": "t3"}}})),
+        );
         assert_eq!(work.lease.as_deref(), Some("t3"));
     }
 }

@@ -49,7 +49,8 @@ enum Comparison {
 impl Pattern {
     /// Parses a pattern from its JSON text (as `FilterCriteria` carries it).
     pub fn parse(text: &str) -> anyhow::Result<Pattern> {
-        let value: Value = serde_json::from_str(text).map_err(|e| anyhow!("the filter pattern is not JSON: {e}"))?;
+        let value: Value = serde_json::from_str(text)
+            .map_err(|e| anyhow!("the filter pattern is not JSON: {e}"))?;
         Self::from_value(&value)
     }
 
@@ -84,7 +85,12 @@ fn object(value: &Value, path: &str) -> anyhow::Result<Vec<(String, Node)>> {
                     if alternatives.is_empty() {
                         bail!("{path}: a leaf needs at least one alternative");
                     }
-                    Node::Leaf(alternatives.iter().map(|a| matcher(a, &path)).collect::<anyhow::Result<_>>()?)
+                    Node::Leaf(
+                        alternatives
+                            .iter()
+                            .map(|a| matcher(a, &path))
+                            .collect::<anyhow::Result<_>>()?,
+                    )
                 }
                 other => bail!("{path}: a leaf must be an array of alternatives, not {other}"),
             };
@@ -102,17 +108,29 @@ fn matcher(value: &Value, path: &str) -> anyhow::Result<Matcher> {
     Ok(match (op.as_str(), arg) {
         ("exists", Value::Bool(b)) => Matcher::Exists(*b),
         ("prefix", Value::String(p)) => Matcher::Prefix(p.clone()),
-        ("anything-but", Value::Array(items)) if items.iter().all(is_literal) && !items.is_empty() => {
+        ("anything-but", Value::Array(items))
+            if items.iter().all(is_literal) && !items.is_empty() =>
+        {
             Matcher::AnythingBut(items.clone())
         }
         ("anything-but", Value::Object(inner)) => match inner.iter().next() {
-            Some((op, Value::String(p))) if op == "prefix" && inner.len() == 1 => Matcher::AnythingButPrefix(p.clone()),
-            _ => bail!("{path}: anything-but {arg} is not supported by the local stack (only literals and prefix)"),
+            Some((op, Value::String(p))) if op == "prefix" && inner.len() == 1 => {
+                Matcher::AnythingButPrefix(p.clone())
+            }
+            _ => bail!(
+                "{path}: anything-but {arg} is not supported by the local stack (only literals and prefix)"
+            ),
         },
-        ("anything-but", literal) if is_literal(literal) => Matcher::AnythingBut(vec![literal.clone()]),
+        ("anything-but", literal) if is_literal(literal) => {
+            Matcher::AnythingBut(vec![literal.clone()])
+        }
         ("numeric", Value::Array(items)) => Matcher::Numeric(numeric(items, path)?),
-        ("exists" | "prefix" | "anything-but" | "numeric", _) => bail!("{path}: {op} does not take {arg}"),
-        (other, _) => bail!("{path}: the filter operator {other:?} is not supported by the local stack"),
+        ("exists" | "prefix" | "anything-but" | "numeric", _) => {
+            bail!("{path}: {op} does not take {arg}")
+        }
+        (other, _) => {
+            bail!("{path}: the filter operator {other:?} is not supported by the local stack")
+        }
     })
 }
 
@@ -135,7 +153,9 @@ fn numeric(items: &[Value], path: &str) -> anyhow::Result<Vec<(Comparison, f64)>
                 Some(">=") => Comparison::Ge,
                 _ => bail!("{path}: {} is not a numeric operator", pair[0]),
             };
-            let n = pair[1].as_f64().ok_or_else(|| anyhow!("{path}: numeric compares with numbers, not {}", pair[1]))?;
+            let n = pair[1]
+                .as_f64()
+                .ok_or_else(|| anyhow!("{path}: numeric compares with numbers, not {}", pair[1]))?;
             Ok((op, n))
         })
         .collect()
@@ -188,8 +208,12 @@ impl Matcher {
         match self {
             Matcher::Literal(literal) => values.iter().any(|v| equal(v, literal)),
             Matcher::Exists(wanted) => values.is_empty() != *wanted,
-            Matcher::Prefix(prefix) => values.iter().any(|v| v.as_str().is_some_and(|s| s.starts_with(prefix.as_str()))),
-            Matcher::AnythingBut(excluded) => values.iter().any(|v| !excluded.iter().any(|e| equal(v, e))),
+            Matcher::Prefix(prefix) => {
+                values.iter().any(|v| v.as_str().is_some_and(|s| s.starts_with(prefix.as_str())))
+            }
+            Matcher::AnythingBut(excluded) => {
+                values.iter().any(|v| !excluded.iter().any(|e| equal(v, e)))
+            }
             Matcher::AnythingButPrefix(prefix) => {
                 values.iter().any(|v| v.as_str().is_some_and(|s| !s.starts_with(prefix.as_str())))
             }
@@ -216,7 +240,13 @@ mod tests {
     /// The notifier's pattern, as template.yaml declares it.
     const NOTIFIER: &str = r#"{"eventName": ["MODIFY"], "dynamodb": {"Keys": {"sk": {"S": ["JOB"]}}, "NewImage": {"status": {"S": ["succeeded", "failed", "cancelled"]}, "callback_url": {"S": [{"exists": true}]}}, "OldImage": {"status": {"S": [{"anything-but": ["succeeded", "failed", "cancelled"]}]}}}}"#;
 
-    fn record(event_name: &str, sk: &str, old: Option<&str>, new: Option<&str>, callback: bool) -> Value {
+    fn record(
+        event_name: &str,
+        sk: &str,
+        old: Option<&str>,
+        new: Option<&str>,
+        callback: bool,
+    ) -> Value {
         let image = |status: &str| {
             let mut image = json!({"pk": {"S": "JOB#1"}, "sk": {"S": sk}, "status": {"S": status}});
             if callback {
@@ -224,7 +254,8 @@ mod tests {
             }
             image
         };
-        let mut dynamodb = json!({"Keys": {"pk": {"S": "JOB#1"}, "sk": {"S": sk}}, "SequenceNumber": "1"});
+        let mut dynamodb =
+            json!({"Keys": {"pk": {"S": "JOB#1"}, "sk": {"S": sk}}, "SequenceNumber": "1"});
         if let Some(old) = old {
             dynamodb["OldImage"] = image(old);
         }
@@ -240,20 +271,38 @@ mod tests {
         assert!(p.matches(&record("MODIFY", "JOB", Some("running"), Some("succeeded"), true)));
         assert!(p.matches(&record("MODIFY", "JOB", Some("queued"), Some("cancelled"), true)));
         assert!(p.matches(&record("MODIFY", "JOB", Some("running"), Some("failed"), true)));
-        assert!(!p.matches(&record("MODIFY", "JOB", Some("running"), Some("succeeded"), false)), "no callback");
-        assert!(!p.matches(&record("MODIFY", "JOB", Some("succeeded"), Some("expired"), true)), "terminal → expired");
-        assert!(!p.matches(&record("MODIFY", "JOB", Some("failed"), Some("failed"), true)), "already terminal");
+        assert!(
+            !p.matches(&record("MODIFY", "JOB", Some("running"), Some("succeeded"), false)),
+            "no callback"
+        );
+        assert!(
+            !p.matches(&record("MODIFY", "JOB", Some("succeeded"), Some("expired"), true)),
+            "terminal → expired"
+        );
+        assert!(
+            !p.matches(&record("MODIFY", "JOB", Some("failed"), Some("failed"), true)),
+            "already terminal"
+        );
         assert!(!p.matches(&record("INSERT", "JOB", None, Some("succeeded"), true)), "an insert");
         assert!(!p.matches(&record("REMOVE", "JOB", Some("running"), None, true)), "a removal");
-        assert!(!p.matches(&record("MODIFY", "PROGRESS", Some("running"), Some("succeeded"), true)), "a progress item");
-        assert!(!p.matches(&record("MODIFY", "JOB", Some("running"), Some("running"), true)), "still running");
+        assert!(
+            !p.matches(&record("MODIFY", "PROGRESS", Some("running"), Some("succeeded"), true)),
+            "a progress item"
+        );
+        assert!(
+            !p.matches(&record("MODIFY", "JOB", Some("running"), Some("running"), true)),
+            "still running"
+        );
     }
 
     #[test]
     fn literals_match_by_value_and_any_element_of_an_array() {
         let p = Pattern::parse(r#"{"n": [5], "b": [true], "z": [null], "tags": ["red"]}"#).unwrap();
         assert!(p.matches(&json!({"n": 5.0, "b": true, "z": null, "tags": ["blue", "red"]})));
-        assert!(!p.matches(&json!({"n": "5", "b": true, "z": null, "tags": ["red"]})), "types differ");
+        assert!(
+            !p.matches(&json!({"n": "5", "b": true, "z": null, "tags": ["red"]})),
+            "types differ"
+        );
         assert!(!p.matches(&json!({"n": 5, "b": true, "tags": ["red"]})), "null is not absence");
         assert!(!p.matches(&json!({"n": 5, "b": true, "z": null, "tags": []})));
     }
@@ -269,18 +318,29 @@ mod tests {
         assert!(!present.matches(&json!({"a": {"b": 1}})), "exists only matches leaves");
         let prefix = Pattern::parse(r#"{"k": [{"prefix": "JOB#"}]}"#).unwrap();
         assert!(prefix.matches(&json!({"k": "JOB#1"})) && !prefix.matches(&json!({"k": "IDEM#1"})));
-        let but = Pattern::parse(r#"{"k": [{"anything-but": "x"}], "p": [{"anything-but": {"prefix": "a"}}]}"#).unwrap();
+        let but = Pattern::parse(
+            r#"{"k": [{"anything-but": "x"}], "p": [{"anything-but": {"prefix": "a"}}]}"#,
+        )
+        .unwrap();
         assert!(but.matches(&json!({"k": "y", "p": "b"})));
-        assert!(!but.matches(&json!({"k": "x", "p": "b"})) && !but.matches(&json!({"k": "y", "p": "ab"})));
+        assert!(
+            !but.matches(&json!({"k": "x", "p": "b"}))
+                && !but.matches(&json!({"k": "y", "p": "ab"}))
+        );
         assert!(!but.matches(&json!({"p": "b"})), "anything-but needs the field");
         let numeric = Pattern::parse(r#"{"n": [{"numeric": [">", 0, "<=", 5]}]}"#).unwrap();
-        assert!(numeric.matches(&json!({"n": 5})) && !numeric.matches(&json!({"n": 0})) && !numeric.matches(&json!({"n": "3"})));
+        assert!(
+            numeric.matches(&json!({"n": 5}))
+                && !numeric.matches(&json!({"n": 0}))
+                && !numeric.matches(&json!({"n": "3"}))
+        );
     }
 
     #[test]
     fn no_patterns_let_everything_through_and_several_are_alternatives() {
         assert!(Pattern::any_matches(&[], &json!({"a": 1})));
-        let patterns = [Pattern::parse(r#"{"a": [1]}"#).unwrap(), Pattern::parse(r#"{"a": [2]}"#).unwrap()];
+        let patterns =
+            [Pattern::parse(r#"{"a": [1]}"#).unwrap(), Pattern::parse(r#"{"a": [2]}"#).unwrap()];
         assert!(Pattern::any_matches(&patterns, &json!({"a": 2})));
         assert!(!Pattern::any_matches(&patterns, &json!({"a": 3})));
     }

@@ -21,8 +21,10 @@ use crate::faults::Invocation;
 use crate::model::FunctionSpec;
 
 type HttpHandler = Arc<dyn Fn(Request) -> BoxFuture<'static, Response<Body>> + Send + Sync>;
-type StreamHandler = Arc<dyn Fn(Request) -> BoxFuture<'static, Response<axum::body::Body>> + Send + Sync>;
-type EventHandler = Arc<dyn Fn(Value, Instant) -> BoxFuture<'static, Result<Value, Diagnostic>> + Send + Sync>;
+type StreamHandler =
+    Arc<dyn Fn(Request) -> BoxFuture<'static, Response<axum::body::Body>> + Send + Sync>;
+type EventHandler =
+    Arc<dyn Fn(Value, Instant) -> BoxFuture<'static, Result<Value, Diagnostic>> + Send + Sync>;
 
 /// A function's handler.
 #[derive(Clone)]
@@ -132,7 +134,10 @@ where
 /// An API function: its crate has `Config::from_vars`, `Deps::new` and `handle`.
 macro_rules! http_function {
     ($krate:ident, $vars:expr, $sdk:expr, $context:expr) => {{
-        let deps = Arc::new($krate::Deps::new($sdk, &$krate::Config::from_vars($vars).with_context($context)?));
+        let deps = Arc::new($krate::Deps::new(
+            $sdk,
+            &$krate::Config::from_vars($vars).with_context($context)?,
+        ));
         http(move |request| {
             let deps = deps.clone();
             async move { $krate::handle(&deps, request).await }
@@ -141,7 +146,11 @@ macro_rules! http_function {
 }
 
 /// Builds the handler for `spec`, with its environment (plus `overrides`).
-pub fn host(spec: &FunctionSpec, sdk: &SdkConfig, log: &InvocationLog) -> anyhow::Result<HostedFunction> {
+pub fn host(
+    spec: &FunctionSpec,
+    sdk: &SdkConfig,
+    log: &InvocationLog,
+) -> anyhow::Result<HostedFunction> {
     let vars = Vars::from_map(spec.env.clone().into_iter().collect());
     let context = || format!("configuring {} ({})", spec.logical, spec.binary);
     let handler = match spec.binary.as_str() {
@@ -151,7 +160,10 @@ pub fn host(spec: &FunctionSpec, sdk: &SdkConfig, log: &InvocationLog) -> anyhow
         "uploads" => http_function!(uploads, &vars, sdk, context),
         "webhooks" => http_function!(webhooks, &vars, sdk, context),
         "events" => {
-            let deps = Arc::new(events::Deps::new(sdk, &events::Config::from_vars(&vars).with_context(context)?));
+            let deps = Arc::new(events::Deps::new(
+                sdk,
+                &events::Config::from_vars(&vars).with_context(context)?,
+            ));
             Handler::Stream(Arc::new(move |request| {
                 let deps = deps.clone();
                 async move {
@@ -164,42 +176,60 @@ pub fn host(spec: &FunctionSpec, sdk: &SdkConfig, log: &InvocationLog) -> anyhow
         }
         "webhook" => {
             let config = webhook::Config::from_vars(&vars).with_context(context)?;
-            let deps = Arc::new(webhook::Deps::new(sdk, &config, Arc::new(webhook::SystemResolver)).with_context(context)?);
+            let deps = Arc::new(
+                webhook::Deps::new(sdk, &config, Arc::new(webhook::SystemResolver))
+                    .with_context(context)?,
+            );
             Handler::Event(typed(move |event: aws_lambda_events::sqs::SqsEvent, _deadline| {
                 let deps = deps.clone();
                 async move { Ok::<_, Diagnostic>(webhook::handle(&deps, event).await) }
             }))
         }
         "notifier" => {
-            let deps = Arc::new(notifier::Deps::new(sdk, &notifier::Config::from_vars(&vars).with_context(context)?));
+            let deps = Arc::new(notifier::Deps::new(
+                sdk,
+                &notifier::Config::from_vars(&vars).with_context(context)?,
+            ));
             Handler::Event(typed(move |event: aws_lambda_events::dynamodb::Event, _deadline| {
                 let deps = deps.clone();
                 async move { Ok::<_, Diagnostic>(notifier::handle(&deps, event).await) }
             }))
         }
         "dispatcher" => {
-            let deps = Arc::new(dispatcher::Deps::new(sdk, &dispatcher::Config::from_vars(&vars).with_context(context)?));
+            let deps = Arc::new(dispatcher::Deps::new(
+                sdk,
+                &dispatcher::Config::from_vars(&vars).with_context(context)?,
+            ));
             Handler::Event(typed(move |event: aws_lambda_events::sqs::SqsEvent, _deadline| {
                 let deps = deps.clone();
                 async move { Ok::<_, Diagnostic>(dispatcher::handle(&deps, event).await) }
             }))
         }
         "stage" => {
-            let deps = Arc::new(stage::Deps::new(sdk, &stage::Config::from_vars(&vars).with_context(context)?));
+            let deps = Arc::new(stage::Deps::new(
+                sdk,
+                &stage::Config::from_vars(&vars).with_context(context)?,
+            ));
             Handler::Event(typed(move |input: stage::StageInput, deadline| {
                 let deps = deps.clone();
                 async move { stage::handle(&deps, input, deadline).await }
             }))
         }
         "reaper" => {
-            let deps = Arc::new(reaper::Deps::new(sdk, &reaper::Config::from_vars(&vars).with_context(context)?));
+            let deps = Arc::new(reaper::Deps::new(
+                sdk,
+                &reaper::Config::from_vars(&vars).with_context(context)?,
+            ));
             Handler::Event(typed(move |_event: Value, _deadline| {
                 let deps = deps.clone();
                 async move { reaper::handle(&deps, chrono::Utc::now()).await }
             }))
         }
         "expirer" => {
-            let deps = Arc::new(expirer::Deps::new(sdk, &expirer::Config::from_vars(&vars).with_context(context)?));
+            let deps = Arc::new(expirer::Deps::new(
+                sdk,
+                &expirer::Config::from_vars(&vars).with_context(context)?,
+            ));
             Handler::Event(typed(move |_event: Value, _deadline| {
                 let deps = deps.clone();
                 async move { expirer::handle(&deps, chrono::Utc::now()).await }
@@ -210,7 +240,12 @@ pub fn host(spec: &FunctionSpec, sdk: &SdkConfig, log: &InvocationLog) -> anyhow
             spec.logical
         ),
     };
-    Ok(HostedFunction { spec: spec.clone(), handler, inflight: Default::default(), log: log.clone() })
+    Ok(HostedFunction {
+        spec: spec.clone(),
+        handler,
+        inflight: Default::default(),
+        log: log.clone(),
+    })
 }
 
 impl HostedFunction {
@@ -228,10 +263,15 @@ impl HostedFunction {
         let started = Instant::now();
         // The timeout is inside the task: Lambda stops a timed-out invocation's code (it
         // resets the sandbox), so nothing of it may go on writing after its caller was told.
-        let mut task =
-            tokio::spawn(invocation.scope(tokio::time::timeout(timeout, handler(event, Instant::now() + timeout))));
+        let mut task = tokio::spawn(
+            invocation
+                .scope(tokio::time::timeout(timeout, handler(event, Instant::now() + timeout))),
+        );
         let abort = task.abort_handle();
-        self.inflight.lock().expect("inflight lock").push((invocation.job_id.clone(), abort.clone()));
+        self.inflight
+            .lock()
+            .expect("inflight lock")
+            .push((invocation.job_id.clone(), abort.clone()));
         let outcome = tokio::select! {
             outcome = &mut task => outcome,
             () = invocation.crashed() => {
@@ -254,7 +294,10 @@ impl HostedFunction {
             // What Lambda reports when the runtime process dies mid-invocation.
             Err(join_error) if join_error.is_cancelled() => Err(Diagnostic {
                 error_type: "Runtime.ExitError".into(),
-                error_message: format!("{}: the runtime exited (crash injected)", self.spec.logical),
+                error_message: format!(
+                    "{}: the runtime exited (crash injected)",
+                    self.spec.logical
+                ),
             }),
             Err(join_error) => Err(Diagnostic {
                 error_type: "Runtime.Panic".into(),
@@ -304,11 +347,16 @@ impl HostedFunction {
         let gateway_timeout = self.spec.timeout.min(Duration::from_secs(30));
         // What of the request the fault plan reads: the key a client retries a submission with.
         let key = request.headers().get("idempotency-key").and_then(|v| v.to_str().ok());
-        let invocation = Invocation::new(&self.spec.logical, Some(&serde_json::json!({"headers": {"idempotency-key": key}})));
+        let invocation = Invocation::new(
+            &self.spec.logical,
+            Some(&serde_json::json!({"headers": {"idempotency-key": key}})),
+        );
         let started = Instant::now();
         // The function runs until its own timeout even when the gateway gave up sooner, as on
         // AWS; then Lambda stops it.
-        let mut task = tokio::spawn(invocation.scope(tokio::time::timeout(self.spec.timeout, handler(request))));
+        let mut task = tokio::spawn(
+            invocation.scope(tokio::time::timeout(self.spec.timeout, handler(request))),
+        );
         let (kind, response) = tokio::select! {
             outcome = tokio::time::timeout(gateway_timeout, &mut task) => match outcome {
                 Ok(Ok(Ok(response))) => ("ok", response),
@@ -328,7 +376,8 @@ impl HostedFunction {
 
 /// A response produced by the gateway itself, shaped as API Gateway shapes it.
 pub fn gateway_error(status: u16, message: &str) -> Response<Body> {
-    let mut response = Response::new(Body::from(serde_json::json!({ "message": message }).to_string()));
+    let mut response =
+        Response::new(Body::from(serde_json::json!({ "message": message }).to_string()));
     *response.status_mut() = lambda_http::http::StatusCode::from_u16(status).expect("valid status");
     response
         .headers_mut()
@@ -362,7 +411,12 @@ mod tests {
             env: Default::default(),
             events: Vec::new(),
         };
-        HostedFunction { spec, handler, inflight: Default::default(), log: InvocationLog::default() }
+        HostedFunction {
+            spec,
+            handler,
+            inflight: Default::default(),
+            log: InvocationLog::default(),
+        }
     }
 
     /// Lambda stops a timed-out invocation (it resets the sandbox): what its code would have
@@ -389,8 +443,14 @@ mod tests {
         assert_eq!(error.error_type, "Sandbox.Timedout");
         assert_eq!(error.error_message, "Task timed out after 0.05 seconds");
         gone.await.expect("the handler's future is dropped");
-        assert!(!wrote.load(Ordering::SeqCst), "the timed-out code ran on after its caller was told");
+        assert!(
+            !wrote.load(Ordering::SeqCst),
+            "the timed-out code ran on after its caller was told"
+        );
         let log = slow.log.snapshot();
-        assert_eq!((log.len(), log[0].outcome.as_str(), log[0].job_id.as_deref()), (1, "timed_out", Some("j1")));
+        assert_eq!(
+            (log.len(), log[0].outcome.as_str(), log[0].job_id.as_deref()),
+            (1, "timed_out", Some("j1"))
+        );
     }
 }

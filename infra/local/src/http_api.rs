@@ -36,7 +36,12 @@ impl MetricLines {
 
     /// The recorded lines, parsed.
     pub fn parsed(&self) -> Vec<Value> {
-        self.0.lock().expect("metrics lock").iter().filter_map(|l| serde_json::from_str(l).ok()).collect()
+        self.0
+            .lock()
+            .expect("metrics lock")
+            .iter()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
     }
 }
 
@@ -150,24 +155,39 @@ fn percent_decode(s: &str) -> Option<String> {
 pub fn router(state: ApiState) -> axum::Router {
     axum::Router::new()
         .route("/_local/aws-calls", axum::routing::get(aws_calls))
-        .route("/_local/aws-calls/by-function", axum::routing::get(|State(state): State<ApiState>| async move {
-            axum::Json(state.calls.by_function()).into_response()
-        }))
-        .route("/_local/iam/denials", axum::routing::get(|State(state): State<ApiState>| async move {
-            axum::Json(state.denials.snapshot())
-        }))
-        .route("/_local/invocations", axum::routing::get(|State(state): State<ApiState>| async move {
-            axum::Json(state.invocations.snapshot()).into_response()
-        }))
-        .route("/_local/metrics", axum::routing::get(|State(state): State<ApiState>| async move {
-            axum::Json(state.metrics.parsed()).into_response()
-        }))
+        .route(
+            "/_local/aws-calls/by-function",
+            axum::routing::get(|State(state): State<ApiState>| async move {
+                axum::Json(state.calls.by_function()).into_response()
+            }),
+        )
+        .route(
+            "/_local/iam/denials",
+            axum::routing::get(|State(state): State<ApiState>| async move {
+                axum::Json(state.denials.snapshot())
+            }),
+        )
+        .route(
+            "/_local/invocations",
+            axum::routing::get(|State(state): State<ApiState>| async move {
+                axum::Json(state.invocations.snapshot()).into_response()
+            }),
+        )
+        .route(
+            "/_local/metrics",
+            axum::routing::get(|State(state): State<ApiState>| async move {
+                axum::Json(state.metrics.parsed()).into_response()
+            }),
+        )
         .route("/_local/schedules/{name}", axum::routing::post(fire_schedule))
         .route("/_local/functions/{name}/crash", axum::routing::post(crash_function))
         .route("/_local/faults", axum::routing::get(faults).post(set_faults))
-        .route("/_local/journal", axum::routing::get(|State(state): State<ApiState>| async move {
-            axum::Json(state.faults.journal())
-        }))
+        .route(
+            "/_local/journal",
+            axum::routing::get(|State(state): State<ApiState>| async move {
+                axum::Json(state.faults.journal())
+            }),
+        )
         .route("/_fn/{logical}/{*rest}", axum::routing::any(function_url))
         .fallback(serve)
         .with_state(state)
@@ -179,7 +199,8 @@ async fn aws_calls(State(state): State<ApiState>) -> Response {
 
 /// The fault plan in force and the faults injected so far.
 async fn faults(State(state): State<ApiState>) -> Response {
-    axum::Json(json!({"plan": state.faults.plan(), "injected": state.faults.counts()})).into_response()
+    axum::Json(json!({"plan": state.faults.plan(), "injected": state.faults.counts()}))
+        .into_response()
 }
 
 /// Installs a fault plan (resetting counts and the journal); `{}` turns faults off.
@@ -189,11 +210,16 @@ async fn set_faults(State(state): State<ApiState>, body: axum::body::Bytes) -> R
             state.faults.set_plan(plan);
             faults(State(state)).await
         }
-        Err(err) => (StatusCode::BAD_REQUEST, axum::Json(json!({"error": err.to_string()}))).into_response(),
+        Err(err) => {
+            (StatusCode::BAD_REQUEST, axum::Json(json!({"error": err.to_string()}))).into_response()
+        }
     }
 }
 
-async fn fire_schedule(State(state): State<ApiState>, axum::extract::Path(name): axum::extract::Path<String>) -> Response {
+async fn fire_schedule(
+    State(state): State<ApiState>,
+    axum::extract::Path(name): axum::extract::Path<String>,
+) -> Response {
     match state.schedules.fire(&name).await {
         None => (StatusCode::NOT_FOUND, axum::Json(json!({"message": format!("no schedule named {name}")}))).into_response(),
         Some(Ok(output)) => axum::Json(json!({"schedule": name, "output": output})).into_response(),
@@ -214,8 +240,14 @@ async fn crash_function(
 ) -> Response {
     let job_id = query.get("job_id").map(String::as_str);
     match state.functions.iter().find(|f| f.spec.logical == name || f.spec.name == name) {
-        Some(function) => axum::Json(json!({"function": function.spec.logical, "crashed": function.crash(job_id)})).into_response(),
-        None => (StatusCode::NOT_FOUND, axum::Json(json!({"message": format!("no function {name}")}))).into_response(),
+        Some(function) => axum::Json(
+            json!({"function": function.spec.logical, "crashed": function.crash(job_id)}),
+        )
+        .into_response(),
+        None => {
+            (StatusCode::NOT_FOUND, axum::Json(json!({"message": format!("no function {name}")})))
+                .into_response()
+        }
     }
 }
 
@@ -225,11 +257,10 @@ async fn function_url(
     axum::extract::Path((logical, rest)): axum::extract::Path<(String, String)>,
     request: Request,
 ) -> Response {
-    let Some(function) = state
-        .functions
-        .iter()
-        .find(|f| f.spec.logical == logical && f.spec.events.iter().any(|e| matches!(e, EventSpec::Url { .. })))
-    else {
+    let Some(function) = state.functions.iter().find(|f| {
+        f.spec.logical == logical
+            && f.spec.events.iter().any(|e| matches!(e, EventSpec::Url { .. }))
+    }) else {
         return to_axum(gateway_error(404, "Not Found"));
     };
     let (parts, body) = request.into_parts();
@@ -245,7 +276,8 @@ async fn function_url(
     .parse()
     .unwrap_or_else(|_| axum::http::Uri::from_static("/"));
     // Function URLs have no routes and so no path parameters: the function reads the path.
-    let event = event("$default", &parts.method, &uri, &parts.headers, &BTreeMap::new(), None, &body);
+    let event =
+        event("$default", &parts.method, &uri, &parts.headers, &BTreeMap::new(), None, &body);
     let lambda_request: LambdaRequest = match serde_json::from_value(event) {
         Ok(request) => request,
         Err(_) => return to_axum(gateway_error(500, "Internal Server Error")),
@@ -257,7 +289,9 @@ async fn serve(State(state): State<ApiState>, request: Request) -> Response {
     let (parts, body) = request.into_parts();
     let method = parts.method.as_str().to_owned();
     let path = parts.uri.path().to_owned();
-    let Some((route, params)) = state.routes.iter().find_map(|r| r.matches(&method, &path).map(|p| (r, p))) else {
+    let Some((route, params)) =
+        state.routes.iter().find_map(|r| r.matches(&method, &path).map(|p| (r, p)))
+    else {
         return to_axum(gateway_error(404, "Not Found"));
     };
     let claims = if route.authorized {
@@ -274,7 +308,8 @@ async fn serve(State(state): State<ApiState>, request: Request) -> Response {
         Err(_) => return to_axum(gateway_error(413, "Request Entity Too Large")),
     };
     let route_key = format!("{} {}", route.method, route.path);
-    let event = event(&route_key, &parts.method, &parts.uri, &parts.headers, &params, claims, &body);
+    let event =
+        event(&route_key, &parts.method, &parts.uri, &parts.headers, &params, claims, &body);
     let lambda_request: LambdaRequest = match serde_json::from_value(event) {
         Ok(request) => request,
         Err(err) => {

@@ -122,10 +122,14 @@ impl Policies {
     /// The role policies of every function and state machine of `template`.
     pub fn from_template(template: &Template) -> anyhow::Result<Self> {
         let mut by_principal = HashMap::new();
-        let state_machines = template.of_type("AWS::Serverless::StateMachine").map(|(logical, _)| logical.clone()).collect();
+        let state_machines = template
+            .of_type("AWS::Serverless::StateMachine")
+            .map(|(logical, _)| logical.clone())
+            .collect();
         for kind in ["AWS::Serverless::Function", "AWS::Serverless::StateMachine"] {
             for (logical, resource) in template.of_type(kind) {
-                let statements = role_statements(template, resource).with_context(|| format!("the policies of {logical}"))?;
+                let statements = role_statements(template, resource)
+                    .with_context(|| format!("the policies of {logical}"))?;
                 by_principal.insert(logical.clone(), statements);
             }
         }
@@ -137,7 +141,9 @@ impl Policies {
                 hash_keys.insert(arn.clone(), key);
             }
             for index in props["GlobalSecondaryIndexes"].as_array().into_iter().flatten() {
-                if let (Some(name), Some(key)) = (index["IndexName"].as_str(), hash_key(&index["KeySchema"])) {
+                if let (Some(name), Some(key)) =
+                    (index["IndexName"].as_str(), hash_key(&index["KeySchema"]))
+                {
                     hash_keys.insert(format!("{arn}/index/{name}"), key);
                 }
             }
@@ -173,7 +179,8 @@ impl Policies {
     /// or HEAD of a key that does not exist with 404 only to a caller that may; to others it
     /// answers 403, so as not to tell them which keys exist.
     pub fn may_list_bucket(&self, principal: &str, bucket: &str) -> bool {
-        self.check(principal, &[Access::new("s3:ListBucket", format!("arn:aws:s3:::{bucket}"))]).is_ok()
+        self.check(principal, &[Access::new("s3:ListBucket", format!("arn:aws:s3:::{bucket}"))])
+            .is_ok()
     }
 
     /// Whether S3 answers `principal` 403 rather than 404 for a GET or HEAD of a missing key at
@@ -187,14 +194,22 @@ impl Policies {
         let statements = self.by_principal.get(principal).map(Vec::as_slice).unwrap_or_default();
         for access in accesses {
             let applies = |s: &&Statement| {
-                s.actions.iter().any(|a| glob(&a.to_ascii_lowercase(), &access.action.to_ascii_lowercase()))
+                s.actions
+                    .iter()
+                    .any(|a| glob(&a.to_ascii_lowercase(), &access.action.to_ascii_lowercase()))
                     && s.resources.iter().any(|r| glob(r, &access.resource))
                     && s.conditions.iter().all(|c| c.holds(&access.context))
             };
-            let denied = statements.iter().filter(|s| s.effect == Effect::Deny).any(|s| applies(&s));
-            let allowed = statements.iter().filter(|s| s.effect == Effect::Allow).any(|s| applies(&s));
+            let denied =
+                statements.iter().filter(|s| s.effect == Effect::Deny).any(|s| applies(&s));
+            let allowed =
+                statements.iter().filter(|s| s.effect == Effect::Allow).any(|s| applies(&s));
             if denied || !allowed {
-                let why = if denied { "with an explicit deny" } else { "because no identity-based policy allows it" };
+                let why = if denied {
+                    "with an explicit deny"
+                } else {
+                    "because no identity-based policy allows it"
+                };
                 return Err(Denial {
                     principal: principal.to_owned(),
                     action: access.action.clone(),
@@ -203,7 +218,11 @@ impl Policies {
                         "User: arn:aws:sts::{ACCOUNT}:assumed-role/{principal}Role/{principal} is not authorized to perform: {} on resource: {} {why}{}",
                         access.action,
                         access.resource,
-                        if access.context.is_empty() { String::new() } else { format!(" (context {:?})", access.context) },
+                        if access.context.is_empty() {
+                            String::new()
+                        } else {
+                            format!(" (context {:?})", access.context)
+                        },
                     ),
                 });
             }
@@ -212,8 +231,16 @@ impl Policies {
     }
 
     /// The IAM accesses an AWS request needs (`operation` as the edge classified it).
-    pub fn accesses(&self, operation: &str, method: &Method, uri: &Uri, headers: &HeaderMap, body: &[u8]) -> anyhow::Result<Vec<Access>> {
-        let (service, op) = operation.split_once(':').ok_or_else(|| anyhow!("unclassified request {operation}"))?;
+    pub fn accesses(
+        &self,
+        operation: &str,
+        method: &Method,
+        uri: &Uri,
+        headers: &HeaderMap,
+        body: &[u8],
+    ) -> anyhow::Result<Vec<Access>> {
+        let (service, op) =
+            operation.split_once(':').ok_or_else(|| anyhow!("unclassified request {operation}"))?;
         match service {
             "dynamodb" => self.dynamodb(op, body),
             "sqs" => sqs(op, body),
@@ -233,10 +260,14 @@ impl Policies {
             let arn = table_arn(table);
             let access = Access::new(format!("dynamodb:{action}"), arn.clone());
             let Some(hash_key) = self.hash_keys.get(&arn) else { return Ok(access) };
-            let leading = key[hash_key.as_str()].as_object().and_then(scalar).ok_or_else(|| anyhow!("dynamodb:{action} on {table} without a string {hash_key}"))?;
+            let leading = key[hash_key.as_str()].as_object().and_then(scalar).ok_or_else(|| {
+                anyhow!("dynamodb:{action} on {table} without a string {hash_key}")
+            })?;
             Ok(access.with("dynamodb:LeadingKeys", vec![leading]))
         };
-        let table = || body["TableName"].as_str().ok_or_else(|| anyhow!("dynamodb:{op} without a TableName"));
+        let table = || {
+            body["TableName"].as_str().ok_or_else(|| anyhow!("dynamodb:{op} without a TableName"))
+        };
         Ok(match op {
             "GetItem" | "UpdateItem" | "DeleteItem" => vec![keyed(op, table()?, &body["Key"])?],
             "PutItem" => vec![keyed(op, table()?, &body["Item"])?],
@@ -248,7 +279,8 @@ impl Policies {
                 let access = Access::new(format!("dynamodb:{op}"), arn.clone());
                 match (op, self.hash_keys.get(&arn)) {
                     ("Query", Some(key)) => {
-                        let value = query_partition(&body, key).ok_or_else(|| anyhow!("a Query whose {key} this check cannot read"))?;
+                        let value = query_partition(&body, key)
+                            .ok_or_else(|| anyhow!("a Query whose {key} this check cannot read"))?;
                         vec![access.with("dynamodb:LeadingKeys", vec![value])]
                     }
                     _ => vec![access],
@@ -264,7 +296,13 @@ impl Policies {
                             .as_array()
                             .into_iter()
                             .flatten()
-                            .map(|r| if r["PutRequest"].is_object() { &r["PutRequest"]["Item"] } else { &r["DeleteRequest"]["Key"] })
+                            .map(|r| {
+                                if r["PutRequest"].is_object() {
+                                    &r["PutRequest"]["Item"]
+                                } else {
+                                    &r["DeleteRequest"]["Key"]
+                                }
+                            })
                             .collect()
                     };
                     for key in keys {
@@ -276,7 +314,10 @@ impl Policies {
             "TransactWriteItems" | "TransactGetItems" => {
                 let mut out = Vec::new();
                 for item in body["TransactItems"].as_array().into_iter().flatten() {
-                    let (kind, inner) = item.as_object().and_then(|o| o.iter().next()).ok_or_else(|| anyhow!("an empty transaction item"))?;
+                    let (kind, inner) = item
+                        .as_object()
+                        .and_then(|o| o.iter().next())
+                        .ok_or_else(|| anyhow!("an empty transaction item"))?;
                     let action = match kind.as_str() {
                         "Put" => "PutItem",
                         "Update" => "UpdateItem",
@@ -285,13 +326,17 @@ impl Policies {
                         "Get" => "GetItem",
                         other => bail!("transaction item {other}"),
                     };
-                    let table = inner["TableName"].as_str().ok_or_else(|| anyhow!("a transaction item without a TableName"))?;
+                    let table = inner["TableName"]
+                        .as_str()
+                        .ok_or_else(|| anyhow!("a transaction item without a TableName"))?;
                     let key = if kind == "Put" { &inner["Item"] } else { &inner["Key"] };
                     out.push(keyed(action, table, key)?);
                 }
                 out
             }
-            "DescribeTable" | "DescribeTimeToLive" | "DescribeContinuousBackups" => vec![Access::new(format!("dynamodb:{op}"), table_arn(table()?))],
+            "DescribeTable" | "DescribeTimeToLive" | "DescribeContinuousBackups" => {
+                vec![Access::new(format!("dynamodb:{op}"), table_arn(table()?))]
+            }
             "ListTables" => vec![Access::new("dynamodb:ListTables", "*")],
             other => bail!("the local IAM check does not model dynamodb:{other}"),
         })
@@ -301,7 +346,9 @@ impl Policies {
 impl Condition {
     fn holds(&self, context: &BTreeMap<String, Vec<String>>) -> bool {
         let matches = |value: &String| {
-            self.values.iter().any(|pattern| if self.like { glob(pattern, value) } else { pattern == value })
+            self.values
+                .iter()
+                .any(|pattern| if self.like { glob(pattern, value) } else { pattern == value })
         };
         match (self.quantifier, context.get(&self.key)) {
             // IAM: a set operator over a key the request does not carry is vacuously true
@@ -330,7 +377,9 @@ fn role_statements(template: &Template, resource: &Value) -> anyhow::Result<Vec<
         };
         for (name, args) in object {
             let args = template.resolve(args)?;
-            let arg = |key: &str| args[key].as_str().map(str::to_owned).ok_or_else(|| anyhow!("{name} needs {key}"));
+            let arg = |key: &str| {
+                args[key].as_str().map(str::to_owned).ok_or_else(|| anyhow!("{name} needs {key}"))
+            };
             match name.as_str() {
                 "Statement" => {
                     let statements = match &args {
@@ -349,9 +398,14 @@ fn role_statements(template: &Template, resource: &Value) -> anyhow::Result<Vec<
                 )),
                 "LambdaInvokePolicy" => out.push(allow(
                     &["lambda:InvokeFunction"],
-                    &[format!("arn:aws:lambda:{REGION}:{ACCOUNT}:function:{}*", arg("FunctionName")?)],
+                    &[format!(
+                        "arn:aws:lambda:{REGION}:{ACCOUNT}:function:{}*",
+                        arg("FunctionName")?
+                    )],
                 )),
-                other => bail!("policy template {other} is not modelled by the local IAM check (infra/local/src/iam.rs)"),
+                other => bail!(
+                    "policy template {other} is not modelled by the local IAM check (infra/local/src/iam.rs)"
+                ),
             }
         }
     }
@@ -359,9 +413,17 @@ fn role_statements(template: &Template, resource: &Value) -> anyhow::Result<Vec<
     // function's role).
     for event in props["Events"].as_object().into_iter().flatten().map(|(_, e)| e) {
         match event["Type"].as_str().unwrap_or_default() {
-            "SQS" => out.push(allow(&["sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes"], &["*".into()])),
+            "SQS" => out.push(allow(
+                &["sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes"],
+                &["*".into()],
+            )),
             "DynamoDB" => out.push(allow(
-                &["dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator", "dynamodb:ListStreams"],
+                &[
+                    "dynamodb:DescribeStream",
+                    "dynamodb:GetRecords",
+                    "dynamodb:GetShardIterator",
+                    "dynamodb:ListStreams",
+                ],
                 &["*".into()],
             )),
             _ => {}
@@ -382,7 +444,10 @@ fn allow(actions: &[&str], resources: &[String]) -> Statement {
 fn strings(value: &Value) -> anyhow::Result<Vec<String>> {
     match value {
         Value::String(s) => Ok(vec![s.clone()]),
-        Value::Array(items) => items.iter().map(|v| v.as_str().map(str::to_owned).ok_or_else(|| anyhow!("{v} is not a string"))).collect(),
+        Value::Array(items) => items
+            .iter()
+            .map(|v| v.as_str().map(str::to_owned).ok_or_else(|| anyhow!("{v} is not a string")))
+            .collect(),
         other => bail!("{other} is neither a string nor a list of strings"),
     }
 }
@@ -404,14 +469,18 @@ fn parse_statement(statement: &Value) -> anyhow::Result<Statement> {
             Some(("ForAllValues", base)) => (Quantifier::ForAll, base),
             Some(("ForAnyValue", base)) => (Quantifier::ForAny, base),
             None => (Quantifier::Single, operator.as_str()),
-            Some(_) => bail!("condition operator {operator} is not modelled by the local IAM check"),
+            Some(_) => {
+                bail!("condition operator {operator} is not modelled by the local IAM check")
+            }
         };
         let like = match base {
             "StringLike" => true,
             "StringEquals" => false,
             _ => bail!("condition operator {operator} is not modelled by the local IAM check"),
         };
-        for (key, values) in keys.as_object().ok_or_else(|| anyhow!("condition {operator} needs keys"))? {
+        for (key, values) in
+            keys.as_object().ok_or_else(|| anyhow!("condition {operator} needs keys"))?
+        {
             // Condition key names are case-insensitive in IAM; only these are ever set.
             let key = &key.to_ascii_lowercase();
             let key = match key.as_str() {
@@ -419,14 +488,29 @@ fn parse_statement(statement: &Value) -> anyhow::Result<Statement> {
                 "s3:prefix" => key,
                 _ => bail!("condition key {key} is not modelled by the local IAM check"),
             };
-            conditions.push(Condition { quantifier, like, key: key.clone(), values: strings(values)? });
+            conditions.push(Condition {
+                quantifier,
+                like,
+                key: key.clone(),
+                values: strings(values)?,
+            });
         }
     }
-    Ok(Statement { effect, actions: strings(&statement["Action"])?, resources: strings(&statement["Resource"])?, conditions })
+    Ok(Statement {
+        effect,
+        actions: strings(&statement["Action"])?,
+        resources: strings(&statement["Resource"])?,
+        conditions,
+    })
 }
 
 fn hash_key(schema: &Value) -> Option<String> {
-    schema.as_array()?.iter().find(|k| k["KeyType"] == "HASH").and_then(|k| k["AttributeName"].as_str()).map(str::to_owned)
+    schema
+        .as_array()?
+        .iter()
+        .find(|k| k["KeyType"] == "HASH")
+        .and_then(|k| k["AttributeName"].as_str())
+        .map(str::to_owned)
 }
 
 /// The string form of a DynamoDB scalar attribute value (`{"S": "x"}`).
@@ -460,12 +544,14 @@ fn query_partition(body: &Value, key: &str) -> Option<String> {
 }
 
 fn sqs(op: &str, body: &[u8]) -> anyhow::Result<Vec<Access>> {
-    let body: Value = serde_json::from_slice(body).context("an SQS request body (AWS JSON protocol)")?;
+    let body: Value =
+        serde_json::from_slice(body).context("an SQS request body (AWS JSON protocol)")?;
     // Batch calls are authorised by their single-message action.
     let action = format!("sqs:{}", op.strip_suffix("Batch").unwrap_or(op));
     let resource = if let Some(url) = body["QueueUrl"].as_str() {
         let mut segments = url.trim_end_matches('/').rsplit('/');
-        let (name, account) = (segments.next().unwrap_or_default(), segments.next().unwrap_or_default());
+        let (name, account) =
+            (segments.next().unwrap_or_default(), segments.next().unwrap_or_default());
         format!("arn:aws:sqs:{REGION}:{account}:{name}")
     } else if let Some(name) = body["QueueName"].as_str() {
         format!("arn:aws:sqs:{REGION}:{ACCOUNT}:{name}")
@@ -477,30 +563,58 @@ fn sqs(op: &str, body: &[u8]) -> anyhow::Result<Vec<Access>> {
 
 fn states(op: &str, body: &[u8]) -> anyhow::Result<Vec<Access>> {
     let body: Value = serde_json::from_slice(body).context("a Step Functions request body")?;
-    let resource = ["executionArn", "stateMachineArn"].iter().find_map(|k| body[*k].as_str()).unwrap_or("*");
+    let resource =
+        ["executionArn", "stateMachineArn"].iter().find_map(|k| body[*k].as_str()).unwrap_or("*");
     Ok(vec![Access::new(format!("states:{op}"), resource)])
 }
 
-fn s3(op: &str, method: &Method, uri: &Uri, headers: &HeaderMap, body: &[u8]) -> anyhow::Result<Vec<Access>> {
+fn s3(
+    op: &str,
+    method: &Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> anyhow::Result<Vec<Access>> {
     let decode = |s: &str| percent_decode_str(s).decode_utf8_lossy().into_owned();
     let path = uri.path().trim_start_matches('/');
     let (bucket, key) = s3_path(uri);
     let key = decode(key);
     let object = |key: &str| format!("arn:aws:s3:::{bucket}/{key}");
     let bucket_arn = format!("arn:aws:s3:::{bucket}");
-    let query: BTreeMap<String, String> = url::form_urlencoded::parse(uri.query().unwrap_or_default().as_bytes()).into_owned().collect();
+    let query: BTreeMap<String, String> =
+        url::form_urlencoded::parse(uri.query().unwrap_or_default().as_bytes())
+            .into_owned()
+            .collect();
     let copy_source = || -> anyhow::Result<Access> {
-        let source = headers.get("x-amz-copy-source").and_then(|v| v.to_str().ok()).ok_or_else(|| anyhow!("a copy without a source"))?;
+        let source = headers
+            .get("x-amz-copy-source")
+            .and_then(|v| v.to_str().ok())
+            .ok_or_else(|| anyhow!("a copy without a source"))?;
         let source = decode(source.split('?').next().unwrap_or(source));
         Ok(Access::new("s3:GetObject", format!("arn:aws:s3:::{}", source.trim_start_matches('/'))))
     };
     // Sub-resources (`?tagging`, `?acl`, `?versionId`, `?location`…) are other IAM actions:
     // refuse what this check does not name rather than judge it as the plain operation.
     const KNOWN: [&str; 15] = [
-        "x-id", "list-type", "prefix", "delimiter", "max-keys", "continuation-token", "start-after", "encoding-type",
-        "fetch-owner", "partNumber", "uploadId", "uploads", "delete", "marker", "response-content-disposition",
+        "x-id",
+        "list-type",
+        "prefix",
+        "delimiter",
+        "max-keys",
+        "continuation-token",
+        "start-after",
+        "encoding-type",
+        "fetch-owner",
+        "partNumber",
+        "uploadId",
+        "uploads",
+        "delete",
+        "marker",
+        "response-content-disposition",
     ];
-    if let Some(unknown) = query.keys().find(|k| !k.starts_with("X-Amz-") && !KNOWN.contains(&k.as_str())) {
+    if let Some(unknown) =
+        query.keys().find(|k| !k.starts_with("X-Amz-") && !KNOWN.contains(&k.as_str()))
+    {
         bail!("the local IAM check does not model S3 sub-resource ?{unknown} ({method} /{path})");
     }
     if headers.contains_key("x-amz-copy-source") && op == "UploadPart" {
@@ -549,7 +663,11 @@ fn s3_path(uri: &Uri) -> (&str, &str) {
 }
 
 fn xml_unescape(text: &str) -> String {
-    text.replace("&lt;", "<").replace("&gt;", ">").replace("&quot;", "\"").replace("&apos;", "'").replace("&amp;", "&")
+    text.replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&quot;", "\"")
+        .replace("&apos;", "'")
+        .replace("&amp;", "&")
 }
 
 /// IAM's wildcard match: `*` any run of characters, `?` any one.
@@ -591,7 +709,10 @@ impl Credential {
     pub fn of(uri: &Uri, headers: &HeaderMap) -> Option<Self> {
         let scope = match headers.get("authorization").and_then(|v| v.to_str().ok()) {
             Some(auth) => auth.split("Credential=").nth(1)?.split([',', ' ']).next()?.to_owned(),
-            None => url::form_urlencoded::parse(uri.query()?.as_bytes()).find(|(k, _)| k == "X-Amz-Credential")?.1.into_owned(),
+            None => url::form_urlencoded::parse(uri.query()?.as_bytes())
+                .find(|(k, _)| k == "X-Amz-Credential")?
+                .1
+                .into_owned(),
         };
         let parts: Vec<&str> = scope.split('/').collect();
         Some(Credential { key: (*parts.first()?).to_owned(), service: (*parts.get(3)?).to_owned() })
@@ -604,19 +725,42 @@ mod tests {
 
     fn policies() -> Policies {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../template.yaml");
-        let template = Template::load(&path, "longhaul", "http://127.0.0.1:1", "http://127.0.0.1:2", &BTreeMap::new()).unwrap();
+        let template = Template::load(
+            &path,
+            "longhaul",
+            "http://127.0.0.1:1",
+            "http://127.0.0.1:2",
+            &BTreeMap::new(),
+        )
+        .unwrap();
         Policies::from_template(&template).unwrap()
     }
 
     const TABLE: &str = "arn:aws:dynamodb:us-east-1:123456789012:table/longhaul-JobsTable";
 
     fn get(p: &Policies, uri: &str) -> Vec<Access> {
-        p.accesses(&format!("s3:{}", if uri.contains("list-type") { "ListObjectsV2" } else { "GetObject" }), &Method::GET, &uri.parse().unwrap(), &HeaderMap::new(), b"")
-            .unwrap()
+        p.accesses(
+            &format!(
+                "s3:{}",
+                if uri.contains("list-type") { "ListObjectsV2" } else { "GetObject" }
+            ),
+            &Method::GET,
+            &uri.parse().unwrap(),
+            &HeaderMap::new(),
+            b"",
+        )
+        .unwrap()
     }
 
     fn dynamodb(p: &Policies, op: &str, body: Value) -> Vec<Access> {
-        p.accesses(&format!("dynamodb:{op}"), &Method::POST, &"/".parse().unwrap(), &HeaderMap::new(), body.to_string().as_bytes()).unwrap()
+        p.accesses(
+            &format!("dynamodb:{op}"),
+            &Method::POST,
+            &"/".parse().unwrap(),
+            &HeaderMap::new(),
+            body.to_string().as_bytes(),
+        )
+        .unwrap()
     }
 
     #[test]
@@ -638,16 +782,42 @@ mod tests {
     fn the_stage_may_list_the_bucket_and_the_status_function_may_not() {
         let p = policies();
         for prefix in ["checkpoints/j1/", "results/j1/"] {
-            let accesses = get(&p, &format!("/longhaul-databucket?list-type=2&prefix={}", prefix.replace('/', "%2F")));
+            let accesses = get(
+                &p,
+                &format!("/longhaul-databucket?list-type=2&prefix={}", prefix.replace('/', "%2F")),
+            );
             assert_eq!(accesses[0].context["s3:prefix"], vec![prefix.to_owned()]);
             p.check("StageFunction", &accesses).unwrap();
             assert!(p.check("StatusFunction", &accesses).is_err());
         }
         assert!(p.may_list_bucket("StageFunction", "longhaul-databucket"));
-        assert!(p.check("ReaperFunction", &get(&p, "/longhaul-databucket?list-type=2&prefix=uploads%2F")).is_err(), "the reaper lists results and checkpoints only");
-        assert!(p.check("ReaperFunction", &get(&p, "/longhaul-databucket?list-type=2")).is_err(), "no prefix: the whole bucket");
-        assert!(p.accesses("s3:GetObject", &Method::GET, &"/longhaul-databucket/results/j1/r.json?tagging".parse().unwrap(), &HeaderMap::new(), b"").is_err(), "a sub-resource is another action");
-        assert!(!p.may_list_bucket("StatusFunction", "longhaul-databucket"), "a missing result reads as 403 to the status function");
+        assert!(
+            p.check(
+                "ReaperFunction",
+                &get(&p, "/longhaul-databucket?list-type=2&prefix=uploads%2F")
+            )
+            .is_err(),
+            "the reaper lists results and checkpoints only"
+        );
+        assert!(
+            p.check("ReaperFunction", &get(&p, "/longhaul-databucket?list-type=2")).is_err(),
+            "no prefix: the whole bucket"
+        );
+        assert!(
+            p.accesses(
+                "s3:GetObject",
+                &Method::GET,
+                &"/longhaul-databucket/results/j1/r.json?tagging".parse().unwrap(),
+                &HeaderMap::new(),
+                b""
+            )
+            .is_err(),
+            "a sub-resource is another action"
+        );
+        assert!(
+            !p.may_list_bucket("StatusFunction", "longhaul-databucket"),
+            "a missing result reads as 403 to the status function"
+        );
     }
 
     /// Regression: the reaper reads a running job's record and progress with a Query on the
@@ -673,39 +843,86 @@ mod tests {
         p.check("ReaperFunction", &query(Some("StatusIndex"))).unwrap();
         let denial = p.check("ReaperFunction", &query(Some("OwnerIndex"))).unwrap_err();
         assert_eq!(denial.resource, format!("{TABLE}/index/OwnerIndex"));
-        assert!(denial.message.contains("is not authorized to perform: dynamodb:Query"), "{}", denial.message);
+        assert!(
+            denial.message.contains("is not authorized to perform: dynamodb:Query"),
+            "{}",
+            denial.message
+        );
     }
 
     #[test]
     fn leading_key_conditions_confine_a_function_to_its_items() {
         let p = policies();
-        let get_item = |pk: &str| dynamodb(&p, "GetItem", serde_json::json!({"TableName": "longhaul-JobsTable", "Key": {"pk": {"S": pk}, "sk": {"S": "x"}}}));
+        let get_item = |pk: &str| {
+            dynamodb(
+                &p,
+                "GetItem",
+                serde_json::json!({"TableName": "longhaul-JobsTable", "Key": {"pk": {"S": pk}, "sk": {"S": "x"}}}),
+            )
+        };
         p.check("WebhooksFunction", &get_item("SECRET#alice")).unwrap();
         p.check("WebhooksFunction", &get_item("WARMUP")).unwrap();
-        assert!(p.check("WebhooksFunction", &get_item("JOB#1")).is_err(), "a job record is not the webhooks function's");
+        assert!(
+            p.check("WebhooksFunction", &get_item("JOB#1")).is_err(),
+            "a job record is not the webhooks function's"
+        );
         p.check("DispatcherFunction", &get_item("WARMUP")).unwrap();
-        assert!(p.check("DispatcherFunction", &get_item("JOB#1")).is_err(), "the dispatcher may only read the warm-up key");
+        assert!(
+            p.check("DispatcherFunction", &get_item("JOB#1")).is_err(),
+            "the dispatcher may only read the warm-up key"
+        );
         // Table grants are confined to the item kinds each function works on.
-        let put = |pk: &str| dynamodb(&p, "PutItem", serde_json::json!({"TableName": "longhaul-JobsTable", "Item": {"pk": {"S": pk}, "sk": {"S": "x"}}}));
+        let put = |pk: &str| {
+            dynamodb(
+                &p,
+                "PutItem",
+                serde_json::json!({"TableName": "longhaul-JobsTable", "Item": {"pk": {"S": pk}, "sk": {"S": "x"}}}),
+            )
+        };
         p.check("SubmitFunction", &put("JOB#1")).unwrap();
         p.check("SubmitFunction", &put("IDEM#5:alice#k")).unwrap();
-        assert!(p.check("SubmitFunction", &put("SECRET#5:alice")).is_err(), "submit may not write signing secrets");
+        assert!(
+            p.check("SubmitFunction", &put("SECRET#5:alice")).is_err(),
+            "submit may not write signing secrets"
+        );
         p.check("WebhookFunction", &get_item("SECRET#5:alice")).unwrap();
         p.check("WebhookFunction", &put("JOB#1")).unwrap();
         assert!(p.check("WebhookFunction", &put("IDEM#5:alice#k")).is_err());
-        assert!(p.check("StageFunction", &get_item("SECRET#5:alice")).is_err(), "a stage never reads secrets");
-        let unreadable = p.accesses("dynamodb:GetItem", &Method::POST, &"/".parse().unwrap(), &HeaderMap::new(),
-            serde_json::json!({"TableName": "longhaul-JobsTable", "Key": {"id": {"S": "JOB#1"}}}).to_string().as_bytes());
-        assert!(unreadable.is_err(), "a key without the partition key is refused, not allowed vacuously");
+        assert!(
+            p.check("StageFunction", &get_item("SECRET#5:alice")).is_err(),
+            "a stage never reads secrets"
+        );
+        let unreadable = p.accesses(
+            "dynamodb:GetItem",
+            &Method::POST,
+            &"/".parse().unwrap(),
+            &HeaderMap::new(),
+            serde_json::json!({"TableName": "longhaul-JobsTable", "Key": {"id": {"S": "JOB#1"}}})
+                .to_string()
+                .as_bytes(),
+        );
+        assert!(
+            unreadable.is_err(),
+            "a key without the partition key is refused, not allowed vacuously"
+        );
     }
 
     #[test]
     fn a_copy_needs_read_on_its_source_and_write_on_its_target() {
         let p = policies();
         let mut headers = HeaderMap::new();
-        headers.insert("x-amz-copy-source", "longhaul-databucket/checkpoints%2Fj1%2Fresult".parse().unwrap());
+        headers.insert(
+            "x-amz-copy-source",
+            "longhaul-databucket/checkpoints%2Fj1%2Fresult".parse().unwrap(),
+        );
         let accesses = p
-            .accesses("s3:CopyObject", &Method::PUT, &"/longhaul-databucket/results/j1/report.json".parse().unwrap(), &headers, b"")
+            .accesses(
+                "s3:CopyObject",
+                &Method::PUT,
+                &"/longhaul-databucket/results/j1/report.json".parse().unwrap(),
+                &headers,
+                b"",
+            )
             .unwrap();
         assert_eq!(accesses[1].resource, "arn:aws:s3:::longhaul-databucket/checkpoints/j1/result");
         p.check("StageFunction", &accesses).unwrap();
@@ -716,13 +933,24 @@ mod tests {
     fn sam_policy_templates_and_batches() {
         let p = policies();
         let send = |op: &str, queue: &str| {
-            let body = serde_json::json!({"QueueUrl": format!("http://127.0.0.1:1/123456789012/{queue}")});
-            p.accesses(&format!("sqs:{op}"), &Method::POST, &"/".parse().unwrap(), &HeaderMap::new(), body.to_string().as_bytes()).unwrap()
+            let body =
+                serde_json::json!({"QueueUrl": format!("http://127.0.0.1:1/123456789012/{queue}")});
+            p.accesses(
+                &format!("sqs:{op}"),
+                &Method::POST,
+                &"/".parse().unwrap(),
+                &HeaderMap::new(),
+                body.to_string().as_bytes(),
+            )
+            .unwrap()
         };
         p.check("SubmitFunction", &send("SendMessage", "longhaul-IntakeQueue")).unwrap();
         p.check("NotifierFunction", &send("SendMessageBatch", "longhaul-WebhookQueue")).unwrap();
         assert!(p.check("SubmitFunction", &send("SendMessage", "longhaul-WebhookQueue")).is_err());
-        let invoke = [Access::new("lambda:InvokeFunction", crate::template::function_arn("longhaul-StageFunction"))];
+        let invoke = [Access::new(
+            "lambda:InvokeFunction",
+            crate::template::function_arn("longhaul-StageFunction"),
+        )];
         p.check("JobStateMachine", &invoke).unwrap();
         p.check_invoke(&crate::template::function_arn("longhaul-StageFunction")).unwrap();
         assert!(p.check_invoke(&crate::template::function_arn("longhaul-ReaperFunction")).is_err());
@@ -742,7 +970,13 @@ mod tests {
     #[test]
     fn every_function_of_the_template_has_a_role() {
         let p = policies();
-        for name in ["SubmitFunction", "StatusFunction", "StageFunction", "ReaperFunction", "JobStateMachine"] {
+        for name in [
+            "SubmitFunction",
+            "StatusFunction",
+            "StageFunction",
+            "ReaperFunction",
+            "JobStateMachine",
+        ] {
             assert!(p.knows(name), "{name}");
         }
         assert!(!p.knows("longhaul"), "the administrator's key is not a role");

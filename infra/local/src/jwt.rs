@@ -23,11 +23,15 @@ impl Authorizer {
         let secret = match std::fs::read(path) {
             Ok(secret) if secret.len() >= 32 => secret,
             _ => {
-                let secret = format!("{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple()).into_bytes();
+                let secret =
+                    format!("{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple())
+                        .into_bytes();
                 if let Some(dir) = path.parent() {
-                    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+                    std::fs::create_dir_all(dir)
+                        .with_context(|| format!("creating {}", dir.display()))?;
                 }
-                std::fs::write(path, &secret).with_context(|| format!("writing {}", path.display()))?;
+                std::fs::write(path, &secret)
+                    .with_context(|| format!("writing {}", path.display()))?;
                 secret
             }
         };
@@ -41,20 +45,33 @@ impl Authorizer {
             "sub": sub, "iss": self.issuer, "aud": self.audience,
             "iat": now, "exp": now + ttl_seconds, "scope": "jobs",
         });
-        jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &EncodingKey::from_secret(&self.secret))
-            .expect("HS256 encoding cannot fail")
+        jsonwebtoken::encode(
+            &Header::new(Algorithm::HS256),
+            &claims,
+            &EncodingKey::from_secret(&self.secret),
+        )
+        .expect("HS256 encoding cannot fail")
     }
 
     /// The claims of a valid `Authorization` header value, as API Gateway passes them to
     /// the function (every claim as a string), or `None` (→ 401).
     pub fn authorize(&self, header: Option<&str>) -> Option<HashMap<String, String>> {
         let value = header?.trim();
-        let token = value.strip_prefix("Bearer ").or_else(|| value.strip_prefix("bearer ")).unwrap_or(value).trim();
+        let token = value
+            .strip_prefix("Bearer ")
+            .or_else(|| value.strip_prefix("bearer "))
+            .unwrap_or(value)
+            .trim();
         let mut validation = Validation::new(Algorithm::HS256);
         validation.set_issuer(&[&self.issuer]);
         validation.set_audience(&[&self.audience]);
         validation.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
-        let data = jsonwebtoken::decode::<serde_json::Map<String, Value>>(token, &DecodingKey::from_secret(&self.secret), &validation).ok()?;
+        let data = jsonwebtoken::decode::<serde_json::Map<String, Value>>(
+            token,
+            &DecodingKey::from_secret(&self.secret),
+            &validation,
+        )
+        .ok()?;
         Some(
             data.claims
                 .into_iter()

@@ -65,9 +65,14 @@ impl Options {
     /// passed to every function.
     pub fn dev(root: PathBuf) -> anyhow::Result<Self> {
         let port = |name: &str, default: u16| -> anyhow::Result<u16> {
-            std::env::var(name).ok().map(|v| v.parse().with_context(|| format!("{name}={v}"))).unwrap_or(Ok(default))
+            std::env::var(name)
+                .ok()
+                .map(|v| v.parse().with_context(|| format!("{name}={v}")))
+                .unwrap_or(Ok(default))
         };
-        let state_dir = std::env::var_os("LONGHAUL_STATE_DIR").map(PathBuf::from).unwrap_or_else(|| root.join(".local"));
+        let state_dir = std::env::var_os("LONGHAUL_STATE_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| root.join(".local"));
         Ok(Options {
             state_dir: Some(state_dir),
             root,
@@ -125,11 +130,20 @@ pub async fn sdk_config(endpoint: &str) -> SdkConfig {
     sdk_config_with(endpoint, longhaul_aws::sdk::http_client()).await
 }
 
-async fn sdk_config_with(endpoint: &str, http_client: impl aws_smithy_runtime_api::client::http::HttpClient + 'static) -> SdkConfig {
+async fn sdk_config_with(
+    endpoint: &str,
+    http_client: impl aws_smithy_runtime_api::client::http::HttpClient + 'static,
+) -> SdkConfig {
     aws_config::defaults(BehaviorVersion::latest())
         .endpoint_url(endpoint)
         .region(Region::new(template::REGION))
-        .credentials_provider(aws_sdk_sqs::config::Credentials::new(iam::ADMIN_KEY, "local", None, None, "local"))
+        .credentials_provider(aws_sdk_sqs::config::Credentials::new(
+            iam::ADMIN_KEY,
+            "local",
+            None,
+            None,
+            "local",
+        ))
         .http_client(http_client)
         .load()
         .await
@@ -138,8 +152,16 @@ async fn sdk_config_with(endpoint: &str, http_client: impl aws_smithy_runtime_ap
 /// `sdk` signing as the function `logical` (its own access key id): the edge tells the
 /// caller of every request by it and checks the call against that function's role.
 pub fn function_identity(sdk: &SdkConfig, logical: &str) -> SdkConfig {
-    let credentials = aws_sdk_sqs::config::Credentials::new(iam::access_key_id(logical), "local", None, None, "local");
-    sdk.to_builder().credentials_provider(aws_sdk_sqs::config::SharedCredentialsProvider::new(credentials)).build()
+    let credentials = aws_sdk_sqs::config::Credentials::new(
+        iam::access_key_id(logical),
+        "local",
+        None,
+        None,
+        "local",
+    );
+    sdk.to_builder()
+        .credentials_provider(aws_sdk_sqs::config::SharedCredentialsProvider::new(credentials))
+        .build()
 }
 
 fn free_port() -> anyhow::Result<u16> {
@@ -148,7 +170,10 @@ fn free_port() -> anyhow::Result<u16> {
 
 /// The JWT authorizer of the template's API, with the key kept in `key_dir` (or a fresh
 /// key when `None`).
-pub fn authorizer(template: &template::Template, key_dir: Option<&std::path::Path>) -> anyhow::Result<jwt::Authorizer> {
+pub fn authorizer(
+    template: &template::Template,
+    key_dir: Option<&std::path::Path>,
+) -> anyhow::Result<jwt::Authorizer> {
     let param = |name: &str| template.parameters.get(name).cloned().unwrap_or_default();
     let temp;
     let path = match key_dir {
@@ -158,7 +183,8 @@ pub fn authorizer(template: &template::Template, key_dir: Option<&std::path::Pat
             temp.clone()
         }
     };
-    let authorizer = jwt::Authorizer::from_key_file(&path, &param("JwtIssuer"), &param("JwtAudience"))?;
+    let authorizer =
+        jwt::Authorizer::from_key_file(&path, &param("JwtIssuer"), &param("JwtAudience"))?;
     if key_dir.is_none() {
         std::fs::remove_file(&path).ok();
     }
@@ -172,8 +198,14 @@ pub async fn run_until_signal(options: Options) -> anyhow::Result<()> {
     println!();
     println!("longhaul is running locally");
     println!("  API          {}", stack.api_url);
-    println!("  AWS endpoint {}  (functions and Step Functions tasks; counts at {}/_local/aws-calls)", stack.edge_url, stack.api_url);
-    println!("  emulator     {}  (pid {}; survives a crash of this process, `make stop` ends it)", stack.emulator.url, stack.emulator.pid);
+    println!(
+        "  AWS endpoint {}  (functions and Step Functions tasks; counts at {}/_local/aws-calls)",
+        stack.edge_url, stack.api_url
+    );
+    println!(
+        "  emulator     {}  (pid {}; survives a crash of this process, `make stop` ends it)",
+        stack.emulator.url, stack.emulator.pid
+    );
     println!("  token        make token SUB=alice");
     println!("Ctrl-C stops everything.");
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
@@ -190,24 +222,38 @@ impl LocalStack {
     /// Starts (or adopts) the emulator, provisions the template's resources and serves.
     pub async fn start(options: Options) -> anyhow::Result<LocalStack> {
         longhaul_aws::sdk::install_tls_provider();
-        let edge_listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], options.edge_port)))
-            .await
-            .with_context(|| format!("binding the edge port {}", options.edge_port))?;
+        let edge_listener =
+            tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], options.edge_port)))
+                .await
+                .with_context(|| format!("binding the edge port {}", options.edge_port))?;
         let edge_port = edge_listener.local_addr()?.port();
-        let api_listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], options.api_port)))
-            .await
-            .with_context(|| format!("binding the API port {}", options.api_port))?;
+        let api_listener =
+            tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], options.api_port)))
+                .await
+                .with_context(|| format!("binding the API port {}", options.api_port))?;
         let api_port = api_listener.local_addr()?.port();
         let moto_port = if options.moto_port == 0 { free_port()? } else { options.moto_port };
-        let venv = std::env::var_os("LONGHAUL_VENV").map(PathBuf::from).unwrap_or_else(|| options.root.join(".venv"));
-        let emulator =
-            emulator::ensure(&venv.join("bin/moto_server"), moto_port, edge_port, options.lifetime, options.state_dir.as_deref())
-                .await?;
+        let venv = std::env::var_os("LONGHAUL_VENV")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| options.root.join(".venv"));
+        let emulator = emulator::ensure(
+            &venv.join("bin/moto_server"),
+            moto_port,
+            edge_port,
+            options.lifetime,
+            options.state_dir.as_deref(),
+        )
+        .await?;
         let edge_url = format!("http://127.0.0.1:{edge_port}");
         let api_url = format!("http://127.0.0.1:{api_port}");
 
-        let template =
-            template::Template::load(&options.root.join("template.yaml"), &options.stack, &edge_url, &api_url, &BTreeMap::new())?;
+        let template = template::Template::load(
+            &options.root.join("template.yaml"),
+            &options.stack,
+            &edge_url,
+            &api_url,
+            &BTreeMap::new(),
+        )?;
         let direct = sdk_config(&emulator.url).await;
         let clients = provision::Clients {
             dynamodb: aws_sdk_dynamodb::Client::new(&direct),
@@ -222,18 +268,26 @@ impl LocalStack {
         // Without stalled-stream protection: its timers run on while an injected pause holds a
         // call's request body, and it would end the pause after a few seconds, where a frozen
         // sandbox (what a pause stands for) freezes those timers too.
-        let function_sdk =
-            sdk_config_with(&edge_url, faults::FaultyHttpClient::new(longhaul_aws::sdk::http_client(), faults.clone()))
-                .await
-                .to_builder()
-                .stalled_stream_protection(aws_config::stalled_stream_protection::StalledStreamProtectionConfig::disabled())
-                .build();
+        let function_sdk = sdk_config_with(
+            &edge_url,
+            faults::FaultyHttpClient::new(longhaul_aws::sdk::http_client(), faults.clone()),
+        )
+        .await
+        .to_builder()
+        .stalled_stream_protection(
+            aws_config::stalled_stream_protection::StalledStreamProtectionConfig::disabled(),
+        )
+        .build();
         let invocations = hosted::InvocationLog::default();
         let policies = Arc::new(iam::Policies::from_template(&template)?);
         let mut hosted = Vec::new();
         for mut spec in model::functions(&template)? {
             spec.env.extend(options.env_overrides.iter().map(|(k, v)| (k.clone(), v.clone())));
-            hosted.push(hosted::host(&spec, &function_identity(&function_sdk, &spec.logical), &invocations)?);
+            hosted.push(hosted::host(
+                &spec,
+                &function_identity(&function_sdk, &spec.logical),
+                &invocations,
+            )?);
         }
         let denials = edge::Denials::default();
         let calls = edge::CallCounter::default();
@@ -290,7 +344,19 @@ impl LocalStack {
             },
         ));
         tasks.extend(schedules.spawn());
-        Ok(LocalStack { api_url, edge_url, emulator, template, calls, metrics, faults, invocations, denials, authorizer, tasks })
+        Ok(LocalStack {
+            api_url,
+            edge_url,
+            emulator,
+            template,
+            calls,
+            metrics,
+            faults,
+            invocations,
+            denials,
+            authorizer,
+            tasks,
+        })
     }
 
     /// A bearer token for principal `sub` (valid one day).

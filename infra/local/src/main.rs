@@ -17,8 +17,9 @@ fn root() -> anyhow::Result<PathBuf> {
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info,aws_config=warn,aws_smithy_runtime=warn,hyper=warn".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+                "info,aws_config=warn,aws_smithy_runtime=warn,hyper=warn".into()
+            }),
         )
         .init();
     longhaul_aws::sdk::install_tls_provider();
@@ -27,13 +28,24 @@ async fn main() -> anyhow::Result<()> {
         ["dev"] => dev().await,
         ["token", sub] => {
             let options = Options::dev(root()?)?;
-            let template = Template::load(&options.root.join("template.yaml"), &options.stack, "", "", &Default::default())?;
+            let template = Template::load(
+                &options.root.join("template.yaml"),
+                &options.stack,
+                "",
+                "",
+                &Default::default(),
+            )?;
             let authorizer = longhaul_local::authorizer(&template, options.state_dir.as_deref())?;
             println!("{}", authorizer.token(sub, 86_400));
             Ok(())
         }
         ["stop"] => {
-            match emulator::stop_recorded(Options::dev(root()?)?.state_dir.as_deref().unwrap_or(std::path::Path::new(".local")))? {
+            match emulator::stop_recorded(
+                Options::dev(root()?)?
+                    .state_dir
+                    .as_deref()
+                    .unwrap_or(std::path::Path::new(".local")),
+            )? {
                 Some(pid) => println!("stopped the emulator (pid {pid})"),
                 None => println!("no emulator is recorded as running"),
             }

@@ -123,8 +123,13 @@ pub struct QueueTarget {
 impl QueueTarget {
     fn from_arn(template: &Template, arn: String) -> anyhow::Result<QueueTarget> {
         let parts: Vec<&str> = arn.split(':').collect();
-        let ["arn", _, "sqs", _, _, name] = parts.as_slice() else { bail!("{arn} is not an SQS queue ARN") };
-        Ok(QueueTarget { url: format!("{}/{}/{name}", template.queue_endpoint, crate::template::ACCOUNT), arn })
+        let ["arn", _, "sqs", _, _, name] = parts.as_slice() else {
+            bail!("{arn} is not an SQS queue ARN")
+        };
+        Ok(QueueTarget {
+            url: format!("{}/{}/{name}", template.queue_endpoint, crate::template::ACCOUNT),
+            arn,
+        })
     }
 }
 
@@ -145,7 +150,11 @@ const STREAM_PROPERTIES: [&str; 11] = [
 ];
 
 /// Reads a `Type: DynamoDB` event; `None` when it is disabled (`Enabled: false`).
-fn stream_mapping(template: &Template, key: &str, props: &Value) -> anyhow::Result<Option<StreamMappingSpec>> {
+fn stream_mapping(
+    template: &Template,
+    key: &str,
+    props: &Value,
+) -> anyhow::Result<Option<StreamMappingSpec>> {
     for name in props.as_object().into_iter().flatten().map(|(name, _)| name) {
         if !STREAM_PROPERTIES.contains(&name.as_str()) {
             bail!("property {name} is not supported by the local stack");
@@ -164,7 +173,10 @@ fn stream_mapping(template: &Template, key: &str, props: &Value) -> anyhow::Resu
     let number = |name: &str, default: i64| -> anyhow::Result<i64> {
         match &props[name] {
             Value::Null => Ok(default),
-            value => template.resolve_string(value)?.parse().with_context(|| format!("{name} must be an integer")),
+            value => template
+                .resolve_string(value)?
+                .parse()
+                .with_context(|| format!("{name} must be an integer")),
         }
     };
     if !flag("Enabled", true)? {
@@ -189,7 +201,9 @@ fn stream_mapping(template: &Template, key: &str, props: &Value) -> anyhow::Resu
             Some((table, "StreamArn")) => table.to_owned(),
             _ => bail!("Stream must be !GetAtt <Table>.StreamArn"),
         },
-        _ => bail!("Stream must be !GetAtt <Table>.StreamArn (a literal stream ARN cannot name the emulator's stream)"),
+        _ => bail!(
+            "Stream must be !GetAtt <Table>.StreamArn (a literal stream ARN cannot name the emulator's stream)"
+        ),
     };
     let table = template
         .resources
@@ -204,7 +218,9 @@ fn stream_mapping(template: &Template, key: &str, props: &Value) -> anyhow::Resu
     let starting_position = match template.resolve_string(&props["StartingPosition"])?.as_str() {
         "TRIM_HORIZON" => StartingPosition::TrimHorizon,
         "LATEST" => StartingPosition::Latest,
-        other => bail!("StartingPosition {other} is not supported for DynamoDB streams (TRIM_HORIZON or LATEST)"),
+        other => bail!(
+            "StartingPosition {other} is not supported for DynamoDB streams (TRIM_HORIZON or LATEST)"
+        ),
     };
     let batch_size = number("BatchSize", 100)?;
     if !(1..=10_000).contains(&batch_size) {
@@ -231,10 +247,17 @@ fn stream_mapping(template: &Template, key: &str, props: &Value) -> anyhow::Resu
             let on_failure = &config["OnFailure"];
             match on_failure["Type"].as_str() {
                 Some("SQS") | None => {}
-                Some(other) => bail!("DestinationConfig.OnFailure.Type {other} is not supported by the local stack (SQS only)"),
+                Some(other) => bail!(
+                    "DestinationConfig.OnFailure.Type {other} is not supported by the local stack (SQS only)"
+                ),
             }
-            let arn = template.resolve_string(&on_failure["Destination"]).context("DestinationConfig.OnFailure.Destination")?;
-            Some(QueueTarget::from_arn(template, arn).context("DestinationConfig.OnFailure.Destination")?)
+            let arn = template
+                .resolve_string(&on_failure["Destination"])
+                .context("DestinationConfig.OnFailure.Destination")?;
+            Some(
+                QueueTarget::from_arn(template, arn)
+                    .context("DestinationConfig.OnFailure.Destination")?,
+            )
         }
         other => bail!("DestinationConfig must be an object, not {other}"),
     };
@@ -242,12 +265,19 @@ fn stream_mapping(template: &Template, key: &str, props: &Value) -> anyhow::Resu
     match &props["FilterCriteria"] {
         Value::Null => {}
         criteria => {
-            if let Some(other) = criteria.as_object().into_iter().flatten().map(|(k, _)| k).find(|k| *k != "Filters") {
+            if let Some(other) =
+                criteria.as_object().into_iter().flatten().map(|(k, _)| k).find(|k| *k != "Filters")
+            {
                 bail!("FilterCriteria.{other} is not supported");
             }
             for (i, filter) in criteria["Filters"].as_array().into_iter().flatten().enumerate() {
-                let text = template.resolve_string(&filter["Pattern"]).with_context(|| format!("FilterCriteria.Filters[{i}].Pattern"))?;
-                filters.push(Pattern::parse(&text).with_context(|| format!("FilterCriteria.Filters[{i}].Pattern"))?);
+                let text = template
+                    .resolve_string(&filter["Pattern"])
+                    .with_context(|| format!("FilterCriteria.Filters[{i}].Pattern"))?;
+                filters.push(
+                    Pattern::parse(&text)
+                        .with_context(|| format!("FilterCriteria.Filters[{i}].Pattern"))?,
+                );
             }
         }
     }
@@ -306,10 +336,15 @@ pub fn functions(template: &Template) -> anyhow::Result<Vec<FunctionSpec>> {
                     },
                 },
                 "SQS" => {
-                    let queue_arn = template.resolve_string(&props["Queue"]).with_context(context)?;
+                    let queue_arn =
+                        template.resolve_string(&props["Queue"]).with_context(context)?;
                     let queue_name = queue_arn.rsplit(':').next().unwrap_or_default();
                     EventSpec::Sqs {
-                        queue_url: format!("{}/{}/{queue_name}", template.queue_endpoint, crate::template::ACCOUNT),
+                        queue_url: format!(
+                            "{}/{}/{queue_name}",
+                            template.queue_endpoint,
+                            crate::template::ACCOUNT
+                        ),
                         queue_arn,
                         batch_size: props["BatchSize"].as_i64().unwrap_or(10) as i32,
                         report_batch_item_failures: props["FunctionResponseTypes"]
@@ -317,14 +352,16 @@ pub fn functions(template: &Template) -> anyhow::Result<Vec<FunctionSpec>> {
                             .is_some_and(|t| t.iter().any(|t| t == "ReportBatchItemFailures")),
                     }
                 }
-                "DynamoDB" => match stream_mapping(template, key, props).with_context(|| format!("{logical}: event {key}"))? {
+                "DynamoDB" => match stream_mapping(template, key, props)
+                    .with_context(|| format!("{logical}: event {key}"))?
+                {
                     Some(mapping) => EventSpec::DynamoDb(mapping),
                     None => continue,
                 },
                 "Schedule" | "ScheduleV2" => {
-                    let expr = template.resolve_string(&props["Schedule"].clone()).or_else(|_| {
-                        template.resolve_string(&props["ScheduleExpression"])
-                    })?;
+                    let expr = template
+                        .resolve_string(&props["Schedule"].clone())
+                        .or_else(|_| template.resolve_string(&props["ScheduleExpression"]))?;
                     EventSpec::Schedule {
                         name: props["Name"].as_str().unwrap_or(key).to_owned(),
                         every: parse_rate(&expr),
@@ -356,15 +393,27 @@ mod tests {
 
     fn template() -> Template {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../template.yaml");
-        Template::load(&path, "longhaul", "http://127.0.0.1:1", "http://127.0.0.1:2", &BTreeMap::new()).unwrap()
+        Template::load(
+            &path,
+            "longhaul",
+            "http://127.0.0.1:1",
+            "http://127.0.0.1:2",
+            &BTreeMap::new(),
+        )
+        .unwrap()
     }
 
     #[test]
     fn the_notifier_mapping_is_read_from_the_template() {
         let functions = functions(&template()).unwrap();
         let notifier = functions.iter().find(|f| f.logical == "NotifierFunction").unwrap();
-        let [EventSpec::DynamoDb(mapping)] = notifier.events.as_slice() else { panic!("{:?}", notifier.events) };
-        assert_eq!((mapping.table_logical.as_str(), mapping.table_name.as_str()), ("JobsTable", "longhaul-JobsTable"));
+        let [EventSpec::DynamoDb(mapping)] = notifier.events.as_slice() else {
+            panic!("{:?}", notifier.events)
+        };
+        assert_eq!(
+            (mapping.table_logical.as_str(), mapping.table_name.as_str()),
+            ("JobsTable", "longhaul-JobsTable")
+        );
         assert_eq!(mapping.starting_position, StartingPosition::TrimHorizon);
         assert_eq!((mapping.batch_size, mapping.maximum_retry_attempts), (100, Some(10)));
         assert!(mapping.bisect_batch_on_function_error && mapping.report_batch_item_failures);
@@ -379,19 +428,40 @@ mod tests {
         let t = template();
         let base = serde_json::json!({"Stream": {"Fn::GetAtt": ["JobsTable", "StreamArn"]}, "StartingPosition": "LATEST"});
         let mapping = stream_mapping(&t, "E", &base).unwrap().unwrap();
-        assert_eq!((mapping.batch_size, mapping.maximum_retry_attempts, mapping.on_failure), (100, None, None));
+        assert_eq!(
+            (mapping.batch_size, mapping.maximum_retry_attempts, mapping.on_failure),
+            (100, None, None)
+        );
         let refused = |edit: serde_json::Value| {
             let mut props = base.clone();
             props.as_object_mut().unwrap().extend(edit.as_object().unwrap().clone());
             format!("{:#}", stream_mapping(&t, "E", &props).unwrap_err())
         };
-        assert!(refused(serde_json::json!({"ParallelizationFactor": 2})).contains("ParallelizationFactor"));
-        assert!(refused(serde_json::json!({"MaximumRecordAgeInSeconds": 60})).contains("MaximumRecordAgeInSeconds"));
-        assert!(refused(serde_json::json!({"MaximumBatchingWindowInSeconds": 1})).contains("MaximumBatchingWindowInSeconds"));
-        assert!(refused(serde_json::json!({"StartingPosition": "AT_TIMESTAMP"})).contains("AT_TIMESTAMP"));
+        assert!(
+            refused(serde_json::json!({"ParallelizationFactor": 2}))
+                .contains("ParallelizationFactor")
+        );
+        assert!(
+            refused(serde_json::json!({"MaximumRecordAgeInSeconds": 60}))
+                .contains("MaximumRecordAgeInSeconds")
+        );
+        assert!(
+            refused(serde_json::json!({"MaximumBatchingWindowInSeconds": 1}))
+                .contains("MaximumBatchingWindowInSeconds")
+        );
+        assert!(
+            refused(serde_json::json!({"StartingPosition": "AT_TIMESTAMP"}))
+                .contains("AT_TIMESTAMP")
+        );
         assert!(refused(serde_json::json!({"Stream": "arn:aws:dynamodb:x"})).contains("StreamArn"));
-        assert!(refused(serde_json::json!({"Stream": {"Fn::GetAtt": ["IntakeQueue", "StreamArn"]}})).contains("not a DynamoDB table"));
-        assert!(refused(serde_json::json!({"MaximumRetryAttempts": -2})).contains("MaximumRetryAttempts"));
+        assert!(
+            refused(serde_json::json!({"Stream": {"Fn::GetAtt": ["IntakeQueue", "StreamArn"]}}))
+                .contains("not a DynamoDB table")
+        );
+        assert!(
+            refused(serde_json::json!({"MaximumRetryAttempts": -2}))
+                .contains("MaximumRetryAttempts")
+        );
         let sns = serde_json::json!({"DestinationConfig": {"OnFailure": {"Type": "SNS", "Destination": "arn:aws:sns:x"}}});
         assert!(refused(sns).contains("SNS"));
         let suffix = serde_json::json!({"FilterCriteria": {"Filters": [{"Pattern": "{\"a\": [{\"suffix\": \"x\"}]}"}]}});

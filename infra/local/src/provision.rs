@@ -3,8 +3,9 @@
 
 use anyhow::{Context, anyhow, bail};
 use aws_sdk_dynamodb::types::{
-    AttributeDefinition, BillingMode, GlobalSecondaryIndex, KeySchemaElement, KeyType, Projection, ProjectionType,
-    ScalarAttributeType, StreamSpecification, StreamViewType, TimeToLiveSpecification,
+    AttributeDefinition, BillingMode, GlobalSecondaryIndex, KeySchemaElement, KeyType, Projection,
+    ProjectionType, ScalarAttributeType, StreamSpecification, StreamViewType,
+    TimeToLiveSpecification,
 };
 use aws_sdk_sqs::types::QueueAttributeName;
 use serde_json::Value;
@@ -39,10 +40,14 @@ pub async fn provision(template: &Template, clients: &Clients) -> anyhow::Result
     }
     // Redrive policies name other queues: set them once every queue exists.
     for (logical, resource) in template.of_type("AWS::SQS::Queue") {
-        queue(template, logical, resource, clients, true).await.with_context(|| format!("redrive of {logical}"))?;
+        queue(template, logical, resource, clients, true)
+            .await
+            .with_context(|| format!("redrive of {logical}"))?;
     }
     for (logical, resource) in template.of_type("AWS::Serverless::StateMachine") {
-        state_machine(template, logical, resource, clients).await.with_context(|| format!("provisioning {logical}"))?;
+        state_machine(template, logical, resource, clients)
+            .await
+            .with_context(|| format!("provisioning {logical}"))?;
     }
     Ok(())
 }
@@ -61,7 +66,12 @@ fn key_schema(value: &Value) -> anyhow::Result<Vec<KeySchemaElement>> {
         .collect()
 }
 
-async fn table(template: &Template, logical: &str, resource: &Value, clients: &Clients) -> anyhow::Result<()> {
+async fn table(
+    template: &Template,
+    logical: &str,
+    resource: &Value,
+    clients: &Clients,
+) -> anyhow::Result<()> {
     let props = template.resolve(&resource["Properties"])?;
     let name = template.physical_name(logical)?;
     let mut request = clients
@@ -74,13 +84,16 @@ async fn table(template: &Template, logical: &str, resource: &Value, clients: &C
         request = request.attribute_definitions(
             AttributeDefinition::builder()
                 .attribute_name(attr["AttributeName"].as_str().unwrap_or_default())
-                .attribute_type(ScalarAttributeType::from(attr["AttributeType"].as_str().unwrap_or_default()))
+                .attribute_type(ScalarAttributeType::from(
+                    attr["AttributeType"].as_str().unwrap_or_default(),
+                ))
                 .build()?,
         );
     }
     for gsi in props["GlobalSecondaryIndexes"].as_array().into_iter().flatten() {
-        let mut projection =
-            Projection::builder().projection_type(ProjectionType::from(gsi["Projection"]["ProjectionType"].as_str().unwrap_or("ALL")));
+        let mut projection = Projection::builder().projection_type(ProjectionType::from(
+            gsi["Projection"]["ProjectionType"].as_str().unwrap_or("ALL"),
+        ));
         for attr in gsi["Projection"]["NonKeyAttributes"].as_array().into_iter().flatten() {
             projection = projection.non_key_attributes(attr.as_str().unwrap_or_default());
         }
@@ -94,8 +107,12 @@ async fn table(template: &Template, logical: &str, resource: &Value, clients: &C
     }
     let stream = stream_view_type(&props)?;
     if let Some(view) = &stream {
-        request = request
-            .stream_specification(StreamSpecification::builder().stream_enabled(true).stream_view_type(view.clone()).build()?);
+        request = request.stream_specification(
+            StreamSpecification::builder()
+                .stream_enabled(true)
+                .stream_view_type(view.clone())
+                .build()?,
+        );
     }
     match request.send().await {
         Ok(_) => {}
@@ -133,14 +150,19 @@ fn stream_view_type(props: &Value) -> anyhow::Result<Option<StreamViewType>> {
         return Ok(None);
     }
     match spec["StreamViewType"].as_str() {
-        Some(view @ ("NEW_IMAGE" | "OLD_IMAGE" | "NEW_AND_OLD_IMAGES" | "KEYS_ONLY")) => Ok(Some(StreamViewType::from(view))),
-        _ => bail!("StreamSpecification.StreamViewType must be NEW_IMAGE, OLD_IMAGE, NEW_AND_OLD_IMAGES or KEYS_ONLY"),
+        Some(view @ ("NEW_IMAGE" | "OLD_IMAGE" | "NEW_AND_OLD_IMAGES" | "KEYS_ONLY")) => {
+            Ok(Some(StreamViewType::from(view)))
+        }
+        _ => bail!(
+            "StreamSpecification.StreamViewType must be NEW_IMAGE, OLD_IMAGE, NEW_AND_OLD_IMAGES or KEYS_ONLY"
+        ),
     }
 }
 
 /// Gives an existing table the stream the template declares, if it has none.
 async fn ensure_stream(name: &str, view: StreamViewType, clients: &Clients) -> anyhow::Result<()> {
-    let described = clients.dynamodb.describe_table().table_name(name).send().await.map_err(aws_err)?;
+    let described =
+        clients.dynamodb.describe_table().table_name(name).send().await.map_err(aws_err)?;
     let current = described
         .table()
         .and_then(|t| t.stream_specification())
@@ -159,11 +181,18 @@ async fn ensure_stream(name: &str, view: StreamViewType, clients: &Clients) -> a
                 .dynamodb
                 .update_table()
                 .table_name(name)
-                .stream_specification(StreamSpecification::builder().stream_enabled(true).stream_view_type(view).build()?)
+                .stream_specification(
+                    StreamSpecification::builder()
+                        .stream_enabled(true)
+                        .stream_view_type(view)
+                        .build()?,
+                )
                 .send()
                 .await
                 .map_err(aws_err)
-                .with_context(|| format!("enabling the stream of {name} (or stop the emulator with `make stop`)"))?;
+                .with_context(|| {
+                    format!("enabling the stream of {name} (or stop the emulator with `make stop`)")
+                })?;
             Ok(())
         }
     }
@@ -173,12 +202,20 @@ async fn bucket(template: &Template, logical: &str, clients: &Clients) -> anyhow
     let name = template.physical_name(logical)?;
     match clients.s3.create_bucket().bucket(&name).send().await {
         Ok(_) => Ok(()),
-        Err(err) if err.as_service_error().is_some_and(|e| e.is_bucket_already_owned_by_you()) => Ok(()),
+        Err(err) if err.as_service_error().is_some_and(|e| e.is_bucket_already_owned_by_you()) => {
+            Ok(())
+        }
         Err(err) => Err(aws_err(err)),
     }
 }
 
-async fn queue(template: &Template, logical: &str, resource: &Value, clients: &Clients, redrive: bool) -> anyhow::Result<()> {
+async fn queue(
+    template: &Template,
+    logical: &str,
+    resource: &Value,
+    clients: &Clients,
+    redrive: bool,
+) -> anyhow::Result<()> {
     let props = template.resolve(&resource["Properties"])?;
     let name = template.physical_name(logical)?;
     if redrive {
@@ -218,11 +255,19 @@ async fn queue(template: &Template, logical: &str, resource: &Value, clients: &C
     }
 }
 
-async fn state_machine(template: &Template, logical: &str, resource: &Value, clients: &Clients) -> anyhow::Result<()> {
+async fn state_machine(
+    template: &Template,
+    logical: &str,
+    resource: &Value,
+    clients: &Clients,
+) -> anyhow::Result<()> {
     let props = &resource["Properties"];
-    let uri = props["DefinitionUri"].as_str().ok_or_else(|| anyhow!("{logical}: only a local DefinitionUri file is supported"))?;
+    let uri = props["DefinitionUri"]
+        .as_str()
+        .ok_or_else(|| anyhow!("{logical}: only a local DefinitionUri file is supported"))?;
     let path = template.dir.join(uri);
-    let raw = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let raw =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
     let substitutions = template.resolve(&props["DefinitionSubstitutions"])?;
     let definition = crate::template::substitute(&raw, |name| {
         substitutions[name]
@@ -230,11 +275,13 @@ async fn state_machine(template: &Template, logical: &str, resource: &Value, cli
             .map(str::to_owned)
             .ok_or_else(|| anyhow!("DefinitionSubstitutions has no {name}"))
     })?;
-    serde_json::from_str::<Value>(&definition).with_context(|| format!("{} is not valid JSON after substitution", path.display()))?;
+    serde_json::from_str::<Value>(&definition)
+        .with_context(|| format!("{} is not valid JSON after substitution", path.display()))?;
     let name = template.physical_name(logical)?;
     let arn = template.reference(logical)?;
     let role = format!("arn:aws:iam::{ACCOUNT}:role/{name}-role");
-    let kind = aws_sdk_sfn::types::StateMachineType::from(props["Type"].as_str().unwrap_or("STANDARD"));
+    let kind =
+        aws_sdk_sfn::types::StateMachineType::from(props["Type"].as_str().unwrap_or("STANDARD"));
     let created = clients
         .sfn
         .create_state_machine()
@@ -247,7 +294,14 @@ async fn state_machine(template: &Template, logical: &str, resource: &Value, cli
     match created {
         Ok(_) => Ok(()),
         Err(err) if err.as_service_error().is_some_and(|e| e.is_state_machine_already_exists()) => {
-            clients.sfn.update_state_machine().state_machine_arn(arn).definition(definition).send().await.map_err(aws_err)?;
+            clients
+                .sfn
+                .update_state_machine()
+                .state_machine_arn(arn)
+                .definition(definition)
+                .send()
+                .await
+                .map_err(aws_err)?;
             Ok(())
         }
         Err(err) => Err(aws_err(err)),

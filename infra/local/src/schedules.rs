@@ -45,11 +45,16 @@ impl Schedules {
             let Some(every) = every else { continue };
             let (name, schedules) = (name.clone(), self.clone());
             tasks.push(tokio::spawn(async move {
-                let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+                let mut ticker =
+                    tokio::time::interval_at(tokio::time::Instant::now() + every, every);
                 loop {
                     ticker.tick().await;
                     if let Some(Err(diagnostic)) = schedules.fire(&name).await {
-                        tracing::warn!(schedule = name, error_type = diagnostic.error_type, "scheduled run failed");
+                        tracing::warn!(
+                            schedule = name,
+                            error_type = diagnostic.error_type,
+                            "scheduled run failed"
+                        );
                     }
                 }
             }));

@@ -55,19 +55,25 @@ pub struct Environment {
 }
 
 /// Starts one poller per DynamoDB stream mapping of `functions`.
-pub fn spawn(functions: &[HostedFunction], environment: &Environment) -> Vec<tokio::task::JoinHandle<()>> {
+pub fn spawn(
+    functions: &[HostedFunction],
+    environment: &Environment,
+) -> Vec<tokio::task::JoinHandle<()>> {
     let mut tasks = Vec::new();
     for function in functions {
         for event in &function.spec.events {
             let EventSpec::DynamoDb(spec) = event else { continue };
             let mapping = Mapping {
-                checkpoint_path: environment
-                    .state_dir
-                    .as_ref()
-                    .map(|dir| dir.join("streams").join(format!("{}.{}.json", function.spec.logical, spec.name))),
+                checkpoint_path: environment.state_dir.as_ref().map(|dir| {
+                    dir.join("streams")
+                        .join(format!("{}.{}.json", function.spec.logical, spec.name))
+                }),
                 function: function.clone(),
                 spec: spec.clone(),
-                emulator: Emulator { http: reqwest::Client::new(), url: environment.emulator_url.clone() },
+                emulator: Emulator {
+                    http: reqwest::Client::new(),
+                    url: environment.emulator_url.clone(),
+                },
                 sqs: environment.sqs.clone(),
                 faults: environment.faults.clone(),
             };
@@ -88,8 +94,9 @@ impl Emulator {
         // moto routes a request by the service its SigV4 credential scope names (and checks no
         // signature); a DynamoDB request's body does not name the service, so without this
         // header it would be taken for S3.
-        let authorization =
-            format!("AWS4-HMAC-SHA256 Credential=longhaul/20200101/{REGION}/dynamodb/aws4_request, SignedHeaders=host, Signature=0");
+        let authorization = format!(
+            "AWS4-HMAC-SHA256 Credential=longhaul/20200101/{REGION}/dynamodb/aws4_request, SignedHeaders=host, Signature=0"
+        );
         let response = self
             .http
             .post(&self.url)
@@ -102,45 +109,70 @@ impl Emulator {
             .await
             .with_context(|| format!("{target}: the emulator did not answer"))?;
         let status = response.status();
-        let text = response.text().await.with_context(|| format!("{target}: reading the answer"))?;
+        let text =
+            response.text().await.with_context(|| format!("{target}: reading the answer"))?;
         if !status.is_success() {
             bail!("{target}: {status}: {text}");
         }
-        serde_json::from_str(&text).with_context(|| format!("{target}: the answer is not JSON: {text}"))
+        serde_json::from_str(&text)
+            .with_context(|| format!("{target}: the answer is not JSON: {text}"))
     }
 
     /// The table's current stream ARN.
     async fn stream_arn(&self, table: &str) -> anyhow::Result<String> {
-        let described = self.call("DynamoDB_20120810.DescribeTable", json!({ "TableName": table })).await?;
-        described["Table"]["LatestStreamArn"]
-            .as_str()
-            .map(str::to_owned)
-            .ok_or_else(|| anyhow!("table {table} has no stream (is its StreamSpecification provisioned?)"))
+        let described =
+            self.call("DynamoDB_20120810.DescribeTable", json!({ "TableName": table })).await?;
+        described["Table"]["LatestStreamArn"].as_str().map(str::to_owned).ok_or_else(|| {
+            anyhow!("table {table} has no stream (is its StreamSpecification provisioned?)")
+        })
     }
 
     /// The stream's one shard.
     async fn shard_id(&self, stream_arn: &str) -> anyhow::Result<String> {
-        let described = self.call("DynamoDBStreams_20120810.DescribeStream", json!({ "StreamArn": stream_arn })).await?;
-        let shards = described["StreamDescription"]["Shards"].as_array().cloned().unwrap_or_default();
+        let described = self
+            .call("DynamoDBStreams_20120810.DescribeStream", json!({ "StreamArn": stream_arn }))
+            .await?;
+        let shards =
+            described["StreamDescription"]["Shards"].as_array().cloned().unwrap_or_default();
         match shards.as_slice() {
-            [shard] => shard["ShardId"].as_str().map(str::to_owned).ok_or_else(|| anyhow!("a shard without ShardId: {shard}")),
-            _ => bail!("stream {stream_arn} has {} shards; the local stack reads streams of exactly one", shards.len()),
+            [shard] => shard["ShardId"]
+                .as_str()
+                .map(str::to_owned)
+                .ok_or_else(|| anyhow!("a shard without ShardId: {shard}")),
+            _ => bail!(
+                "stream {stream_arn} has {} shards; the local stack reads streams of exactly one",
+                shards.len()
+            ),
         }
     }
 
-    async fn iterator(&self, stream_arn: &str, shard_id: &str, kind: &str, sequence: Option<&str>) -> anyhow::Result<String> {
-        let mut request = json!({ "StreamArn": stream_arn, "ShardId": shard_id, "ShardIteratorType": kind });
+    async fn iterator(
+        &self,
+        stream_arn: &str,
+        shard_id: &str,
+        kind: &str,
+        sequence: Option<&str>,
+    ) -> anyhow::Result<String> {
+        let mut request =
+            json!({ "StreamArn": stream_arn, "ShardId": shard_id, "ShardIteratorType": kind });
         if let Some(sequence) = sequence {
             request["SequenceNumber"] = json!(sequence);
         }
         let answer = self.call("DynamoDBStreams_20120810.GetShardIterator", request).await?;
-        answer["ShardIterator"].as_str().map(str::to_owned).ok_or_else(|| anyhow!("GetShardIterator answered no iterator: {answer}"))
+        answer["ShardIterator"]
+            .as_str()
+            .map(str::to_owned)
+            .ok_or_else(|| anyhow!("GetShardIterator answered no iterator: {answer}"))
     }
 
     /// One page of records and the iterator after it (`None`: the shard is closed).
     async fn records(&self, iterator: &str) -> anyhow::Result<(Vec<Value>, Option<String>)> {
-        let mut answer =
-            self.call("DynamoDBStreams_20120810.GetRecords", json!({ "ShardIterator": iterator, "Limit": PAGE })).await?;
+        let mut answer = self
+            .call(
+                "DynamoDBStreams_20120810.GetRecords",
+                json!({ "ShardIterator": iterator, "Limit": PAGE }),
+            )
+            .await?;
         let records = match answer["Records"].take() {
             Value::Array(records) => records,
             Value::Null => Vec::new(),
@@ -175,14 +207,18 @@ fn save_checkpoint(path: &Path, checkpoint: &Checkpoint) -> anyhow::Result<()> {
     let dir = path.parent().ok_or_else(|| anyhow!("{} has no parent", path.display()))?;
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let temporary = path.with_extension("json.tmp");
-    std::fs::write(&temporary, serde_json::to_vec(checkpoint)?).with_context(|| format!("writing {}", temporary.display()))?;
+    std::fs::write(&temporary, serde_json::to_vec(checkpoint)?)
+        .with_context(|| format!("writing {}", temporary.display()))?;
     std::fs::rename(&temporary, path).with_context(|| format!("replacing {}", path.display()))
 }
 
 /// A stream record as the emulator's `GetRecords` returns it, in the form of a record of
 /// Lambda's DynamoDB event; answers its sequence number too.
 pub fn lambda_record(raw: &Value, stream_arn: &str) -> anyhow::Result<(String, Value)> {
-    let mut change = raw["dynamodb"].as_object().cloned().ok_or_else(|| anyhow!("a stream record without dynamodb: {raw}"))?;
+    let mut change = raw["dynamodb"]
+        .as_object()
+        .cloned()
+        .ok_or_else(|| anyhow!("a stream record without dynamodb: {raw}"))?;
     let sequence = change
         .get("SequenceNumber")
         .and_then(Value::as_str)
@@ -196,7 +232,9 @@ pub fn lambda_record(raw: &Value, stream_arn: &str) -> anyhow::Result<(String, V
             Value::String(s) => chrono::DateTime::parse_from_rfc3339(s).ok().map(|t| t.timestamp()),
             _ => None,
         };
-        *time = seconds.map(Value::from).ok_or_else(|| anyhow!("ApproximateCreationDateTime {time} is not a time"))?;
+        *time = seconds
+            .map(Value::from)
+            .ok_or_else(|| anyhow!("ApproximateCreationDateTime {time} is not a time"))?;
     }
     let record = json!({
         "eventID": raw["eventID"],
@@ -233,7 +271,9 @@ pub struct FailureRecord<'a> {
 impl FailureRecord<'_> {
     /// The message body, in AWS's shape.
     pub fn to_json(&self) -> Value {
-        let sequence = |r: Option<&&Value>| r.map(|r| r["dynamodb"]["SequenceNumber"].clone()).unwrap_or(Value::Null);
+        let sequence = |r: Option<&&Value>| {
+            r.map(|r| r["dynamodb"]["SequenceNumber"].clone()).unwrap_or(Value::Null)
+        };
         let arrival = |r: Option<&&Value>| {
             r.and_then(|r| r["dynamodb"]["ApproximateCreationDateTime"].as_i64())
                 .and_then(|s| chrono::DateTime::from_timestamp(s, 0))
@@ -272,9 +312,10 @@ impl FailureRecord<'_> {
 fn item_failures(response: &Value) -> Result<Vec<Option<String>>, String> {
     match response.get("batchItemFailures") {
         None | Some(Value::Null) => Ok(Vec::new()),
-        Some(Value::Array(failures)) => {
-            Ok(failures.iter().map(|f| f.get("itemIdentifier").and_then(Value::as_str).map(str::to_owned)).collect())
-        }
+        Some(Value::Array(failures)) => Ok(failures
+            .iter()
+            .map(|f| f.get("itemIdentifier").and_then(Value::as_str).map(str::to_owned))
+            .collect()),
         Some(other) => Err(format!("batchItemFailures is {other}")),
     }
 }
@@ -285,7 +326,9 @@ fn sequence_of(record: Option<&Value>) -> &str {
 }
 
 fn backoff(consecutive_failures: u32) -> Duration {
-    FIRST_BACKOFF.saturating_mul(1 << consecutive_failures.saturating_sub(1).min(16)).min(MAX_BACKOFF)
+    FIRST_BACKOFF
+        .saturating_mul(1 << consecutive_failures.saturating_sub(1).min(16))
+        .min(MAX_BACKOFF)
 }
 
 struct Mapping {
@@ -339,7 +382,12 @@ impl Mapping {
                 Ok(Step::Idle) => tokio::time::sleep(POLL_INTERVAL).await,
                 Err(err) => {
                     let error = format!("{err:#}");
-                    tracing::warn!(mapping = self.label(), table = self.spec.table_name, error, "reading the stream failed; retrying");
+                    tracing::warn!(
+                        mapping = self.label(),
+                        table = self.spec.table_name,
+                        error,
+                        "reading the stream failed; retrying"
+                    );
                     if let Some(reader) = &mut reader {
                         reader.iterator = None;
                     }
@@ -364,7 +412,11 @@ impl Mapping {
         let checkpoint = self.checkpoint_path.as_deref().and_then(load_checkpoint);
         let done = match checkpoint {
             Some(c) if c.stream_arn == stream_arn && c.shard_id == shard_id => {
-                tracing::info!(mapping = self.label(), sequence_number = c.sequence_number, "resuming the stream after its checkpoint");
+                tracing::info!(
+                    mapping = self.label(),
+                    sequence_number = c.sequence_number,
+                    "resuming the stream after its checkpoint"
+                );
                 Some(c.sequence_number)
             }
             Some(c) => {
@@ -399,14 +451,26 @@ impl Mapping {
             let current = self.emulator.stream_arn(&self.spec.table_name).await?;
             if current != reader.stream_arn {
                 let (old, new) = (&reader.stream_arn, &current);
-                tracing::warn!(mapping = self.label(), old, new, "the table has a new stream; starting over on it");
+                tracing::warn!(
+                    mapping = self.label(),
+                    old,
+                    new,
+                    "the table has a new stream; starting over on it"
+                );
                 *slot = None;
                 return Ok(Step::Busy);
             }
             let after = reader.read_through.as_deref().or(reader.shard.done());
             let iterator = match after {
                 Some(sequence) => {
-                    self.emulator.iterator(&reader.stream_arn, &reader.shard_id, "AFTER_SEQUENCE_NUMBER", Some(sequence)).await?
+                    self.emulator
+                        .iterator(
+                            &reader.stream_arn,
+                            &reader.shard_id,
+                            "AFTER_SEQUENCE_NUMBER",
+                            Some(sequence),
+                        )
+                        .await?
                 }
                 None => {
                     let kind = self.spec.starting_position.iterator_type();
@@ -439,7 +503,8 @@ impl Mapping {
             }
         }
         self.save(reader);
-        let batch: Vec<Value> = reader.shard.batch().into_iter().map(|(_, record)| record.clone()).collect();
+        let batch: Vec<Value> =
+            reader.shard.batch().into_iter().map(|(_, record)| record.clone()).collect();
         if batch.is_empty() {
             if reader.iterator.is_none() {
                 // A closed shard (not something the emulator does): look for its successor later.
@@ -465,7 +530,8 @@ impl Mapping {
                     last,
                     attempts,
                     bisected,
-                    error = invoked.error.as_deref().unwrap_or("the function reported failed records"),
+                    error =
+                        invoked.error.as_deref().unwrap_or("the function reported failed records"),
                     retry_in_ms = wait.as_millis() as u64,
                     "stream batch failed; retrying"
                 );
@@ -473,7 +539,8 @@ impl Mapping {
                 tokio::time::sleep(wait).await;
             }
             Next::Exhausted => {
-                let given_up: Vec<&Value> = reader.shard.batch().into_iter().map(|(_, record)| record).collect();
+                let given_up: Vec<&Value> =
+                    reader.shard.batch().into_iter().map(|(_, record)| record).collect();
                 let record = FailureRecord {
                     request_id: &invoked.request_id,
                     function_arn: &crate::template::function_arn(&self.function.spec.name),
@@ -491,8 +558,10 @@ impl Mapping {
                     batch_size = given_up.len(),
                     first = message["DDBStreamBatchInfo"]["startSequenceNumber"].as_str(),
                     last = message["DDBStreamBatchInfo"]["endSequenceNumber"].as_str(),
-                    destination = self.spec.on_failure.as_ref().map(|q| q.arn.as_str()).unwrap_or("none"),
-                    error = invoked.error.as_deref().unwrap_or("the function reported failed records"),
+                    destination =
+                        self.spec.on_failure.as_ref().map(|q| q.arn.as_str()).unwrap_or("none"),
+                    error =
+                        invoked.error.as_deref().unwrap_or("the function reported failed records"),
                     "stream batch failed after its retries; moving past it"
                 );
                 reader.shard.give_up();
@@ -509,7 +578,8 @@ impl Mapping {
         let event = json!({ "Records": batch });
         let request_id = uuid::Uuid::new_v4().to_string();
         let responses = if self.faults.duplicate_delivery() {
-            let (first, second) = futures::join!(self.function.invoke(event.clone()), self.function.invoke(event));
+            let (first, second) =
+                futures::join!(self.function.invoke(event.clone()), self.function.invoke(event));
             vec![first, second]
         } else {
             vec![self.function.invoke(event).await]
@@ -519,12 +589,22 @@ impl Mapping {
             match response {
                 Err(diagnostic) => {
                     let error = format!("{}: {}", diagnostic.error_type, diagnostic.error_message);
-                    return Invoked { outcome: Outcome::FunctionError, request_id, error: Some(error) };
+                    return Invoked {
+                        outcome: Outcome::FunctionError,
+                        request_id,
+                        error: Some(error),
+                    };
                 }
                 Ok(_) if !self.spec.report_batch_item_failures => {}
                 Ok(response) => match item_failures(&response) {
                     Ok(failed) => ids.extend(failed),
-                    Err(error) => return Invoked { outcome: Outcome::FunctionError, request_id, error: Some(error) },
+                    Err(error) => {
+                        return Invoked {
+                            outcome: Outcome::FunctionError,
+                            request_id,
+                            error: Some(error),
+                        };
+                    }
                 },
             }
         }
@@ -539,11 +619,19 @@ impl Mapping {
         let Some(destination) = &self.spec.on_failure else { return };
         let mut failures = 0;
         loop {
-            match self.sqs.send_message().queue_url(&destination.url).message_body(message.to_string()).send().await {
+            match self
+                .sqs
+                .send_message()
+                .queue_url(&destination.url)
+                .message_body(message.to_string())
+                .send()
+                .await
+            {
                 Ok(_) => return,
                 Err(err) => {
                     failures += 1;
-                    let err = longhaul_aws::AwsError::new("send to the on-failure destination", err);
+                    let err =
+                        longhaul_aws::AwsError::new("send to the on-failure destination", err);
                     let queue = &destination.url;
                     tracing::warn!(mapping = self.label(), queue, error = %err, "sending a stream failure record failed; retrying");
                     tokio::time::sleep(backoff(failures)).await;
@@ -558,11 +646,18 @@ impl Mapping {
         if reader.saved.as_deref() == Some(done) {
             return;
         }
-        let checkpoint =
-            Checkpoint { stream_arn: reader.stream_arn.clone(), shard_id: reader.shard_id.clone(), sequence_number: done.to_owned() };
+        let checkpoint = Checkpoint {
+            stream_arn: reader.stream_arn.clone(),
+            shard_id: reader.shard_id.clone(),
+            sequence_number: done.to_owned(),
+        };
         match save_checkpoint(path, &checkpoint) {
             Ok(()) => reader.saved = Some(checkpoint.sequence_number),
-            Err(err) => tracing::warn!(mapping = self.label(), error = format!("{err:#}"), "saving the stream checkpoint failed"),
+            Err(err) => tracing::warn!(
+                mapping = self.label(),
+                error = format!("{err:#}"),
+                "saving the stream checkpoint failed"
+            ),
         }
     }
 }
@@ -601,13 +696,20 @@ mod tests {
         assert_eq!(record["eventVersion"], "1.1");
         assert_eq!(record["eventSourceARN"], STREAM);
         assert_eq!(record["dynamodb"]["ApproximateCreationDateTime"], json!(1795355160));
-        let event: aws_lambda_events::dynamodb::Event = serde_json::from_value(json!({ "Records": [record] })).unwrap();
+        let event: aws_lambda_events::dynamodb::Event =
+            serde_json::from_value(json!({ "Records": [record] })).unwrap();
         let record = &event.records[0];
-        assert_eq!((record.event_name.as_str(), record.event_id.as_str()), ("MODIFY", "a09b595a13cf427ab082fdfe7ee09481"));
+        assert_eq!(
+            (record.event_name.as_str(), record.event_id.as_str()),
+            ("MODIFY", "a09b595a13cf427ab082fdfe7ee09481")
+        );
         assert_eq!(record.event_source_arn.as_deref(), Some(STREAM));
         assert_eq!(record.change.approximate_creation_date_time.timestamp(), 1795355160);
         assert_eq!(record.change.sequence_number.as_deref(), Some("1100000000017454423010"));
-        assert_eq!(record.change.new_image.get("status"), Some(&serde_dynamo::AttributeValue::S("succeeded".into())));
+        assert_eq!(
+            record.change.new_image.get("status"),
+            Some(&serde_dynamo::AttributeValue::S("succeeded".into()))
+        );
         assert_eq!(record.change.old_image.len(), 4);
         assert_eq!(record.change.keys.len(), 2);
     }
@@ -621,10 +723,18 @@ mod tests {
         let mut remove = moto_record();
         remove["eventName"] = json!("REMOVE");
         remove["dynamodb"].as_object_mut().unwrap().remove("NewImage");
-        let records: Vec<Value> = [insert, remove].iter().map(|r| lambda_record(r, STREAM).unwrap().1).collect();
-        let event: aws_lambda_events::dynamodb::Event = serde_json::from_value(json!({ "Records": records })).unwrap();
-        assert!(event.records[0].change.old_image.is_empty() && event.records[1].change.new_image.is_empty());
-        assert_eq!(event.records[0].change.approximate_creation_date_time.to_rfc3339(), "2026-11-22T13:46:00+00:00");
+        let records: Vec<Value> =
+            [insert, remove].iter().map(|r| lambda_record(r, STREAM).unwrap().1).collect();
+        let event: aws_lambda_events::dynamodb::Event =
+            serde_json::from_value(json!({ "Records": records })).unwrap();
+        assert!(
+            event.records[0].change.old_image.is_empty()
+                && event.records[1].change.new_image.is_empty()
+        );
+        assert_eq!(
+            event.records[0].change.approximate_creation_date_time.to_rfc3339(),
+            "2026-11-22T13:46:00+00:00"
+        );
     }
 
     #[test]
@@ -638,8 +748,14 @@ mod tests {
     #[test]
     fn the_notifier_filter_applies_to_converted_records() {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../template.yaml");
-        let template =
-            crate::template::Template::load(&path, "longhaul", "http://e", "http://a", &Default::default()).unwrap();
+        let template = crate::template::Template::load(
+            &path,
+            "longhaul",
+            "http://e",
+            "http://a",
+            &Default::default(),
+        )
+        .unwrap();
         let functions = crate::model::functions(&template).unwrap();
         let notifier = functions.iter().find(|f| f.logical == "NotifierFunction").unwrap();
         let [EventSpec::DynamoDb(spec)] = notifier.events.as_slice() else { panic!() };
@@ -657,7 +773,8 @@ mod tests {
         raw["dynamodb"]["SequenceNumber"] = json!("1100000000017454423012");
         raw["dynamodb"]["ApproximateCreationDateTime"] = json!(1795355170.1);
         let (_, last) = lambda_record(&raw, STREAM).unwrap();
-        let now = chrono::DateTime::parse_from_rfc3339("2026-11-22T13:50:00.123Z").unwrap().to_utc();
+        let now =
+            chrono::DateTime::parse_from_rfc3339("2026-11-22T13:50:00.123Z").unwrap().to_utc();
         let record = FailureRecord {
             request_id: "r1",
             function_arn: "arn:aws:lambda:us-east-1:123456789012:function:longhaul-NotifierFunction",
@@ -701,7 +818,9 @@ mod tests {
         assert_eq!(item_failures(&Value::Null), Ok(vec![]));
         assert_eq!(item_failures(&json!({"batchItemFailures": null})), Ok(vec![]));
         assert_eq!(
-            item_failures(&json!({"batchItemFailures": [{"itemIdentifier": "7"}, {"itemIdentifier": null}, {}]})),
+            item_failures(
+                &json!({"batchItemFailures": [{"itemIdentifier": "7"}, {"itemIdentifier": null}, {}]})
+            ),
             Ok(vec![Some("7".into()), None, None])
         );
         assert!(item_failures(&json!({"batchItemFailures": "7"})).is_err());
@@ -719,9 +838,14 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("longhaul-streams-{}", uuid::Uuid::new_v4()));
         let path = dir.join("streams").join("F.E.json");
         assert_eq!(load_checkpoint(&path), None);
-        let checkpoint = Checkpoint { stream_arn: STREAM.into(), shard_id: "s".into(), sequence_number: "42".into() };
+        let checkpoint = Checkpoint {
+            stream_arn: STREAM.into(),
+            shard_id: "s".into(),
+            sequence_number: "42".into(),
+        };
         save_checkpoint(&path, &checkpoint).unwrap();
-        save_checkpoint(&path, &Checkpoint { sequence_number: "43".into(), ..checkpoint.clone() }).unwrap();
+        save_checkpoint(&path, &Checkpoint { sequence_number: "43".into(), ..checkpoint.clone() })
+            .unwrap();
         assert_eq!(load_checkpoint(&path).unwrap().sequence_number, "43");
         std::fs::write(&path, "garbage").unwrap();
         assert_eq!(load_checkpoint(&path), None);

@@ -46,7 +46,9 @@ fn yaml_to_json(value: serde_norway::Value) -> anyhow::Result<Value> {
         Y::Bool(b) => Value::Bool(b),
         Y::Number(n) => serde_json::to_value(&n)?,
         Y::String(s) => Value::String(s),
-        Y::Sequence(items) => Value::Array(items.into_iter().map(yaml_to_json).collect::<Result<_, _>>()?),
+        Y::Sequence(items) => {
+            Value::Array(items.into_iter().map(yaml_to_json).collect::<Result<_, _>>()?)
+        }
         Y::Mapping(map) => {
             let mut out = Map::new();
             for (k, v) in map {
@@ -69,8 +71,9 @@ fn yaml_to_json(value: serde_norway::Value) -> anyhow::Result<Value> {
                 // `!GetAtt A.B` is short for `Fn::GetAtt: [A, B]`.
                 "GetAtt" => match inner {
                     Value::String(s) => {
-                        let (resource, attr) =
-                            s.split_once('.').ok_or_else(|| anyhow!("!GetAtt {s} needs Resource.Attribute"))?;
+                        let (resource, attr) = s
+                            .split_once('.')
+                            .ok_or_else(|| anyhow!("!GetAtt {s} needs Resource.Attribute"))?;
                         json!({ "Fn::GetAtt": [resource, attr] })
                     }
                     other => json!({ "Fn::GetAtt": other }),
@@ -90,8 +93,10 @@ impl Template {
         function_url_base: &str,
         overrides: &BTreeMap<String, String>,
     ) -> anyhow::Result<Self> {
-        let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-        let yaml: serde_norway::Value = serde_norway::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let yaml: serde_norway::Value =
+            serde_norway::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
         let doc = yaml_to_json(yaml)?;
         let mut parameters = BTreeMap::new();
         for (name, spec) in doc["Parameters"].as_object().cloned().unwrap_or_default() {
@@ -100,7 +105,10 @@ impl Template {
                 Value::Null => None,
                 other => Some(other.to_string()),
             });
-            parameters.insert(name.clone(), value.ok_or_else(|| anyhow!("parameter {name} has no default"))?);
+            parameters.insert(
+                name.clone(),
+                value.ok_or_else(|| anyhow!("parameter {name} has no default"))?,
+            );
         }
         Ok(Template {
             dir: path.parent().unwrap_or(Path::new(".")).to_path_buf(),
@@ -119,7 +127,10 @@ impl Template {
     }
 
     /// Logical ids of resources of `kind`.
-    pub fn of_type<'a>(&'a self, kind: &'a str) -> impl Iterator<Item = (&'a String, &'a Value)> + 'a {
+    pub fn of_type<'a>(
+        &'a self,
+        kind: &'a str,
+    ) -> impl Iterator<Item = (&'a String, &'a Value)> + 'a {
         self.resources.iter().filter(move |(_, r)| r["Type"] == kind)
     }
 
@@ -163,7 +174,9 @@ impl Template {
         let physical = self.physical_name(name)?;
         Ok(match kind.as_str() {
             "AWS::SQS::Queue" => format!("{}/{ACCOUNT}/{physical}", self.queue_endpoint),
-            "AWS::Serverless::StateMachine" => format!("arn:aws:states:{REGION}:{ACCOUNT}:stateMachine:{physical}"),
+            "AWS::Serverless::StateMachine" => {
+                format!("arn:aws:states:{REGION}:{ACCOUNT}:stateMachine:{physical}")
+            }
             "AWS::Serverless::HttpApi" => "local".into(),
             _ => physical,
         })
@@ -174,14 +187,19 @@ impl Template {
         // SAM's implicit `<Function>Url` resource of a function with FunctionUrlConfig.
         if attr == "FunctionUrl"
             && let Some(function) = logical.strip_suffix("Url")
-            && self.resources.get(function).is_some_and(|r| !r["Properties"]["FunctionUrlConfig"].is_null())
+            && self
+                .resources
+                .get(function)
+                .is_some_and(|r| !r["Properties"]["FunctionUrlConfig"].is_null())
         {
             return Ok(format!("{}/_fn/{function}/", self.function_url_base));
         }
         let kind = self.resource(logical)?["Type"].as_str().unwrap_or_default().to_owned();
         let name = self.physical_name(logical)?;
         Ok(match (kind.as_str(), attr) {
-            ("AWS::DynamoDB::Table", "Arn") => format!("arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{name}"),
+            ("AWS::DynamoDB::Table", "Arn") => {
+                format!("arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{name}")
+            }
             ("AWS::SQS::Queue", "Arn") => format!("arn:aws:sqs:{REGION}:{ACCOUNT}:{name}"),
             ("AWS::SQS::Queue", "QueueName") => name,
             ("AWS::SQS::Queue", "QueueUrl") => self.reference(logical)?,
@@ -192,7 +210,9 @@ impl Template {
             // The emulator names a stream by its creation time: the ARN exists only at runtime
             // (the table's LatestStreamArn), which the stream mappings look up themselves.
             ("AWS::DynamoDB::Table", "StreamArn") => {
-                bail!("Fn::GetAtt {logical}.StreamArn is only known at runtime locally; only a DynamoDB event's Stream may name it")
+                bail!(
+                    "Fn::GetAtt {logical}.StreamArn is only known at runtime locally; only a DynamoDB event's Stream may name it"
+                )
             }
             _ => bail!("Fn::GetAtt {logical}.{attr} is not supported by the local stack"),
         })
@@ -201,11 +221,15 @@ impl Template {
     /// Resolves every intrinsic in `value`.
     pub fn resolve(&self, value: &Value) -> anyhow::Result<Value> {
         Ok(match value {
-            Value::Array(items) => Value::Array(items.iter().map(|v| self.resolve(v)).collect::<Result<_, _>>()?),
+            Value::Array(items) => {
+                Value::Array(items.iter().map(|v| self.resolve(v)).collect::<Result<_, _>>()?)
+            }
             Value::Object(map) if map.len() == 1 => {
                 let (key, arg) = map.iter().next().expect("one entry");
                 match key.as_str() {
-                    "Ref" => Value::String(self.reference(arg.as_str().ok_or_else(|| anyhow!("Ref needs a name"))?)?),
+                    "Ref" => Value::String(
+                        self.reference(arg.as_str().ok_or_else(|| anyhow!("Ref needs a name"))?)?,
+                    ),
                     "Fn::GetAtt" => {
                         let parts: Vec<String> = self
                             .resolve(arg)?
@@ -214,23 +238,38 @@ impl Template {
                             .iter()
                             .map(|v| v.as_str().unwrap_or_default().to_owned())
                             .collect();
-                        let [resource, attr] = parts.as_slice() else { bail!("Fn::GetAtt needs two parts") };
+                        let [resource, attr] = parts.as_slice() else {
+                            bail!("Fn::GetAtt needs two parts")
+                        };
                         Value::String(self.attribute(resource, attr)?)
                     }
                     "Fn::Sub" => Value::String(self.substitute(arg)?),
                     "Fn::Join" => {
                         let arg = self.resolve(arg)?;
                         let sep = arg[0].as_str().unwrap_or_default();
-                        let parts: Vec<&str> = arg[1].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+                        let parts: Vec<&str> = arg[1]
+                            .as_array()
+                            .into_iter()
+                            .flatten()
+                            .filter_map(Value::as_str)
+                            .collect();
                         Value::String(parts.join(sep))
                     }
-                    other if other.starts_with("Fn::") => bail!("{other} is not supported by the local stack"),
-                    _ => Value::Object(map.iter().map(|(k, v)| Ok((k.clone(), self.resolve(v)?))).collect::<anyhow::Result<_>>()?),
+                    other if other.starts_with("Fn::") => {
+                        bail!("{other} is not supported by the local stack")
+                    }
+                    _ => Value::Object(
+                        map.iter()
+                            .map(|(k, v)| Ok((k.clone(), self.resolve(v)?)))
+                            .collect::<anyhow::Result<_>>()?,
+                    ),
                 }
             }
-            Value::Object(map) => {
-                Value::Object(map.iter().map(|(k, v)| Ok((k.clone(), self.resolve(v)?))).collect::<anyhow::Result<_>>()?)
-            }
+            Value::Object(map) => Value::Object(
+                map.iter()
+                    .map(|(k, v)| Ok((k.clone(), self.resolve(v)?)))
+                    .collect::<anyhow::Result<_>>()?,
+            ),
             other => other.clone(),
         })
     }
@@ -249,7 +288,10 @@ impl Template {
         let (text, vars) = match arg {
             Value::String(s) => (s.as_str(), Map::new()),
             Value::Array(items) => (
-                items.first().and_then(Value::as_str).ok_or_else(|| anyhow!("Fn::Sub needs a string"))?,
+                items
+                    .first()
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| anyhow!("Fn::Sub needs a string"))?,
                 items.get(1).and_then(Value::as_object).cloned().unwrap_or_default(),
             ),
             _ => bail!("Fn::Sub needs a string"),
@@ -257,7 +299,9 @@ impl Template {
         substitute(text, |name| match vars.get(name) {
             Some(v) => self.resolve_string(v),
             None => match name.split_once('.') {
-                Some((resource, attr)) if !name.starts_with("AWS::") => self.attribute(resource, attr),
+                Some((resource, attr)) if !name.starts_with("AWS::") => {
+                    self.attribute(resource, attr)
+                }
                 _ => self.reference(name),
             },
         })
@@ -266,7 +310,11 @@ impl Template {
     /// A function's `Timeout`, from the function or the globals (Lambda's default is 3 s).
     pub fn function_timeout(&self, logical: &str) -> anyhow::Result<u64> {
         let props = &self.resource(logical)?["Properties"];
-        let value = if props["Timeout"].is_null() { &self.function_globals["Timeout"] } else { &props["Timeout"] };
+        let value = if props["Timeout"].is_null() {
+            &self.function_globals["Timeout"]
+        } else {
+            &props["Timeout"]
+        };
         Ok(if value.is_null() { 3 } else { self.resolve_string(value)?.parse()? })
     }
 
@@ -274,7 +322,9 @@ impl Template {
     pub fn function_environment(&self, logical: &str) -> anyhow::Result<BTreeMap<String, String>> {
         let props = &self.resource(logical)?["Properties"];
         let mut env = BTreeMap::new();
-        for source in [&self.function_globals["Environment"]["Variables"], &props["Environment"]["Variables"]] {
+        for source in
+            [&self.function_globals["Environment"]["Variables"], &props["Environment"]["Variables"]]
+        {
             for (name, value) in source.as_object().into_iter().flatten() {
                 env.insert(name.clone(), self.resolve_string(value)?);
             }
@@ -284,12 +334,16 @@ impl Template {
 }
 
 /// Replaces `${name}` in `text` (leaving `${!literal}` as `${literal}`).
-pub fn substitute(text: &str, mut lookup: impl FnMut(&str) -> anyhow::Result<String>) -> anyhow::Result<String> {
+pub fn substitute(
+    text: &str,
+    mut lookup: impl FnMut(&str) -> anyhow::Result<String>,
+) -> anyhow::Result<String> {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(start) = rest.find("${") {
         out.push_str(&rest[..start]);
-        let end = rest[start..].find('}').ok_or_else(|| anyhow!("unclosed ${{ in {text:?}"))? + start;
+        let end =
+            rest[start..].find('}').ok_or_else(|| anyhow!("unclosed ${{ in {text:?}"))? + start;
         let name = &rest[start + 2..end];
         match name.strip_prefix('!') {
             Some(literal) => {
@@ -323,7 +377,14 @@ mod tests {
     #[test]
     fn the_real_template_resolves() {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../template.yaml");
-        let t = Template::load(&path, "longhaul", "http://127.0.0.1:1", "http://127.0.0.1:2", &BTreeMap::new()).unwrap();
+        let t = Template::load(
+            &path,
+            "longhaul",
+            "http://127.0.0.1:1",
+            "http://127.0.0.1:2",
+            &BTreeMap::new(),
+        )
+        .unwrap();
         for (logical, _) in t.of_type("AWS::Serverless::Function") {
             let env = t.function_environment(logical).unwrap();
             assert!(env.contains_key("TABLE_NAME"), "{logical}");

@@ -30,8 +30,20 @@ pub struct Problem {
 
 impl Problem {
     /// A problem of type `/problems/<slug>`.
-    pub fn new(status: StatusCode, slug: &'static str, title: &'static str, detail: impl Into<String>) -> Self {
-        Problem { status, slug, title, detail: detail.into(), extensions: Default::default(), headers: Vec::new() }
+    pub fn new(
+        status: StatusCode,
+        slug: &'static str,
+        title: &'static str,
+        detail: impl Into<String>,
+    ) -> Self {
+        Problem {
+            status,
+            slug,
+            title,
+            detail: detail.into(),
+            extensions: Default::default(),
+            headers: Vec::new(),
+        }
     }
 
     /// 400: the request could not be read.
@@ -46,30 +58,51 @@ impl Problem {
 
     /// 413: the body is over the limit.
     pub fn too_large(limit: usize) -> Self {
-        Problem::new(StatusCode::PAYLOAD_TOO_LARGE, "payload-too-large", "The request body is too large",
-            format!("The body must be at most {limit} bytes."))
+        Problem::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload-too-large",
+            "The request body is too large",
+            format!("The body must be at most {limit} bytes."),
+        )
     }
 
     /// 415: not a JSON body.
     pub fn unsupported_media_type() -> Self {
-        Problem::new(StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported-media-type", "Unsupported media type",
-            "Send the body as application/json.")
+        Problem::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported-media-type",
+            "Unsupported media type",
+            "Send the body as application/json.",
+        )
     }
 
     /// 422: well-formed but not acceptable.
-    pub fn unprocessable(slug: &'static str, title: &'static str, detail: impl Into<String>) -> Self {
+    pub fn unprocessable(
+        slug: &'static str,
+        title: &'static str,
+        detail: impl Into<String>,
+    ) -> Self {
         Problem::new(StatusCode::UNPROCESSABLE_ENTITY, slug, title, detail)
     }
 
     /// 401: no caller identity (the authorizer should have refused already).
     pub fn unauthorized() -> Self {
-        Problem::new(StatusCode::UNAUTHORIZED, "unauthorized", "Unauthorized", "A valid bearer token is required.")
+        Problem::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "Unauthorized",
+            "A valid bearer token is required.",
+        )
     }
 
     /// 500: our fault. The detail never carries internals; they go to the log.
     pub fn internal() -> Self {
-        Problem::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "Internal error",
-            "The request could not be completed. It is safe to retry with the same Idempotency-Key.")
+        Problem::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "Internal error",
+            "The request could not be completed. It is safe to retry with the same Idempotency-Key.",
+        )
     }
 
     /// Adds an extension member.
@@ -108,15 +141,19 @@ pub fn json_response(status: StatusCode, body: &impl Serialize) -> Response<Body
     let bytes = serde_json::to_vec(body).expect("response bodies always serialise");
     let mut response = Response::new(Body::Binary(bytes));
     *response.status_mut() = status;
-    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     response
 }
 
 /// The authenticated caller: the JWT `sub` claim (or `client_id` for machine clients without
 /// a subject), as put in the request context by API Gateway's JWT authorizer.
 pub fn principal(request: &Request) -> Option<String> {
-    let RequestContext::ApiGatewayV2(ApiGatewayV2httpRequestContext { authorizer: Some(authorizer), .. }) =
-        request.request_context()
+    let RequestContext::ApiGatewayV2(ApiGatewayV2httpRequestContext {
+        authorizer: Some(authorizer),
+        ..
+    }) = request.request_context()
     else {
         return None;
     };
@@ -145,8 +182,13 @@ pub fn path_job_id(request: &Request) -> Result<longhaul_domain::JobId, Problem>
 
 /// 409 naming the job's current status (`status_now`).
 pub fn wrong_status(status: longhaul_domain::JobStatus, detail: impl Into<String>) -> Problem {
-    Problem::new(StatusCode::CONFLICT, "wrong-status", "The job is not in a state that allows this", detail)
-        .with("status_now", status)
+    Problem::new(
+        StatusCode::CONFLICT,
+        "wrong-status",
+        "The job is not in a state that allows this",
+        detail,
+    )
+    .with("status_now", status)
 }
 
 /// The request body as JSON, enforcing a JSON media type and a size limit.
@@ -158,7 +200,8 @@ pub fn json_body(request: &Request, max_bytes: usize) -> Result<serde_json::Valu
         .and_then(|v| v.split(';').next())
         .map(|mime| {
             let mime = mime.trim().to_ascii_lowercase();
-            mime == "application/json" || (mime.starts_with("application/") && mime.ends_with("+json"))
+            mime == "application/json"
+                || (mime.starts_with("application/") && mime.ends_with("+json"))
         })
         .unwrap_or(false);
     if !is_json {
@@ -169,7 +212,8 @@ pub fn json_body(request: &Request, max_bytes: usize) -> Result<serde_json::Valu
         return Err(Problem::too_large(max_bytes));
     }
     // serde_json refuses nesting deeper than 128 levels with an error, never a stack overflow.
-    serde_json::from_slice(bytes).map_err(|e| Problem::bad_request(format!("The body is not valid JSON: {e}")))
+    serde_json::from_slice(bytes)
+        .map_err(|e| Problem::bad_request(format!("The body is not valid JSON: {e}")))
 }
 
 #[cfg(test)]
@@ -197,9 +241,15 @@ mod tests {
         };
         assert!(json_body(&request("application/json; charset=utf-8", "{}"), 10).is_ok());
         assert_eq!(json_body(&request("text/plain", "{}"), 10).unwrap_err().status, 415);
-        assert_eq!(json_body(&request("application/json", "{\"a\": 12345678}"), 10).unwrap_err().status, 413);
+        assert_eq!(
+            json_body(&request("application/json", "{\"a\": 12345678}"), 10).unwrap_err().status,
+            413
+        );
         assert_eq!(json_body(&request("application/json", "{"), 10).unwrap_err().status, 400);
         let deep = "[".repeat(10_000) + &"]".repeat(10_000);
-        assert_eq!(json_body(&request("application/json", &deep), 100_000).unwrap_err().status, 400);
+        assert_eq!(
+            json_body(&request("application/json", &deep), 100_000).unwrap_err().status,
+            400
+        );
     }
 }

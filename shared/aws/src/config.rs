@@ -93,7 +93,9 @@ impl ResultTtl {
             }
         }
         Ok(ResultTtl {
-            default: std::time::Duration::from_secs(vars.parsed_or("LONGHAUL_RESULT_TTL_SECONDS", 604_800)?),
+            default: std::time::Duration::from_secs(
+                vars.parsed_or("LONGHAUL_RESULT_TTL_SECONDS", 604_800)?,
+            ),
             per_type,
         })
     }

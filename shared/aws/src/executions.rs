@@ -33,7 +33,11 @@ impl Executions {
 
     /// Starts an execution named `name` with `input`. Names are unique per state machine for
     /// 90 days, so a repeated start (a redelivered message) never runs the job twice.
-    pub async fn start(&self, name: &str, input: &serde_json::Value) -> Result<StartOutcome, AwsError> {
+    pub async fn start(
+        &self,
+        name: &str,
+        input: &serde_json::Value,
+    ) -> Result<StartOutcome, AwsError> {
         let result = self
             .client
             .start_execution()
@@ -44,7 +48,12 @@ impl Executions {
             .await;
         match result {
             Ok(output) => Ok(StartOutcome::Started { execution_arn: output.execution_arn }),
-            Err(err) if matches!(err.as_service_error(), Some(StartExecutionError::ExecutionAlreadyExists(_))) => {
+            Err(err)
+                if matches!(
+                    err.as_service_error(),
+                    Some(StartExecutionError::ExecutionAlreadyExists(_))
+                ) =>
+            {
                 Ok(StartOutcome::AlreadyExists)
             }
             Err(err) => Err(AwsError::new(format!("start execution {name}"), err)),
@@ -59,9 +68,12 @@ impl Executions {
     /// The status of execution `name` (`RUNNING`, `SUCCEEDED`, `FAILED`, …), or `None` if it
     /// does not exist.
     pub async fn status(&self, name: &str) -> Result<Option<String>, AwsError> {
-        match self.client.describe_execution().execution_arn(self.execution_arn(name)).send().await {
+        match self.client.describe_execution().execution_arn(self.execution_arn(name)).send().await
+        {
             Ok(output) => Ok(Some(output.status.as_str().to_owned())),
-            Err(err) if err.as_service_error().is_some_and(|e| e.is_execution_does_not_exist()) => Ok(None),
+            Err(err) if err.as_service_error().is_some_and(|e| e.is_execution_does_not_exist()) => {
+                Ok(None)
+            }
             Err(err) => Err(AwsError::new(format!("describe execution {name}"), err)),
         }
     }
@@ -78,7 +90,14 @@ impl Executions {
             .await;
         match result {
             Ok(_) => Ok(()),
-            Err(err) if matches!(err.as_service_error(), Some(StopExecutionError::ExecutionDoesNotExist(_))) => Ok(()),
+            Err(err)
+                if matches!(
+                    err.as_service_error(),
+                    Some(StopExecutionError::ExecutionDoesNotExist(_))
+                ) =>
+            {
+                Ok(())
+            }
             Err(err) => Err(AwsError::new(format!("stop execution {name}"), err)),
         }
     }

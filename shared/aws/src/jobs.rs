@@ -16,7 +16,9 @@ use std::collections::HashMap;
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
-use longhaul_domain::{Cancellation, JobError, JobStatus, Transition, TransitionError, now_rfc3339};
+use longhaul_domain::{
+    Cancellation, JobError, JobStatus, Transition, TransitionError, now_rfc3339,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::AwsError;
@@ -398,8 +400,11 @@ fn encode_cursor(key: &Item) -> String {
 
 fn decode_cursor(owner: &str, cursor: &str) -> Result<Item, ListError> {
     use base64::Engine;
-    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(cursor).map_err(|_| ListError::InvalidCursor)?;
-    let [pk, sk, gsi1sk]: [String; 3] = serde_json::from_slice(&bytes).map_err(|_| ListError::InvalidCursor)?;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(cursor)
+        .map_err(|_| ListError::InvalidCursor)?;
+    let [pk, sk, gsi1sk]: [String; 3] =
+        serde_json::from_slice(&bytes).map_err(|_| ListError::InvalidCursor)?;
     if !pk.starts_with("JOB#") || sk != JOB_SK || gsi1sk.len() > 200 {
         return Err(ListError::InvalidCursor);
     }
@@ -525,16 +530,20 @@ impl JobStore {
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
         request = match replacing {
             None => request.condition_expression("attribute_not_exists(pk)"),
-            Some(old) => request.condition_expression("job_id = :old").expression_attribute_values(":old", s(old)),
+            Some(old) => request
+                .condition_expression("job_id = :old")
+                .expression_attribute_values(":old", s(old)),
         };
         match request.send().await {
             Ok(_) => Ok(()),
             Err(err) => match err.as_service_error() {
-                Some(PutItemError::ConditionalCheckFailedException(failed)) => match failed.item().cloned() {
-                    Some(item) => Err(StoreError::KeyTaken(Box::new(from_item(item)?))),
-                    // Replacing, and the record vanished (TTL): the caller starts afresh.
-                    None => Err(StoreError::Conflict { current: None }),
-                },
+                Some(PutItemError::ConditionalCheckFailedException(failed)) => {
+                    match failed.item().cloned() {
+                        Some(item) => Err(StoreError::KeyTaken(Box::new(from_item(item)?))),
+                        // Replacing, and the record vanished (TTL): the caller starts afresh.
+                        None => Err(StoreError::Conflict { current: None }),
+                    }
+                }
                 _ => Err(AwsError::new("claim idempotency key", err).into()),
             },
         }
@@ -561,7 +570,11 @@ impl JobStore {
             .await;
         match result {
             Ok(_) => Ok(()),
-            Err(err) if err.as_service_error().is_some_and(|e| e.is_conditional_check_failed_exception()) => {
+            Err(err)
+                if err
+                    .as_service_error()
+                    .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
+            {
                 Err(StoreError::Conflict { current: None })
             }
             Err(err) => Err(AwsError::new(format!("create job {}", job.job_id), err).into()),
@@ -569,7 +582,11 @@ impl JobStore {
     }
 
     /// The idempotency record for `owner`'s `key`, if any.
-    pub async fn idempotency(&self, owner: &str, key: &str) -> Result<Option<IdempotencyRecord>, StoreError> {
+    pub async fn idempotency(
+        &self,
+        owner: &str,
+        key: &str,
+    ) -> Result<Option<IdempotencyRecord>, StoreError> {
         let output = self
             .client
             .get_item()
@@ -651,7 +668,10 @@ impl JobStore {
         match (request.to, request.index_at) {
             (JobStatus::Queued | JobStatus::Running | JobStatus::Succeeded, at) => {
                 update.push_str(", gsi2pk = :bucket, gsi2sk = :index_at");
-                values.insert(":bucket".into(), s(status_bucket(request.to.as_str(), &request.job_id)));
+                values.insert(
+                    ":bucket".into(),
+                    s(status_bucket(request.to.as_str(), &request.job_id)),
+                );
                 values.insert(":index_at".into(), s(at.unwrap_or_else(|| now.clone())));
             }
             _ => update.push_str(" REMOVE gsi2pk, gsi2sk"),
@@ -711,7 +731,13 @@ impl JobStore {
     /// A page of `owner`'s jobs, newest first, optionally filtered; returns the jobs and the
     /// cursor of the next page. Reads a few index pages if a filter thins them out, so pages
     /// are full whenever more jobs exist.
-    pub async fn list(&self, owner: &str, filter: &ListFilter, limit: usize, cursor: Option<&str>) -> Result<(Vec<JobRecord>, Option<String>), ListError> {
+    pub async fn list(
+        &self,
+        owner: &str,
+        filter: &ListFilter,
+        limit: usize,
+        cursor: Option<&str>,
+    ) -> Result<(Vec<JobRecord>, Option<String>), ListError> {
         let mut start = cursor.map(|c| decode_cursor(owner, c)).transpose()?;
         let mut jobs = Vec::new();
         for _ in 0..5 {
@@ -734,12 +760,15 @@ impl JobStore {
             }
             if let Some(job_type) = &filter.job_type {
                 filters.push("#type = :type");
-                query = query.expression_attribute_names("#type", "type").expression_attribute_values(":type", s(job_type));
+                query = query
+                    .expression_attribute_names("#type", "type")
+                    .expression_attribute_values(":type", s(job_type));
             }
             if !filters.is_empty() {
                 query = query.filter_expression(filters.join(" AND "));
             }
-            let page = query.send().await.map_err(|e| StoreError::from(AwsError::new("list jobs", e)))?;
+            let page =
+                query.send().await.map_err(|e| StoreError::from(AwsError::new("list jobs", e)))?;
             for item in page.items.unwrap_or_default() {
                 jobs.push(from_item::<JobRecord>(item)?);
             }
@@ -755,17 +784,31 @@ impl JobStore {
     /// a `running` job gets a cancellation request that its stage sees at its next progress
     /// write (the flag is set on the progress record too, which that write is conditional on).
     /// Repeating the request for a running job is harmless. A terminal job is a conflict.
-    pub async fn cancel(&self, job_id: &str, cancellation: &Cancellation) -> Result<CancelOutcome, StoreError> {
-        let value: AttributeValue = serde_dynamo::to_attribute_value(cancellation).expect("cancellations serialise");
+    pub async fn cancel(
+        &self,
+        job_id: &str,
+        cancellation: &Cancellation,
+    ) -> Result<CancelOutcome, StoreError> {
+        let value: AttributeValue =
+            serde_dynamo::to_attribute_value(cancellation).expect("cancellations serialise");
         let reason = match &cancellation.reason {
             Some(reason) => format!("cancelled by {}: {reason}", cancellation.requested_by),
             None => format!("cancelled by {}", cancellation.requested_by),
         };
-        let request = TransitionRequest::new(job_id, &[JobStatus::Pending, JobStatus::Queued], JobStatus::Cancelled, reason)
-            .set("cancellation", value.clone());
+        let request = TransitionRequest::new(
+            job_id,
+            &[JobStatus::Pending, JobStatus::Queued],
+            JobStatus::Cancelled,
+            reason,
+        )
+        .set("cancellation", value.clone());
         let current = match self.transition(request).await {
             Ok(job) => return Ok(CancelOutcome::Cancelled(Box::new(job))),
-            Err(StoreError::Conflict { current: Some(job) }) if job.status == JobStatus::Running => job,
+            Err(StoreError::Conflict { current: Some(job) })
+                if job.status == JobStatus::Running =>
+            {
+                job
+            }
             Err(err) => return Err(err),
         };
         if current.cancellation.is_some() {
@@ -789,7 +832,9 @@ impl JobStore {
         {
             Ok(job) => job,
             // Another request got there first, or the job just ended: report what is.
-            Err(StoreError::Conflict { current: Some(job) }) if job.status == JobStatus::Running => {
+            Err(StoreError::Conflict { current: Some(job) })
+                if job.status == JobStatus::Running =>
+            {
                 return Ok(CancelOutcome::Requested(job));
             }
             Err(err) => return Err(err),
@@ -806,8 +851,13 @@ impl JobStore {
             .await;
         match flagged {
             Ok(_) => {}
-            Err(err) if err.as_service_error().is_some_and(|e| e.is_conditional_check_failed_exception()) => {}
-            Err(err) => return Err(AwsError::new(format!("flag cancellation of {job_id}"), err).into()),
+            Err(err)
+                if err
+                    .as_service_error()
+                    .is_some_and(|e| e.is_conditional_check_failed_exception()) => {}
+            Err(err) => {
+                return Err(AwsError::new(format!("flag cancellation of {job_id}"), err).into());
+            }
         }
         Ok(CancelOutcome::Requested(Box::new(job)))
     }
@@ -819,11 +869,20 @@ impl JobStore {
     /// done again — the first call may have died between the two writes (fault injection
     /// found exactly that). If nothing retries it, the reaper judges the lease by its claim
     /// time: no hand-over, no heartbeat.
-    pub async fn claim(&self, job_id: &str, execution: &str) -> Result<(Lease, JobRecord), StoreError> {
+    pub async fn claim(
+        &self,
+        job_id: &str,
+        execution: &str,
+    ) -> Result<(Lease, JobRecord), StoreError> {
         let token = uuid::Uuid::new_v4().simple().to_string();
-        let request = TransitionRequest::new(job_id, &[JobStatus::Queued], JobStatus::Running, "claimed by a stage")
-            .set("lease", s(&token))
-            .set("execution", s(execution));
+        let request = TransitionRequest::new(
+            job_id,
+            &[JobStatus::Queued],
+            JobStatus::Running,
+            "claimed by a stage",
+        )
+        .set("lease", s(&token))
+        .set("execution", s(execution));
         match self.claim_update(request).await {
             Ok(job) => {
                 let lease = Lease { attempt: job.attempt, token };
@@ -831,9 +890,11 @@ impl JobStore {
                 Ok((lease, job))
             }
             Err(StoreError::Conflict { current: Some(job) })
-                if job.status == JobStatus::Running && job.execution.as_deref() == Some(execution) =>
+                if job.status == JobStatus::Running
+                    && job.execution.as_deref() == Some(execution) =>
             {
-                let lease = Lease { attempt: job.attempt, token: job.lease.clone().unwrap_or_default() };
+                let lease =
+                    Lease { attempt: job.attempt, token: job.lease.clone().unwrap_or_default() };
                 self.take_progress(job_id, &lease).await?;
                 Ok((lease, *job))
             }
@@ -867,7 +928,10 @@ impl JobStore {
         // The claimed job enters the running bucket in this same write: if the claim dies
         // before handing the progress record over, the reaper still finds the job.
         update.push_str(", gsi2pk = :bucket, gsi2sk = :now ADD #attempt :one");
-        values.insert(":bucket".to_owned(), s(status_bucket(JobStatus::Running.as_str(), &request.job_id)));
+        values.insert(
+            ":bucket".to_owned(),
+            s(status_bucket(JobStatus::Running.as_str(), &request.job_id)),
+        );
         self.update_job(&request.job_id, update, "#status = :from".into(), names, values).await
     }
 
@@ -896,8 +960,17 @@ impl JobStore {
             .await;
         match revoked {
             Ok(_) => Ok(()),
-            Err(err) if err.as_service_error().is_some_and(|e| e.is_conditional_check_failed_exception()) => Ok(()),
-            Err(err) => Err(AwsError::new(format!("revoke progress of {job_id} from its lease"), err).into()),
+            Err(err)
+                if err
+                    .as_service_error()
+                    .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
+            {
+                Ok(())
+            }
+            Err(err) => {
+                Err(AwsError::new(format!("revoke progress of {job_id} from its lease"), err)
+                    .into())
+            }
         }
     }
 
@@ -936,16 +1009,29 @@ impl JobStore {
             .await;
         match taken {
             Ok(_) => Ok(()),
-            Err(err) if err.as_service_error().is_some_and(|e| e.is_conditional_check_failed_exception()) => {
+            Err(err)
+                if err
+                    .as_service_error()
+                    .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
+            {
                 Err(StoreError::Conflict { current: self.job(job_id).await?.map(Box::new) })
             }
-            Err(err) => Err(AwsError::new(format!("hand progress of {job_id} to attempt {}", lease.attempt), err).into()),
+            Err(err) => Err(AwsError::new(
+                format!("hand progress of {job_id} to attempt {}", lease.attempt),
+                err,
+            )
+            .into()),
         }
     }
 
     /// Up to `limit` entries of status-index bucket `kind` (all shards) whose sort key is
     /// before `before`, oldest first (job records).
-    pub async fn due(&self, kind: &str, before: &str, limit: usize) -> Result<Vec<Item>, StoreError> {
+    pub async fn due(
+        &self,
+        kind: &str,
+        before: &str,
+        limit: usize,
+    ) -> Result<Vec<Item>, StoreError> {
         let mut out = Vec::new();
         for shard in 0..STATUS_SHARDS {
             let page = self
@@ -958,7 +1044,8 @@ impl JobStore {
             out.extend(page.items.unwrap_or_default());
         }
         out.sort_by(|a, b| {
-            let key = |i: &Item| i.get("gsi2sk").and_then(|v| v.as_s().ok()).cloned().unwrap_or_default();
+            let key =
+                |i: &Item| i.get("gsi2sk").and_then(|v| v.as_s().ok()).cloned().unwrap_or_default();
             key(a).cmp(&key(b))
         });
         out.truncate(limit);
@@ -992,12 +1079,19 @@ impl JobStore {
 
     /// A Query of status-index bucket `kind`, shard `shard` (`gsi2pk = :bucket`, then
     /// `sort_condition` on `gsi2sk`, whose values the caller adds).
-    fn bucket_query(&self, kind: &str, shard: u32, sort_condition: &str) -> aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder {
+    fn bucket_query(
+        &self,
+        kind: &str,
+        shard: u32,
+        sort_condition: &str,
+    ) -> aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder {
         self.client
             .query()
             .table_name(&self.table)
             .index_name(STATUS_INDEX)
-            .key_condition_expression(format!("gsi2pk = :bucket {sort_condition}").trim_end().to_owned())
+            .key_condition_expression(
+                format!("gsi2pk = :bucket {sort_condition}").trim_end().to_owned(),
+            )
             .expression_attribute_values(":bucket", s(format!("{kind}#{shard}")))
     }
 
@@ -1018,7 +1112,11 @@ impl JobStore {
             return from_item(item);
         }
         let record = SecretsRecord {
-            secrets: vec![WebhookSecret { secret: longhaul_domain::webhooks::generate_secret(), created_at: now_rfc3339(), expires_at: None }],
+            secrets: vec![WebhookSecret {
+                secret: longhaul_domain::webhooks::generate_secret(),
+                created_at: now_rfc3339(),
+                expires_at: None,
+            }],
         };
         let mut item = to_item(&record);
         item.extend(key());
@@ -1034,7 +1132,9 @@ impl JobStore {
         match put {
             Ok(_) => Ok(record),
             Err(err) => match err.as_service_error() {
-                Some(PutItemError::ConditionalCheckFailedException(failed)) if failed.item().is_some() => {
+                Some(PutItemError::ConditionalCheckFailedException(failed))
+                    if failed.item().is_some() =>
+                {
                     from_item(failed.item().cloned().unwrap_or_default())
                 }
                 _ => Err(AwsError::new("create webhook secret", err).into()),
@@ -1044,10 +1144,18 @@ impl JobStore {
 
     /// Rotates `owner`'s secret: a new one signs from now on; the current one keeps signing
     /// (alongside) until `overlap_until`, so receivers can switch without losing messages.
-    pub async fn rotate_webhook_secret(&self, owner: &str, overlap_until: &str) -> Result<SecretsRecord, StoreError> {
+    pub async fn rotate_webhook_secret(
+        &self,
+        owner: &str,
+        overlap_until: &str,
+    ) -> Result<SecretsRecord, StoreError> {
         let now = now_rfc3339();
         let current = self.webhook_secrets(owner).await?;
-        let mut secrets = vec![WebhookSecret { secret: longhaul_domain::webhooks::generate_secret(), created_at: now.clone(), expires_at: None }];
+        let mut secrets = vec![WebhookSecret {
+            secret: longhaul_domain::webhooks::generate_secret(),
+            created_at: now.clone(),
+            expires_at: None,
+        }];
         for old in current.active(&now) {
             let mut old = old.clone();
             if old.expires_at.is_none() {
@@ -1070,7 +1178,11 @@ impl JobStore {
     }
 
     /// Records one delivery attempt.
-    pub async fn record_delivery(&self, job_id: &str, delivery: &DeliveryRecord) -> Result<(), StoreError> {
+    pub async fn record_delivery(
+        &self,
+        job_id: &str,
+        delivery: &DeliveryRecord,
+    ) -> Result<(), StoreError> {
         let mut item = to_item(delivery);
         item.insert("pk".into(), s(job_pk(job_id)));
         item.insert("sk".into(), s(format!("WEBHOOK#{}#{:04}", delivery.event, delivery.attempt)));
@@ -1108,17 +1220,37 @@ impl JobStore {
     /// Sets (or clears) the job's `stalled_at` while it runs under `lease`. Refused
     /// ([`StoreError::Conflict`]) if it is already set (or already clear), so of two reapers
     /// that saw the same stall only one flags it and counts it.
-    pub async fn mark_stalled(&self, job_id: &str, lease: &str, stalled_at: Option<&str>) -> Result<(), StoreError> {
+    pub async fn mark_stalled(
+        &self,
+        job_id: &str,
+        lease: &str,
+        stalled_at: Option<&str>,
+    ) -> Result<(), StoreError> {
         match stalled_at {
             Some(at) => {
                 let values = HashMap::from([(":at".to_owned(), s(at))]);
-                self.update_fenced_when(job_id, lease, "SET stalled_at = :at", Some("attribute_not_exists(stalled_at)"), values).await?
+                self.update_fenced_when(
+                    job_id,
+                    lease,
+                    "SET stalled_at = :at",
+                    Some("attribute_not_exists(stalled_at)"),
+                    values,
+                )
+                .await?
             }
-            None => self.update_fenced_when(job_id, lease, "REMOVE stalled_at", Some("attribute_exists(stalled_at)"), HashMap::new()).await?,
+            None => {
+                self.update_fenced_when(
+                    job_id,
+                    lease,
+                    "REMOVE stalled_at",
+                    Some("attribute_exists(stalled_at)"),
+                    HashMap::new(),
+                )
+                .await?
+            }
         };
         Ok(())
     }
-
 
     /// Counts one more dispatch of a `pending` job (the reaper re-enqueueing it) and returns
     /// the record; refused if the job moved on meanwhile.
@@ -1141,7 +1273,12 @@ impl JobStore {
 
     /// Points a `queued` job whose execution ended without running it at a new execution
     /// (dispatch number `dispatch`, named `execution`); refused if someone else did first.
-    pub async fn redispatch_queued(&self, job_id: &str, seen_dispatches: u32, execution: &str) -> Result<JobRecord, StoreError> {
+    pub async fn redispatch_queued(
+        &self,
+        job_id: &str,
+        seen_dispatches: u32,
+        execution: &str,
+    ) -> Result<JobRecord, StoreError> {
         let names = HashMap::from([("#status".to_owned(), "status".to_owned())]);
         let values = HashMap::from([
             (":queued".to_owned(), s(JobStatus::Queued.as_str())),
@@ -1152,9 +1289,11 @@ impl JobStore {
         ]);
         self.update_job(
             job_id,
-            "SET execution = :execution, dispatches = :next, updated_at = :now, gsi2sk = :now".into(),
+            "SET execution = :execution, dispatches = :next, updated_at = :now, gsi2sk = :now"
+                .into(),
             if seen_dispatches == 0 {
-                "#status = :queued AND (attribute_not_exists(dispatches) OR dispatches = :seen)".into()
+                "#status = :queued AND (attribute_not_exists(dispatches) OR dispatches = :seen)"
+                    .into()
             } else {
                 "#status = :queued AND dispatches = :seen".into()
             },
@@ -1180,8 +1319,13 @@ impl JobStore {
                 .await;
             match result {
                 Ok(_) => {}
-                Err(err) if err.as_service_error().is_some_and(|e| e.is_conditional_check_failed_exception()) => {}
-                Err(err) => return Err(AwsError::new(format!("set retention of {job_id}"), err).into()),
+                Err(err)
+                    if err
+                        .as_service_error()
+                        .is_some_and(|e| e.is_conditional_check_failed_exception()) => {}
+                Err(err) => {
+                    return Err(AwsError::new(format!("set retention of {job_id}"), err).into());
+                }
             }
         }
         Ok(())
@@ -1191,7 +1335,11 @@ impl JobStore {
     /// holding `progress.lease`. Refused when another attempt owns the job, when the sequence
     /// number does not advance (so progress never goes backwards), or when a cancellation was
     /// requested — and the refusal says which, from the record as it is (same request).
-    pub async fn record_progress(&self, job_id: &str, progress: &ProgressRecord) -> Result<(), ProgressRefused> {
+    pub async fn record_progress(
+        &self,
+        job_id: &str,
+        progress: &ProgressRecord,
+    ) -> Result<(), ProgressRefused> {
         let mut item = to_item(progress);
         item.extend(Self::progress_key(job_id));
         let result = self
@@ -1199,7 +1347,9 @@ impl JobStore {
             .put_item()
             .table_name(&self.table)
             .set_item(Some(item))
-            .condition_expression("lease = :lease AND seq < :seq AND attribute_not_exists(cancel_requested_at)")
+            .condition_expression(
+                "lease = :lease AND seq < :seq AND attribute_not_exists(cancel_requested_at)",
+            )
             .expression_attribute_values(":lease", s(&progress.lease))
             .expression_attribute_values(":seq", AttributeValue::N(progress.seq.to_string()))
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
@@ -1209,14 +1359,26 @@ impl JobStore {
             Ok(_) => Ok(()),
             Err(err) => match err.as_service_error() {
                 Some(PutItemError::ConditionalCheckFailedException(failed)) => {
-                    let current = failed.item().cloned().map(from_item::<ProgressRecord>).transpose().ok().flatten();
+                    let current = failed
+                        .item()
+                        .cloned()
+                        .map(from_item::<ProgressRecord>)
+                        .transpose()
+                        .ok()
+                        .flatten();
                     Err(match current {
-                        Some(p) if p.lease == progress.lease && p.cancel_requested_at.is_some() => ProgressRefused::Cancelled,
-                        Some(p) if p.lease == progress.lease => ProgressRefused::Stale { seq: p.seq },
+                        Some(p) if p.lease == progress.lease && p.cancel_requested_at.is_some() => {
+                            ProgressRefused::Cancelled
+                        }
+                        Some(p) if p.lease == progress.lease => {
+                            ProgressRefused::Stale { seq: p.seq }
+                        }
                         _ => ProgressRefused::LeaseLost,
                     })
                 }
-                _ => Err(ProgressRefused::Store(AwsError::new(format!("write progress of {job_id}"), err).into())),
+                _ => Err(ProgressRefused::Store(
+                    AwsError::new(format!("write progress of {job_id}"), err).into(),
+                )),
             },
         }
     }
@@ -1241,7 +1403,10 @@ impl JobStore {
         also: Option<&str>,
         mut values: HashMap<String, AttributeValue>,
     ) -> Result<JobRecord, StoreError> {
-        let names = HashMap::from([("#status".to_owned(), "status".to_owned()), ("#lease".to_owned(), "lease".to_owned())]);
+        let names = HashMap::from([
+            ("#status".to_owned(), "status".to_owned()),
+            ("#lease".to_owned(), "lease".to_owned()),
+        ]);
         values.insert(":running".into(), s(JobStatus::Running.as_str()));
         values.insert(":lease".into(), s(lease));
         let mut condition = "#status = :running AND #lease = :lease".to_owned();
@@ -1252,12 +1417,23 @@ impl JobStore {
     }
 
     /// Adds one to the counter `attribute` of a running job (fenced by `lease`).
-    async fn count_fenced(&self, job_id: &str, lease: &str, attribute: &str) -> Result<JobRecord, StoreError> {
+    async fn count_fenced(
+        &self,
+        job_id: &str,
+        lease: &str,
+        attribute: &str,
+    ) -> Result<JobRecord, StoreError> {
         let values = HashMap::from([
             (":one".to_owned(), AttributeValue::N("1".into())),
             (":now".to_owned(), s(now_rfc3339())),
         ]);
-        self.update_fenced(job_id, lease, &format!("SET updated_at = :now ADD {attribute} :one"), values).await
+        self.update_fenced(
+            job_id,
+            lease,
+            &format!("SET updated_at = :now ADD {attribute} :one"),
+            values,
+        )
+        .await
     }
 
     /// Counts one continuation of the job's execution (fenced) and returns the new count,
@@ -1268,7 +1444,11 @@ impl JobStore {
 
     /// Counts one injected demo failure, fenced by the lease (so it survives the retry that
     /// follows and a stale attempt cannot count).
-    pub async fn count_injected_failure(&self, job_id: &str, lease: &str) -> Result<JobRecord, StoreError> {
+    pub async fn count_injected_failure(
+        &self,
+        job_id: &str,
+        lease: &str,
+    ) -> Result<JobRecord, StoreError> {
         self.count_fenced(job_id, lease, "injected_failures").await
     }
 }
@@ -1280,8 +1460,14 @@ impl JobStore {
     pub async fn warm(&self) {
         let started = std::time::Instant::now();
         let key = crate::sdk::WARM_UP_KEY;
-        let result =
-            self.client.get_item().table_name(&self.table).key("pk", s(key)).key("sk", s(key)).send().await;
+        let result = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key("pk", s(key))
+            .key("sk", s(key))
+            .send()
+            .await;
         crate::sdk::log_warm_up("dynamodb", started, result);
     }
 }

@@ -44,7 +44,10 @@ impl AwsError {
 /// What every end of a job (succeeded, failed, cancelled — by its stage or by the reaper)
 /// leaves to clean: its checkpoints are deleted (nothing resumes an ended job; a retry is a
 /// new job). The job left the running index in the write that ended it.
-pub async fn tidy_after_end(objects: &objects::ObjectStore, job_id: &str) -> Result<(), jobs::StoreError> {
+pub async fn tidy_after_end(
+    objects: &objects::ObjectStore,
+    job_id: &str,
+) -> Result<(), jobs::StoreError> {
     objects.delete_prefix(&objects::checkpoints_prefix(job_id)).await?;
     Ok(())
 }

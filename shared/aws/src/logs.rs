@@ -114,7 +114,11 @@ where
         .with_default_directive(level.into())
         .from_env_lossy()
         .add_directive(format!("{RUNTIME_ERROR_TARGET}=off").parse().expect("a valid directive"));
-    tracing_subscriber::fmt().with_target(false).without_time().with_env_filter(filter).with_writer(writer)
+    tracing_subscriber::fmt()
+        .with_target(false)
+        .without_time()
+        .with_env_filter(filter)
+        .with_writer(writer)
 }
 
 /// A placeholder for a redacted value in `Debug` output.
@@ -204,7 +208,11 @@ mod tests {
             assert!(!text.contains(secret), "{secret} in {text}");
         }
         assert!(text.contains("j-1") && text.contains("alice"), "{text}");
-        let secret = crate::jobs::WebhookSecret { secret: "whsec_SECRET".into(), created_at: "t".into(), expires_at: None };
+        let secret = crate::jobs::WebhookSecret {
+            secret: "whsec_SECRET".into(),
+            created_at: "t".into(),
+            expires_at: None,
+        };
         assert!(!format!("{secret:?}").contains("whsec_SECRET"));
     }
 }

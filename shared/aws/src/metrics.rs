@@ -43,7 +43,13 @@ impl Unit {
 /// the property lets Logs Insights find the job behind any data point).
 pub fn line(name: &str, value: f64, unit: Unit, job_type: &str, job_id: &str) -> String {
     // Per job type, and the total (alarms cannot aggregate over a dimension).
-    envelope(name, value, unit, json!([["JobType"], []]), json!({"JobType": job_type, "job_id": job_id}))
+    envelope(
+        name,
+        value,
+        unit,
+        json!([["JobType"], []]),
+        json!({"JobType": job_type, "job_id": job_id}),
+    )
 }
 
 /// The EMF line for one reading of a gauge `name` (a count of jobs) in status `status`,
@@ -54,7 +60,13 @@ pub fn status_line(name: &str, value: f64, status: &str) -> String {
 
 /// One EMF data point: `name = value` with its `dimensions` (sets of property names) and the
 /// `properties` (an object) that carry them.
-fn envelope(name: &str, value: f64, unit: Unit, dimensions: serde_json::Value, properties: serde_json::Value) -> String {
+fn envelope(
+    name: &str,
+    value: f64,
+    unit: Unit,
+    dimensions: serde_json::Value,
+    properties: serde_json::Value,
+) -> String {
     let mut line = json!({
         "_aws": {
             "Timestamp": chrono::Utc::now().timestamp_millis(),
@@ -66,7 +78,8 @@ fn envelope(name: &str, value: f64, unit: Unit, dimensions: serde_json::Value, p
         },
         name: value,
     });
-    if let (Some(line), serde_json::Value::Object(properties)) = (line.as_object_mut(), properties) {
+    if let (Some(line), serde_json::Value::Object(properties)) = (line.as_object_mut(), properties)
+    {
         line.extend(properties);
     }
     line.to_string()
@@ -91,7 +104,9 @@ pub fn emit_end(job: &JobRecord) {
     };
     emit(name, 1.0, Unit::Count, job);
     let parse = |t: &str| chrono::DateTime::parse_from_rfc3339(t).ok();
-    if let (Some(start), Some(end)) = (parse(&job.created_at), job.finished_at.as_deref().and_then(parse)) {
+    if let (Some(start), Some(end)) =
+        (parse(&job.created_at), job.finished_at.as_deref().and_then(parse))
+    {
         emit("JobDuration", (end - start).num_milliseconds() as f64, Unit::Milliseconds, job);
     }
 }
@@ -114,14 +129,20 @@ mod tests {
 
     #[test]
     fn emf_shape() {
-        let parsed: serde_json::Value = serde_json::from_str(&line("ZombiesReaped", 1.0, Unit::Count, "demo", "job-1")).unwrap();
+        let parsed: serde_json::Value =
+            serde_json::from_str(&line("ZombiesReaped", 1.0, Unit::Count, "demo", "job-1"))
+                .unwrap();
         assert_eq!(parsed["ZombiesReaped"], 1.0);
         assert_eq!(parsed["JobType"], "demo");
         assert_eq!(parsed["job_id"], "job-1");
         assert_eq!(parsed["_aws"]["CloudWatchMetrics"][0]["Metrics"][0]["Name"], "ZombiesReaped");
         assert_eq!(parsed["_aws"]["CloudWatchMetrics"][0]["Dimensions"], json!([["JobType"], []]));
-        let gauge: serde_json::Value = serde_json::from_str(&status_line("ActiveJobs", 7.0, "running")).unwrap();
-        assert_eq!((gauge["ActiveJobs"].as_f64(), gauge["Status"].as_str()), (Some(7.0), Some("running")));
+        let gauge: serde_json::Value =
+            serde_json::from_str(&status_line("ActiveJobs", 7.0, "running")).unwrap();
+        assert_eq!(
+            (gauge["ActiveJobs"].as_f64(), gauge["Status"].as_str()),
+            (Some(7.0), Some("running"))
+        );
         assert_eq!(gauge["_aws"]["CloudWatchMetrics"][0]["Dimensions"], json!([["Status"]]));
     }
 }

@@ -36,7 +36,9 @@ pub fn checkpoint_key(job_id: &str, stage: &str, seq: u64) -> String {
 fn urlencode_key(key: &str) -> String {
     key.bytes()
         .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b'/' => (b as char).to_string(),
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b'/' => {
+                (b as char).to_string()
+            }
             _ => format!("%{b:02X}"),
         })
         .collect()
@@ -70,7 +72,9 @@ impl ObjectStore {
                 let bytes = output.body.collect().await.map_err(|e| AwsError::new(context(), e))?;
                 Ok(Some(bytes.into_bytes().to_vec()))
             }
-            Err(err) if matches!(err.as_service_error(), Some(GetObjectError::NoSuchKey(_))) => Ok(None),
+            Err(err) if matches!(err.as_service_error(), Some(GetObjectError::NoSuchKey(_))) => {
+                Ok(None)
+            }
             Err(err) => Err(AwsError::new(context(), err)),
         }
     }
@@ -78,7 +82,8 @@ impl ObjectStore {
     /// A URL that GETs `key` until `expires_in` has passed (and no longer than the signing
     /// credentials live: mint one per request, never store it).
     pub async fn presign_get(&self, key: &str, expires_in: Duration) -> Result<String, AwsError> {
-        let config = PresigningConfig::expires_in(expires_in).map_err(|e| AwsError::new("presigning config", e))?;
+        let config = PresigningConfig::expires_in(expires_in)
+            .map_err(|e| AwsError::new("presigning config", e))?;
         let request = self
             .client
             .get_object()
@@ -103,8 +108,10 @@ impl ObjectStore {
         content_length: u64,
         expires_in: Duration,
     ) -> Result<(String, BTreeMap<String, String>), AwsError> {
-        let content_length = i64::try_from(content_length).map_err(|e| AwsError::new("content length", e))?;
-        let config = PresigningConfig::expires_in(expires_in).map_err(|e| AwsError::new("presigning config", e))?;
+        let content_length =
+            i64::try_from(content_length).map_err(|e| AwsError::new("content length", e))?;
+        let config = PresigningConfig::expires_in(expires_in)
+            .map_err(|e| AwsError::new("presigning config", e))?;
         let request = self
             .client
             .put_object()
@@ -115,7 +122,8 @@ impl ObjectStore {
             .presigned(config)
             .await
             .map_err(|e| AwsError::new(format!("presign PUT {key}"), e))?;
-        let headers = request.headers().map(|(k, v)| (k.to_ascii_lowercase(), v.to_owned())).collect();
+        let headers =
+            request.headers().map(|(k, v)| (k.to_ascii_lowercase(), v.to_owned())).collect();
         Ok((request.uri().to_owned(), headers))
     }
 
@@ -139,7 +147,9 @@ impl ObjectStore {
             .range(format!("bytes={offset}-"))
             .send()
             .await
-            .map_err(|e| AwsError::new(format!("get s3://{}/{key} from byte {offset}", self.bucket), e))?;
+            .map_err(|e| {
+                AwsError::new(format!("get s3://{}/{key} from byte {offset}", self.bucket), e)
+            })?;
         Ok(output.body)
     }
 
@@ -199,14 +209,26 @@ impl ObjectStore {
                 .collect();
             if (1..=ONE_BY_ONE).contains(&ids.len()) {
                 deleted += ids.len();
-                let deletes = ids.iter().map(|id| self.client.delete_object().bucket(&self.bucket).key(id.key()).send());
+                let deletes = ids.iter().map(|id| {
+                    self.client.delete_object().bucket(&self.bucket).key(id.key()).send()
+                });
                 for result in futures::future::join_all(deletes).await {
                     result.map_err(|e| AwsError::new(context(), e))?;
                 }
             } else if !ids.is_empty() {
                 deleted += ids.len();
-                let delete = Delete::builder().set_objects(Some(ids)).quiet(true).build().map_err(|e| AwsError::new(context(), e))?;
-                self.client.delete_objects().bucket(&self.bucket).delete(delete).send().await.map_err(|e| AwsError::new(context(), e))?;
+                let delete = Delete::builder()
+                    .set_objects(Some(ids))
+                    .quiet(true)
+                    .build()
+                    .map_err(|e| AwsError::new(context(), e))?;
+                self.client
+                    .delete_objects()
+                    .bucket(&self.bucket)
+                    .delete(delete)
+                    .send()
+                    .await
+                    .map_err(|e| AwsError::new(context(), e))?;
             }
             token = page.next_continuation_token;
             if token.is_none() {
@@ -223,7 +245,14 @@ impl ObjectStore {
     /// Functions that only presign (status, uploads) make no S3 calls and need no warm-up.
     pub async fn warm(&self) {
         let started = std::time::Instant::now();
-        let result = self.client.list_objects_v2().bucket(&self.bucket).prefix("results/warm-up/").max_keys(1).send().await;
+        let result = self
+            .client
+            .list_objects_v2()
+            .bucket(&self.bucket)
+            .prefix("results/warm-up/")
+            .max_keys(1)
+            .send()
+            .await;
         crate::sdk::log_warm_up("s3", started, result);
     }
 }

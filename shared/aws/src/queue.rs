@@ -95,7 +95,9 @@ impl WebhookQueue {
             .map(|(i, message)| {
                 SendMessageBatchRequestEntry::builder()
                     .id(i.to_string())
-                    .message_body(serde_json::to_string(message).expect("webhook messages serialise"))
+                    .message_body(
+                        serde_json::to_string(message).expect("webhook messages serialise"),
+                    )
                     .build()
                     .expect("id and body are set")
             })

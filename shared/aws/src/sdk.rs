@@ -64,7 +64,9 @@ pub const WARM_UP_EXECUTION: &str = "warm-up";
 pub async fn warm_up(calls: impl Future<Output = ()>) {
     let started = std::time::Instant::now();
     match tokio::time::timeout(WARM_UP_BUDGET, calls).await {
-        Ok(()) => tracing::debug!(elapsed_ms = started.elapsed().as_secs_f64() * 1000.0, "warm-up done"),
+        Ok(()) => {
+            tracing::debug!(elapsed_ms = started.elapsed().as_secs_f64() * 1000.0, "warm-up done")
+        }
         Err(_) => tracing::info!(
             budget_ms = WARM_UP_BUDGET.as_millis() as u64,
             "warm-up stopped at its time budget; the first invocation connects itself"
@@ -76,8 +78,11 @@ pub async fn warm_up(calls: impl Future<Output = ()>) {
 /// item, queue or execution; access denied) still means the connection was opened and pooled,
 /// which is all a warm-up is for; only an error without a response (no connection, TLS failure,
 /// timeout) means it was not.
-pub(crate) fn log_warm_up<O, E, R>(service: &'static str, started: std::time::Instant, result: Result<O, SdkError<E, R>>)
-where
+pub(crate) fn log_warm_up<O, E, R>(
+    service: &'static str,
+    started: std::time::Instant,
+    result: Result<O, SdkError<E, R>>,
+) where
     E: std::error::Error + Send + Sync + 'static,
     R: std::fmt::Debug + Send + Sync + 'static,
 {
@@ -87,6 +92,8 @@ where
         Err(err @ (SdkError::ServiceError(_) | SdkError::ResponseError(_))) => {
             tracing::debug!(service, elapsed_ms, answer = %crate::AwsError::new("warm-up", err), "connection warmed (the service answered an error)")
         }
-        Err(err) => tracing::info!(service, elapsed_ms, error = %crate::AwsError::new("warm-up", err), "connection not warmed"),
+        Err(err) => {
+            tracing::info!(service, elapsed_ms, error = %crate::AwsError::new("warm-up", err), "connection not warmed")
+        }
     }
 }

@@ -84,7 +84,9 @@ pub enum Host {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CallbackUrlError {
     /// The text is not an absolute URL. The payload says what is wrong with it.
-    #[error("callback URL is not a valid absolute URL ({0}); expected something like https://hooks.example.com/longhaul")]
+    #[error(
+        "callback URL is not a valid absolute URL ({0}); expected something like https://hooks.example.com/longhaul"
+    )]
     Malformed(String),
     /// The scheme is not `https`, or `http` under an insecure policy. The payload is the scheme.
     #[error("callback URL scheme `{0}` is not allowed; callbacks must use https")]
@@ -93,7 +95,9 @@ pub enum CallbackUrlError {
     #[error("callback URL is longer than {MAX_CALLBACK_URL_LEN} bytes; shorten it")]
     TooLong,
     /// The URL has a `user:password@` part.
-    #[error("callback URL must not contain a user name or password; remove the `user:password@` part")]
+    #[error(
+        "callback URL must not contain a user name or password; remove the `user:password@` part"
+    )]
     HasCredentials,
     /// The URL has a `#fragment`. Fragments are never sent to a server, so one is a mistake.
     #[error("callback URL must not contain a fragment; remove everything from `#` on")]
@@ -104,11 +108,15 @@ pub enum CallbackUrlError {
     /// The host name only resolves inside a private network: `localhost` and its subdomains,
     /// `.local`, `.internal`, `.localdomain` or `.home.arpa` names, and single-label names.
     /// The payload is the host.
-    #[error("callback host `{0}` is not allowed; use a fully qualified public DNS name (local, internal and single-label names are refused)")]
+    #[error(
+        "callback host `{0}` is not allowed; use a fully qualified public DNS name (local, internal and single-label names are refused)"
+    )]
     HostNotAllowed(String),
     /// The address is not a public internet address: loopback, private, link-local, shared,
     /// multicast, reserved, documentation, or an IPv6 form embedding one of those.
-    #[error("callback address {0} is not a public internet address; callbacks must reach a publicly routable host")]
+    #[error(
+        "callback address {0} is not a public internet address; callbacks must reach a publicly routable host"
+    )]
     AddressNotPublic(IpAddr),
 }
 
@@ -152,14 +160,19 @@ impl fmt::Display for CallbackUrl {
 ///
 /// The URL is normalised: scheme and host are lower-cased, a trailing dot on the host is
 /// dropped, a default port is removed, and an IPv4 host is written in dotted decimal.
-pub fn parse_callback_url(raw: &str, policy: &CallbackPolicy) -> Result<CallbackUrl, CallbackUrlError> {
+pub fn parse_callback_url(
+    raw: &str,
+    policy: &CallbackPolicy,
+) -> Result<CallbackUrl, CallbackUrlError> {
     if raw.len() > MAX_CALLBACK_URL_LEN {
         return Err(CallbackUrlError::TooLong);
     }
     // WHATWG parsing quietly strips surrounding spaces and drops tabs and newlines anywhere.
     // Refuse them instead, so that what the partner sees is what we call.
     if raw.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err(CallbackUrlError::Malformed("it contains whitespace or control characters".into()));
+        return Err(CallbackUrlError::Malformed(
+            "it contains whitespace or control characters".into(),
+        ));
     }
     let mut url = Url::parse(raw).map_err(|e| CallbackUrlError::Malformed(e.to_string()))?;
 
@@ -299,7 +312,9 @@ fn classify_v6(ip: Ipv6Addr) -> Class {
         Class::Public => Class::Public,
         Class::Loopback | Class::NonPublic => Class::NonPublic,
     };
-    if in_v6(ip, Ipv6Addr::UNSPECIFIED, 96) || in_v6(ip, Ipv6Addr::new(0x64, 0xff9b, 0, 0, 0, 0, 0, 0), 96) {
+    if in_v6(ip, Ipv6Addr::UNSPECIFIED, 96)
+        || in_v6(ip, Ipv6Addr::new(0x64, 0xff9b, 0, 0, 0, 0, 0, 0), 96)
+    {
         // IPv4-compatible ::a.b.c.d and NAT64 64:ff9b::a.b.c.d
         return embedded(Ipv4Addr::new(o[12], o[13], o[14], o[15]));
     }
@@ -412,7 +427,10 @@ mod tests {
             ("https://198.19.255.255/", v4("198.19.255.255")),
             ("https://192.88.99.1/", v4("192.88.99.1")),
             ("https://[2001::1]/", v6("2001::1")),
-            ("https://[2001:0:4136:e378:8000:63bf:3fff:fdd2]/", v6("2001:0:4136:e378:8000:63bf:3fff:fdd2")),
+            (
+                "https://[2001:0:4136:e378:8000:63bf:3fff:fdd2]/",
+                v6("2001:0:4136:e378:8000:63bf:3fff:fdd2"),
+            ),
             ("https://[2001:db8::1]/", v6("2001:db8::1")),
             ("https://[3fff::1]/", v6("3fff::1")),
             ("https://[100::1]/", v6("100::1")),
@@ -421,7 +439,11 @@ mod tests {
             ("https://[4000::1]/", v6("4000::1")),
         ];
         for (raw, ip) in cases {
-            assert_eq!(parse_callback_url(raw, &STRICT), Err(CallbackUrlError::AddressNotPublic(*ip)), "{raw}");
+            assert_eq!(
+                parse_callback_url(raw, &STRICT),
+                Err(CallbackUrlError::AddressNotPublic(*ip)),
+                "{raw}"
+            );
             assert!(!is_public(*ip), "{ip}");
         }
     }
@@ -434,7 +456,10 @@ mod tests {
             ("https://localhost:9001/", "localhost"),
             ("https://foo.localhost/", "foo.localhost"),
             ("https://a.b.localhost./", "a.b.localhost."),
-            ("https://\u{24db}\u{24de}\u{24d2}\u{24d0}\u{24db}\u{24d7}\u{24de}\u{24e2}\u{24e3}/", "localhost"),
+            (
+                "https://\u{24db}\u{24de}\u{24d2}\u{24d0}\u{24db}\u{24d7}\u{24de}\u{24e2}\u{24e3}/",
+                "localhost",
+            ),
             ("https://intranet/", "intranet"),
             ("https://intranet./", "intranet."),
             ("https://printer.local/", "printer.local"),
@@ -449,7 +474,13 @@ mod tests {
         }
         // allow_insecure admits `localhost` itself, nothing else.
         for raw in ["https://foo.localhost/", "https://intranet/", "https://printer.local/"] {
-            assert!(matches!(parse_callback_url(raw, &INSECURE), Err(CallbackUrlError::HostNotAllowed(_))), "{raw}");
+            assert!(
+                matches!(
+                    parse_callback_url(raw, &INSECURE),
+                    Err(CallbackUrlError::HostNotAllowed(_))
+                ),
+                "{raw}"
+            );
         }
     }
 
@@ -499,7 +530,11 @@ mod tests {
             "https://exa%00mple.com/",
         ];
         for raw in malformed {
-            assert!(matches!(parse_callback_url(raw, &STRICT), Err(Malformed(_))), "{raw:?}: {:?}", parse_callback_url(raw, &STRICT));
+            assert!(
+                matches!(parse_callback_url(raw, &STRICT), Err(Malformed(_))),
+                "{raw:?}: {:?}",
+                parse_callback_url(raw, &STRICT)
+            );
         }
         for raw in ["https://example..com/", "https://.example.com/", "https://example.com../"] {
             assert!(parse_callback_url(raw, &STRICT).is_err(), "{raw}");
@@ -550,11 +585,34 @@ mod tests {
         let url = parse_callback_url("https://0x5db8d822/", &STRICT).unwrap();
         assert_eq!(url.as_str(), "https://93.184.216.34/");
         // Names that merely contain a private word are fine; their DNS answers are checked later.
-        for raw in ["https://localhost.example.com/", "https://local.example/", "https://mylocal.dev/", "https://127.0.0.1.nip.io/"] {
+        for raw in [
+            "https://localhost.example.com/",
+            "https://local.example/",
+            "https://mylocal.dev/",
+            "https://127.0.0.1.nip.io/",
+        ] {
             assert!(parse_callback_url(raw, &STRICT).is_ok(), "{raw}");
         }
         // Publicly routed addresses next to reserved ranges.
-        for ip in ["1.1.1.1", "8.8.8.8", "100.63.255.255", "100.128.0.0", "172.15.255.255", "172.32.0.0", "192.0.1.255", "192.88.98.255", "198.17.255.255", "198.20.0.0", "223.255.255.255", "::ffff:8.8.8.8", "2002:808:808::1", "64:ff9b::808:808", "2001:200::1", "2001:4860:4860::8888", "2a00:1450::1"] {
+        for ip in [
+            "1.1.1.1",
+            "8.8.8.8",
+            "100.63.255.255",
+            "100.128.0.0",
+            "172.15.255.255",
+            "172.32.0.0",
+            "192.0.1.255",
+            "192.88.98.255",
+            "198.17.255.255",
+            "198.20.0.0",
+            "223.255.255.255",
+            "::ffff:8.8.8.8",
+            "2002:808:808::1",
+            "64:ff9b::808:808",
+            "2001:200::1",
+            "2001:4860:4860::8888",
+            "2a00:1450::1",
+        ] {
             assert!(is_public(ip.parse().unwrap()), "{ip}");
         }
     }
@@ -569,7 +627,12 @@ mod tests {
         assert_eq!(url.port(), 9);
         let url = parse_callback_url("http://example.com/", &INSECURE).unwrap();
         assert_eq!(url.port(), 80);
-        for raw in ["https://localhost/", "http://[::1]:3000/", "http://[::ffff:127.0.0.1]/", "http://2130706433/"] {
+        for raw in [
+            "https://localhost/",
+            "http://[::1]:3000/",
+            "http://[::ffff:127.0.0.1]/",
+            "http://2130706433/",
+        ] {
             assert!(parse_callback_url(raw, &INSECURE).is_ok(), "{raw}");
         }
 
@@ -586,10 +649,20 @@ mod tests {
             ("http://[::127.0.0.1]/", v6("::127.0.0.1")),
         ];
         for (raw, ip) in cases {
-            assert_eq!(parse_callback_url(raw, &INSECURE), Err(CallbackUrlError::AddressNotPublic(*ip)), "{raw}");
+            assert_eq!(
+                parse_callback_url(raw, &INSECURE),
+                Err(CallbackUrlError::AddressNotPublic(*ip)),
+                "{raw}"
+            );
         }
         for raw in ["ftp://127.0.0.1/", "ws://localhost/"] {
-            assert!(matches!(parse_callback_url(raw, &INSECURE), Err(CallbackUrlError::SchemeNotAllowed(_))), "{raw}");
+            assert!(
+                matches!(
+                    parse_callback_url(raw, &INSECURE),
+                    Err(CallbackUrlError::SchemeNotAllowed(_))
+                ),
+                "{raw}"
+            );
         }
         assert!(parse_callback_url("http://user:pw@localhost/", &INSECURE).is_err());
     }
@@ -597,10 +670,19 @@ mod tests {
     #[test]
     fn messages_are_actionable() {
         let err = parse_callback_url("https://10.0.0.1/", &STRICT).unwrap_err();
-        assert_eq!(err.to_string(), "callback address 10.0.0.1 is not a public internet address; callbacks must reach a publicly routable host");
+        assert_eq!(
+            err.to_string(),
+            "callback address 10.0.0.1 is not a public internet address; callbacks must reach a publicly routable host"
+        );
         let err = parse_callback_url("http://example.com/", &STRICT).unwrap_err();
-        assert_eq!(err.to_string(), "callback URL scheme `http` is not allowed; callbacks must use https");
-        assert_eq!(CallbackUrlError::TooLong.to_string(), "callback URL is longer than 2048 bytes; shorten it");
+        assert_eq!(
+            err.to_string(),
+            "callback URL scheme `http` is not allowed; callbacks must use https"
+        );
+        assert_eq!(
+            CallbackUrlError::TooLong.to_string(),
+            "callback URL is longer than 2048 bytes; shorten it"
+        );
     }
 
     /// Non-public IPv4 ranges (network, prefix length). Kept apart from the implementation on

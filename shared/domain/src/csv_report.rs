@@ -140,12 +140,7 @@ fn check_column_name(column: &str, what: &str) -> Result<(), SpecError> {
 /// Deserialised through a strict form, so that `{"op": "count", "column": ...}` (which serde
 /// would otherwise accept, dropping the column) is refused.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(
-    tag = "op",
-    rename_all = "snake_case",
-    deny_unknown_fields,
-    try_from = "MetricSpec"
-)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields, try_from = "MetricSpec")]
 pub enum Metric {
     /// The number of rows in the group.
     Count,
@@ -305,11 +300,8 @@ impl ColumnStats {
         let t = self.sum + v;
         if t.is_finite() {
             // Neumaier: recover the low-order bits lost in `t`.
-            self.compensation += if self.sum.abs() >= v.abs() {
-                (self.sum - t) + v
-            } else {
-                (v - t) + self.sum
-            };
+            self.compensation +=
+                if self.sum.abs() >= v.abs() { (self.sum - t) + v } else { (v - t) + self.sum };
         }
         self.sum = t;
         if v < self.min {
@@ -322,11 +314,7 @@ impl ColumnStats {
     }
 
     fn total(&self) -> f64 {
-        if self.sum.is_finite() {
-            self.sum + self.compensation
-        } else {
-            self.sum
-        }
+        if self.sum.is_finite() { self.sum + self.compensation } else { self.sum }
     }
 }
 
@@ -340,8 +328,7 @@ mod exact_f64 {
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
         let text = String::deserialize(d)?;
-        text.parse()
-            .map_err(|_| D::Error::custom(format!("not a number: {text:?}")))
+        text.parse().map_err(|_| D::Error::custom(format!("not a number: {text:?}")))
     }
 }
 
@@ -427,10 +414,7 @@ fn resolve(
 ) -> Result<Resolved, ScanError> {
     // The first column of a given name wins.
     let find = |name: &String| {
-        header
-            .iter()
-            .position(|h| h == name)
-            .ok_or_else(|| ScanError::MissingColumn(name.clone()))
+        header.iter().position(|h| h == name).ok_or_else(|| ScanError::MissingColumn(name.clone()))
     };
     Ok(Resolved {
         width: header.len(),
@@ -476,17 +460,12 @@ impl Aggregates {
                     columns: vec![ColumnStats::default(); self.metric_columns.len()]
                         .into_boxed_slice(),
                 };
-                self.groups
-                    .entry(self.key.clone().into_boxed_slice())
-                    .or_insert(fresh)
+                self.groups.entry(self.key.clone().into_boxed_slice()).or_insert(fresh)
             }
         };
         group.rows += 1;
-        for ((&at, stats), invalid) in resolved
-            .metric
-            .iter()
-            .zip(group.columns.iter_mut())
-            .zip(&mut self.invalid)
+        for ((&at, stats), invalid) in
+            resolved.metric.iter().zip(group.columns.iter_mut()).zip(&mut self.invalid)
         {
             match parse_number(field(at)) {
                 Some(v) => stats.add(v),
@@ -513,9 +492,7 @@ impl Aggregates {
             names.push(name.to_owned());
         }
         if names.iter().all(String::is_empty) {
-            return Err(ScanError::NotCsv(
-                "the header row has no column names".into(),
-            ));
+            return Err(ScanError::NotCsv("the header row has no column names".into()));
         }
         self.resolved = Some(resolve(&names, &self.group_by, &self.metric_columns)?);
         self.header = Some(names);
@@ -583,16 +560,11 @@ impl Scanner {
             }
             groups.insert(
                 key.into_boxed_slice(),
-                GroupAcc {
-                    rows: group.rows,
-                    columns: group.columns.into(),
-                },
+                GroupAcc { rows: group.rows, columns: group.columns.into() },
             );
         }
-        let invalid = metric_columns
-            .iter()
-            .map(|c| state.invalid.get(c).copied().unwrap_or(0))
-            .collect();
+        let invalid =
+            metric_columns.iter().map(|c| state.invalid.get(c).copied().unwrap_or(0)).collect();
         let mut failed = None;
         let resolved = match &state.header {
             Some(header) => match resolve(header, &params.group_by, &metric_columns) {
@@ -676,9 +648,7 @@ impl Scanner {
             }
         }
         if self.agg.header.is_none() {
-            return Err(ScanError::NotCsv(
-                "the file is empty: it has no header row".into(),
-            ));
+            return Err(ScanError::NotCsv("the file is empty: it has no header row".into()));
         }
         self.offset = self.pos;
         Ok(self.checkpoint())
@@ -787,11 +757,7 @@ impl Scanner {
     }
 
     fn complete_record(&mut self) -> Result<(), ScanError> {
-        self.agg.record(
-            &self.out[..self.out_len],
-            &self.ends[..self.ends_len],
-            self.offset,
-        )?;
+        self.agg.record(&self.out[..self.out_len], &self.ends[..self.ends_len], self.offset)?;
         self.out_len = 0;
         self.ends_len = 0;
         self.offset = self.pos;
@@ -869,10 +835,7 @@ pub fn render(params: &CsvReportParams, state: &ScanState) -> Report {
     let metric_at: Vec<Option<usize>> = params
         .metrics
         .iter()
-        .map(|m| {
-            m.column()
-                .and_then(|c| metric_columns.iter().position(|mc| mc == c))
-        })
+        .map(|m| m.column().and_then(|c| metric_columns.iter().position(|mc| mc == c)))
         .collect();
     let mut groups: Vec<&GroupState> = state.groups.iter().collect();
     groups.sort_by(|a, b| a.key.cmp(&b.key));
@@ -890,9 +853,7 @@ pub fn render(params: &CsvReportParams, state: &ScanState) -> Report {
         .map(|group| {
             let mut row: Vec<Value> = group.key.iter().cloned().map(Value::String).collect();
             for (metric, at) in params.metrics.iter().zip(&metric_at) {
-                let stats = at
-                    .and_then(|i| group.columns.get(i))
-                    .filter(|s| s.count > 0);
+                let stats = at.and_then(|i| group.columns.get(i)).filter(|s| s.count > 0);
                 row.push(match (metric, stats) {
                     (Metric::Count, _) => Value::from(group.rows),
                     (_, None) => Value::Null,
@@ -929,21 +890,16 @@ impl Report {
     /// The table as CSV: a header line of column names, then the rows; RFC 4180 quoting and
     /// CRLF line ends; null is an empty field. `rows_scanned` and `invalid` are not included.
     pub fn to_csv(&self) -> Vec<u8> {
-        let mut writer = csv::WriterBuilder::new()
-            .terminator(csv::Terminator::CRLF)
-            .from_writer(Vec::new());
+        let mut writer =
+            csv::WriterBuilder::new().terminator(csv::Terminator::CRLF).from_writer(Vec::new());
         let cell = |v: &Value| match v {
             Value::Null => String::new(),
             Value::String(s) => s.clone(),
             other => other.to_string(),
         };
-        writer
-            .write_record(&self.columns)
-            .expect("writing to memory cannot fail");
+        writer.write_record(&self.columns).expect("writing to memory cannot fail");
         for row in &self.rows {
-            writer
-                .write_record(row.iter().map(cell))
-                .expect("writing to memory cannot fail");
+            writer.write_record(row.iter().map(cell)).expect("writing to memory cannot fail");
         }
         writer.into_inner().expect("writing to memory cannot fail")
     }
@@ -1037,10 +993,7 @@ mod tests {
             json!({"input": "i", "metrics": [{"op": "count", "column": "x"}]}),
             json!({"input": "i", "metrics": {"op": "count"}}),
         ] {
-            assert!(
-                serde_json::from_value::<CsvReportParams>(bad.clone()).is_err(),
-                "{bad}"
-            );
+            assert!(serde_json::from_value::<CsvReportParams>(bad.clone()).is_err(), "{bad}");
         }
 
         let err = |v: Value| serde_json::from_value::<Metric>(v).unwrap_err().to_string();
@@ -1049,15 +1002,9 @@ mod tests {
         assert!(
             err(json!({"op": "median", "column": "x"})).contains("unknown metric op \"median\"")
         );
-        assert_eq!(
-            serde_json::to_value(Metric::Count).unwrap(),
-            json!({"op": "count"})
-        );
+        assert_eq!(serde_json::to_value(Metric::Count).unwrap(), json!({"op": "count"}));
         let max = Metric::Max { column: "x".into() };
-        assert_eq!(
-            serde_json::to_value(&max).unwrap(),
-            json!({"op": "max", "column": "x"})
-        );
+        assert_eq!(serde_json::to_value(&max).unwrap(), json!({"op": "max", "column": "x"}));
         let p = sales();
         assert_eq!(
             serde_json::from_value::<CsvReportParams>(serde_json::to_value(&p).unwrap()).unwrap(),
@@ -1068,73 +1015,32 @@ mod tests {
         let check = |p: CsvReportParams| p.validate().unwrap_err();
         base().validate().unwrap();
         assert!(matches!(
-            check(CsvReportParams {
-                input: String::new(),
-                ..base()
-            }),
+            check(CsvReportParams { input: String::new(), ..base() }),
             SpecError::InvalidParams(_)
         ));
-        check(CsvReportParams {
-            input: "x".repeat(MAX_INPUT_BYTES + 1),
-            ..base()
-        });
-        CsvReportParams {
-            input: "x".repeat(MAX_INPUT_BYTES),
-            ..base()
-        }
-        .validate()
-        .unwrap();
-        check(CsvReportParams {
-            group_by: vec!["a".into(), "a".into()],
-            ..base()
-        });
-        check(CsvReportParams {
-            group_by: vec![String::new()],
-            ..base()
-        });
-        check(CsvReportParams {
-            group_by: vec!["x".repeat(MAX_COLUMN_NAME_CHARS + 1)],
-            ..base()
-        });
-        CsvReportParams {
-            group_by: vec!["é".repeat(MAX_COLUMN_NAME_CHARS)],
-            ..base()
-        }
-        .validate()
-        .unwrap();
+        check(CsvReportParams { input: "x".repeat(MAX_INPUT_BYTES + 1), ..base() });
+        CsvReportParams { input: "x".repeat(MAX_INPUT_BYTES), ..base() }.validate().unwrap();
+        check(CsvReportParams { group_by: vec!["a".into(), "a".into()], ..base() });
+        check(CsvReportParams { group_by: vec![String::new()], ..base() });
+        check(CsvReportParams { group_by: vec!["x".repeat(MAX_COLUMN_NAME_CHARS + 1)], ..base() });
+        CsvReportParams { group_by: vec!["é".repeat(MAX_COLUMN_NAME_CHARS)], ..base() }
+            .validate()
+            .unwrap();
         check(CsvReportParams {
             group_by: (0..=MAX_GROUP_BY).map(|i| i.to_string()).collect(),
             ..base()
         });
-        CsvReportParams {
-            group_by: (0..MAX_GROUP_BY).map(|i| i.to_string()).collect(),
-            ..base()
-        }
-        .validate()
-        .unwrap();
-        check(CsvReportParams {
-            metrics: vec![],
-            ..base()
-        });
-        check(CsvReportParams {
-            metrics: vec![Metric::Count, Metric::Count],
-            ..base()
-        });
+        CsvReportParams { group_by: (0..MAX_GROUP_BY).map(|i| i.to_string()).collect(), ..base() }
+            .validate()
+            .unwrap();
+        check(CsvReportParams { metrics: vec![], ..base() });
+        check(CsvReportParams { metrics: vec![Metric::Count, Metric::Count], ..base() });
         let sum = |c: &str| Metric::Sum { column: c.into() };
-        check(CsvReportParams {
-            metrics: vec![sum("a"), sum("a")],
-            ..base()
-        });
-        CsvReportParams {
-            metrics: vec![sum("a"), Metric::Max { column: "a".into() }],
-            ..base()
-        }
-        .validate()
-        .unwrap();
-        check(CsvReportParams {
-            metrics: vec![sum("")],
-            ..base()
-        });
+        check(CsvReportParams { metrics: vec![sum("a"), sum("a")], ..base() });
+        CsvReportParams { metrics: vec![sum("a"), Metric::Max { column: "a".into() }], ..base() }
+            .validate()
+            .unwrap();
+        check(CsvReportParams { metrics: vec![sum("")], ..base() });
         check(CsvReportParams {
             metrics: (0..=MAX_METRICS).map(|i| sum(&i.to_string())).collect(),
             ..base()
@@ -1150,22 +1056,10 @@ mod tests {
     #[test]
     fn metric_names_and_columns() {
         assert_eq!(Metric::Count.name(), "count");
-        assert_eq!(
-            Metric::Sum {
-                column: "amount".into()
-            }
-            .name(),
-            "sum(amount)"
-        );
+        assert_eq!(Metric::Sum { column: "amount".into() }.name(), "sum(amount)");
         assert_eq!(Metric::Min { column: "x".into() }.name(), "min(x)");
         assert_eq!(Metric::Max { column: "x".into() }.name(), "max(x)");
-        assert_eq!(
-            Metric::Mean {
-                column: "a b".into()
-            }
-            .name(),
-            "mean(a b)"
-        );
+        assert_eq!(Metric::Mean { column: "a b".into() }.name(), "mean(a b)");
         let p = params(
             &[],
             json!([{"op": "sum", "column": "b"}, {"op": "count"}, {"op": "min", "column": "a"},
@@ -1180,42 +1074,14 @@ mod tests {
         let r = report(&sales(), data);
         assert_eq!(
             r.columns,
-            [
-                "region",
-                "count",
-                "sum(amount)",
-                "min(amount)",
-                "max(amount)",
-                "mean(amount)"
-            ]
+            ["region", "count", "sum(amount)", "min(amount)", "max(amount)", "mean(amount)"]
         );
         assert_eq!(
             r.rows,
             vec![
-                vec![
-                    json!("north"),
-                    json!(2),
-                    json!(6),
-                    json!(1),
-                    json!(5),
-                    json!(3)
-                ],
-                vec![
-                    json!("south"),
-                    json!(2),
-                    json!(6.5),
-                    json!(2.5),
-                    json!(4),
-                    json!(3.25)
-                ],
-                vec![
-                    json!("west"),
-                    json!(1),
-                    Value::Null,
-                    Value::Null,
-                    Value::Null,
-                    Value::Null
-                ],
+                vec![json!("north"), json!(2), json!(6), json!(1), json!(5), json!(3)],
+                vec![json!("south"), json!(2), json!(6.5), json!(2.5), json!(4), json!(3.25)],
+                vec![json!("west"), json!(1), Value::Null, Value::Null, Value::Null, Value::Null],
             ]
         );
         assert_eq!(r.rows_scanned, 5);
@@ -1226,11 +1092,8 @@ mod tests {
     fn groups_sort_by_the_tuple_of_values() {
         let p = params(&["a", "b"], json!([{"op": "count"}]));
         let r = report(&p, b"a,b\nx,2\n,z\nx,10\nab,1\nx,2\n");
-        let keys: Vec<_> = r
-            .rows
-            .iter()
-            .map(|row| (row[0].clone(), row[1].clone(), row[2].clone()))
-            .collect();
+        let keys: Vec<_> =
+            r.rows.iter().map(|row| (row[0].clone(), row[1].clone(), row[2].clone())).collect();
         assert_eq!(
             keys,
             vec![
@@ -1266,10 +1129,7 @@ mod tests {
         let r = report(&p, b"\" a,b \",\"say \"\"x\"\"\"\nk,3\nk,-4\n");
         assert_eq!(r.rows, vec![vec![json!("k"), json!(3)]]);
         let trimmed = params(&["a,b"], json!([{"op": "count"}]));
-        assert_eq!(
-            scan(&trimmed, b"\" a,b \"\nk\n"),
-            Err(ScanError::MissingColumn("a,b".into()))
-        );
+        assert_eq!(scan(&trimmed, b"\" a,b \"\nk\n"), Err(ScanError::MissingColumn("a,b".into())));
     }
 
     #[test]
@@ -1280,23 +1140,14 @@ mod tests {
         let mixed = report(&p, b"k,v\r\na,1\nb,2\r\na,3");
         assert_eq!(lf, crlf);
         assert_eq!(lf, mixed);
-        assert_eq!(
-            lf.rows,
-            vec![vec![json!("a"), json!(4)], vec![json!("b"), json!(2)]]
-        );
+        assert_eq!(lf.rows, vec![vec![json!("a"), json!(4)], vec![json!("b"), json!(2)]]);
     }
 
     #[test]
     fn byte_order_mark_is_skipped_at_offset_zero_only() {
         let p = params(&["k"], json!([{"op": "count"}]));
         let r = report(&p, b"\xEF\xBB\xBFk\nx\n\xEF\xBB\xBFy\n");
-        assert_eq!(
-            r.rows,
-            vec![
-                vec![json!("x"), json!(1)],
-                vec![json!("\u{FEFF}y"), json!(1)]
-            ]
-        );
+        assert_eq!(r.rows, vec![vec![json!("x"), json!(1)], vec![json!("\u{FEFF}y"), json!(1)]]);
         // A BOM-like prefix that is not a BOM is data (and here not UTF-8).
         let msg = not_csv(&p, b"\xEF\xBBk\nx\n");
         assert!(msg.contains("header"), "{msg}");
@@ -1312,13 +1163,7 @@ mod tests {
         let mut s = Scanner::new(&p, cp);
         s.feed(&data[2..]).unwrap();
         let r = render(&p, &s.finish().unwrap());
-        assert_eq!(
-            r.rows,
-            vec![
-                vec![json!("z"), json!(1)],
-                vec![json!("\u{FEFF}z"), json!(1)]
-            ]
-        );
+        assert_eq!(r.rows, vec![vec![json!("z"), json!(1)], vec![json!("\u{FEFF}z"), json!(1)]]);
     }
 
     #[test]
@@ -1343,10 +1188,7 @@ mod tests {
     fn last_record_without_line_end_counts() {
         let p = params(&[], json!([{"op": "count"}, {"op": "sum", "column": "v"}]));
         assert_eq!(report(&p, b"v\n1\n2").rows, vec![vec![json!(2), json!(3)]]);
-        assert_eq!(
-            report(&p, b"v\r\n1\r\n\"2\"").rows,
-            vec![vec![json!(2), json!(3)]]
-        );
+        assert_eq!(report(&p, b"v\r\n1\r\n\"2\"").rows, vec![vec![json!(2), json!(3)]]);
         // A header only: no rows, and the single group still has a row.
         assert_eq!(report(&p, b"v").rows, vec![vec![json!(0), Value::Null]]);
         assert_eq!(report(&p, b"v\r\n").rows_scanned, 0);
@@ -1363,14 +1205,8 @@ mod tests {
         );
         let data = "a,b,c\n1,x,1\n,2,2\n  3\t,NaN,3\nabc,inf,4\n4,-Infinity,5\n1e999,1e3,6\n0x10,\"1,5\",7\n€,+2.5,8\n";
         let r = report(&p, data.as_bytes());
-        assert_eq!(
-            r.rows,
-            vec![vec![json!(8), json!(8.0 / 3.0), json!(1000), json!(1)]]
-        );
-        assert_eq!(
-            r.invalid,
-            BTreeMap::from([("a".to_owned(), 5), ("b".to_owned(), 5)])
-        );
+        assert_eq!(r.rows, vec![vec![json!(8), json!(8.0 / 3.0), json!(1000), json!(1)]]);
+        assert_eq!(r.invalid, BTreeMap::from([("a".to_owned(), 5), ("b".to_owned(), 5)]));
         assert_eq!(r.rows_scanned, 8);
     }
 
@@ -1379,14 +1215,8 @@ mod tests {
         assert_eq!(number(6.0), json!(6));
         assert_eq!(number(-0.0), json!(0));
         assert_eq!(number(2.5), json!(2.5));
-        assert_eq!(
-            number(9_007_199_254_740_991.0),
-            json!(9_007_199_254_740_991_i64)
-        );
-        assert_eq!(
-            number(9_007_199_254_740_992.0),
-            json!(9_007_199_254_740_992.0)
-        );
+        assert_eq!(number(9_007_199_254_740_991.0), json!(9_007_199_254_740_991_i64));
+        assert_eq!(number(9_007_199_254_740_992.0), json!(9_007_199_254_740_992.0));
         assert_eq!(number(1e300), json!(1e300));
         assert_eq!(number(f64::INFINITY), Value::Null);
         // Compensated summation keeps decimal sums readable.
@@ -1399,34 +1229,18 @@ mod tests {
     fn missing_columns() {
         let data = b"region,amount\nn,1\n";
         let p = params(&["Region"], json!([{"op": "count"}]));
-        assert_eq!(
-            scan(&p, data),
-            Err(ScanError::MissingColumn("Region".into()))
-        );
+        assert_eq!(scan(&p, data), Err(ScanError::MissingColumn("Region".into())));
         let p = params(&["region"], json!([{"op": "sum", "column": "amount "}]));
         let err = scan(&p, data).unwrap_err();
         assert_eq!(err, ScanError::MissingColumn("amount ".into()));
-        assert!(
-            err.to_string()
-                .contains("\"amount \" is not in the CSV header"),
-            "{err}"
-        );
+        assert!(err.to_string().contains("\"amount \" is not in the CSV header"), "{err}");
         // The header is checked as soon as it is complete, before the rest of the file.
         let mut s = Scanner::new(&p, ScanState::default());
         assert!(s.feed(b"region,amount\n").is_err());
         // Resuming with params the checkpoint's header lacks fails too.
         let ok = scan(&sales(), b"region,amount\nn,1\n").unwrap();
-        let mut s = Scanner::new(
-            &p,
-            ScanState {
-                groups: vec![],
-                ..ok
-            },
-        );
-        assert_eq!(
-            s.feed(b"n,2\n"),
-            Err(ScanError::MissingColumn("amount ".into()))
-        );
+        let mut s = Scanner::new(&p, ScanState { groups: vec![], ..ok });
+        assert_eq!(s.feed(b"n,2\n"), Err(ScanError::MissingColumn("amount ".into())));
     }
 
     #[test]
@@ -1443,9 +1257,7 @@ mod tests {
             "{msg}"
         );
         assert!(
-            ScanError::NotCsv(msg)
-                .to_string()
-                .starts_with("the input is not readable as CSV: ")
+            ScanError::NotCsv(msg).to_string().starts_with("the input is not readable as CSV: ")
         );
     }
 
@@ -1457,18 +1269,14 @@ mod tests {
         let msg = not_csv(&p, b"a\n1\n2\x003\n");
         assert!(msg.contains("byte offset 5 is a NUL byte"), "{msg}");
         assert!(not_csv(&p, b"\0").contains("NUL"));
-        let garbage: Vec<u8> = (0..4096u32)
-            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
-            .collect();
+        let garbage: Vec<u8> =
+            (0..4096u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
         not_csv(&p, &garbage);
         assert!(not_csv(&p, b"").contains("empty"));
         assert!(not_csv(&p, b"\r\n\n\r\n").contains("empty"));
         assert!(not_csv(&p, b",,\n1,2,3\n").contains("no column names"));
         // Group values must be text; other cells need not be.
-        let g = params(
-            &["k"],
-            json!([{"op": "count"}, {"op": "sum", "column": "v"}]),
-        );
+        let g = params(&["k"], json!([{"op": "count"}, {"op": "sum", "column": "v"}]));
         assert!(not_csv(&g, b"k,v\na,1\n\xFF,2\n").contains("group_by column \"k\" is not UTF-8"));
         let r = report(&g, b"k,v,other\na,\xFF,\xFE\n");
         assert_eq!(r.invalid, BTreeMap::from([("v".to_owned(), 1)]));
@@ -1485,23 +1293,16 @@ mod tests {
             let run = |data: &[u8], limit: usize| {
                 let mut s = Scanner::new(&p, ScanState::default());
                 s.max_record_bytes = limit;
-                data.chunks(chunk)
-                    .try_for_each(|c| s.feed(c))
-                    .and_then(|()| s.finish())
+                data.chunks(chunk).try_for_each(|c| s.feed(c)).and_then(|()| s.finish())
             };
             let exact = format!("v\n{}\n", "x".repeat(5000));
             assert_eq!(run(exact.as_bytes(), 5000).unwrap().rows_scanned, 1);
             let quoted = format!("v\n\"{}\"\r\n", "x\n".repeat(2500));
             assert_eq!(run(quoted.as_bytes(), 5000).unwrap().rows_scanned, 1);
             let over = format!("v\n{}\n", "x".repeat(5001));
-            assert!(matches!(
-                run(over.as_bytes(), 5000),
-                Err(ScanError::NotCsv(_))
-            ));
+            assert!(matches!(run(over.as_bytes(), 5000), Err(ScanError::NotCsv(_))));
             let open_quote = format!("v\n\"{}\n1\n", "x".repeat(5000));
-            let Err(ScanError::NotCsv(msg)) = run(open_quote.as_bytes(), 5000) else {
-                panic!()
-            };
+            let Err(ScanError::NotCsv(msg)) = run(open_quote.as_bytes(), 5000) else { panic!() };
             assert!(
                 msg.contains("data record 1 (after byte offset 2) is longer than 5000 bytes"),
                 "{msg}"
@@ -1530,9 +1331,7 @@ mod tests {
         assert_eq!(s.feed(b"a\n"), Err(ScanError::TooManyGroups(3)));
         assert_eq!(s.finish(), Err(ScanError::TooManyGroups(3)));
         assert!(
-            ScanError::TooManyGroups(MAX_GROUPS)
-                .to_string()
-                .contains("more than 1000000 groups")
+            ScanError::TooManyGroups(MAX_GROUPS).to_string().contains("more than 1000000 groups")
         );
     }
 
@@ -1571,10 +1370,7 @@ mod tests {
 
     #[test]
     fn scan_state_round_trips_exactly() {
-        let p = params(
-            &["k"],
-            json!([{"op": "sum", "column": "v"}, {"op": "min", "column": "w"}]),
-        );
+        let p = params(&["k"], json!([{"op": "sum", "column": "v"}, {"op": "min", "column": "w"}]));
         let data = b"k,v,w\na,0.1,x\na,0.2,x\nb,1e300,1\nb,1e300,-0.5\nc,1e308,\nc,1e308,\n";
         let state = scan(&p, data).unwrap();
         let text = serde_json::to_string(&state).unwrap();
@@ -1599,10 +1395,7 @@ mod tests {
             &["city"],
             json!([{"op": "count"}, {"op": "sum", "column": "amount"}, {"op": "mean", "column": "amount"}]),
         );
-        report(
-            &p,
-            b"city,amount\nOslo,10\n\"Bergen, Vestland\",2.5\nOslo,x\n\"say \"\"hi\"\"\",\n",
-        )
+        report(&p, b"city,amount\nOslo,10\n\"Bergen, Vestland\",2.5\nOslo,x\n\"say \"\"hi\"\"\",\n")
     }
 
     #[test]
@@ -1643,10 +1436,7 @@ mod tests {
     fn cell() -> impl Strategy<Value = Cell> {
         let quarter = (-400i64..400).prop_map(|q| {
             let v = q as f64 / 4.0;
-            Cell {
-                text: format!("{v}"),
-                value: Some(v),
-            }
+            Cell { text: format!("{v}"), value: Some(v) }
         });
         let integer = (-1000i64..1000, 0..5u8).prop_map(|(i, style)| {
             let text = match style {
@@ -1656,15 +1446,8 @@ mod tests {
                 3 => format!("{}e1", i as f64 / 10.0),
                 _ => format!("+{i}"),
             };
-            let text = if style == 4 && i < 0 {
-                format!("{i}")
-            } else {
-                text
-            };
-            Cell {
-                text,
-                value: Some(i as f64),
-            }
+            let text = if style == 4 && i < 0 { format!("{i}") } else { text };
+            Cell { text, value: Some(i as f64) }
         });
         let junk = prop::sample::select(vec![
             "",
@@ -1690,10 +1473,7 @@ mod tests {
             "\r",
             "--1",
         ])
-        .prop_map(|t| Cell {
-            text: t.to_owned(),
-            value: None,
-        });
+        .prop_map(|t| Cell { text: t.to_owned(), value: None });
         prop_oneof![3 => quarter, 3 => integer, 4 => junk]
     }
 
@@ -1719,11 +1499,7 @@ mod tests {
                 prop::collection::vec(any::<prop::sample::Index>(), 0..4),
             )
                 .prop_map(|(suffixes, rows, group_by, metrics, seed, stops)| Case {
-                    header: suffixes
-                        .iter()
-                        .enumerate()
-                        .map(|(i, s)| format!("c{i}{s}"))
-                        .collect(),
+                    header: suffixes.iter().enumerate().map(|(i, s)| format!("c{i}{s}")).collect(),
                     rows,
                     group_by,
                     metrics,
@@ -1763,10 +1539,8 @@ mod tests {
         if rng.below(3) == 0 {
             out.extend_from_slice(UTF8_BOM);
         }
-        let texts = std::iter::once(header.to_vec()).chain(
-            rows.iter()
-                .map(|r| r.iter().map(|c| c.text.clone()).collect()),
-        );
+        let texts = std::iter::once(header.to_vec())
+            .chain(rows.iter().map(|r| r.iter().map(|c| c.text.clone()).collect()));
         let records: Vec<Vec<String>> = texts.collect();
         for (n, record) in records.iter().enumerate() {
             for _ in 0..rng.below(4).saturating_sub(2) {
@@ -1817,14 +1591,8 @@ mod tests {
         let mut groups: BTreeMap<Vec<String>, (u64, Vec<Vec<f64>>)> = BTreeMap::new();
         let mut invalid: BTreeMap<String, u64> = BTreeMap::new();
         for row in rows {
-            let key = p
-                .group_by
-                .iter()
-                .map(|g| row[index(g)].text.clone())
-                .collect();
-            let group = groups
-                .entry(key)
-                .or_insert_with(|| (0, vec![Vec::new(); columns.len()]));
+            let key = p.group_by.iter().map(|g| row[index(g)].text.clone()).collect();
+            let group = groups.entry(key).or_insert_with(|| (0, vec![Vec::new(); columns.len()]));
             group.0 += 1;
             for (j, c) in columns.iter().enumerate() {
                 match row[index(c)].value {
@@ -1837,20 +1605,15 @@ mod tests {
             groups.insert(Vec::new(), (0, vec![Vec::new(); columns.len()]));
         }
         let whole = |x: f64| {
-            if x.fract() == 0.0 {
-                json!(x as i64)
-            } else {
-                json!(x)
-            }
+            if x.fract() == 0.0 { json!(x as i64) } else { json!(x) }
         };
         let table = groups
             .into_iter()
             .map(|(key, (count, values))| {
                 let mut row: Vec<Value> = key.into_iter().map(Value::String).collect();
                 for m in &p.metrics {
-                    let vals = m
-                        .column()
-                        .map(|c| &values[columns.iter().position(|x| *x == c).unwrap()]);
+                    let vals =
+                        m.column().map(|c| &values[columns.iter().position(|x| *x == c).unwrap()]);
                     row.push(match (m, vals) {
                         (Metric::Count, _) => json!(count),
                         (_, Some(v)) if v.is_empty() => Value::Null,
@@ -1872,12 +1635,7 @@ mod tests {
             .collect();
         let mut names = p.group_by.clone();
         names.extend(p.metrics.iter().map(Metric::name));
-        Report {
-            columns: names,
-            rows: table,
-            rows_scanned: rows.len() as u64,
-            invalid,
-        }
+        Report { columns: names, rows: table, rows_scanned: rows.len() as u64, invalid }
     }
 
     proptest! {

@@ -79,7 +79,11 @@ impl DemoParams {
         match (self.stall_at, self.stall_ms) {
             (Some(at), Some(ms)) if at < self.items && ms <= MAX_STALL_MS => {}
             (None, None) => {}
-            _ => return invalid(format!("stall_at (below items) and stall_ms (at most {MAX_STALL_MS}) go together")),
+            _ => {
+                return invalid(format!(
+                    "stall_at (below items) and stall_ms (at most {MAX_STALL_MS}) go together"
+                ));
+            }
         }
         if let Some(times) = self.fail_times
             && !(1..=MAX_FAIL_TIMES).contains(&times)
@@ -160,11 +164,23 @@ mod tests {
         assert!(params(serde_json::json!({"items": 0})).validate().is_err());
         assert!(params(serde_json::json!({"items": 3, "fail_at": 3})).validate().is_err());
         assert!(params(serde_json::json!({"items": 3, "fail_kind": "fatal"})).validate().is_err());
-        assert!(params(serde_json::json!({"items": 3, "fail_at": 1, "fail_times": 0})).validate().is_err());
+        assert!(
+            params(serde_json::json!({"items": 3, "fail_at": 1, "fail_times": 0}))
+                .validate()
+                .is_err()
+        );
         assert!(params(serde_json::json!({"items": 3, "item_ms": 60001})).validate().is_err());
-        assert!(params(serde_json::json!({"items": 3, "stall_at": 1, "stall_ms": 10})).validate().is_ok());
+        assert!(
+            params(serde_json::json!({"items": 3, "stall_at": 1, "stall_ms": 10}))
+                .validate()
+                .is_ok()
+        );
         assert!(params(serde_json::json!({"items": 3, "stall_at": 1})).validate().is_err());
-        assert!(params(serde_json::json!({"items": 3, "stall_at": 3, "stall_ms": 10})).validate().is_err());
+        assert!(
+            params(serde_json::json!({"items": 3, "stall_at": 3, "stall_ms": 10}))
+                .validate()
+                .is_err()
+        );
     }
 
     #[test]

@@ -82,7 +82,8 @@ mod tests {
         let tenths_u = tenths as u128;
         // tenths / 10 ≤ numerator / denominator < (tenths + 1) / 10, cross-multiplied.
         let one_decimal = pct == tenths / 10.0;
-        let rounded_down = tenths_u * denominator <= 10 * numerator && 10 * numerator < (tenths_u + 1) * denominator;
+        let rounded_down = tenths_u * denominator <= 10 * numerator
+            && 10 * numerator < (tenths_u + 1) * denominator;
         (!(one_decimal && rounded_down)).then(|| format!("{p:?} reports {pct}, exactly {exact}"))
     }
 
@@ -92,8 +93,16 @@ mod tests {
         assert_eq!(overall_pct(position(2, 3, 5, Some(10)), 0.0), 50.0);
         assert_eq!(overall_pct(position(3, 3, 10, Some(10)), 0.0), 100.0);
         assert_eq!(overall_pct(position(1, 1, 1, Some(3)), 0.0), 33.3, "rounded down");
-        assert_eq!(overall_pct(position(1, 1, 29, Some(100)), 0.0), 29.0, "not 28.9 (float rounding)");
-        assert_eq!(overall_pct(position(1, 1, 9_999, Some(10_000)), 0.0), 99.9, "not done, so not 100");
+        assert_eq!(
+            overall_pct(position(1, 1, 29, Some(100)), 0.0),
+            29.0,
+            "not 28.9 (float rounding)"
+        );
+        assert_eq!(
+            overall_pct(position(1, 1, 9_999, Some(10_000)), 0.0),
+            99.9,
+            "not done, so not 100"
+        );
         assert_eq!(overall_pct(position(1, 2, 0, None), 42.0), 42.0, "the floor holds");
         assert_eq!(eta_seconds(50.0, 0.0, 10.0), Some(10));
         assert_eq!(eta_seconds(5.0, 0.0, 10.0), None, "too early");
@@ -110,7 +119,9 @@ mod tests {
             for stage in 1..=stages {
                 for total in 1..=200 {
                     for done in 0..=total {
-                        if let Some(error) = not_rounded_down(position(stage, stages, done, Some(total))) {
+                        if let Some(error) =
+                            not_rounded_down(position(stage, stages, done, Some(total)))
+                        {
                             panic!("{error}");
                         }
                     }
@@ -129,7 +140,11 @@ mod tests {
         let checkpoint = position(2, 3, 50, Some(100));
         assert_eq!(raw(checkpoint), 50.0, "the arithmetic alone goes backwards");
         assert_eq!(overall_pct(checkpoint, reported), 60.0, "the floor holds it");
-        assert_eq!(overall_pct(position(2, 3, 90, Some(100)), reported), 63.3, "and lets go once passed");
+        assert_eq!(
+            overall_pct(position(2, 3, 90, Some(100)), reported),
+            63.3,
+            "and lets go once passed"
+        );
     }
 
     /// Items in a stage: usually counted (sometimes none at all, sometimes so many that one
@@ -146,15 +161,19 @@ mod tests {
     /// Items done in a stage of `total` items: anywhere, close to the end, or past it.
     fn any_done(total: Option<u64>) -> BoxedStrategy<u64> {
         match total {
-            Some(total) => prop_oneof![0..=total, total.saturating_sub(3)..=total, total..=total + 20].boxed(),
+            Some(total) => {
+                prop_oneof![0..=total, total.saturating_sub(3)..=total, total..=total + 20].boxed()
+            }
             None => (0u64..10_000).boxed(),
         }
     }
 
     fn any_position() -> impl Strategy<Value = Position> {
-        (1u32..6)
-            .prop_flat_map(|stages| (1..=stages, Just(stages), any_total()))
-            .prop_flat_map(|(stage, stages, total)| any_done(total).prop_map(move |done| position(stage, stages, done, total)))
+        (1u32..6).prop_flat_map(|stages| (1..=stages, Just(stages), any_total())).prop_flat_map(
+            |(stage, stages, total)| {
+                any_done(total).prop_map(move |done| position(stage, stages, done, total))
+            },
+        )
     }
 
     /// A job's shape and how it advances: per stage, its item count and the steps its items

@@ -58,7 +58,10 @@ fn age(now: DateTime<Utc>, at: DateTime<Utc>) -> Duration {
 /// Judges a running job.
 pub fn judge(now: DateTime<Utc>, job: &Running, t: &Thresholds) -> Verdict {
     if age(now, job.started_at) > job.max_runtime {
-        return Verdict::TimedOut(format!("ran longer than its maximum of {} s", job.max_runtime.as_secs()));
+        return Verdict::TimedOut(format!(
+            "ran longer than its maximum of {} s",
+            job.max_runtime.as_secs()
+        ));
     }
     let silent = age(now, job.heartbeat_at);
     if silent > t.heartbeat_timeout {
@@ -67,9 +70,10 @@ pub fn judge(now: DateTime<Utc>, job: &Running, t: &Thresholds) -> Verdict {
     let still = age(now, job.progress_changed_at);
     match job.stalled_at {
         Some(_) if still <= t.stall => Verdict::Recovered,
-        Some(since) if age(now, since) > t.stall_grace => {
-            Verdict::Zombie(format!("stalled: no progress for {} s while heartbeating", still.as_secs()))
-        }
+        Some(since) if age(now, since) > t.stall_grace => Verdict::Zombie(format!(
+            "stalled: no progress for {} s while heartbeating",
+            still.as_secs()
+        )),
         Some(_) => Verdict::Healthy,
         None if still > t.stall => Verdict::Stalled,
         None => Verdict::Healthy,
@@ -112,7 +116,13 @@ mod tests {
         }
     }
 
-    fn job(now: DateTime<Utc>, heartbeat: i64, changed: i64, started: i64, stalled: Option<i64>) -> Running {
+    fn job(
+        now: DateTime<Utc>,
+        heartbeat: i64,
+        changed: i64,
+        started: i64,
+        stalled: Option<i64>,
+    ) -> Running {
         let ago = |s: i64| now - chrono::Duration::seconds(s);
         Running {
             heartbeat_at: ago(heartbeat),

@@ -81,11 +81,7 @@ impl JobStatus {
 
     /// Checks a move against the FSM.
     pub fn transition(self, to: JobStatus) -> Result<JobStatus, TransitionError> {
-        if self.can_transition_to(to) {
-            Ok(to)
-        } else {
-            Err(TransitionError { from: self, to })
-        }
+        if self.can_transition_to(to) { Ok(to) } else { Err(TransitionError { from: self, to }) }
     }
 }
 
@@ -172,7 +168,10 @@ mod tests {
                     }
                 }
             }
-            assert!(seen.iter().any(|status| status.is_terminal()), "{start} can only reach {seen:?}");
+            assert!(
+                seen.iter().any(|status| status.is_terminal()),
+                "{start} can only reach {seen:?}"
+            );
         }
     }
 

@@ -28,7 +28,10 @@ pub fn issue(secret: &[u8], job_id: &str, owner: &str, expires: i64) -> String {
 /// Whether `token` was issued for `owner`'s job `job_id` and is still valid at `now`.
 pub fn verify(secret: &[u8], token: &str, job_id: &str, owner: &str, now: i64) -> bool {
     let Some((expires, signature)) = token.split_once('.') else { return false };
-    let (Ok(expires), Ok(signature)) = (expires.parse::<i64>(), URL_SAFE_NO_PAD.decode(signature)) else { return false };
+    let (Ok(expires), Ok(signature)) = (expires.parse::<i64>(), URL_SAFE_NO_PAD.decode(signature))
+    else {
+        return false;
+    };
     expires >= now && mac(secret, job_id, owner, expires).verify_slice(&signature).is_ok()
 }
 
@@ -45,7 +48,10 @@ mod tests {
         assert!(!verify(b"secret", &token, "job-2", "alice", 999), "another job");
         assert!(!verify(b"secret", &token, "job-1", "bob", 999), "another owner");
         assert!(!verify(b"other", &token, "job-1", "alice", 999), "another key");
-        assert!(!verify(b"secret", &token.replace("1000.", "9999."), "job-1", "alice", 999), "extended");
+        assert!(
+            !verify(b"secret", &token.replace("1000.", "9999."), "job-1", "alice", 999),
+            "extended"
+        );
         assert!(!verify(b"secret", "garbage", "job-1", "alice", 0));
     }
 }

@@ -26,12 +26,16 @@ pub fn owns_upload(owner: &str, input: &str) -> bool {
     let Some(rest) = input.strip_prefix(&owner_prefix(owner)) else { return false };
     let mut parts = rest.splitn(2, '/');
     let (Some(id), Some(name)) = (parts.next(), parts.next()) else { return false };
-    !id.is_empty() && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') && validate_filename(name).is_ok()
+    !id.is_empty()
+        && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        && validate_filename(name).is_ok()
 }
 
 /// Why a file name is refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("filename must be 1 to {MAX_FILENAME_BYTES} bytes, not . or .., without slashes, backslashes or control characters")]
+#[error(
+    "filename must be 1 to {MAX_FILENAME_BYTES} bytes, not . or .., without slashes, backslashes or control characters"
+)]
 pub struct InvalidFilename;
 
 /// Checks an upload's file name: it becomes the last segment of an object key.

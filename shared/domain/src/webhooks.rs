@@ -30,7 +30,9 @@ pub struct InvalidSecret;
 
 /// The `v1,<signature>` of `body` for message `id` at `timestamp` under `secret`.
 pub fn sign(secret: &str, id: &str, timestamp: i64, body: &[u8]) -> Result<String, InvalidSecret> {
-    let key = STANDARD.decode(secret.strip_prefix(SECRET_PREFIX).ok_or(InvalidSecret)?).map_err(|_| InvalidSecret)?;
+    let key = STANDARD
+        .decode(secret.strip_prefix(SECRET_PREFIX).ok_or(InvalidSecret)?)
+        .map_err(|_| InvalidSecret)?;
     let mut mac = Hmac::<Sha256>::new_from_slice(&key).map_err(|_| InvalidSecret)?;
     mac.update(id.as_bytes());
     mac.update(b".");
@@ -108,7 +110,13 @@ mod tests {
         let body = br#"{"test": 2432232314}"#;
         let signature = sign(secret, "msg_p5jXN8AQM9LWM0D4loKWxJek", 1614265330, body).unwrap();
         assert_eq!(signature, "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=");
-        assert!(verify(secret, "msg_p5jXN8AQM9LWM0D4loKWxJek", 1614265330, body, &format!("v1,other {signature}")));
+        assert!(verify(
+            secret,
+            "msg_p5jXN8AQM9LWM0D4loKWxJek",
+            1614265330,
+            body,
+            &format!("v1,other {signature}")
+        ));
         assert!(!verify(secret, "msg_p5jXN8AQM9LWM0D4loKWxJek", 1614265331, body, &signature));
     }
 

@@ -14,7 +14,10 @@ pub fn out_dir() -> PathBuf {
 
 /// The workspace root (two levels above this crate).
 pub fn workspace_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("workspace root exists")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .expect("workspace root exists")
 }
 
 /// Writes section `name` (Markdown, starting with a `## ` heading) for BENCHMARKS.md, and
@@ -39,4 +42,3 @@ pub fn write_section(name: &str, markdown: &str) -> anyhow::Result<PathBuf> {
     eprintln!("wrote {}", path.display());
     Ok(path)
 }
-

@@ -125,7 +125,12 @@ impl Shard {
     }
 
     fn batch_len(&self) -> usize {
-        self.splits.front().copied().unwrap_or(self.policy.batch_size).min(self.policy.batch_size).min(self.passing)
+        self.splits
+            .front()
+            .copied()
+            .unwrap_or(self.policy.batch_size)
+            .min(self.policy.batch_size)
+            .min(self.passing)
     }
 
     /// The batch to invoke next: (sequence number, event record) in order; empty when no
@@ -258,7 +263,11 @@ mod tests {
         let mut s = shard(policy(2, None, false), 0, &[]);
         s.push("1".into(), None);
         s.push("2".into(), None);
-        assert_eq!((s.done(), s.batch().len()), (Some("2"), 0), "nothing waits: dropped records are done at once");
+        assert_eq!(
+            (s.done(), s.batch().len()),
+            (Some("2"), 0),
+            "nothing waits: dropped records are done at once"
+        );
         s.push("3".into(), Some(json!(3)));
         s.push("4".into(), None);
         s.push("5".into(), Some(json!(5)));
@@ -287,9 +296,21 @@ mod tests {
         let mut s = shard(policy(3, Some(10), false), 5, &[]);
         assert_eq!(s.outcome(ids(&["3", "2"])), Next::Retry { attempts: 1, bisected: false });
         assert_eq!(s.done(), Some("1"));
-        assert_eq!(sequences(&s), ["2", "3", "4"], "without bisecting, the retry is a full batch from the checkpoint");
-        assert_eq!(s.outcome(ids(&["2"])), Next::Retry { attempts: 2, bisected: false }, "no progress: the count goes on");
-        assert_eq!(s.outcome(Outcome::ItemFailures(vec![])), Next::Done, "an empty list is a success");
+        assert_eq!(
+            sequences(&s),
+            ["2", "3", "4"],
+            "without bisecting, the retry is a full batch from the checkpoint"
+        );
+        assert_eq!(
+            s.outcome(ids(&["2"])),
+            Next::Retry { attempts: 2, bisected: false },
+            "no progress: the count goes on"
+        );
+        assert_eq!(
+            s.outcome(Outcome::ItemFailures(vec![])),
+            Next::Done,
+            "an empty list is a success"
+        );
         assert_eq!(s.done(), Some("4"));
     }
 
@@ -320,7 +341,11 @@ mod tests {
         while !s.batch().is_empty() {
             invocations += 1;
             let batch = sequences(&s);
-            let outcome = if batch.contains(&"3".to_string()) { Outcome::FunctionError } else { Outcome::Success };
+            let outcome = if batch.contains(&"3".to_string()) {
+                Outcome::FunctionError
+            } else {
+                Outcome::Success
+            };
             match s.outcome(outcome) {
                 Next::Exhausted => {
                     dead.push(sequences(&s));
@@ -342,7 +367,11 @@ mod tests {
         assert_eq!(sequences(&s), ["1", "3"]);
         assert_eq!(s.outcome(Outcome::FunctionError), Next::Retry { attempts: 1, bisected: false });
         s.push("4".into(), Some(json!(4)));
-        assert_eq!(sequences(&s), ["1", "3"], "the retry is the same batch, not one grown by new records");
+        assert_eq!(
+            sequences(&s),
+            ["1", "3"],
+            "the retry is the same batch, not one grown by new records"
+        );
         assert_eq!(s.outcome(Outcome::FunctionError), Next::Exhausted);
         assert_eq!(sequences(&s), ["1", "3"], "the batch to dead-letter");
         assert_eq!(s.done(), None, "nothing is done before it is dead-lettered");
@@ -354,7 +383,10 @@ mod tests {
     fn retrying_forever_never_exhausts() {
         let mut s = shard(policy(1, None, true), 1, &[]);
         for attempt in 1..=1000 {
-            assert_eq!(s.outcome(Outcome::FunctionError), Next::Retry { attempts: attempt, bisected: false });
+            assert_eq!(
+                s.outcome(Outcome::FunctionError),
+                Next::Retry { attempts: attempt, bisected: false }
+            );
         }
     }
 

@@ -117,15 +117,22 @@ async fn next(State(emulator): State<Emulator>) -> Response {
         std::future::pending::<()>().await;
         unreachable!("pending never completes");
     };
-    let deadline = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default() + Duration::from_secs(15);
+    let deadline =
+        SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default() + Duration::from_secs(15);
     let mut headers = HeaderMap::new();
     let mut set = |name: &'static str, value: String| {
         headers.insert(name, HeaderValue::from_str(&value).expect("ASCII header value"));
     };
     set("lambda-runtime-aws-request-id", "8476a536-e9f4-11e8-9739-2dfe598c3fcd".to_owned());
     set("lambda-runtime-deadline-ms", deadline.as_millis().to_string());
-    set("lambda-runtime-invoked-function-arn", "arn:aws:lambda:us-east-1:123456789012:function:coldstart".to_owned());
-    set("lambda-runtime-trace-id", "Root=1-5bef4de7-ad49b0e87f6ef6c87fc2e700;Parent=9a9197af755a6419;Sampled=0".to_owned());
+    set(
+        "lambda-runtime-invoked-function-arn",
+        "arn:aws:lambda:us-east-1:123456789012:function:coldstart".to_owned(),
+    );
+    set(
+        "lambda-runtime-trace-id",
+        "Root=1-5bef4de7-ad49b0e87f6ef6c87fc2e700;Parent=9a9197af755a6419;Sampled=0".to_owned(),
+    );
     set("content-type", "application/json".to_owned());
     (StatusCode::OK, headers, event).into_response()
 }
@@ -152,7 +159,8 @@ async fn aws(State(emulator): State<Emulator>, uri: Uri) -> Response {
         "__type": "ResourceNotFoundException",
         "message": format!("coldstart emulator: no AWS behind {}", uri.path()),
     });
-    (StatusCode::BAD_REQUEST, [("content-type", "application/x-amz-json-1.0")], body.to_string()).into_response()
+    (StatusCode::BAD_REQUEST, [("content-type", "application/x-amz-json-1.0")], body.to_string())
+        .into_response()
 }
 
 /// One run's measurements.
@@ -213,8 +221,14 @@ fn lambda_env(name: &str, runtime_api: &str) -> Vec<(String, String)> {
         ("WEBHOOK_QUEUE_URL", queue("WebhookQueue")),
         ("WEBHOOK_DLQ_URL", queue("WebhookDeadLetterQueue")),
         ("NOTIFIER_DLQ_URL", queue("NotifierDeadLetterQueue")),
-        ("STATE_MACHINE_ARN", format!("arn:aws:states:{region}:{account}:stateMachine:longhaul-jobs")),
-        ("EVENTS_URL", "https://abcdefghijklmnopqrstuvwxyz012345.lambda-url.us-east-1.on.aws".to_owned()),
+        (
+            "STATE_MACHINE_ARN",
+            format!("arn:aws:states:{region}:{account}:stateMachine:longhaul-jobs"),
+        ),
+        (
+            "EVENTS_URL",
+            "https://abcdefghijklmnopqrstuvwxyz012345.lambda-url.us-east-1.on.aws".to_owned(),
+        ),
         ("STREAM_TOKEN_SECRET", "coldstart-bench-stream-token-secret-0123456789ab".to_owned()),
         ("ENABLED_JOB_TYPES", "demo,csv_report".to_owned()),
         ("IDEMPOTENCY_TTL_SECONDS", "86400".to_owned()),
@@ -267,7 +281,8 @@ async fn run_once(emulator: &Emulator, binary: &Binary) -> anyhow::Result<Sample
     .await;
     // Killed, not stopped: a cold start's process is never reused here.
     let _ = child.kill().await;
-    let mut sample = outcome.with_context(|| format!("{} (log: {})", binary.name, binary.log.display()))?;
+    let mut sample =
+        outcome.with_context(|| format!("{} (log: {})", binary.name, binary.log.display()))?;
     sample.warm_up = logged_warm_up(&std::fs::read_to_string(&binary.log).unwrap_or_default());
     Ok(sample)
 }
@@ -277,7 +292,8 @@ async fn run_once(emulator: &Emulator, binary: &Binary) -> anyhow::Result<Sample
 fn logged_warm_up(log: &str) -> Option<Duration> {
     log.lines().filter(|line| line.contains("warm-up done")).find_map(|line| {
         let entry: serde_json::Value = serde_json::from_str(line).ok()?;
-        let elapsed_ms = entry.pointer("/fields/elapsed_ms").or_else(|| entry.get("elapsed_ms"))?.as_f64()?;
+        let elapsed_ms =
+            entry.pointer("/fields/elapsed_ms").or_else(|| entry.get("elapsed_ms"))?.as_f64()?;
         Some(Duration::from_secs_f64(elapsed_ms / 1000.0))
     })
 }
@@ -353,10 +369,15 @@ fn report(rows: &[Row], runs: usize, host: &str) -> String {
         } else {
             (ms(percentile(&first, 50)), ms(percentile(&first, 90)))
         };
-        let missing = if row.missing_events > 0 { format!(" ({} runs no answer)", row.missing_events) } else { String::new() };
+        let missing = if row.missing_events > 0 {
+            format!(" ({} runs no answer)", row.missing_events)
+        } else {
+            String::new()
+        };
         let mut warm_up = row.warm_up.clone();
         warm_up.sort();
-        let warm_up = if warm_up.is_empty() { "—".to_owned() } else { ms(percentile(&warm_up, 50)) };
+        let warm_up =
+            if warm_up.is_empty() { "—".to_owned() } else { ms(percentile(&warm_up, 50)) };
         out.push_str(&format!(
             "| `{}` | {} | {:.2} | {} | {} | {:.1}× | {} | {} | {}{} | {} |\n",
             row.name,
@@ -443,7 +464,8 @@ fn build(root: &Path) -> anyhow::Result<()> {
     for (name, _) in FUNCTIONS {
         functions.extend(["-p".to_owned(), name.to_owned()]);
     }
-    let hello = ["build", "--release", "-p", "longhaul-bench", "--bin", HELLO].map(str::to_owned).to_vec();
+    let hello =
+        ["build", "--release", "-p", "longhaul-bench", "--bin", HELLO].map(str::to_owned).to_vec();
     for args in [functions, hello] {
         eprintln!("coldstart: {cargo} {}", args.join(" "));
         let status = std::process::Command::new(&cargo).args(&args).current_dir(root).status()?;
@@ -457,14 +479,18 @@ fn build(root: &Path) -> anyhow::Result<()> {
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
     let root = longhaul_bench::workspace_root();
-    let runs: usize = std::env::var("LONGHAUL_COLDSTART_RUNS").ok().map(|v| v.parse()).transpose()?.unwrap_or(20);
+    let runs: usize =
+        std::env::var("LONGHAUL_COLDSTART_RUNS").ok().map(|v| v.parse()).transpose()?.unwrap_or(20);
     if runs == 0 {
         bail!("LONGHAUL_COLDSTART_RUNS must be at least 1");
     }
     if std::env::var_os("LONGHAUL_COLDSTART_NO_BUILD").is_none() {
         build(&root)?;
     }
-    let release = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root.join("target")).join("release");
+    let release = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target"))
+        .join("release");
     let logs = root.join("target/coldstart");
     std::fs::create_dir_all(&logs)?;
 
@@ -474,9 +500,14 @@ async fn main() -> anyhow::Result<()> {
     // The emulator runs on its own thread, so it answers while this one spawns and waits.
     let router = emulator.clone().router();
     std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("emulator runtime");
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("emulator runtime");
         rt.block_on(async move {
-            let listener = tokio::net::TcpListener::from_std(listener.into_std().expect("std listener")).expect("listener");
+            let listener =
+                tokio::net::TcpListener::from_std(listener.into_std().expect("std listener"))
+                    .expect("listener");
             axum::serve(listener, router).await.expect("emulator serves");
         });
     });
@@ -493,7 +524,8 @@ async fn main() -> anyhow::Result<()> {
         binaries.push(Binary {
             name,
             path: release.join(name),
-            event: std::fs::read(&event_path).with_context(|| format!("read {}", event_path.display()))?,
+            event: std::fs::read(&event_path)
+                .with_context(|| format!("read {}", event_path.display()))?,
             env: lambda_env(name, &runtime_api),
             log: logs.join(format!("{name}.log")),
         });
@@ -501,7 +533,12 @@ async fn main() -> anyhow::Result<()> {
     let mut rows: Vec<Row> = Vec::new();
     for binary in &binaries {
         let size_bytes = std::fs::metadata(&binary.path)
-            .with_context(|| format!("{} (build it, or unset LONGHAUL_COLDSTART_NO_BUILD)", binary.path.display()))?
+            .with_context(|| {
+                format!(
+                    "{} (build it, or unset LONGHAUL_COLDSTART_NO_BUILD)",
+                    binary.path.display()
+                )
+            })?
             .len();
         rows.push(Row {
             name: binary.name.to_owned(),
@@ -562,7 +599,10 @@ mod tests {
 
     async fn request(addr: &str, head: &str, body: &str) -> String {
         let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-        let message = format!("{head}\r\nhost: x\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}", body.len());
+        let message = format!(
+            "{head}\r\nhost: x\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        );
         stream.write_all(message.as_bytes()).await.unwrap();
         let mut answer = String::new();
         stream.read_to_string(&mut answer).await.unwrap();
@@ -588,7 +628,8 @@ mod tests {
         assert!(next.ends_with(r#"{"x":1}"#), "{next}");
         assert!(matches!(marks.recv().await, Some(Mark::Next(_))));
 
-        let posted = request(&addr, "POST /2018-06-01/runtime/invocation/abc/response HTTP/1.1", "{}").await;
+        let posted =
+            request(&addr, "POST /2018-06-01/runtime/invocation/abc/response HTTP/1.1", "{}").await;
         assert!(posted.starts_with("HTTP/1.1 202"), "{posted}");
         assert!(matches!(marks.recv().await, Some(Mark::Response(_))));
 
@@ -631,10 +672,19 @@ mod tests {
             init_aws_calls: 2,
             warm_up: vec![Duration::from_millis(1); 3],
         };
-        let markdown = report(&[row("hello", 2, 1_000_000), row("submit", 6, 6_000_000)], 3, "x86_64-linux");
+        let markdown =
+            report(&[row("hello", 2, 1_000_000), row("submit", 6, 6_000_000)], 3, "x86_64-linux");
         assert!(markdown.starts_with("## Cold start and binary sizes\n"));
-        assert!(markdown.contains("| `hello` | 1000000 | 1.00 | 2.00 | 2.00 | 1.0× | 2 | 1.00 | 1.00 | 1.00 |"), "{markdown}");
-        assert!(markdown.contains("| `submit` | 6000000 | 6.00 | 6.00 | 6.00 | 3.0× |"), "{markdown}");
+        assert!(
+            markdown.contains(
+                "| `hello` | 1000000 | 1.00 | 2.00 | 2.00 | 1.0× | 2 | 1.00 | 1.00 | 1.00 |"
+            ),
+            "{markdown}"
+        );
+        assert!(
+            markdown.contains("| `submit` | 6000000 | 6.00 | 6.00 | 6.00 | 3.0× |"),
+            "{markdown}"
+        );
         assert!(markdown.contains("Reading:"));
     }
 }

@@ -50,7 +50,8 @@ const RUNS: usize = 3;
 /// Relative tolerance for sums and means.
 const TOLERANCE: f64 = 1e-9;
 
-const REGIONS: [&str; 7] = ["eu", "us", "Asia, Pacific", "the \"north\"", "multi\nline", "  padded  ", ""];
+const REGIONS: [&str; 7] =
+    ["eu", "us", "Asia, Pacific", "the \"north\"", "multi\nline", "  padded  ", ""];
 const PRODUCTS: [&str; 4] = ["widget", "gadget", "gizmo", "sprocket"];
 
 fn main() -> anyhow::Result<()> {
@@ -102,12 +103,22 @@ fn main() -> anyhow::Result<()> {
     let report = report.expect("runs");
     let ours = scans.iter().min_by_key(|t| t.total).expect("runs").clone();
     let ours_table = table_from_report(&report)?;
-    compare("the product's report", &ours_table, "the generator's own figures", &generated.table())?;
+    compare(
+        "the product's report",
+        &ours_table,
+        "the generator's own figures",
+        &generated.table(),
+    )?;
 
     let duck = run_duckdb(&python, &data_dir, &csv)?;
     for variant in &duck.variants {
         let theirs = table_from_duckdb(&variant.rows)?;
-        compare("the product's report", &ours_table, &format!("DuckDB ({})", variant.name), &theirs)?;
+        compare(
+            "the product's report",
+            &ours_table,
+            &format!("DuckDB ({})", variant.name),
+            &theirs,
+        )?;
     }
     eprintln!("csvscan: all results agree ({} groups)", ours_table.groups.len());
 
@@ -178,7 +189,11 @@ fn ensure_file(dir: &Path, target_bytes: u64) -> anyhow::Result<(PathBuf, Genera
     let meta = dir.join(format!("{stem}.json"));
     if let (Ok(text), Ok(on_disk)) = (std::fs::read(&meta), std::fs::metadata(&csv)) {
         let g: Generated = serde_json::from_slice(&text)?;
-        if g.seed == SEED && g.version == GEN_VERSION && g.target_bytes == target_bytes && g.bytes == on_disk.len() {
+        if g.seed == SEED
+            && g.version == GEN_VERSION
+            && g.target_bytes == target_bytes
+            && g.bytes == on_disk.len()
+        {
             eprintln!("csvscan: reusing {}", csv.display());
             return Ok((csv, g));
         }
@@ -187,7 +202,9 @@ fn ensure_file(dir: &Path, target_bytes: u64) -> anyhow::Result<(PathBuf, Genera
     for entry in std::fs::read_dir(dir)? {
         let path = entry?.path();
         let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        if name.starts_with("csvscan-") && (name.ends_with(".csv") || name.ends_with(".json") || name.ends_with(".partial")) {
+        if name.starts_with("csvscan-")
+            && (name.ends_with(".csv") || name.ends_with(".json") || name.ends_with(".partial"))
+        {
             std::fs::remove_file(&path)?;
         }
     }
@@ -259,9 +276,19 @@ fn generate(path: &Path, target_bytes: u64) -> anyhow::Result<Generated> {
         .iter()
         .enumerate()
         .filter(|(_, a)| a[0] > 0)
-        .map(|(at, a)| (REGIONS[at / PRODUCTS.len()].to_owned(), PRODUCTS[at % PRODUCTS.len()].to_owned(), *a))
+        .map(|(at, a)| {
+            (REGIONS[at / PRODUCTS.len()].to_owned(), PRODUCTS[at % PRODUCTS.len()].to_owned(), *a)
+        })
         .collect();
-    Ok(Generated { seed: SEED, version: GEN_VERSION, target_bytes, bytes: written, rows, invalid, groups })
+    Ok(Generated {
+        seed: SEED,
+        version: GEN_VERSION,
+        target_bytes,
+        bytes: written,
+        rows,
+        invalid,
+        groups,
+    })
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -308,18 +335,24 @@ struct ScanTiming {
 fn scan_pass(path: &Path, params: &CsvReportParams) -> anyhow::Result<(Report, ScanTiming)> {
     let mut file = File::open(path)?;
     let mut buf = vec![0u8; READ_BLOCK];
-    let mut timing = ScanTiming { total: Duration::ZERO, read: Duration::ZERO, checkpoints: 0, checkpoint: Duration::ZERO };
+    let mut timing = ScanTiming {
+        total: Duration::ZERO,
+        read: Duration::ZERO,
+        checkpoints: 0,
+        checkpoint: Duration::ZERO,
+    };
     let started = Instant::now();
     let stop_at = started + Duration::from_secs(3600);
     let mut scanner = Scanner::new(params, ScanState::default());
     let mut last_checkpoint_mib = 0;
-    let checkpoint = |state: &ScanState, timing: &mut ScanTiming, began: Instant| -> anyhow::Result<()> {
-        // What ctx.checkpoint uploads to S3 (the upload itself is not measured).
-        std::hint::black_box(serde_json::to_vec(state)?);
-        timing.checkpoints += 1;
-        timing.checkpoint += began.elapsed();
-        Ok(())
-    };
+    let checkpoint =
+        |state: &ScanState, timing: &mut ScanTiming, began: Instant| -> anyhow::Result<()> {
+            // What ctx.checkpoint uploads to S3 (the upload itself is not measured).
+            std::hint::black_box(serde_json::to_vec(state)?);
+            timing.checkpoints += 1;
+            timing.checkpoint += began.elapsed();
+            Ok(())
+        };
     loop {
         let t = Instant::now();
         let n = read_block(&mut file, &mut buf)?;
@@ -492,14 +525,26 @@ fn stats(cells: &[Value]) -> anyhow::Result<Option<[f64; 4]>> {
 
 fn table_from_report(report: &Report) -> anyhow::Result<Table> {
     ensure!(
-        report.columns == ["region", "product", "count", "sum(amount)", "min(amount)", "max(amount)", "mean(amount)"],
+        report.columns
+            == [
+                "region",
+                "product",
+                "count",
+                "sum(amount)",
+                "min(amount)",
+                "max(amount)",
+                "mean(amount)"
+            ],
         "unexpected report columns {:?}",
         report.columns
     );
     let mut groups = Groups::new();
     for row in &report.rows {
         let key = (text(&row[0])?, text(&row[1])?);
-        ensure!(groups.insert(key, (count(&row[2])?, stats(&row[3..7])?)).is_none(), "a group twice in our report");
+        ensure!(
+            groups.insert(key, (count(&row[2])?, stats(&row[3..7])?)).is_none(),
+            "a group twice in our report"
+        );
     }
     let invalid = report.invalid.get("amount").copied().unwrap_or(0);
     Ok(Table { groups, rows: report.rows_scanned, invalid })
@@ -513,7 +558,10 @@ fn table_from_duckdb(rows: &[Vec<Value>]) -> anyhow::Result<Table> {
         let n = count(&row[2])?;
         table.rows += n;
         table.invalid += count(&row[7])?;
-        ensure!(table.groups.insert(key, (n, stats(&row[3..7])?)).is_none(), "a group twice in DuckDB's result");
+        ensure!(
+            table.groups.insert(key, (n, stats(&row[3..7])?)).is_none(),
+            "a group twice in DuckDB's result"
+        );
     }
     Ok(table)
 }
@@ -564,7 +612,14 @@ fn mbps(bytes: u64, seconds: f64) -> f64 {
     bytes as f64 / 1e6 / seconds
 }
 
-fn section(bytes: u64, g: &Generated, read_best: Duration, ours: &ScanTiming, scans: &[ScanTiming], duck: &Duck) -> String {
+fn section(
+    bytes: u64,
+    g: &Generated,
+    read_best: Duration,
+    ours: &ScanTiming,
+    scans: &[ScanTiming],
+    duck: &Duck,
+) -> String {
     let secs = |d: Duration| d.as_secs_f64();
     let ours_mbps = mbps(bytes, secs(ours.total));
     let parse = ours.total.saturating_sub(ours.read);
@@ -638,7 +693,10 @@ fn section(bytes: u64, g: &Generated, read_best: Duration, ours: &ScanTiming, sc
         secs(parse),
         mbps(bytes, secs(parse))
     ));
-    line(format!("| **ours: read + aggregate** | 1 | {:.2} | **{ours_mbps:.0}** | 1.00 |", secs(ours.total)));
+    line(format!(
+        "| **ours: read + aggregate** | 1 | {:.2} | **{ours_mbps:.0}** | 1.00 |",
+        secs(ours.total)
+    ));
     for v in [all, one, typed] {
         let theirs = mbps(bytes, v.best());
         line(format!(
@@ -673,7 +731,11 @@ fn section(bytes: u64, g: &Generated, read_best: Duration, ours: &ScanTiming, sc
          measured in one run on the same file.",
         ours_mbps / mbps(bytes, one.best()),
         duck.threads,
-        if duck.parallel_refused.is_some() { " (but its CSV reader on one, see above)" } else { "" },
+        if duck.parallel_refused.is_some() {
+            " (but its CSV reader on one, see above)"
+        } else {
+            ""
+        },
         ours_mbps / mbps(bytes, all.best()),
     ));
     s

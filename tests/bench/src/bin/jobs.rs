@@ -78,11 +78,31 @@ const PRICES: [Price; 9] = [
     Price { item: "Lambda duration, arm64", dollars: 0.000_013_333_4, per: 1.0, unit: "GB-second" },
     Price { item: "API Gateway HTTP API requests", dollars: 1.00, per: 1e6, unit: "requests" },
     Price { item: "SQS standard requests", dollars: 0.40, per: 1e6, unit: "requests" },
-    Price { item: "Step Functions Standard state transitions", dollars: 0.025, per: 1e3, unit: "transitions" },
-    Price { item: "DynamoDB on-demand write request units", dollars: 0.625, per: 1e6, unit: "WRU (≤1 KB write)" },
-    Price { item: "DynamoDB on-demand read request units", dollars: 0.125, per: 1e6, unit: "RRU (≤4 KB strong read; eventual = 0.5)" },
+    Price {
+        item: "Step Functions Standard state transitions",
+        dollars: 0.025,
+        per: 1e3,
+        unit: "transitions",
+    },
+    Price {
+        item: "DynamoDB on-demand write request units",
+        dollars: 0.625,
+        per: 1e6,
+        unit: "WRU (≤1 KB write)",
+    },
+    Price {
+        item: "DynamoDB on-demand read request units",
+        dollars: 0.125,
+        per: 1e6,
+        unit: "RRU (≤4 KB strong read; eventual = 0.5)",
+    },
     Price { item: "S3 Standard PUT/COPY/POST/LIST", dollars: 0.005, per: 1e3, unit: "requests" },
-    Price { item: "S3 Standard GET/HEAD (and other reads)", dollars: 0.0004, per: 1e3, unit: "requests" },
+    Price {
+        item: "S3 Standard GET/HEAD (and other reads)",
+        dollars: 0.0004,
+        per: 1e3,
+        unit: "requests",
+    },
 ];
 
 /// Billable quantities for one job (or one scheduled run).
@@ -146,7 +166,9 @@ fn value_size(value: &AttributeValue) -> usize {
         AttributeValue::N(n) => n.trim_start_matches('-').len().div_ceil(2) + 1,
         AttributeValue::B(b) => b.as_ref().len(),
         AttributeValue::Bool(_) | AttributeValue::Null(_) => 1,
-        AttributeValue::M(m) => 3 + m.iter().map(|(k, v)| k.len() + value_size(v) + 1).sum::<usize>(),
+        AttributeValue::M(m) => {
+            3 + m.iter().map(|(k, v)| k.len() + value_size(v) + 1).sum::<usize>()
+        }
         AttributeValue::L(l) => 3 + l.iter().map(|v| value_size(v) + 1).sum::<usize>(),
         AttributeValue::Ss(v) => v.iter().map(String::len).sum(),
         AttributeValue::Ns(v) => v.iter().map(|n| n.len().div_ceil(2) + 1).sum(),
@@ -240,8 +262,12 @@ impl Bench {
         longhaul_aws::sdk::install_tls_provider();
         let mut options = Options::ephemeral(longhaul_bench::workspace_root());
         options.env_overrides.insert("LONGHAUL_ALLOW_INSECURE_CALLBACKS".into(), "1".into());
-        let stack = LocalStack::start(options).await.context("starting the local stack (make venv first)")?;
-        stack.faults.set_plan(longhaul_local::faults::FaultPlan { journal: true, ..Default::default() });
+        let stack = LocalStack::start(options)
+            .await
+            .context("starting the local stack (make venv first)")?;
+        stack
+            .faults
+            .set_plan(longhaul_local::faults::FaultPlan { journal: true, ..Default::default() });
         let config = stack.emulator_sdk_config().await;
         let mut http_functions = BTreeSet::new();
         let mut sqs_functions = BTreeSet::new();
@@ -266,7 +292,9 @@ impl Bench {
         let memory = stack
             .template
             .of_type("AWS::Serverless::Function")
-            .map(|(name, r)| (name.clone(), r["Properties"]["MemorySize"].as_f64().unwrap_or(global)))
+            .map(|(name, r)| {
+                (name.clone(), r["Properties"]["MemorySize"].as_f64().unwrap_or(global))
+            })
             .collect();
         let (receiver, inbox) = serve_receiver().await?;
         Ok(Bench {
@@ -296,8 +324,17 @@ impl Bench {
     }
 
     /// `METHOD path` on the API with the bench's token.
-    async fn api(&self, method: &str, path: &str, body: Option<&Value>, key: Option<&str>) -> anyhow::Result<(u16, Value)> {
-        let mut request = self.http.request(method.parse()?, format!("{}{path}", self.stack.api_url)).bearer_auth(&self.token);
+    async fn api(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&Value>,
+        key: Option<&str>,
+    ) -> anyhow::Result<(u16, Value)> {
+        let mut request = self
+            .http
+            .request(method.parse()?, format!("{}{path}", self.stack.api_url))
+            .bearer_auth(&self.token);
         if let Some(body) = body {
             request = request.json(body);
         }
@@ -322,12 +359,14 @@ impl Bench {
 
     /// Uploads `bytes` as a client would: `POST /uploads`, then the presigned PUT.
     async fn upload(&self, bytes: Vec<u8>) -> anyhow::Result<String> {
-        let body = json!({"filename": "sales.csv", "content_type": "text/csv", "size_bytes": bytes.len()});
+        let body =
+            json!({"filename": "sales.csv", "content_type": "text/csv", "size_bytes": bytes.len()});
         let (status, reply) = self.api("POST", "/uploads", Some(&body), None).await?;
         if status != 201 {
             bail!("uploads answered {status}: {reply}");
         }
-        let mut put = self.http.put(reply["upload_url"].as_str().context("upload_url")?).body(bytes);
+        let mut put =
+            self.http.put(reply["upload_url"].as_str().context("upload_url")?).body(bytes);
         for (name, value) in reply["headers"].as_object().context("headers")? {
             put = put.header(name, value.as_str().context("header value")?);
         }
@@ -339,7 +378,11 @@ impl Bench {
     }
 
     /// An item of the job table, read directly from the emulator (uncounted).
-    async fn item(&self, pk: &str, sk: &str) -> anyhow::Result<Option<HashMap<String, AttributeValue>>> {
+    async fn item(
+        &self,
+        pk: &str,
+        sk: &str,
+    ) -> anyhow::Result<Option<HashMap<String, AttributeValue>>> {
         Ok(self
             .dynamodb
             .get_item()
@@ -394,7 +437,10 @@ impl Bench {
             }
         }
         if arns.is_empty() {
-            arns.push(format!("{}:{job_id}", self.machine.replace(":stateMachine:", ":execution:")));
+            arns.push(format!(
+                "{}:{job_id}",
+                self.machine.replace(":stateMachine:", ":execution:")
+            ));
         }
         Ok(arns)
     }
@@ -405,7 +451,15 @@ impl Bench {
         loop {
             let mut running = false;
             for arn in self.executions(job_id).await? {
-                let status = self.sfn.describe_execution().execution_arn(&arn).send().await?.status().as_str().to_owned();
+                let status = self
+                    .sfn
+                    .describe_execution()
+                    .execution_arn(&arn)
+                    .send()
+                    .await?
+                    .status()
+                    .as_str()
+                    .to_owned();
                 running |= status == "RUNNING";
             }
             if !running {
@@ -436,7 +490,12 @@ impl Bench {
                     .await?;
                 for event in page.events() {
                     if event.r#type().as_str().ends_with("StateEntered") {
-                        names.push(event.state_entered_event_details().map(|d| d.name().to_owned()).unwrap_or_default());
+                        names.push(
+                            event
+                                .state_entered_event_details()
+                                .map(|d| d.name().to_owned())
+                                .unwrap_or_default(),
+                        );
                     }
                 }
                 token = page.next_token;
@@ -452,11 +511,19 @@ impl Bench {
     async fn settle(&self) {
         let reading = || {
             let by_function = self.stack.calls.by_function();
-            let scheduled: u64 =
-                SCHEDULED.iter().filter_map(|f| by_function.get(*f)).flat_map(|ops| ops.values()).sum();
+            let scheduled: u64 = SCHEDULED
+                .iter()
+                .filter_map(|f| by_function.get(*f))
+                .flat_map(|ops| ops.values())
+                .sum();
             let calls: u64 = self.stack.calls.snapshot().values().sum::<u64>() - scheduled;
-            let invocations =
-                self.stack.invocations.snapshot().iter().filter(|i| !SCHEDULED.contains(&i.function.as_str())).count();
+            let invocations = self
+                .stack
+                .invocations
+                .snapshot()
+                .iter()
+                .filter(|i| !SCHEDULED.contains(&i.function.as_str()))
+                .count();
             (calls, invocations)
         };
         let deadline = Instant::now() + Duration::from_secs(30);
@@ -473,7 +540,15 @@ impl Bench {
 
     /// Runs `jobs` jobs one after another (`make` builds each job's request; `webhook` waits for
     /// the delivery too) and measures them.
-    async fn scenario<F, Fut>(&self, name: &str, description: &str, jobs: usize, stages: usize, webhook: bool, make: F) -> anyhow::Result<Scenario>
+    async fn scenario<F, Fut>(
+        &self,
+        name: &str,
+        description: &str,
+        jobs: usize,
+        stages: usize,
+        webhook: bool,
+        make: F,
+    ) -> anyhow::Result<Scenario>
     where
         F: Fn() -> Fut,
         Fut: std::future::Future<Output = anyhow::Result<(Value, Option<String>)>>,
@@ -511,7 +586,9 @@ impl Bench {
         for (op, count) in &after.calls {
             let mut delta = (*count - before.calls.get(op).copied().unwrap_or(0)) as f64;
             for function in SCHEDULED {
-                let at = |m: &Marks| m.by_function.get(function).and_then(|o| o.get(op)).copied().unwrap_or(0);
+                let at = |m: &Marks| {
+                    m.by_function.get(function).and_then(|o| o.get(op)).copied().unwrap_or(0)
+                };
                 delta -= (at(&after) - at(&before)) as f64;
             }
             if delta > 0.0 {
@@ -625,32 +702,56 @@ impl Bench {
         let read_units = rru(job_and_progress);
         let lambda_requests: f64 = s.lambda.values().map(|l| l.0).sum();
         let gb_s: f64 = s.lambda.values().map(|l| l.2).sum();
-        let apigw: f64 = s.lambda.iter().filter(|(f, _)| self.http_functions.contains(*f)).map(|(_, l)| l.0).sum();
-        let esm_batches: f64 = s.lambda.iter().filter(|(f, _)| self.sqs_functions.contains(*f)).map(|(_, l)| l.0).sum();
+        let apigw: f64 = s
+            .lambda
+            .iter()
+            .filter(|(f, _)| self.http_functions.contains(*f))
+            .map(|(_, l)| l.0)
+            .sum();
+        let esm_batches: f64 = s
+            .lambda
+            .iter()
+            .filter(|(f, _)| self.sqs_functions.contains(*f))
+            .map(|(_, l)| l.0)
+            .sum();
         let op = |name: &str| s.ops.get(name).copied().unwrap_or(0.0);
-        let sum_ops = |pred: &dyn Fn(&str) -> bool| s.ops.iter().filter(|(k, _)| pred(k)).map(|(_, v)| *v).sum::<f64>();
+        let sum_ops = |pred: &dyn Fn(&str) -> bool| {
+            s.ops.iter().filter(|(k, _)| pred(k)).map(|(_, v)| *v).sum::<f64>()
+        };
         let sqs = sum_ops(&|k| k.starts_with("sqs:")) + 2.0 * esm_batches;
         let is_put_class = |k: &str| {
             matches!(
                 k,
-                "s3:PutObject" | "s3:CopyObject" | "s3:UploadPart" | "s3:CreateMultipartUpload" | "s3:CompleteMultipartUpload"
-                    | "s3:ListObjects" | "s3:ListObjectsV2" | "s3:DeleteObjects"
+                "s3:PutObject"
+                    | "s3:CopyObject"
+                    | "s3:UploadPart"
+                    | "s3:CreateMultipartUpload"
+                    | "s3:CompleteMultipartUpload"
+                    | "s3:ListObjects"
+                    | "s3:ListObjectsV2"
+                    | "s3:DeleteObjects"
             )
         };
         let is_free = |k: &str| matches!(k, "s3:DeleteObject" | "s3:AbortMultipartUpload");
         let s3_put = sum_ops(&|k| k.starts_with("s3:") && is_put_class(k));
         let s3_get = sum_ops(&|k| k.starts_with("s3:") && !is_put_class(k) && !is_free(k));
-        let write_calls = op("dynamodb:PutItem") + op("dynamodb:UpdateItem") + op("dynamodb:DeleteItem");
+        let write_calls =
+            op("dynamodb:PutItem") + op("dynamodb:UpdateItem") + op("dynamodb:DeleteItem");
         let journaled: f64 = s.writes_by_kind.values().sum();
         let mut wru_total: f64 = s
             .writes_by_kind
             .iter()
-            .map(|(kind, count)| count * if kind.contains("no single key") { 1.0 } else { wru(size(kind.as_str())) })
+            .map(|(kind, count)| {
+                count * if kind.contains("no single key") { 1.0 } else { wru(size(kind.as_str())) }
+            })
             .sum();
         // Writes refused by their condition are billed too (1 WRU each for these small items).
         wru_total += (write_calls - journaled).max(0.0);
         wru_total += 2.0 * op("dynamodb:TransactWriteItems") + op("dynamodb:BatchWriteItem");
-        let reads = op("dynamodb:GetItem") + op("dynamodb:Query") + op("dynamodb:BatchGetItem") + op("dynamodb:Scan");
+        let reads = op("dynamodb:GetItem")
+            + op("dynamodb:Query")
+            + op("dynamodb:BatchGetItem")
+            + op("dynamodb:Scan");
         s.ours = Bill {
             lambda_requests,
             lambda_gb_s: gb_s,
@@ -665,22 +766,32 @@ impl Bench {
 
         // The reference design: the same submit, upload, dispatch and webhook delivery (the
         // calls of those functions and of clients, measured), plus a modelled workflow.
-        let shared_functions = ["SubmitFunction", "UploadsFunction", "DispatcherFunction", "WebhookFunction"];
+        let shared_functions =
+            ["SubmitFunction", "UploadsFunction", "DispatcherFunction", "WebhookFunction"];
         let delta = |m_after: &Marks, m_before: &Marks, f: &str, op: &str| {
             let at = |m: &Marks| m.by_function.get(f).and_then(|o| o.get(op)).copied().unwrap_or(0);
             (at(m_after) - at(m_before)) as f64 / n
         };
         let mut shared_ops: BTreeMap<String, f64> = BTreeMap::new();
         for f in shared_functions {
-            for op in after.by_function.get(f).map(|o| o.keys().cloned().collect::<Vec<_>>()).unwrap_or_default() {
+            for op in after
+                .by_function
+                .get(f)
+                .map(|o| o.keys().cloned().collect::<Vec<_>>())
+                .unwrap_or_default()
+            {
                 *shared_ops.entry(op.clone()).or_default() += delta(after, before, f, &op);
             }
         }
         // Calls no hosted function made (the client's presigned upload), except Step Functions'
         // task invocations, which the model counts itself.
         for (op, per_job) in &s.ops {
-            let by_functions: f64 =
-                after.by_function.keys().filter(|f| !SCHEDULED.contains(&f.as_str())).map(|f| delta(after, before, f, op)).sum();
+            let by_functions: f64 = after
+                .by_function
+                .keys()
+                .filter(|f| !SCHEDULED.contains(&f.as_str()))
+                .map(|f| delta(after, before, f, op))
+                .sum();
             let unattributed = per_job - by_functions;
             if unattributed > 1e-9 && op != "lambda:Invoke" {
                 *shared_ops.entry(op.clone()).or_default() += unattributed;
@@ -712,8 +823,18 @@ impl Bench {
         s.reference_transitions = stages;
         let stage_s3_gets: f64 = ["s3:GetObject", "s3:HeadObject"]
             .iter()
-            .map(|o| after.by_function.get("StageFunction").and_then(|m| m.get(*o)).copied().unwrap_or(0) as f64 / n
-                - before.by_function.get("StageFunction").and_then(|m| m.get(*o)).copied().unwrap_or(0) as f64 / n)
+            .map(|o| {
+                after.by_function.get("StageFunction").and_then(|m| m.get(*o)).copied().unwrap_or(0)
+                    as f64
+                    / n
+                    - before
+                        .by_function
+                        .get("StageFunction")
+                        .and_then(|m| m.get(*o))
+                        .copied()
+                        .unwrap_or(0) as f64
+                        / n
+            })
             .sum::<f64>()
             .max(0.0);
         s.reference = Bill {
@@ -721,13 +842,21 @@ impl Bench {
             lambda_gb_s: shared_lambda(&|_| true, 2) + stage_gb_s,
             apigw_requests: apigw,
             // Its stage queues each webhook message itself: one SendMessage per delivery ours made.
-            sqs_requests: shared_ops.iter().filter(|(k, _)| k.starts_with("sqs:")).map(|(_, v)| v).sum::<f64>()
+            sqs_requests: shared_ops
+                .iter()
+                .filter(|(k, _)| k.starts_with("sqs:"))
+                .map(|(_, v)| v)
+                .sum::<f64>()
                 + 2.0 * esm_batches
                 + webhook_messages,
             transitions: s.reference_transitions,
             wru: shared_wru + (2.0 + progress_writes) * reference_job_wru,
             rru: (shared_reads + stages) * read_units,
-            s3_put: shared_ops.iter().filter(|(k, _)| k.starts_with("s3:") && is_put_class(k)).map(|(_, v)| v).sum::<f64>()
+            s3_put: shared_ops
+                .iter()
+                .filter(|(k, _)| k.starts_with("s3:") && is_put_class(k))
+                .map(|(_, v)| v)
+                .sum::<f64>()
                 + stages
                 + 1.0,
             s3_get: stage_s3_gets,
@@ -735,28 +864,46 @@ impl Bench {
     }
 
     /// Fires a schedule once while no job runs; returns its calls and its Lambda bill.
-    async fn idle_run(&self, function: &str, schedule: &str) -> anyhow::Result<(BTreeMap<String, u64>, Bill, f64)> {
+    async fn idle_run(
+        &self,
+        function: &str,
+        schedule: &str,
+    ) -> anyhow::Result<(BTreeMap<String, u64>, Bill, f64)> {
         let before = self.marks();
-        let response = self.http.post(format!("{}/_local/schedules/{schedule}", self.stack.api_url)).send().await?;
+        let response = self
+            .http
+            .post(format!("{}/_local/schedules/{schedule}", self.stack.api_url))
+            .send()
+            .await?;
         if !response.status().is_success() {
             bail!("firing {schedule}: {}", response.text().await?);
         }
         let after = self.marks();
         let mut calls = BTreeMap::new();
         for (op, count) in after.by_function.get(function).cloned().unwrap_or_default() {
-            let delta = count - before.by_function.get(function).and_then(|o| o.get(&op)).copied().unwrap_or(0);
+            let delta = count
+                - before.by_function.get(function).and_then(|o| o.get(&op)).copied().unwrap_or(0);
             if delta > 0 {
                 calls.insert(op, delta);
             }
         }
         let records = self.stack.invocations.snapshot();
-        let record = records[before.invocations..].iter().rev().find(|r| r.function == function).context("no invocation record")?;
+        let record = records[before.invocations..]
+            .iter()
+            .rev()
+            .find(|r| r.function == function)
+            .context("no invocation record")?;
         let memory = self.memory.get(function).copied().unwrap_or(128.0);
         let get = |op: &str| calls.get(op).copied().unwrap_or(0) as f64;
-        let s3_put = get("s3:ListObjectsV2") + get("s3:ListObjects") + get("s3:PutObject") + get("s3:DeleteObjects");
+        let s3_put = get("s3:ListObjectsV2")
+            + get("s3:ListObjects")
+            + get("s3:PutObject")
+            + get("s3:DeleteObjects");
         let reads = get("dynamodb:GetItem") + get("dynamodb:Query") + get("dynamodb:Scan");
-        let writes = get("dynamodb:PutItem") + get("dynamodb:UpdateItem") + get("dynamodb:DeleteItem");
-        let sqs: f64 = calls.iter().filter(|(k, _)| k.starts_with("sqs:")).map(|(_, v)| *v as f64).sum();
+        let writes =
+            get("dynamodb:PutItem") + get("dynamodb:UpdateItem") + get("dynamodb:DeleteItem");
+        let sqs: f64 =
+            calls.iter().filter(|(k, _)| k.starts_with("sqs:")).map(|(_, v)| *v as f64).sum();
         let bill = Bill {
             lambda_requests: 1.0,
             lambda_gb_s: record.duration_ms / 1000.0 * memory / 1024.0,
@@ -785,7 +932,12 @@ async fn serve_receiver() -> anyhow::Result<(SocketAddr, Inbox)> {
                  axum::extract::Path(key): axum::extract::Path<String>,
                  headers: HeaderMap,
                  body: axum::body::Bytes| async move {
-                    inbox.lock().expect("inbox").entry(key).or_default().push((headers, body.to_vec()));
+                    inbox
+                        .lock()
+                        .expect("inbox")
+                        .entry(key)
+                        .or_default()
+                        .push((headers, body.to_vec()));
                     axum::http::StatusCode::NO_CONTENT
                 },
             ),
@@ -805,7 +957,13 @@ async fn serve_receiver() -> anyhow::Result<(SocketAddr, Inbox)> {
 
 fn money(d: f64) -> String {
     let d = d + 0.0; // an empty f64 sum is -0.0
-    if d >= 100.0 { format!("${d:.0}") } else if d >= 1.0 { format!("${d:.2}") } else { format!("${d:.3}") }
+    if d >= 100.0 {
+        format!("${d:.0}")
+    } else if d >= 1.0 {
+        format!("${d:.2}")
+    } else {
+        format!("${d:.3}")
+    }
 }
 
 fn num(x: f64) -> String {
@@ -816,7 +974,9 @@ fn num(x: f64) -> String {
 fn profile() -> String {
     std::env::current_exe()
         .ok()
-        .and_then(|exe| exe.parent().and_then(|d| d.file_name()).map(|n| n.to_string_lossy().into_owned()))
+        .and_then(|exe| {
+            exe.parent().and_then(|d| d.file_name()).map(|n| n.to_string_lossy().into_owned())
+        })
         .unwrap_or_else(|| "unknown".into())
 }
 
@@ -857,7 +1017,11 @@ fn report(
     // 1. Requests per job.
     let _ = writeln!(w, "### Billable AWS requests per job\n");
     for s in scenarios {
-        let _ = writeln!(w, "- **{}**: {} ({} job(s), {} stage(s))", s.name, s.description, s.jobs, s.stages);
+        let _ = writeln!(
+            w,
+            "- **{}**: {} ({} job(s), {} stage(s))",
+            s.name, s.description, s.jobs, s.stages
+        );
     }
     let mut all_ops: BTreeSet<String> = BTreeSet::new();
     for s in scenarios {
@@ -880,24 +1044,47 @@ fn report(
         let _ = writeln!(w);
     };
     for op in &all_ops {
-        let label = if op == "lambda:Invoke" { "lambda:Invoke (Step Functions → stage)".to_owned() } else { format!("`{op}`") };
+        let label = if op == "lambda:Invoke" {
+            "lambda:Invoke (Step Functions → stage)".to_owned()
+        } else {
+            format!("`{op}`")
+        };
         row(w, &label, scenarios.iter().map(|s| s.ops.get(op).copied().unwrap_or(0.0)).collect());
     }
-    let functions: BTreeSet<String> = scenarios.iter().flat_map(|s| s.lambda.keys().cloned()).collect();
+    let functions: BTreeSet<String> =
+        scenarios.iter().flat_map(|s| s.lambda.keys().cloned()).collect();
     for f in &functions {
         let memory = bench.memory.get(f).copied().unwrap_or(0.0);
-        row(w, &format!("Lambda invocations: {f} ({memory:.0} MB)"), scenarios.iter().map(|s| s.lambda.get(f).map(|l| l.0).unwrap_or(0.0)).collect());
+        row(
+            w,
+            &format!("Lambda invocations: {f} ({memory:.0} MB)"),
+            scenarios.iter().map(|s| s.lambda.get(f).map(|l| l.0).unwrap_or(0.0)).collect(),
+        );
     }
-    row(w, "API Gateway HTTP API requests", scenarios.iter().map(|s| s.ours.apigw_requests).collect());
+    row(
+        w,
+        "API Gateway HTTP API requests",
+        scenarios.iter().map(|s| s.ours.apigw_requests).collect(),
+    );
     row(
         w,
         "SQS receive + delete by the event source mappings (modelled: 2 per batch)",
         scenarios
             .iter()
-            .map(|s| s.lambda.iter().filter(|(f, _)| bench.sqs_functions.contains(*f)).map(|(_, l)| 2.0 * l.0).sum())
+            .map(|s| {
+                s.lambda
+                    .iter()
+                    .filter(|(f, _)| bench.sqs_functions.contains(*f))
+                    .map(|(_, l)| 2.0 * l.0)
+                    .sum()
+            })
             .collect(),
     );
-    row(w, "**Step Functions state transitions**", scenarios.iter().map(|s| s.transitions).collect());
+    row(
+        w,
+        "**Step Functions state transitions**",
+        scenarios.iter().map(|s| s.transitions).collect(),
+    );
     row(w, "Step Functions executions", scenarios.iter().map(|s| s.executions).collect());
     let _ = writeln!(w);
     for s in scenarios {
@@ -915,7 +1102,10 @@ fn report(
     );
 
     // Lambda time and DynamoDB detail.
-    let _ = writeln!(w, "Lambda time per job (ms, local wall time of the handler) and DynamoDB writes that took effect, by item:\n");
+    let _ = writeln!(
+        w,
+        "Lambda time per job (ms, local wall time of the handler) and DynamoDB writes that took effect, by item:\n"
+    );
     let _ = write!(w, "| |");
     for s in scenarios {
         let _ = write!(w, " {} |", s.name);
@@ -926,16 +1116,33 @@ fn report(
     }
     let _ = writeln!(w);
     for f in &functions {
-        row(w, &format!("{f} ms"), scenarios.iter().map(|s| s.lambda.get(f).map(|l| l.1).unwrap_or(0.0)).collect());
+        row(
+            w,
+            &format!("{f} ms"),
+            scenarios.iter().map(|s| s.lambda.get(f).map(|l| l.1).unwrap_or(0.0)).collect(),
+        );
     }
-    row(w, "Lambda GB-s (MemorySize × duration)", scenarios.iter().map(|s| s.ours.lambda_gb_s).collect());
-    let kinds: BTreeSet<String> = scenarios.iter().flat_map(|s| s.writes_by_kind.keys().cloned()).collect();
+    row(
+        w,
+        "Lambda GB-s (MemorySize × duration)",
+        scenarios.iter().map(|s| s.ours.lambda_gb_s).collect(),
+    );
+    let kinds: BTreeSet<String> =
+        scenarios.iter().flat_map(|s| s.writes_by_kind.keys().cloned()).collect();
     for kind in &kinds {
-        row(w, &format!("writes to `{kind}` items"), scenarios.iter().map(|s| s.writes_by_kind.get(kind).copied().unwrap_or(0.0)).collect());
+        row(
+            w,
+            &format!("writes to `{kind}` items"),
+            scenarios.iter().map(|s| s.writes_by_kind.get(kind).copied().unwrap_or(0.0)).collect(),
+        );
     }
     let sized: BTreeSet<String> = scenarios.iter().flat_map(|s| s.sizes.keys().cloned()).collect();
     for kind in &sized {
-        row(w, &format!("size of the `{kind}` item (bytes, at the end)"), scenarios.iter().map(|s| s.sizes.get(kind).copied().unwrap_or(0) as f64).collect());
+        row(
+            w,
+            &format!("size of the `{kind}` item (bytes, at the end)"),
+            scenarios.iter().map(|s| s.sizes.get(kind).copied().unwrap_or(0) as f64).collect(),
+        );
     }
     let _ = writeln!(
         w,
@@ -956,7 +1163,14 @@ fn report(
     );
     let _ = writeln!(w, "| item | price |\n|---|---|");
     for price in PRICES {
-        let _ = writeln!(w, "| {} | ${} per {} {} |", price.item, price.dollars, num(price.per), price.unit);
+        let _ = writeln!(
+            w,
+            "| {} | ${} per {} {} |",
+            price.item,
+            price.dollars,
+            num(price.per),
+            price.unit
+        );
     }
     let _ = writeln!(w, "| S3 DELETE | free |\n");
     let _ = writeln!(
@@ -983,7 +1197,15 @@ fn report(
          nothing, so the outbox costs one notifier invocation per batch of job ends (one per job here, where jobs \
          run one at a time; up to 100 ends share one under load).\n"
     );
-    let _ = writeln!(w, "| per job | {} |", scenarios.iter().map(|s| format!("{} ours | {} reference", s.name, s.name)).collect::<Vec<_>>().join(" | "));
+    let _ = writeln!(
+        w,
+        "| per job | {} |",
+        scenarios
+            .iter()
+            .map(|s| format!("{} ours | {} reference", s.name, s.name))
+            .collect::<Vec<_>>()
+            .join(" | ")
+    );
     let _ = writeln!(w, "|---|{}", "--:|".repeat(2 * scenarios.len()));
     let pair_row = |w: &mut String, label: &str, f: &dyn Fn(&Bill) -> f64| {
         let _ = write!(w, "| {label} |");
@@ -1002,21 +1224,42 @@ fn report(
     pair_row(w, "S3 PUT-class", &|b| b.s3_put);
     pair_row(w, "S3 GET-class", &|b| b.s3_get);
     let _ = writeln!(w, "\n**$ per 1M jobs** by line:\n");
-    let _ = writeln!(w, "| line | {} |", scenarios.iter().map(|s| format!("{} ours | {} reference", s.name, s.name)).collect::<Vec<_>>().join(" | "));
+    let _ = writeln!(
+        w,
+        "| line | {} |",
+        scenarios
+            .iter()
+            .map(|s| format!("{} ours | {} reference", s.name, s.name))
+            .collect::<Vec<_>>()
+            .join(" | ")
+    );
     let _ = writeln!(w, "|---|{}", "--:|".repeat(2 * scenarios.len()));
     for (i, price) in PRICES.iter().enumerate() {
         let _ = write!(w, "| {} |", price.item);
         for s in scenarios {
-            let _ = write!(w, " {} | {} |", money(s.ours.dollars_by_line()[i] * 1e6), money(s.reference.dollars_by_line()[i] * 1e6));
+            let _ = write!(
+                w,
+                " {} | {} |",
+                money(s.ours.dollars_by_line()[i] * 1e6),
+                money(s.reference.dollars_by_line()[i] * 1e6)
+            );
         }
         let _ = writeln!(w);
     }
     let _ = write!(w, "| **total** |");
     for s in scenarios {
-        let _ = write!(w, " **{}** | **{}** |", money(s.ours.dollars() * 1e6), money(s.reference.dollars() * 1e6));
+        let _ = write!(
+            w,
+            " **{}** | **{}** |",
+            money(s.ours.dollars() * 1e6),
+            money(s.reference.dollars() * 1e6)
+        );
     }
     let _ = writeln!(w, "\n");
-    let _ = writeln!(w, "| scenario | ours $/1M jobs | reference $/1M jobs | ours ÷ reference | Step Functions: ours | reference | reference progress writes |");
+    let _ = writeln!(
+        w,
+        "| scenario | ours $/1M jobs | reference $/1M jobs | ours ÷ reference | Step Functions: ours | reference | reference progress writes |"
+    );
     let _ = writeln!(w, "|---|--:|--:|--:|--:|--:|--:|");
     for s in scenarios {
         let _ = writeln!(
@@ -1039,13 +1282,25 @@ fn report(
     );
 
     // Fixed cost.
-    let _ = writeln!(w, "**Fixed cost of the scheduled functions** (independent of jobs; one run fired on an idle stack):\n");
-    let _ = writeln!(w, "| function | schedule | calls per idle run | ms per run (local) | runs per month (730 h) | $ per month |");
+    let _ = writeln!(
+        w,
+        "**Fixed cost of the scheduled functions** (independent of jobs; one run fired on an idle stack):\n"
+    );
+    let _ = writeln!(
+        w,
+        "| function | schedule | calls per idle run | ms per run (local) | runs per month (730 h) | $ per month |"
+    );
     let _ = writeln!(w, "|---|---|---|--:|--:|--:|");
     for (function, calls, bill, ms, every) in fixed {
         let runs = 730.0 * 3600.0 / every.as_secs_f64();
         let listed = calls.iter().map(|(k, v)| format!("`{k}` {v}")).collect::<Vec<_>>().join(", ");
-        let _ = writeln!(w, "| {function} | every {} s | {} | {ms:.1} | {runs:.0} | {} |", every.as_secs(), if listed.is_empty() { "none".into() } else { listed }, money(bill.dollars() * runs));
+        let _ = writeln!(
+            w,
+            "| {function} | every {} s | {} | {ms:.1} | {runs:.0} | {} |",
+            every.as_secs(),
+            if listed.is_empty() { "none".into() } else { listed },
+            money(bill.dollars() * runs)
+        );
     }
     let _ = writeln!(
         w,
@@ -1078,7 +1333,12 @@ fn report(
         ("quiet: own time, the latency phase's submissions (one job at a time)", &submit.quiet_own),
         ("quiet: waiting for AWS calls, same submissions", &submit.quiet_aws),
     ] {
-        let _ = writeln!(w, "| {label} | {:.2} | {:.2} |", percentile(values, 50.0), percentile(values, 99.0));
+        let _ = writeln!(
+            w,
+            "| {label} | {:.2} | {:.2} |",
+            percentile(values, 50.0),
+            percentile(values, 99.0)
+        );
     }
     let _ = writeln!(
         w,
@@ -1102,7 +1362,8 @@ fn env_usize(name: &str, default: usize) -> usize {
 }
 
 fn main() -> anyhow::Result<()> {
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(4).enable_all().build()?;
+    let runtime =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(4).enable_all().build()?;
     runtime.block_on(run())
 }
 
@@ -1132,9 +1393,16 @@ async fn run() -> anyhow::Result<()> {
     let receiver = bench.receiver;
     scenarios.push(
         bench
-            .scenario("demo", "`{\"type\":\"demo\",\"params\":{\"items\":100,\"item_ms\":100}}`, ~10 s", per_scenario, 1, false, || async {
-                Ok((json!({"type": "demo", "params": {"items": 100, "item_ms": 100}}), None))
-            })
+            .scenario(
+                "demo",
+                "`{\"type\":\"demo\",\"params\":{\"items\":100,\"item_ms\":100}}`, ~10 s",
+                per_scenario,
+                1,
+                false,
+                || async {
+                    Ok((json!({"type": "demo", "params": {"items": 100, "item_ms": 100}}), None))
+                },
+            )
             .await?,
     );
     let rows = longhaul_tests::csvgen::Gen::new(7).rows(5_000);
@@ -1176,9 +1444,17 @@ async fn run() -> anyhow::Result<()> {
     // The deliveries are signed with the partner's secret.
     for (_, received) in bench.inbox.lock().expect("inbox").iter() {
         for (headers, body) in received {
-            let header = |n: &str| headers.get(n).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
+            let header = |n: &str| {
+                headers.get(n).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned()
+            };
             let timestamp = header("webhook-timestamp").parse().unwrap_or(0);
-            if !longhaul_domain::webhooks::verify(&secret, &header("webhook-id"), timestamp, body, &header("webhook-signature")) {
+            if !longhaul_domain::webhooks::verify(
+                &secret,
+                &header("webhook-id"),
+                timestamp,
+                body,
+                &header("webhook-signature"),
+            ) {
                 bail!("a webhook delivery does not verify with the partner's secret");
             }
         }
@@ -1201,8 +1477,11 @@ async fn run() -> anyhow::Result<()> {
         bench.wait_executions(&job_id).await?;
     }
 
-    let quiet: Vec<_> =
-        bench.stack.invocations.snapshot()[quiet_from..].iter().filter(|r| r.function == "SubmitFunction").cloned().collect();
+    let quiet: Vec<_> = bench.stack.invocations.snapshot()[quiet_from..]
+        .iter()
+        .filter(|r| r.function == "SubmitFunction")
+        .cloned()
+        .collect();
 
     // Submit path: many submissions one after another.
     eprintln!("submit path: {submits} submissions");
@@ -1214,15 +1493,19 @@ async fn run() -> anyhow::Result<()> {
         bench.submit(&small).await?;
         client.push(started.elapsed().as_secs_f64() * 1e3);
     }
-    let records: Vec<_> =
-        bench.stack.invocations.snapshot()[before..].iter().filter(|r| r.function == "SubmitFunction").cloned().collect();
+    let records: Vec<_> = bench.stack.invocations.snapshot()[before..]
+        .iter()
+        .filter(|r| r.function == "SubmitFunction")
+        .cloned()
+        .collect();
     let submit = SubmitPath {
         quiet_own: quiet.iter().map(|r| (r.duration_ms - r.aws_ms).max(0.0)).collect(),
         quiet_aws: quiet.iter().map(|r| r.aws_ms).collect(),
         own: records.iter().map(|r| (r.duration_ms - r.aws_ms).max(0.0)).collect(),
         aws: records.iter().map(|r| r.aws_ms).collect(),
         total: records.iter().map(|r| r.duration_ms).collect(),
-        aws_calls: records.iter().map(|r| r.aws_calls as f64).sum::<f64>() / records.len().max(1) as f64,
+        aws_calls: records.iter().map(|r| r.aws_calls as f64).sum::<f64>()
+            / records.len().max(1) as f64,
         client,
     };
 
@@ -1281,7 +1564,10 @@ mod tests {
         let item: HashMap<String, AttributeValue> = [
             ("pk".to_owned(), AttributeValue::S("JOB#1".into())),
             ("n".to_owned(), AttributeValue::N("1234".into())),
-            ("m".to_owned(), AttributeValue::M([("a".to_owned(), AttributeValue::Bool(true))].into())),
+            (
+                "m".to_owned(),
+                AttributeValue::M([("a".to_owned(), AttributeValue::Bool(true))].into()),
+            ),
         ]
         .into();
         // pk(2)+5, n(1)+3, m(1)+3+(1+1+1)
