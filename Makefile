@@ -5,7 +5,7 @@ VENV ?= .venv
 SUB ?= alice
 export LONGHAUL_VENV := $(abspath $(VENV))
 
-.PHONY: dev test lint token stop venv build-tools build bench-tools bench bench-jobs clean-local
+.PHONY: dev test test-unit lint token stop venv build-tools build bench-tools bench bench-jobs clean-local
 
 ## Start the whole system locally (API on http://127.0.0.1:3000). Ctrl-C stops it.
 dev: venv
@@ -15,6 +15,12 @@ dev: venv
 ## Run every test against the local stack (each test binary starts its own stack).
 test: venv
 	RUST_TEST_THREADS=8 cargo test --workspace
+
+## The fast tier: every crate's unit, property and doc tests, and the local stack's own unit
+## tests — no emulator, no venv. Leaves out only the end-to-end binaries in tests/tests/.
+test-unit:
+	cargo test --workspace --lib --bins
+	cargo test --workspace --doc
 
 ## Lint the template (cfn-lint, sam validate --lint) and the Rust code (rustfmt, clippy).
 lint: venv

@@ -323,7 +323,11 @@ impl Aws {
                 .filter_expression("#owner = :owner OR begins_with(pk, :idem)")
                 .expression_attribute_names("#owner", "owner")
                 .expression_attribute_values(":owner", AttributeValue::S(owner.to_owned()))
-                .expression_attribute_values(":idem", AttributeValue::S(format!("IDEM#{owner}#")))
+                .expression_attribute_values(
+                    ":idem",
+                    // The idempotency records' prefix, as the store writes it (`IDEM#<len>:<owner>#`).
+                    AttributeValue::S(longhaul_aws::jobs::idempotency_pk(owner, "")),
+                )
                 .set_exclusive_start_key(start)
                 .send()
                 .await

@@ -470,8 +470,8 @@ async fn lost_dispatches_are_recovered() {
 }
 
 /// A job the reaper gives up dispatching fails with the reason and is counted as dead-lettered:
-/// a pending job re-enqueued `LONGHAUL_MAX_ENQUEUES` (5) times, and a queued job whose last
-/// allowed execution (`LONGHAUL_MAX_ATTEMPTS` = 2) ended without running it.
+/// a pending job accepted longer ago than `LONGHAUL_MAX_PENDING_SECONDS` (a day), and a queued
+/// job whose last allowed execution (`LONGHAUL_MAX_ATTEMPTS` = 2) ended without running it.
 #[tokio::test]
 async fn a_job_that_cannot_be_dispatched_fails_and_is_counted() {
     stack();
@@ -479,12 +479,34 @@ async fn a_job_that_cannot_be_dispatched_fails_and_is_counted() {
     let api = Api::new(&owner);
     let jobs = store().await;
     let old = || format_rfc3339(chrono::Utc::now() - chrono::Duration::seconds(30));
-    let pending = JobRecord { enqueues: 5, ..record(&owner, old()) };
+    let pending = JobRecord {
+        enqueues: 3,
+        ..record(&owner, format_rfc3339(chrono::Utc::now() - chrono::Duration::days(2)))
+    };
     jobs.put_job(&pending).await.unwrap();
     let queued = record(&owner, old());
-    let execution = put_queued(&jobs, &queued, "never-started", 2, old()).await;
+    let execution = put_queued(&jobs, &queued, "ended", 2, old()).await;
+    // Its execution ran and ended without claiming the job (it was started for another).
+    let aws = Aws::new().await;
+    let machine = stack().stack.resource("JobStateMachine");
+    aws.sfn
+        .start_execution()
+        .state_machine_arn(&machine)
+        .name(&execution)
+        .input(json!({"job_id": "no-such-job"}).to_string())
+        .send()
+        .await
+        .unwrap();
+    let arn = format!("{}:{execution}", machine.replace(":stateMachine:", ":execution:"));
+    for _ in 0..200 {
+        let described = aws.sfn.describe_execution().execution_arn(&arn).send().await.unwrap();
+        if described.status.as_str() != "RUNNING" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     for (job, message) in [
-        (&pending, "could not be dispatched after 6 attempts".to_owned()),
+        (&pending, "not dispatched within 86400 s of being accepted (3 re-enqueues)".to_owned()),
         (&queued, format!("its execution {execution} ended without running it")),
     ] {
         let failed = fire_until(&api, &job.job_id, "reaper", "giving up", |j| {

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use longhaul_tests::{Api, Harness, harness_with, principal};
+use reqwest::header::HeaderValue;
 use serde_json::{Value, json};
 
 fn stack() -> &'static Harness {
@@ -45,9 +46,20 @@ async fn read(
     last_event_id: Option<u64>,
     stop: impl Fn(&[Event]) -> bool,
 ) -> (u16, String, Vec<Event>) {
+    let header = last_event_id.map(|id| HeaderValue::from_str(&id.to_string()).unwrap());
+    read_raw(url, header, stop).await
+}
+
+/// [`read`], with any `Last-Event-ID` header value (a problem's body is read as one event
+/// of kind `problem`).
+async fn read_raw(
+    url: &str,
+    last_event_id: Option<HeaderValue>,
+    stop: impl Fn(&[Event]) -> bool,
+) -> (u16, String, Vec<Event>) {
     let mut request = reqwest::Client::new().get(url);
-    if let Some(id) = last_event_id {
-        request = request.header("last-event-id", id.to_string());
+    if let Some(value) = last_event_id {
+        request = request.header("last-event-id", value);
     }
     let response =
         tokio::time::timeout(Duration::from_secs(30), request.send()).await.unwrap().unwrap();
@@ -58,6 +70,14 @@ async fn read(
         .and_then(|v| v.to_str().ok())
         .unwrap_or("")
         .to_owned();
+    if content_type == "application/problem+json" {
+        let data = response.json().await.unwrap();
+        return (
+            status,
+            content_type,
+            vec![Event { kind: "problem".into(), data, ..Event::default() }],
+        );
+    }
     let mut events = Vec::new();
     let mut buffer = String::new();
     let mut body = response.bytes_stream();
@@ -147,6 +167,53 @@ async fn streams_are_tenant_scoped() {
         format!("{}?token=1.AAAA", url.split("?token=").next().unwrap()),
     ] {
         let (status, content_type, _) = read(&bad, None, |_| true).await;
-        assert_eq!((status, content_type.as_str()), (404, "application/problem+json"), "{bad}");
+        assert_eq!((status, content_type.as_str()), (401, "application/problem+json"), "{bad}");
     }
+}
+
+#[tokio::test]
+async fn hostile_last_event_ids_are_refused_or_ignored_never_a_crash() {
+    stack();
+    let api = Api::new(&principal("hostile-reconnect"));
+    let job_id = api.submit(&json!({"type": "demo", "params": {"items": 20, "item_ms": 50}})).await;
+    let url = events_url(&api, &job_id).await;
+    let huge = "9".repeat(4_000);
+    for bad in [
+        "-1",
+        "+1",
+        "1.5",
+        "1e3",
+        "0x10",
+        "abc",
+        "5 5",
+        "18446744073709551615",
+        "18446744073709551616",
+        "-9223372036854775808",
+        huge.as_str(),
+    ] {
+        let value = HeaderValue::from_str(bad).unwrap();
+        let (status, content_type, events) = read_raw(&url, Some(value), |_| true).await;
+        assert_eq!((status, content_type.as_str()), (400, "application/problem+json"), "{bad}");
+        assert_eq!(events[0].data["type"], "/problems/bad-request", "{bad}");
+    }
+    // Not text: UTF-8 digits of another script, and bytes that are no UTF-8 at all.
+    for bad in ["١٢٣".as_bytes(), b"\xff\xfe"] {
+        let value = HeaderValue::from_bytes(bad).unwrap();
+        let (status, _, _) = read_raw(&url, Some(value), |_| true).await;
+        assert_eq!(status, 400, "{bad:?}");
+    }
+    // Blank is what EventSource means by no id: the stream starts over.
+    for blank in ["", "   "] {
+        let value = HeaderValue::from_str(blank).unwrap();
+        let (status, content_type, _) = read_raw(&url, Some(value), |_| true).await;
+        assert_eq!((status, content_type.as_str()), (200, "text/event-stream"), "{blank:?}");
+    }
+    // The largest id accepted: nothing after it but the terminal event, whose id (one more)
+    // is the largest u64, not a wrap to 0 nor a panic.
+    let (status, _, events) = read(&url, Some(u64::MAX - 1), |_| false).await;
+    assert_eq!(status, 200);
+    let events: Vec<Event> = events.into_iter().filter(|e| !e.comment).collect();
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!((events[0].kind.as_str(), events[0].id), ("status", Some(u64::MAX)));
+    assert_eq!(events[0].data["status"], "succeeded");
 }

@@ -10,7 +10,7 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use longhaul_aws::jobs::{JobStore, TransitionRequest};
 use longhaul_aws::queue::WebhookMessage;
-use longhaul_domain::webhooks::verify;
+use longhaul_domain::webhooks::SecretString;
 use longhaul_domain::{JobStatus, Transition};
 use longhaul_tests::{
     Api, Aws, Harness, assert_counted_once, harness_with, metric_points, principal,
@@ -18,6 +18,11 @@ use longhaul_tests::{
 use serde_json::{Value, json};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
+
+/// What a receiver checks (constant time), with a secret as the API hands it out.
+fn verify(secret: &str, id: &str, timestamp: i64, body: &[u8], header: &str) -> bool {
+    longhaul_domain::webhooks::verify(&SecretString::from(secret), id, timestamp, body, header)
+}
 
 fn stack() -> &'static Harness {
     harness_with(&[
@@ -374,4 +379,45 @@ async fn delivery_rechecks_dns_and_refuses_private_addresses() {
     );
     assert_eq!(recorded[0].status_code, None, "no connection was made");
     assert_eq!(recorded[0].outcome, "retrying");
+}
+
+/// A job failed by an AWS error tells its owner what failed in their terms: its `error`, its
+/// transition log and its `job.failed` webhook never carry the bucket's name, an ARN, the
+/// account id or the SDK's error chain (the stage's log line does, with the job id). Here S3
+/// refuses the stage's reads of the input (`AccessDenied`, worded as IAM words it, injected by
+/// the local edge) until the retries run out.
+#[tokio::test]
+async fn a_job_failed_by_an_aws_error_shows_no_internals() {
+    stack();
+    let api = Api::new(&principal("denied-input"));
+    let input = api.upload("in.csv", "text/csv", b"region,amount\neu,3\n".to_vec()).await;
+    let faults = format!("{}/_local/faults", stack().stack.api_url);
+    let http = reqwest::Client::new();
+    let plan = json!({"deny": {"operation": "s3:GetObject", "contains": input}});
+    assert_eq!(http.post(&faults).json(&plan).send().await.unwrap().status(), 200);
+    let (url, key) = callback("ok");
+    let job_id = api
+        .submit(&json!({"type": "csv_report", "params": {
+            "input": input, "group_by": ["region"], "metrics": [{"op": "count"}], "format": "json",
+        }, "callback_url": url}))
+        .await;
+    let job = api.wait_terminal(&job_id, TIMEOUT).await;
+    let injected: Value = http.get(&faults).send().await.unwrap().json().await.unwrap();
+    http.post(&faults).json(&json!({})).send().await.unwrap();
+    assert!(injected["injected"]["denied"].as_u64() >= Some(1), "{injected}");
+    assert_eq!(job["status"], "failed", "{job}");
+    assert_eq!(
+        job["error"],
+        json!({"code": "Job.Retryable", "message": "the input upload could not be read"}),
+        "{job}"
+    );
+    let payload: Value = serde_json::from_slice(&received(&key, 1).await[0].body).unwrap();
+    assert_eq!(payload["error"], job["error"], "{payload}");
+    let bucket = stack().stack.resource("DataBucket");
+    let leaks = ["arn:", bucket.as_str(), "123456789012", "service error", "AccessDenied", "s3://"];
+    for shown in [job.to_string(), payload.to_string()] {
+        for leak in leaks {
+            assert!(!shown.contains(leak), "{leak:?} shown to the client: {shown}");
+        }
+    }
 }

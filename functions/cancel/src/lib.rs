@@ -29,6 +29,8 @@ pub struct Config {
     pub table: String,
     /// `STATE_MACHINE_ARN`: whose executions a cancellation stops.
     pub state_machine_arn: String,
+    /// `LONGHAUL_RECORD_RETENTION_SECONDS` (default 30 days): the TTL of a job it cancels.
+    pub record_retention: longhaul_aws::jobs::RecordRetention,
 }
 
 impl Config {
@@ -37,6 +39,7 @@ impl Config {
         Ok(Config {
             table: vars.required("TABLE_NAME")?,
             state_machine_arn: vars.required("STATE_MACHINE_ARN")?,
+            record_retention: longhaul_aws::jobs::RecordRetention::from_vars(vars)?,
         })
     }
 }
@@ -54,7 +57,8 @@ impl Deps {
     /// Builds the adapters from one SDK configuration.
     pub fn new(sdk: &aws_config::SdkConfig, config: &Config) -> Self {
         Deps {
-            jobs: JobStore::new(aws_sdk_dynamodb::Client::new(sdk), config.table.clone()),
+            jobs: JobStore::new(aws_sdk_dynamodb::Client::new(sdk), config.table.clone())
+                .retaining(config.record_retention),
             executions: Executions::new(
                 aws_sdk_sfn::Client::new(sdk),
                 config.state_machine_arn.clone(),

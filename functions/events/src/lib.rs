@@ -5,10 +5,16 @@
 //!
 //! The URL's token (from `GET /jobs/{id}`) names one job and its owner and expires within
 //! minutes, so the stream is tenant-scoped without an `Authorization` header (which
-//! `EventSource` cannot send). Each event's `id:` is the progress sequence number; a reconnect
-//! with `Last-Event-ID: n` resumes with the first state after `n`, never repeating one. A
-//! comment line every 15 s keeps proxies from closing an idle stream; the stream ends after
-//! the terminal event.
+//! `EventSource` cannot send). The token is checked before anything is read
+//! ([`stream_token::verify`] needs only the key, the token and the path's job id): a missing,
+//! malformed, tampered, expired or other job's token is a `401` that costs no DynamoDB call.
+//! Only then is the job read, and it must still belong to the owner the token names (else
+//! `404`, as for a job that no longer exists).
+//!
+//! Each event's `id:` is the progress sequence number; a reconnect with `Last-Event-ID: n`
+//! resumes with the first state after `n`, never repeating one ([`last_event_id`] says which
+//! values are accepted). A comment line every 15 s keeps proxies from closing an idle stream;
+//! the stream ends after the terminal event.
 
 use std::convert::Infallible;
 use std::pin::Pin;
@@ -18,7 +24,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use futures::Stream;
 use http_body_util::StreamBody;
-use lambda_http::http::{HeaderValue, header};
+use lambda_http::http::{HeaderMap, HeaderValue, StatusCode, header};
 use lambda_http::{Request, RequestExt, Response};
 use longhaul_aws::api::Problem;
 use longhaul_aws::config::{ConfigError, Vars};
@@ -109,7 +115,8 @@ fn problem_response(problem: Problem) -> Response<EventBody> {
 ///
 /// The request and every poll of the stream run in a `job` span ([`logs`]): the job id from
 /// the path; the attempt and the principal (the job's owner, whom the token names) once the
-/// token is verified against the job record. The token itself is never logged.
+/// token is verified and its owner matched against the job record. The token itself is
+/// never logged (a refusal logs only its reason).
 pub async fn handle(deps: Arc<Deps>, request: Request) -> Response<EventBody> {
     let span = logs::job_span(None, None, None);
     match open(&deps, &request).instrument(span.clone()).await {
@@ -126,7 +133,8 @@ pub async fn handle(deps: Arc<Deps>, request: Request) -> Response<EventBody> {
     }
 }
 
-/// Checks the token; returns the job and the last event id the client has.
+/// Checks the token and `Last-Event-ID` (both before any read), then reads the job; returns
+/// it and the last event id the client has.
 async fn open(deps: &Deps, request: &Request) -> Result<(JobView, u64), Problem> {
     // Function URLs have no routes (and no path parameters): the path is ours to read.
     let job_id =
@@ -137,32 +145,68 @@ async fn open(deps: &Deps, request: &Request) -> Result<(JobView, u64), Problem>
             _ => return Err(Problem::not_found()),
         };
     logs::record_job_id(&tracing::Span::current(), &job_id);
-    let token =
-        request.query_string_parameters().first("token").map(str::to_owned).unwrap_or_default();
+    let query = request.query_string_parameters();
+    let token = query.first("token").unwrap_or_default();
+    // Before any read: refusing a forged token must not cost a DynamoDB call (nor tell
+    // whether the job exists).
+    let grant = stream_token::verify(
+        deps.config.token_secret.as_bytes(),
+        token,
+        &job_id,
+        chrono::Utc::now().timestamp(),
+    )
+    .map_err(|err| {
+        tracing::info!(reason = %err, "stream token refused");
+        token_problem(err)
+    })?;
+    let after = last_event_id(request.headers())?;
     let view = deps.jobs.view(&job_id).await.map_err(|err| {
         tracing::error!(error = %err, "reading the job failed");
         Problem::internal()
     })?;
-    // Unknown job and a token for another job or owner read the same.
-    let view = view
-        .filter(|v| {
-            stream_token::verify(
-                deps.config.token_secret.as_bytes(),
-                &token,
-                &job_id,
-                &v.job.owner,
-                chrono::Utc::now().timestamp(),
-            )
-        })
-        .ok_or_else(Problem::not_found)?;
+    // A job that no longer exists, or (defence in depth) is not the token's owner's, reads
+    // the same.
+    let view = view.filter(|v| v.job.owner == grant.owner).ok_or_else(Problem::not_found)?;
     logs::current_job(&view.job);
-    let after = request
-        .headers()
-        .get("last-event-id")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0);
     Ok((view, after))
+}
+
+/// The `401` for a refused stream token. An expired one says so (only authentic tokens are
+/// told apart as expired), so a client knows to fetch a fresh link.
+fn token_problem(err: stream_token::TokenError) -> Problem {
+    let detail = match err {
+        stream_token::TokenError::Expired => {
+            "The stream link has expired. Get a fresh events_url from GET /jobs/{id}."
+        }
+        stream_token::TokenError::Malformed | stream_token::TokenError::BadSignature => {
+            "The stream link's token is missing or invalid. Use the events_url from GET /jobs/{id}."
+        }
+    };
+    Problem::new(StatusCode::UNAUTHORIZED, "unauthorized", "Unauthorized", detail)
+}
+
+/// The last event id a reconnecting client has, from its `Last-Event-ID` header.
+///
+/// Absent, empty or blank (what `EventSource` means by no id) is `0`: from the start. Otherwise
+/// it must be a decimal event id this stream can have sent — ASCII digits only, at most
+/// `u64::MAX - 1` (the terminal event's id is one more than the last one, and must not
+/// overflow). Anything else (negative, signed, not a number, too large, non-ASCII, several
+/// values) is a `400`, never a panic or a wrapped number.
+pub fn last_event_id(headers: &HeaderMap) -> Result<u64, Problem> {
+    let Some(value) = headers.get("last-event-id") else { return Ok(0) };
+    let bad = || {
+        Problem::bad_request(
+            "Last-Event-ID must be the decimal id of an event from this stream, or absent.",
+        )
+    };
+    let text = value.to_str().map_err(|_| bad())?.trim();
+    if text.is_empty() {
+        return Ok(0);
+    }
+    if !text.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(bad());
+    }
+    text.parse::<u64>().ok().filter(|id| id.checked_add(1).is_some()).ok_or_else(bad)
 }
 
 fn event(id: u64, kind: &str, data: &serde_json::Value) -> Bytes {
@@ -255,7 +299,9 @@ async fn poll(mut st: State) -> Option<(Bytes, State)> {
         if view.job.status.is_terminal() {
             st.done = true;
             tracing::info!(status = %view.job.status, "stream ended: the job is terminal");
-            let id = seq.max(st.last_id) + 1;
+            // `last_id` is at most u64::MAX - 1 (`last_event_id`); saturating keeps a corrupt
+            // record's seq from panicking or wrapping to 0.
+            let id = seq.max(st.last_id).saturating_add(1);
             let mut data = json!({ "job_id": view.job.job_id, "status": view.job.status });
             if let Some(error) = &view.job.error {
                 data["error"] = json!({ "code": error.code, "message": error.message });
@@ -286,5 +332,51 @@ async fn poll(mut st: State) -> Option<(Bytes, State)> {
             return Some((Bytes::from_static(b": keepalive\n\n"), st));
         }
         tokio::time::sleep(st.deps.config.poll).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parsed(value: &[u8]) -> Result<u64, StatusCode> {
+        let mut headers = HeaderMap::new();
+        headers.insert("last-event-id", HeaderValue::from_bytes(value).unwrap());
+        last_event_id(&headers).map_err(|p| p.status)
+    }
+
+    #[test]
+    fn last_event_id_accepts_event_ids_and_treats_blank_as_absent() {
+        assert_eq!(last_event_id(&HeaderMap::new()), Ok(0));
+        assert_eq!(parsed(b""), Ok(0));
+        assert_eq!(parsed(b"   "), Ok(0));
+        assert_eq!(parsed(b"0"), Ok(0));
+        assert_eq!(parsed(b" 42 "), Ok(42));
+        assert_eq!(parsed(b"007"), Ok(7));
+        assert_eq!(parsed(b"18446744073709551614"), Ok(u64::MAX - 1));
+    }
+
+    #[test]
+    fn last_event_id_refuses_anything_else_with_400() {
+        let huge = "9".repeat(10_000);
+        for value in [
+            "-1",
+            "+1",
+            "1.5",
+            "1e3",
+            "0x10",
+            "abc",
+            "5 5",
+            "5,6",
+            "\u{663}",
+            "١٢٣",
+            "18446744073709551615",
+            "18446744073709551616",
+            "-9223372036854775808",
+            huge.as_str(),
+        ] {
+            assert_eq!(parsed(value.as_bytes()), Err(StatusCode::BAD_REQUEST), "{value:?}");
+        }
+        assert_eq!(parsed(b"\xff\xfe"), Err(StatusCode::BAD_REQUEST), "not text");
     }
 }

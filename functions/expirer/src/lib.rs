@@ -1,20 +1,45 @@
-//! **expirer** — runs on a schedule (`expirer`): a `succeeded` job whose result has passed its
-//! retention (`LONGHAUL_RESULT_TTL_SECONDS`, default 7 days, per job type) loses its result
-//! objects and becomes `expired` (`GET /jobs/{id}/result` → 410). Its records are then marked
-//! for DynamoDB TTL after `LONGHAUL_RECORD_RETENTION_SECONDS` (default 30 days); the bucket's
-//! lifecycle rules are only a backstop.
+//! **expirer** — runs on a schedule (`expirer`, hourly): a `succeeded` job whose result has
+//! passed its retention (`LONGHAUL_RESULT_TTL_SECONDS`, default 7 days, per job type) becomes
+//! `expired` (`GET /jobs/{id}/result` → 410), then loses its result and checkpoint objects,
+//! then its records are marked for DynamoDB TTL after `LONGHAUL_RECORD_RETENTION_SECONDS`
+//! (default 30 days); the bucket's lifecycle rules are only a backstop.
+//!
+//! **Order.** The job is marked `expired` *first*, in one conditional write that also moves
+//! its status-index entry to the `expired#<shard>` bucket: from then on the result route
+//! answers 410, never a 303 to an object about to be deleted. The follow-up (delete the
+//! objects, mark the records, take the entry out of the index) is idempotent, and a run that
+//! fails or dies before it ends leaves the entry where the next run's sweep of the `expired`
+//! bucket finds it and finishes the work.
+//!
+//! **Volume.** One run drains everything due: it pages through every shard of both buckets
+//! (`LONGHAUL_EXPIRER_PAGE` entries a query), the shards side by side and the jobs of a page
+//! a few at a time, until nothing is due or its time budget is spent — the sooner of
+//! `LONGHAUL_EXPIRER_BUDGET_SECONDS` (240) after it started and [`PAGE_MARGIN`] before the
+//! Lambda deadline. What is left is the oldest of what remains, and the next run starts there.
 
-use std::time::Duration;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use chrono::{DateTime, Utc};
+use futures::StreamExt;
 use longhaul_aws::config::{ConfigError, Vars};
-use longhaul_aws::jobs::{JobRecord, JobStore, StoreError, TransitionRequest};
+use longhaul_aws::jobs::{
+    Item, JobStore, RecordRetention, STATUS_SHARDS, StoreError, TransitionRequest,
+};
 use longhaul_aws::logs;
 use longhaul_aws::metrics::{self, Unit};
 use longhaul_aws::objects::ObjectStore;
 use longhaul_domain::{JobStatus, format_rfc3339};
 use serde::Serialize;
 use tracing::Instrument;
+
+/// A run starts no page later than this before the Lambda deadline, so the page in flight
+/// (at most `LONGHAUL_EXPIRER_PAGE` jobs, [`IN_FLIGHT`] at a time) ends before Lambda stops it.
+pub const PAGE_MARGIN: Duration = Duration::from_secs(30);
+
+/// Jobs of a page handled at once, in each shard: every job costs a few sequential round
+/// trips (a write, two object listings and deletes, two writes), so one at a time would cap a
+/// run at a few thousand jobs.
+pub const IN_FLIGHT: usize = 8;
 
 /// The function's configuration.
 #[derive(Debug, Clone)]
@@ -24,9 +49,12 @@ pub struct Config {
     /// `BUCKET_NAME`.
     pub bucket: String,
     /// `LONGHAUL_RECORD_RETENTION_SECONDS` (2,592,000): how long an expired job's records stay.
-    pub record_retention: Duration,
-    /// `LONGHAUL_EXPIRER_PAGE` (200): most jobs expired per run.
+    pub record_retention: RecordRetention,
+    /// `LONGHAUL_EXPIRER_PAGE` (200): index entries read per query (per shard and page).
     pub page: usize,
+    /// `LONGHAUL_EXPIRER_BUDGET_SECONDS` (240, under the function's 300 s timeout): how long a
+    /// run goes on starting pages; the next run continues where it stopped.
+    pub budget: Duration,
 }
 
 impl Config {
@@ -35,10 +63,9 @@ impl Config {
         Ok(Config {
             table: vars.required("TABLE_NAME")?,
             bucket: vars.required("BUCKET_NAME")?,
-            record_retention: Duration::from_secs(
-                vars.parsed_or("LONGHAUL_RECORD_RETENTION_SECONDS", 2_592_000)?,
-            ),
-            page: vars.parsed_or("LONGHAUL_EXPIRER_PAGE", 200)?,
+            record_retention: RecordRetention::from_vars(vars)?,
+            page: vars.parsed_or("LONGHAUL_EXPIRER_PAGE", 200usize)?.max(1),
+            budget: Duration::from_secs(vars.parsed_or("LONGHAUL_EXPIRER_BUDGET_SECONDS", 240)?),
         })
     }
 }
@@ -58,7 +85,8 @@ impl Deps {
     /// Builds the adapters from one SDK configuration.
     pub fn new(sdk: &aws_config::SdkConfig, config: &Config) -> Self {
         Deps {
-            jobs: JobStore::new(aws_sdk_dynamodb::Client::new(sdk), config.table.clone()),
+            jobs: JobStore::new(aws_sdk_dynamodb::Client::new(sdk), config.table.clone())
+                .retaining(config.record_retention),
             objects: ObjectStore::new(aws_sdk_s3::Client::new(sdk), config.bucket.clone()),
             config: config.clone(),
         }
@@ -68,13 +96,35 @@ impl Deps {
 /// What one run did.
 #[derive(Debug, Default, Clone, PartialEq, Serialize)]
 pub struct Report {
-    /// Jobs expired.
+    /// Jobs expired (`succeeded` → `expired`).
     pub expired: u32,
+    /// Expired jobs whose follow-up was done: objects deleted, records marked, index entry
+    /// removed — those expired in this run and those an earlier run left unfinished.
+    pub finished: u32,
+    /// Of `finished`, the ones an earlier run left unfinished.
+    pub resumed: u32,
     /// Objects deleted.
     pub objects_deleted: usize,
     /// Jobs that could not be handled this run (unreadable, or an AWS call failed), each
     /// logged with its reason. They are tried again next run; the others are not held up.
     pub errors: u32,
+    /// Index pages read.
+    pub pages: u32,
+    /// The run stopped at its time budget with shards not yet read to their end: the next
+    /// run goes on with what is left.
+    pub budget_spent: bool,
+}
+
+impl Report {
+    fn add(&mut self, other: Report) {
+        self.expired += other.expired;
+        self.finished += other.finished;
+        self.resumed += other.resumed;
+        self.objects_deleted += other.objects_deleted;
+        self.errors += other.errors;
+        self.pages += other.pages;
+        self.budget_spent |= other.budget_spent;
+    }
 }
 
 /// A run failed (it is retried at the next tick; nothing is half-done that a rerun cannot finish).
@@ -91,69 +141,223 @@ impl From<ExpirerError> for lambda_runtime::Diagnostic {
     }
 }
 
-/// One run at `now`.
-pub async fn handle(deps: &Deps, now: DateTime<Utc>) -> Result<Report, ExpirerError> {
+/// The Lambda deadline (epoch milliseconds, as the runtime's context gives it) as an `Instant`.
+pub fn deadline_from_epoch_ms(deadline_ms: u64) -> Instant {
+    let now_ms =
+        SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_millis() as u64;
+    Instant::now() + Duration::from_millis(deadline_ms.saturating_sub(now_ms))
+}
+
+/// When a run that starts at `started` stops starting pages: `budget` after it started, or
+/// [`PAGE_MARGIN`] before the Lambda `deadline`, whichever comes first.
+pub fn stop_at(started: Instant, deadline: Instant, budget: Duration) -> Instant {
+    let by_deadline = deadline.checked_sub(PAGE_MARGIN).unwrap_or(started).max(started);
+    (started + budget).min(by_deadline)
+}
+
+/// The two status-index buckets a run sweeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sweep {
+    /// `expired#<shard>`: jobs an earlier run expired without finishing the follow-up.
+    Unfinished,
+    /// `succeeded#<shard>` up to now: jobs whose result retention passed.
+    Due,
+}
+
+impl Sweep {
+    fn bucket(self) -> &'static str {
+        match self {
+            Sweep::Unfinished => JobStatus::Expired.as_str(),
+            Sweep::Due => JobStatus::Succeeded.as_str(),
+        }
+    }
+}
+
+/// One run at `now`, to stop starting pages by `deadline` (the Lambda deadline) or its budget.
+pub async fn handle(
+    deps: &Deps,
+    now: DateTime<Utc>,
+    deadline: Instant,
+) -> Result<Report, ExpirerError> {
+    let stop = stop_at(Instant::now(), deadline, deps.config.budget);
+    let before = format_rfc3339(now);
     let mut report = Report::default();
-    let due = deps
-        .jobs
-        .due("succeeded", &format_rfc3339(now), deps.config.page)
-        .await
-        .map_err(|e| ExpirerError(e.to_string()))?;
-    // One job that cannot be handled is logged, counted and left for the next run: the index
-    // is read oldest first, so failing the whole run would hold every job behind it up for good.
-    for item in due {
-        let job = match JobStore::job_from(item) {
-            Ok(job) => job,
-            Err(err) => {
-                tracing::error!(error = %err, "a job record in the status index cannot be read; skipped");
-                report.errors += 1;
-                continue;
-            }
-        };
-        // In the job's `job` span (see `longhaul_aws::logs`), from the record the index returned.
-        let span = logs::span_of(&job);
-        if let Err(err) = expire(deps, now, &job, &mut report).instrument(span.clone()).await {
-            span.in_scope(|| tracing::error!(error = %err, "expiring the job failed; the next run tries again"));
-            report.errors += 1;
+    let mut failed = None;
+    // Unfinished follow-ups first: they are older than anything this run expires.
+    for sweep in [Sweep::Unfinished, Sweep::Due] {
+        let shards = (0..STATUS_SHARDS).map(|shard| sweep_shard(deps, sweep, shard, &before, stop));
+        for (shard_report, error) in futures::future::join_all(shards).await {
+            report.add(shard_report);
+            failed = failed.or(error);
         }
     }
     tracing::info!(report = ?report, "expirer run");
-    Ok(report)
+    match failed {
+        // Whatever was done is done (and logged above); the next run reads the index again.
+        Some(err) => Err(err),
+        None => Ok(report),
+    }
 }
 
-/// Expires one succeeded job whose retention passed (a job that changed meanwhile is skipped).
-async fn expire(
+/// Pages through one shard of `sweep`'s bucket until nothing is due or the time is up; an
+/// index query that fails ends the shard's sweep (and fails the run, after the other shards).
+async fn sweep_shard(
     deps: &Deps,
-    now: DateTime<Utc>,
-    job: &JobRecord,
-    report: &mut Report,
-) -> Result<(), ExpirerError> {
-    // Objects first: a job marked expired must have no result left behind.
-    for prefix in
-        [format!("results/{}/", job.job_id), longhaul_aws::objects::checkpoints_prefix(&job.job_id)]
-    {
-        report.objects_deleted +=
-            deps.objects.delete_prefix(&prefix).await.map_err(|e| ExpirerError(e.to_string()))?;
+    sweep: Sweep,
+    shard: u32,
+    before: &str,
+    stop: Instant,
+) -> (Report, Option<ExpirerError>) {
+    let mut report = Report::default();
+    let mut start = None;
+    loop {
+        if Instant::now() >= stop {
+            report.budget_spent = true;
+            return (report, None);
+        }
+        let page = match deps
+            .jobs
+            .due_page(sweep.bucket(), shard, before, deps.config.page, start)
+            .await
+        {
+            Ok(page) => page,
+            Err(err) => {
+                tracing::error!(error = %err, bucket = sweep.bucket(), shard, "reading the status index failed");
+                return (report, Some(ExpirerError(err.to_string())));
+            }
+        };
+        report.pages += 1;
+        // Each job leaves the bucket once handled; the cursor steps over those that could not
+        // be (an unreadable entry, a failed call), so they never hold the others up.
+        let outcomes: Vec<Report> = futures::stream::iter(page.items)
+            .map(|item| handle_entry(deps, sweep, item))
+            .buffer_unordered(IN_FLIGHT)
+            .collect()
+            .await;
+        for outcome in outcomes {
+            report.add(outcome);
+        }
+        start = page.next;
+        if start.is_none() {
+            return (report, None);
+        }
     }
+}
+
+/// An index entry's job id and sort key (both are index keys, so any projection holds them).
+fn entry_of(item: &Item) -> Option<(String, String)> {
+    let get = |name: &str| item.get(name).and_then(|v| v.as_s().ok());
+    let job_id = get("pk")?.strip_prefix("JOB#")?.to_owned();
+    Some((job_id, get("gsi2sk")?.clone()))
+}
+
+/// Handles one entry; what happened, counted.
+async fn handle_entry(deps: &Deps, sweep: Sweep, item: Item) -> Report {
+    let mut report = Report::default();
+    let Some((job_id, at)) = entry_of(&item) else {
+        tracing::error!(
+            bucket = sweep.bucket(),
+            "a status-index entry without a job id or sort key; skipped"
+        );
+        report.errors += 1;
+        return report;
+    };
+    // In the job's `job` span (see `longhaul_aws::logs`); the rest of it once the record is read.
+    let span = logs::job_span(Some(&job_id), None, None);
+    let result = match sweep {
+        Sweep::Due => expire(deps, &job_id, &mut report).instrument(span.clone()).await,
+        Sweep::Unfinished => {
+            let done = finish(deps, &job_id, &at, &mut report).instrument(span.clone()).await;
+            if done.is_ok() {
+                report.resumed += 1;
+            }
+            done
+        }
+    };
+    if let Err(err) = result {
+        span.in_scope(|| {
+            tracing::error!(error = %err, "expiring the job failed; the next run goes on from here")
+        });
+        report.errors += 1;
+    }
+    report
+}
+
+/// Expires one succeeded job whose retention passed (a job that changed meanwhile is skipped),
+/// then finishes it.
+async fn expire(deps: &Deps, job_id: &str, report: &mut Report) -> Result<(), ExpirerError> {
     let request = TransitionRequest::new(
-        &job.job_id,
+        job_id,
         &[JobStatus::Succeeded],
         JobStatus::Expired,
         "result retention passed",
     );
-    match deps.jobs.transition(request).await {
-        Ok(_) => {}
+    let job = match deps.jobs.transition(request).await {
+        Ok(job) => job,
+        // Expired by a concurrent run (which, or the next sweep, finishes it), or gone.
         Err(StoreError::Conflict { .. }) => return Ok(()),
         Err(err) => return Err(ExpirerError(err.to_string())),
-    }
-    let retain_until =
-        now + chrono::Duration::from_std(deps.config.record_retention).unwrap_or_default();
-    deps.jobs
-        .retain_until(&job.job_id, retain_until.timestamp())
-        .await
-        .map_err(|e| ExpirerError(e.to_string()))?;
-    metrics::emit("JobsExpired", 1.0, Unit::Count, job);
+    };
+    logs::current_job(&job);
+    // Counted at the transition, which happens once, whoever finishes the follow-up.
+    metrics::emit("JobsExpired", 1.0, Unit::Count, &job);
     tracing::info!("expired: result retention passed");
     report.expired += 1;
+    let expired_at = job.finished_at.unwrap_or_else(|| format_rfc3339(Utc::now()));
+    finish(deps, job_id, &expired_at, report).await
+}
+
+/// The follow-up of an expired job (idempotent): deletes its objects, then marks its records
+/// for TTL `record_retention` after `expired_at` and takes it out of the index.
+async fn finish(
+    deps: &Deps,
+    job_id: &str,
+    expired_at: &str,
+    report: &mut Report,
+) -> Result<(), ExpirerError> {
+    for prefix in [format!("results/{job_id}/"), longhaul_aws::objects::checkpoints_prefix(job_id)]
+    {
+        report.objects_deleted +=
+            deps.objects.delete_prefix(&prefix).await.map_err(|e| ExpirerError(e.to_string()))?;
+    }
+    let from = DateTime::parse_from_rfc3339(expired_at)
+        .map(|at| at.with_timezone(&Utc))
+        .unwrap_or_else(|_| Utc::now());
+    deps.jobs
+        .retain_until(job_id, deps.config.record_retention.expires_at(from))
+        .await
+        .map_err(|e| ExpirerError(e.to_string()))?;
+    report.finished += 1;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_stops_at_its_budget_or_before_the_deadline_whichever_is_sooner() {
+        let t = Instant::now();
+        let min = |m: u64| Duration::from_secs(60 * m);
+        // The budget is sooner.
+        assert_eq!(stop_at(t, t + min(5), min(4)), t + min(4));
+        // The deadline (less the page margin) is sooner.
+        assert_eq!(stop_at(t, t + min(2), min(4)), t + min(2) - PAGE_MARGIN);
+        // A deadline closer than the margin: no page is started.
+        assert_eq!(stop_at(t, t + Duration::from_secs(10), min(4)), t);
+    }
+
+    #[test]
+    fn an_entry_is_read_from_its_keys_alone() {
+        use aws_sdk_dynamodb::types::AttributeValue::S;
+        let item: Item = [
+            ("pk".to_owned(), S("JOB#j1".into())),
+            ("sk".to_owned(), S("JOB".into())),
+            ("gsi2sk".to_owned(), S("2025-01-01T00:00:00.000Z".into())),
+        ]
+        .into();
+        assert_eq!(entry_of(&item), Some(("j1".into(), "2025-01-01T00:00:00.000Z".into())));
+        let foreign: Item = [("pk".to_owned(), S("SWEEP#x".into()))].into();
+        assert_eq!(entry_of(&foreign), None);
+    }
 }

@@ -15,8 +15,9 @@ async fn main() -> Result<(), Error> {
     })
     .await;
     let deps = &deps;
-    lambda_runtime::run(service_fn(move |_event: LambdaEvent<serde_json::Value>| async move {
-        expirer::handle(deps, chrono::Utc::now()).await
+    lambda_runtime::run(service_fn(move |event: LambdaEvent<serde_json::Value>| async move {
+        let deadline = expirer::deadline_from_epoch_ms(event.context.deadline);
+        expirer::handle(deps, chrono::Utc::now(), deadline).await
     }))
     .await
 }

@@ -2,9 +2,11 @@
 //! live state forever:
 //!
 //! * **lost dispatch** — a `pending` job older than the grace (submit died between storing the
-//!   job and enqueueing it, or its message dead-lettered) is enqueued again, a bounded number
-//!   of times, then failed; a `queued` job whose execution has ended (or never started)
-//!   without running it gets a new execution, within the retry budget, then fails;
+//!   job and enqueueing it, or its message dead-lettered, or it still waits in a backlog) is
+//!   enqueued again at growing intervals, and fails only once it has waited
+//!   `LONGHAUL_MAX_PENDING_SECONDS` since it was accepted; a `queued` job whose execution was
+//!   never started is started again under the same name; one whose execution ended without
+//!   running it gets a new execution, within the retry budget, then fails;
 //! * **zombies** — a `running` job without a heartbeat for the timeout: if its result is
 //!   already in S3, the success is recorded; else it is re-dispatched as a new attempt (the
 //!   old execution stopped, the old lease dead, the new attempt resuming from the checkpoint)
@@ -13,16 +15,21 @@
 //!   flagged (`"stalled": true`) and counted; still stalled after the grace, it is a zombie;
 //! * **job-level timeout** — running longer than its job type's maximum: failed (`Job.Timeout`).
 //!
-//! Every action is a conditional write (status and lease), so two reapers running at once
-//! never act twice on one job; each run reads a bounded number of index pages.
+//! Every run sweeps each bucket to its end, within a time budget (see [`sweep`]); every
+//! action is a conditional write (status and lease), so two reapers running at once never act
+//! twice on one job.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+mod sweep;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Utc};
 use longhaul_aws::config::{ConfigError, ResultTtl, Vars};
 use longhaul_aws::executions::{Executions, execution_name};
-use longhaul_aws::jobs::{JobRecord, JobStore, StoreError, TransitionRequest};
+use longhaul_aws::jobs::{
+    JobEntry, JobStore, ProgressRecord, RecordRetention, StoreError, TransitionRequest,
+};
 use longhaul_aws::logs;
 use longhaul_aws::metrics::{self, Unit};
 use longhaul_aws::objects::ObjectStore;
@@ -51,16 +58,27 @@ pub struct Config {
     pub pending_grace: Duration,
     /// `LONGHAUL_QUEUED_GRACE_SECONDS` (120): a queued job older than this should be running.
     pub queued_grace: Duration,
-    /// `LONGHAUL_MAX_ENQUEUES` (5): re-enqueues of a pending job before it fails.
-    pub max_enqueues: u32,
+    /// `LONGHAUL_MAX_PENDING_SECONDS` (86,400): a job still `pending` this long after it was
+    /// accepted fails (`Job.Undispatchable`). Re-enqueues alone never fail a job: a message
+    /// may wait in a backlog for a long time without being lost.
+    pub max_pending: Duration,
+    /// `LONGHAUL_MAX_ENQUEUE_INTERVAL_SECONDS` (900): the longest wait between two re-enqueues
+    /// of a pending job (they are spaced `pending_grace` × 2ⁿ, up to this).
+    pub max_enqueue_interval: Duration,
     /// `LONGHAUL_MAX_RUNTIME_SECONDS` (86,400), per type `LONGHAUL_MAX_RUNTIME_SECONDS_<TYPE>`.
     pub max_runtime: Vec<(JobType, Duration)>,
     /// See `max_runtime`.
     pub default_max_runtime: Duration,
-    /// `LONGHAUL_REAPER_PAGE` (100): most jobs of each kind looked at per run.
+    /// `LONGHAUL_REAPER_PAGE` (100): entries per index page of a sweep (a run reads as many
+    /// pages as the buckets hold, within its budget).
     pub page: usize,
+    /// `LONGHAUL_REAPER_BUDGET_SECONDS` (40): how long a run sweeps before it saves where it
+    /// stopped for the next run (below the 60 s schedule, so runs do not pile up).
+    pub budget: Duration,
     /// Result retention (for a backfilled success).
     pub result_ttl: ResultTtl,
+    /// `LONGHAUL_RECORD_RETENTION_SECONDS`: how long the records of a job it ends are kept.
+    pub record_retention: RecordRetention,
 }
 
 impl Config {
@@ -88,11 +106,14 @@ impl Config {
             },
             pending_grace: secs("LONGHAUL_PENDING_GRACE_SECONDS", 60)?,
             queued_grace: secs("LONGHAUL_QUEUED_GRACE_SECONDS", 120)?,
-            max_enqueues: vars.parsed_or("LONGHAUL_MAX_ENQUEUES", 5)?,
+            max_pending: secs("LONGHAUL_MAX_PENDING_SECONDS", 86_400)?,
+            max_enqueue_interval: secs("LONGHAUL_MAX_ENQUEUE_INTERVAL_SECONDS", 900)?,
             max_runtime,
             default_max_runtime: secs("LONGHAUL_MAX_RUNTIME_SECONDS", 86_400)?,
             page: vars.parsed_or("LONGHAUL_REAPER_PAGE", 100)?,
+            budget: secs("LONGHAUL_REAPER_BUDGET_SECONDS", 40)?,
             result_ttl: ResultTtl::from_vars(vars)?,
+            record_retention: RecordRetention::from_vars(vars)?,
         })
     }
 }
@@ -116,7 +137,8 @@ impl Deps {
     /// Builds the adapters from one SDK configuration.
     pub fn new(sdk: &aws_config::SdkConfig, config: &Config) -> Self {
         Deps {
-            jobs: JobStore::new(aws_sdk_dynamodb::Client::new(sdk), config.table.clone()),
+            jobs: JobStore::new(aws_sdk_dynamodb::Client::new(sdk), config.table.clone())
+                .retaining(config.record_retention),
             objects: ObjectStore::new(aws_sdk_s3::Client::new(sdk), config.bucket.clone()),
             intake: IntakeQueue::new(
                 aws_sdk_sqs::Client::new(sdk),
@@ -153,10 +175,32 @@ pub struct Report {
     /// Jobs that could not be handled this run (unreadable, or an AWS call failed), each
     /// logged with its reason. They are tried again next run; the others are not held up.
     pub errors: u32,
+    /// Index entries the sweeps read.
+    pub examined: u64,
+    /// Bucket shards whose sweep ran out of the run's budget (the next run resumes them).
+    pub unfinished: u32,
     /// Live jobs by status at the start of the run (`pending`, `queued`, `running`), also
     /// emitted as the `ActiveJobs` gauge (dimension `Status`) for the dashboard. A status
     /// that could not be counted is missing (and counted in `errors`).
     pub active: std::collections::BTreeMap<String, u64>,
+}
+
+impl Report {
+    /// Adds what another part of the run did.
+    fn merge(&mut self, other: Report) {
+        self.re_enqueued += other.re_enqueued;
+        self.restarted += other.restarted;
+        self.redispatched += other.redispatched;
+        self.backfilled += other.backfilled;
+        self.failed += other.failed;
+        self.stalled += other.stalled;
+        self.recovered += other.recovered;
+        self.raced += other.raced;
+        self.errors += other.errors;
+        self.examined += other.examined;
+        self.unfinished += other.unfinished;
+        self.active.extend(other.active);
+    }
 }
 
 /// The live statuses the `ActiveJobs` gauge reports (the status index's live buckets).
@@ -214,40 +258,61 @@ pub async fn handle(deps: &Deps, now: DateTime<Utc>) -> Result<Report, ReaperErr
             }
         }
     }
-    // Each job is handled in its `job` span (see `longhaul_aws::logs`): pending and queued
-    // jobs come from the index with their whole record; a running job's record is read anyway.
-    // One job that cannot be handled (an item this version cannot read, an AWS call that
-    // failed) is logged, counted and left for the next run: the index is read oldest first, so
-    // failing the whole run would hold every job behind it up for good.
-    for item in
-        deps.jobs.due("pending", &grace(deps.config.pending_grace), deps.config.page).await?
-    {
-        let Some(job) = readable(item, &mut report) else { continue };
-        let span = logs::span_of(&job);
-        let result = lost_pending(deps, job, &mut report).instrument(span.clone()).await;
-        counted(result, &span, &mut report);
-    }
-    for item in deps.jobs.due("queued", &grace(deps.config.queued_grace), deps.config.page).await? {
-        let Some(job) = readable(item, &mut report) else { continue };
-        let span = logs::span_of(&job);
-        let result = lost_queued(deps, job, &mut report).instrument(span.clone()).await;
-        counted(result, &span, &mut report);
-    }
-    for item in
-        deps.jobs.due("running", &at(now + chrono::Duration::seconds(1)), deps.config.page).await?
-    {
-        let Some(job) = readable(item, &mut report) else { continue };
-        let span = logs::span_of(&job);
-        let result = running(deps, now, &job.job_id, &mut report).instrument(span.clone()).await;
-        counted(result, &span, &mut report);
+    // Every bucket is swept to its end (see `sweep`), within the run's budget. Each job is
+    // handled in its `job` span (see `longhaul_aws::logs`). One job that cannot be handled (an
+    // item this version cannot read, an AWS call that failed) is logged, counted and left for
+    // the next run: failing the whole run would hold every job behind it up.
+    let deadline = Instant::now() + deps.config.budget;
+    let cursors = match deps.jobs.sweep_cursors().await {
+        Ok(cursors) => cursors,
+        Err(err) => {
+            // Sweep from the oldest entries: nothing is skipped, some may be read twice.
+            tracing::error!(error = %err, "reading the sweep cursors failed");
+            report.errors += 1;
+            Default::default()
+        }
+    };
+    let (pending_before, queued_before, running_before) = (
+        grace(deps.config.pending_grace),
+        grace(deps.config.queued_grace),
+        at(now + chrono::Duration::seconds(1)),
+    );
+    let pending =
+        sweep::sweep(deps, "pending", &pending_before, deadline, &cursors, |jobs| async move {
+            let mut report = Report::default();
+            for job in jobs {
+                let span = logs::span_of(&job);
+                let result =
+                    lost_pending(deps, now, job, &mut report).instrument(span.clone()).await;
+                counted(result, &span, &mut report);
+            }
+            report
+        });
+    let queued =
+        sweep::sweep(deps, "queued", &queued_before, deadline, &cursors, |jobs| async move {
+            let mut report = Report::default();
+            for job in jobs {
+                let span = logs::span_of(&job);
+                let result =
+                    lost_queued(deps, now, job, &mut report).instrument(span.clone()).await;
+                counted(result, &span, &mut report);
+            }
+            report
+        });
+    let running = sweep::sweep(deps, "running", &running_before, deadline, &cursors, |jobs| {
+        running_page(deps, now, jobs)
+    });
+    let (pending, queued, running) = tokio::join!(pending, queued, running);
+    for swept in [pending, queued, running] {
+        report.merge(swept);
     }
     tracing::info!(report = ?report, "reaper run");
     Ok(report)
 }
 
 /// The job record an index returned, or `None` (logged and counted) if it cannot be read.
-fn readable(item: longhaul_aws::jobs::Item, report: &mut Report) -> Option<JobRecord> {
-    match JobStore::job_from(item) {
+fn readable(item: longhaul_aws::jobs::Item, report: &mut Report) -> Option<JobEntry> {
+    match JobStore::entry_from(item) {
         Ok(job) => Some(job),
         Err(err) => {
             tracing::error!(error = %err, "a job record in the status index cannot be read; skipped");
@@ -279,11 +344,28 @@ fn raced(result: Result<(), StoreError>, report: &mut Report) -> Result<(), Reap
     }
 }
 
-async fn lost_pending(deps: &Deps, job: JobRecord, report: &mut Report) -> Result<(), ReaperError> {
-    if job.enqueues >= deps.config.max_enqueues {
+/// A `pending` job past the grace: its message may have been lost (submit died between its
+/// two writes, or the message dead-lettered), or may still wait in a backlog — SQS cannot say
+/// which. Enqueueing it again is harmless either way (dispatch is a conditional transition and
+/// executions are named by job and dispatch), so it is re-enqueued, at growing intervals so a
+/// backlog is not multiplied (`pending_grace` × 2ⁿ, up to `max_enqueue_interval`); it fails
+/// only when it has waited `max_pending` since it was accepted, never for a count of looks.
+async fn lost_pending(
+    deps: &Deps,
+    now: DateTime<Utc>,
+    job: JobEntry,
+    report: &mut Report,
+) -> Result<(), ReaperError> {
+    let accepted_at = parse(&job.created_at).unwrap_or(now);
+    let waited = (now - accepted_at).to_std().unwrap_or_default();
+    if waited >= deps.config.max_pending {
         let error = JobError {
             code: "Job.Undispatchable".into(),
-            message: format!("could not be dispatched after {} attempts", job.enqueues + 1),
+            message: format!(
+                "not dispatched within {} s of being accepted ({} re-enqueues)",
+                deps.config.max_pending.as_secs(),
+                job.enqueues
+            ),
         };
         let result = fail(deps, &job, &[JobStatus::Pending], None, error).await;
         if result.is_ok() {
@@ -291,10 +373,23 @@ async fn lost_pending(deps: &Deps, job: JobRecord, report: &mut Report) -> Resul
         }
         return raced(result, report);
     }
-    match deps.jobs.count_enqueue(&job.job_id).await {
+    let interval = deps
+        .config
+        .pending_grace
+        .saturating_mul(1u32 << (job.enqueues + 1).min(20))
+        .min(deps.config.max_enqueue_interval)
+        .max(deps.config.pending_grace);
+    // The sweep asks for entries whose sort key is older than the grace: an entry keyed
+    // `now + interval − grace` is next due in `interval`.
+    let next_look = now + chrono::Duration::from_std(interval).unwrap_or_default()
+        - chrono::Duration::from_std(deps.config.pending_grace).unwrap_or_default();
+    match deps.jobs.count_enqueue(&job.job_id, &at(next_look)).await {
         Ok(_) => {
             deps.intake.send(&DispatchMessage { job_id: job.job_id.clone() }).await?;
-            tracing::warn!("pending job was never dispatched; enqueued again");
+            tracing::warn!(
+                next_look_in_seconds = interval.as_secs(),
+                "pending job not dispatched yet; enqueued again"
+            );
             report.re_enqueued += 1;
             Ok(())
         }
@@ -302,11 +397,18 @@ async fn lost_pending(deps: &Deps, job: JobRecord, report: &mut Report) -> Resul
     }
 }
 
-async fn lost_queued(deps: &Deps, job: JobRecord, report: &mut Report) -> Result<(), ReaperError> {
+async fn lost_queued(
+    deps: &Deps,
+    now: DateTime<Utc>,
+    job: JobEntry,
+    report: &mut Report,
+) -> Result<(), ReaperError> {
     let current =
         job.execution.clone().unwrap_or_else(|| execution_name(&job.job_id, job.dispatches.max(1)));
-    if deps.executions.status(&current).await?.as_deref() == Some("RUNNING") {
-        return Ok(()); // on its way (its claim may be retrying)
+    match deps.executions.status(&current).await?.as_deref() {
+        Some("RUNNING") => return Ok(()), // on its way (its claim may be retrying)
+        Some(_) => {} // it ended without running the job: a new execution, within the budget
+        None => return never_started(deps, now, &job, &current, report).await,
     }
     if job.dispatches >= deps.config.thresholds.max_attempts {
         let error = JobError {
@@ -334,21 +436,77 @@ async fn lost_queued(deps: &Deps, job: JobRecord, report: &mut Report) -> Result
     }
 }
 
-async fn running(
+/// A `queued` job whose execution does not exist: its start was throttled or failed (an
+/// outage of Step Functions, say), which is no evidence that the job cannot run. It is started
+/// again under the same name (idempotent), spending no attempt of its budget; only a job that
+/// has waited `max_pending` since it was accepted fails.
+async fn never_started(
     deps: &Deps,
     now: DateTime<Utc>,
-    job_id: &str,
+    job: &JobEntry,
+    execution: &str,
     report: &mut Report,
 ) -> Result<(), ReaperError> {
-    // The index is eventually consistent: judge the job and its progress as they are now.
-    let Some(view) = deps.jobs.view(job_id).await? else { return Ok(()) };
-    let job = view.job;
-    logs::current_job(&job);
-    let (JobStatus::Running, Some(lease)) = (job.status, job.lease.clone()) else { return Ok(()) };
+    let waited = (now - parse(&job.created_at).unwrap_or(now)).to_std().unwrap_or_default();
+    if waited >= deps.config.max_pending {
+        let error = JobError {
+            code: "Job.Undispatchable".into(),
+            message: format!(
+                "its execution could not be started within {} s of being accepted",
+                deps.config.max_pending.as_secs()
+            ),
+        };
+        let result = fail(deps, job, &[JobStatus::Queued], None, error).await;
+        if result.is_ok() {
+            report.failed += 1;
+        }
+        return raced(result, report);
+    }
+    deps.executions.start(execution, &json!({ "job_id": job.job_id })).await?;
+    tracing::warn!(execution, "queued job's execution was never started; started it");
+    report.restarted += 1;
+    Ok(())
+}
+
+/// Judges a page of running jobs from what the index holds and their progress records (one
+/// batch read), and handles, from a fresh consistent read, only those that do not look healthy.
+async fn running_page(deps: &Deps, now: DateTime<Utc>, jobs: Vec<JobEntry>) -> Report {
+    let mut report = Report::default();
+    let ids: Vec<String> = jobs.iter().map(|job| job.job_id.clone()).collect();
+    let progress = match deps.jobs.progress_records(&ids).await {
+        Ok(progress) => Some(progress),
+        Err(err) => {
+            // Judge each job from its own consistent read instead: slower, nothing skipped.
+            tracing::error!(error = %err, "reading a page of progress records failed");
+            None
+        }
+    };
+    for job in jobs {
+        if let Some(progress) = &progress
+            && let Some((_, state)) = running_state(&job, progress.get(&job.job_id), now, deps)
+            && matches!(judge(now, &state, &deps.config.thresholds), Verdict::Healthy)
+        {
+            continue;
+        }
+        let span = logs::span_of(&job);
+        let result = running(deps, now, &job.job_id, &mut report).instrument(span.clone()).await;
+        counted(result, &span, &mut report);
+    }
+    report
+}
+
+/// What the reaper judges a running job by (with its lease), or `None` if it is not running.
+fn running_state(
+    job: &JobEntry,
+    progress: Option<&ProgressRecord>,
+    now: DateTime<Utc>,
+    deps: &Deps,
+) -> Option<(String, Running)> {
+    let (JobStatus::Running, Some(lease)) = (job.status, job.lease.clone()) else { return None };
     // A claim that died before handing the progress record over left the record to an
     // earlier attempt (or none at all): the lease's only sign of life is the claim itself.
     let claimed_at = parse(&job.updated_at).unwrap_or(now);
-    let (heartbeat_at, progress_changed_at) = match view.progress.filter(|p| p.lease == lease) {
+    let (heartbeat_at, progress_changed_at) = match progress.filter(|p| p.lease == lease) {
         Some(progress) => (
             parse(&progress.heartbeat_at).unwrap_or(now),
             progress.progress_changed_at.as_deref().and_then(parse).unwrap_or(now),
@@ -369,6 +527,23 @@ async fn running(
             .map(|(_, d)| *d)
             .unwrap_or(deps.config.default_max_runtime),
     };
+    Some((lease, state))
+}
+
+async fn running(
+    deps: &Deps,
+    now: DateTime<Utc>,
+    job_id: &str,
+    report: &mut Report,
+) -> Result<(), ReaperError> {
+    // The index is eventually consistent: judge the job and its progress as they are now.
+    let Some(view) = deps.jobs.view(job_id).await? else { return Ok(()) };
+    logs::current_job(&view.job);
+    let job = JobEntry::from(&view.job);
+    let Some((lease, state)) = running_state(&job, view.progress.as_ref(), now, deps) else {
+        return Ok(());
+    };
+    let job_type = job.job_type.parse::<JobType>().unwrap_or(JobType::Demo);
     match judge(now, &state, &deps.config.thresholds) {
         Verdict::Healthy => Ok(()),
         Verdict::Stalled => {
@@ -402,7 +577,7 @@ async fn running(
 async fn zombie(
     deps: &Deps,
     now: DateTime<Utc>,
-    job: &JobRecord,
+    job: &JobEntry,
     lease: &str,
     job_type: JobType,
     reason: String,
@@ -485,7 +660,7 @@ async fn zombie(
 /// Fails a job (conditionally), stops its execution and tidies up after it.
 async fn fail(
     deps: &Deps,
-    job: &JobRecord,
+    job: &JobEntry,
     from: &[JobStatus],
     lease: Option<&str>,
     error: JobError,
@@ -509,7 +684,7 @@ async fn fail(
     Ok(())
 }
 
-async fn stop_execution(deps: &Deps, job: &JobRecord, cause: &str) {
+async fn stop_execution(deps: &Deps, job: &JobEntry, cause: &str) {
     if let Some(execution) = &job.execution
         && let Err(err) = deps.executions.stop(execution, cause).await
     {

@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::StageError;
 use crate::engine::{Ctx, StageOutcome};
+use crate::failure::{self, Failure, PublicMessage};
 
 /// The csv_report job's stages.
 pub const STAGES: &[&str] = &["scan", "render", "publish"];
@@ -33,8 +34,14 @@ struct Rendered {
     extension: String,
 }
 
+/// What the scan found wrong with the owner's file: their data, told to them as it is.
 fn fatal(err: ScanError) -> StageError {
-    StageError::Fatal(err.to_string())
+    StageError::Fatal(Failure::new(PublicMessage::domain(err)))
+}
+
+/// Reading the input failed (an S3 error): the client hears that, the log gets the chain.
+fn unreadable(err: impl std::fmt::Display) -> StageError {
+    StageError::retryable(failure::INPUT_UNREADABLE, err)
 }
 
 /// Runs the current stage.
@@ -48,23 +55,27 @@ pub async fn run(ctx: &mut Ctx<'_>, params: &CsvReportParams) -> Result<StageOut
 
 async fn scan(ctx: &mut Ctx<'_>, params: &CsvReportParams) -> Result<StageOutcome, StageError> {
     if !owns_upload(&ctx.job.owner, &params.input) {
-        return Err(StageError::Fatal("the input is not one of the job owner's uploads".into()));
+        return Err(StageError::Fatal(Failure::new(PublicMessage::fixed(
+            "the input is not one of the job owner's uploads",
+        ))));
     }
-    let size = ctx.deps.objects.size(&params.input).await?.ok_or_else(|| {
-        StageError::Fatal(
-            "the input upload does not exist (upload it before submitting the job)".into(),
-        )
-    })?;
+    let size =
+        ctx.deps.objects.size(&params.input).await.map_err(unreadable)?.ok_or_else(|| {
+            StageError::Fatal(Failure::new(PublicMessage::fixed(
+                "the input upload does not exist (upload it before submitting the job)",
+            )))
+        })?;
     let state: ScanState = ctx.resume(SCAN_STATE_VERSION).await?.unwrap_or_default();
     let mut scanner = Scanner::new(params, state);
     ctx.progress(scanner.offset(), Some(size)).await?;
     if scanner.offset() < size {
-        let mut body = ctx.deps.objects.stream_from(&params.input, scanner.offset()).await?;
-        while let Some(chunk) = body
-            .try_next()
+        let mut body = ctx
+            .deps
+            .objects
+            .stream_from(&params.input, scanner.offset())
             .await
-            .map_err(|e| StageError::Retryable(format!("reading the input failed: {e}")))?
-        {
+            .map_err(unreadable)?;
+        while let Some(chunk) = body.try_next().await.map_err(unreadable)? {
             scanner.feed(&chunk).map_err(fatal)?;
             if ctx.deadline_near() {
                 let state = scanner.checkpoint();
@@ -104,7 +115,11 @@ async fn render_stage(
     };
     let key =
         format!("checkpoints/{}/render/a{}-report.{extension}", ctx.job_id(), ctx.lease.attempt);
-    ctx.deps.objects.put(&key, report.encode(params.format), content_type).await?;
+    ctx.deps
+        .objects
+        .put(&key, report.encode(params.format), content_type)
+        .await
+        .map_err(|e| StageError::retryable(failure::CHECKPOINT_FAILED, e))?;
     let rendered = Rendered { key, content_type: content_type.into(), extension: extension.into() };
     ctx.checkpoint(RENDERED_VERSION, &rendered, 1, Some(1)).await?;
     Ok(StageOutcome::StageDone)
@@ -114,7 +129,11 @@ async fn publish(ctx: &mut Ctx<'_>) -> Result<StageOutcome, StageError> {
     let rendered: Rendered = ctx.carried("render", RENDERED_VERSION).await?;
     let key =
         result_key(ctx.job_id(), &format!("{}/report.{}", ctx.lease.attempt, rendered.extension));
-    ctx.deps.objects.copy(&rendered.key, &key, &rendered.content_type).await?;
+    ctx.deps
+        .objects
+        .copy(&rendered.key, &key, &rendered.content_type)
+        .await
+        .map_err(|e| StageError::retryable(failure::RESULT_NOT_STORED, e))?;
     ctx.progress(1, Some(1)).await?;
     Ok(StageOutcome::Finished { result_key: key })
 }

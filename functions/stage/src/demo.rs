@@ -7,6 +7,7 @@ use longhaul_domain::demo::{DemoParams, DemoResult, DemoState, FailKind};
 
 use crate::StageError;
 use crate::engine::{Ctx, StageOutcome};
+use crate::failure::{self, Failure, PublicMessage};
 
 /// The demo job's stages.
 pub const STAGES: &[&str] = &["process"];
@@ -31,8 +32,10 @@ pub async fn run(ctx: &mut Ctx<'_>, params: &DemoParams) -> Result<StageOutcome,
                 .count_injected_failure(ctx.job_id(), &ctx.lease.token)
                 .await
                 .map_err(crate::fenced)?;
-            let message =
-                format!("injected {kind:?} failure at item {}", state.next_item).to_lowercase();
+            let message = PublicMessage::domain(
+                format!("injected {kind:?} failure at item {}", state.next_item).to_lowercase(),
+            );
+            let message = Failure::new(message);
             return Err(match kind {
                 FailKind::Transient => StageError::Retryable(message),
                 FailKind::Fatal => StageError::Fatal(message),
@@ -59,7 +62,8 @@ pub async fn run(ctx: &mut Ctx<'_>, params: &DemoParams) -> Result<StageOutcome,
     ctx.deps
         .objects
         .put(&key, serde_json::to_vec(&result).expect("results serialise"), "application/json")
-        .await?;
+        .await
+        .map_err(|e| StageError::retryable(failure::RESULT_NOT_STORED, e))?;
     ctx.checkpoint(STATE_VERSION, &state, params.items, total).await?;
     Ok(StageOutcome::Finished { result_key: key })
 }

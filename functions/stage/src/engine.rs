@@ -18,6 +18,7 @@ use longhaul_domain::progress::{Position, eta_seconds, overall_pct};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+use crate::failure::{CHECKPOINT_FAILED, Failure, PublicMessage};
 use crate::{Deps, StageError};
 
 /// A checkpoint object.
@@ -208,7 +209,11 @@ impl<'a> Ctx<'a> {
             state,
         })
         .expect("checkpoints serialise");
-        self.deps.objects.put(&key, body, "application/json").await?;
+        self.deps
+            .objects
+            .put(&key, body, "application/json")
+            .await
+            .map_err(|e| StageError::retryable(CHECKPOINT_FAILED, e))?;
         self.checkpoint_key = Some(key);
         self.write(done, total).await?;
         self.last_checkpoint = (Instant::now(), done);
@@ -229,26 +234,34 @@ impl<'a> Ctx<'a> {
 
     /// The previous stage's final checkpoint, which this stage starts from (the progress record
     /// keeps pointing at it across the stage boundary). A version mismatch here cannot be
-    /// healed by restarting this stage, so it fails the job with a clear reason.
+    /// healed by restarting this stage, so it fails the job with a clear reason (the object's
+    /// key goes to the log only: our storage layout is not the client's business).
     pub async fn carried<T: DeserializeOwned>(
         &mut self,
         stage: &str,
         version: u32,
     ) -> Result<T, StageError> {
+        let public =
+            |what: &str| PublicMessage::domain(format!("the {stage} stage's output {what}"));
         let key = self
             .checkpoint_key
             .clone()
-            .ok_or_else(|| StageError::Fatal(format!("the {stage} stage left no output")))?;
-        let bytes = self.deps.objects.get(&key).await?.ok_or_else(|| {
-            StageError::Fatal(format!("the {stage} stage's output {key} is missing"))
-        })?;
+            .ok_or_else(|| StageError::Fatal(Failure::new(public("is missing"))))?;
+        let bytes = self
+            .deps
+            .objects
+            .get(&key)
+            .await
+            .map_err(|e| StageError::retryable(CHECKPOINT_FAILED, e))?
+            .ok_or_else(|| StageError::fatal(public("is missing"), format!("no object {key}")))?;
         let checkpoint: Checkpoint<T> = serde_json::from_slice(&bytes)
             .ok()
             .filter(|c: &Checkpoint<T>| c.schema_version == version && c.stage == stage)
             .ok_or_else(|| {
-                StageError::Fatal(format!(
-                    "the {stage} stage's output {key} is not of schema version {version}"
-                ))
+                StageError::fatal(
+                    public(&format!("is not of schema version {version}")),
+                    format!("object {key}"),
+                )
             })?;
         Ok(checkpoint.state)
     }
@@ -260,7 +273,13 @@ impl<'a> Ctx<'a> {
         version: u32,
     ) -> Result<Option<T>, StageError> {
         let Some(key) = self.checkpoint_key.clone() else { return Ok(None) };
-        let Some(bytes) = self.deps.objects.get(&key).await? else {
+        let Some(bytes) = self
+            .deps
+            .objects
+            .get(&key)
+            .await
+            .map_err(|e| StageError::retryable(CHECKPOINT_FAILED, e))?
+        else {
             tracing::warn!(key, "the current checkpoint is missing; restarting the stage");
             return Ok(None);
         };
@@ -269,8 +288,9 @@ impl<'a> Ctx<'a> {
             schema_version: u32,
             stage: String,
         }
+        let unreadable = PublicMessage::fixed("a checkpoint of the job is unreadable");
         let header: Header = serde_json::from_slice(&bytes)
-            .map_err(|e| StageError::Fatal(format!("checkpoint {key} is unreadable: {e}")))?;
+            .map_err(|e| StageError::fatal(unreadable.clone(), format!("checkpoint {key}: {e}")))?;
         if header.stage != self.stage {
             // The previous stage's output, carried across the boundary: nothing to resume.
             return Ok(None);
@@ -286,9 +306,10 @@ impl<'a> Ctx<'a> {
             return Ok(None);
         }
         let checkpoint: Checkpoint<T> = serde_json::from_slice(&bytes).map_err(|e| {
-            StageError::Fatal(format!(
-                "checkpoint {key} does not match its schema version {version}: {e}"
-            ))
+            StageError::fatal(
+                unreadable,
+                format!("checkpoint {key} does not match its schema version {version}: {e}"),
+            )
         })?;
         tracing::info!(stage = self.stage, key, "resuming from checkpoint");
         Ok(Some(checkpoint.state))
@@ -328,6 +349,6 @@ fn refused(err: ProgressRefused) -> StageError {
         ProgressRefused::Stale { seq } => {
             StageError::LeaseLost(format!("a duplicate worker already recorded progress {seq}"))
         }
-        ProgressRefused::Store(err) => StageError::Retryable(err.to_string()),
+        ProgressRefused::Store(err) => crate::store_failed(err),
     }
 }

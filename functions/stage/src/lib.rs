@@ -18,7 +18,9 @@
 //!
 //! Errors carry stable names the state machine matches: `Job.Retryable` (retried with
 //! backoff), `Job.Fatal` (fails the job), `Job.LeaseLost` (another attempt owns the job: stop
-//! with no further side effects), `Job.NotClaimable` (the job is not waiting to run).
+//! with no further side effects), `Job.NotClaimable` (the job is not waiting to run). What a
+//! failure tells the job's owner is kept apart from what the log is told ([`failure`]): the
+//! state machine, and so the job record and its webhook, only ever gets the former.
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -28,6 +30,7 @@ use longhaul_aws::jobs::{JobStore, Lease, StoreError, TransitionRequest};
 pub mod csv;
 pub mod demo;
 pub mod engine;
+pub mod failure;
 
 use longhaul_aws::executions::Executions;
 use longhaul_aws::logs;
@@ -36,6 +39,7 @@ use longhaul_aws::objects::{ObjectStore, result_key};
 use longhaul_domain::{JobError, JobSpec, JobStatus};
 
 use crate::engine::{Ctx, StageOutcome};
+use crate::failure::{Failure, PublicMessage};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tracing::Instrument;
@@ -51,7 +55,7 @@ pub struct Config {
     /// Lambda deadline.
     pub margin: Duration,
     /// `LONGHAUL_PROGRESS_INTERVAL_MS` (default 2,000): least time between progress writes
-    /// (unless progress moved by a whole percent).
+    /// (a checkpoint or a stage boundary writes at once).
     pub progress_interval: Duration,
     /// `LONGHAUL_HEARTBEAT_INTERVAL_SECONDS` (default 30): most time between writes.
     pub heartbeat_interval: Duration,
@@ -69,6 +73,9 @@ pub struct Config {
     /// `LONGHAUL_RESULT_TTL_SECONDS` (default 604,800 = 7 days): how long a result is kept;
     /// `LONGHAUL_RESULT_TTL_SECONDS_<TYPE>` overrides it for one job type.
     pub result_ttl: ResultTtl,
+    /// `LONGHAUL_RECORD_RETENTION_SECONDS` (default 30 days): the TTL of the records of a job
+    /// this function ends (failed, cancelled), and of the progress records it writes.
+    pub record_retention: longhaul_aws::jobs::RecordRetention,
 }
 
 impl Config {
@@ -91,6 +98,7 @@ impl Config {
             runs_per_execution: vars.parsed_or("LONGHAUL_RUNS_PER_EXECUTION", 500)?,
             state_machine_arn: vars.required("STATE_MACHINE_ARN")?,
             result_ttl: ResultTtl::from_vars(vars)?,
+            record_retention: longhaul_aws::jobs::RecordRetention::from_vars(vars)?,
         })
     }
 }
@@ -124,7 +132,8 @@ impl Deps {
     /// Builds the adapters from one SDK configuration.
     pub fn new(sdk: &aws_config::SdkConfig, config: &Config) -> Self {
         Deps {
-            jobs: JobStore::new(aws_sdk_dynamodb::Client::new(sdk), config.table.clone()),
+            jobs: JobStore::new(aws_sdk_dynamodb::Client::new(sdk), config.table.clone())
+                .retaining(config.record_retention),
             objects: ObjectStore::new(aws_sdk_s3::Client::new(sdk), config.bucket.clone()),
             margin: config.margin,
             progress_interval: config.progress_interval,
@@ -273,19 +282,21 @@ pub struct RunOutput {
     pub result_ttl_seconds: Option<u64>,
 }
 
-/// A stage failure, named for the state machine.
+/// A stage failure, named for the state machine. Its `Display` is the log's form (with the
+/// internal detail); the state machine gets only [`StageError::public_message`].
 #[derive(Debug, thiserror::Error)]
 pub enum StageError {
     /// Worth retrying (throttling, a transient dependency failure).
     #[error("{0}")]
-    Retryable(String),
+    Retryable(Failure),
     /// Retrying cannot help.
     #[error("{0}")]
-    Fatal(String),
-    /// Another attempt holds the job; stop without side effects.
+    Fatal(Failure),
+    /// Another attempt holds the job; stop without side effects. (Never recorded on the job:
+    /// the state machine ends such an execution without a failure.)
     #[error("lease lost: {0}")]
     LeaseLost(String),
-    /// The job is not waiting to be claimed.
+    /// The job is not waiting to be claimed. (Never recorded on the job either.)
     #[error("{0}")]
     NotClaimable(String),
     /// The owner asked to cancel the running job.
@@ -306,15 +317,40 @@ impl StageError {
     }
 }
 
-impl From<StageError> for Diagnostic {
-    fn from(err: StageError) -> Diagnostic {
-        Diagnostic { error_type: err.name().to_owned(), error_message: err.to_string() }
+impl StageError {
+    /// A failure worth retrying: `public` for the job's owner, `internal` for the log only.
+    pub fn retryable(public: PublicMessage, internal: impl std::fmt::Display) -> Self {
+        StageError::Retryable(Failure::because(public, internal))
+    }
+
+    /// A failure retrying cannot help: `public` for the job's owner, `internal` for the log.
+    pub fn fatal(public: PublicMessage, internal: impl std::fmt::Display) -> Self {
+        StageError::Fatal(Failure::because(public, internal))
+    }
+
+    /// The message the state machine gets (and for `Job.Retryable` and `Job.Fatal`, the job's
+    /// `error.message`): never the internal detail.
+    pub fn public_message(&self) -> String {
+        match self {
+            StageError::Retryable(failure) | StageError::Fatal(failure) => {
+                failure.public.to_string()
+            }
+            other => other.to_string(),
+        }
     }
 }
 
+impl From<StageError> for Diagnostic {
+    fn from(err: StageError) -> Diagnostic {
+        Diagnostic { error_type: err.name().to_owned(), error_message: err.public_message() }
+    }
+}
+
+/// An AWS call failed where no more particular message applies: retried; the client is told
+/// a dependency failed, the log gets the chain.
 impl From<longhaul_aws::AwsError> for StageError {
     fn from(err: longhaul_aws::AwsError) -> Self {
-        StageError::Retryable(err.to_string())
+        StageError::retryable(failure::SERVICE_FAILED, err)
     }
 }
 
@@ -326,9 +362,17 @@ pub(crate) fn fenced(err: StoreError) -> StageError {
             Some(job) => format!("job is {} (attempt {})", job.status, job.attempt),
             None => "progress write refused".into(),
         }),
-        StoreError::Illegal(e) => StageError::Fatal(e.to_string()),
-        other => StageError::Retryable(other.to_string()),
+        StoreError::Illegal(e) => StageError::fatal(
+            PublicMessage::fixed("the job is not in a state that allows this step"),
+            e,
+        ),
+        other => store_failed(other),
     }
+}
+
+/// The job table failed (retried).
+pub(crate) fn store_failed(err: StoreError) -> StageError {
+    StageError::retryable(failure::STORE_FAILED, err)
 }
 
 /// The Lambda deadline (epoch milliseconds) as an `Instant`.
@@ -381,7 +425,7 @@ async fn claim(deps: &Deps, job_id: &str, execution: &str) -> Result<TaskLease, 
             "job {job_id} is {}",
             current.map(|j| j.status.as_str()).unwrap_or("missing")
         )),
-        other => StageError::Retryable(other.to_string()),
+        other => store_failed(other),
     })?;
     logs::record_job(&tracing::Span::current(), &job);
     tracing::info!("claimed");
@@ -431,10 +475,9 @@ async fn complete(
     lease: &Lease,
     run: &RunOutput,
 ) -> Result<(), StageError> {
-    let result_key = run
-        .result_key
-        .clone()
-        .ok_or_else(|| StageError::Fatal("complete without a result".into()))?;
+    let result_key = run.result_key.clone().ok_or_else(|| {
+        StageError::Fatal(Failure::new(PublicMessage::fixed("the job ended without a result")))
+    })?;
     let ttl = run
         .result_ttl_seconds
         .map(Duration::from_secs)
@@ -467,7 +510,7 @@ async fn failing_lease(
         return Ok(given);
     }
     let Some(execution) = execution else { return Ok(None) };
-    let job = deps.jobs.job(job_id).await.map_err(|e| StageError::Retryable(e.to_string()))?;
+    let job = deps.jobs.job(job_id).await.map_err(store_failed)?;
     Ok(job.and_then(|job| match (job.status, job.lease) {
         (JobStatus::Running, Some(token)) if job.execution.as_deref() == Some(execution) => {
             Some(TaskLease {
@@ -531,12 +574,16 @@ async fn task(
             if let Some(principal) = &lease.principal {
                 logs::record_principal(&span, principal);
             }
-            let message = serde_json::from_str::<serde_json::Value>(&error.cause)
-                .ok()
-                .and_then(|cause| {
-                    cause.get("errorMessage").and_then(|m| m.as_str()).map(str::to_owned)
-                })
-                .unwrap_or(error.cause);
+            // Only a message written for the client is recorded (the job's `error`, its
+            // transition log, its webhook); a cause it replaces goes to the log.
+            let (message, replaced) = failure::recorded_message(&error.error, &error.cause);
+            if replaced {
+                tracing::warn!(
+                    error = error.error,
+                    cause = error.cause,
+                    "the failure's cause is not shown to the client; recorded as {message:?}"
+                );
+            }
             let job_error = JobError { code: error.error, message };
             let request = TransitionRequest::new(
                 &job_id,
@@ -560,8 +607,10 @@ async fn run(
     loops: u32,
     deadline: Instant,
 ) -> Result<RunOutput, StageError> {
-    let view = deps.jobs.view(job_id).await.map_err(|e| StageError::Retryable(e.to_string()))?;
-    let view = view.ok_or_else(|| StageError::Fatal(format!("job {job_id} does not exist")))?;
+    let view = deps.jobs.view(job_id).await.map_err(store_failed)?;
+    let view = view.ok_or_else(|| {
+        StageError::Fatal(Failure::new(PublicMessage::fixed("the job does not exist")))
+    })?;
     let job = &view.job;
     if lease.principal.is_none() {
         logs::record_principal(&tracing::Span::current(), &job.owner);
@@ -589,8 +638,8 @@ async fn run(
             )));
         }
     }
-    let spec =
-        JobSpec::parse(&job.job_type, &job.params).map_err(|e| StageError::Fatal(e.to_string()))?;
+    let spec = JobSpec::parse(&job.job_type, &job.params)
+        .map_err(|e| StageError::Fatal(Failure::new(PublicMessage::domain(e))))?;
     let stages = match &spec {
         JobSpec::Demo(_) => demo::STAGES,
         JobSpec::CsvReport(_) => csv::STAGES,
@@ -638,7 +687,7 @@ async fn run(
 /// Ends a running job whose owner asked to cancel it: partial results are deleted first, so a
 /// `cancelled` job never has a result object, then the job becomes `cancelled` (fenced).
 async fn finish_cancellation(deps: &Deps, job_id: &str, lease: &Lease) -> Result<(), StageError> {
-    let job = deps.jobs.job(job_id).await.map_err(|e| StageError::Retryable(e.to_string()))?;
+    let job = deps.jobs.job(job_id).await.map_err(store_failed)?;
     let cancellation = job.and_then(|j| j.cancellation);
     deps.objects.delete_prefix(&result_key(job_id, "")).await?;
     let reason = match &cancellation {
@@ -681,5 +730,49 @@ async fn end_job(deps: &Deps, request: TransitionRequest, lease: &Lease) -> Resu
 pub(crate) async fn tidy_after_end(deps: &Deps, job_id: &str) -> Result<(), StageError> {
     longhaul_aws::tidy_after_end(&deps.objects, job_id)
         .await
-        .map_err(|e| StageError::Retryable(e.to_string()))
+        .map_err(|e| StageError::retryable(failure::CHECKPOINT_FAILED, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_state_machine_gets_the_public_message_and_the_log_the_chain() {
+        let chain = longhaul_aws::AwsError {
+            context: "get s3://longhaul-data/uploads/u/x.csv from byte 0".into(),
+            detail: "service error: unhandled error (AccessDenied): User: \
+                arn:aws:sts::123456789012:assumed-role/StageRole/Stage is not authorized"
+                .into(),
+        };
+        let err = StageError::retryable(failure::INPUT_UNREADABLE, &chain);
+        assert!(err.to_string().contains("arn:aws:sts::123456789012"), "the log keeps it: {err}");
+        let diagnostic = Diagnostic::from(err);
+        assert_eq!(diagnostic.error_type, "Job.Retryable");
+        assert_eq!(diagnostic.error_message, "the input upload could not be read");
+
+        // An AWS error with no particular message, and a store error: generic, retried.
+        let diagnostic = Diagnostic::from(StageError::from(chain));
+        assert_eq!(
+            (diagnostic.error_type.as_str(), diagnostic.error_message.as_str()),
+            ("Job.Retryable", "a service the job depends on failed")
+        );
+        let store = StoreError::Aws(longhaul_aws::AwsError {
+            context: "update job j".into(),
+            detail: "arn:aws:dynamodb:eu-west-1:123456789012:table/jobs".into(),
+        });
+        let diagnostic = Diagnostic::from(fenced(store));
+        assert_eq!(diagnostic.error_message, "the job's record could not be read or updated");
+    }
+
+    #[test]
+    fn what_a_job_kind_says_about_the_owners_data_is_shown_as_it_is() {
+        let err = StageError::Fatal(Failure::new(PublicMessage::domain(
+            "column \"country\" is not in the CSV header row",
+        )));
+        assert_eq!(
+            Diagnostic::from(err).error_message,
+            "column \"country\" is not in the CSV header row"
+        );
+    }
 }

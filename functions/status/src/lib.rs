@@ -18,7 +18,7 @@ use lambda_http::http::{HeaderValue, Method, StatusCode, header};
 use lambda_http::{Body, Request, RequestExt, Response};
 use longhaul_aws::api::{Problem, json_response, path_job_id, principal, route_key, wrong_status};
 use longhaul_aws::config::{ConfigError, Vars};
-use longhaul_aws::jobs::{JobRecord, JobStore, JobView, ListError, ListFilter};
+use longhaul_aws::jobs::{JobEntry, JobStore, JobView, ListError, ListFilter};
 use longhaul_aws::logs;
 use longhaul_aws::objects::ObjectStore;
 use longhaul_domain::{JobStatus, stream_token};
@@ -333,7 +333,7 @@ async fn deliveries(deps: &Deps, request: &Request) -> Result<Response<Body>, Pr
     Ok(response)
 }
 
-fn summary(job: &JobRecord) -> serde_json::Value {
+fn summary(job: &JobEntry) -> serde_json::Value {
     json!({
         "job_id": job.job_id,
         "type": job.job_type,

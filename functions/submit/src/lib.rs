@@ -3,7 +3,8 @@
 //! (re-run a failed or cancelled job as a new job linked to the old one).
 //!
 //! Idempotency follows draft-ietf-httpapi-idempotency-key-header: the `Idempotency-Key`
-//! header, or a key derived from (principal, type, canonical params) when it is absent.
+//! header, or a key derived from (principal, type, canonical params, callback URL) when it is
+//! absent. A key names its job until its record's `expires_at`, then it is free again.
 //! Conditional writes on the idempotency record and the job record decide every race, so
 //! concurrent identical requests create exactly one job and send exactly one message.
 
@@ -20,7 +21,9 @@ use longhaul_aws::logs;
 use longhaul_aws::metrics::{self, Unit};
 use longhaul_aws::queue::{DispatchMessage, IntakeQueue};
 use longhaul_domain::callback::{CallbackPolicy, Host, check_address, parse_callback_url};
-use longhaul_domain::fingerprint::{derived_idempotency_key, fingerprint, retry_idempotency_key};
+use longhaul_domain::fingerprint::{
+    derived_idempotency_key, fingerprint, retry_idempotency_key, submission_fingerprint,
+};
 use longhaul_domain::uploads::owns_upload;
 use longhaul_domain::{JobId, JobSpec, JobStatus, JobType, SpecError, Transition, now_rfc3339};
 use serde::Deserialize;
@@ -166,6 +169,8 @@ async fn retry(deps: &Deps, request: &Request) -> Result<Response<Body>, Problem
         ));
     }
     let spec = JobSpec::parse(&original.job_type, &original.params).map_err(spec_problem)?;
+    // A type switched off since the job ran stays off for its retries too.
+    require_enabled(deps, spec.job_type())?;
     let key = retry_idempotency_key(&job_id);
     let request_fingerprint = fingerprint(&json!({ "retry_of": job_id }));
     let new = NewJob {
@@ -178,6 +183,18 @@ async fn retry(deps: &Deps, request: &Request) -> Result<Response<Body>, Problem
         retry_of: Some(&job_id),
     };
     create(deps, &new).await
+}
+
+/// 422 unless this deployment accepts `job_type` (`ENABLED_JOB_TYPES`).
+fn require_enabled(deps: &Deps, job_type: JobType) -> Result<(), Problem> {
+    if deps.enabled_job_types.contains(&job_type) {
+        return Ok(());
+    }
+    Err(Problem::unprocessable(
+        "unknown-job-type",
+        "Unknown job type",
+        format!("job type {:?} is not enabled on this deployment", job_type.as_str()),
+    ))
 }
 
 fn spec_problem(e: SpecError) -> Problem {
@@ -207,17 +224,13 @@ async fn submit(deps: &Deps, request: &Request) -> Result<Response<Body>, Proble
             "params.input names no upload of yours; create one with POST /uploads.",
         ));
     }
-    if !deps.enabled_job_types.contains(&spec.job_type()) {
-        return Err(Problem::unprocessable(
-            "unknown-job-type",
-            "Unknown job type",
-            format!("job type {:?} is not enabled on this deployment", spec.job_type().as_str()),
-        ));
-    }
+    require_enabled(deps, spec.job_type())?;
     let callback_url = match &body.callback_url {
         Some(url) => Some(validate_callback_url(url, &deps.callbacks).await?),
         None => None,
     };
+    let request_fingerprint =
+        submission_fingerprint(spec.job_type().as_str(), &body.params, callback_url.as_deref());
     let key = match request.headers().get("idempotency-key") {
         Some(value) => {
             let key = value.to_str().ok().filter(|k| {
@@ -230,11 +243,10 @@ async fn submit(deps: &Deps, request: &Request) -> Result<Response<Body>, Proble
             })?
             .to_owned()
         }
-        None => derived_idempotency_key(&owner, spec.job_type().as_str(), &body.params),
+        // Over the whole request, callback included: a derived key never meets a different
+        // request, so it never answers 422 (see `derived_idempotency_key`).
+        None => derived_idempotency_key(&owner, &request_fingerprint),
     };
-    let request_fingerprint = fingerprint(
-        &json!({"type": spec.job_type().as_str(), "params": body.params, "callback_url": callback_url}),
-    );
 
     let new = NewJob {
         owner: &owner,

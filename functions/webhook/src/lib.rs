@@ -6,8 +6,14 @@
 //!   spans more than a day (SQS delays a message at most 15 minutes, so longer waits hop), then
 //!   the delivery goes to the webhook dead-letter queue. Every retry keeps the `webhook-id`.
 //! * SSRF: the callback URL is checked again now, its host resolved once, every address
-//!   checked, and the request connects to the checked address (no second lookup), follows no
-//!   redirects, gives up after 10 s and reads at most 4 KiB of the answer.
+//!   checked, and the request connects to the checked address (no second lookup, and no proxy
+//!   from the environment: a proxy would resolve the host itself), follows no redirects, gives
+//!   up after 10 s and reads at most 4 KiB of the answer.
+//! * Bounded: the lookup gets 2 s, the request (connect, answer, body) 10 s; running out of
+//!   either is a failed attempt of that delivery alone, retried on the schedule. A batch's
+//!   records are delivered concurrently ([`longhaul_aws::queue::handle_batch`]), so a batch
+//!   takes as long as its slowest delivery (≤ 12 s by default), not their sum, and one slow
+//!   partner cannot time the function out and have SQS redeliver everyone else's webhooks.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -65,10 +71,16 @@ pub struct Config {
     pub dead_letter_url: String,
     /// `LONGHAUL_WEBHOOK_SCHEDULE_SECONDS` (comma-separated delays; default 5 s … 10 h, ~27.6 h).
     pub schedule: RetrySchedule,
-    /// `LONGHAUL_WEBHOOK_TIMEOUT_MS` (10,000).
+    /// `LONGHAUL_WEBHOOK_TIMEOUT_MS` (10,000): the whole request — connect, answer and the
+    /// bounded read of its body.
     pub timeout: Duration,
+    /// `LONGHAUL_WEBHOOK_RESOLVE_TIMEOUT_MS` (2,000): the lookup of the callback's host. With
+    /// `timeout`, it bounds one delivery; keep their sum well under the function's 30 s.
+    pub resolve_timeout: Duration,
     /// `LONGHAUL_ALLOW_INSECURE_CALLBACKS=1` (local stack only).
     pub allow_insecure: bool,
+    /// `LONGHAUL_RECORD_RETENTION_SECONDS`: how long delivery records are kept (their TTL).
+    pub record_retention: longhaul_aws::jobs::RecordRetention,
 }
 
 impl Config {
@@ -88,7 +100,11 @@ impl Config {
             dead_letter_url: vars.required("WEBHOOK_DLQ_URL")?,
             schedule,
             timeout: Duration::from_millis(vars.parsed_or("LONGHAUL_WEBHOOK_TIMEOUT_MS", 10_000)?),
+            resolve_timeout: Duration::from_millis(
+                vars.parsed_or("LONGHAUL_WEBHOOK_RESOLVE_TIMEOUT_MS", 2_000)?,
+            ),
             allow_insecure: vars.parsed_or("LONGHAUL_ALLOW_INSECURE_CALLBACKS", 0u8)? == 1,
+            record_retention: longhaul_aws::jobs::RecordRetention::from_vars(vars)?,
         })
     }
 }
@@ -110,7 +126,7 @@ pub struct Deps {
 }
 
 /// The TLS configuration of deliveries: rustls with ring and the system's roots.
-fn tls_config() -> Result<rustls::ClientConfig, ConfigError> {
+pub fn tls_config() -> Result<rustls::ClientConfig, ConfigError> {
     let mut roots = rustls::RootCertStore::empty();
     for cert in rustls_native_certs::load_native_certs().certs {
         // A certificate the store cannot use is skipped, as every TLS client does.
@@ -140,7 +156,8 @@ impl Deps {
         longhaul_aws::sdk::install_tls_provider();
         let sqs = aws_sdk_sqs::Client::new(sdk);
         Ok(Deps {
-            jobs: JobStore::new(aws_sdk_dynamodb::Client::new(sdk), config.table.clone()),
+            jobs: JobStore::new(aws_sdk_dynamodb::Client::new(sdk), config.table.clone())
+                .retaining(config.record_retention),
             queue: WebhookQueue::new(sqs.clone(), config.queue_url.clone()),
             dead_letters: WebhookQueue::new(sqs, config.dead_letter_url.clone()),
             config: config.clone(),
@@ -287,6 +304,25 @@ pub async fn process(deps: &Deps, message: &WebhookMessage) -> Result<(), String
     Ok(())
 }
 
+/// The client of one delivery: `host` connects to `address` (the checked one) and nowhere
+/// else. No proxy — reqwest would otherwise use `HTTP(S)_PROXY`/`ALL_PROXY`, and a proxy
+/// resolves the host itself, bypassing the check; no redirects; `timeout` bounds the whole
+/// request, from connecting to the end of the body.
+pub fn delivery_client(
+    host: &str,
+    address: SocketAddr,
+    timeout: Duration,
+    tls: rustls::ClientConfig,
+) -> reqwest::Result<reqwest::Client> {
+    reqwest::Client::builder()
+        .no_proxy()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(timeout)
+        .resolve(host, address)
+        .tls_backend_preconfigured(tls)
+        .build()
+}
+
 /// Makes the HTTP request to the checked address; the status code, or why there is none.
 async fn deliver(
     deps: &Deps,
@@ -303,10 +339,12 @@ async fn deliver(
     let (host, address) = match callback.host() {
         Host::Ip(ip) => (ip.to_string(), SocketAddr::new(ip, port)),
         Host::Domain(name) => {
-            let addresses = deps
-                .resolver
-                .resolve(&name, port)
+            // A lookup that hangs fails this attempt only; it must not eat the time of the
+            // batch's other deliveries (the function's own timeout would redeliver them all).
+            let limit = deps.config.resolve_timeout;
+            let addresses = tokio::time::timeout(limit, deps.resolver.resolve(&name, port))
                 .await
+                .map_err(|_| format!("{name} did not resolve within {} ms", limit.as_millis()))?
                 .map_err(|e| format!("{name} does not resolve: {e}"))?;
             for address in &addresses {
                 check_address(address.ip(), &policy)
@@ -316,12 +354,7 @@ async fn deliver(
             (name, first)
         }
     };
-    let client = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .timeout(deps.config.timeout)
-        .resolve(&host, address)
-        .tls_backend_preconfigured((*deps.tls).clone())
-        .build()
+    let client = delivery_client(&host, address, deps.config.timeout, (*deps.tls).clone())
         .map_err(|e| format!("client: {e}"))?;
     let mut response = client
         .post(callback.url().clone())

@@ -1,6 +1,13 @@
 //! **webhooks** — the caller's webhook signing secrets: `GET /webhooks/secret` (created on
 //! first use) and `POST /webhooks/secret/rotate` (a new secret signs from now on; the previous
 //! one keeps signing alongside it for 24 hours, so receivers can switch without a gap).
+//!
+//! At most two secrets are active ([`MAX_ACTIVE_SECRETS`]): a rotation within 24 hours of the
+//! previous one retires the oldest at once. Rotations are conditional writes: of two at the
+//! same time one wins and the other is answered `409` (`/problems/rotation-conflict`) — its
+//! secret was never stored, so it is never handed out; `GET /webhooks/secret` shows the
+//! winner's. Secrets are [`SecretString`](longhaul_domain::webhooks::SecretString)s, exposed
+//! here only to be returned to their owner.
 
 use std::time::Duration;
 
@@ -8,7 +15,8 @@ use lambda_http::http::{HeaderValue, StatusCode, header};
 use lambda_http::{Body, Request, Response};
 use longhaul_aws::api::{Problem, json_response, principal, route_key};
 use longhaul_aws::config::{ConfigError, Vars};
-use longhaul_aws::jobs::{JobStore, SecretsRecord};
+use longhaul_aws::jobs::{JobStore, MAX_ACTIVE_SECRETS, Rotation, SecretsRecord};
+use longhaul_domain::webhooks::ExposeSecret;
 use longhaul_domain::{format_rfc3339, now_rfc3339};
 use serde_json::json;
 
@@ -55,28 +63,102 @@ pub async fn handle(deps: &Deps, request: Request) -> Response<Body> {
 
 async fn secrets(deps: &Deps, request: &Request) -> Result<Response<Body>, Problem> {
     let owner = principal(request).ok_or_else(Problem::unauthorized)?;
+    let failed = |err: longhaul_aws::jobs::StoreError| {
+        tracing::error!(error = %err, "webhook secrets failed");
+        Problem::internal()
+    };
     let record = match route_key(request).as_deref() {
         Some("POST /webhooks/secret/rotate") => {
             let until = chrono::Utc::now()
                 + chrono::Duration::from_std(ROTATION_OVERLAP).expect("a day fits");
-            deps.jobs.rotate_webhook_secret(&owner, &format_rfc3339(until)).await
+            match deps.jobs.rotate_webhook_secret(&owner, &format_rfc3339(until)).await {
+                Ok(Rotation::Rotated(record)) => record,
+                Ok(Rotation::Lost(_)) => {
+                    tracing::info!("a concurrent rotation won; this one was not stored");
+                    return Err(rotation_conflict());
+                }
+                Err(err) => return Err(failed(err)),
+            }
         }
-        _ => deps.jobs.webhook_secrets(&owner).await,
-    }
-    .map_err(|err| {
-        tracing::error!(error = %err, "webhook secrets failed");
-        Problem::internal()
-    })?;
+        _ => deps.jobs.webhook_secrets(&owner).await.map_err(failed)?,
+    };
     let mut response = json_response(StatusCode::OK, &render(&record));
     response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     Ok(response)
 }
 
+/// 409: another rotation was stored between this one's read and its write.
+fn rotation_conflict() -> Problem {
+    Problem::new(
+        StatusCode::CONFLICT,
+        "rotation-conflict",
+        "Another rotation won",
+        "Another rotation of your webhook secret was made at the same time and won; this one \
+         was not made. GET /webhooks/secret shows the secrets that sign now.",
+    )
+}
+
+/// The body of both routes. The one place a secret is exposed outside signing: to its owner.
 fn render(record: &SecretsRecord) -> serde_json::Value {
     let secrets: Vec<_> = record
         .active(&now_rfc3339())
         .into_iter()
-        .map(|s| json!({ "secret": s.secret, "created_at": s.created_at, "expires_at": s.expires_at }))
+        .take(MAX_ACTIVE_SECRETS)
+        .map(|s| {
+            json!({
+                "secret": s.secret.expose_secret(),
+                "created_at": s.created_at,
+                "expires_at": s.expires_at,
+            })
+        })
         .collect();
     json!({ "secrets": secrets })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use longhaul_aws::jobs::WebhookSecret;
+
+    fn secret(at: &str) -> WebhookSecret {
+        WebhookSecret::generate(at).unwrap()
+    }
+
+    fn exposed(record: &SecretsRecord) -> Vec<String> {
+        record.secrets.iter().map(|s| s.secret.expose_secret().to_owned()).collect()
+    }
+
+    /// Three rotations within a day: never more than two secrets, the newest first, the
+    /// previous one kept until its overlap ends, the oldest retired.
+    #[test]
+    fn a_third_secret_within_the_overlap_retires_the_oldest() {
+        let first = SecretsRecord { version: 1, secrets: vec![secret("2026-01-01T00:00:00Z")] };
+        let second =
+            first.rotated(secret("2026-01-01T01:00:00Z"), "2026-01-01T01:00:00Z", "2026-01-02T01");
+        assert_eq!(second.version, 2);
+        assert_eq!(exposed(&second)[1], exposed(&first)[0]);
+        assert_eq!(second.secrets[1].expires_at.as_deref(), Some("2026-01-02T01"));
+        let third =
+            second.rotated(secret("2026-01-01T02:00:00Z"), "2026-01-01T02:00:00Z", "2026-01-02T02");
+        assert_eq!(third.version, 3);
+        assert_eq!(third.secrets.len(), MAX_ACTIVE_SECRETS);
+        assert_eq!(exposed(&third)[1], exposed(&second)[0], "the previous one overlaps");
+        assert!(!exposed(&third).contains(&exposed(&first)[0]), "the oldest is retired");
+        assert_eq!(third.active("2026-01-01T02:00:00Z").len(), 2);
+        assert_eq!(third.active("2026-01-02T03").len(), 1, "the overlap ends");
+        // Once the overlap is over, a rotation keeps the one secret that still signs.
+        let later = third.rotated(secret("2026-01-03"), "2026-01-03", "2026-01-04");
+        assert_eq!(exposed(&later)[1], exposed(&third)[0]);
+    }
+
+    #[test]
+    fn a_rotations_debug_output_shows_no_secret() {
+        let record =
+            SecretsRecord { version: 1, secrets: vec![secret("t")] }.rotated(secret("u"), "u", "v");
+        let text = format!("{:?}", Rotation::Rotated(record.clone()));
+        for secret in exposed(&record) {
+            assert!(!text.contains(&secret), "{text}");
+        }
+        assert!(text.contains("REDACTED"), "{text}");
+    }
 }

@@ -193,11 +193,6 @@ async fn forward(State(state): State<EdgeState>, request: Request) -> Response {
     let write = DYNAMODB_WRITES.contains(&operation.as_str());
     let function = parts.headers.get(FUNCTION_HEADER).and_then(|v| v.to_str().ok());
     state.calls.record(operation.clone(), function);
-    // Only SDK calls (signed in the Authorization header) are throttled: presigned URLs are
-    // followed by plain HTTP clients, which do not retry.
-    if parts.headers.contains_key("authorization") && state.faults.throttle_call() {
-        return throttled(&operation);
-    }
     let writer_lease =
         parts.headers.get(LEASE_HEADER).and_then(|v| v.to_str().ok()).map(str::to_owned);
     let invocation = parts
@@ -211,6 +206,16 @@ async fn forward(State(state): State<EdgeState>, request: Request) -> Response {
         Ok(body) => body,
         Err(err) => return (StatusCode::BAD_REQUEST, err.to_string()).into_response(),
     };
+    // Only SDK calls (signed in the Authorization header) are throttled: presigned URLs are
+    // followed by plain HTTP clients, which do not retry.
+    if parts.headers.contains_key("authorization")
+        && state.faults.throttle_call(&operation, path, &body)
+    {
+        return throttled(&operation);
+    }
+    if state.faults.deny_call(&operation, path, &body) {
+        return access_denied(&operation, &injected_denial(&operation, &parts.uri, &parts.headers));
+    }
     let principal = Credential::of(&parts.uri, &parts.headers)
         .map(|c| c.key)
         .filter(|p| state.policies.knows(p));
@@ -360,6 +365,21 @@ fn access_denied(operation: &str, message: &str) -> Response {
         (StatusCode::FORBIDDEN, "AccessDenied"),
         (json_status, "AccessDeniedException"),
         message,
+    )
+}
+
+/// The message of an injected denial ([`crate::faults::FaultPlan::deny`]), as IAM words a
+/// refusal: the caller's role and account, the action, the resource (an S3 object's ARN).
+fn injected_denial(operation: &str, uri: &Uri, headers: &HeaderMap) -> String {
+    let principal = Credential::of(uri, headers).map_or_else(|| "Unknown".into(), |c| c.key);
+    let resource = if operation.starts_with("s3:") {
+        format!("arn:aws:s3:::{}", uri.path().trim_start_matches('/'))
+    } else {
+        uri.path().to_owned()
+    };
+    format!(
+        "User: arn:aws:sts::{}:assumed-role/{principal}Role/{principal} is not authorized to perform: {operation} on resource: {resource} (denial injected by the local edge)",
+        crate::template::ACCOUNT
     )
 }
 

@@ -108,18 +108,7 @@ pub async fn ensure(
             use std::os::unix::process::CommandExt;
             command.process_group(0);
         }
-        Lifetime::DiesWithParent => {
-            use std::os::unix::process::CommandExt;
-            // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
-            unsafe {
-                command.pre_exec(|| {
-                    if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                    Ok(())
-                });
-            }
-        }
+        Lifetime::DiesWithParent => die_with_parent(&mut command)?,
     }
     let mut child =
         command.spawn().with_context(|| format!("starting {}", moto_server.display()))?;
@@ -180,13 +169,108 @@ pub fn stop_recorded(state_dir: &Path) -> anyhow::Result<Option<u32>> {
 
 fn stop_pid(pid: u32) {
     // Only signal the pid if it still is a moto server: a recorded pid may have been reused.
-    let is_moto = std::fs::read(format!("/proc/{pid}/cmdline"))
-        .is_ok_and(|cmdline| String::from_utf8_lossy(&cmdline).contains("moto"));
+    let is_moto = command_line(pid).is_some_and(|cmdline| cmdline.contains("moto"));
     if !is_moto {
         return;
     }
     // SAFETY: kill(2) on a process we checked is the emulator.
     unsafe {
         libc::kill(pid as libc::pid_t, libc::SIGTERM);
+    }
+}
+
+/// Makes the process `command` starts die with the thread that starts it
+/// (`PR_SET_PDEATHSIG`), so a test binary that crashes or is killed leaves no emulator behind.
+#[cfg(target_os = "linux")]
+fn die_with_parent(command: &mut std::process::Command) -> anyhow::Result<()> {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        command.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    Ok(())
+}
+
+/// Without `PR_SET_PDEATHSIG` (Linux only), every test binary that crashed or was killed
+/// would leave a moto server running, one more per run: the tests' stack refuses to start
+/// rather than leak them. `make dev` keeps its emulator on purpose and runs anywhere.
+#[cfg(not(target_os = "linux"))]
+fn die_with_parent(_command: &mut std::process::Command) -> anyhow::Result<()> {
+    bail!(
+        "the local stack's test mode needs Linux: its emulator must die with the test process \
+         (prctl PR_SET_PDEATHSIG), which {} cannot do; `make dev` works here",
+        std::env::consts::OS
+    )
+}
+
+/// The command line of process `pid`, if it is running.
+#[cfg(target_os = "linux")]
+fn command_line(pid: u32) -> Option<String> {
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    Some(String::from_utf8_lossy(&cmdline).into_owned())
+}
+
+/// The command line of process `pid`, if it is running.
+#[cfg(not(target_os = "linux"))]
+fn command_line(pid: u32) -> Option<String> {
+    command_line_from_ps(pid)
+}
+
+/// Where there is no `/proc` (macOS, the BSDs): asks `ps` (POSIX `-o args=`). Compiled on
+/// Linux for its unit test only.
+#[cfg(any(not(target_os = "linux"), test))]
+fn command_line_from_ps(pid: u32) -> Option<String> {
+    let output = match std::process::Command::new("ps")
+        .args(["-o", "args=", "-p", &pid.to_string()])
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output()
+    {
+        Ok(output) => output,
+        Err(err) => {
+            tracing::warn!(pid, error = %err, "cannot run ps to check the emulator's pid");
+            return None;
+        }
+    };
+    let line = String::from_utf8_lossy(&output.stdout).trim().to_owned();
+    (output.status.success() && !line.is_empty()).then_some(line)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `ps` (the fallback outside Linux) and `/proc` agree on a running process, and both know
+    /// that a finished one is gone.
+    #[test]
+    fn command_lines_come_from_proc_or_ps() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("spawn sleep");
+        let pid = child.id();
+        // `spawn` may return while the kernel is still setting up the new program's arguments
+        // (its command line reads empty for that moment), so look until both name it.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let (from_proc, from_ps) = (command_line(pid), command_line_from_ps(pid));
+            let named =
+                |line: &Option<String>| line.as_deref().is_some_and(|l| l.contains("sleep"));
+            if named(&from_proc) && named(&from_ps) {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "{from_proc:?} {from_ps:?}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        child.kill().expect("kill sleep");
+        child.wait().expect("reap sleep");
+        assert_eq!(command_line(pid), None);
+        assert_eq!(command_line_from_ps(pid), None);
     }
 }

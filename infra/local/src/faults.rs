@@ -68,6 +68,13 @@ pub struct FaultPlan {
     pub max_crashes_per_job: u32,
     /// Probability that the edge answers an AWS call with a throttling error.
     pub throttle: f64,
+    /// When set, the edge refuses every call it matches with `AccessDenied`, worded as IAM
+    /// words it (the caller's role ARN with the account, the resource's ARN): an AWS error
+    /// whose text names our infrastructure, for tests that check no client is ever shown it.
+    pub deny: Option<CallMatch>,
+    /// When set, throttling strikes only the calls it matches (a test holding one job's
+    /// `StartExecution` back, say); `None`: any call.
+    pub throttle_only: Option<CallMatch>,
     /// Probability that an SQS or DynamoDB stream batch is delivered to its function twice at once.
     pub duplicate_delivery: f64,
     /// Probability that the edge sends a `StartExecution` twice, answering with the second
@@ -121,6 +128,9 @@ pub struct FaultCounts {
     pub crashed_after_call: u64,
     /// AWS calls answered with a throttling error.
     pub throttled: u64,
+    /// AWS calls refused with `AccessDenied` ([`FaultPlan::deny`]).
+    #[serde(default)]
+    pub denied: u64,
     /// SQS and stream batches delivered twice.
     pub duplicated_batches: u64,
     /// `StartExecution` calls sent twice.
@@ -168,6 +178,7 @@ pub struct Faults {
     crashed_before: AtomicU64,
     crashed_after: AtomicU64,
     throttled: AtomicU64,
+    denied: AtomicU64,
     duplicated: AtomicU64,
     duplicated_starts: AtomicU64,
     paused: AtomicU64,
@@ -204,6 +215,7 @@ impl Faults {
             &self.crashed_before,
             &self.crashed_after,
             &self.throttled,
+            &self.denied,
             &self.duplicated,
             &self.duplicated_starts,
             &self.paused,
@@ -224,6 +236,7 @@ impl Faults {
             crashed_before_call: self.crashed_before.load(Ordering::Relaxed),
             crashed_after_call: self.crashed_after.load(Ordering::Relaxed),
             throttled: self.throttled.load(Ordering::Relaxed),
+            denied: self.denied.load(Ordering::Relaxed),
             duplicated_batches: self.duplicated.load(Ordering::Relaxed),
             duplicated_starts: self.duplicated_starts.load(Ordering::Relaxed),
             paused: self.paused.load(Ordering::Relaxed),
@@ -321,12 +334,30 @@ impl Faults {
         hit
     }
 
-    /// Whether the edge throttles the call it is about to forward.
-    pub fn throttle_call(&self) -> bool {
-        let probability = self.plan.read().expect("fault plan").throttle;
+    /// Whether the edge throttles the call it is about to forward (`operation`, with its
+    /// request URI and body).
+    pub fn throttle_call(&self, operation: &str, uri: &str, body: &[u8]) -> bool {
+        let probability = {
+            let plan = self.plan.read().expect("fault plan");
+            match &plan.throttle_only {
+                Some(only) if !only.matches(operation, uri, Some(body)) => 0.0,
+                _ => plan.throttle,
+            }
+        };
         let hit = self.roll(probability);
         if hit {
             self.throttled.fetch_add(1, Ordering::Relaxed);
+        }
+        hit
+    }
+
+    /// Whether the edge refuses the call of `operation` to `uri` with `body` it is about to
+    /// forward (see [`FaultPlan::deny`]).
+    pub fn deny_call(&self, operation: &str, uri: &str, body: &[u8]) -> bool {
+        let plan = self.plan.read().expect("fault plan");
+        let hit = plan.deny.as_ref().is_some_and(|only| only.matches(operation, uri, Some(body)));
+        if hit {
+            self.denied.fetch_add(1, Ordering::Relaxed);
         }
         hit
     }
@@ -721,6 +752,21 @@ mod tests {
     }
 
     #[test]
+    fn a_plan_can_refuse_one_kind_of_call() {
+        let faults = Faults::default();
+        let only =
+            CallMatch { operation: "s3:GetObject".into(), contains: "uploads/u/x.csv".into() };
+        faults.set_plan(FaultPlan { deny: Some(only), ..FaultPlan::default() });
+        assert!(faults.deny_call("s3:GetObject", "/bucket/uploads/u/x.csv", b""));
+        assert!(!faults.deny_call("s3:HeadObject", "/bucket/uploads/u/x.csv", b""));
+        assert!(!faults.deny_call("s3:GetObject", "/bucket/uploads/u/y.csv", b""));
+        assert_eq!(faults.counts().denied, 1);
+        faults.set_plan(FaultPlan::default());
+        assert!(!faults.deny_call("s3:GetObject", "/bucket/uploads/u/x.csv", b""), "no plan");
+        assert_eq!(faults.counts().denied, 0);
+    }
+
+    #[test]
     fn a_submission_is_capped_by_its_idempotency_key() {
         let faults = Faults::default();
         faults.set_plan(FaultPlan {
@@ -794,12 +840,31 @@ mod tests {
     }
 
     #[test]
+    fn throttling_aimed_at_one_call_spares_the_others() {
+        let faults = Faults::default();
+        faults.set_plan(FaultPlan {
+            throttle: 1.0,
+            throttle_only: Some(CallMatch {
+                operation: "sfn:StartExecution".into(),
+                contains: "job-1".into(),
+            }),
+            ..FaultPlan::default()
+        });
+        assert!(faults.throttle_call("sfn:StartExecution", "/", br#"{"name":"job-1-1"}"#));
+        assert!(!faults.throttle_call("sfn:StartExecution", "/", br#"{"name":"job-2-1"}"#));
+        assert!(!faults.throttle_call("dynamodb:PutItem", "/", br#"{"pk":"JOB#job-1"}"#));
+        assert_eq!(faults.counts().throttled, 1);
+    }
+
+    #[test]
     fn no_plan_injects_nothing() {
         let faults = Faults::default();
         assert_eq!(faults.crash_at_call(&invocation("j1"), "s3:GetObject"), None);
         assert_eq!(faults.pause_at_call(&invocation("j1"), "s3:PutObject", true), None);
         assert!(
-            !faults.throttle_call() && !faults.duplicate_delivery() && !faults.duplicate_start()
+            !faults.throttle_call("sqs:SendMessage", "/", b"")
+                && !faults.duplicate_delivery()
+                && !faults.duplicate_start()
         );
         assert_eq!(faults.counts(), FaultCounts::default());
     }

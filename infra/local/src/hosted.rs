@@ -230,9 +230,9 @@ pub fn host(
                 sdk,
                 &expirer::Config::from_vars(&vars).with_context(context)?,
             ));
-            Handler::Event(typed(move |_event: Value, _deadline| {
+            Handler::Event(typed(move |_event: Value, deadline| {
                 let deps = deps.clone();
-                async move { expirer::handle(&deps, chrono::Utc::now()).await }
+                async move { expirer::handle(&deps, chrono::Utc::now(), deadline).await }
             }))
         }
         other => bail!(
@@ -330,7 +330,12 @@ impl HostedFunction {
     /// Serves one streaming function-URL request (no timeout here: the stream ends itself).
     pub async fn serve_stream(&self, request: Request) -> Response<axum::body::Body> {
         match &self.handler {
-            Handler::Stream(handler) => handler(request).await,
+            // Scoped as an invocation so the edge attributes the function's calls to it in
+            // `/_local/aws-calls/by-function` (those made opening the stream; the body's later
+            // polls run outside the scope and count only in the totals).
+            Handler::Stream(handler) => {
+                Invocation::new(&self.spec.logical, None).scope(handler(request)).await
+            }
             _ => {
                 let (parts, body) = gateway_error(500, "Internal Server Error").into_parts();
                 Response::from_parts(parts, axum::body::Body::from(body.as_ref().to_vec()))

@@ -886,8 +886,15 @@ mod tests {
             "submit may not write signing secrets"
         );
         p.check("WebhookFunction", &get_item("SECRET#5:alice")).unwrap();
-        p.check("WebhookFunction", &put("JOB#1")).unwrap();
+        p.check("WebhookFunction", &get_item("JOB#1")).unwrap();
+        p.check("WebhookFunction", &put("DELIVERY#1")).unwrap();
+        p.check("WebhookFunction", &put("SECRET#5:alice")).unwrap();
+        assert!(
+            p.check("WebhookFunction", &put("JOB#1")).is_err(),
+            "the deliverer writes delivery records, never over a job record"
+        );
         assert!(p.check("WebhookFunction", &put("IDEM#5:alice#k")).is_err());
+        assert!(p.check("WebhooksFunction", &put("DELIVERY#1")).is_err());
         assert!(
             p.check("StageFunction", &get_item("SECRET#5:alice")).is_err(),
             "a stage never reads secrets"

@@ -20,7 +20,9 @@ pub struct Problem {
     pub slug: &'static str,
     /// Short, fixed summary of the problem type.
     pub title: &'static str,
-    /// This occurrence, in words.
+    /// This occurrence, in words written for the client: about their request, never an error
+    /// chain, a bucket, a table or an ARN (an AWS failure is logged with the job id and
+    /// answered with [`Problem::internal`]).
     pub detail: String,
     /// Extension members.
     pub extensions: serde_json::Map<String, serde_json::Value>,

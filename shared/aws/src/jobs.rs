@@ -5,6 +5,8 @@
 //! | job         | `JOB#<id>` / `JOB`             |
 //! | progress    | `JOB#<id>` / `PROGRESS`        |
 //! | idempotency | `IDEM#<owner>#<key>` / `IDEM`  |
+//! | secrets     | `SECRET#<len>:<owner>` / `WEBHOOK` |
+//! | delivery    | `DELIVERY#<id>` / `WEBHOOK#<event>#<attempt>` |
 //!
 //! Every status change is one conditional `UpdateItem` (`#status IN (:from…)`, plus the lease
 //! for the attempt's own writes), so the table, not the caller, decides races. The hot progress
@@ -12,16 +14,19 @@
 //! whole item.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
+use longhaul_domain::cursor;
 use longhaul_domain::{
     Cancellation, JobError, JobStatus, Transition, TransitionError, now_rfc3339,
 };
 use serde::{Deserialize, Serialize};
 
 use crate::AwsError;
+use longhaul_domain::webhooks::{ExposeSecret, SecretString};
 
 /// A DynamoDB item as the SDK reads and writes it.
 pub type Item = HashMap<String, AttributeValue>;
@@ -155,6 +160,123 @@ impl std::fmt::Debug for JobRecord {
     }
 }
 
+/// What the indexes hold of a job record (their projection, `template.yaml`): enough for the
+/// reaper to judge and act on a job, for a listing to summarise it, and for logs and metrics
+/// to name it — not the params, the transition log or the error, so a burst of large
+/// submissions costs the indexes no more than small ones, and the writes that change only
+/// those attributes write nothing to the indexes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobEntry {
+    /// The job id.
+    pub job_id: String,
+    /// The principal that owns the job.
+    pub owner: String,
+    /// The job type.
+    #[serde(rename = "type")]
+    pub job_type: String,
+    /// Current status.
+    pub status: JobStatus,
+    /// Attempt number (0 until first claimed).
+    pub attempt: u32,
+    /// Whether a lease is held, and which (see [`JobRecord::lease`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease: Option<String>,
+    /// The execution name of the current dispatch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub execution: Option<String>,
+    /// When the job was accepted.
+    pub created_at: String,
+    /// When the record last changed (for a running job: its claim).
+    pub updated_at: String,
+    /// When the first attempt started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<String>,
+    /// When the reaper flagged its progress stalled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stalled_at: Option<String>,
+    /// When it ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<String>,
+    /// Dispatches so far.
+    #[serde(default)]
+    pub dispatches: u32,
+    /// Re-enqueues of a pending job so far.
+    #[serde(default)]
+    pub enqueues: u32,
+}
+
+/// The attributes of a job record both indexes project (`template.yaml` must list the same; a
+/// test compares them).
+pub const INDEX_ATTRIBUTES: [&str; 14] = [
+    "job_id",
+    "owner",
+    "type",
+    "status",
+    "attempt",
+    "lease",
+    "execution",
+    "created_at",
+    "updated_at",
+    "started_at",
+    "stalled_at",
+    "finished_at",
+    "dispatches",
+    "enqueues",
+];
+
+impl From<&JobRecord> for JobEntry {
+    fn from(job: &JobRecord) -> Self {
+        JobEntry {
+            job_id: job.job_id.clone(),
+            owner: job.owner.clone(),
+            job_type: job.job_type.clone(),
+            status: job.status,
+            attempt: job.attempt,
+            lease: job.lease.clone(),
+            execution: job.execution.clone(),
+            created_at: job.created_at.clone(),
+            updated_at: job.updated_at.clone(),
+            started_at: job.started_at.clone(),
+            stalled_at: job.stalled_at.clone(),
+            finished_at: job.finished_at.clone(),
+            dispatches: job.dispatches,
+            enqueues: job.enqueues,
+        }
+    }
+}
+
+/// What logs and metrics name a job by, from its whole record or its index entry.
+pub trait JobIdentity {
+    /// The job id.
+    fn job_id(&self) -> &str;
+    /// The job type.
+    fn job_type(&self) -> &str;
+    /// The owning principal.
+    fn owner(&self) -> &str;
+    /// The attempt number.
+    fn attempt(&self) -> u32;
+}
+
+macro_rules! job_identity {
+    ($($record:ty),*) => {$(
+        impl JobIdentity for $record {
+            fn job_id(&self) -> &str {
+                &self.job_id
+            }
+            fn job_type(&self) -> &str {
+                &self.job_type
+            }
+            fn owner(&self) -> &str {
+                &self.owner
+            }
+            fn attempt(&self) -> u32 {
+                self.attempt
+            }
+        }
+    )*};
+}
+job_identity!(JobRecord, JobEntry);
+
 /// The small, hot progress record.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct ProgressRecord {
@@ -208,7 +330,8 @@ pub struct IdempotencyRecord {
     pub fingerprint: String,
     /// When the key was claimed (RFC 3339).
     pub created_at: String,
-    /// Epoch seconds after which DynamoDB TTL may delete the record.
+    /// Epoch seconds at which the record stops naming its job: from then on the key is free
+    /// (see [`JobStore::claim_key`]), whether or not DynamoDB TTL has deleted the record yet.
     pub expires_at: i64,
 }
 
@@ -258,18 +381,30 @@ pub enum StoreError {
     Aws(#[from] AwsError),
 }
 
+/// How many signing secrets a principal has at most: the newest, and during a rotation's
+/// overlap the one before it. A rotation while two are active retires the older at once.
+pub const MAX_ACTIVE_SECRETS: usize = 2;
+
 /// A principal's webhook signing secrets (`SECRET#<len>:<owner>` / `WEBHOOK`).
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct SecretsRecord {
-    /// Newest first; during a rotation the previous one stays until its `expires_at`.
+    /// Bumped by every rotation, which is conditional on the version it read: of two
+    /// concurrent rotations one is written and the other refused, so no secret that was
+    /// handed out is ever overwritten unseen. Records from before versioning read as 0.
+    #[serde(default)]
+    pub version: u64,
+    /// Newest first; during a rotation the previous one stays until its `expires_at`. At
+    /// most [`MAX_ACTIVE_SECRETS`].
     pub secrets: Vec<WebhookSecret>,
 }
 
-/// One signing secret. Its `Debug` redacts the secret.
-#[derive(Clone, PartialEq, Serialize, Deserialize)]
+/// One signing secret. The secret is a [`SecretString`]: its `Debug` prints `[REDACTED]`,
+/// and it is exposed only to sign and to hand it to its owner (and to store it).
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct WebhookSecret {
     /// `whsec_…`.
-    pub secret: String,
+    #[serde(serialize_with = "expose_secret", deserialize_with = "secret_string")]
+    pub secret: SecretString,
     /// When it was made.
     pub created_at: String,
     /// When a rotated-out secret stops signing.
@@ -277,13 +412,20 @@ pub struct WebhookSecret {
     pub expires_at: Option<String>,
 }
 
-impl std::fmt::Debug for WebhookSecret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("WebhookSecret")
-            .field("secret", &crate::logs::Redacted)
-            .field("created_at", &self.created_at)
-            .field("expires_at", &self.expires_at)
-            .finish()
+fn expose_secret<S: serde::Serializer>(secret: &SecretString, out: S) -> Result<S::Ok, S::Error> {
+    out.serialize_str(secret.expose_secret())
+}
+
+fn secret_string<'de, D: serde::Deserializer<'de>>(input: D) -> Result<SecretString, D::Error> {
+    String::deserialize(input).map(SecretString::from)
+}
+
+impl WebhookSecret {
+    /// A fresh secret from the OS random generator, made now.
+    pub fn generate(now: &str) -> Result<Self, StoreError> {
+        let secret = longhaul_domain::webhooks::generate_secret()
+            .map_err(|e| AwsError::new("generate a webhook secret", e))?;
+        Ok(WebhookSecret { secret, created_at: now.to_owned(), expires_at: None })
     }
 }
 
@@ -292,9 +434,40 @@ impl SecretsRecord {
     pub fn active(&self, now: &str) -> Vec<&WebhookSecret> {
         self.secrets.iter().filter(|s| s.expires_at.as_deref().is_none_or(|at| at > now)).collect()
     }
+
+    /// The record after rotating in `new` at `now`: `new` signs from now on, the newest
+    /// active secret keeps signing until `overlap_until` (or its earlier expiry), and every
+    /// other one — expired, or the older of two still in their overlap — is retired, so at
+    /// most [`MAX_ACTIVE_SECRETS`] remain.
+    pub fn rotated(&self, new: WebhookSecret, now: &str, overlap_until: &str) -> SecretsRecord {
+        let mut secrets = vec![new];
+        if let Some(previous) = self.active(now).first() {
+            let mut previous = (*previous).clone();
+            previous.expires_at = Some(match previous.expires_at {
+                Some(at) if at.as_str() < overlap_until => at,
+                _ => overlap_until.to_owned(),
+            });
+            secrets.push(previous);
+        }
+        debug_assert!(secrets.len() <= MAX_ACTIVE_SECRETS);
+        SecretsRecord { version: self.version + 1, secrets }
+    }
 }
 
-/// One webhook delivery attempt (`JOB#<id>` / `WEBHOOK#<event>#<attempt>`).
+/// What a rotation came to.
+#[derive(Debug, Clone)]
+pub enum Rotation {
+    /// Written: the record now holds these secrets (the new one first).
+    Rotated(SecretsRecord),
+    /// Another rotation was written first, between our read and our write; ours was not
+    /// written (its secret was never handed out). The record as the winner left it.
+    Lost(SecretsRecord),
+}
+
+/// One webhook delivery attempt (`DELIVERY#<job id>` / `WEBHOOK#<event>#<attempt>`): in a
+/// partition of its own, not the job's, so the webhook function's role can be granted writes
+/// of delivery records only (`dynamodb:LeadingKeys` constrains the partition key, never the
+/// sort key).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DeliveryRecord {
     /// The `webhook-id`.
@@ -321,12 +494,22 @@ fn secrets_pk(owner: &str) -> String {
     format!("SECRET#{}:{owner}", owner.len())
 }
 
+fn secrets_key(owner: &str) -> Item {
+    HashMap::from([("pk".to_owned(), s(secrets_pk(owner))), ("sk".to_owned(), s("WEBHOOK"))])
+}
+
+/// The partition of a job's delivery records.
+pub fn delivery_pk(job_id: &str) -> String {
+    format!("DELIVERY#{job_id}")
+}
+
 /// Name of the owner index (`template.yaml`).
 pub const OWNER_INDEX: &str = "OwnerIndex";
 /// Name of the sparse status index (`template.yaml`): `gsi2pk = <status>#<shard>`,
-/// `gsi2sk` = when the entry becomes interesting (created, queued, claimed, result expiry).
-/// Only job records in `pending`, `queued`, `running` and `succeeded` are in it, so the
-/// reaper and the expirer read only what may need them. A job enters and leaves a bucket in
+/// `gsi2sk` = when the entry becomes interesting (created, queued, claimed, result expiry,
+/// expired). Only job records in `pending`, `queued`, `running` and `succeeded` are in it,
+/// and `expired` ones until the expirer finished with them, so the reaper and the expirer
+/// read only what may need them. A job enters and leaves a bucket in
 /// the same conditional write that changes its status, so no crash between two writes can
 /// leave a live job outside the index (and the hot progress record, rewritten at every
 /// heartbeat, pays for no index writes).
@@ -338,6 +521,26 @@ pub const STATUS_SHARDS: u32 = 4;
 pub fn status_bucket(status: &str, job_id: &str) -> String {
     let shard = job_id.chars().last().and_then(|c| c.to_digit(16)).unwrap_or(0) % STATUS_SHARDS;
     format!("{status}#{shard}")
+}
+
+/// One page of a status-index bucket (see [`JobStore::due_page`]).
+#[derive(Debug, Default)]
+pub struct DuePage {
+    /// The page's job records, oldest first.
+    pub items: Vec<Item>,
+    /// Where the next page starts; `None` once the shard is done.
+    pub next: Option<Item>,
+}
+
+/// The key of the item that remembers where unfinished sweeps of the status-index buckets
+/// stopped (`SWEEP` / `CURSORS`, one attribute per bucket shard).
+fn sweep_key() -> Item {
+    HashMap::from([("pk".to_owned(), s("SWEEP")), ("sk".to_owned(), s("CURSORS"))])
+}
+
+/// The name under which the sweep of bucket `kind`, shard `shard`, keeps its cursor.
+pub fn sweep_name(kind: &str, shard: u32) -> String {
+    format!("{kind}#{shard}")
 }
 
 /// Filters of a job listing.
@@ -389,30 +592,31 @@ pub enum CancelOutcome {
     Requested(Box<JobRecord>),
 }
 
-/// Cursor: the index position (`pk`, `sk`, `gsi1sk`) of the last job, base64url JSON. The
-/// owner is not in it — it is the caller's — so a cursor cannot reach another tenant's jobs.
-fn encode_cursor(key: &Item) -> String {
-    use base64::Engine;
-    let get = |name: &str| key.get(name).and_then(|v| v.as_s().ok()).cloned().unwrap_or_default();
-    let json = serde_json::json!([get("pk"), get("sk"), get("gsi1sk")]).to_string();
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(json)
+/// The cursor of the owner-index position `key` (a query's `LastEvaluatedKey`) in `owner`'s
+/// listing; see [`longhaul_domain::cursor`] for its format.
+fn encode_cursor(owner: &str, key: &Item) -> Result<String, StoreError> {
+    let sort_key = key.get("gsi1sk").and_then(|v| v.as_s().ok());
+    let position = sort_key.and_then(|k| cursor::ListPosition::from_index_sort_key(k));
+    match position {
+        Some(position) => Ok(cursor::encode(owner, &position)),
+        // Every job record is written by `put_job`, whose sort key always parses.
+        None => Err(StoreError::Corrupt {
+            key: format!("{:?}", key.get("pk").and_then(|v| v.as_s().ok())),
+            reason: format!("owner index sort key {sort_key:?} is not <created_at>#<job id>"),
+        }),
+    }
 }
 
+/// The `ExclusiveStartKey` a cursor stands for. Every part of it is rebuilt from the decoded,
+/// validated position, and its partition is always `owner`'s own index: nothing a client
+/// sends reaches DynamoDB as a key it did not get from us, nor another tenant's partition.
 fn decode_cursor(owner: &str, cursor: &str) -> Result<Item, ListError> {
-    use base64::Engine;
-    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .decode(cursor)
-        .map_err(|_| ListError::InvalidCursor)?;
-    let [pk, sk, gsi1sk]: [String; 3] =
-        serde_json::from_slice(&bytes).map_err(|_| ListError::InvalidCursor)?;
-    if !pk.starts_with("JOB#") || sk != JOB_SK || gsi1sk.len() > 200 {
-        return Err(ListError::InvalidCursor);
-    }
+    let position = cursor::decode(owner, cursor).map_err(|_| ListError::InvalidCursor)?;
     Ok(HashMap::from([
-        ("pk".to_owned(), s(pk)),
-        ("sk".to_owned(), s(sk)),
+        ("pk".to_owned(), s(job_pk(&position.job_id.to_string()))),
+        ("sk".to_owned(), s(JOB_SK)),
         ("gsi1pk".to_owned(), s(owner_index_pk(owner))),
-        ("gsi1sk".to_owned(), s(gsi1sk)),
+        ("gsi1sk".to_owned(), s(position.index_sort_key())),
     ]))
 }
 
@@ -469,11 +673,43 @@ impl TransitionRequest {
     }
 }
 
+/// How long a job's records stay once the job ended (`failed`, `cancelled`, `expired`):
+/// `LONGHAUL_RECORD_RETENTION_SECONDS` (default 2,592,000 = 30 days). The records then carry
+/// `expires_at` (epoch seconds), the table's TTL attribute, set in the write that ends the job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordRetention(pub Duration);
+
+impl Default for RecordRetention {
+    fn default() -> Self {
+        RecordRetention(Duration::from_secs(2_592_000))
+    }
+}
+
+impl RecordRetention {
+    /// Reads `LONGHAUL_RECORD_RETENTION_SECONDS`.
+    pub fn from_vars(vars: &crate::config::Vars) -> Result<Self, crate::config::ConfigError> {
+        Ok(RecordRetention(Duration::from_secs(
+            vars.parsed_or("LONGHAUL_RECORD_RETENTION_SECONDS", Self::default().0.as_secs())?,
+        )))
+    }
+
+    /// The TTL (epoch seconds) of a record whose retention starts at `from`.
+    pub fn expires_at(&self, from: chrono::DateTime<chrono::Utc>) -> i64 {
+        from.timestamp().saturating_add(self.0.as_secs().min(i64::MAX as u64) as i64)
+    }
+
+    /// [`RecordRetention::expires_at`] from now, as a DynamoDB number.
+    fn ttl_from_now(&self) -> AttributeValue {
+        AttributeValue::N(self.expires_at(chrono::Utc::now()).to_string())
+    }
+}
+
 /// The DynamoDB job table.
 #[derive(Debug, Clone)]
 pub struct JobStore {
     client: aws_sdk_dynamodb::Client,
     table: String,
+    retention: RecordRetention,
 }
 
 fn s(value: impl Into<String>) -> AttributeValue {
@@ -505,13 +741,23 @@ fn transition_value(state: JobStatus, reason: &str, at: &str) -> AttributeValue 
 impl JobStore {
     /// An adapter for `table`.
     pub fn new(client: aws_sdk_dynamodb::Client, table: String) -> Self {
-        JobStore { client, table }
+        JobStore { client, table, retention: RecordRetention::default() }
+    }
+
+    /// Keeps ended jobs' records for `retention` (default [`RecordRetention::default`]): a
+    /// function that ends jobs or writes progress builds its store with its configured value.
+    pub fn retaining(mut self, retention: RecordRetention) -> Self {
+        self.retention = retention;
+        self
     }
 
     /// Claims `owner`'s idempotency `key` for the job in `record` (step 1 of creating a job).
-    /// `replacing` names the job a reused key pointed at (a failed or cancelled one): the
-    /// record is then replaced only if it still points there. When the key is taken, the
-    /// error carries the record as it is, read in the same request.
+    /// A record past its `expires_at` counts as absent and is taken over in the same
+    /// conditional write: DynamoDB's TTL deletion may lag expiry by days, and the published
+    /// window is the record's own expiry, not the deletion. `replacing` names the job a
+    /// reused key pointed at (a failed or cancelled one): the record is then replaced only if
+    /// it still points there (or has expired meanwhile). When the key is taken, the error
+    /// carries the record as it is, read in the same request.
     pub async fn claim_key(
         &self,
         owner: &str,
@@ -522,16 +768,18 @@ impl JobStore {
         let mut item = to_item(record);
         item.insert("pk".into(), s(idempotency_pk(owner, key)));
         item.insert("sk".into(), s(IDEM_SK));
+        let now = chrono::Utc::now().timestamp();
         let mut request = self
             .client
             .put_item()
             .table_name(&self.table)
             .set_item(Some(item))
+            .expression_attribute_values(":now", AttributeValue::N(now.to_string()))
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
         request = match replacing {
-            None => request.condition_expression("attribute_not_exists(pk)"),
+            None => request.condition_expression("attribute_not_exists(pk) OR expires_at < :now"),
             Some(old) => request
-                .condition_expression("job_id = :old")
+                .condition_expression("job_id = :old OR expires_at < :now")
                 .expression_attribute_values(":old", s(old)),
         };
         match request.send().await {
@@ -581,7 +829,8 @@ impl JobStore {
         }
     }
 
-    /// The idempotency record for `owner`'s `key`, if any.
+    /// The idempotency record for `owner`'s `key`, if there is one that has not expired (an
+    /// expired one names no job any more, though TTL may not have deleted it yet).
     pub async fn idempotency(
         &self,
         owner: &str,
@@ -597,7 +846,9 @@ impl JobStore {
             .send()
             .await
             .map_err(|e| AwsError::new("read idempotency record", e))?;
-        output.item.map(from_item).transpose()
+        let record: Option<IdempotencyRecord> = output.item.map(from_item).transpose()?;
+        let now = chrono::Utc::now().timestamp();
+        Ok(record.filter(|r| r.expires_at >= now))
     }
 
     /// A job and its progress, in one query (one billed read request).
@@ -659,14 +910,26 @@ impl JobStore {
         if request.to.is_terminal() {
             update.push_str(", finished_at = :now");
         }
+        // A job that ends for good gets its TTL in the write that ends it: no follow-up write
+        // to lose. (A succeeded job's records get theirs when its result expires.)
+        if matches!(request.to, JobStatus::Failed | JobStatus::Cancelled | JobStatus::Expired) {
+            update.push_str(", expires_at = :ttl");
+            values.insert(":ttl".into(), self.retention.ttl_from_now());
+        }
         for (i, (name, value)) in request.set.into_iter().enumerate() {
             update.push_str(&format!(", #s{i} = :s{i}"));
             names.insert(format!("#s{i}"), name);
             values.insert(format!(":s{i}"), value);
         }
-        // The status index holds only what the reaper and the expirer look for.
+        // The status index holds only what the reaper and the expirer look for. An expired
+        // job stays (in `expired#<shard>`) until the expirer has deleted its objects and
+        // marked its progress record ([`JobStore::retain_until`] takes it out): a run that
+        // dies in between leaves the rest to the next run.
         match (request.to, request.index_at) {
-            (JobStatus::Queued | JobStatus::Running | JobStatus::Succeeded, at) => {
+            (
+                JobStatus::Queued | JobStatus::Running | JobStatus::Succeeded | JobStatus::Expired,
+                at,
+            ) => {
                 update.push_str(", gsi2pk = :bucket, gsi2sk = :index_at");
                 values.insert(
                     ":bucket".into(),
@@ -737,7 +1000,7 @@ impl JobStore {
         filter: &ListFilter,
         limit: usize,
         cursor: Option<&str>,
-    ) -> Result<(Vec<JobRecord>, Option<String>), ListError> {
+    ) -> Result<(Vec<JobEntry>, Option<String>), ListError> {
         let mut start = cursor.map(|c| decode_cursor(owner, c)).transpose()?;
         let mut jobs = Vec::new();
         for _ in 0..5 {
@@ -770,14 +1033,15 @@ impl JobStore {
             let page =
                 query.send().await.map_err(|e| StoreError::from(AwsError::new("list jobs", e)))?;
             for item in page.items.unwrap_or_default() {
-                jobs.push(from_item::<JobRecord>(item)?);
+                jobs.push(from_item::<JobEntry>(item)?);
             }
             start = page.last_evaluated_key;
             if start.is_none() || jobs.len() >= limit {
                 break;
             }
         }
-        Ok((jobs, start.map(|key| encode_cursor(&key))))
+        let next = start.map(|key| encode_cursor(owner, &key)).transpose()?;
+        Ok((jobs, next))
     }
 
     /// Cancels a job for its owner: a `pending` or `queued` job becomes `cancelled` at once;
@@ -995,8 +1259,8 @@ impl JobStore {
                 "SET lease = :lease, #attempt = :attempt, heartbeat_at = :now, updated_at = :now, progress_changed_at = :now, \
                  seq = if_not_exists(seq, :zero), pct = if_not_exists(pct, :zero), \
                  stage = if_not_exists(stage, :empty), stage_index = if_not_exists(stage_index, :zero), \
-                 stages_total = if_not_exists(stages_total, :zero), items_done = if_not_exists(items_done, :zero) \
-                 REMOVE gsi2pk, gsi2sk",
+                 stages_total = if_not_exists(stages_total, :zero), items_done = if_not_exists(items_done, :zero), \
+                 expires_at = :ttl REMOVE gsi2pk, gsi2sk",
             )
             .condition_expression("attribute_not_exists(#attempt) OR #attempt <= :attempt")
             .expression_attribute_names("#attempt", "attempt")
@@ -1005,6 +1269,7 @@ impl JobStore {
             .expression_attribute_values(":now", s(&now))
             .expression_attribute_values(":zero", zero)
             .expression_attribute_values(":empty", s(""))
+            .expression_attribute_values(":ttl", self.retention.ttl_from_now())
             .send()
             .await;
         match taken {
@@ -1024,32 +1289,134 @@ impl JobStore {
         }
     }
 
-    /// Up to `limit` entries of status-index bucket `kind` (all shards) whose sort key is
-    /// before `before`, oldest first (job records).
-    pub async fn due(
+    /// One page of status-index bucket `kind`, shard `shard`: up to `limit` entries whose sort
+    /// key is before `before`, oldest first, starting after `start` (the previous page's
+    /// [`DuePage::next`]). Sweeps that must see every entry, whatever their number, page with it.
+    pub async fn due_page(
         &self,
         kind: &str,
+        shard: u32,
         before: &str,
         limit: usize,
-    ) -> Result<Vec<Item>, StoreError> {
-        let mut out = Vec::new();
-        for shard in 0..STATUS_SHARDS {
-            let page = self
-                .bucket_query(kind, shard, "AND gsi2sk < :before")
-                .expression_attribute_values(":before", s(before))
-                .limit(limit as i32)
-                .send()
-                .await
-                .map_err(|e| AwsError::new(format!("query the {kind} index"), e))?;
-            out.extend(page.items.unwrap_or_default());
+        start: Option<Item>,
+    ) -> Result<DuePage, StoreError> {
+        let page = self
+            .bucket_query(kind, shard, "AND gsi2sk < :before")
+            .expression_attribute_values(":before", s(before))
+            .limit(limit.clamp(1, i32::MAX as usize) as i32)
+            .set_exclusive_start_key(start)
+            .send()
+            .await
+            .map_err(|e| AwsError::new(format!("query the {kind} index (shard {shard})"), e))?;
+        Ok(DuePage { items: page.items.unwrap_or_default(), next: page.last_evaluated_key })
+    }
+
+    /// The progress records of `job_ids`, by job id (a job without one is missing): one
+    /// `BatchGetItem` per 100 jobs, eventually consistent (a sweep re-reads, consistently,
+    /// any job it is about to act on), keys DynamoDB left unprocessed asked again.
+    pub async fn progress_records(
+        &self,
+        job_ids: &[String],
+    ) -> Result<HashMap<String, ProgressRecord>, StoreError> {
+        use aws_sdk_dynamodb::types::KeysAndAttributes;
+        let mut out = HashMap::with_capacity(job_ids.len());
+        for chunk in job_ids.chunks(100) {
+            let keys = chunk
+                .iter()
+                .map(|id| {
+                    HashMap::from([
+                        ("pk".to_owned(), s(job_pk(id))),
+                        ("sk".to_owned(), s(PROGRESS_SK)),
+                    ])
+                })
+                .collect::<Vec<_>>();
+            let mut request = Some(
+                KeysAndAttributes::builder()
+                    .set_keys(Some(keys))
+                    .build()
+                    .map_err(|e| AwsError::new("build a progress batch", e))?,
+            );
+            let mut backoff = Duration::from_millis(20);
+            while let Some(keys) = request.take() {
+                let output = self
+                    .client
+                    .batch_get_item()
+                    .request_items(&self.table, keys)
+                    .send()
+                    .await
+                    .map_err(|e| AwsError::new("read a batch of progress records", e))?;
+                for item in
+                    output.responses.and_then(|mut r| r.remove(&self.table)).unwrap_or_default()
+                {
+                    let Some(job_id) = item
+                        .get("pk")
+                        .and_then(|v| v.as_s().ok())
+                        .and_then(|pk| pk.strip_prefix("JOB#"))
+                        .map(str::to_owned)
+                    else {
+                        continue;
+                    };
+                    out.insert(job_id, from_item::<ProgressRecord>(item)?);
+                }
+                request = output
+                    .unprocessed_keys
+                    .and_then(|mut u| u.remove(&self.table))
+                    .filter(|k| !k.keys.is_empty());
+                if request.is_some() {
+                    // DynamoDB sheds a batch's keys under load: back off before asking again.
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                }
+            }
         }
-        out.sort_by(|a, b| {
-            let key =
-                |i: &Item| i.get("gsi2sk").and_then(|v| v.as_s().ok()).cloned().unwrap_or_default();
-            key(a).cmp(&key(b))
-        });
-        out.truncate(limit);
         Ok(out)
+    }
+
+    /// Where the last unfinished sweeps of the status-index buckets stopped, by
+    /// [`sweep_name`] (a bucket's shard missing from it starts from its oldest entry): one
+    /// read per run for every sweep. See [`JobStore::save_sweep_cursor`].
+    pub async fn sweep_cursors(&self) -> Result<HashMap<String, Item>, StoreError> {
+        let output = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .set_key(Some(sweep_key()))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| AwsError::new("read the sweep cursors", e))?;
+        Ok(output
+            .item
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|(name, value)| Some((name, value.as_m().ok()?.clone())))
+            .collect())
+    }
+
+    /// Records where the sweep named `name` ([`sweep_name`]) stopped (`Some`: the next run
+    /// starts there) or that it reached the end (`None`: the next run starts from the oldest).
+    pub async fn save_sweep_cursor(
+        &self,
+        name: &str,
+        start: Option<Item>,
+    ) -> Result<(), StoreError> {
+        let update = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(sweep_key()))
+            .expression_attribute_names("#sweep", name);
+        let update = match start {
+            Some(start) => update
+                .update_expression("SET #sweep = :start")
+                .expression_attribute_values(":start", AttributeValue::M(start)),
+            None => update.update_expression("REMOVE #sweep"),
+        };
+        update
+            .send()
+            .await
+            .map_err(|e| AwsError::new(format!("save the {name} sweep cursor"), e))?;
+        Ok(())
     }
 
     /// How many job records status-index bucket `kind` holds (all shards): a `Select=COUNT`
@@ -1098,12 +1465,11 @@ impl JobStore {
     /// `owner`'s webhook secrets, created on first use (a conditional put, so concurrent
     /// first uses agree on one secret).
     pub async fn webhook_secrets(&self, owner: &str) -> Result<SecretsRecord, StoreError> {
-        let key = || [("pk".to_owned(), s(secrets_pk(owner))), ("sk".to_owned(), s("WEBHOOK"))];
         let existing = self
             .client
             .get_item()
             .table_name(&self.table)
-            .set_key(Some(key().into_iter().collect()))
+            .set_key(Some(secrets_key(owner)))
             .consistent_read(true)
             .send()
             .await
@@ -1111,15 +1477,10 @@ impl JobStore {
         if let Some(item) = existing.item {
             return from_item(item);
         }
-        let record = SecretsRecord {
-            secrets: vec![WebhookSecret {
-                secret: longhaul_domain::webhooks::generate_secret(),
-                created_at: now_rfc3339(),
-                expires_at: None,
-            }],
-        };
+        let record =
+            SecretsRecord { version: 1, secrets: vec![WebhookSecret::generate(&now_rfc3339())?] };
         let mut item = to_item(&record);
-        item.extend(key());
+        item.extend(secrets_key(owner));
         let put = self
             .client
             .put_item()
@@ -1143,49 +1504,81 @@ impl JobStore {
     }
 
     /// Rotates `owner`'s secret: a new one signs from now on; the current one keeps signing
-    /// (alongside) until `overlap_until`, so receivers can switch without losing messages.
+    /// (alongside) until `overlap_until`, so receivers can switch without losing messages,
+    /// and any older one is retired ([`SecretsRecord::rotated`]: at most two are active).
+    ///
+    /// The write is conditional on the version read: of two concurrent rotations one is
+    /// written and the other comes back [`Rotation::Lost`] with the winner's record, so a
+    /// secret handed to a caller is never silently replaced by another caller's.
     pub async fn rotate_webhook_secret(
         &self,
         owner: &str,
         overlap_until: &str,
-    ) -> Result<SecretsRecord, StoreError> {
-        let now = now_rfc3339();
+    ) -> Result<Rotation, StoreError> {
         let current = self.webhook_secrets(owner).await?;
-        let mut secrets = vec![WebhookSecret {
-            secret: longhaul_domain::webhooks::generate_secret(),
-            created_at: now.clone(),
-            expires_at: None,
-        }];
-        for old in current.active(&now) {
-            let mut old = old.clone();
-            if old.expires_at.is_none() {
-                old.expires_at = Some(overlap_until.to_owned());
-            }
-            secrets.push(old);
-        }
-        let record = SecretsRecord { secrets };
+        self.rotate_webhook_secret_from(owner, &current, overlap_until).await
+    }
+
+    /// The write of a rotation made from `read`, the record as the caller read it: written
+    /// only if the record is still at `read.version` ([`Rotation::Lost`] otherwise). Public so
+    /// that a test can replay the stale read of a concurrent rotation.
+    pub async fn rotate_webhook_secret_from(
+        &self,
+        owner: &str,
+        read: &SecretsRecord,
+        overlap_until: &str,
+    ) -> Result<Rotation, StoreError> {
+        let now = now_rfc3339();
+        let record = read.rotated(WebhookSecret::generate(&now)?, &now, overlap_until);
         let mut item = to_item(&record);
-        item.insert("pk".into(), s(secrets_pk(owner)));
-        item.insert("sk".into(), s("WEBHOOK"));
-        self.client
+        item.extend(secrets_key(owner));
+        let put = self
+            .client
             .put_item()
             .table_name(&self.table)
             .set_item(Some(item))
+            // A record from before versioning has no `version`: it reads as 0.
+            .condition_expression(if read.version == 0 {
+                "attribute_exists(pk) AND attribute_not_exists(#version)"
+            } else {
+                "#version = :read"
+            })
+            .expression_attribute_names("#version", "version")
+            .set_expression_attribute_values((read.version > 0).then(|| {
+                HashMap::from([(":read".to_owned(), AttributeValue::N(read.version.to_string()))])
+            }))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .send()
-            .await
-            .map_err(|e| AwsError::new("rotate webhook secret", e))?;
-        Ok(record)
+            .await;
+        match put {
+            Ok(_) => Ok(Rotation::Rotated(record)),
+            Err(err) => match err.as_service_error() {
+                Some(PutItemError::ConditionalCheckFailedException(failed)) => {
+                    match failed.item() {
+                        Some(item) => Ok(Rotation::Lost(from_item(item.clone())?)),
+                        None => Err(StoreError::Corrupt {
+                            key: secrets_pk(owner),
+                            reason: "the webhook secrets vanished during a rotation".into(),
+                        }),
+                    }
+                }
+                _ => Err(AwsError::new("rotate webhook secret", err).into()),
+            },
+        }
     }
 
-    /// Records one delivery attempt.
+    /// Records one delivery attempt, in the job's delivery partition ([`delivery_pk`]).
     pub async fn record_delivery(
         &self,
         job_id: &str,
         delivery: &DeliveryRecord,
     ) -> Result<(), StoreError> {
         let mut item = to_item(delivery);
-        item.insert("pk".into(), s(job_pk(job_id)));
+        item.insert("pk".into(), s(delivery_pk(job_id)));
         item.insert("sk".into(), s(format!("WEBHOOK#{}#{:04}", delivery.event, delivery.attempt)));
+        // Written after the job ended, outside its partition (which the expirer marks for
+        // TTL): each attempt carries its own, so the last one lapses a retention after it.
+        item.insert("expires_at".into(), self.retention.ttl_from_now());
         self.client
             .put_item()
             .table_name(&self.table)
@@ -1203,7 +1596,7 @@ impl JobStore {
             .query()
             .table_name(&self.table)
             .key_condition_expression("pk = :pk AND begins_with(sk, :prefix)")
-            .expression_attribute_values(":pk", s(job_pk(job_id)))
+            .expression_attribute_values(":pk", s(delivery_pk(job_id)))
             .expression_attribute_values(":prefix", s("WEBHOOK#"))
             .consistent_read(true)
             .send()
@@ -1212,8 +1605,8 @@ impl JobStore {
         output.items.unwrap_or_default().into_iter().map(from_item).collect()
     }
 
-    /// Decodes a job record read from an index.
-    pub fn job_from(item: Item) -> Result<JobRecord, StoreError> {
+    /// A job's status-index entry, as a sweep's page holds it.
+    pub fn entry_from(item: Item) -> Result<JobEntry, StoreError> {
         from_item(item)
     }
 
@@ -1252,18 +1645,24 @@ impl JobStore {
         Ok(())
     }
 
-    /// Counts one more dispatch of a `pending` job (the reaper re-enqueueing it) and returns
-    /// the record; refused if the job moved on meanwhile.
-    pub async fn count_enqueue(&self, job_id: &str) -> Result<JobRecord, StoreError> {
+    /// Counts one more dispatch of a `pending` job (the reaper re-enqueueing it), moves its
+    /// status-index entry to `index_key` (when the reaper should look again) and returns the
+    /// record; refused if the job moved on meanwhile.
+    pub async fn count_enqueue(
+        &self,
+        job_id: &str,
+        index_key: &str,
+    ) -> Result<JobRecord, StoreError> {
         let names = HashMap::from([("#status".to_owned(), "status".to_owned())]);
         let values = HashMap::from([
             (":pending".to_owned(), s(JobStatus::Pending.as_str())),
             (":one".to_owned(), AttributeValue::N("1".into())),
             (":now".to_owned(), s(now_rfc3339())),
+            (":look".to_owned(), s(index_key)),
         ]);
         self.update_job(
             job_id,
-            "SET updated_at = :now, gsi2sk = :now ADD enqueues :one".into(),
+            "SET updated_at = :now, gsi2sk = :look ADD enqueues :one".into(),
             "#status = :pending".into(),
             names,
             values,
@@ -1303,9 +1702,11 @@ impl JobStore {
         .await
     }
 
-    /// Marks an expired job's records for DynamoDB TTL (epoch seconds).
+    /// Marks an expired job's records for DynamoDB TTL (epoch seconds) and takes the job out
+    /// of the status index (its `expired#<shard>` entry): the last step of expiring a job, so
+    /// the entry stays until everything before it is done. The progress record goes first.
     pub async fn retain_until(&self, job_id: &str, epoch_seconds: i64) -> Result<(), StoreError> {
-        for sk in [JOB_SK, PROGRESS_SK] {
+        for sk in [PROGRESS_SK, JOB_SK] {
             let result = self
                 .client
                 .update_item()
@@ -1342,6 +1743,10 @@ impl JobStore {
     ) -> Result<(), ProgressRefused> {
         let mut item = to_item(progress);
         item.extend(Self::progress_key(job_id));
+        // The record's TTL moves on with every write, so it lapses only once the job stopped
+        // writing (it ended, or was taken from this attempt): no extra write, and no progress
+        // record outlives its job by more than the retention.
+        item.insert("expires_at".into(), self.retention.ttl_from_now());
         let result = self
             .client
             .put_item()
@@ -1469,5 +1874,39 @@ impl JobStore {
             .send()
             .await;
         crate::sdk::log_warm_up("dynamodb", started, result);
+    }
+}
+
+#[cfg(test)]
+mod cursor_tests {
+    use super::*;
+
+    fn position_key(owner: &str, job_id: &str) -> Item {
+        HashMap::from([
+            ("pk".to_owned(), s(job_pk(job_id))),
+            ("sk".to_owned(), s(JOB_SK)),
+            ("gsi1pk".to_owned(), s(owner_index_pk(owner))),
+            ("gsi1sk".to_owned(), s(format!("2026-01-02T03:04:05.678Z#{job_id}"))),
+        ])
+    }
+
+    #[test]
+    fn a_cursor_is_the_start_key_it_was_made_from_in_the_callers_index_only() {
+        let id = longhaul_domain::JobId::new().to_string();
+        let key = position_key("alice", &id);
+        let cursor = encode_cursor("alice", &key).unwrap();
+        assert_eq!(decode_cursor("alice", &cursor).unwrap(), key);
+        assert!(matches!(decode_cursor("bob", &cursor), Err(ListError::InvalidCursor)));
+        // Whatever was in the key, the start key's partition is the caller's.
+        let theirs = position_key("bob", &id);
+        let cursor = encode_cursor("alice", &theirs).unwrap();
+        assert_eq!(decode_cursor("alice", &cursor).unwrap()["gsi1pk"], s("OWNER#alice"));
+    }
+
+    #[test]
+    fn a_start_key_that_is_not_ours_is_corrupt_not_a_cursor() {
+        let mut key = position_key("alice", &longhaul_domain::JobId::new().to_string());
+        key.insert("gsi1sk".into(), s("garbage"));
+        assert!(matches!(encode_cursor("alice", &key), Err(StoreError::Corrupt { .. })));
     }
 }

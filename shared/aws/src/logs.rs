@@ -20,7 +20,7 @@
 use tracing::Span;
 use tracing::field::Empty;
 
-use crate::jobs::JobRecord;
+use crate::jobs::{JobIdentity, JobRecord};
 
 /// The span's name.
 pub const SPAN_NAME: &str = "job";
@@ -41,8 +41,8 @@ pub fn job_span(job_id: Option<&str>, attempt: Option<u32>, principal: Option<&s
 }
 
 /// The span for work on `job` as its record reads.
-pub fn span_of(job: &JobRecord) -> Span {
-    job_span(Some(&job.job_id), Some(job.attempt), Some(&job.owner))
+pub fn span_of(job: &impl JobIdentity) -> Span {
+    job_span(Some(job.job_id()), Some(job.attempt()), Some(job.owner()))
 }
 
 /// Records the job's id, attempt and principal from its record in `span`.

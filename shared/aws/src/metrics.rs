@@ -5,7 +5,7 @@ use std::sync::OnceLock;
 
 use serde_json::json;
 
-use crate::jobs::JobRecord;
+use crate::jobs::{JobIdentity, JobRecord};
 
 /// Something that also receives every EMF line (the local stack records them for tests).
 pub type Sink = Box<dyn Fn(&str) + Send + Sync>;
@@ -86,8 +86,8 @@ fn envelope(
 }
 
 /// Emits one data point about `job`.
-pub fn emit(name: &str, value: f64, unit: Unit, job: &JobRecord) {
-    publish(&line(name, value, unit, &job.job_type, &job.job_id));
+pub fn emit(name: &str, value: f64, unit: Unit, job: &impl JobIdentity) {
+    publish(&line(name, value, unit, job.job_type(), job.job_id()));
 }
 
 /// Emits what a job's end counts, from its record as the ending write left it: `JobsSucceeded`,

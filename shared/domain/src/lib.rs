@@ -5,6 +5,7 @@
 
 pub mod callback;
 pub mod csv_report;
+pub mod cursor;
 pub mod demo;
 pub mod fingerprint;
 pub mod job;

@@ -8,6 +8,8 @@
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use hmac::{Hmac, Mac};
+use secrecy::ExposeSecretMut;
+pub use secrecy::{ExposeSecret, SecretString};
 use sha2::Sha256;
 
 use crate::JobStatus;
@@ -15,12 +17,24 @@ use crate::JobStatus;
 /// Prefix of a webhook signing secret.
 pub const SECRET_PREFIX: &str = "whsec_";
 
-/// A new random signing secret (`whsec_` + base64 of 32 random bytes).
-pub fn generate_secret() -> String {
-    let mut bytes = Vec::with_capacity(32);
-    bytes.extend_from_slice(uuid::Uuid::new_v4().as_bytes());
-    bytes.extend_from_slice(uuid::Uuid::new_v4().as_bytes());
-    format!("{SECRET_PREFIX}{}", STANDARD.encode(bytes))
+/// Bytes of key material in a generated secret (HMAC-SHA256's block-sized key is overkill;
+/// 32 bytes is its full strength, and what Standard Webhooks' own libraries generate).
+pub const SECRET_BYTES: usize = 32;
+
+/// The OS random generator could not be read (on Linux only before the kernel's pool is
+/// initialised, or with neither `getrandom(2)` nor `/dev/urandom`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the OS random generator is unavailable: {0}")]
+pub struct RandomUnavailable(String);
+
+/// A new signing secret: `whsec_` + base64 of [`SECRET_BYTES`] bytes read from the OS random
+/// generator (not a UUIDv4: its bits are fewer, and its generator is not ours to vouch for).
+/// Kept in a [`SecretString`], whose `Debug` prints `[REDACTED]`, so no log can carry it.
+pub fn generate_secret() -> Result<SecretString, RandomUnavailable> {
+    // In a `SecretBox`, so the raw key material is zeroed when it is dropped.
+    let mut bytes = secrecy::SecretBox::new(Box::new([0u8; SECRET_BYTES]));
+    getrandom::fill(bytes.expose_secret_mut()).map_err(|e| RandomUnavailable(e.to_string()))?;
+    Ok(SecretString::from(format!("{SECRET_PREFIX}{}", STANDARD.encode(bytes.expose_secret()))))
 }
 
 /// Why a secret cannot sign.
@@ -28,25 +42,47 @@ pub fn generate_secret() -> String {
 #[error("a webhook secret is whsec_ followed by base64")]
 pub struct InvalidSecret;
 
-/// The `v1,<signature>` of `body` for message `id` at `timestamp` under `secret`.
-pub fn sign(secret: &str, id: &str, timestamp: i64, body: &[u8]) -> Result<String, InvalidSecret> {
-    let key = STANDARD
-        .decode(secret.strip_prefix(SECRET_PREFIX).ok_or(InvalidSecret)?)
-        .map_err(|_| InvalidSecret)?;
-    let mut mac = Hmac::<Sha256>::new_from_slice(&key).map_err(|_| InvalidSecret)?;
+/// The HMAC of message `id` at `timestamp` with `body` under `secret`, ready to finalise or
+/// to verify against.
+fn mac(
+    secret: &SecretString,
+    id: &str,
+    timestamp: i64,
+    body: &[u8],
+) -> Result<Hmac<Sha256>, InvalidSecret> {
+    let encoded = secret.expose_secret().strip_prefix(SECRET_PREFIX).ok_or(InvalidSecret)?;
+    let key = secrecy::SecretSlice::from(STANDARD.decode(encoded).map_err(|_| InvalidSecret)?);
+    let mut mac = Hmac::<Sha256>::new_from_slice(key.expose_secret()).map_err(|_| InvalidSecret)?;
     mac.update(id.as_bytes());
     mac.update(b".");
     mac.update(timestamp.to_string().as_bytes());
     mac.update(b".");
     mac.update(body);
+    Ok(mac)
+}
+
+/// The `v1,<signature>` of `body` for message `id` at `timestamp` under `secret`.
+pub fn sign(
+    secret: &SecretString,
+    id: &str,
+    timestamp: i64,
+    body: &[u8],
+) -> Result<String, InvalidSecret> {
+    let mac = mac(secret, id, timestamp, body)?;
     Ok(format!("v1,{}", STANDARD.encode(mac.finalize().into_bytes())))
 }
 
 /// Whether `header` (a `webhook-signature` value) holds a valid signature of the message
-/// under `secret` — what a receiver checks.
-pub fn verify(secret: &str, id: &str, timestamp: i64, body: &[u8], header: &str) -> bool {
-    let Ok(expected) = sign(secret, id, timestamp, body) else { return false };
-    header.split(' ').any(|candidate| candidate == expected)
+/// under `secret` — what a receiver checks. Each candidate is compared in constant time
+/// (`Mac::verify_slice`), and every candidate is checked, so the time taken says neither how
+/// much of a forged signature was right nor which candidate matched.
+pub fn verify(secret: &SecretString, id: &str, timestamp: i64, body: &[u8], header: &str) -> bool {
+    let Ok(mac) = mac(secret, id, timestamp, body) else { return false };
+    header
+        .split(' ')
+        .filter_map(|candidate| candidate.strip_prefix("v1,"))
+        .filter_map(|signature| STANDARD.decode(signature).ok())
+        .fold(false, |found, signature| mac.clone().verify_slice(&signature).is_ok() | found)
 }
 
 /// The event type of a terminal status, or `None` for statuses that send no webhook.
@@ -105,28 +141,44 @@ mod tests {
 
     #[test]
     fn standard_webhooks_test_vector() {
-        // From the Standard Webhooks specification's reference test.
-        let secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+        // From the Standard Webhooks specification's reference test. The expected signature
+        // is checked by verifying it (constant time), not by comparing strings.
+        let secret = SecretString::from("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw");
         let body = br#"{"test": 2432232314}"#;
-        let signature = sign(secret, "msg_p5jXN8AQM9LWM0D4loKWxJek", 1614265330, body).unwrap();
-        assert_eq!(signature, "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=");
-        assert!(verify(
-            secret,
-            "msg_p5jXN8AQM9LWM0D4loKWxJek",
-            1614265330,
-            body,
-            &format!("v1,other {signature}")
-        ));
-        assert!(!verify(secret, "msg_p5jXN8AQM9LWM0D4loKWxJek", 1614265331, body, &signature));
+        let id = "msg_p5jXN8AQM9LWM0D4loKWxJek";
+        let vector = "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=";
+        assert!(verify(&secret, id, 1614265330, body, vector));
+        let signature = sign(&secret, id, 1614265330, body).unwrap();
+        assert!(verify(&secret, id, 1614265330, body, &signature));
+        assert!(verify(&secret, id, 1614265330, body, &format!("v1,other {signature}")));
+        assert!(!verify(&secret, id, 1614265331, body, vector), "another timestamp");
+        assert!(!verify(&secret, id, 1614265330, b"{}", vector), "another body");
+        assert!(!verify(&secret, id, 1614265330, body, &vector.replace("v1,", "v2,")));
+        assert!(!verify(&secret, id, 1614265330, body, "v1,not-base64 v1, "));
+        assert!(!verify(&SecretString::from("nope"), id, 1614265330, body, vector));
     }
 
     #[test]
-    fn secrets_sign_and_differ() {
-        let (a, b) = (generate_secret(), generate_secret());
-        assert_ne!(a, b);
-        assert!(a.starts_with(SECRET_PREFIX));
-        assert!(sign(&a, "id", 1, b"x").is_ok());
-        assert!(sign("nope", "id", 1, b"x").is_err());
+    fn generated_secrets_are_32_random_bytes_behind_the_prefix() {
+        let (a, b) = (generate_secret().unwrap(), generate_secret().unwrap());
+        for secret in [&a, &b] {
+            let text = secret.expose_secret();
+            let encoded = text.strip_prefix(SECRET_PREFIX).expect("whsec_ prefix");
+            assert_eq!(text.len(), SECRET_PREFIX.len() + 44, "base64 of 32 bytes is 44 chars");
+            assert_eq!(STANDARD.decode(encoded).unwrap().len(), SECRET_BYTES);
+            assert!(sign(secret, "id", 1, b"x").is_ok());
+        }
+        assert_ne!(a.expose_secret(), b.expose_secret(), "two secrets differ");
+        assert!(sign(&SecretString::from("nope"), "id", 1, b"x").is_err());
+    }
+
+    #[test]
+    fn a_secret_never_shows_in_debug_output() {
+        let secret = generate_secret().unwrap();
+        let shown = format!("{secret:?} {:?}", vec![secret.clone()]);
+        assert!(!shown.contains(secret.expose_secret()), "{shown}");
+        assert!(!shown.contains(SECRET_PREFIX), "{shown}");
+        assert!(shown.contains("REDACTED"), "{shown}");
     }
 
     #[test]

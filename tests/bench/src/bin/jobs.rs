@@ -640,7 +640,8 @@ impl Bench {
             .query()
             .table_name(&self.table)
             .key_condition_expression("pk = :pk")
-            .expression_attribute_values(":pk", AttributeValue::S(pk.clone()))
+            // Delivery records have a partition of their own (longhaul_aws::jobs::delivery_pk).
+            .expression_attribute_values(":pk", AttributeValue::S(format!("DELIVERY#{last}")))
             .send()
             .await?;
         for item in items.items() {
@@ -1449,7 +1450,7 @@ async fn run() -> anyhow::Result<()> {
             };
             let timestamp = header("webhook-timestamp").parse().unwrap_or(0);
             if !longhaul_domain::webhooks::verify(
-                &secret,
+                &secret.as_str().into(),
                 &header("webhook-id"),
                 timestamp,
                 body,

@@ -1,0 +1,172 @@
+//! The webhook deliverer under a partner whose DNS never answers, against the local stack:
+//! the lookup is bounded, the hung delivery is a failed attempt of its own, and the batch's
+//! other deliveries — other tenants' — go out regardless, concurrently.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use longhaul_aws::jobs::JobStore;
+use longhaul_aws::queue::WebhookMessage;
+use longhaul_domain::{JobStatus, Transition};
+use longhaul_tests::{Harness, harness_with, principal};
+use serde_json::json;
+
+/// The lookup limit the test's deliverer uses.
+const RESOLVE_TIMEOUT: Duration = Duration::from_millis(1500);
+
+fn stack() -> &'static Harness {
+    harness_with(&[("LONGHAUL_ALLOW_INSECURE_CALLBACKS", "1")])
+}
+
+type Inbox = Arc<Mutex<Vec<String>>>;
+
+/// A local partner: `POST /{key}` answers 204 and remembers the key.
+fn receiver() -> &'static (SocketAddr, Inbox) {
+    static RECEIVER: OnceLock<(SocketAddr, Inbox)> = OnceLock::new();
+    RECEIVER.get_or_init(|| {
+        let inbox: Inbox = Default::default();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let state = inbox.clone();
+        std::thread::spawn(move || {
+            let runtime =
+                tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            runtime.block_on(async move {
+                let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+                tx.send(listener.local_addr().unwrap()).unwrap();
+                let app = axum::Router::new()
+                    .route("/{key}", axum::routing::post(receive))
+                    .with_state(state);
+                axum::serve(listener, app).await.unwrap();
+            });
+        });
+        (rx.recv().unwrap(), inbox)
+    })
+}
+
+async fn receive(State(inbox): State<Inbox>, Path(key): Path<String>) -> StatusCode {
+    inbox.lock().unwrap().push(key);
+    StatusCode::NO_CONTENT
+}
+
+/// `fast.partner.test` is the local receiver; every other name's lookup never answers.
+struct Hanging;
+
+impl webhook::Resolver for Hanging {
+    fn resolve<'a>(
+        &'a self,
+        host: &'a str,
+        port: u16,
+    ) -> futures::future::BoxFuture<'a, std::io::Result<Vec<SocketAddr>>> {
+        Box::pin(async move {
+            if host == "fast.partner.test" {
+                Ok(vec![SocketAddr::new(receiver().0.ip(), port)])
+            } else {
+                std::future::pending().await
+            }
+        })
+    }
+}
+
+/// A finished job of its own owner whose callback is `url`.
+async fn job_with_callback(jobs: &JobStore, url: &str) -> String {
+    let now = longhaul_domain::now_rfc3339();
+    let job_id = longhaul_domain::JobId::new().to_string();
+    let record: longhaul_aws::jobs::JobRecord = serde_json::from_value(json!({
+        "job_id": job_id, "owner": principal("tenant"), "type": "demo", "params": {"items": 1},
+        "status": "succeeded", "attempt": 1, "idempotency_key": "k", "fingerprint": "f",
+        "callback_url": url, "created_at": now, "updated_at": now, "finished_at": now,
+        "transitions": [Transition { state: JobStatus::Succeeded, at: now.clone(), reason: "test".into() }],
+    }))
+    .unwrap();
+    jobs.put_job(&record).await.unwrap();
+    job_id
+}
+
+/// The deliverer's dependencies, with `resolver` and a one-minute retry delay (the retries
+/// this test queues stay out of its way).
+async fn deps(resolver: Arc<dyn webhook::Resolver>) -> webhook::Deps {
+    let stack = &stack().stack;
+    let emulator = |name: &str| stack.resource(name).replace(&stack.edge_url, &stack.emulator.url);
+    let vars = [
+        ("TABLE_NAME".to_string(), stack.resource("JobsTable")),
+        ("WEBHOOK_QUEUE_URL".to_string(), emulator("WebhookQueue")),
+        ("WEBHOOK_DLQ_URL".to_string(), emulator("WebhookDeadLetterQueue")),
+        ("LONGHAUL_ALLOW_INSECURE_CALLBACKS".to_string(), "1".to_string()),
+        ("LONGHAUL_WEBHOOK_SCHEDULE_SECONDS".to_string(), "60".to_string()),
+        ("LONGHAUL_WEBHOOK_TIMEOUT_MS".to_string(), "5000".to_string()),
+        (
+            "LONGHAUL_WEBHOOK_RESOLVE_TIMEOUT_MS".to_string(),
+            RESOLVE_TIMEOUT.as_millis().to_string(),
+        ),
+    ];
+    let vars = longhaul_aws::config::Vars::from_map(vars.into_iter().collect());
+    let config = webhook::Config::from_vars(&vars).unwrap();
+    assert_eq!(config.resolve_timeout, RESOLVE_TIMEOUT);
+    webhook::Deps::new(&stack.emulator_sdk_config().await, &config, resolver).unwrap()
+}
+
+#[tokio::test]
+async fn a_partner_whose_dns_hangs_fails_alone_and_does_not_hold_the_batch() {
+    stack();
+    let sdk = stack().stack.emulator_sdk_config().await;
+    let jobs =
+        JobStore::new(aws_sdk_dynamodb::Client::new(&sdk), stack().stack.resource("JobsTable"));
+    let port = receiver().0.port();
+    let key = uuid::Uuid::new_v4().simple().to_string();
+    let fast = job_with_callback(&jobs, &format!("http://fast.partner.test:{port}/{key}")).await;
+    // Three partners whose lookups hang: delivered one after another they would take three
+    // lookup limits; concurrently, one.
+    let mut slow = Vec::new();
+    for n in 0..3 {
+        slow.push(job_with_callback(&jobs, &format!("http://slow{n}.partner.test/hook")).await);
+    }
+    let records: Vec<_> = slow
+        .iter()
+        .chain([&fast])
+        .map(|job_id| {
+            let message = WebhookMessage {
+                job_id: job_id.clone(),
+                status: JobStatus::Succeeded,
+                attempt: 1,
+                not_before: 0,
+            };
+            json!({"messageId": job_id, "body": serde_json::to_string(&message).unwrap()})
+        })
+        .collect();
+    let event = serde_json::from_value(json!({ "Records": records })).unwrap();
+    let deps = deps(Arc::new(Hanging)).await;
+
+    let started = Instant::now();
+    let response = tokio::time::timeout(Duration::from_secs(20), webhook::handle(&deps, event))
+        .await
+        .expect("a batch with a hung DNS lookup finishes");
+    let took = started.elapsed();
+    assert!(response.batch_item_failures.is_empty(), "nothing is redelivered by SQS");
+    assert!(
+        took < RESOLVE_TIMEOUT * 3,
+        "the batch's deliveries run concurrently, not one lookup limit after another: {took:?}"
+    );
+
+    // The other tenant's webhook went out, and is recorded as delivered.
+    assert_eq!(receiver().1.lock().unwrap().iter().filter(|k| **k == key).count(), 1);
+    let delivered = jobs.deliveries(&fast).await.unwrap();
+    assert_eq!(
+        (delivered.len(), delivered[0].status_code, delivered[0].outcome.as_str()),
+        (1, Some(204), "delivered")
+    );
+    // Each hung one is a failed attempt of its own, with the reason, retried on the schedule.
+    for (n, job_id) in slow.iter().enumerate() {
+        let recorded = jobs.deliveries(job_id).await.unwrap();
+        assert_eq!(recorded.len(), 1, "{recorded:?}");
+        assert_eq!(
+            recorded[0].error.as_deref(),
+            Some(format!("slow{n}.partner.test did not resolve within 1500 ms").as_str())
+        );
+        assert_eq!(recorded[0].status_code, None, "no connection was made");
+        assert_eq!(recorded[0].outcome, "retrying");
+        assert_eq!(recorded[0].attempt, 1);
+    }
+}
