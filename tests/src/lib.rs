@@ -22,6 +22,7 @@ pub struct Harness {
 
 static HARNESS: OnceLock<Harness> = OnceLock::new();
 static OVERRIDES: OnceLock<Vec<(String, String)>> = OnceLock::new();
+static REGISTRY: OnceLock<longhaul_worker::Registry> = OnceLock::new();
 
 /// The stack of this test binary, started with extra function environment (shortened
 /// deadlines, intervals…). Call it before anything else touches the stack: the first call of
@@ -30,6 +31,19 @@ pub fn harness_with(overrides: &[(&str, &str)]) -> &'static Harness {
     OVERRIDES
         .get_or_init(|| overrides.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect());
     harness()
+}
+
+/// The stack of this test binary, its functions knowing the kinds of `registry` instead of
+/// the catalog's (a test's own kinds, with or without the shipped ones), started with extra
+/// function environment as in [`harness_with`]. `ENABLED_JOB_TYPES` in `overrides` decides
+/// which kinds are accepted (unset: the template's default, which names only shipped kinds).
+/// Call it before anything else touches the stack: the first call of a test binary decides.
+pub fn harness_with_registry(
+    registry: longhaul_worker::Registry,
+    overrides: &[(&str, &str)],
+) -> &'static Harness {
+    REGISTRY.get_or_init(|| registry);
+    harness_with(overrides)
 }
 
 /// The repository root.
@@ -57,6 +71,9 @@ pub fn harness() -> &'static Harness {
                         .insert("LONGHAUL_PROGRESS_INTERVAL_MS".into(), "200".into());
                     for (name, value) in OVERRIDES.get_or_init(Vec::new) {
                         options.env_overrides.insert(name.clone(), value.clone());
+                    }
+                    if let Some(registry) = REGISTRY.get() {
+                        options.registry = registry.clone();
                     }
                     match LocalStack::start(options).await {
                         Ok(stack) => tx.send(Ok(Harness { stack })).expect("test thread waits"),
@@ -429,5 +446,55 @@ impl Aws {
             .filter_map(|e| e.state_entered_event_details())
             .map(|d| d.name().to_owned())
             .collect()
+    }
+}
+
+/// Runs the local stack's schedule `schedule` (`reaper`, `expirer`) once, now, and returns its
+/// report; panics unless the run succeeded.
+pub async fn fire(schedule: &str) -> Value {
+    let reply = reqwest::Client::new()
+        .post(format!("{}/_local/schedules/{schedule}", harness().stack.api_url))
+        .send()
+        .await
+        .expect("the schedule endpoint answers");
+    assert_eq!(reply.status(), 200, "the {schedule} run failed");
+    reply.json::<Value>().await.expect("a run's report is JSON")
+}
+
+/// A `pending` `demo` job record of `owner`, accepted at `created_at`, as submit stores it —
+/// for tests that seed the table directly (the one place that lists every field).
+pub fn seeded_job(owner: &str, created_at: String) -> longhaul_aws::jobs::JobRecord {
+    use longhaul_domain::{JobStatus, Transition};
+    longhaul_aws::jobs::JobRecord {
+        job_id: longhaul_domain::JobId::new().to_string(),
+        owner: owner.into(),
+        job_type: "demo".into(),
+        params: serde_json::json!({"items": 3}),
+        status: JobStatus::Pending,
+        attempt: 0,
+        lease: None,
+        execution: None,
+        idempotency_key: format!("k-{}", uuid::Uuid::new_v4()),
+        fingerprint: "f".into(),
+        callback_url: None,
+        created_at: created_at.clone(),
+        updated_at: created_at.clone(),
+        started_at: None,
+        finished_at: None,
+        error: None,
+        result_key: None,
+        transitions: vec![Transition {
+            state: JobStatus::Pending,
+            at: created_at,
+            reason: "submitted".into(),
+        }],
+        injected_failures: 0,
+        retry_of: None,
+        cancellation: None,
+        continuations: 0,
+        dispatches: 0,
+        enqueues: 0,
+        stalled_at: None,
+        not_before: None,
     }
 }

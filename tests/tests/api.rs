@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use longhaul_domain::demo::DemoResult;
+use longhaul_job_demo::DemoResult;
 use longhaul_tests::{Api, Aws, assert_counted_once, harness, metric_points, openapi, principal};
 use serde_json::{Value, json};
 

@@ -9,7 +9,6 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use lambda_http::request::LambdaRequest;
 use longhaul_aws::config::Vars;
 use longhaul_aws::jobs::{IDEM_SK, idempotency_pk};
-use longhaul_domain::JobType;
 use longhaul_domain::fingerprint::retry_idempotency_key;
 use longhaul_local::function_identity;
 use longhaul_tests::{Api, Aws, Harness, harness_with, principal};
@@ -265,7 +264,7 @@ async fn a_retry_of_a_job_whose_type_is_disabled_is_refused_and_writes_nothing()
     // The same function, on a deployment that has since switched `demo` off.
     let sdk = longhaul_local::sdk_config(&h.stack.edge_url).await;
     let mut config = submit_config();
-    config.enabled_job_types = vec![JobType::CsvReport];
+    config.enabled_job_types = vec!["csv_report".to_owned()];
     let deps = submit::Deps::new(&function_identity(&sdk, "SubmitFunction"), &config);
     let aws = Aws::new().await;
     let before = aws.items_of(&owner).await.len();
@@ -291,7 +290,7 @@ async fn a_retry_of_a_job_whose_type_is_disabled_is_refused_and_writes_nothing()
     assert!(key.item.is_none(), "no idempotency record was written: {:?}", key.item);
 
     // With the type enabled, the same retry goes through (the refusal was the type's).
-    config.enabled_job_types = JobType::ALL.to_vec();
+    config.enabled_job_types = vec!["demo".to_owned(), "csv_report".to_owned()];
     let deps = submit::Deps::new(&function_identity(&sdk, "SubmitFunction"), &config);
     let response = submit::handle(&deps, retry_request(&owner, &failed)).await;
     assert_eq!(response.status(), 202);

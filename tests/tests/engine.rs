@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use longhaul_domain::demo::DemoResult;
+use longhaul_job_demo::DemoResult;
 use longhaul_tests::{Api, Aws, Harness, harness_with, principal};
 use serde_json::{Value, json};
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use longhaul_aws::jobs::{JobRecord, JobStore, status_bucket};
-use longhaul_domain::{JobStatus, Transition, format_rfc3339};
+use longhaul_domain::{JobStatus, format_rfc3339};
 use longhaul_tests::{Api, Aws, Harness, harness_with, principal};
 use serde_json::{Value, json};
 
@@ -85,33 +85,7 @@ fn assert_ttl(item: &HashMap<String, AttributeValue>, from: chrono::DateTime<chr
 
 fn record(owner: &str, status: JobStatus) -> JobRecord {
     let at = format_rfc3339(chrono::Utc::now() - chrono::Duration::hours(1));
-    JobRecord {
-        job_id: longhaul_domain::JobId::new().to_string(),
-        owner: owner.into(),
-        job_type: "demo".into(),
-        params: json!({"items": 3}),
-        status,
-        attempt: 0,
-        lease: None,
-        execution: None,
-        idempotency_key: format!("k-{}", uuid::Uuid::new_v4()),
-        fingerprint: "f".into(),
-        callback_url: None,
-        created_at: at.clone(),
-        updated_at: at.clone(),
-        started_at: None,
-        finished_at: None,
-        error: None,
-        result_key: None,
-        transitions: vec![Transition { state: JobStatus::Pending, at, reason: "submitted".into() }],
-        injected_failures: 0,
-        retry_of: None,
-        cancellation: None,
-        continuations: 0,
-        dispatches: 0,
-        enqueues: 0,
-        stalled_at: None,
-    }
+    JobRecord { status, ..longhaul_tests::seeded_job(owner, at) }
 }
 
 /// Stores a succeeded job whose result expires at `expires` (indexed as the stage leaves it).

@@ -17,7 +17,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use futures::StreamExt;
 use longhaul_aws::jobs::JobRecord;
 use longhaul_domain::JobStatus;
-use longhaul_domain::demo::DemoResult;
+use longhaul_job_demo::DemoResult;
 use longhaul_local::faults::{FaultCounts, FaultPlan, JournalEntry};
 use longhaul_tests::csvgen::{Gen, csv_bytes, expected, rows_match};
 use longhaul_tests::{Api, Aws, Harness, harness_with, principal};

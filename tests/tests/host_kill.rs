@@ -5,7 +5,7 @@
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use longhaul_domain::demo::DemoResult;
+use longhaul_job_demo::DemoResult;
 use longhaul_local::template::Template;
 use serde_json::{Value, json};
 

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use longhaul_domain::demo::DemoResult;
+use longhaul_job_demo::DemoResult;
 use longhaul_tests::{Api, Aws, assert_counted_once, metric_points, principal};
 use serde_json::{Value, json};
 

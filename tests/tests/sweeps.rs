@@ -5,9 +5,9 @@
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use longhaul_aws::jobs::{JobRecord, JobStore, TransitionRequest, status_bucket};
-use longhaul_domain::{JobStatus, Transition, format_rfc3339};
-use longhaul_tests::{Api, Aws, Harness, harness_with, principal};
+use longhaul_aws::jobs::{JobStore, TransitionRequest, status_bucket};
+use longhaul_domain::{JobStatus, format_rfc3339};
+use longhaul_tests::{Api, Aws, Harness, fire, harness_with, principal, seeded_job};
 use serde_json::{Value, json};
 
 const TIMEOUT: Duration = Duration::from_secs(120);
@@ -23,52 +23,8 @@ fn stack() -> &'static Harness {
     ])
 }
 
-async fn fire(schedule: &str) -> Value {
-    let reply = reqwest::Client::new()
-        .post(format!("{}/_local/schedules/{schedule}", stack().stack.api_url))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(reply.status(), 200, "the {schedule} run failed");
-    reply.json::<Value>().await.unwrap()
-}
-
 async fn store() -> JobStore {
     JobStore::new(Aws::new().await.dynamodb.clone(), stack().stack.resource("JobsTable"))
-}
-
-fn pending(owner: &str, created_at: String) -> JobRecord {
-    JobRecord {
-        job_id: longhaul_domain::JobId::new().to_string(),
-        owner: owner.into(),
-        job_type: "demo".into(),
-        params: json!({"items": 3}),
-        status: JobStatus::Pending,
-        attempt: 0,
-        lease: None,
-        execution: None,
-        idempotency_key: format!("k-{}", uuid::Uuid::new_v4()),
-        fingerprint: "f".into(),
-        callback_url: None,
-        created_at: created_at.clone(),
-        updated_at: created_at.clone(),
-        started_at: None,
-        finished_at: None,
-        error: None,
-        result_key: None,
-        transitions: vec![Transition {
-            state: JobStatus::Pending,
-            at: created_at,
-            reason: "submitted".into(),
-        }],
-        injected_failures: 0,
-        retry_of: None,
-        cancellation: None,
-        continuations: 0,
-        dispatches: 0,
-        enqueues: 0,
-        stalled_at: None,
-    }
 }
 
 /// Stores a job as a stage leaves it after claiming it (its execution, which nothing runs,
@@ -76,7 +32,7 @@ fn pending(owner: &str, created_at: String) -> JobRecord {
 /// bucket, so that a page of two holds only two of them.
 async fn put_running(jobs: &JobStore, owner: &str) -> String {
     let now = format_rfc3339(chrono::Utc::now());
-    let mut job = pending(owner, now.clone());
+    let mut job = seeded_job(owner, now.clone());
     while status_bucket("running", &job.job_id) != "running#0" {
         job.job_id = longhaul_domain::JobId::new().to_string();
     }
@@ -147,7 +103,8 @@ async fn a_pending_job_held_back_longer_than_six_reaper_runs_is_not_failed() {
     let api = Api::new(&owner);
     let jobs = store().await;
     // Accepted a while ago and never dispatched (as if its message were lost or waiting).
-    let job = pending(&owner, format_rfc3339(chrono::Utc::now() - chrono::Duration::seconds(30)));
+    let job =
+        seeded_job(&owner, format_rfc3339(chrono::Utc::now() - chrono::Duration::seconds(30)));
     jobs.put_job(&job).await.unwrap();
     let faults = format!("{}/_local/faults", stack().stack.api_url);
     let http = reqwest::Client::new();
@@ -202,7 +159,8 @@ async fn the_indexes_hold_only_what_the_sweeps_and_the_listing_read() {
 
     let owner = principal("projection");
     let jobs = store().await;
-    let mut job = pending(&owner, format_rfc3339(chrono::Utc::now() - chrono::Duration::days(3)));
+    let mut job =
+        seeded_job(&owner, format_rfc3339(chrono::Utc::now() - chrono::Duration::days(3)));
     job.params = json!({"items": 3, "padding": "x".repeat(20_000)});
     jobs.put_job(&job).await.unwrap();
     let page = jobs

@@ -5,6 +5,10 @@
 //! are harmless: a job already `queued` is started again under the same execution name,
 //! which Step Functions deduplicates. Failed records are reported as batch item failures, so
 //! SQS retries them and, after `maxReceiveCount`, moves them to the dead-letter queue.
+//!
+//! A delayed job (`not_before`) is never started early: the `pending → queued` write is
+//! conditional on its start having come, and a message that arrives before it (the reaper's,
+//! sent up to 15 minutes early, or a redelivery) is sent again with the remaining delay.
 
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use aws_sdk_dynamodb::types::AttributeValue;
@@ -12,8 +16,8 @@ use longhaul_aws::config::{ConfigError, Vars};
 use longhaul_aws::executions::{Executions, StartOutcome, execution_name};
 use longhaul_aws::jobs::{JobStore, StoreError, TransitionRequest};
 use longhaul_aws::logs;
-use longhaul_aws::queue::DispatchMessage;
-use longhaul_domain::JobStatus;
+use longhaul_aws::queue::{DispatchMessage, IntakeQueue};
+use longhaul_domain::{JobStatus, format_rfc3339, schedule};
 use serde_json::json;
 use tracing::Instrument;
 
@@ -24,6 +28,8 @@ pub struct Config {
     pub table: String,
     /// `STATE_MACHINE_ARN`: the job state machine.
     pub state_machine_arn: String,
+    /// `INTAKE_QUEUE_URL`: where a message that came before its job's start is sent again.
+    pub intake_queue_url: String,
 }
 
 impl Config {
@@ -32,6 +38,7 @@ impl Config {
         Ok(Config {
             table: vars.required("TABLE_NAME")?,
             state_machine_arn: vars.required("STATE_MACHINE_ARN")?,
+            intake_queue_url: vars.required("INTAKE_QUEUE_URL")?,
         })
     }
 }
@@ -43,6 +50,8 @@ pub struct Deps {
     pub jobs: JobStore,
     /// The job state machine.
     pub executions: Executions,
+    /// The intake queue (to delay an early message again).
+    pub intake: IntakeQueue,
 }
 
 impl Deps {
@@ -53,6 +62,10 @@ impl Deps {
             executions: Executions::new(
                 aws_sdk_sfn::Client::new(sdk),
                 config.state_machine_arn.clone(),
+            ),
+            intake: IntakeQueue::new(
+                aws_sdk_sqs::Client::new(sdk),
+                config.intake_queue_url.clone(),
             ),
         }
     }
@@ -108,10 +121,12 @@ async fn dispatch_record(deps: &Deps, record: &SqsMessage) -> Result<(), Dispatc
 /// attempt and principal in the current `job` span.
 pub async fn dispatch(deps: &Deps, job_id: &str) -> Result<(), DispatchError> {
     let mut name = execution_name(job_id, 1);
+    let now = chrono::Utc::now();
     let request =
         TransitionRequest::new(job_id, &[JobStatus::Pending], JobStatus::Queued, "dispatched")
             .set("execution", AttributeValue::S(name.clone()))
-            .set("dispatches", AttributeValue::N("1".into()));
+            .set("dispatches", AttributeValue::N("1".into()))
+            .due(&format_rfc3339(now));
     match deps.jobs.transition(request).await {
         Ok(job) => logs::current_job(&job),
         Err(StoreError::Conflict { current: Some(job) }) if job.status == JobStatus::Queued => {
@@ -120,6 +135,25 @@ pub async fn dispatch(deps: &Deps, job_id: &str) -> Result<(), DispatchError> {
             if let Some(execution) = job.execution {
                 name = execution;
             }
+        }
+        Err(StoreError::Conflict { current: Some(job) }) if job.status == JobStatus::Pending => {
+            // Still pending, so the condition that failed is the start time: too early.
+            logs::current_job(&job);
+            let start = job
+                .not_before
+                .as_deref()
+                .and_then(|at| chrono::DateTime::parse_from_rfc3339(at).ok())
+                .map(|at| at.to_utc())
+                .unwrap_or(now);
+            let delay = schedule::sqs_delay(start, now).max(1);
+            tracing::info!(
+                not_before = job.not_before,
+                delay,
+                "before the job's start; delayed again"
+            );
+            let message = DispatchMessage { job_id: job_id.to_owned() };
+            deps.intake.send_delayed(&message, delay).await?;
+            return Ok(());
         }
         Err(StoreError::Conflict { current: Some(job) }) => {
             logs::current_job(&job);

@@ -15,6 +15,13 @@
 //! resumes with the first state after `n`, never repeating one ([`last_event_id`] says which
 //! values are accepted). A comment line every 15 s keeps proxies from closing an idle stream;
 //! the stream ends after the terminal event.
+//!
+//! Each stream holds a slot of its job and of its owner ([`StreamSlots`]: at most
+//! `LONGHAUL_MAX_STREAMS_PER_JOB` and `LONGHAUL_MAX_STREAMS_PER_TENANT` open at once), taken
+//! after the token check and the job read, before the stream starts: over a cap the request is
+//! a `429` with `Retry-After`. The slot is a lease that expires a minute after the stream's
+//! longest duration; the stream gives it back when it ends (or its client goes away), and a
+//! crashed invocation's lease simply expires.
 
 use std::convert::Infallible;
 use std::pin::Pin;
@@ -29,6 +36,7 @@ use lambda_http::{Request, RequestExt, Response};
 use longhaul_aws::api::Problem;
 use longhaul_aws::config::{ConfigError, Vars};
 use longhaul_aws::jobs::{JobStore, JobView};
+use longhaul_aws::limits::{SlotError, StreamLease, StreamSlots};
 use longhaul_aws::logs;
 use longhaul_domain::{JobStatus, stream_token};
 use serde_json::json;
@@ -52,7 +60,15 @@ pub struct Config {
     /// `LONGHAUL_STREAM_MAX_SECONDS` (840): when a stream ends for the client to reconnect
     /// (before the function's 15-minute limit).
     pub max_duration: Duration,
+    /// `LONGHAUL_MAX_STREAMS_PER_JOB` (5; 0 = no cap): streams one job may have open.
+    pub max_streams_per_job: usize,
+    /// `LONGHAUL_MAX_STREAMS_PER_TENANT` (50; 0 = no cap): streams one owner may have open.
+    pub max_streams_per_tenant: usize,
 }
+
+/// How long a stream's slot lease outlives the stream's longest duration: a crashed
+/// invocation's slot frees this long after the stream would have ended anyway.
+pub const LEASE_MARGIN: Duration = Duration::from_secs(60);
 
 impl std::fmt::Debug for Config {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -62,6 +78,8 @@ impl std::fmt::Debug for Config {
             .field("poll", &self.poll)
             .field("keepalive", &self.keepalive)
             .field("max_duration", &self.max_duration)
+            .field("max_streams_per_job", &self.max_streams_per_job)
+            .field("max_streams_per_tenant", &self.max_streams_per_tenant)
             .finish()
     }
 }
@@ -77,6 +95,8 @@ impl Config {
                 vars.parsed_or("LONGHAUL_STREAM_KEEPALIVE_SECONDS", 15)?,
             ),
             max_duration: Duration::from_secs(vars.parsed_or("LONGHAUL_STREAM_MAX_SECONDS", 840)?),
+            max_streams_per_job: vars.parsed_or("LONGHAUL_MAX_STREAMS_PER_JOB", 5)?,
+            max_streams_per_tenant: vars.parsed_or("LONGHAUL_MAX_STREAMS_PER_TENANT", 50)?,
         })
     }
 }
@@ -86,6 +106,8 @@ impl Config {
 pub struct Deps {
     /// The job table (read only).
     pub jobs: JobStore,
+    /// The open-stream caps (leases in the job table).
+    pub slots: StreamSlots,
     /// Settings.
     pub config: Config,
 }
@@ -95,6 +117,12 @@ impl Deps {
     pub fn new(sdk: &aws_config::SdkConfig, config: &Config) -> Self {
         Deps {
             jobs: JobStore::new(aws_sdk_dynamodb::Client::new(sdk), config.table.clone()),
+            slots: StreamSlots::new(
+                aws_sdk_dynamodb::Client::new(sdk),
+                config.table.clone(),
+                config.max_streams_per_job,
+                config.max_streams_per_tenant,
+            ),
             config: config.clone(),
         }
     }
@@ -120,9 +148,10 @@ fn problem_response(problem: Problem) -> Response<EventBody> {
 pub async fn handle(deps: Arc<Deps>, request: Request) -> Response<EventBody> {
     let span = logs::job_span(None, None, None);
     match open(&deps, &request).instrument(span.clone()).await {
-        Ok((view, after)) => {
+        Ok((view, after, lease)) => {
             span.in_scope(|| tracing::info!(last_event_id = after, "stream opened"));
-            let stream = stream(deps, view.job.job_id.clone(), view.job.attempt, after, span);
+            let slot = Slot { deps: deps.clone(), lease: Some(lease) };
+            let stream = stream(deps, view.job.job_id.clone(), view.job.attempt, after, span, slot);
             let mut response = Response::new(body(stream));
             let headers = response.headers_mut();
             headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
@@ -133,9 +162,9 @@ pub async fn handle(deps: Arc<Deps>, request: Request) -> Response<EventBody> {
     }
 }
 
-/// Checks the token and `Last-Event-ID` (both before any read), then reads the job; returns
-/// it and the last event id the client has.
-async fn open(deps: &Deps, request: &Request) -> Result<(JobView, u64), Problem> {
+/// Checks the token and `Last-Event-ID` (both before any read), then reads the job and takes
+/// a stream slot; returns the job, the last event id the client has and the slot's lease.
+async fn open(deps: &Deps, request: &Request) -> Result<(JobView, u64, StreamLease), Problem> {
     // Function URLs have no routes (and no path parameters): the path is ours to read.
     let job_id =
         match request.uri().path().trim_matches('/').split('/').collect::<Vec<_>>().as_slice() {
@@ -168,7 +197,65 @@ async fn open(deps: &Deps, request: &Request) -> Result<(JobView, u64), Problem>
     // the same.
     let view = view.filter(|v| v.job.owner == grant.owner).ok_or_else(Problem::not_found)?;
     logs::current_job(&view.job);
-    Ok((view, after))
+    let expiry =
+        chrono::Utc::now().timestamp() + (deps.config.max_duration + LEASE_MARGIN).as_secs() as i64;
+    let lease = deps.slots.acquire(&grant.owner, &job_id, expiry).await.map_err(|err| match err {
+        SlotError::Full { scope, full } => {
+            tracing::info!(scope, open = full.open, cap = full.cap, "stream refused: too many open");
+            Problem::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "too-many-streams",
+                "Too many open streams",
+                format!(
+                    "This {scope} already has {} progress streams open (at most {}); close one or retry later.",
+                    full.open, full.cap
+                ),
+            )
+            .header(header::RETRY_AFTER, full.retry_after.to_string())
+        }
+        SlotError::Aws(err) => {
+            tracing::error!(error = %err, "taking a stream slot failed");
+            Problem::internal()
+        }
+    })?;
+    Ok((view, after, lease))
+}
+
+/// A stream's slot lease, given back when the stream ends ([`Slot::release`]) or, if the
+/// stream is dropped first (its client went away), from `Drop` on a spawned task.
+struct Slot {
+    deps: Arc<Deps>,
+    lease: Option<StreamLease>,
+}
+
+impl Slot {
+    async fn release(&mut self) {
+        if let Some(lease) = self.lease.take()
+            && let Err(err) = self.deps.slots.release(&lease).await
+        {
+            // Not lost: the lease expires on its own (LEASE_MARGIN after the longest stream).
+            tracing::warn!(error = %err, "releasing the stream slot failed; its lease will expire");
+        }
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let Some(lease) = self.lease.take() else { return };
+        let deps = self.deps.clone();
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(async move {
+                    if let Err(err) = deps.slots.release(&lease).await {
+                        tracing::warn!(error = %err, "releasing the stream slot failed; its lease will expire");
+                    }
+                });
+            }
+            Err(_) => {
+                tracing::warn!("no runtime to release the stream slot; its lease will expire")
+            }
+        }
+    }
 }
 
 /// The `401` for a refused stream token. An expired one says so (only authentic tokens are
@@ -221,6 +308,8 @@ struct State {
     attempt: u32,
     /// The request's `job` span: every poll runs in it.
     span: tracing::Span,
+    /// The stream's slot, released when the stream ends.
+    slot: Slot,
     last_id: u64,
     last_sent: Instant,
     ends_at: Instant,
@@ -235,6 +324,7 @@ fn stream(
     attempt: u32,
     after: u64,
     span: tracing::Span,
+    slot: Slot,
 ) -> impl Stream<Item = Bytes> + Send + 'static {
     let state = State {
         ends_at: Instant::now() + deps.config.max_duration,
@@ -242,6 +332,7 @@ fn stream(
         job_id,
         attempt,
         span,
+        slot,
         last_id: after,
         last_sent: Instant::now(),
         done: false,
@@ -256,6 +347,7 @@ fn stream(
 /// One step of the stream: the next chunk to send, or its end.
 async fn poll(mut st: State) -> Option<(Bytes, State)> {
     if st.done {
+        st.slot.release().await;
         return None;
     }
     if std::mem::take(&mut st.first) {

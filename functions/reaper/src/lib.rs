@@ -35,7 +35,8 @@ use longhaul_aws::metrics::{self, Unit};
 use longhaul_aws::objects::ObjectStore;
 use longhaul_aws::queue::{DispatchMessage, IntakeQueue};
 use longhaul_domain::reaper::{Rescue, Running, Thresholds, Verdict, judge, rescue};
-use longhaul_domain::{JobError, JobStatus, JobType, format_rfc3339};
+use longhaul_domain::{JobError, JobStatus, format_rfc3339, schedule};
+use longhaul_worker::{Policy, Registry};
 use serde::Serialize;
 use serde_json::json;
 use tracing::Instrument;
@@ -65,10 +66,9 @@ pub struct Config {
     /// `LONGHAUL_MAX_ENQUEUE_INTERVAL_SECONDS` (900): the longest wait between two re-enqueues
     /// of a pending job (they are spaced `pending_grace` × 2ⁿ, up to this).
     pub max_enqueue_interval: Duration,
-    /// `LONGHAUL_MAX_RUNTIME_SECONDS` (86,400), per type `LONGHAUL_MAX_RUNTIME_SECONDS_<TYPE>`.
-    pub max_runtime: Vec<(JobType, Duration)>,
-    /// See `max_runtime`.
-    pub default_max_runtime: Duration,
+    /// `LONGHAUL_MAX_RUNTIME_SECONDS`: when set, the longest any job may run, whatever its
+    /// kind's policy says (by default the kind's `max_runtime`).
+    pub max_runtime: Option<Duration>,
     /// `LONGHAUL_REAPER_PAGE` (100): entries per index page of a sweep (a run reads as many
     /// pages as the buckets hold, within its budget).
     pub page: usize,
@@ -86,13 +86,6 @@ impl Config {
     pub fn from_vars(vars: &Vars) -> Result<Self, ConfigError> {
         let secs =
             |name: &str, default: u64| vars.parsed_or(name, default).map(Duration::from_secs);
-        let mut max_runtime = Vec::new();
-        for job_type in JobType::ALL {
-            let name = format!("LONGHAUL_MAX_RUNTIME_SECONDS_{}", job_type.as_str().to_uppercase());
-            if let Some(s) = vars.parsed::<u64>(&name)? {
-                max_runtime.push((job_type, Duration::from_secs(s)));
-            }
-        }
         Ok(Config {
             table: vars.required("TABLE_NAME")?,
             bucket: vars.required("BUCKET_NAME")?,
@@ -108,8 +101,7 @@ impl Config {
             queued_grace: secs("LONGHAUL_QUEUED_GRACE_SECONDS", 120)?,
             max_pending: secs("LONGHAUL_MAX_PENDING_SECONDS", 86_400)?,
             max_enqueue_interval: secs("LONGHAUL_MAX_ENQUEUE_INTERVAL_SECONDS", 900)?,
-            max_runtime,
-            default_max_runtime: secs("LONGHAUL_MAX_RUNTIME_SECONDS", 86_400)?,
+            max_runtime: vars.parsed("LONGHAUL_MAX_RUNTIME_SECONDS")?.map(Duration::from_secs),
             page: vars.parsed_or("LONGHAUL_REAPER_PAGE", 100)?,
             budget: secs("LONGHAUL_REAPER_BUDGET_SECONDS", 40)?,
             result_ttl: ResultTtl::from_vars(vars)?,
@@ -131,6 +123,8 @@ pub struct Deps {
     pub executions: Executions,
     /// Settings.
     pub config: Config,
+    /// The job kinds, for their policies.
+    pub registry: Registry,
 }
 
 impl Deps {
@@ -149,6 +143,19 @@ impl Deps {
                 config.state_machine_arn.clone(),
             ),
             config: config.clone(),
+            registry: longhaul_jobs::registry(),
+        }
+    }
+
+    /// The policy of the kind named `job_type`. A kind this deployment does not register (its
+    /// code was removed while jobs of it still ran) gets the default policy, said in the log.
+    pub fn policy_of(&self, job_type: &str) -> Policy {
+        match self.registry.get(job_type) {
+            Some(kind) => kind.policy(),
+            None => {
+                tracing::warn!(job_type, "no such job kind registered; using the default policy");
+                Policy::default()
+            }
         }
     }
 }
@@ -358,7 +365,9 @@ async fn lost_pending(
 ) -> Result<(), ReaperError> {
     let accepted_at = parse(&job.created_at).unwrap_or(now);
     let waited = (now - accepted_at).to_std().unwrap_or_default();
-    if waited >= deps.config.max_pending {
+    // A delayed job waits from its start, not from its submission: the index entry does not
+    // say whether a job is delayed, so the record is read — only on this rare path.
+    if waited >= deps.config.max_pending && !delayed_within(deps, now, &job).await? {
         let error = JobError {
             code: "Job.Undispatchable".into(),
             message: format!(
@@ -384,17 +393,47 @@ async fn lost_pending(
     let next_look = now + chrono::Duration::from_std(interval).unwrap_or_default()
         - chrono::Duration::from_std(deps.config.pending_grace).unwrap_or_default();
     match deps.jobs.count_enqueue(&job.job_id, &at(next_look)).await {
-        Ok(_) => {
-            deps.intake.send(&DispatchMessage { job_id: job.job_id.clone() }).await?;
-            tracing::warn!(
-                next_look_in_seconds = interval.as_secs(),
-                "pending job not dispatched yet; enqueued again"
-            );
+        Ok(record) => {
+            let message = DispatchMessage { job_id: job.job_id.clone() };
+            match record.not_before.as_deref().and_then(parse).filter(|start| *start > now) {
+                // A delayed job coming due (its entry was keyed 15 minutes before its start):
+                // its message waits for the start, and the next look is after it.
+                Some(start) => {
+                    let delay = schedule::sqs_delay(start, now);
+                    deps.intake.send_delayed(&message, delay).await?;
+                    if start > next_look {
+                        raced(deps.jobs.defer_pending_look(&job.job_id, &at(start)).await, report)?;
+                    }
+                    tracing::info!(delay, "delayed job coming due; enqueued for its start");
+                }
+                None => {
+                    deps.intake.send(&message).await?;
+                    tracing::warn!(
+                        next_look_in_seconds = interval.as_secs(),
+                        "pending job not dispatched yet; enqueued again"
+                    );
+                }
+            }
             report.re_enqueued += 1;
             Ok(())
         }
         Err(err) => raced(Err(err), report),
     }
+}
+
+/// Whether `job`, pending for longer than `max_pending` since it was accepted, is a delayed
+/// job that has waited less than that since its start (so it is not undispatchable yet).
+async fn delayed_within(
+    deps: &Deps,
+    now: DateTime<Utc>,
+    job: &JobEntry,
+) -> Result<bool, ReaperError> {
+    let Some(record) = deps.jobs.job(&job.job_id).await? else { return Ok(false) };
+    Ok(record
+        .not_before
+        .as_deref()
+        .and_then(parse)
+        .is_some_and(|start| (now - start).to_std().unwrap_or_default() < deps.config.max_pending))
 }
 
 async fn lost_queued(
@@ -513,19 +552,13 @@ fn running_state(
         ),
         None => (claimed_at, claimed_at),
     };
-    let job_type = job.job_type.parse::<JobType>().unwrap_or(JobType::Demo);
+    let policy = deps.policy_of(&job.job_type);
     let state = Running {
         heartbeat_at,
         progress_changed_at,
         started_at: job.started_at.as_deref().and_then(parse).unwrap_or(now),
         stalled_at: job.stalled_at.as_deref().and_then(parse),
-        max_runtime: deps
-            .config
-            .max_runtime
-            .iter()
-            .find(|(t, _)| *t == job_type)
-            .map(|(_, d)| *d)
-            .unwrap_or(deps.config.default_max_runtime),
+        max_runtime: deps.config.max_runtime.unwrap_or(policy.max_runtime),
     };
     Some((lease, state))
 }
@@ -543,7 +576,6 @@ async fn running(
     let Some((lease, state)) = running_state(&job, view.progress.as_ref(), now, deps) else {
         return Ok(());
     };
-    let job_type = job.job_type.parse::<JobType>().unwrap_or(JobType::Demo);
     match judge(now, &state, &deps.config.thresholds) {
         Verdict::Healthy => Ok(()),
         Verdict::Stalled => {
@@ -570,7 +602,7 @@ async fn running(
             }
             raced(result, report)
         }
-        Verdict::Zombie(reason) => zombie(deps, now, &job, &lease, job_type, reason, report).await,
+        Verdict::Zombie(reason) => zombie(deps, now, &job, &lease, reason, report).await,
     }
 }
 
@@ -579,7 +611,6 @@ async fn zombie(
     now: DateTime<Utc>,
     job: &JobEntry,
     lease: &str,
-    job_type: JobType,
     reason: String,
     report: &mut Report,
 ) -> Result<(), ReaperError> {
@@ -589,8 +620,10 @@ async fn zombie(
         Rescue::Backfill => {
             let key = result_key.unwrap_or_default();
             let expires = now
-                + chrono::Duration::from_std(deps.config.result_ttl.of(job_type))
-                    .unwrap_or_default();
+                + chrono::Duration::from_std(
+                    deps.config.result_ttl.of(deps.policy_of(&job.job_type).result_retention),
+                )
+                .unwrap_or_default();
             let request = TransitionRequest::new(
                 job_id,
                 &[JobStatus::Running],

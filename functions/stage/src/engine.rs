@@ -11,14 +11,18 @@
 
 use std::time::{Duration, Instant};
 
+use futures::future::{BoxFuture, FutureExt};
 use longhaul_aws::jobs::{JobRecord, Lease, ProgressRecord, ProgressRefused};
 use longhaul_aws::objects::checkpoint_key;
+use longhaul_aws::objects::result_key;
 use longhaul_domain::now_rfc3339;
 use longhaul_domain::progress::{Position, eta_seconds, overall_pct};
+use longhaul_domain::uploads::owns_upload;
+use longhaul_worker::{ByteStream, Cadence, KindError, ResultRef, StageContext, StagedFile};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use crate::failure::{CHECKPOINT_FAILED, Failure, PublicMessage};
+use crate::failure::{self, CHECKPOINT_FAILED, Failure, PublicMessage};
 use crate::{Deps, StageError};
 
 /// A checkpoint object.
@@ -34,20 +38,6 @@ pub struct Checkpoint<T> {
     pub written_at: String,
     /// The stage's state.
     pub state: T,
-}
-
-/// How a stage invocation ended.
-#[derive(Debug, Clone, PartialEq)]
-pub enum StageOutcome {
-    /// The deadline is near; the state is checkpointed; call again.
-    Paused,
-    /// This stage is complete; the next stage starts in the next invocation.
-    StageDone,
-    /// The last stage is complete and the result is durable at this key.
-    Finished {
-        /// The result object's key.
-        result_key: String,
-    },
 }
 
 /// One invocation's view of its stage.
@@ -73,6 +63,12 @@ pub struct Ctx<'a> {
     origin: Option<(Instant, f64)>,
     last_checkpoint: (Instant, u64),
     changed_at: Option<String>,
+    /// The uploads the kind declared it reads (the only ones it may read).
+    inputs: Vec<String>,
+    /// The checkpoint cadence: the deployment's override, else the kind's.
+    cadence: Cadence,
+    /// Whether a write was refused because the owner cancelled.
+    cancelled: bool,
 }
 
 impl<'a> Ctx<'a> {
@@ -84,6 +80,7 @@ impl<'a> Ctx<'a> {
         stages: &[&'static str],
         progress: &ProgressRecord,
         deadline: Instant,
+        kind: &KindRun,
     ) -> Self {
         let stage_index = progress.stage_index.clamp(1, stages.len() as u32);
         let same_stage = progress.stage_index == stage_index;
@@ -103,6 +100,12 @@ impl<'a> Ctx<'a> {
             origin: None,
             last_checkpoint: (Instant::now(), 0),
             changed_at: progress.progress_changed_at.clone(),
+            inputs: kind.inputs.clone(),
+            cadence: Cadence {
+                items: deps.checkpoint_items.unwrap_or(kind.cadence.items).max(1),
+                interval: deps.checkpoint_interval.unwrap_or(kind.cadence.interval),
+            },
+            cancelled: false,
         }
     }
 
@@ -120,8 +123,8 @@ impl<'a> Ctx<'a> {
     /// Whether a checkpoint is due: every `checkpoint_items` items or `checkpoint_interval`,
     /// whichever comes first.
     pub fn checkpoint_due(&self, items_done: u64) -> bool {
-        items_done.saturating_sub(self.last_checkpoint.1) >= self.deps.checkpoint_items
-            || self.last_checkpoint.0.elapsed() >= self.deps.checkpoint_interval
+        items_done.saturating_sub(self.last_checkpoint.1) >= self.cadence.items
+            || self.last_checkpoint.0.elapsed() >= self.cadence.interval
     }
 
     /// Reports progress: at most one write per progress interval (2 s by default — what a
@@ -185,7 +188,11 @@ impl<'a> Ctx<'a> {
             progress_changed_at: self.changed_at.clone(),
             attempt: Some(self.lease.attempt),
         };
-        self.deps.jobs.record_progress(&self.job.job_id, &record).await.map_err(refused)?;
+        let written = self.deps.jobs.record_progress(&self.job.job_id, &record).await;
+        if let Err(ProgressRefused::Cancelled) = &written {
+            self.cancelled = true;
+        }
+        written.map_err(refused)?;
         self.last_write = now;
         self.last_pct = pct;
         self.floor_done = record.items_done;
@@ -350,5 +357,273 @@ fn refused(err: ProgressRefused) -> StageError {
             StageError::LeaseLost(format!("a duplicate worker already recorded progress {seq}"))
         }
         ProgressRefused::Store(err) => crate::store_failed(err),
+    }
+}
+
+/// What the engine needs to know of the job's kind.
+#[derive(Debug, Clone)]
+pub struct KindRun {
+    /// The uploads the job's params name (already owner-checked at submit; checked again on
+    /// every read).
+    pub inputs: Vec<String>,
+    /// The kind's checkpoint cadence.
+    pub cadence: Cadence,
+}
+
+/// The kind's view of a stage error the engine raised: same class, same messages.
+impl From<StageError> for KindError {
+    fn from(err: StageError) -> Self {
+        match err {
+            StageError::Retryable(f) => with_internal(KindError::retryable(f.public), f.internal),
+            StageError::Fatal(f) => with_internal(KindError::fatal(f.public), f.internal),
+            StageError::Cancelled => KindError::cancelled(),
+            StageError::LeaseLost(why) | StageError::NotClaimable(why) => {
+                KindError::lease_lost(why)
+            }
+        }
+    }
+}
+
+fn with_internal(err: KindError, internal: Option<String>) -> KindError {
+    match internal {
+        Some(internal) => err.because(internal),
+        None => err,
+    }
+}
+
+/// A kind's error, named for the state machine.
+impl From<KindError> for StageError {
+    fn from(err: KindError) -> Self {
+        use longhaul_worker::ErrorClass;
+        match err.class {
+            ErrorClass::Retryable => {
+                StageError::Retryable(Failure { public: err.public, internal: err.internal })
+            }
+            ErrorClass::Fatal => {
+                StageError::Fatal(Failure { public: err.public, internal: err.internal })
+            }
+            ErrorClass::Cancelled => StageError::Cancelled,
+            ErrorClass::LeaseLost => {
+                StageError::LeaseLost(err.internal.unwrap_or_else(|| err.public.to_string()))
+            }
+        }
+    }
+}
+
+/// A file name a kind gave a result or a staged file: one path segment of plain characters,
+/// so the key the engine builds stays under the attempt's prefix.
+fn file_name(name: &str) -> Result<&str, KindError> {
+    let plain = !name.is_empty()
+        && name.len() <= 200
+        && !name.starts_with('.')
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+    if plain {
+        Ok(name)
+    } else {
+        Err(KindError::fatal(PublicMessage::fixed("the job kind named an invalid result file"))
+            .because(format!("file name {name:?}")))
+    }
+}
+
+impl Ctx<'_> {
+    /// `input`, if the kind declared it and it is the job owner's upload.
+    fn readable<'i>(&self, input: &'i str) -> Result<&'i str, KindError> {
+        if self.inputs.iter().any(|i| i == input) && owns_upload(&self.job.owner, input) {
+            Ok(input)
+        } else {
+            Err(KindError::fatal(PublicMessage::fixed(
+                "the input is not one of the job owner's uploads",
+            )))
+        }
+    }
+}
+
+fn unreadable(err: impl std::fmt::Display) -> KindError {
+    KindError::retryable(failure::INPUT_UNREADABLE).because(err)
+}
+
+impl StageContext for Ctx<'_> {
+    fn stage(&self) -> &str {
+        self.stage
+    }
+
+    fn attempt(&self) -> u32 {
+        self.lease.attempt
+    }
+
+    fn progress(&mut self, done: u64, total: Option<u64>) -> BoxFuture<'_, Result<(), KindError>> {
+        async move { Ok(Ctx::progress(self, done, total).await?) }.boxed()
+    }
+
+    fn save_checkpoint_raw(
+        &mut self,
+        version: u32,
+        state: serde_json::Value,
+        done: u64,
+        total: Option<u64>,
+    ) -> BoxFuture<'_, Result<(), KindError>> {
+        async move { Ok(self.checkpoint(version, &state, done, total).await?) }.boxed()
+    }
+
+    fn load_checkpoint_raw(
+        &mut self,
+        version: u32,
+    ) -> BoxFuture<'_, Result<Option<serde_json::Value>, KindError>> {
+        async move { Ok(self.resume(version).await?) }.boxed()
+    }
+
+    fn has_own_checkpoint(&self) -> bool {
+        Ctx::has_own_checkpoint(self)
+    }
+
+    fn carried_raw(
+        &mut self,
+        from_stage: &str,
+        version: u32,
+    ) -> BoxFuture<'_, Result<serde_json::Value, KindError>> {
+        let from_stage = from_stage.to_owned();
+        async move { Ok(self.carried(&from_stage, version).await?) }.boxed()
+    }
+
+    fn input_size(&mut self, input: &str) -> BoxFuture<'_, Result<u64, KindError>> {
+        let input = self.readable(input).map(str::to_owned);
+        async move {
+            let input = input?;
+            self.deps.objects.size(&input).await.map_err(unreadable)?.ok_or_else(|| {
+                KindError::fatal(PublicMessage::fixed(
+                    "the input upload does not exist (upload it before submitting the job)",
+                ))
+            })
+        }
+        .boxed()
+    }
+
+    fn read_input(
+        &mut self,
+        input: &str,
+        offset: u64,
+    ) -> BoxFuture<'_, Result<ByteStream, KindError>> {
+        let input = self.readable(input).map(str::to_owned);
+        async move {
+            let body = self.deps.objects.stream_from(&input?, offset).await.map_err(unreadable)?;
+            // The SDK's body as a plain stream of chunks; after an error it ends.
+            let chunks = futures::stream::unfold(Some(body), |body| async move {
+                let mut body = body?;
+                match body.try_next().await {
+                    Ok(Some(chunk)) => Some((Ok(chunk), Some(body))),
+                    Ok(None) => None,
+                    Err(err) => Some((Err(unreadable(err)), None)),
+                }
+            });
+            Ok(futures::StreamExt::boxed(chunks))
+        }
+        .boxed()
+    }
+
+    fn stage_file(
+        &mut self,
+        name: &str,
+        content_type: &str,
+        body: Vec<u8>,
+    ) -> BoxFuture<'_, Result<StagedFile, KindError>> {
+        let name = file_name(name).map(str::to_owned);
+        let content_type = content_type.to_owned();
+        async move {
+            let name = name?;
+            // Per stage and attempt, under the job's checkpoints (tidied when the job ends).
+            let key = format!(
+                "{}{}/a{}-{name}",
+                longhaul_aws::objects::checkpoints_prefix(&self.job.job_id),
+                self.stage,
+                self.lease.attempt
+            );
+            self.deps
+                .objects
+                .put(&key, body, &content_type)
+                .await
+                .map_err(|e| KindError::retryable(CHECKPOINT_FAILED).because(e))?;
+            Ok(StagedFile::from_host(key, content_type, name))
+        }
+        .boxed()
+    }
+
+    fn write_result(
+        &mut self,
+        name: &str,
+        content_type: &str,
+        body: Vec<u8>,
+    ) -> BoxFuture<'_, Result<ResultRef, KindError>> {
+        let name = file_name(name).map(str::to_owned);
+        let content_type = content_type.to_owned();
+        async move {
+            // Keyed by attempt: a stale attempt's result can never be the one recorded.
+            let key = result_key(self.job_id(), &format!("{}/{}", self.lease.attempt, name?));
+            self.deps
+                .objects
+                .put(&key, body, &content_type)
+                .await
+                .map_err(|e| KindError::retryable(failure::RESULT_NOT_STORED).because(e))?;
+            Ok(ResultRef::from_host(key))
+        }
+        .boxed()
+    }
+
+    fn publish(&mut self, staged: &StagedFile) -> BoxFuture<'_, Result<ResultRef, KindError>> {
+        let staged = staged.clone();
+        async move {
+            let name = file_name(staged.name())?;
+            let own = longhaul_aws::objects::checkpoints_prefix(&self.job.job_id);
+            if !staged.location().starts_with(&own) {
+                return Err(KindError::fatal(PublicMessage::fixed(
+                    "the job kind named a staged file of another job",
+                ))
+                .because(staged.location()));
+            }
+            let key = result_key(self.job_id(), &format!("{}/{name}", self.lease.attempt));
+            self.deps
+                .objects
+                .copy(staged.location(), &key, staged.content_type())
+                .await
+                .map_err(|e| KindError::retryable(failure::RESULT_NOT_STORED).because(e))?;
+            Ok(ResultRef::from_host(key))
+        }
+        .boxed()
+    }
+
+    fn pause(
+        &mut self,
+        duration: Duration,
+        done: u64,
+        total: Option<u64>,
+    ) -> BoxFuture<'_, Result<(), KindError>> {
+        async move { Ok(Ctx::pause(self, duration, done, total).await?) }.boxed()
+    }
+
+    fn deadline_near(&self) -> bool {
+        Ctx::deadline_near(self)
+    }
+
+    fn checkpoint_due(&self, items: u64) -> bool {
+        Ctx::checkpoint_due(self, items)
+    }
+
+    fn cancelled(&self) -> bool {
+        self.cancelled
+    }
+
+    fn attempt_failures(&self) -> u32 {
+        self.job.injected_failures
+    }
+
+    fn count_failure(&mut self) -> BoxFuture<'_, Result<(), KindError>> {
+        async move {
+            self.deps
+                .jobs
+                .count_injected_failure(self.job_id(), &self.lease.token)
+                .await
+                .map_err(crate::fenced)?;
+            Ok(())
+        }
+        .boxed()
     }
 }

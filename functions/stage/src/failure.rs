@@ -12,39 +12,9 @@
 //! other error's cause (a timeout, a crashed sandbox, a Lambda service error) by a fixed
 //! message, and — defence in depth — refuses any message that [`looks_internal`].
 
-use std::borrow::Cow;
 use std::fmt;
 
-/// A message written for the job's owner: what went wrong in their terms. Built only from
-/// fixed text ([`PublicMessage::fixed`]) or from what a job kind's own validation says about
-/// the owner's data ([`PublicMessage::domain`]) — never from an AWS error.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PublicMessage(Cow<'static, str>);
-
-impl PublicMessage {
-    /// A fixed message.
-    pub const fn fixed(message: &'static str) -> Self {
-        PublicMessage(Cow::Borrowed(message))
-    }
-
-    /// A message a job kind's own validation authored about the owner's input or parameters
-    /// (a missing column, a file that is not CSV, invalid params): it names their data, not
-    /// our infrastructure.
-    pub fn domain(message: impl fmt::Display) -> Self {
-        PublicMessage(Cow::Owned(message.to_string()))
-    }
-
-    /// The message.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Display for PublicMessage {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
+pub use longhaul_worker::PublicMessage;
 
 /// The input upload could not be read (an S3 error on the input).
 pub const INPUT_UNREADABLE: PublicMessage =

@@ -27,8 +27,6 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use lambda_runtime::Diagnostic;
 use longhaul_aws::config::{ConfigError, ResultTtl, Vars};
 use longhaul_aws::jobs::{JobStore, Lease, StoreError, TransitionRequest};
-pub mod csv;
-pub mod demo;
 pub mod engine;
 pub mod failure;
 
@@ -36,9 +34,10 @@ use longhaul_aws::executions::Executions;
 use longhaul_aws::logs;
 use longhaul_aws::metrics::{self, Unit};
 use longhaul_aws::objects::{ObjectStore, result_key};
-use longhaul_domain::{JobError, JobSpec, JobStatus};
+use longhaul_domain::{JobError, JobStatus};
+use longhaul_worker::{Registry, StageOutcome};
 
-use crate::engine::{Ctx, StageOutcome};
+use crate::engine::{Ctx, KindRun};
 use crate::failure::{Failure, PublicMessage};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -59,19 +58,19 @@ pub struct Config {
     pub progress_interval: Duration,
     /// `LONGHAUL_HEARTBEAT_INTERVAL_SECONDS` (default 30): most time between writes.
     pub heartbeat_interval: Duration,
-    /// `LONGHAUL_CHECKPOINT_ITEMS` (default 1,000) and `LONGHAUL_CHECKPOINT_SECONDS`
-    /// (default 60): checkpoint every so many items or seconds, whichever comes first.
-    pub checkpoint_items: u64,
+    /// `LONGHAUL_CHECKPOINT_ITEMS` and `LONGHAUL_CHECKPOINT_SECONDS`: when set, override
+    /// every kind's checkpoint cadence (its policy's, by default 1,000 items or 60 s).
+    pub checkpoint_items: Option<u64>,
     /// See `checkpoint_items`.
-    pub checkpoint_interval: Duration,
+    pub checkpoint_interval: Option<Duration>,
     /// `LONGHAUL_RUNS_PER_EXECUTION` (default 500): `run` invocations before the job
     /// continues in a new execution (a Standard execution is capped at 25,000 history
     /// events; one loop costs about 7).
     pub runs_per_execution: u32,
     /// `STATE_MACHINE_ARN`: for continuing as a new execution.
     pub state_machine_arn: String,
-    /// `LONGHAUL_RESULT_TTL_SECONDS` (default 604,800 = 7 days): how long a result is kept;
-    /// `LONGHAUL_RESULT_TTL_SECONDS_<TYPE>` overrides it for one job type.
+    /// `LONGHAUL_RESULT_TTL_SECONDS`: when set, how long every result is kept (else the
+    /// kind's policy says).
     pub result_ttl: ResultTtl,
     /// `LONGHAUL_RECORD_RETENTION_SECONDS` (default 30 days): the TTL of the records of a job
     /// this function ends (failed, cancelled), and of the progress records it writes.
@@ -91,10 +90,10 @@ impl Config {
             heartbeat_interval: Duration::from_secs(
                 vars.parsed_or("LONGHAUL_HEARTBEAT_INTERVAL_SECONDS", 30)?,
             ),
-            checkpoint_items: vars.parsed_or("LONGHAUL_CHECKPOINT_ITEMS", 1_000)?,
-            checkpoint_interval: Duration::from_secs(
-                vars.parsed_or("LONGHAUL_CHECKPOINT_SECONDS", 60)?,
-            ),
+            checkpoint_items: vars.parsed("LONGHAUL_CHECKPOINT_ITEMS")?,
+            checkpoint_interval: vars
+                .parsed("LONGHAUL_CHECKPOINT_SECONDS")?
+                .map(Duration::from_secs),
             runs_per_execution: vars.parsed_or("LONGHAUL_RUNS_PER_EXECUTION", 500)?,
             state_machine_arn: vars.required("STATE_MACHINE_ARN")?,
             result_ttl: ResultTtl::from_vars(vars)?,
@@ -116,16 +115,18 @@ pub struct Deps {
     pub progress_interval: Duration,
     /// Most time between writes.
     pub heartbeat_interval: Duration,
-    /// Checkpoint every so many items…
-    pub checkpoint_items: u64,
+    /// Checkpoint every so many items… (the deployment's override of the kinds' cadence)
+    pub checkpoint_items: Option<u64>,
     /// …or so often.
-    pub checkpoint_interval: Duration,
+    pub checkpoint_interval: Option<Duration>,
     /// `run` invocations per execution.
     pub runs_per_execution: u32,
     /// The job state machine (to continue as a new execution).
     pub executions: Executions,
     /// Result retention.
     pub result_ttl: ResultTtl,
+    /// The job kinds this worker runs.
+    pub registry: Registry,
 }
 
 impl Deps {
@@ -138,7 +139,7 @@ impl Deps {
             margin: config.margin,
             progress_interval: config.progress_interval,
             heartbeat_interval: config.heartbeat_interval,
-            checkpoint_items: config.checkpoint_items.max(1),
+            checkpoint_items: config.checkpoint_items.map(|n| n.max(1)),
             checkpoint_interval: config.checkpoint_interval,
             runs_per_execution: config.runs_per_execution.max(1),
             executions: Executions::new(
@@ -146,6 +147,7 @@ impl Deps {
                 config.state_machine_arn.clone(),
             ),
             result_ttl: config.result_ttl.clone(),
+            registry: longhaul_jobs::registry(),
         }
     }
 }
@@ -638,21 +640,26 @@ async fn run(
             )));
         }
     }
-    let spec = JobSpec::parse(&job.job_type, &job.params)
+    // A job's kind was checked at submit: one this worker does not know (switched off in the
+    // code since) or params it no longer accepts cannot be helped by retrying.
+    let kind = deps.registry.get(&job.job_type).ok_or_else(|| {
+        StageError::Fatal(Failure::new(PublicMessage::domain(format!(
+            "job type {:?} is not known to this worker",
+            job.job_type.chars().take(64).collect::<String>()
+        ))))
+    })?;
+    let inputs = kind
+        .check(&job.params)
         .map_err(|e| StageError::Fatal(Failure::new(PublicMessage::domain(e))))?;
-    let stages = match &spec {
-        JobSpec::Demo(_) => demo::STAGES,
-        JobSpec::CsvReport(_) => csv::STAGES,
-    };
+    let stages = kind.stages();
+    let policy = kind.policy();
     let progress = view.progress.clone().unwrap_or_default();
-    let mut ctx = Ctx::new(deps, job, lease, stages, &progress, deadline);
+    let run = KindRun { inputs, cadence: policy.checkpoint };
+    let mut ctx = Ctx::new(deps, job, lease, stages, &progress, deadline, &run);
     let outcome = if job.cancellation.is_some() || progress.cancel_requested_at.is_some() {
         Err(StageError::Cancelled)
     } else {
-        match &spec {
-            JobSpec::Demo(params) => demo::run(&mut ctx, params).await,
-            JobSpec::CsvReport(params) => csv::run(&mut ctx, params).await,
-        }
+        kind.run_stage(&mut ctx, &job.params).await.map_err(StageError::from)
     };
     let output = |next: &str, result_key: Option<String>, stage: &str| RunOutput {
         next: next.into(),
@@ -672,9 +679,9 @@ async fn run(
             tracing::info!(stage = next, "stage boundary");
             Ok(output("next_stage", None, next))
         }
-        Ok(StageOutcome::Finished { result_key }) => Ok(RunOutput {
-            result_ttl_seconds: Some(deps.result_ttl.of(spec.job_type()).as_secs()),
-            ..output("done", Some(result_key), ctx.stage)
+        Ok(StageOutcome::Finished(result)) => Ok(RunOutput {
+            result_ttl_seconds: Some(deps.result_ttl.of(policy.result_retention).as_secs()),
+            ..output("done", Some(result.location().to_owned()), ctx.stage)
         }),
         Err(StageError::Cancelled) => {
             finish_cancellation(deps, job_id, lease).await?;

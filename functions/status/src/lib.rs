@@ -7,6 +7,7 @@
 //! * `GET /jobs/{id}/result` — `303 See Other` to a presigned URL minted for this request.
 //! * `GET /jobs/{id}/deliveries` — the job's webhook delivery attempts.
 //! * `GET /openapi.json` — the API description, the same document the tests hold the API to.
+//! * `GET /job-types` — the job kinds this deployment accepts: stages, params schema, policy.
 //! * anything else (the catch-all route) — `405` with `Allow` on a known path, else `404`.
 //!
 //! An unknown id and another tenant's id read the same (404), so job ids leak nothing.
@@ -22,6 +23,7 @@ use longhaul_aws::jobs::{JobEntry, JobStore, JobView, ListError, ListFilter};
 use longhaul_aws::logs;
 use longhaul_aws::objects::ObjectStore;
 use longhaul_domain::{JobStatus, stream_token};
+use longhaul_worker::Registry;
 use serde_json::json;
 use sha2::{Digest, Sha256};
 use tracing::Instrument;
@@ -73,6 +75,9 @@ pub struct Config {
     pub events_url: String,
     /// `STREAM_TOKEN_SECRET`: signs the stream's job-scoped tokens.
     pub stream_token_secret: String,
+    /// `ENABLED_JOB_TYPES` (comma-separated; default every registered kind): the kinds
+    /// `GET /job-types` lists (the same setting as the submit function's).
+    pub enabled_job_types: Vec<String>,
 }
 
 impl Config {
@@ -83,6 +88,16 @@ impl Config {
             bucket: vars.required("BUCKET_NAME")?,
             events_url: vars.required("EVENTS_URL")?.trim_end_matches('/').to_owned(),
             stream_token_secret: vars.required("STREAM_TOKEN_SECRET")?,
+            enabled_job_types: {
+                let list = vars.required("ENABLED_JOB_TYPES").ok();
+                longhaul_jobs::registry().enabled_names(list.as_deref()).map_err(|e| {
+                    ConfigError::Invalid {
+                        name: "ENABLED_JOB_TYPES".into(),
+                        value: list.unwrap_or_default(),
+                        reason: e.to_string(),
+                    }
+                })?
+            },
         })
     }
 }
@@ -98,6 +113,8 @@ pub struct Deps {
     pub events_url: String,
     /// Signs stream tokens.
     pub stream_token_secret: String,
+    /// The enabled job kinds (`GET /job-types`).
+    pub registry: Registry,
 }
 
 impl Deps {
@@ -108,6 +125,7 @@ impl Deps {
             objects: ObjectStore::new(aws_sdk_s3::Client::new(sdk), config.bucket.clone()),
             events_url: config.events_url.clone(),
             stream_token_secret: config.stream_token_secret.clone(),
+            registry: longhaul_jobs::registry().enabled(&config.enabled_job_types),
         }
     }
 }
@@ -119,6 +137,7 @@ impl std::fmt::Debug for Config {
             .field("bucket", &self.bucket)
             .field("events_url", &self.events_url)
             .field("stream_token_secret", &logs::Redacted)
+            .field("enabled_job_types", &self.enabled_job_types)
             .finish()
     }
 }
@@ -130,6 +149,7 @@ impl std::fmt::Debug for Deps {
             .field("objects", &self.objects)
             .field("events_url", &self.events_url)
             .field("stream_token_secret", &logs::Redacted)
+            .field("registry", &self.registry)
             .finish()
     }
 }
@@ -143,6 +163,7 @@ pub async fn handle(deps: &Deps, request: Request) -> Response<Body> {
     async {
         let result = match route_key(&request).as_deref() {
             Some("GET /openapi.json") => Ok(openapi()),
+            Some("GET /job-types") => Ok(json_response(StatusCode::OK, &deps.registry.describe())),
             Some("GET /jobs/{id}") => get_job(deps, &request).await,
             Some("GET /jobs") => list_jobs(deps, &request).await,
             Some("GET /jobs/{id}/result") => result(deps, &request).await,
@@ -390,6 +411,10 @@ pub fn render(view: &JobView) -> serde_json::Value {
     }
     if job.status == JobStatus::Running {
         body["stalled"] = job.stalled_at.is_some().into();
+    }
+    if let Some(not_before) = &job.not_before {
+        // A delayed job: it does not start before then (shown for its whole life).
+        body["not_before"] = not_before.clone().into();
     }
     if let Some(cancellation) = &job.cancellation {
         body["cancellation"] = serde_json::to_value(cancellation).expect("cancellations serialise");

@@ -17,6 +17,7 @@ use longhaul_aws::api::{
 };
 use longhaul_aws::config::{ConfigError, Vars};
 use longhaul_aws::jobs::{IdempotencyRecord, JobRecord, JobStore, StoreError};
+use longhaul_aws::limits::{Admission, SubmissionLimiter};
 use longhaul_aws::logs;
 use longhaul_aws::metrics::{self, Unit};
 use longhaul_aws::queue::{DispatchMessage, IntakeQueue};
@@ -24,8 +25,10 @@ use longhaul_domain::callback::{CallbackPolicy, Host, check_address, parse_callb
 use longhaul_domain::fingerprint::{
     derived_idempotency_key, fingerprint, retry_idempotency_key, submission_fingerprint,
 };
+use longhaul_domain::schedule;
 use longhaul_domain::uploads::owns_upload;
-use longhaul_domain::{JobId, JobSpec, JobStatus, JobType, SpecError, Transition, now_rfc3339};
+use longhaul_domain::{JobId, JobStatus, Transition, format_rfc3339, now_rfc3339};
+use longhaul_worker::{DynKind, Registry};
 use serde::Deserialize;
 use serde_json::json;
 use tracing::Instrument;
@@ -48,12 +51,16 @@ pub struct Config {
     pub intake_queue_url: String,
     /// `IDEMPOTENCY_TTL_SECONDS` (default 86,400): how long a key maps to its job.
     pub idempotency_ttl_seconds: u64,
-    /// `ENABLED_JOB_TYPES` (comma-separated; default every type): the job types this
-    /// deployment accepts, so an operator can switch off the diagnostic `demo` type.
-    pub enabled_job_types: Vec<JobType>,
+    /// `ENABLED_JOB_TYPES` (comma-separated; default every registered kind): the job kinds
+    /// this deployment accepts, so an operator can switch off a diagnostic kind.
+    pub enabled_job_types: Vec<String>,
     /// `LONGHAUL_ALLOW_INSECURE_CALLBACKS=1`: accept `http` and loopback callback URLs. For
     /// the local stack only; the template never sets it.
     pub allow_insecure_callbacks: bool,
+    /// `LONGHAUL_TENANT_SUBMISSIONS_PER_MINUTE` (default 600; 0 = unlimited): submissions one
+    /// principal may make per minute (`POST /jobs` and `POST /jobs/{id}/retry`; idempotent
+    /// replays do not count). Beyond it: `429` with `Retry-After`, nothing written.
+    pub submissions_per_minute: u32,
 }
 
 impl Config {
@@ -63,38 +70,33 @@ impl Config {
             table: vars.required("TABLE_NAME")?,
             intake_queue_url: vars.required("INTAKE_QUEUE_URL")?,
             idempotency_ttl_seconds: vars.parsed_or("IDEMPOTENCY_TTL_SECONDS", 86_400)?,
-            enabled_job_types: match vars.required("ENABLED_JOB_TYPES") {
-                Err(_) => JobType::ALL.to_vec(),
-                Ok(list) => list
-                    .split(',')
-                    .map(str::trim)
-                    .filter(|name| !name.is_empty())
-                    .map(|name| {
-                        name.parse::<JobType>().map_err(|e| ConfigError::Invalid {
-                            name: "ENABLED_JOB_TYPES".into(),
-                            value: list.clone(),
-                            reason: e.to_string(),
-                        })
-                    })
-                    .collect::<Result<_, _>>()?,
-            },
+            enabled_job_types: parse_enabled_job_types(vars, &longhaul_jobs::registry())?,
             allow_insecure_callbacks: vars.parsed_or("LONGHAUL_ALLOW_INSECURE_CALLBACKS", 0u8)?
                 == 1,
+            submissions_per_minute: vars.parsed_or(
+                "LONGHAUL_TENANT_SUBMISSIONS_PER_MINUTE",
+                DEFAULT_SUBMISSIONS_PER_MINUTE,
+            )?,
         })
     }
 }
+
+/// Default of `LONGHAUL_TENANT_SUBMISSIONS_PER_MINUTE`.
+pub const DEFAULT_SUBMISSIONS_PER_MINUTE: u32 = 600;
 
 /// What the handler needs, built once per sandbox.
 #[derive(Debug, Clone)]
 pub struct Deps {
     /// The job table.
     pub jobs: JobStore,
+    /// The per-tenant submission rate limit.
+    pub limiter: SubmissionLimiter,
     /// The intake queue.
     pub intake: IntakeQueue,
     /// Idempotency window.
     pub idempotency_ttl: Duration,
-    /// Job types accepted.
-    pub enabled_job_types: Vec<JobType>,
+    /// The job kinds accepted (the registry, filtered by `ENABLED_JOB_TYPES`).
+    pub registry: Registry,
     /// Callback URL policy (https and public addresses only, unless insecure is allowed).
     pub callbacks: CallbackPolicy,
 }
@@ -104,12 +106,17 @@ impl Deps {
     pub fn new(sdk: &aws_config::SdkConfig, config: &Config) -> Self {
         Deps {
             jobs: JobStore::new(aws_sdk_dynamodb::Client::new(sdk), config.table.clone()),
+            limiter: SubmissionLimiter::new(
+                aws_sdk_dynamodb::Client::new(sdk),
+                config.table.clone(),
+                config.submissions_per_minute,
+            ),
             intake: IntakeQueue::new(
                 aws_sdk_sqs::Client::new(sdk),
                 config.intake_queue_url.clone(),
             ),
             idempotency_ttl: Duration::from_secs(config.idempotency_ttl_seconds),
-            enabled_job_types: config.enabled_job_types.clone(),
+            registry: longhaul_jobs::registry().enabled(&config.enabled_job_types),
             callbacks: CallbackPolicy { allow_insecure: config.allow_insecure_callbacks },
         }
     }
@@ -125,6 +132,12 @@ struct SubmitBody {
     params: serde_json::Value,
     #[serde(default)]
     callback_url: Option<String>,
+    /// Delayed start, in seconds from now (validated by `longhaul_domain::schedule`, 422).
+    #[serde(default)]
+    delay_seconds: Option<serde_json::Value>,
+    /// Delayed start, as an RFC 3339 time.
+    #[serde(default)]
+    not_before: Option<String>,
 }
 
 fn empty_object() -> serde_json::Value {
@@ -168,44 +181,57 @@ async fn retry(deps: &Deps, request: &Request) -> Result<Response<Body>, Problem
             ),
         ));
     }
-    let spec = JobSpec::parse(&original.job_type, &original.params).map_err(spec_problem)?;
     // A type switched off since the job ran stays off for its retries too.
-    require_enabled(deps, spec.job_type())?;
+    let (kind, _) = check_spec(deps, &original.job_type, &original.params)?;
     let key = retry_idempotency_key(&job_id);
     let request_fingerprint = fingerprint(&json!({ "retry_of": job_id }));
     let new = NewJob {
         owner: &owner,
-        spec: &spec,
+        kind,
         params: &original.params,
         callback_url: &original.callback_url,
         key: &key,
         fingerprint: &request_fingerprint,
         retry_of: Some(&job_id),
+        // A retry runs now, whatever the original waited for.
+        not_before: None,
     };
     create(deps, &new).await
 }
 
-/// 422 unless this deployment accepts `job_type` (`ENABLED_JOB_TYPES`).
-fn require_enabled(deps: &Deps, job_type: JobType) -> Result<(), Problem> {
-    if deps.enabled_job_types.contains(&job_type) {
-        return Ok(());
-    }
-    Err(Problem::unprocessable(
-        "unknown-job-type",
-        "Unknown job type",
-        format!("job type {:?} is not enabled on this deployment", job_type.as_str()),
-    ))
+/// `ENABLED_JOB_TYPES`: comma-separated names of registered kinds; unset, every kind.
+fn parse_enabled_job_types(vars: &Vars, registry: &Registry) -> Result<Vec<String>, ConfigError> {
+    let list = vars.required("ENABLED_JOB_TYPES").ok();
+    registry.enabled_names(list.as_deref()).map_err(|e| ConfigError::Invalid {
+        name: "ENABLED_JOB_TYPES".into(),
+        value: list.unwrap_or_default(),
+        reason: e.to_string(),
+    })
 }
 
-fn spec_problem(e: SpecError) -> Problem {
-    match e {
-        SpecError::UnknownType(_) => {
-            Problem::unprocessable("unknown-job-type", "Unknown job type", e.to_string())
-        }
-        SpecError::InvalidParams(_) => {
-            Problem::unprocessable("invalid-params", "Invalid job parameters", e.to_string())
-        }
-    }
+/// The enabled kind `job_type` names and the uploads `params` read, or the 422 that says why
+/// not: an unknown or disabled kind (naming the enabled ones), or params the kind refuses.
+fn check_spec<'d>(
+    deps: &'d Deps,
+    job_type: &str,
+    params: &serde_json::Value,
+) -> Result<(&'d dyn DynKind, Vec<String>), Problem> {
+    let kind = deps.registry.get(job_type).ok_or_else(|| {
+        let known: Vec<String> = deps.registry.names().iter().map(|n| format!("{n:?}")).collect();
+        Problem::unprocessable(
+            "unknown-job-type",
+            "Unknown job type",
+            format!(
+                "unknown job type {:?}; this deployment accepts {}",
+                job_type.chars().take(64).collect::<String>(),
+                if known.is_empty() { "none".to_owned() } else { known.join(", ") }
+            ),
+        )
+    })?;
+    let inputs = kind.check(params).map_err(|e| {
+        Problem::unprocessable("invalid-params", "Invalid job parameters", e.to_string())
+    })?;
+    Ok((kind, inputs))
 }
 
 async fn submit(deps: &Deps, request: &Request) -> Result<Response<Body>, Problem> {
@@ -214,8 +240,8 @@ async fn submit(deps: &Deps, request: &Request) -> Result<Response<Body>, Proble
         serde_json::from_value(json_body(request, MAX_BODY_BYTES)?).map_err(|e| {
             Problem::bad_request(format!("The body does not match the job submission schema: {e}"))
         })?;
-    let spec = JobSpec::parse(&body.job_type, &body.params).map_err(spec_problem)?;
-    if spec.input().is_some_and(|input| !owns_upload(&owner, input)) {
+    let (kind, inputs) = check_spec(deps, &body.job_type, &body.params)?;
+    if inputs.iter().any(|input| !owns_upload(&owner, input)) {
         // Someone else's upload reads exactly like one that does not exist.
         return Err(Problem::new(
             StatusCode::NOT_FOUND,
@@ -224,13 +250,27 @@ async fn submit(deps: &Deps, request: &Request) -> Result<Response<Body>, Proble
             "params.input names no upload of yours; create one with POST /uploads.",
         ));
     }
-    require_enabled(deps, spec.job_type())?;
     let callback_url = match &body.callback_url {
         Some(url) => Some(validate_callback_url(url, &deps.callbacks).await?),
         None => None,
     };
-    let request_fingerprint =
-        submission_fingerprint(spec.job_type().as_str(), &body.params, callback_url.as_deref());
+    let not_before = schedule::not_before(
+        body.delay_seconds.as_ref(),
+        body.not_before.as_deref(),
+        chrono::Utc::now(),
+    )
+    .map_err(|e| Problem::unprocessable("invalid-start", "Invalid delayed start", e.to_string()))?;
+    let mut request_fingerprint =
+        submission_fingerprint(kind.name(), &body.params, callback_url.as_deref());
+    if body.delay_seconds.is_some() || body.not_before.is_some() {
+        // When to start is part of the request (a same-key request with another delay is a
+        // different request, 422); requests without a delay keep their fingerprint.
+        request_fingerprint = fingerprint(&json!({
+            "request": request_fingerprint,
+            "delay_seconds": body.delay_seconds,
+            "not_before": body.not_before,
+        }));
+    }
     let key = match request.headers().get("idempotency-key") {
         Some(value) => {
             let key = value.to_str().ok().filter(|k| {
@@ -250,12 +290,13 @@ async fn submit(deps: &Deps, request: &Request) -> Result<Response<Body>, Proble
 
     let new = NewJob {
         owner: &owner,
-        spec: &spec,
+        kind,
         params: &body.params,
         callback_url: &callback_url,
         key: &key,
         fingerprint: &request_fingerprint,
         retry_of: None,
+        not_before: not_before.map(format_rfc3339),
     };
     create(deps, &new).await
 }
@@ -263,12 +304,14 @@ async fn submit(deps: &Deps, request: &Request) -> Result<Response<Body>, Proble
 /// What a submission asks for, validated.
 struct NewJob<'a> {
     owner: &'a str,
-    spec: &'a JobSpec,
+    kind: &'a dyn DynKind,
     params: &'a serde_json::Value,
     callback_url: &'a Option<String>,
     key: &'a str,
     fingerprint: &'a str,
     retry_of: Option<&'a str>,
+    /// A delayed start (as stored), or `None` to start at once.
+    not_before: Option<String>,
 }
 
 /// Creates the job under its idempotency key, or answers for the job the key already names.
@@ -278,6 +321,10 @@ struct NewJob<'a> {
 /// between its two writes, or died there) answers 409 for a short window and afterwards
 /// finishes the creation itself with the recorded id — the job write is conditional, so
 /// however many requests race, one job is written and only its writer enqueues it.
+///
+/// The tenant's submission rate is charged before the first write that can create a job,
+/// and only then: a key that already names a live record (a replay, a conflicting reuse, a
+/// request in flight) is answered without counting, and a refused submission writes nothing.
 async fn create(deps: &Deps, new: &NewJob<'_>) -> Result<Response<Body>, Problem> {
     let mut replacing: Option<String> = None;
     // A reused key races at most a few times (another request replacing the same failed job).
@@ -292,7 +339,19 @@ async fn create(deps: &Deps, new: &NewJob<'_>) -> Result<Response<Body>, Problem
         };
         let existing =
             match deps.jobs.claim_key(new.owner, new.key, &record, replacing.as_deref()).await {
-                Ok(()) => return write_and_enqueue(deps, &job).await,
+                Ok(()) => {
+                    // Only the request that creates a job is counted against the rate limit:
+                    // replays and requests that lost the claim to an identical one are not.
+                    // One refused gives its claim back, so it leaves nothing behind.
+                    if let Err(refused) = charge(deps, new.owner).await {
+                        deps.jobs
+                            .release_key(new.owner, new.key, &job.job_id)
+                            .await
+                            .map_err(internal)?;
+                        return Err(refused);
+                    }
+                    return write_and_enqueue(deps, &job).await;
+                }
                 Err(StoreError::KeyTaken(existing)) => existing,
                 Err(StoreError::Conflict { .. }) => {
                     replacing = None; // the record we meant to replace expired: claim afresh
@@ -321,7 +380,7 @@ async fn create(deps: &Deps, new: &NewJob<'_>) -> Result<Response<Body>, Problem
                             job_type = job.job_type,
                             "submitted (finishing an interrupted request)"
                         );
-                        enqueue(deps, &job.job_id).await;
+                        enqueue(deps, &job).await;
                         return Ok(accepted(StatusCode::ACCEPTED, &job, false));
                     }
                     Err(StoreError::Conflict { .. }) => continue, // another request finished it
@@ -347,12 +406,35 @@ async fn write_and_enqueue(deps: &Deps, job: &JobRecord) -> Result<Response<Body
             metrics::emit("JobsSubmitted", 1.0, Unit::Count, job);
             // Never the params, the callback URL or the idempotency key (see `longhaul_aws::logs`).
             tracing::info!(job_type = job.job_type, retry_of = job.retry_of, "submitted");
-            enqueue(deps, &job.job_id).await;
+            enqueue(deps, job).await;
             Ok(accepted(StatusCode::ACCEPTED, job, false))
         }
         // Cannot happen with a fresh UUIDv7 unless another request finished our creation.
         Err(StoreError::Conflict { .. }) => Err(in_flight()),
         Err(err) => Err(internal(err)),
+    }
+}
+
+/// Counts a submission of `owner` against its per-minute limit, or refuses it (`429`).
+async fn charge(deps: &Deps, owner: &str) -> Result<(), Problem> {
+    match deps.limiter.charge(owner).await {
+        Ok(Admission::Admitted) => Ok(()),
+        Ok(Admission::Limited { retry_after }) => {
+            tracing::info!(retry_after, "submission refused: the tenant's rate limit is reached");
+            Err(Problem::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate-limited",
+                "Too many submissions",
+                format!(
+                    "This principal has used its submissions for this minute; retry in {retry_after} s."
+                ),
+            )
+            .header(header::RETRY_AFTER, retry_after.to_string()))
+        }
+        Err(err) => {
+            tracing::error!(error = %err, "the submission rate limiter failed");
+            Err(Problem::internal())
+        }
     }
 }
 
@@ -417,7 +499,7 @@ fn new_job(new: &NewJob<'_>, job_id: String) -> JobRecord {
     JobRecord {
         job_id,
         owner: new.owner.to_owned(),
-        job_type: new.spec.job_type().as_str().to_owned(),
+        job_type: new.kind.name().to_owned(),
         params: new.params.clone(),
         status: JobStatus::Pending,
         attempt: 0,
@@ -444,13 +526,33 @@ fn new_job(new: &NewJob<'_>, job_id: String) -> JobRecord {
         dispatches: 0,
         enqueues: 0,
         stalled_at: None,
+        not_before: new.not_before.clone(),
     }
 }
 
 /// Enqueues the job. A failure here leaves the job `pending`: it is already durable, and the
 /// reaper re-enqueues pending jobs that were never dispatched, so the client still gets 202.
-async fn enqueue(deps: &Deps, job_id: &str) {
-    if let Err(err) = deps.intake.send(&DispatchMessage { job_id: job_id.to_owned() }).await {
+///
+/// A delayed job's message is delayed until its start when SQS can hold it that long (15
+/// minutes); a later start is not enqueued now: the reaper enqueues it 15 minutes before
+/// (its pending index entry is keyed then — `longhaul_domain::schedule`).
+async fn enqueue(deps: &Deps, job: &JobRecord) {
+    let now = chrono::Utc::now();
+    let start = job
+        .not_before
+        .as_deref()
+        .and_then(|at| chrono::DateTime::parse_from_rfc3339(at).ok())
+        .map(|at| at.to_utc());
+    let delay = match start {
+        Some(at) if (at - now).num_seconds() > schedule::MAX_SQS_DELAY_SECONDS => {
+            tracing::info!(not_before = job.not_before, "delayed; the reaper enqueues it when due");
+            return;
+        }
+        Some(at) => schedule::sqs_delay(at, now),
+        None => 0,
+    };
+    let message = DispatchMessage { job_id: job.job_id.clone() };
+    if let Err(err) = deps.intake.send_delayed(&message, delay).await {
         tracing::error!(error = %err, "enqueueing failed; the job stays pending for the reaper");
     }
 }
@@ -493,11 +595,18 @@ mod tests {
 
     #[test]
     fn enabled_job_types() {
-        assert_eq!(Config::from_vars(&vars(&[])).unwrap().enabled_job_types, JobType::ALL.to_vec());
+        let first = longhaul_jobs::registry().names()[0];
         assert_eq!(
-            Config::from_vars(&vars(&[("ENABLED_JOB_TYPES", " demo ")])).unwrap().enabled_job_types,
-            vec![JobType::Demo]
+            Config::from_vars(&vars(&[])).unwrap().enabled_job_types,
+            longhaul_jobs::registry().names()
         );
-        assert!(Config::from_vars(&vars(&[("ENABLED_JOB_TYPES", "demo,nope")])).is_err());
+        assert_eq!(
+            Config::from_vars(&vars(&[("ENABLED_JOB_TYPES", &format!(" {first} "))]))
+                .unwrap()
+                .enabled_job_types,
+            vec![first.to_owned()]
+        );
+        let unknown = format!("{first},nope");
+        assert!(Config::from_vars(&vars(&[("ENABLED_JOB_TYPES", &unknown)])).is_err());
     }
 }

@@ -15,6 +15,7 @@ use futures::future::BoxFuture;
 use lambda_http::{Body, Request, Response};
 use lambda_runtime::Diagnostic;
 use longhaul_aws::config::Vars;
+use longhaul_worker::Registry;
 use serde_json::Value;
 
 use crate::faults::Invocation;
@@ -145,17 +146,50 @@ macro_rules! http_function {
     }};
 }
 
-/// Builds the handler for `spec`, with its environment (plus `overrides`).
+/// An API function that knows the job kinds (submit, status): as [`http_function!`], with
+/// `ENABLED_JOB_TYPES` checked against `registry` rather than the catalog its own
+/// `Config::from_vars` knows, and its `Deps` holding `registry`'s enabled kinds.
+macro_rules! http_function_with_kinds {
+    ($krate:ident, $spec:expr, $sdk:expr, $context:expr, $registry:expr) => {{
+        let (vars, enabled) = split_enabled_job_types($spec, $registry).with_context($context)?;
+        let mut config = $krate::Config::from_vars(&vars).with_context($context)?;
+        config.enabled_job_types = enabled;
+        let mut deps = $krate::Deps::new($sdk, &config);
+        deps.registry = $registry.enabled(&config.enabled_job_types);
+        let deps = Arc::new(deps);
+        http(move |request| {
+            let deps = deps.clone();
+            async move { $krate::handle(&deps, request).await }
+        })
+    }};
+}
+
+/// `spec`'s environment without `ENABLED_JOB_TYPES` (so the function's own configuration
+/// does not check it against the catalog), and that list checked against `registry` (unset:
+/// every kind it registers).
+fn split_enabled_job_types(
+    spec: &FunctionSpec,
+    registry: &Registry,
+) -> anyhow::Result<(Vars, Vec<String>)> {
+    let mut env: std::collections::HashMap<String, String> = spec.env.clone().into_iter().collect();
+    let list = env.remove("ENABLED_JOB_TYPES");
+    let enabled = registry.enabled_names(list.as_deref()).context("ENABLED_JOB_TYPES")?;
+    Ok((Vars::from_map(env), enabled))
+}
+
+/// Builds the handler for `spec`, with its environment (plus `overrides`); the functions that
+/// know job kinds know `registry`'s.
 pub fn host(
     spec: &FunctionSpec,
     sdk: &SdkConfig,
     log: &InvocationLog,
+    registry: &Registry,
 ) -> anyhow::Result<HostedFunction> {
     let vars = Vars::from_map(spec.env.clone().into_iter().collect());
     let context = || format!("configuring {} ({})", spec.logical, spec.binary);
     let handler = match spec.binary.as_str() {
-        "submit" => http_function!(submit, &vars, sdk, context),
-        "status" => http_function!(status, &vars, sdk, context),
+        "submit" => http_function_with_kinds!(submit, spec, sdk, context, registry),
+        "status" => http_function_with_kinds!(status, spec, sdk, context, registry),
         "cancel" => http_function!(cancel, &vars, sdk, context),
         "uploads" => http_function!(uploads, &vars, sdk, context),
         "webhooks" => http_function!(webhooks, &vars, sdk, context),
@@ -206,20 +240,20 @@ pub fn host(
             }))
         }
         "stage" => {
-            let deps = Arc::new(stage::Deps::new(
-                sdk,
-                &stage::Config::from_vars(&vars).with_context(context)?,
-            ));
+            let mut deps =
+                stage::Deps::new(sdk, &stage::Config::from_vars(&vars).with_context(context)?);
+            deps.registry = registry.clone();
+            let deps = Arc::new(deps);
             Handler::Event(typed(move |input: stage::StageInput, deadline| {
                 let deps = deps.clone();
                 async move { stage::handle(&deps, input, deadline).await }
             }))
         }
         "reaper" => {
-            let deps = Arc::new(reaper::Deps::new(
-                sdk,
-                &reaper::Config::from_vars(&vars).with_context(context)?,
-            ));
+            let mut deps =
+                reaper::Deps::new(sdk, &reaper::Config::from_vars(&vars).with_context(context)?);
+            deps.registry = registry.clone();
+            let deps = Arc::new(deps);
             Handler::Event(typed(move |_event: Value, _deadline| {
                 let deps = deps.clone();
                 async move { reaper::handle(&deps, chrono::Utc::now()).await }

@@ -56,6 +56,11 @@ pub struct Options {
     pub env_overrides: BTreeMap<String, String>,
     /// Stack name (prefix of physical names).
     pub stack: String,
+    /// The job kinds every hosted function knows (submit validates through it, status lists
+    /// it, the stage runs it, the reaper reads its policies): the catalog
+    /// (`longhaul_jobs::registry()`) unless a test brings kinds of its own. `ENABLED_JOB_TYPES`
+    /// still decides which of them are accepted.
+    pub registry: longhaul_worker::Registry,
 }
 
 impl Options {
@@ -82,6 +87,7 @@ impl Options {
             lifetime: Lifetime::Detached,
             env_overrides: std::env::vars().filter(|(k, _)| k.starts_with("LONGHAUL_")).collect(),
             stack: "longhaul".into(),
+            registry: longhaul_jobs::registry(),
         })
     }
 
@@ -96,6 +102,7 @@ impl Options {
             state_dir: None,
             env_overrides: BTreeMap::new(),
             stack: "longhaul".into(),
+            registry: longhaul_jobs::registry(),
         }
     }
 }
@@ -166,6 +173,25 @@ pub fn function_identity(sdk: &SdkConfig, logical: &str) -> SdkConfig {
 
 fn free_port() -> anyhow::Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// The job kind a deployment leaves off by default (`EnabledJobTypes`) but the local stack
+/// turns on: the walk-through, the tests and the benchmarks run `demo` jobs.
+pub const LOCAL_EXTRA_JOB_TYPE: &str = "demo";
+
+/// The template parameters the local stack sets on top of the template's defaults
+/// (`defaults`): `EnabledJobTypes` with [`LOCAL_EXTRA_JOB_TYPE`] added.
+pub fn local_parameters(defaults: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    let mut overrides = BTreeMap::new();
+    if let Some(enabled) = defaults.get("EnabledJobTypes") {
+        let mut kinds: Vec<&str> =
+            enabled.split(',').map(str::trim).filter(|k| !k.is_empty()).collect();
+        if !kinds.contains(&LOCAL_EXTRA_JOB_TYPE) {
+            kinds.insert(0, LOCAL_EXTRA_JOB_TYPE);
+        }
+        overrides.insert("EnabledJobTypes".to_owned(), kinds.join(","));
+    }
+    overrides
 }
 
 /// The JWT authorizer of the template's API, with the key kept in `key_dir` (or a fresh
@@ -247,13 +273,16 @@ impl LocalStack {
         let edge_url = format!("http://127.0.0.1:{edge_port}");
         let api_url = format!("http://127.0.0.1:{api_port}");
 
-        let template = template::Template::load(
-            &options.root.join("template.yaml"),
-            &options.stack,
-            &edge_url,
-            &api_url,
-            &BTreeMap::new(),
-        )?;
+        let load = |overrides: &BTreeMap<String, String>| {
+            template::Template::load(
+                &options.root.join("template.yaml"),
+                &options.stack,
+                &edge_url,
+                &api_url,
+                overrides,
+            )
+        };
+        let template = load(&local_parameters(&load(&BTreeMap::new())?.parameters))?;
         let direct = sdk_config(&emulator.url).await;
         let clients = provision::Clients {
             dynamodb: aws_sdk_dynamodb::Client::new(&direct),
@@ -287,6 +316,7 @@ impl LocalStack {
                 &spec,
                 &function_identity(&function_sdk, &spec.logical),
                 &invocations,
+                &options.registry,
             )?);
         }
         let denials = edge::Denials::default();

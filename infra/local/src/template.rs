@@ -16,8 +16,22 @@ pub const ACCOUNT: &str = "123456789012";
 /// The region of the local stack.
 pub const REGION: &str = "us-east-1";
 
-const INTRINSICS: [&str; 10] =
-    ["Ref", "GetAtt", "Sub", "Join", "Select", "If", "FindInMap", "Base64", "Split", "ImportValue"];
+// `Not` and `Equals` appear only in `Conditions` (reserved concurrency), which the local stack
+// reads but never resolves.
+const INTRINSICS: [&str; 12] = [
+    "Ref",
+    "GetAtt",
+    "Sub",
+    "Join",
+    "Select",
+    "If",
+    "FindInMap",
+    "Base64",
+    "Split",
+    "ImportValue",
+    "Not",
+    "Equals",
+];
 
 /// The parsed template.
 #[derive(Debug, Clone)]

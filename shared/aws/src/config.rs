@@ -74,40 +74,35 @@ impl Vars {
     }
 }
 
-/// How long results are kept, per job type: `LONGHAUL_RESULT_TTL_SECONDS` (default 604,800
-/// = 7 days), overridden for one type by `LONGHAUL_RESULT_TTL_SECONDS_<TYPE>`.
-#[derive(Debug, Clone)]
+/// How long results are kept: each kind's policy says, unless the deployment sets
+/// `LONGHAUL_RESULT_TTL_SECONDS` (other than 0), which then holds for every kind.
+#[derive(Debug, Clone, Default)]
 pub struct ResultTtl {
-    default: std::time::Duration,
-    per_type: Vec<(longhaul_domain::JobType, std::time::Duration)>,
+    deployment: Option<std::time::Duration>,
 }
 
 impl ResultTtl {
+    /// The longest a result is kept when neither the deployment nor a kind says (7 days).
+    pub const DEFAULT: std::time::Duration = std::time::Duration::from_secs(604_800);
+
     /// Reads the retention settings.
     pub fn from_vars(vars: &Vars) -> Result<Self, ConfigError> {
-        let mut per_type = Vec::new();
-        for job_type in longhaul_domain::JobType::ALL {
-            let name = format!("LONGHAUL_RESULT_TTL_SECONDS_{}", job_type.as_str().to_uppercase());
-            if let Some(secs) = vars.parsed::<u64>(&name)? {
-                per_type.push((job_type, std::time::Duration::from_secs(secs)));
-            }
-        }
         Ok(ResultTtl {
-            default: std::time::Duration::from_secs(
-                vars.parsed_or("LONGHAUL_RESULT_TTL_SECONDS", 604_800)?,
-            ),
-            per_type,
+            deployment: vars
+                .parsed::<u64>("LONGHAUL_RESULT_TTL_SECONDS")?
+                .filter(|&secs| secs > 0)
+                .map(std::time::Duration::from_secs),
         })
     }
 
-    /// The retention of results of a job type without its own setting.
+    /// The retention of a result when its kind is not known.
     pub fn default_ttl(&self) -> std::time::Duration {
-        self.default
+        self.deployment.unwrap_or(Self::DEFAULT)
     }
 
-    /// The retention of results of `job_type`.
-    pub fn of(&self, job_type: longhaul_domain::JobType) -> std::time::Duration {
-        self.per_type.iter().find(|(t, _)| *t == job_type).map(|(_, d)| *d).unwrap_or(self.default)
+    /// The retention of results of a kind whose policy keeps them `kind`.
+    pub fn of(&self, kind: std::time::Duration) -> std::time::Duration {
+        self.deployment.unwrap_or(kind)
     }
 }
 
@@ -127,5 +122,30 @@ mod tests {
         assert_eq!(vars.parsed_or("N", 3u32).unwrap(), 12);
         assert_eq!(vars.parsed_or("M", 3u32).unwrap(), 3);
         assert!(matches!(vars.parsed_or("BAD", 3u32), Err(ConfigError::Invalid { .. })));
+    }
+}
+
+#[cfg(test)]
+mod result_ttl_tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn the_deployment_overrides_the_kinds_retention() {
+        let none = ResultTtl::from_vars(&Vars::from_map(HashMap::new())).unwrap();
+        assert_eq!(none.of(Duration::from_secs(60)), Duration::from_secs(60));
+        assert_eq!(none.default_ttl(), ResultTtl::DEFAULT);
+        let set = ResultTtl::from_vars(&Vars::from_map(HashMap::from([(
+            "LONGHAUL_RESULT_TTL_SECONDS".to_string(),
+            "5".to_string(),
+        )])))
+        .unwrap();
+        assert_eq!(set.of(Duration::from_secs(60)), Duration::from_secs(5));
+        let zero = ResultTtl::from_vars(&Vars::from_map(HashMap::from([(
+            "LONGHAUL_RESULT_TTL_SECONDS".to_string(),
+            "0".to_string(),
+        )])))
+        .unwrap();
+        assert_eq!(zero.of(Duration::from_secs(60)), Duration::from_secs(60));
     }
 }

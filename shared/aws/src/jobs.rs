@@ -103,7 +103,7 @@ pub struct JobRecord {
     pub result_key: Option<String>,
     /// Every status change, oldest first.
     pub transitions: Vec<Transition>,
-    /// Failures injected so far by the demo job's `fail_times`.
+    /// Failures injected so far by a diagnostic kind (`StageContext::count_failure`).
     #[serde(default)]
     pub injected_failures: u32,
     /// The failed or cancelled job this one re-runs.
@@ -124,6 +124,10 @@ pub struct JobRecord {
     /// When the reaper saw progress stop while heartbeats went on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stalled_at: Option<String>,
+    /// A delayed job: not started before this time (RFC 3339, as stored). See
+    /// [`longhaul_domain::schedule`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_before: Option<String>,
 }
 
 impl std::fmt::Debug for JobRecord {
@@ -156,6 +160,7 @@ impl std::fmt::Debug for JobRecord {
             .field("dispatches", &self.dispatches)
             .field("enqueues", &self.enqueues)
             .field("stalled_at", &self.stalled_at)
+            .field("not_before", &self.not_before)
             .finish()
     }
 }
@@ -638,6 +643,9 @@ pub struct TransitionRequest {
     /// The status index's sort key for the new status (default: now); for `succeeded` it is
     /// when the result expires.
     pub index_at: Option<String>,
+    /// When set (a time as stored), the change applies only to a job without a `not_before`
+    /// or whose `not_before` is not later: a delayed job is not dispatched early.
+    pub due_at: Option<String>,
 }
 
 impl TransitionRequest {
@@ -651,7 +659,14 @@ impl TransitionRequest {
             fence: None,
             set: Vec::new(),
             index_at: None,
+            due_at: None,
         }
+    }
+
+    /// Applies only if the job's `not_before` (if any) is not later than `now`.
+    pub fn due(mut self, now: &str) -> Self {
+        self.due_at = Some(now.to_owned());
+        self
     }
 
     /// Indexes the job under `at` in its new status (see [`TransitionRequest::index_at`]).
@@ -751,6 +766,38 @@ impl JobStore {
         self
     }
 
+    /// Gives back `owner`'s idempotency `key` that this request claimed for `job_id` and will
+    /// not use (its submission was refused after the claim): deleted only if it still names
+    /// that job, so a request that took the key over meanwhile keeps it.
+    pub async fn release_key(
+        &self,
+        owner: &str,
+        key: &str,
+        job_id: &str,
+    ) -> Result<(), StoreError> {
+        let result = self
+            .client
+            .delete_item()
+            .table_name(&self.table)
+            .key("pk", s(idempotency_pk(owner, key)))
+            .key("sk", s("IDEM"))
+            .condition_expression("job_id = :job")
+            .expression_attribute_values(":job", s(job_id))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            Err(err)
+                if err
+                    .as_service_error()
+                    .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
+            {
+                Ok(())
+            }
+            Err(err) => Err(AwsError::new("release an idempotency key", err).into()),
+        }
+    }
+
     /// Claims `owner`'s idempotency `key` for the job in `record` (step 1 of creating a job).
     /// A record past its `expires_at` counts as absent and is taken over in the same
     /// conditional write: DynamoDB's TTL deletion may lag expiry by days, and the published
@@ -807,7 +854,15 @@ impl JobStore {
         item.insert("gsi1pk".into(), s(owner_index_pk(&job.owner)));
         item.insert("gsi1sk".into(), s(format!("{}#{}", job.created_at, job.job_id)));
         item.insert("gsi2pk".into(), s(status_bucket(JobStatus::Pending.as_str(), &job.job_id)));
-        item.insert("gsi2sk".into(), s(&job.created_at));
+        // A delayed job is looked at by the reaper only from when its dispatch is due
+        // (`longhaul_domain::schedule::pending_index_at`); any other from its creation.
+        let index_at = match job.not_before.as_deref().map(chrono::DateTime::parse_from_rfc3339) {
+            Some(Ok(at)) => longhaul_domain::format_rfc3339(
+                longhaul_domain::schedule::pending_index_at(at.to_utc(), chrono::Utc::now()),
+            ),
+            _ => job.created_at.clone(),
+        };
+        item.insert("gsi2sk".into(), s(index_at));
         let result = self
             .client
             .put_item()
@@ -953,6 +1008,11 @@ impl JobStore {
             condition.push_str(" AND #lease = :lease");
             names.insert("#lease".into(), "lease".into());
             values.insert(":lease".into(), s(lease));
+        }
+        if let Some(now) = request.due_at {
+            // Stored timestamps share one format, so they compare as strings.
+            condition.push_str(" AND (attribute_not_exists(not_before) OR not_before <= :due)");
+            values.insert(":due".into(), s(now));
         }
         self.update_job(&request.job_id, update, condition, names, values).await
     }
@@ -1670,6 +1730,29 @@ impl JobStore {
         .await
     }
 
+    /// Moves a `pending` job's status-index entry to `index_key` (when the reaper should look
+    /// at it next: a delayed job's start); refused if the job moved on meanwhile.
+    pub async fn defer_pending_look(
+        &self,
+        job_id: &str,
+        index_key: &str,
+    ) -> Result<(), StoreError> {
+        let names = HashMap::from([("#status".to_owned(), "status".to_owned())]);
+        let values = HashMap::from([
+            (":pending".to_owned(), s(JobStatus::Pending.as_str())),
+            (":look".to_owned(), s(index_key)),
+        ]);
+        self.update_job(
+            job_id,
+            "SET gsi2sk = :look".into(),
+            "#status = :pending".into(),
+            names,
+            values,
+        )
+        .await
+        .map(|_| ())
+    }
+
     /// Points a `queued` job whose execution ended without running it at a new execution
     /// (dispatch number `dispatch`, named `execution`); refused if someone else did first.
     pub async fn redispatch_queued(
@@ -1847,8 +1930,8 @@ impl JobStore {
         Ok(self.count_fenced(job_id, lease, "continuations").await?.continuations)
     }
 
-    /// Counts one injected demo failure, fenced by the lease (so it survives the retry that
-    /// follows and a stale attempt cannot count).
+    /// Counts one injected failure of a diagnostic kind, fenced by the lease (so it survives
+    /// the retry that follows and a stale attempt cannot count).
     pub async fn count_injected_failure(
         &self,
         job_id: &str,

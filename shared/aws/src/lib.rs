@@ -8,6 +8,7 @@ pub mod api;
 pub mod config;
 pub mod executions;
 pub mod jobs;
+pub mod limits;
 pub mod logs;
 pub mod metrics;
 pub mod objects;

@@ -197,7 +197,7 @@ mod tests {
     #[test]
     fn debug_output_redacts_params_secrets_and_tokens() {
         let job: JobRecord = serde_json::from_value(serde_json::json!({
-            "job_id": "j-1", "owner": "alice", "type": "demo", "params": {"api_key": "sk_live_PARAM"},
+            "job_id": "j-1", "owner": "alice", "type": "some_kind", "params": {"api_key": "sk_live_PARAM"},
             "status": "running", "attempt": 1, "lease": "LEASE_TOKEN", "idempotency_key": "IDEM_KEY",
             "fingerprint": "f", "callback_url": "https://example.com/hook?token=CALLBACK_TOKEN",
             "created_at": "t", "updated_at": "t", "transitions": []

@@ -130,10 +130,10 @@ mod tests {
     #[test]
     fn emf_shape() {
         let parsed: serde_json::Value =
-            serde_json::from_str(&line("ZombiesReaped", 1.0, Unit::Count, "demo", "job-1"))
+            serde_json::from_str(&line("ZombiesReaped", 1.0, Unit::Count, "some_kind", "job-1"))
                 .unwrap();
         assert_eq!(parsed["ZombiesReaped"], 1.0);
-        assert_eq!(parsed["JobType"], "demo");
+        assert_eq!(parsed["JobType"], "some_kind");
         assert_eq!(parsed["job_id"], "job-1");
         assert_eq!(parsed["_aws"]["CloudWatchMetrics"][0]["Metrics"][0]["Name"], "ZombiesReaped");
         assert_eq!(parsed["_aws"]["CloudWatchMetrics"][0]["Dimensions"], json!([["JobType"], []]));

@@ -26,11 +26,23 @@ impl IntakeQueue {
 
     /// Enqueues `job_id` for dispatch.
     pub async fn send(&self, message: &DispatchMessage) -> Result<(), AwsError> {
+        self.send_delayed(message, 0).await
+    }
+
+    /// Enqueues `job_id` for dispatch after `delay_seconds` (SQS holds at most 900): a
+    /// delayed job's message, timed for its start.
+    pub async fn send_delayed(
+        &self,
+        message: &DispatchMessage,
+        delay_seconds: u32,
+    ) -> Result<(), AwsError> {
         let body = serde_json::to_string(message).expect("a dispatch message always serialises");
         self.client
             .send_message()
             .queue_url(&self.url)
             .message_body(body)
+            // Unset when 0: the queue's own default applies, as before delays existed.
+            .set_delay_seconds((delay_seconds > 0).then(|| delay_seconds.min(900) as i32))
             .send()
             .await
             .map_err(|e| AwsError::new(format!("enqueue job {}", message.job_id), e))?;

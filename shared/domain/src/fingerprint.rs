@@ -122,23 +122,23 @@ mod tests {
     #[test]
     fn submission_fingerprint_is_the_hash_of_its_canonical_form() {
         assert_eq!(
-            submission_fingerprint("demo", &json!({"items": 3, "item_ms": 1.0}), None),
+            submission_fingerprint("some_kind", &json!({"items": 3, "item_ms": 1.0}), None),
             hex::encode(Sha256::digest(
-                br#"{"callback_url":null,"params":{"item_ms":1,"items":3},"type":"demo"}"#
+                br#"{"callback_url":null,"params":{"item_ms":1,"items":3},"type":"some_kind"}"#
             ))
         );
     }
 
     #[test]
     fn derived_keys_separate_owners_and_requests() {
-        let request = submission_fingerprint("demo", &json!({"items": 3}), None);
+        let request = submission_fingerprint("some_kind", &json!({"items": 3}), None);
         let alice = derived_idempotency_key("alice", &request);
         assert_eq!(alice, derived_idempotency_key("alice", &request));
         assert_ne!(alice, derived_idempotency_key("bob", &request));
-        let more = submission_fingerprint("demo", &json!({"items": 4}), None);
+        let more = submission_fingerprint("some_kind", &json!({"items": 4}), None);
         assert_ne!(alice, derived_idempotency_key("alice", &more));
         let called_back =
-            submission_fingerprint("demo", &json!({"items": 3}), Some("https://a.example/"));
+            submission_fingerprint("some_kind", &json!({"items": 3}), Some("https://a.example/"));
         assert_ne!(alice, derived_idempotency_key("alice", &called_back));
         assert!(alice.starts_with("derived ") && alice.contains(' '));
     }

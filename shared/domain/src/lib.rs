@@ -1,22 +1,23 @@
-//! The longhaul domain: jobs, their state machine, job types and their parameters.
+//! The longhaul domain: jobs and their state machine (job kinds live under `jobs/`, written
+//! against `longhaul-worker`).
 //!
 //! This crate knows nothing about AWS or Lambda. Adapters (`longhaul-aws`) persist and move
 //! these types; functions compose the two.
 
 pub mod callback;
-pub mod csv_report;
 pub mod cursor;
-pub mod demo;
 pub mod fingerprint;
 pub mod job;
+pub mod limits;
 pub mod progress;
 pub mod reaper;
+pub mod schedule;
 pub mod status;
 pub mod stream_token;
 pub mod uploads;
 pub mod webhooks;
 
-pub use job::{Cancellation, JobError, JobId, JobSpec, JobType, SpecError, Transition};
+pub use job::{Cancellation, JobError, JobId, Transition};
 pub use status::{JobStatus, TransitionError};
 
 /// The current time as the RFC 3339 string (UTC, milliseconds) stored on every record.

@@ -29,7 +29,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
-use longhaul_domain::csv_report::{CsvReportParams, Report, ScanState, Scanner, render};
+use longhaul_job_csv_report::domain::{CsvReportParams, Report, ScanState, Scanner, render};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 

@@ -1,4 +1,4 @@
-//! The `demo` job type: a diagnostic job that does real, checkable work.
+//! The `demo` job kind's domain logic: a diagnostic job that does real, checkable work.
 //!
 //! Each item extends a SHA-256 hash chain (`digest = sha256(digest ‖ index)`), and the job
 //! waits `item_ms` per item to stand in for I/O. The final digest depends on every item being
@@ -9,7 +9,13 @@
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::job::SpecError;
+/// Why params were refused (the message goes to the client).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SpecError {
+    /// `params` do not fit the kind.
+    #[error("invalid params: {0}")]
+    InvalidParams(String),
+}
 
 /// Most items a demo job may have.
 pub const MAX_ITEMS: u64 = 10_000_000;
@@ -21,7 +27,7 @@ pub const MAX_STALL_MS: u64 = 3_600_000;
 pub const MAX_FAIL_TIMES: u32 = 10;
 
 /// Parameters of a `demo` job.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DemoParams {
     /// How many items to process (1 ..= 10,000,000).
@@ -48,7 +54,7 @@ pub struct DemoParams {
 }
 
 /// An injected failure's kind.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum FailKind {
     /// Retryable: the state machine retries the stage.

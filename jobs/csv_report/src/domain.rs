@@ -1,4 +1,4 @@
-//! The `csv_report` job type: group-by aggregation over an uploaded CSV file of any size.
+//! The `csv_report` job kind's domain logic: group-by aggregation over an uploaded CSV file of any size.
 //!
 //! # Streaming
 //!
@@ -40,7 +40,13 @@ use std::collections::{BTreeMap, HashMap};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::job::SpecError;
+/// Why params were refused (the message goes to the client).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SpecError {
+    /// `params` do not fit the kind.
+    #[error("invalid params: {0}")]
+    InvalidParams(String),
+}
 
 /// Longest `input` reference, in bytes (the longest S3 object key).
 pub const MAX_INPUT_BYTES: usize = 1024;
@@ -67,7 +73,7 @@ const UTF8_BOM: &[u8; 3] = b"\xEF\xBB\xBF";
 /// Parameters of a `csv_report` job:
 /// `{"input": <upload reference>, "group_by": [column, ...], "metrics": [{"op": "count"} |
 /// {"op": "sum"|"min"|"max"|"mean", "column": name}, ...], "format": "json"|"csv"}`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CsvReportParams {
     /// The uploaded CSV file (an upload's object key).
@@ -139,7 +145,7 @@ fn check_column_name(column: &str, what: &str) -> Result<(), SpecError> {
 ///
 /// Deserialised through a strict form, so that `{"op": "count", "column": ...}` (which serde
 /// would otherwise accept, dropping the column) is refused.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields, try_from = "MetricSpec")]
 pub enum Metric {
     /// The number of rows in the group.
@@ -191,7 +197,7 @@ impl Metric {
 }
 
 /// The wire form of a [`Metric`], checked in `TryFrom`.
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct MetricSpec {
     op: String,
@@ -220,7 +226,9 @@ impl TryFrom<MetricSpec> for Metric {
 }
 
 /// The encoding of a report.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Format {
     /// `{"columns": [...], "rows": [[...]], "rows_scanned": N, "invalid": {...}}`.

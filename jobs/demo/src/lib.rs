@@ -1,0 +1,156 @@
+//! The `demo` job kind: one stage, `process`, extending a SHA-256 hash chain item by item with
+//! a pause per item, and with failures and stalls injected on request — a diagnostic kind whose
+//! result tells a correct run from a skipped, repeated or reordered one (see [`domain`]).
+
+pub mod domain;
+
+use std::time::Duration;
+
+use longhaul_worker::{
+    Checkpoint, JobKind, KindError, Policy, PublicMessage, StageContext, StageOutcome,
+};
+
+pub use domain::{DemoParams, DemoResult, DemoState, FailKind};
+
+/// The `demo` kind.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Demo;
+
+impl Checkpoint for DemoState {
+    const VERSION: u32 = 1;
+}
+
+impl JobKind for Demo {
+    const NAME: &'static str = "demo";
+    type Params = DemoParams;
+
+    fn stages(&self) -> &'static [&'static str] {
+        &["process"]
+    }
+
+    fn validate(&self, params: &DemoParams) -> Result<(), String> {
+        params.validate().map_err(|domain::SpecError::InvalidParams(message)| message)
+    }
+
+    fn policy(&self) -> Policy {
+        Policy::default()
+    }
+
+    async fn run_stage(
+        &self,
+        ctx: &mut dyn StageContext,
+        params: &DemoParams,
+    ) -> Result<StageOutcome, KindError> {
+        process(ctx, params).await
+    }
+}
+
+/// Runs the `process` stage until done, the deadline, or a failure.
+async fn process(
+    ctx: &mut dyn StageContext,
+    params: &DemoParams,
+) -> Result<StageOutcome, KindError> {
+    let total = Some(params.items);
+    let mut state: DemoState = ctx.resume().await?.unwrap_or_default();
+    ctx.progress(state.next_item, total).await?;
+    while state.next_item < params.items {
+        if ctx.deadline_near() {
+            ctx.checkpoint(&state, state.next_item, total).await?;
+            return Ok(StageOutcome::Paused);
+        }
+        if let Some(kind) = params.injected_failure(state.next_item, ctx.attempt_failures()) {
+            // Keep the work done so far, count the failure (fenced), then fail as asked.
+            ctx.checkpoint(&state, state.next_item, total).await?;
+            ctx.count_failure().await?;
+            let message = PublicMessage::domain(
+                format!("injected {kind:?} failure at item {}", state.next_item).to_lowercase(),
+            );
+            return Err(match kind {
+                FailKind::Transient => KindError::retryable(message),
+                FailKind::Fatal => KindError::fatal(message),
+            });
+        }
+        if params.stall_at == Some(state.next_item) {
+            tracing::info!(item = state.next_item, "stalling as asked");
+            let stall = Duration::from_millis(params.stall_ms.unwrap_or(0));
+            ctx.pause(stall, state.next_item, total).await?;
+        }
+        state.process_next();
+        if params.item_ms > 0 {
+            ctx.pause(Duration::from_millis(params.item_ms), state.next_item, total).await?;
+        }
+        if ctx.checkpoint_due(state.next_item) {
+            ctx.checkpoint(&state, state.next_item, total).await?;
+        } else {
+            ctx.progress(state.next_item, total).await?;
+        }
+    }
+    let result = DemoResult { items: state.next_item, digest: state.digest.clone() };
+    let body = serde_json::to_vec(&result).map_err(|e| {
+        KindError::fatal(PublicMessage::fixed("the job's result could not be encoded")).because(e)
+    })?;
+    let result = ctx.write_result("result.json", "application/json", body).await?;
+    ctx.checkpoint(&state, params.items, total).await?;
+    Ok(StageOutcome::Finished(result))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use longhaul_worker::ErrorClass;
+    use longhaul_worker::testing::{Host, assert_resumable};
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    fn expected(items: u64) -> Vec<u8> {
+        serde_json::to_vec(&DemoResult::expected(items)).unwrap()
+    }
+
+    #[test]
+    fn runs_to_the_expected_digest() {
+        let finished = Host::new().run(&Demo, &json!({"items": 5, "item_ms": 1})).unwrap();
+        assert_eq!((finished.name.as_str(), finished.body), ("result.json", expected(5)));
+        assert_eq!(finished.content_type, "application/json");
+    }
+
+    #[test]
+    fn injected_failures_are_retried_then_pass_or_fail_the_job() {
+        let params = json!({"items": 4, "fail_at": 2, "fail_times": 2});
+        let (finished, trace) = Host::new().run_traced(&Demo, &params);
+        assert_eq!(finished.unwrap().body, expected(4));
+        assert_eq!(trace.retries, 2);
+        let fatal = json!({"items": 4, "fail_at": 1, "fail_kind": "fatal"});
+        let err = Host::new().run(&Demo, &fatal).unwrap_err();
+        assert_eq!(err.class, ErrorClass::Fatal);
+        assert_eq!(err.public.as_str(), "injected fatal failure at item 1");
+    }
+
+    #[test]
+    fn a_cancellation_mid_stage_ends_the_run() {
+        let err = Host::new().cancel_after_writes(3).run(&Demo, &json!({"items": 50})).unwrap_err();
+        assert!(err.is_cancelled(), "{err}");
+    }
+
+    #[test]
+    fn invalid_params_never_run() {
+        let err = Host::new().run(&Demo, &json!({"items": 0})).unwrap_err();
+        assert_eq!(err.public.as_str(), "invalid params: items must be between 1 and 10000000");
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(24))]
+
+        /// Crashed right after any of its checkpoints and resumed, a run gives the same digest.
+        #[test]
+        fn a_run_resumed_after_any_checkpoint_gives_the_same_result(
+            items in 1u64..40,
+            every in 1u64..6,
+            deadline in 2u32..8,
+        ) {
+            let host = Host::new().checkpoint_items(every).deadline_every(deadline);
+            let params = json!({"items": items});
+            prop_assert_eq!(host.run(&Demo, &params).unwrap().body, expected(items));
+            assert_resumable(&Demo, &host, &params);
+        }
+    }
+}

@@ -1,0 +1,369 @@
+//! Per-tenant limits kept in the job table: the submission rate and the open progress
+//! streams (the arithmetic is [`longhaul_domain::limits`]).
+//!
+//! | item | pk / sk |
+//! |------|---------|
+//! | submissions in one minute | `RATE#<len>:<owner>` / `SUBMIT#<minute>` — `n`, `expires_at` (TTL) |
+//! | a tenant's open streams | `STREAMS#<len>:<owner>` / `TENANT` — `leases` (stream id → expiry), `version` |
+//! | a job's open streams | `STREAMS#<len>:<owner>` / `JOB#<id>` — likewise |
+//!
+//! The owner is length-prefixed as in the idempotency and secret keys, so no owner name can
+//! reach another's items; the prefixes let IAM grant each function its own item kinds
+//! (`dynamodb:LeadingKeys`).
+
+use std::collections::HashMap;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use longhaul_domain::limits::{LeasesFull, RateWindow, StreamLeases};
+
+use crate::AwsError;
+
+fn s(value: impl Into<String>) -> AttributeValue {
+    AttributeValue::S(value.into())
+}
+
+fn n(value: impl ToString) -> AttributeValue {
+    AttributeValue::N(value.to_string())
+}
+
+/// Partition key of an owner's submission-rate counters.
+pub fn rate_pk(owner: &str) -> String {
+    format!("RATE#{}:{owner}", owner.len())
+}
+
+/// Partition key of an owner's open-stream leases.
+pub fn streams_pk(owner: &str) -> String {
+    format!("STREAMS#{}:{owner}", owner.len())
+}
+
+/// What the submission limiter decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admission {
+    /// Counted; go ahead.
+    Admitted,
+    /// The owner used up this window: retry after this many seconds (the next window).
+    Limited {
+        /// Seconds to the next window.
+        retry_after: u64,
+    },
+}
+
+/// A fixed one-minute window of submissions per tenant: one conditional `UpdateItem` per
+/// accepted submission (`ADD n :one` if `n < :limit`), and the same one refused — no read.
+#[derive(Debug, Clone)]
+pub struct SubmissionLimiter {
+    client: aws_sdk_dynamodb::Client,
+    table: String,
+    /// Submissions a tenant may make per minute; 0 means unlimited (no write at all).
+    per_minute: u32,
+}
+
+impl SubmissionLimiter {
+    /// A limiter of `per_minute` submissions per tenant (0: off) on `table`.
+    pub fn new(client: aws_sdk_dynamodb::Client, table: String, per_minute: u32) -> Self {
+        SubmissionLimiter { client, table, per_minute }
+    }
+
+    /// Counts one submission of `owner` in the current window, unless the window is full.
+    pub async fn charge(&self, owner: &str) -> Result<Admission, AwsError> {
+        if self.per_minute == 0 {
+            return Ok(Admission::Admitted);
+        }
+        let window = RateWindow::at(chrono::Utc::now().timestamp());
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key("pk", s(rate_pk(owner)))
+            .key("sk", s(format!("SUBMIT#{}", window.index)))
+            .update_expression("ADD n :one SET expires_at = :exp")
+            .condition_expression("attribute_not_exists(n) OR n < :limit")
+            .expression_attribute_values(":one", n(1))
+            .expression_attribute_values(":exp", n(window.expires_at()))
+            .expression_attribute_values(":limit", n(self.per_minute))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(Admission::Admitted),
+            Err(err)
+                if err
+                    .as_service_error()
+                    .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
+            {
+                Ok(Admission::Limited { retry_after: window.retry_after })
+            }
+            Err(err) => Err(AwsError::new("count a submission", err)),
+        }
+    }
+}
+
+/// What one stream holds: its leases on the job's and the tenant's slot items.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamLease {
+    /// The owner (the token's).
+    pub owner: String,
+    /// The job streamed.
+    pub job_id: String,
+    /// This stream's id (random), the key of its lease in both items.
+    pub stream_id: String,
+}
+
+/// Why a stream got no slot.
+#[derive(Debug, thiserror::Error)]
+pub enum SlotError {
+    /// The job or the tenant has its cap of streams open.
+    #[error("{scope}: {full}")]
+    Full {
+        /// `job` or `tenant`.
+        scope: &'static str,
+        /// How full, and when to retry.
+        full: LeasesFull,
+    },
+    /// DynamoDB failed (or kept losing the race for the item).
+    #[error(transparent)]
+    Aws(#[from] AwsError),
+}
+
+/// Caps on open progress streams per job and per tenant, held as expiring leases.
+///
+/// Each slot item holds a map of stream id → lease expiry and a `version`. Acquiring reads
+/// the item, drops expired leases, refuses if the cap is reached, and otherwise writes the map
+/// back with the new lease, conditional on the version it read (optimistic concurrency: two
+/// streams racing for the last slot cannot both get it). Releasing removes the stream's lease
+/// and bumps the version. A stream whose invocation crashed never releases: its lease stops
+/// counting once it expires (a little after the longest a stream can last).
+#[derive(Debug, Clone)]
+pub struct StreamSlots {
+    client: aws_sdk_dynamodb::Client,
+    table: String,
+    /// Streams one job may have open (0: no cap).
+    pub per_job: usize,
+    /// Streams one tenant may have open (0: no cap).
+    pub per_tenant: usize,
+}
+
+/// How often an acquire retries after losing the race for the same item.
+const ACQUIRE_ATTEMPTS: usize = 8;
+
+impl StreamSlots {
+    /// Caps of `per_job` and `per_tenant` open streams (0: that cap is off).
+    pub fn new(
+        client: aws_sdk_dynamodb::Client,
+        table: String,
+        per_job: usize,
+        per_tenant: usize,
+    ) -> Self {
+        StreamSlots { client, table, per_job, per_tenant }
+    }
+
+    /// Takes a slot of the job and of the tenant for a stream whose lease expires at
+    /// `expiry` (Unix seconds), or says which cap is reached (nothing is held then).
+    pub async fn acquire(
+        &self,
+        owner: &str,
+        job_id: &str,
+        expiry: i64,
+    ) -> Result<StreamLease, SlotError> {
+        let lease = StreamLease {
+            owner: owner.to_owned(),
+            job_id: job_id.to_owned(),
+            stream_id: uuid::Uuid::new_v4().simple().to_string(),
+        };
+        let job_sk = format!("JOB#{job_id}");
+        if self.per_job > 0 {
+            self.take(owner, &job_sk, &lease.stream_id, expiry, self.per_job)
+                .await
+                .map_err(|e| e.scoped("job"))?;
+        }
+        if self.per_tenant > 0
+            && let Err(err) =
+                self.take(owner, "TENANT", &lease.stream_id, expiry, self.per_tenant).await
+        {
+            if self.per_job > 0 {
+                // Give the job's slot back; if that fails its lease expires on its own.
+                if let Err(undo) = self.give(owner, &job_sk, &lease.stream_id).await {
+                    tracing::warn!(error = %undo, "releasing a job stream slot failed; its lease will expire");
+                }
+            }
+            return Err(err.scoped("tenant"));
+        }
+        Ok(lease)
+    }
+
+    /// Gives back both slots of `lease`.
+    pub async fn release(&self, lease: &StreamLease) -> Result<(), AwsError> {
+        let job = async {
+            if self.per_job > 0 {
+                self.give(&lease.owner, &format!("JOB#{}", lease.job_id), &lease.stream_id).await
+            } else {
+                Ok(())
+            }
+        };
+        let tenant = async {
+            if self.per_tenant > 0 {
+                self.give(&lease.owner, "TENANT", &lease.stream_id).await
+            } else {
+                Ok(())
+            }
+        };
+        let (job, tenant) = tokio::join!(job, tenant);
+        job.and(tenant)
+    }
+
+    /// Adds a lease to one slot item (see the type's docs).
+    async fn take(
+        &self,
+        owner: &str,
+        sk: &str,
+        stream_id: &str,
+        expiry: i64,
+        cap: usize,
+    ) -> Result<(), TakeError> {
+        let pk = streams_pk(owner);
+        for _ in 0..ACQUIRE_ATTEMPTS {
+            let item = self
+                .client
+                .get_item()
+                .table_name(&self.table)
+                .key("pk", s(&pk))
+                .key("sk", s(sk))
+                .consistent_read(true)
+                .send()
+                .await
+                .map_err(|e| AwsError::new("read stream slots", e))?
+                .item;
+            let version = item.as_ref().and_then(|i| i.get("version")).cloned();
+            let mut leases = item.as_ref().map(read_leases).unwrap_or_default();
+            let now = chrono::Utc::now().timestamp();
+            leases.admit(stream_id, expiry, now, cap).map_err(TakeError::Full)?;
+            let map: HashMap<String, AttributeValue> =
+                leases.0.iter().map(|(id, at)| (id.clone(), n(at))).collect();
+            let next_version = version
+                .as_ref()
+                .and_then(|v| v.as_n().ok())
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0)
+                + 1;
+            let mut put = self
+                .client
+                .put_item()
+                .table_name(&self.table)
+                .item("pk", s(&pk))
+                .item("sk", s(sk))
+                .item("leases", AttributeValue::M(map))
+                .item("version", n(next_version))
+                // TTL: the item goes once its last lease has long expired.
+                .item("expires_at", n(leases.latest().unwrap_or(expiry) + 3_600));
+            put = match version {
+                Some(v) => {
+                    put.condition_expression("version = :v").expression_attribute_values(":v", v)
+                }
+                None => put.condition_expression("attribute_not_exists(pk)"),
+            };
+            match put.send().await {
+                Ok(_) => return Ok(()),
+                Err(err)
+                    if err
+                        .as_service_error()
+                        .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
+                {
+                    continue; // another stream changed the item: read it again
+                }
+                Err(err) => return Err(AwsError::new("take a stream slot", err).into()),
+            }
+        }
+        Err(AwsError {
+            context: "take a stream slot".into(),
+            detail: format!("lost the race for {sk} {ACQUIRE_ATTEMPTS} times"),
+        }
+        .into())
+    }
+
+    /// Removes a lease from one slot item (and bumps its version, so an acquire that read the
+    /// lease cannot write it back). Nothing to do if the item is gone.
+    async fn give(&self, owner: &str, sk: &str, stream_id: &str) -> Result<(), AwsError> {
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key("pk", s(streams_pk(owner)))
+            .key("sk", s(sk))
+            .update_expression("REMOVE leases.#id ADD version :one")
+            .condition_expression("attribute_exists(leases)")
+            .expression_attribute_names("#id", stream_id)
+            .expression_attribute_values(":one", n(1))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            Err(err)
+                if err
+                    .as_service_error()
+                    .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
+            {
+                Ok(())
+            }
+            Err(err) => Err(AwsError::new("release a stream slot", err)),
+        }
+    }
+}
+
+/// Why one slot item refused a lease.
+#[derive(Debug)]
+enum TakeError {
+    Full(LeasesFull),
+    Aws(AwsError),
+}
+
+impl From<AwsError> for TakeError {
+    fn from(err: AwsError) -> Self {
+        TakeError::Aws(err)
+    }
+}
+
+impl TakeError {
+    fn scoped(self, scope: &'static str) -> SlotError {
+        match self {
+            TakeError::Full(full) => SlotError::Full { scope, full },
+            TakeError::Aws(err) => SlotError::Aws(err),
+        }
+    }
+}
+
+/// The leases of a slot item; an entry that is not a number is dropped (it cannot be honoured).
+fn read_leases(item: &HashMap<String, AttributeValue>) -> StreamLeases {
+    let mut leases = StreamLeases::default();
+    if let Some(AttributeValue::M(map)) = item.get("leases") {
+        for (id, value) in map {
+            if let Some(at) = value.as_n().ok().and_then(|v| v.parse::<i64>().ok()) {
+                leases.0.insert(id.clone(), at);
+            }
+        }
+    }
+    leases
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_length_prefixed_per_owner() {
+        assert_eq!(rate_pk("a#b"), "RATE#3:a#b");
+        assert_eq!(streams_pk("alice"), "STREAMS#5:alice");
+        assert_ne!(rate_pk("a:1"), rate_pk("a"));
+    }
+
+    #[test]
+    fn leases_are_read_from_the_item_and_bad_entries_dropped() {
+        let item = HashMap::from([(
+            "leases".to_string(),
+            AttributeValue::M(HashMap::from([
+                ("a".to_string(), n(10)),
+                ("b".to_string(), s("not a number")),
+            ])),
+        )]);
+        assert_eq!(read_leases(&item).0.into_iter().collect::<Vec<_>>(), [("a".to_string(), 10)]);
+        assert!(read_leases(&HashMap::new()).0.is_empty());
+    }
+}

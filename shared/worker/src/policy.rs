@@ -1,0 +1,61 @@
+//! A kind's policy: how the framework runs, retries, times out and retains its jobs.
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+/// The shared stage function, which runs every kind that names no worker of its own.
+pub const SHARED_WORKER: &str = "StageFunction";
+
+/// How the framework treats a kind's jobs. Start from [`Policy::default`] and change what the
+/// kind needs; a deployment may override some values (see the README's configuration table).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Policy {
+    /// Attempts before a job whose worker keeps dying fails.
+    pub max_attempts: u32,
+    /// Longest a job may run, all attempts together, before the reaper fails it.
+    #[serde(rename = "max_runtime_seconds", serialize_with = "seconds")]
+    pub max_runtime: Duration,
+    /// Longest one stage invocation may take (the worker function's timeout bounds it).
+    #[serde(rename = "stage_timeout_seconds", serialize_with = "seconds")]
+    pub stage_timeout: Duration,
+    /// How long a result is kept after the job succeeded.
+    #[serde(rename = "result_retention_seconds", serialize_with = "seconds")]
+    pub result_retention: Duration,
+    /// How often a stage should checkpoint (see `StageContext::checkpoint_due`).
+    pub checkpoint: Cadence,
+    /// Most jobs of this kind running at once, if limited.
+    pub concurrency_limit: Option<u32>,
+    /// The logical name of the worker function that runs the kind's stages.
+    pub worker: &'static str,
+}
+
+/// Checkpoint every `items` items or every `interval`, whichever comes first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Cadence {
+    /// Items between checkpoints (a kind defines what an item is).
+    pub items: u64,
+    /// Longest time between checkpoints.
+    #[serde(rename = "interval_seconds", serialize_with = "seconds")]
+    pub interval: Duration,
+}
+
+impl Default for Policy {
+    /// Three attempts, a day's runtime, 15-minute stages, results kept a week, a checkpoint
+    /// every 1,000 items or minute, no concurrency limit, the shared stage function.
+    fn default() -> Self {
+        Policy {
+            max_attempts: 3,
+            max_runtime: Duration::from_secs(86_400),
+            stage_timeout: Duration::from_secs(900),
+            result_retention: Duration::from_secs(604_800),
+            checkpoint: Cadence { items: 1_000, interval: Duration::from_secs(60) },
+            concurrency_limit: None,
+            worker: SHARED_WORKER,
+        }
+    }
+}
+
+fn seconds<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_u64(d.as_secs())
+}

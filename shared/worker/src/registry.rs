@@ -1,0 +1,362 @@
+//! The registry: the kinds a deployment runs, by name, type-erased.
+
+use std::collections::BTreeSet;
+use std::future::Future;
+use std::sync::Arc;
+
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+
+use crate::context::{StageContext, StageOutcome};
+use crate::message::{KindError, PublicMessage};
+use crate::policy::Policy;
+
+/// A kind of job: its name, ordered stages, typed params, the uploads it reads, its policy and
+/// its stages' code. See the crate documentation for an example.
+pub trait JobKind: Send + Sync + 'static {
+    /// The name clients use in `"type"` (lowercase, `snake_case`).
+    const NAME: &'static str;
+
+    /// The job's parameters, as the client sends them (`"params"`). Prefer
+    /// `#[serde(deny_unknown_fields)]`: a misspelt option should be an error, not ignored.
+    type Params: DeserializeOwned + schemars::JsonSchema + Send + Sync;
+
+    /// The stages, in order (at least one).
+    fn stages(&self) -> &'static [&'static str];
+
+    /// Checks what serde cannot express (ranges, combinations); the message goes to the
+    /// client as is.
+    fn validate(&self, _params: &Self::Params) -> Result<(), String> {
+        Ok(())
+    }
+
+    /// The uploads the job reads. The framework refuses a job naming another owner's upload,
+    /// and lets the stages read only these.
+    fn inputs(&self, _params: &Self::Params) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// How the framework runs the kind's jobs.
+    fn policy(&self) -> Policy {
+        Policy::default()
+    }
+
+    /// Runs the stage `ctx.stage()` until it is done, the deadline nears (checkpoint and
+    /// return [`StageOutcome::Paused`]), or it fails.
+    fn run_stage<'a>(
+        &'a self,
+        ctx: &'a mut dyn StageContext,
+        params: &'a Self::Params,
+    ) -> impl Future<Output = Result<StageOutcome, KindError>> + Send + 'a;
+}
+
+/// Why submitted params were refused (the message goes to the client).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid params: {0}")]
+pub struct ParamsError(pub String);
+
+/// A kind with its params as JSON: what the registry holds.
+pub trait DynKind: Send + Sync {
+    /// See [`JobKind::NAME`].
+    fn name(&self) -> &'static str;
+    /// See [`JobKind::stages`].
+    fn stages(&self) -> &'static [&'static str];
+    /// See [`JobKind::policy`].
+    fn policy(&self) -> Policy;
+    /// The params' JSON Schema.
+    fn params_schema(&self) -> Value;
+    /// Parses and validates `params`; answers the uploads they name.
+    fn check(&self, params: &Value) -> Result<Vec<String>, ParamsError>;
+    /// Runs the current stage with `params` (parsed again: a job's params were checked at
+    /// submit, so a failure here is fatal).
+    fn run_stage<'a>(
+        &'a self,
+        ctx: &'a mut dyn StageContext,
+        params: &'a Value,
+    ) -> BoxFuture<'a, Result<StageOutcome, KindError>>;
+}
+
+struct Erased<K>(K);
+
+impl<K: JobKind> Erased<K> {
+    fn parse(&self, params: &Value) -> Result<K::Params, ParamsError> {
+        let parsed: K::Params =
+            serde_json::from_value(params.clone()).map_err(|e| ParamsError(e.to_string()))?;
+        self.0.validate(&parsed).map_err(ParamsError)?;
+        Ok(parsed)
+    }
+}
+
+impl<K: JobKind> DynKind for Erased<K> {
+    fn name(&self) -> &'static str {
+        K::NAME
+    }
+
+    fn stages(&self) -> &'static [&'static str] {
+        self.0.stages()
+    }
+
+    fn policy(&self) -> Policy {
+        self.0.policy()
+    }
+
+    fn params_schema(&self) -> Value {
+        serde_json::to_value(schemars::schema_for!(K::Params)).unwrap_or_else(|_| json!({}))
+    }
+
+    fn check(&self, params: &Value) -> Result<Vec<String>, ParamsError> {
+        let parsed = self.parse(params)?;
+        Ok(self.0.inputs(&parsed))
+    }
+
+    fn run_stage<'a>(
+        &'a self,
+        ctx: &'a mut dyn StageContext,
+        params: &'a Value,
+    ) -> BoxFuture<'a, Result<StageOutcome, KindError>> {
+        async move {
+            let params =
+                self.parse(params).map_err(|e| KindError::fatal(PublicMessage::domain(e)))?;
+            self.0.run_stage(ctx, &params).await
+        }
+        .boxed()
+    }
+}
+
+/// Why a registry could not be built.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RegistryError {
+    /// Two kinds share a name.
+    #[error("two job kinds are named {0:?}")]
+    Duplicate(&'static str),
+    /// A kind declares no stages, or a stage twice.
+    #[error("job kind {0:?} must declare at least one stage, each once")]
+    BadStages(&'static str),
+    /// A name to enable is not registered.
+    #[error("no job kind is named {0:?} (known: {1})")]
+    Unknown(String, String),
+}
+
+/// The kinds a deployment runs. Built once at start-up; cheap to clone.
+#[derive(Clone, Default)]
+pub struct Registry {
+    kinds: Vec<Arc<dyn DynKind>>,
+}
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.names()).finish()
+    }
+}
+
+/// Collects kinds for a [`Registry`].
+#[derive(Default)]
+pub struct RegistryBuilder {
+    kinds: Vec<Arc<dyn DynKind>>,
+}
+
+impl RegistryBuilder {
+    /// Registers `kind`.
+    pub fn kind<K: JobKind>(mut self, kind: K) -> Self {
+        self.kinds.push(Arc::new(Erased(kind)));
+        self
+    }
+
+    /// Registers every kind of `registry` (e.g. the shipped catalog, to add kinds of one's
+    /// own beside it); a name both hold fails at [`RegistryBuilder::build`].
+    pub fn kinds_of(mut self, registry: &Registry) -> Self {
+        self.kinds.extend(registry.kinds.iter().cloned());
+        self
+    }
+
+    /// The registry, or why it is invalid (duplicate names, no stages).
+    pub fn build(self) -> Result<Registry, RegistryError> {
+        let mut names = BTreeSet::new();
+        for kind in &self.kinds {
+            if !names.insert(kind.name()) {
+                return Err(RegistryError::Duplicate(kind.name()));
+            }
+            let stages: BTreeSet<_> = kind.stages().iter().collect();
+            if stages.is_empty() || stages.len() != kind.stages().len() {
+                return Err(RegistryError::BadStages(kind.name()));
+            }
+        }
+        Ok(Registry { kinds: self.kinds })
+    }
+}
+
+impl Registry {
+    /// Starts a registry.
+    pub fn builder() -> RegistryBuilder {
+        RegistryBuilder::default()
+    }
+
+    /// The kind named `name`.
+    pub fn get(&self, name: &str) -> Option<&dyn DynKind> {
+        self.kinds.iter().find(|k| k.name() == name).map(|k| k.as_ref())
+    }
+
+    /// The kinds' names, in registration order.
+    pub fn names(&self) -> Vec<&'static str> {
+        self.kinds.iter().map(|k| k.name()).collect()
+    }
+
+    /// The kinds, in registration order.
+    pub fn kinds(&self) -> impl Iterator<Item = &dyn DynKind> {
+        self.kinds.iter().map(|k| k.as_ref())
+    }
+
+    /// Only the kinds named in `enabled` (a deployment's `ENABLED_JOB_TYPES`); a name that is
+    /// not registered is an error.
+    pub fn only<S: AsRef<str>>(&self, enabled: &[S]) -> Result<Registry, RegistryError> {
+        for name in enabled {
+            if self.get(name.as_ref()).is_none() {
+                return Err(RegistryError::Unknown(
+                    name.as_ref().chars().take(64).collect(),
+                    self.names().join(", "),
+                ));
+            }
+        }
+        let kinds = self
+            .kinds
+            .iter()
+            .filter(|k| enabled.iter().any(|n| n.as_ref() == k.name()))
+            .cloned()
+            .collect();
+        Ok(Registry { kinds })
+    }
+
+    /// The names in a deployment's `ENABLED_JOB_TYPES` (comma-separated; unset: every kind),
+    /// each a registered kind's.
+    pub fn enabled_names(&self, list: Option<&str>) -> Result<Vec<String>, RegistryError> {
+        let Some(list) = list else {
+            return Ok(self.names().into_iter().map(str::to_owned).collect());
+        };
+        let names: Vec<String> =
+            list.split(',').map(str::trim).filter(|n| !n.is_empty()).map(str::to_owned).collect();
+        self.only(&names)?;
+        Ok(names)
+    }
+
+    /// The kinds named in `enabled`, ignoring names it does not register (a list checked by
+    /// [`Registry::enabled_names`] has none).
+    pub fn enabled(&self, enabled: &[String]) -> Registry {
+        let kinds =
+            self.kinds.iter().filter(|k| enabled.iter().any(|n| n == k.name())).cloned().collect();
+        Registry { kinds }
+    }
+
+    /// The kinds as `GET /job-types` lists them.
+    pub fn describe(&self) -> Value {
+        let kinds: Vec<Value> = self
+            .kinds()
+            .map(|k| {
+                json!({
+                    "type": k.name(),
+                    "stages": k.stages(),
+                    "params_schema": k.params_schema(),
+                    "policy": k.policy(),
+                })
+            })
+            .collect();
+        json!({ "job_types": kinds })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(serde::Deserialize, schemars::JsonSchema)]
+    #[serde(deny_unknown_fields)]
+    struct P {
+        n: u32,
+    }
+
+    struct A;
+    impl JobKind for A {
+        const NAME: &'static str = "a";
+        type Params = P;
+        fn stages(&self) -> &'static [&'static str] {
+            &["one"]
+        }
+        fn validate(&self, p: &P) -> Result<(), String> {
+            if p.n == 0 { Err("n must be positive".into()) } else { Ok(()) }
+        }
+        async fn run_stage(
+            &self,
+            _ctx: &mut dyn StageContext,
+            _params: &P,
+        ) -> Result<StageOutcome, KindError> {
+            Ok(StageOutcome::StageDone)
+        }
+    }
+
+    struct AlsoA;
+    impl JobKind for AlsoA {
+        const NAME: &'static str = "a";
+        type Params = P;
+        fn stages(&self) -> &'static [&'static str] {
+            &["x", "x"]
+        }
+        async fn run_stage(
+            &self,
+            _ctx: &mut dyn StageContext,
+            _params: &P,
+        ) -> Result<StageOutcome, KindError> {
+            Ok(StageOutcome::StageDone)
+        }
+    }
+
+    #[test]
+    fn duplicate_names_fail_at_build() {
+        let err = Registry::builder().kind(A).kind(AlsoA).build().unwrap_err();
+        assert_eq!(err, RegistryError::Duplicate("a"));
+    }
+
+    #[test]
+    fn lookup_check_filter_and_describe() {
+        let registry = Registry::builder().kind(A).build().unwrap();
+        let a = registry.get("a").unwrap();
+        assert!(registry.get("b").is_none());
+        assert_eq!(a.check(&json!({"n": 1})), Ok(vec![]));
+        assert_eq!(
+            a.check(&json!({"n": 0})).unwrap_err().to_string(),
+            "invalid params: n must be positive"
+        );
+        assert!(a.check(&json!({"n": 1, "extra": 1})).is_err());
+        assert!(registry.only(&["nope"]).is_err());
+        assert_eq!(registry.enabled_names(None).unwrap(), ["a"]);
+        assert_eq!(registry.enabled_names(Some(" a ,")).unwrap(), ["a"]);
+        assert!(registry.enabled_names(Some("a,b")).is_err());
+        assert!(registry.enabled(&["b".to_owned()]).get("a").is_none());
+        assert!(registry.only::<&str>(&[]).unwrap().get("a").is_none());
+        let described = registry.describe();
+        let entry = &described["job_types"][0];
+        assert_eq!(entry["type"], "a");
+        assert_eq!(entry["stages"], json!(["one"]));
+        assert_eq!(entry["params_schema"]["properties"]["n"]["type"], "integer");
+        assert_eq!(entry["policy"]["max_runtime_seconds"], 86_400);
+        assert_eq!(entry["policy"]["worker"], "StageFunction");
+    }
+
+    #[test]
+    fn a_registry_extends_another() {
+        let base = Registry::builder().kind(A).build().unwrap();
+        assert_eq!(
+            Registry::builder().kinds_of(&base).kind(AlsoA).build().unwrap_err(),
+            RegistryError::Duplicate("a")
+        );
+        assert_eq!(Registry::builder().kinds_of(&base).build().unwrap().names(), ["a"]);
+    }
+
+    #[test]
+    fn bad_stage_lists_fail_at_build() {
+        assert_eq!(
+            Registry::builder().kind(AlsoA).build().unwrap_err(),
+            RegistryError::BadStages("a")
+        );
+    }
+}

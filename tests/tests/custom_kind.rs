@@ -1,0 +1,208 @@
+//! A job kind defined outside the framework crates — here, in this test file — registered
+//! beside the shipped ones and run end to end on the local stack: `GET /job-types` lists it
+//! with its params schema, `POST /jobs` validates through it, and a job of it streams its
+//! upload, checkpoints, carries its count to a second stage and writes its result. The same
+//! kind is unit-tested with the in-memory host (`longhaul_worker::testing`), as
+//! docs/job-types.md shows a kind's author doing.
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use longhaul_tests::{Api, harness_with_registry, principal};
+use longhaul_worker::{
+    Cadence, Checkpoint, JobKind, KindError, Policy, PublicMessage, Registry, StageContext,
+    StageOutcome,
+};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+/// The params of `word_count`.
+#[derive(Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct WordCountParams {
+    /// The text to count: an `input` from `POST /uploads`.
+    input: String,
+}
+
+/// Where the `count` stage is: its checkpoint, and its output to the `write` stage.
+#[derive(Debug, Default, Clone, PartialEq, Serialize, Deserialize)]
+struct Counted {
+    /// Bytes of the input read so far (where a resumed stage reads on from).
+    offset: u64,
+    words: u64,
+    lines: u64,
+    /// Whether the last byte read was inside a word (a word may span two chunks).
+    in_word: bool,
+}
+
+impl Checkpoint for Counted {
+    const VERSION: u32 = 1;
+}
+
+impl Counted {
+    fn feed(&mut self, chunk: &[u8]) {
+        for &byte in chunk {
+            let space = byte.is_ascii_whitespace();
+            if !space && !self.in_word {
+                self.words += 1;
+            }
+            self.in_word = !space;
+            self.lines += u64::from(byte == b'\n');
+        }
+        self.offset += chunk.len() as u64;
+    }
+}
+
+/// Counts the words and lines of an upload, in two stages: `count` streams it, `write` writes
+/// `{"words", "lines", "bytes"}`.
+#[derive(Debug, Clone, Copy)]
+struct WordCount;
+
+impl JobKind for WordCount {
+    const NAME: &'static str = "word_count";
+    type Params = WordCountParams;
+
+    fn stages(&self) -> &'static [&'static str] {
+        &["count", "write"]
+    }
+
+    fn validate(&self, params: &WordCountParams) -> Result<(), String> {
+        if params.input.trim().is_empty() {
+            return Err("input must name an upload (the `input` POST /uploads answered)".into());
+        }
+        Ok(())
+    }
+
+    fn inputs(&self, params: &WordCountParams) -> Vec<String> {
+        vec![params.input.clone()]
+    }
+
+    fn policy(&self) -> Policy {
+        // Items are bytes: a checkpoint every MiB (or the default minute).
+        Policy {
+            checkpoint: Cadence { items: 1 << 20, ..Policy::default().checkpoint },
+            ..Policy::default()
+        }
+    }
+
+    async fn run_stage(
+        &self,
+        ctx: &mut dyn StageContext,
+        params: &WordCountParams,
+    ) -> Result<StageOutcome, KindError> {
+        match ctx.stage() {
+            "count" => count(ctx, &params.input).await,
+            _ => write(ctx).await,
+        }
+    }
+}
+
+async fn count(ctx: &mut dyn StageContext, input: &str) -> Result<StageOutcome, KindError> {
+    let total = Some(ctx.input_size(input).await?);
+    let mut state: Counted = ctx.resume().await?.unwrap_or_default();
+    let mut stream = ctx.read_input(input, state.offset).await?;
+    while let Some(chunk) = stream.next().await {
+        state.feed(&chunk?);
+        if ctx.deadline_near() {
+            ctx.checkpoint(&state, state.offset, total).await?;
+            return Ok(StageOutcome::Paused);
+        }
+        // An item is a byte here: `done` (and the cadence) count the same unit.
+        if ctx.checkpoint_due(state.offset) {
+            ctx.checkpoint(&state, state.offset, total).await?;
+        } else {
+            ctx.progress(state.offset, total).await?;
+        }
+    }
+    // The stage's last checkpoint is what the `write` stage starts from.
+    ctx.checkpoint(&state, state.offset, total).await?;
+    Ok(StageOutcome::StageDone)
+}
+
+async fn write(ctx: &mut dyn StageContext) -> Result<StageOutcome, KindError> {
+    let counted: Counted = ctx.carried("count").await?;
+    let body = serde_json::to_vec(
+        &json!({"words": counted.words, "lines": counted.lines, "bytes": counted.offset}),
+    )
+    .map_err(|e| {
+        KindError::fatal(PublicMessage::fixed("the count could not be encoded")).because(e)
+    })?;
+    let result = ctx.write_result("counts.json", "application/json", body).await?;
+    Ok(StageOutcome::Finished(result))
+}
+
+/// The shipped kinds plus `word_count`.
+fn registry() -> Registry {
+    Registry::builder()
+        .kinds_of(&longhaul_jobs::registry())
+        .kind(WordCount)
+        .build()
+        .expect("word_count's name is its own")
+}
+
+/// This binary's stack: its functions know `word_count`, and the deployment enables it.
+fn api(label: &str) -> Api {
+    harness_with_registry(registry(), &[("ENABLED_JOB_TYPES", "demo,csv_report,word_count")]);
+    Api::new(&principal(label))
+}
+
+const TEXT: &str = "the quick brown fox\njumps over\n  the lazy dog\n";
+
+#[test]
+fn word_count_is_resumable_in_memory() {
+    use longhaul_worker::testing::{Host, assert_resumable};
+    let params = json!({"input": "text"});
+    // Chunks of 3 bytes: words span chunks; a checkpoint every chunk, a deadline every few.
+    let host = Host::new().input("text", TEXT.as_bytes().to_vec(), 3).checkpoint_items(1);
+    let finished = host.run(&WordCount, &params).expect("the job succeeds");
+    assert_eq!(finished.name, "counts.json");
+    let counts: Value = serde_json::from_slice(&finished.body).unwrap();
+    assert_eq!(counts, json!({"words": 9, "lines": 3, "bytes": TEXT.len()}));
+    assert_resumable(&WordCount, &host.clone().deadline_every(3), &params);
+    let cancelled = host.clone().cancel_after_writes(2).run(&WordCount, &params).unwrap_err();
+    assert!(cancelled.is_cancelled(), "{cancelled}");
+    let err = Host::new().run(&WordCount, &json!({"input": " "})).unwrap_err();
+    assert!(err.public.as_str().contains("input must name an upload"), "{err}");
+}
+
+#[tokio::test]
+async fn a_kind_defined_in_a_test_is_listed_with_its_params_schema() {
+    let api = api("custom-list");
+    let reply = api.get("/job-types").await;
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    let kinds = reply.json["job_types"].as_array().expect("a list");
+    let names: Vec<&str> = kinds.iter().filter_map(|k| k["type"].as_str()).collect();
+    assert_eq!(names, ["demo", "csv_report", "word_count"]);
+    let kind = kinds.iter().find(|k| k["type"] == "word_count").unwrap();
+    assert_eq!(kind["stages"], json!(["count", "write"]));
+    assert_eq!(kind["policy"]["checkpoint"]["items"], 1 << 20);
+    let schema = jsonschema::validator_for(&kind["params_schema"]).expect("a schema");
+    assert!(schema.is_valid(&json!({"input": "uploads/x/y"})));
+    assert!(!schema.is_valid(&json!({})));
+    assert!(!schema.is_valid(&json!({"input": "uploads/x/y", "extra": 1})));
+}
+
+#[tokio::test]
+async fn bad_params_of_a_custom_kind_are_422_with_its_message() {
+    let api = api("custom-bad");
+    let reply =
+        api.post_json("/jobs", &json!({"type": "word_count", "params": {"input": ""}})).await;
+    assert_eq!(reply.status, 422, "{}", reply.text);
+    assert_eq!(reply.header("content-type"), Some("application/problem+json"));
+    let detail = reply.json["detail"].as_str().unwrap_or_default();
+    assert!(detail.contains("input must name an upload"), "{}", reply.text);
+    let reply = api.post_json("/jobs", &json!({"type": "word_count", "params": {}})).await;
+    assert_eq!(reply.status, 422, "{}", reply.text);
+    assert!(reply.text.contains("input"), "{}", reply.text);
+}
+
+#[tokio::test]
+async fn a_custom_kind_runs_end_to_end_on_the_local_stack() {
+    let api = api("custom-run");
+    let input = api.upload("words.txt", "text/plain", TEXT.as_bytes().to_vec()).await;
+    let job_id = api.submit(&json!({"type": "word_count", "params": {"input": input}})).await;
+    let job = api.wait_terminal(&job_id, Duration::from_secs(60)).await;
+    assert_eq!(job["status"], "succeeded", "{job}");
+    let counts: Value = serde_json::from_slice(&api.result(&job_id).await).expect("JSON");
+    assert_eq!(counts, json!({"words": 9, "lines": 3, "bytes": TEXT.len()}));
+}

@@ -1,0 +1,411 @@
+//! Tenants cannot hurt each other: the per-tenant submission rate limit and the caps on open
+//! progress streams, against the local stack with low limits (3 submissions a minute, 2
+//! streams per job and per tenant); and delayed start (`delay_seconds`, `not_before`).
+
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use longhaul_aws::jobs::{JobRecord, JobStore};
+use longhaul_domain::{JobStatus, Transition, format_rfc3339};
+use longhaul_tests::{Api, Aws, Harness, Reply, harness_with, principal};
+use serde_json::{Value, json};
+
+const SUBMISSIONS_PER_MINUTE: usize = 3;
+
+fn stack() -> &'static Harness {
+    harness_with(&[
+        ("LONGHAUL_TENANT_SUBMISSIONS_PER_MINUTE", "3"),
+        ("LONGHAUL_MAX_STREAMS_PER_JOB", "2"),
+        ("LONGHAUL_MAX_STREAMS_PER_TENANT", "2"),
+        ("LONGHAUL_STREAM_POLL_MS", "100"),
+        ("LONGHAUL_STREAM_KEEPALIVE_SECONDS", "1"),
+    ])
+}
+
+/// A demo job that runs for about a minute (long enough to stream, then cancelled).
+fn long_job() -> Value {
+    json!({"type": "demo", "params": {"items": 600, "item_ms": 100}})
+}
+
+async fn submit_with_key(api: &Api, body: &Value, key: &str) -> Reply {
+    api.send(
+        "POST",
+        "/jobs",
+        Some(("application/json", body.to_string().into_bytes())),
+        &[("idempotency-key", key)],
+    )
+    .await
+}
+
+/// Waits, if needed, until the current minute has at least 15 s left, so that a test's
+/// submissions all fall in one rate window.
+async fn fresh_window() {
+    let second = chrono::Utc::now().timestamp().rem_euclid(60);
+    if second > 45 {
+        tokio::time::sleep(Duration::from_secs((61 - second) as u64)).await;
+    }
+}
+
+fn assert_problem(reply: &Reply, status: u16, slug: &str) {
+    assert_eq!(reply.status, status, "{}", reply.text);
+    assert_eq!(reply.header("content-type"), Some("application/problem+json"), "{}", reply.text);
+    assert_eq!(reply.json["type"], format!("/problems/{slug}"), "{}", reply.text);
+}
+
+#[tokio::test]
+async fn submissions_beyond_the_tenants_rate_are_429_and_write_nothing() {
+    stack();
+    let aws = Aws::new().await;
+    let owner = principal("noisy");
+    let api = Api::new(&owner);
+    fresh_window().await;
+    let mut accepted = Vec::new();
+    for i in 0..SUBMISSIONS_PER_MINUTE {
+        let reply = submit_with_key(&api, &long_job(), &format!("k{i}")).await;
+        assert_eq!(reply.status, 202, "{}", reply.text);
+        accepted.push(reply.json["job_id"].as_str().unwrap().to_owned());
+    }
+    let before = aws.items_of(&owner).await.len();
+
+    let refused = submit_with_key(&api, &long_job(), "one-too-many").await;
+    assert_problem(&refused, 429, "rate-limited");
+    let retry_after: u64 = refused.header("retry-after").expect("Retry-After").parse().unwrap();
+    assert!((1..=60).contains(&retry_after), "Retry-After {retry_after}");
+    // Nothing written: no job, no idempotency record.
+    assert_eq!(aws.items_of(&owner).await.len(), before, "the refused submission wrote");
+    let record = aws
+        .dynamodb
+        .get_item()
+        .table_name(stack().stack.resource("JobsTable"))
+        .key("pk", AttributeValue::S(longhaul_aws::jobs::idempotency_pk(&owner, "one-too-many")))
+        .key("sk", AttributeValue::S(longhaul_aws::jobs::IDEM_SK.into()))
+        .send()
+        .await
+        .unwrap();
+    assert!(record.item.is_none(), "no idempotency record for a refused submission");
+    // A key-less (derived-key) submission is refused the same way.
+    assert_problem(
+        &api.post_json("/jobs", &json!({"type": "demo", "params": {"items": 1}})).await,
+        429,
+        "rate-limited",
+    );
+
+    // Replays do not count and are still answered.
+    let replay = submit_with_key(&api, &long_job(), "k0").await;
+    assert_eq!(replay.status, 200, "{}", replay.text);
+    assert_eq!(replay.header("idempotent-replayed"), Some("true"));
+    assert_eq!(replay.json["job_id"], accepted[0]);
+
+    // A retry is a submission too: over the limit it is refused, nothing written.
+    let cancelled = api.post_json(&format!("/jobs/{}/cancel", accepted[1]), &json!({})).await;
+    assert_eq!(cancelled.status, 202, "{}", cancelled.text);
+    api.wait_for(&accepted[1], "cancelled", |j| j["status"] == "cancelled").await;
+    let before = aws.items_of(&owner).await.len();
+    assert_problem(
+        &api.post_json(&format!("/jobs/{}/retry", accepted[1]), &json!({})).await,
+        429,
+        "rate-limited",
+    );
+    assert_eq!(aws.items_of(&owner).await.len(), before, "the refused retry wrote");
+
+    // Another tenant is unaffected.
+    let quiet = Api::new(&principal("quiet"));
+    let other = quiet.submit(&json!({"type": "demo", "params": {"items": 1}})).await;
+    quiet.wait_terminal(&other, Duration::from_secs(60)).await;
+
+    for job_id in accepted {
+        api.post_json(&format!("/jobs/{job_id}/cancel"), &json!({})).await;
+    }
+}
+
+/// An open stream: the response is held (its body unread) until dropped.
+async fn open_stream(url: &str) -> reqwest::Response {
+    tokio::time::timeout(Duration::from_secs(30), reqwest::Client::new().get(url).send())
+        .await
+        .expect("the events function answers")
+        .expect("request")
+}
+
+async fn events_url(api: &Api, job_id: &str) -> String {
+    let job = api.get(&format!("/jobs/{job_id}")).await.json;
+    job["events_url"].as_str().expect("a live job has an events_url").to_owned()
+}
+
+async fn assert_refused(url: &str, scope: &str) {
+    let response = open_stream(url).await;
+    assert_eq!(response.status(), 429);
+    let retry_after: u64 = response.headers()["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!((1..=60).contains(&retry_after), "Retry-After {retry_after}");
+    assert_eq!(response.headers()["content-type"], "application/problem+json");
+    let problem: Value = response.json().await.unwrap();
+    assert_eq!(problem["type"], "/problems/too-many-streams");
+    assert!(problem["detail"].as_str().unwrap().contains(scope), "{problem}");
+}
+
+/// Opens streams at `url` until one is accepted again (a closed stream's slot is given back
+/// as the stream's invocation ends), within 10 s.
+async fn reopens(url: &str) -> reqwest::Response {
+    for _ in 0..100 {
+        let response = open_stream(url).await;
+        if response.status() == 200 {
+            return response;
+        }
+        assert_eq!(response.status(), 429);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("the closed stream's slot was never given back");
+}
+
+#[tokio::test]
+async fn a_third_stream_of_a_job_is_429_until_one_closes() {
+    stack();
+    let api = Api::new(&principal("watcher"));
+    let job_id = api.submit(&long_job()).await;
+    let url = events_url(&api, &job_id).await;
+    let first = open_stream(&url).await;
+    let second = open_stream(&url).await;
+    assert_eq!((first.status().as_u16(), second.status().as_u16()), (200, 200));
+    assert_refused(&url, "job").await;
+    drop(first);
+    let third = reopens(&url).await;
+    drop((second, third));
+    api.post_json(&format!("/jobs/{job_id}/cancel"), &json!({})).await;
+}
+
+#[tokio::test]
+async fn a_third_stream_of_a_tenant_is_429_until_one_ends() {
+    stack();
+    let api = Api::new(&principal("many-jobs"));
+    let mut jobs = Vec::new();
+    for items in 600..603 {
+        // Three different jobs (identical bodies would be one job: a derived key's replay).
+        jobs.push(
+            api.submit(&json!({"type": "demo", "params": {"items": items, "item_ms": 100}})).await,
+        );
+    }
+    let mut urls = Vec::new();
+    for job_id in &jobs {
+        urls.push(events_url(&api, job_id).await);
+    }
+    let a = open_stream(&urls[0]).await;
+    let b = open_stream(&urls[1]).await;
+    assert_eq!((a.status().as_u16(), b.status().as_u16()), (200, 200));
+    assert_refused(&urls[2], "tenant").await;
+    // A stream that ends by itself (its job ended) gives its slot back too.
+    api.post_json(&format!("/jobs/{}/cancel", jobs[0]), &json!({})).await;
+    let text = tokio::time::timeout(Duration::from_secs(30), a.text()).await.unwrap().unwrap();
+    assert!(text.contains("event: status"), "{text}");
+    let c = reopens(&urls[2]).await;
+    // Another tenant's streams are not counted against this one.
+    let other = Api::new(&principal("other-watcher"));
+    let other_job = other.submit(&long_job()).await;
+    assert_eq!(open_stream(&events_url(&other, &other_job).await).await.status(), 200);
+    drop((b, c));
+    for job_id in jobs.iter().skip(1).chain([&other_job]) {
+        let api = if *job_id == other_job { &other } else { &api };
+        api.post_json(&format!("/jobs/{job_id}/cancel"), &json!({})).await;
+    }
+}
+
+fn time(value: &Value) -> chrono::DateTime<chrono::Utc> {
+    chrono::DateTime::parse_from_rfc3339(value.as_str().expect("a timestamp")).unwrap().to_utc()
+}
+
+#[tokio::test]
+async fn a_delayed_job_waits_pending_until_its_start_then_runs() {
+    stack();
+    let api = Api::new(&principal("later"));
+    let submitted = chrono::Utc::now();
+    let job_id =
+        api.submit(&json!({"type": "demo", "params": {"items": 2}, "delay_seconds": 15})).await;
+    let job = api.get(&format!("/jobs/{job_id}")).await.json;
+    let not_before = time(&job["not_before"]);
+    let expected = submitted + chrono::Duration::seconds(15);
+    assert!((not_before - expected).num_seconds().abs() <= 2, "{job}");
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let waiting = api.get(&format!("/jobs/{job_id}")).await.json;
+    assert_eq!(
+        (waiting["status"].as_str(), waiting["attempt"].as_u64()),
+        (Some("pending"), Some(0))
+    );
+    let done = api.wait_terminal(&job_id, Duration::from_secs(60)).await;
+    assert_eq!(done["status"], "succeeded", "{done}");
+    assert!(time(&done["started_at"]) >= not_before, "started before its start: {done}");
+    assert_eq!(done["not_before"], job["not_before"], "shown for the job's whole life");
+}
+
+#[tokio::test]
+async fn a_delayed_job_can_be_cancelled_while_it_waits_and_never_runs() {
+    stack();
+    let api = Api::new(&principal("never"));
+    let soon =
+        api.submit(&json!({"type": "demo", "params": {"items": 1}, "delay_seconds": 3})).await;
+    // Beyond SQS's reach: not even enqueued until 15 minutes before its start.
+    let not_before = format_rfc3339(chrono::Utc::now() + chrono::Duration::hours(2));
+    let later = api
+        .submit(&json!({"type": "demo", "params": {"items": 1}, "not_before": not_before}))
+        .await;
+    assert_eq!(api.get(&format!("/jobs/{later}")).await.json["not_before"], not_before);
+    for job_id in [&soon, &later] {
+        let reply = api.post_json(&format!("/jobs/{job_id}/cancel"), &json!({})).await;
+        assert_eq!(reply.status, 202, "{}", reply.text);
+    }
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    for job_id in [&soon, &later] {
+        let job = api.get(&format!("/jobs/{job_id}")).await.json;
+        assert_eq!(job["status"], "cancelled", "{job}");
+        assert_eq!((job["attempt"].as_u64(), &job["started_at"]), (Some(0), &Value::Null), "{job}");
+    }
+}
+
+#[tokio::test]
+async fn bad_delayed_starts_are_422_and_the_delay_is_part_of_the_request() {
+    stack();
+    let api = Api::new(&principal("bad-start"));
+    let past = format_rfc3339(chrono::Utc::now() - chrono::Duration::minutes(5));
+    let far = format_rfc3339(chrono::Utc::now() + chrono::Duration::days(31));
+    for body in [
+        json!({"type": "demo", "params": {"items": 1}, "not_before": past}),
+        json!({"type": "demo", "params": {"items": 1}, "not_before": far}),
+        json!({"type": "demo", "params": {"items": 1}, "not_before": "next tuesday"}),
+        json!({"type": "demo", "params": {"items": 1}, "delay_seconds": 2_592_001}),
+        json!({"type": "demo", "params": {"items": 1}, "delay_seconds": -1}),
+        json!({"type": "demo", "params": {"items": 1}, "delay_seconds": 5, "not_before": far}),
+    ] {
+        assert_problem(&api.post_json("/jobs", &body).await, 422, "invalid-start");
+    }
+    // The same key with another delay is another request.
+    let first = submit_with_key(
+        &api,
+        &json!({"type": "demo", "params": {"items": 1}, "delay_seconds": 600}),
+        "d",
+    )
+    .await;
+    assert_eq!(first.status, 202, "{}", first.text);
+    let other = submit_with_key(
+        &api,
+        &json!({"type": "demo", "params": {"items": 1}, "delay_seconds": 601}),
+        "d",
+    )
+    .await;
+    assert_problem(&other, 422, "idempotency-key-reused");
+    // The same delay is the same request: a replay (409 while the first is under 10 s old).
+    let replay = submit_with_key(
+        &api,
+        &json!({"type": "demo", "params": {"items": 1}, "delay_seconds": 600}),
+        "d",
+    )
+    .await;
+    assert!(matches!(replay.status, 200 | 409), "{}", replay.text);
+    let job_id = first.json["job_id"].as_str().unwrap();
+    api.post_json(&format!("/jobs/{job_id}/cancel"), &json!({})).await;
+}
+
+/// A long-delayed job as the reaper finds it once it comes due (its index entry, keyed 15
+/// minutes before its start, passed the grace): the reaper enqueues it for its start, and an
+/// undelayed message that reaches the dispatcher early is delayed again, never started.
+#[tokio::test]
+async fn the_reaper_enqueues_a_due_delayed_job_for_its_start_and_the_dispatcher_never_starts_it_early()
+ {
+    stack();
+    let owner = principal("due");
+    let api = Api::new(&owner);
+    let aws = Aws::new().await;
+    let table = stack().stack.resource("JobsTable");
+    let jobs = JobStore::new(aws.dynamodb.clone(), table.clone());
+    // Accepted two days ago (past LONGHAUL_MAX_PENDING_SECONDS: it must not fail for that).
+    let created = format_rfc3339(chrono::Utc::now() - chrono::Duration::days(2));
+    let start = chrono::Utc::now() + chrono::Duration::seconds(8);
+    let job = JobRecord {
+        job_id: longhaul_domain::JobId::new().to_string(),
+        owner: owner.clone(),
+        job_type: "demo".into(),
+        params: json!({"items": 1}),
+        status: JobStatus::Pending,
+        attempt: 0,
+        lease: None,
+        execution: None,
+        idempotency_key: format!("k-{}", uuid::Uuid::new_v4()),
+        fingerprint: "f".into(),
+        callback_url: None,
+        created_at: created.clone(),
+        updated_at: created.clone(),
+        started_at: None,
+        finished_at: None,
+        error: None,
+        result_key: None,
+        transitions: vec![Transition {
+            state: JobStatus::Pending,
+            at: created,
+            reason: "submitted".into(),
+        }],
+        injected_failures: 0,
+        retry_of: None,
+        cancellation: None,
+        continuations: 0,
+        dispatches: 0,
+        enqueues: 0,
+        stalled_at: None,
+        not_before: Some(format_rfc3339(start)),
+    };
+    jobs.put_job(&job).await.unwrap();
+    aws.dynamodb
+        .update_item()
+        .table_name(&table)
+        .key("pk", AttributeValue::S(longhaul_aws::jobs::job_pk(&job.job_id)))
+        .key("sk", AttributeValue::S(longhaul_aws::jobs::JOB_SK.into()))
+        .update_expression("SET gsi2sk = :due")
+        .expression_attribute_values(
+            ":due",
+            AttributeValue::S(format_rfc3339(chrono::Utc::now() - chrono::Duration::minutes(5))),
+        )
+        .send()
+        .await
+        .unwrap();
+    // An early message, straight to the intake queue.
+    aws.sqs
+        .send_message()
+        .queue_url(stack().stack.resource("IntakeQueue"))
+        .message_body(json!({"job_id": job.job_id}).to_string())
+        .send()
+        .await
+        .unwrap();
+    let reply = reqwest::Client::new()
+        .post(format!("{}/_local/schedules/reaper", stack().stack.api_url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(reply.status(), 200);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let waiting = api.get(&format!("/jobs/{}", job.job_id)).await.json;
+    assert_eq!(waiting["status"], "pending", "{waiting}");
+    let done = api.wait_terminal(&job.job_id, Duration::from_secs(60)).await;
+    assert_eq!(done["status"], "succeeded", "{done}");
+    assert!(time(&done["started_at"]) >= start, "started early: {done}");
+}
+
+/// `demo` is off in a deployment by default (anyone could hold workers with it) and on in the
+/// local stack, which adds it to the template's list — the tests rely on it explicitly.
+#[tokio::test]
+async fn demo_is_off_in_the_templates_default_and_on_locally() {
+    let template = longhaul_local::template::Template::load(
+        &longhaul_tests::root().join("template.yaml"),
+        "longhaul",
+        "",
+        "",
+        &Default::default(),
+    )
+    .unwrap();
+    let default = &template.parameters["EnabledJobTypes"];
+    assert!(!default.split(',').any(|k| k.trim() == "demo"), "template default: {default}");
+    let local = longhaul_local::local_parameters(&template.parameters);
+    let kinds: Vec<&str> = local["EnabledJobTypes"].split(',').collect();
+    assert!(kinds.contains(&"demo"), "{kinds:?}");
+    assert!(default.split(',').all(|k| kinds.contains(&k.trim())), "keeps the template's kinds");
+    // And the local stack of these tests accepts it.
+    stack();
+    let api = Api::new(&principal("demo-on"));
+    let job_id = api.submit(&json!({"type": "demo", "params": {"items": 1}})).await;
+    let done = api.wait_terminal(&job_id, Duration::from_secs(60)).await;
+    assert_eq!(done["status"], "succeeded", "{done}");
+}
