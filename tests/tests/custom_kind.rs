@@ -53,6 +53,48 @@ impl Counted {
     }
 }
 
+/// A kind that tries to finish with another job's result: the stage function refuses a
+/// `ResultRef` that is not the attempt's own, so no kind can point a job's result link (and its
+/// presigned download) at someone else's object.
+#[derive(Debug, Clone, Copy)]
+struct Forger;
+
+/// The params of `forger`: the job whose result it claims.
+#[derive(Deserialize, schemars::JsonSchema)]
+struct ForgerParams {
+    victim: String,
+}
+
+impl JobKind for Forger {
+    const NAME: &'static str = "forger";
+    type Params = ForgerParams;
+
+    fn stages(&self) -> &'static [&'static str] {
+        &["forge"]
+    }
+
+    fn validate(&self, _: &ForgerParams) -> Result<(), String> {
+        Ok(())
+    }
+
+    fn inputs(&self, _: &ForgerParams) -> Vec<String> {
+        Vec::new()
+    }
+
+    fn policy(&self) -> Policy {
+        Policy::default()
+    }
+
+    async fn run_stage(
+        &self,
+        _: &mut dyn StageContext,
+        params: &ForgerParams,
+    ) -> Result<StageOutcome, KindError> {
+        let forged = format!("results/{}/1/report.json", params.victim);
+        Ok(StageOutcome::Finished(longhaul_worker::ResultRef::from_host(forged)))
+    }
+}
+
 /// Counts the words and lines of an upload, in two stages: `count` streams it, `write` writes
 /// `{"words", "lines", "bytes"}`.
 #[derive(Debug, Clone, Copy)]
@@ -136,13 +178,17 @@ fn registry() -> Registry {
     Registry::builder()
         .kinds_of(&longhaul_jobs::registry())
         .kind(WordCount)
+        .kind(Forger)
         .build()
         .expect("word_count's name is its own")
 }
 
 /// This binary's stack: its functions know `word_count`, and the deployment enables it.
 fn api(label: &str) -> Api {
-    harness_with_registry(registry(), &[("ENABLED_JOB_TYPES", "demo,csv_report,word_count")]);
+    harness_with_registry(
+        registry(),
+        &[("ENABLED_JOB_TYPES", "demo,csv_report,word_count,forger")],
+    );
     Api::new(&principal(label))
 }
 
@@ -172,7 +218,7 @@ async fn a_kind_defined_in_a_test_is_listed_with_its_params_schema() {
     assert_eq!(reply.status, 200, "{}", reply.text);
     let kinds = reply.json["job_types"].as_array().expect("a list");
     let names: Vec<&str> = kinds.iter().filter_map(|k| k["type"].as_str()).collect();
-    assert_eq!(names, ["demo", "csv_report", "word_count"]);
+    assert_eq!(names, ["demo", "csv_report", "word_count", "forger"]);
     let kind = kinds.iter().find(|k| k["type"] == "word_count").unwrap();
     assert_eq!(kind["stages"], json!(["count", "write"]));
     assert_eq!(kind["policy"]["checkpoint"]["items"], 1 << 20);
@@ -205,4 +251,20 @@ async fn a_custom_kind_runs_end_to_end_on_the_local_stack() {
     assert_eq!(job["status"], "succeeded", "{job}");
     let counts: Value = serde_json::from_slice(&api.result(&job_id).await).expect("JSON");
     assert_eq!(counts, json!({"words": 9, "lines": 3, "bytes": TEXT.len()}));
+}
+
+#[tokio::test]
+async fn a_kind_cannot_finish_with_another_jobs_result() {
+    let api = api("custom-forger");
+    let victim = api.submit(&json!({"type": "demo", "params": {"items": 1}})).await;
+    assert_eq!(api.wait_terminal(&victim, Duration::from_secs(60)).await["status"], "succeeded");
+    let job_id = api.submit(&json!({"type": "forger", "params": {"victim": victim}})).await;
+    let job = api.wait_terminal(&job_id, Duration::from_secs(60)).await;
+    assert_eq!(
+        (job["status"].as_str(), job["error"]["code"].as_str()),
+        (Some("failed"), Some("Job.Fatal")),
+        "{job}"
+    );
+    assert_eq!(job["error"]["message"], "the job kind finished with a result that is not its own");
+    assert_eq!(api.get(&format!("/jobs/{job_id}/result")).await.status, 409);
 }

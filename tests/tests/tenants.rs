@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use longhaul_aws::jobs::{JobRecord, JobStore};
-use longhaul_domain::{JobStatus, Transition, format_rfc3339};
+use longhaul_domain::format_rfc3339;
 use longhaul_tests::{Api, Aws, Harness, Reply, harness_with, principal};
 use serde_json::{Value, json};
 
@@ -317,36 +317,9 @@ async fn the_reaper_enqueues_a_due_delayed_job_for_its_start_and_the_dispatcher_
     let created = format_rfc3339(chrono::Utc::now() - chrono::Duration::days(2));
     let start = chrono::Utc::now() + chrono::Duration::seconds(8);
     let job = JobRecord {
-        job_id: longhaul_domain::JobId::new().to_string(),
-        owner: owner.clone(),
-        job_type: "demo".into(),
         params: json!({"items": 1}),
-        status: JobStatus::Pending,
-        attempt: 0,
-        lease: None,
-        execution: None,
-        idempotency_key: format!("k-{}", uuid::Uuid::new_v4()),
-        fingerprint: "f".into(),
-        callback_url: None,
-        created_at: created.clone(),
-        updated_at: created.clone(),
-        started_at: None,
-        finished_at: None,
-        error: None,
-        result_key: None,
-        transitions: vec![Transition {
-            state: JobStatus::Pending,
-            at: created,
-            reason: "submitted".into(),
-        }],
-        injected_failures: 0,
-        retry_of: None,
-        cancellation: None,
-        continuations: 0,
-        dispatches: 0,
-        enqueues: 0,
-        stalled_at: None,
         not_before: Some(format_rfc3339(start)),
+        ..longhaul_tests::seeded_job(&owner, created)
     };
     jobs.put_job(&job).await.unwrap();
     aws.dynamodb

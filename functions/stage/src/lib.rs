@@ -679,10 +679,21 @@ async fn run(
             tracing::info!(stage = next, "stage boundary");
             Ok(output("next_stage", None, next))
         }
-        Ok(StageOutcome::Finished(result)) => Ok(RunOutput {
-            result_ttl_seconds: Some(deps.result_ttl.of(policy.result_retention).as_secs()),
-            ..output("done", Some(result.location().to_owned()), ctx.stage)
-        }),
+        Ok(StageOutcome::Finished(result)) => {
+            // `ResultRef`s come from this host's `write_result`/`publish`; one that names
+            // anything but this attempt's results (another job's, say) is refused, so no kind
+            // can point a job's result link elsewhere.
+            let own = result_key(job_id, &format!("{}/", lease.attempt));
+            if !result.location().starts_with(&own) {
+                return Err(StageError::Fatal(Failure::new(PublicMessage::fixed(
+                    "the job kind finished with a result that is not its own",
+                ))));
+            }
+            Ok(RunOutput {
+                result_ttl_seconds: Some(deps.result_ttl.of(policy.result_retention).as_secs()),
+                ..output("done", Some(result.location().to_owned()), ctx.stage)
+            })
+        }
         Err(StageError::Cancelled) => {
             finish_cancellation(deps, job_id, lease).await?;
             Ok(output("cancelled", None, ctx.stage))
