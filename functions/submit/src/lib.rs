@@ -342,15 +342,23 @@ async fn create(deps: &Deps, new: &NewJob<'_>) -> Result<Response<Body>, Problem
                 Ok(()) => {
                     // Only the request that creates a job is counted against the rate limit:
                     // replays and requests that lost the claim to an identical one are not.
-                    // One refused gives its claim back, so it leaves nothing behind.
-                    if let Err(refused) = charge(deps, new.owner).await {
+                    // The charge runs beside the job's write, not before it: identical requests
+                    // wait for that record (see `IN_FLIGHT_WINDOW`), and a write in between
+                    // would hold it back. One refused takes its job (never enqueued) and its
+                    // claim back, so it leaves nothing behind.
+                    let (written, charged) =
+                        tokio::join!(deps.jobs.put_job(&job), charge(deps, new.owner));
+                    if let Err(refused) = charged {
+                        if written.is_ok() {
+                            deps.jobs.delete_unqueued(&job.job_id).await.map_err(internal)?;
+                        }
                         deps.jobs
                             .release_key(new.owner, new.key, &job.job_id)
                             .await
                             .map_err(internal)?;
                         return Err(refused);
                     }
-                    return write_and_enqueue(deps, &job).await;
+                    return enqueue_written(deps, &job, written).await;
                 }
                 Err(StoreError::KeyTaken(existing)) => existing,
                 Err(StoreError::Conflict { .. }) => {
@@ -400,8 +408,13 @@ async fn create(deps: &Deps, new: &NewJob<'_>) -> Result<Response<Body>, Problem
     Err(in_flight())
 }
 
-async fn write_and_enqueue(deps: &Deps, job: &JobRecord) -> Result<Response<Body>, Problem> {
-    match deps.jobs.put_job(job).await {
+/// Answers for a job whose record write (`written`) was this request's: enqueued and `202`.
+async fn enqueue_written(
+    deps: &Deps,
+    job: &JobRecord,
+    written: Result<(), StoreError>,
+) -> Result<Response<Body>, Problem> {
+    match written {
         Ok(()) => {
             metrics::emit("JobsSubmitted", 1.0, Unit::Count, job);
             // Never the params, the callback URL or the idempotency key (see `longhaul_aws::logs`).

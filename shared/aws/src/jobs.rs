@@ -766,6 +766,33 @@ impl JobStore {
         self
     }
 
+    /// Deletes job `job_id` while it is still `pending` and was never dispatched (a submission
+    /// refused after its record was written); a job that moved on is left alone.
+    pub async fn delete_unqueued(&self, job_id: &str) -> Result<(), StoreError> {
+        let result = self
+            .client
+            .delete_item()
+            .table_name(&self.table)
+            .key("pk", s(job_pk(job_id)))
+            .key("sk", s(JOB_SK))
+            .condition_expression("#status = :pending")
+            .expression_attribute_names("#status", "status")
+            .expression_attribute_values(":pending", s(JobStatus::Pending.as_str()))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            Err(err)
+                if err
+                    .as_service_error()
+                    .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
+            {
+                Ok(())
+            }
+            Err(err) => Err(AwsError::new(format!("delete refused job {job_id}"), err).into()),
+        }
+    }
+
     /// Gives back `owner`'s idempotency `key` that this request claimed for `job_id` and will
     /// not use (its submission was refused after the claim): deleted only if it still names
     /// that job, so a request that took the key over meanwhile keeps it.
