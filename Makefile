@@ -5,7 +5,7 @@ VENV ?= .venv
 SUB ?= alice
 export LONGHAUL_VENV := $(abspath $(VENV))
 
-.PHONY: dev test test-unit lint token stop venv build-tools build bench-tools bench bench-jobs clean-local
+.PHONY: dev test test-unit lint token stop venv build-tools build bench-tools bench bench-jobs bench-volume clean-local
 
 ## Start the whole system locally (API on http://127.0.0.1:3000). Ctrl-C stops it.
 dev: venv
@@ -67,11 +67,18 @@ bench: venv bench-tools
 	cargo run --release -p longhaul-bench --bin csvscan
 	cargo run --release -p longhaul-bench --bin coldstart
 	cargo run --profile bench-local -p longhaul-bench --bin jobs
+	cargo run --profile bench-local -p longhaul-bench --bin volume > target/volume-stdout.log
 	tests/bench/assemble
 
 ## Re-measure only the jobs section (requests, transitions, $ per job) and rewrite BENCHMARKS.md.
 bench-jobs: venv
 	cargo run --profile bench-local -p longhaul-bench --bin jobs
+	tests/bench/assemble
+
+## Re-measure only the volume section: the reaper and the expirer over 1,000 / 10,000 / 50,000
+## seeded jobs (LONGHAUL_VOLUME_NS to choose); the functions' metric lines go to a log.
+bench-volume: venv
+	cargo run --profile bench-local -p longhaul-bench --bin volume > target/volume-stdout.log
 	tests/bench/assemble
 
 clean-local:
