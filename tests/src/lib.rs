@@ -494,6 +494,9 @@ pub fn seeded_job(owner: &str, created_at: String) -> longhaul_aws::jobs::JobRec
         continuations: 0,
         dispatches: 0,
         enqueues: 0,
+        priority: Default::default(),
+        concurrency_limit: None,
+        waiting: None,
         stalled_at: None,
         not_before: None,
     }

@@ -6,6 +6,12 @@
 //! which Step Functions deduplicates. Failed records are reported as batch item failures, so
 //! SQS retries them and, after `maxReceiveCount`, moves them to the dead-letter queue.
 //!
+//! **Running-job limits.** Before its execution starts, a job takes a slot of its tenant's
+//! pool (`LONGHAUL_TENANT_MAX_RUNNING`) and of its kind's (the policy's `concurrency_limit`);
+//! a full pool makes it *wait* — still `pending`, in the pool's waiting list, no execution —
+//! until whoever frees a slot (the slots function, when a job ends; the reaper's
+//! reconciliation) wakes it with a new message. See `longhaul_aws::slots`.
+//!
 //! A delayed job (`not_before`) is never started early: the `pending → queued` write is
 //! conditional on its start having come, and a message that arrives before it (the reaper's,
 //! sent up to 15 minutes early, or a redelivery) is sent again with the remaining delay.
@@ -14,9 +20,11 @@ use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use aws_sdk_dynamodb::types::AttributeValue;
 use longhaul_aws::config::{ConfigError, Vars};
 use longhaul_aws::executions::{Executions, StartOutcome, execution_name};
-use longhaul_aws::jobs::{JobStore, StoreError, TransitionRequest};
+use longhaul_aws::jobs::{JobRecord, JobStore, StoreError, TransitionRequest};
 use longhaul_aws::logs;
-use longhaul_aws::queue::{DispatchMessage, IntakeQueue};
+use longhaul_aws::queue::DispatchMessage;
+use longhaul_aws::slots::{Admitter, Pool, pools_of};
+use longhaul_domain::admission::{Waiting, waiting_sort_key};
 use longhaul_domain::{JobStatus, format_rfc3339, schedule};
 use serde_json::json;
 use tracing::Instrument;
@@ -30,6 +38,9 @@ pub struct Config {
     pub state_machine_arn: String,
     /// `INTAKE_QUEUE_URL`: where a message that came before its job's start is sent again.
     pub intake_queue_url: String,
+    /// `LONGHAUL_TENANT_MAX_RUNNING` (50): jobs one tenant may have between dispatch and their
+    /// end; 0 = no limit.
+    pub tenant_max_running: u32,
 }
 
 impl Config {
@@ -39,6 +50,7 @@ impl Config {
             table: vars.required("TABLE_NAME")?,
             state_machine_arn: vars.required("STATE_MACHINE_ARN")?,
             intake_queue_url: vars.required("INTAKE_QUEUE_URL")?,
+            tenant_max_running: vars.parsed_or("LONGHAUL_TENANT_MAX_RUNNING", 50)?,
         })
     }
 }
@@ -50,8 +62,11 @@ pub struct Deps {
     pub jobs: JobStore,
     /// The job state machine.
     pub executions: Executions,
-    /// The intake queue (to delay an early message again).
-    pub intake: IntakeQueue,
+    /// Running slots, waiting lists and the intake queue (to delay an early message again,
+    /// and to wake waiting jobs when a dispatch gives slots back).
+    pub admitter: Admitter,
+    /// The configuration.
+    pub config: Config,
 }
 
 impl Deps {
@@ -63,10 +78,8 @@ impl Deps {
                 aws_sdk_sfn::Client::new(sdk),
                 config.state_machine_arn.clone(),
             ),
-            intake: IntakeQueue::new(
-                aws_sdk_sqs::Client::new(sdk),
-                config.intake_queue_url.clone(),
-            ),
+            admitter: Admitter::new(sdk, &config.table, &config.intake_queue_url),
+            config: config.clone(),
         }
     }
 }
@@ -117,60 +130,156 @@ async fn dispatch_record(deps: &Deps, record: &SqsMessage) -> Result<(), Dispatc
     .await
 }
 
-/// Moves the job to `queued` and starts its execution; idempotent. Records the job's
-/// attempt and principal in the current `job` span.
+/// Takes the job's running slots, moves it to `queued` and starts its execution;
+/// idempotent. A job whose tenant or kind is at its limit waits instead (see
+/// [`take_slot`]). Records the job's attempt and principal in the current `job` span.
 pub async fn dispatch(deps: &Deps, job_id: &str) -> Result<(), DispatchError> {
-    let mut name = execution_name(job_id, 1);
     let now = chrono::Utc::now();
+    let Some(job) = deps.jobs.job(job_id).await? else {
+        tracing::error!("dispatch message for a job that does not exist; dropping it");
+        return Ok(());
+    };
+    logs::current_job(&job);
+    match job.status {
+        JobStatus::Pending => {}
+        JobStatus::Queued => {
+            tracing::info!("job already queued; starting its execution again (idempotent)");
+            let name = job.execution.clone().unwrap_or_else(|| execution_name(job_id, 1));
+            return start(deps, job_id, &name).await;
+        }
+        status => {
+            tracing::info!(%status, "job is past dispatch; nothing to do");
+            return Ok(());
+        }
+    }
+    let start_at = job.not_before.as_deref().and_then(|at| parse_rfc3339(at).ok());
+    if let Some(start_at) = start_at.filter(|at| *at > now) {
+        return delay_again(deps, &job, start_at, now).await;
+    }
+    let pools =
+        pools_of(&job.owner, &job.job_type, job.concurrency_limit, deps.config.tenant_max_running);
+    let mut taken: Vec<&(Pool, u32)> = Vec::with_capacity(pools.len());
+    let mut waited = job.waiting.is_some();
+    for pool in &pools {
+        match take_slot(deps, &job, pool, now).await? {
+            Slot::Taken { waited: w } => {
+                waited |= w;
+                taken.push(pool);
+            }
+            Slot::Full => {
+                // Waits in this pool's list; slots of the other pools go back at once.
+                give_back(deps, job_id, &taken).await?;
+                return Ok(());
+            }
+        }
+    }
+    if waited {
+        let position = waiting_sort_key(job.priority, &job.created_at, job_id);
+        for (pool, _) in &pools {
+            deps.admitter.slots.leave_waiting(pool, &position).await?;
+        }
+    }
+    let name = execution_name(job_id, 1);
     let request =
         TransitionRequest::new(job_id, &[JobStatus::Pending], JobStatus::Queued, "dispatched")
             .set("execution", AttributeValue::S(name.clone()))
             .set("dispatches", AttributeValue::N("1".into()))
+            .remove("waiting")
             .due(&format_rfc3339(now));
     match deps.jobs.transition(request).await {
         Ok(job) => logs::current_job(&job),
         Err(StoreError::Conflict { current: Some(job) }) if job.status == JobStatus::Queued => {
-            logs::current_job(&job);
+            // A duplicate message dispatched it first, under the same slots (they are the
+            // job's, not the message's).
             tracing::info!("job already queued; starting its execution again (idempotent)");
-            if let Some(execution) = job.execution {
-                name = execution;
-            }
+            return start(deps, job_id, job.execution.as_deref().unwrap_or(&name)).await;
         }
-        Err(StoreError::Conflict { current: Some(job) }) if job.status == JobStatus::Pending => {
-            // Still pending, so the condition that failed is the start time: too early.
-            logs::current_job(&job);
-            let start = job
-                .not_before
-                .as_deref()
-                .and_then(|at| chrono::DateTime::parse_from_rfc3339(at).ok())
-                .map(|at| at.to_utc())
-                .unwrap_or(now);
-            let delay = schedule::sqs_delay(start, now).max(1);
-            tracing::info!(
-                not_before = job.not_before,
-                delay,
-                "before the job's start; delayed again"
-            );
-            let message = DispatchMessage { job_id: job_id.to_owned() };
-            deps.intake.send_delayed(&message, delay).await?;
-            return Ok(());
-        }
-        Err(StoreError::Conflict { current: Some(job) }) => {
-            logs::current_job(&job);
-            tracing::info!(status = %job.status, "job is past dispatch; nothing to do");
-            return Ok(());
-        }
-        Err(StoreError::Conflict { current: None }) => {
-            tracing::error!("dispatch message for a job that does not exist; dropping it");
+        Err(StoreError::Conflict { current }) => {
+            // Cancelled (or gone) while it took its slots: they go back to who waits.
+            let status = current.as_ref().map(|j| j.status.as_str()).unwrap_or("missing");
+            tracing::info!(status, "job moved on while dispatched; its slots are given back");
+            give_back(deps, job_id, &pools.iter().collect::<Vec<_>>()).await?;
             return Ok(());
         }
         Err(err) => return Err(err.into()),
     }
-    match deps.executions.start(&name, &json!({ "job_id": job_id })).await? {
+    start(deps, job_id, &name).await
+}
+
+/// Starts (or starts again: Step Functions deduplicates by name) the job's execution.
+async fn start(deps: &Deps, job_id: &str, name: &str) -> Result<(), DispatchError> {
+    match deps.executions.start(name, &json!({ "job_id": job_id })).await? {
         StartOutcome::Started { execution_arn } => {
             tracing::info!(execution_arn, "execution started")
         }
         StartOutcome::AlreadyExists => tracing::info!("execution already exists"),
     }
     Ok(())
+}
+
+/// A message that came before its delayed job's start is sent again with the remaining delay.
+async fn delay_again(
+    deps: &Deps,
+    job: &JobRecord,
+    start_at: chrono::DateTime<chrono::Utc>,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Result<(), DispatchError> {
+    let delay = schedule::sqs_delay(start_at, now).max(1);
+    tracing::info!(not_before = job.not_before, delay, "before the job's start; delayed again");
+    let message = DispatchMessage { job_id: job.job_id.clone() };
+    deps.admitter.intake.send_delayed(&message, delay, &job.owner).await?;
+    Ok(())
+}
+
+/// Whether a job got a slot of a pool.
+enum Slot {
+    /// It holds one (`waited`: after entering the pool's waiting list).
+    Taken { waited: bool },
+    /// The pool is full: the job waits in its list, marked `waiting`.
+    Full,
+}
+
+/// Takes a slot of `pool` for `job`. A full pool puts the job in its waiting list and marks
+/// it waiting, then tries once more: a slot freed between the refusal and the entry would
+/// otherwise wake no one (whoever frees a slot reads the list only after freeing it).
+async fn take_slot(
+    deps: &Deps,
+    job: &JobRecord,
+    (pool, limit): &(Pool, u32),
+    now: chrono::DateTime<chrono::Utc>,
+) -> Result<Slot, DispatchError> {
+    let slots = &deps.admitter.slots;
+    if slots.acquire(pool, *limit, &job.job_id).await? {
+        return Ok(Slot::Taken { waited: false });
+    }
+    let position = waiting_sort_key(job.priority, &job.created_at, &job.job_id);
+    slots.enter_waiting(pool, &position, &job.job_id, &job.owner).await?;
+    let waiting =
+        Waiting { reason: pool.reason(), limit: *limit, since: format_rfc3339(now), position };
+    match deps.jobs.mark_waiting(&job.job_id, &waiting).await {
+        Ok(_) => {}
+        Err(StoreError::Conflict { .. }) => {
+            // Cancelled meanwhile (or dispatched by a duplicate message): it waits for nothing.
+            slots.leave_waiting(pool, &waiting.position).await?;
+            return Ok(Slot::Full);
+        }
+        Err(err) => return Err(err.into()),
+    }
+    if slots.acquire(pool, *limit, &job.job_id).await? {
+        return Ok(Slot::Taken { waited: true });
+    }
+    tracing::info!(reason = ?waiting.reason, limit, "at its limit; the job waits for a slot");
+    Ok(Slot::Full)
+}
+
+/// Gives `job_id`'s slots of `pools` back, admitting whoever waits for them.
+async fn give_back(deps: &Deps, job_id: &str, pools: &[&(Pool, u32)]) -> Result<(), DispatchError> {
+    for (pool, limit) in pools {
+        deps.admitter.release(pool, *limit, &[job_id.to_owned()]).await?;
+    }
+    Ok(())
+}
+
+fn parse_rfc3339(at: &str) -> Result<chrono::DateTime<chrono::Utc>, chrono::ParseError> {
+    chrono::DateTime::parse_from_rfc3339(at).map(|at| at.to_utc())
 }

@@ -17,11 +17,12 @@
 //! queue an event twice; receivers deduplicate by `webhook-id`.
 
 use aws_lambda_events::dynamodb::{Event, EventRecord};
-use aws_lambda_events::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
+use aws_lambda_events::streams::DynamoDbEventResponse;
 use longhaul_aws::config::{ConfigError, Vars};
-use longhaul_aws::jobs::JOB_SK;
 use longhaul_aws::logs;
 use longhaul_aws::queue::{DeadLetterQueue, WebhookMessage, WebhookQueue};
+pub use longhaul_aws::streams::RecordError;
+use longhaul_aws::streams::{failure_at, job_end};
 use longhaul_domain::JobStatus;
 use longhaul_domain::webhooks::event_type;
 use serde::Deserialize;
@@ -68,18 +69,6 @@ impl Deps {
     }
 }
 
-/// Why a stream record could not be read (it is retried, then dead-lettered with its batch).
-#[derive(Debug, thiserror::Error)]
-pub enum RecordError {
-    /// The stream does not carry old images (it must be `NEW_AND_OLD_IMAGES`): without the
-    /// status before the change, an end cannot be told from a later write to an ended job.
-    #[error("the stream record has no old image; the table's stream must be NEW_AND_OLD_IMAGES")]
-    NoOldImage,
-    /// The job record's image is not one this version reads.
-    #[error("the job record's image cannot be read: {0}")]
-    Unreadable(#[from] serde_dynamo::Error),
-}
-
 /// The fields of a job record's image this function reads.
 #[derive(Debug, Deserialize)]
 struct JobImage {
@@ -89,12 +78,6 @@ struct JobImage {
     attempt: u32,
     #[serde(default)]
     callback_url: Option<String>,
-}
-
-/// The status a job record had before the change.
-#[derive(Debug, Deserialize)]
-struct StatusImage {
-    status: JobStatus,
 }
 
 /// A job's end that has a webhook to send, read from one stream record.
@@ -112,23 +95,8 @@ pub struct Ended {
 /// has an event and a callback URL, `None` for every other change of the table. The event
 /// source mapping's filter passes only the former; this check does not depend on it.
 pub fn ended(record: &EventRecord) -> Result<Option<Ended>, RecordError> {
-    let change = &record.change;
-    let is_job_record = change
-        .keys
-        .get("sk")
-        .is_some_and(|sk| sk == &serde_dynamo::AttributeValue::S(JOB_SK.to_owned()));
-    if record.event_name != "MODIFY" || !is_job_record {
-        return Ok(None);
-    }
-    let new: JobImage = serde_dynamo::from_item(change.new_image.clone())?;
-    if new.callback_url.is_none() || !new.status.is_terminal() || event_type(new.status).is_none() {
-        return Ok(None);
-    }
-    if change.old_image.is_empty() {
-        return Err(RecordError::NoOldImage);
-    }
-    let old: StatusImage = serde_dynamo::from_item(change.old_image.clone())?;
-    if old.status.is_terminal() {
+    let Some(new) = job_end::<JobImage>(record)? else { return Ok(None) };
+    if new.callback_url.is_none() || event_type(new.status).is_none() {
         return Ok(None);
     }
     Ok(Some(Ended {
@@ -207,15 +175,6 @@ async fn queue<'a>(
         }
     }
     first_failed
-}
-
-/// The response that makes Lambda retry the shard from `record` on.
-fn failure_at(record: &EventRecord) -> DynamoDbEventResponse {
-    let mut failure = DynamoDbBatchItemFailure::default();
-    failure.item_identifier = record.change.sequence_number.clone();
-    let mut response = DynamoDbEventResponse::default();
-    response.batch_item_failures.push(failure);
-    response
 }
 
 #[cfg(test)]

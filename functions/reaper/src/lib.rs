@@ -22,6 +22,7 @@
 use std::time::{Duration, Instant};
 
 mod sweep;
+mod waiting;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Utc};
@@ -29,11 +30,13 @@ use longhaul_aws::config::{ConfigError, ResultTtl, Vars};
 use longhaul_aws::executions::{Executions, execution_name};
 use longhaul_aws::jobs::{
     JobEntry, JobStore, ProgressRecord, RecordRetention, StoreError, TransitionRequest,
+    WAITING_BUCKET,
 };
 use longhaul_aws::logs;
 use longhaul_aws::metrics::{self, Unit};
 use longhaul_aws::objects::ObjectStore;
 use longhaul_aws::queue::{DispatchMessage, IntakeQueue};
+use longhaul_aws::slots::Admitter;
 use longhaul_domain::reaper::{Rescue, Running, Thresholds, Verdict, judge, rescue};
 use longhaul_domain::{JobError, JobStatus, format_rfc3339, schedule};
 use longhaul_worker::{Policy, Registry};
@@ -79,6 +82,8 @@ pub struct Config {
     pub result_ttl: ResultTtl,
     /// `LONGHAUL_RECORD_RETENTION_SECONDS`: how long the records of a job it ends are kept.
     pub record_retention: RecordRetention,
+    /// `LONGHAUL_TENANT_MAX_RUNNING` (50; 0 = no limit), as the dispatcher has it.
+    pub tenant_max_running: u32,
 }
 
 impl Config {
@@ -106,6 +111,7 @@ impl Config {
             budget: secs("LONGHAUL_REAPER_BUDGET_SECONDS", 40)?,
             result_ttl: ResultTtl::from_vars(vars)?,
             record_retention: RecordRetention::from_vars(vars)?,
+            tenant_max_running: vars.parsed_or("LONGHAUL_TENANT_MAX_RUNNING", 50)?,
         })
     }
 }
@@ -125,6 +131,8 @@ pub struct Deps {
     pub config: Config,
     /// The job kinds, for their policies.
     pub registry: Registry,
+    /// Running slots and waiting lists (the reconciliation of waiting jobs' pools).
+    pub admitter: Admitter,
 }
 
 impl Deps {
@@ -144,6 +152,7 @@ impl Deps {
             ),
             config: config.clone(),
             registry: longhaul_jobs::registry(),
+            admitter: Admitter::new(sdk, &config.table, &config.intake_queue_url),
         }
     }
 
@@ -186,6 +195,11 @@ pub struct Report {
     pub examined: u64,
     /// Bucket shards whose sweep ran out of the run's budget (the next run resumes them).
     pub unfinished: u32,
+    /// Running slots given back because the job holding them had ended (the slots function
+    /// missed it).
+    pub slots_reclaimed: u32,
+    /// Waiting jobs woken because their pool had free slots.
+    pub admitted: u32,
     /// Live jobs by status at the start of the run (`pending`, `queued`, `running`), also
     /// emitted as the `ActiveJobs` gauge (dimension `Status`) for the dashboard. A status
     /// that could not be counted is missing (and counted in `errors`).
@@ -206,12 +220,15 @@ impl Report {
         self.errors += other.errors;
         self.examined += other.examined;
         self.unfinished += other.unfinished;
+        self.slots_reclaimed += other.slots_reclaimed;
+        self.admitted += other.admitted;
         self.active.extend(other.active);
     }
 }
 
-/// The live statuses the `ActiveJobs` gauge reports (the status index's live buckets).
-pub const ACTIVE_STATUSES: [&str; 3] = ["pending", "queued", "running"];
+/// The live buckets the `ActiveJobs` gauge reports (the status index's): the statuses, and
+/// `waiting` for the `pending` jobs that wait for a running slot.
+pub const ACTIVE_STATUSES: [&str; 4] = ["pending", "waiting", "queued", "running"];
 
 /// A run failed as a whole (it is retried at the next tick).
 #[derive(Debug, thiserror::Error)]
@@ -309,8 +326,12 @@ pub async fn handle(deps: &Deps, now: DateTime<Utc>) -> Result<Report, ReaperErr
     let running = sweep::sweep(deps, "running", &running_before, deadline, &cursors, |jobs| {
         running_page(deps, now, jobs)
     });
-    let (pending, queued, running) = tokio::join!(pending, queued, running);
-    for swept in [pending, queued, running] {
+    let reconciled = waiting::Reconciled::default();
+    let waiting = sweep::sweep(deps, WAITING_BUCKET, &running_before, deadline, &cursors, |jobs| {
+        waiting::waiting_page(deps, jobs, &reconciled)
+    });
+    let (pending, queued, running, waiting) = tokio::join!(pending, queued, running, waiting);
+    for swept in [pending, queued, running, waiting] {
         report.merge(swept);
     }
     tracing::info!(report = ?report, "reaper run");
@@ -330,7 +351,7 @@ fn readable(item: longhaul_aws::jobs::Item, report: &mut Report) -> Option<JobEn
 }
 
 /// Logs and counts a job that could not be handled this run.
-fn counted(result: Result<(), ReaperError>, span: &tracing::Span, report: &mut Report) {
+pub(crate) fn counted(result: Result<(), ReaperError>, span: &tracing::Span, report: &mut Report) {
     if let Err(err) = result {
         span.in_scope(
             || tracing::error!(error = %err, "handling the job failed; the next run tries again"),
@@ -400,14 +421,14 @@ async fn lost_pending(
                 // its message waits for the start, and the next look is after it.
                 Some(start) => {
                     let delay = schedule::sqs_delay(start, now);
-                    deps.intake.send_delayed(&message, delay).await?;
+                    deps.intake.send_delayed(&message, delay, &record.owner).await?;
                     if start > next_look {
                         raced(deps.jobs.defer_pending_look(&job.job_id, &at(start)).await, report)?;
                     }
                     tracing::info!(delay, "delayed job coming due; enqueued for its start");
                 }
                 None => {
-                    deps.intake.send(&message).await?;
+                    deps.intake.send(&message, &record.owner).await?;
                     tracing::warn!(
                         next_look_in_seconds = interval.as_secs(),
                         "pending job not dispatched yet; enqueued again"

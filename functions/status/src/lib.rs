@@ -419,5 +419,15 @@ pub fn render(view: &JobView) -> serde_json::Value {
     if let Some(cancellation) = &job.cancellation {
         body["cancellation"] = serde_json::to_value(cancellation).expect("cancellations serialise");
     }
+    body["priority"] = job.priority.as_str().into();
+    if let Some(waiting) = job.waiting.as_ref().filter(|_| job.status == JobStatus::Pending) {
+        // Why a pending job has not started: the limit it waits for.
+        body["waiting"] = json!({
+            "reason": waiting.reason,
+            "limit": waiting.limit,
+            "since": waiting.since,
+            "message": waiting.reason.message(waiting.limit),
+        });
+    }
     body
 }

@@ -21,6 +21,7 @@ use longhaul_aws::limits::{Admission, SubmissionLimiter};
 use longhaul_aws::logs;
 use longhaul_aws::metrics::{self, Unit};
 use longhaul_aws::queue::{DispatchMessage, IntakeQueue};
+use longhaul_domain::admission::Priority;
 use longhaul_domain::callback::{CallbackPolicy, Host, check_address, parse_callback_url};
 use longhaul_domain::fingerprint::{
     derived_idempotency_key, fingerprint, retry_idempotency_key, submission_fingerprint,
@@ -138,6 +139,9 @@ struct SubmitBody {
     /// Delayed start, as an RFC 3339 time.
     #[serde(default)]
     not_before: Option<String>,
+    /// `high`, `normal` (the default) or `low`: the order among the caller's waiting jobs.
+    #[serde(default)]
+    priority: Option<serde_json::Value>,
 }
 
 fn empty_object() -> serde_json::Value {
@@ -195,6 +199,7 @@ async fn retry(deps: &Deps, request: &Request) -> Result<Response<Body>, Problem
         retry_of: Some(&job_id),
         // A retry runs now, whatever the original waited for.
         not_before: None,
+        priority: original.priority,
     };
     create(deps, &new).await
 }
@@ -260,8 +265,25 @@ async fn submit(deps: &Deps, request: &Request) -> Result<Response<Body>, Proble
         chrono::Utc::now(),
     )
     .map_err(|e| Problem::unprocessable("invalid-start", "Invalid delayed start", e.to_string()))?;
+    let priority = match &body.priority {
+        None => Priority::Normal,
+        Some(value) => value.as_str().and_then(Priority::parse).ok_or_else(|| {
+            Problem::unprocessable(
+                "invalid-priority",
+                "Invalid priority",
+                "priority must be \"high\", \"normal\" or \"low\"",
+            )
+        })?,
+    };
     let mut request_fingerprint =
         submission_fingerprint(kind.name(), &body.params, callback_url.as_deref());
+    if !priority.is_normal() {
+        // Like the delay: part of the request when given; requests without keep theirs.
+        request_fingerprint = fingerprint(&json!({
+            "request": request_fingerprint,
+            "priority": priority.as_str(),
+        }));
+    }
     if body.delay_seconds.is_some() || body.not_before.is_some() {
         // When to start is part of the request (a same-key request with another delay is a
         // different request, 422); requests without a delay keep their fingerprint.
@@ -297,6 +319,7 @@ async fn submit(deps: &Deps, request: &Request) -> Result<Response<Body>, Proble
         fingerprint: &request_fingerprint,
         retry_of: None,
         not_before: not_before.map(format_rfc3339),
+        priority,
     };
     create(deps, &new).await
 }
@@ -312,6 +335,8 @@ struct NewJob<'a> {
     retry_of: Option<&'a str>,
     /// A delayed start (as stored), or `None` to start at once.
     not_before: Option<String>,
+    /// Its order among the owner's waiting jobs.
+    priority: Priority,
 }
 
 /// Creates the job under its idempotency key, or answers for the job the key already names.
@@ -538,6 +563,9 @@ fn new_job(new: &NewJob<'_>, job_id: String) -> JobRecord {
         continuations: 0,
         dispatches: 0,
         enqueues: 0,
+        priority: new.priority,
+        concurrency_limit: new.kind.policy().concurrency_limit,
+        waiting: None,
         stalled_at: None,
         not_before: new.not_before.clone(),
     }
@@ -565,7 +593,7 @@ async fn enqueue(deps: &Deps, job: &JobRecord) {
         None => 0,
     };
     let message = DispatchMessage { job_id: job.job_id.clone() };
-    if let Err(err) = deps.intake.send_delayed(&message, delay).await {
+    if let Err(err) = deps.intake.send_delayed(&message, delay, &job.owner).await {
         tracing::error!(error = %err, "enqueueing failed; the job stays pending for the reaper");
     }
 }

@@ -229,6 +229,16 @@ pub fn host(
                 async move { Ok::<_, Diagnostic>(notifier::handle(&deps, event).await) }
             }))
         }
+        "slots" => {
+            let deps = Arc::new(slots::Deps::new(
+                sdk,
+                &slots::Config::from_vars(&vars).with_context(context)?,
+            ));
+            Handler::Event(typed(move |event: aws_lambda_events::dynamodb::Event, _deadline| {
+                let deps = deps.clone();
+                async move { Ok::<_, Diagnostic>(slots::handle(&deps, event).await) }
+            }))
+        }
         "dispatcher" => {
             let deps = Arc::new(dispatcher::Deps::new(
                 sdk,

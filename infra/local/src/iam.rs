@@ -867,10 +867,17 @@ mod tests {
             "a job record is not the webhooks function's"
         );
         p.check("DispatcherFunction", &get_item("WARMUP")).unwrap();
+        p.check("DispatcherFunction", &get_item("JOB#1")).unwrap();
         assert!(
-            p.check("DispatcherFunction", &get_item("JOB#1")).is_err(),
-            "the dispatcher may only read the warm-up key"
+            p.check("DispatcherFunction", &get_item("SECRET#5:alice")).is_err(),
+            "the dispatcher reads jobs, never secrets"
         );
+        // Running slots: each function that takes or frees them reaches only SLOTS#/WAITING#.
+        for function in ["DispatcherFunction", "SlotsFunction", "ReaperFunction"] {
+            p.check(function, &get_item("SLOTS#T#5:alice")).unwrap();
+        }
+        assert!(p.check("SlotsFunction", &get_item("JOB#1")).is_err(), "slots never reads jobs");
+        assert!(p.check("SubmitFunction", &get_item("SLOTS#T#5:alice")).is_err());
         // Table grants are confined to the item kinds each function works on.
         let put = |pk: &str| {
             dynamodb(

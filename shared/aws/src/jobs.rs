@@ -19,6 +19,7 @@ use std::time::Duration;
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
+use longhaul_domain::admission::{Priority, Waiting};
 use longhaul_domain::cursor;
 use longhaul_domain::{
     Cancellation, JobError, JobStatus, Transition, TransitionError, now_rfc3339,
@@ -128,6 +129,16 @@ pub struct JobRecord {
     /// [`longhaul_domain::schedule`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub not_before: Option<String>,
+    /// How urgent it is among its tenant's waiting jobs (left off when `normal`).
+    #[serde(default, skip_serializing_if = "Priority::is_normal")]
+    pub priority: Priority,
+    /// Most jobs of its kind that may run at once: the kind's policy when the job was
+    /// submitted (so a policy change never strands a job between two limits).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency_limit: Option<u32>,
+    /// Why the job waits for a running slot, and since when; only while it waits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting: Option<Waiting>,
 }
 
 impl std::fmt::Debug for JobRecord {
@@ -519,6 +530,9 @@ pub const OWNER_INDEX: &str = "OwnerIndex";
 /// leave a live job outside the index (and the hot progress record, rewritten at every
 /// heartbeat, pays for no index writes).
 pub const STATUS_INDEX: &str = "StatusIndex";
+/// The status-index bucket of `pending` jobs that wait for a running slot (their status
+/// stays `pending`; see [`JobStore::mark_waiting`]).
+pub const WAITING_BUCKET: &str = "waiting";
 /// Shards per status, so one busy status never concentrates on one index partition.
 pub const STATUS_SHARDS: u32 = 4;
 
@@ -646,6 +660,8 @@ pub struct TransitionRequest {
     /// When set (a time as stored), the change applies only to a job without a `not_before`
     /// or whose `not_before` is not later: a delayed job is not dispatched early.
     pub due_at: Option<String>,
+    /// Attributes removed in the same write.
+    pub remove: Vec<String>,
 }
 
 impl TransitionRequest {
@@ -660,7 +676,14 @@ impl TransitionRequest {
             set: Vec::new(),
             index_at: None,
             due_at: None,
+            remove: Vec::new(),
         }
+    }
+
+    /// Also removes attribute `name`.
+    pub fn remove(mut self, name: &str) -> Self {
+        self.remove.push(name.to_owned());
+        self
     }
 
     /// Applies only if the job's `not_before` (if any) is not later than `now`.
@@ -1003,6 +1026,11 @@ impl JobStore {
             names.insert(format!("#s{i}"), name);
             values.insert(format!(":s{i}"), value);
         }
+        let mut removed: Vec<String> = Vec::new();
+        for (i, name) in request.remove.into_iter().enumerate() {
+            removed.push(format!("#r{i}"));
+            names.insert(format!("#r{i}"), name);
+        }
         // The status index holds only what the reaper and the expirer look for. An expired
         // job stays (in `expired#<shard>`) until the expirer has deleted its objects and
         // marked its progress record ([`JobStore::retain_until`] takes it out): a run that
@@ -1019,7 +1047,10 @@ impl JobStore {
                 );
                 values.insert(":index_at".into(), s(at.unwrap_or_else(|| now.clone())));
             }
-            _ => update.push_str(" REMOVE gsi2pk, gsi2sk"),
+            _ => removed.extend(["gsi2pk".to_owned(), "gsi2sk".to_owned()]),
+        }
+        if !removed.is_empty() {
+            update.push_str(&format!(" REMOVE {}", removed.join(", ")));
         }
         let from: Vec<String> = request
             .from
@@ -1750,6 +1781,35 @@ impl JobStore {
         self.update_job(
             job_id,
             "SET updated_at = :now, gsi2sk = :look ADD enqueues :one".into(),
+            "#status = :pending".into(),
+            names,
+            values,
+        )
+        .await
+    }
+
+    /// Records that a `pending` job waits for a running slot (`waiting`) and moves its
+    /// status-index entry to the `waiting` bucket, where the reaper reconciles the pools of
+    /// waiting jobs rather than re-enqueueing them as lost; refused if the job moved on.
+    pub async fn mark_waiting(
+        &self,
+        job_id: &str,
+        waiting: &Waiting,
+    ) -> Result<JobRecord, StoreError> {
+        let names = HashMap::from([("#status".to_owned(), "status".to_owned())]);
+        let values = HashMap::from([
+            (":pending".to_owned(), s(JobStatus::Pending.as_str())),
+            (":now".to_owned(), s(now_rfc3339())),
+            (
+                ":waiting".to_owned(),
+                serde_dynamo::to_attribute_value(waiting).expect("a wait always serialises"),
+            ),
+            (":bucket".to_owned(), s(status_bucket(WAITING_BUCKET, job_id))),
+            (":since".to_owned(), s(&waiting.since)),
+        ]);
+        self.update_job(
+            job_id,
+            "SET updated_at = :now, waiting = :waiting, gsi2pk = :bucket, gsi2sk = :since".into(),
             "#status = :pending".into(),
             names,
             values,

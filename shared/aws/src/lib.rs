@@ -14,6 +14,8 @@ pub mod metrics;
 pub mod objects;
 pub mod queue;
 pub mod sdk;
+pub mod slots;
+pub mod streams;
 
 use std::error::Error as StdError;
 

@@ -24,29 +24,48 @@ impl IntakeQueue {
         IntakeQueue { client, url }
     }
 
-    /// Enqueues `job_id` for dispatch.
-    pub async fn send(&self, message: &DispatchMessage) -> Result<(), AwsError> {
-        self.send_delayed(message, 0).await
+    /// Enqueues `job_id` of `owner` for dispatch.
+    pub async fn send(&self, message: &DispatchMessage, owner: &str) -> Result<(), AwsError> {
+        self.send_delayed(message, 0, owner).await
     }
 
-    /// Enqueues `job_id` for dispatch after `delay_seconds` (SQS holds at most 900): a
-    /// delayed job's message, timed for its start.
+    /// Enqueues `job_id` of `owner` for dispatch after `delay_seconds` (SQS holds at most
+    /// 900): a delayed job's message, timed for its start.
+    ///
+    /// The message's group is its tenant ([`message_group`]): the intake queue is an SQS
+    /// *fair* queue, which serves a quiet tenant's messages ahead of a noisy tenant's backlog.
     pub async fn send_delayed(
         &self,
         message: &DispatchMessage,
         delay_seconds: u32,
+        owner: &str,
     ) -> Result<(), AwsError> {
         let body = serde_json::to_string(message).expect("a dispatch message always serialises");
         self.client
             .send_message()
             .queue_url(&self.url)
             .message_body(body)
+            .message_group_id(message_group(owner))
             // Unset when 0: the queue's own default applies, as before delays existed.
             .set_delay_seconds((delay_seconds > 0).then(|| delay_seconds.min(900) as i32))
             .send()
             .await
             .map_err(|e| AwsError::new(format!("enqueue job {}", message.job_id), e))?;
         Ok(())
+    }
+}
+
+/// The SQS message group of `owner`'s dispatch messages: the owner itself when SQS takes it
+/// as a group id (1 to 128 characters, letters, digits and ASCII punctuation), else a hash of
+/// it, so every owner has one group of its own.
+pub fn message_group(owner: &str) -> String {
+    let valid = (1..=128).contains(&owner.len())
+        && owner.bytes().all(|b| b.is_ascii_alphanumeric() || b.is_ascii_punctuation());
+    if valid {
+        owner.to_owned()
+    } else {
+        let owner = serde_json::Value::String(owner.to_owned());
+        format!("h:{}", longhaul_domain::fingerprint::fingerprint(&owner))
     }
 }
 

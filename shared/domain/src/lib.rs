@@ -4,6 +4,7 @@
 //! This crate knows nothing about AWS or Lambda. Adapters (`longhaul-aws`) persist and move
 //! these types; functions compose the two.
 
+pub mod admission;
 pub mod callback;
 pub mod cursor;
 pub mod fingerprint;

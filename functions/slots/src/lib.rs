@@ -1,0 +1,187 @@
+//! **slots** — gives a job's running slots back when it ends, and wakes the jobs that wait
+//! for them.
+//!
+//! A job ends in one conditional write of its record, made by whoever ends it (a stage, the
+//! cancel function, the reaper); none of them frees slots itself. The table's stream carries
+//! that write here — filtered by the event source mapping to job records that moved into a
+//! terminal status — so a job frees its slots however it ends, even when its ender dies right
+//! after the write (the stream keeps the change 24 hours). For each end this function gives
+//! back the job's slot of its tenant's pool and of its kind's (`DELETE` from the holders set:
+//! idempotent, so a retried batch frees nothing twice), takes the job out of the waiting
+//! lists if it ended while waiting (a cancel), and sends a dispatch message for as many
+//! waiting jobs as the pool now has free slots (`longhaul_aws::slots::Admitter`).
+//!
+//! The first record that could not be handled is the batch item failure: Lambda retries the
+//! shard from it. A record that cannot be read is logged and skipped (no retry would change
+//! it): a slot it held is found by the reaper's reconciliation, which gives back slots held by
+//! jobs that ended.
+
+use aws_lambda_events::dynamodb::{Event, EventRecord};
+use aws_lambda_events::streams::DynamoDbEventResponse;
+use longhaul_aws::config::{ConfigError, Vars};
+use longhaul_aws::logs;
+use longhaul_aws::slots::{Admitter, pools_of};
+pub use longhaul_aws::streams::RecordError;
+use longhaul_aws::streams::{failure_at, job_end};
+use longhaul_domain::JobStatus;
+use longhaul_domain::admission::{Priority, waiting_sort_key};
+use serde::Deserialize;
+use tracing::Instrument;
+
+/// The function's configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// `TABLE_NAME`: the job table (its slot and waiting-list items).
+    pub table: String,
+    /// `INTAKE_QUEUE_URL`: where a woken job's dispatch message goes.
+    pub intake_queue_url: String,
+    /// `LONGHAUL_TENANT_MAX_RUNNING` (50; 0 = no limit), as the dispatcher has it.
+    pub tenant_max_running: u32,
+}
+
+impl Config {
+    /// Reads the configuration.
+    pub fn from_vars(vars: &Vars) -> Result<Self, ConfigError> {
+        Ok(Config {
+            table: vars.required("TABLE_NAME")?,
+            intake_queue_url: vars.required("INTAKE_QUEUE_URL")?,
+            tenant_max_running: vars.parsed_or("LONGHAUL_TENANT_MAX_RUNNING", 50)?,
+        })
+    }
+}
+
+/// What the handler needs, built once per sandbox.
+#[derive(Debug, Clone)]
+pub struct Deps {
+    /// Slots, waiting lists, the intake queue.
+    pub admitter: Admitter,
+    /// The configuration.
+    pub config: Config,
+}
+
+impl Deps {
+    /// Builds the adapters from one SDK configuration.
+    pub fn new(sdk: &aws_config::SdkConfig, config: &Config) -> Self {
+        Deps {
+            admitter: Admitter::new(sdk, &config.table, &config.intake_queue_url),
+            config: config.clone(),
+        }
+    }
+}
+
+/// The fields of a job record's image this function reads.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct EndedJob {
+    /// The job.
+    pub job_id: String,
+    /// Its tenant.
+    pub owner: String,
+    /// Its kind.
+    #[serde(rename = "type")]
+    pub job_type: String,
+    /// Its status now (terminal).
+    pub status: JobStatus,
+    /// Its attempt.
+    #[serde(default)]
+    pub attempt: u32,
+    /// When it was submitted (its waiting-list position).
+    pub created_at: String,
+    /// Its priority (its waiting-list position).
+    #[serde(default)]
+    pub priority: Priority,
+    /// Its kind's limit, copied at submit.
+    #[serde(default)]
+    pub concurrency_limit: Option<u32>,
+}
+
+/// Reads one stream record: `Some` if it is a job record moving into a terminal status, `None`
+/// for every other change of the table.
+pub fn ended(record: &EventRecord) -> Result<Option<EndedJob>, RecordError> {
+    job_end(record)
+}
+
+/// Handles one batch of stream records, in order. Never fails: the first record whose slots
+/// could not be given back is reported, so Lambda resumes the shard from it.
+pub async fn handle(deps: &Deps, event: Event) -> DynamoDbEventResponse {
+    for record in &event.records {
+        let job = match ended(record) {
+            Ok(Some(job)) => job,
+            Ok(None) => continue,
+            Err(err) => {
+                tracing::error!(error = %err, sequence = record.change.sequence_number, "a job record on the stream cannot be read; its slots are left to the reaper's reconciliation");
+                continue;
+            }
+        };
+        let span = logs::job_span(Some(&job.job_id), Some(job.attempt), Some(&job.owner));
+        if let Err(err) = free(deps, &job).instrument(span.clone()).await {
+            span.in_scope(|| {
+                tracing::error!(error = %err, "giving back the job's slots failed; the stream retries it")
+            });
+            return failure_at(record);
+        }
+    }
+    DynamoDbEventResponse::default()
+}
+
+/// Gives back `job`'s slots, takes it out of the waiting lists, and wakes who waits.
+pub async fn free(deps: &Deps, job: &EndedJob) -> Result<(), longhaul_aws::AwsError> {
+    let pools =
+        pools_of(&job.owner, &job.job_type, job.concurrency_limit, deps.config.tenant_max_running);
+    let position = waiting_sort_key(job.priority, &job.created_at, &job.job_id);
+    for (pool, limit) in &pools {
+        // A job cancelled while it waited is in a list; any other is not (a no-op delete).
+        deps.admitter.slots.leave_waiting(pool, &position).await?;
+        deps.admitter.release(pool, *limit, std::slice::from_ref(&job.job_id)).await?;
+    }
+    tracing::info!(status = %job.status, pools = pools.len(), "the job's slots are given back");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{Value, json};
+
+    /// The notifier's sample (a job's move from `running` to `succeeded`), changed by `edit`.
+    fn record(edit: impl FnOnce(&mut Value)) -> EventRecord {
+        let text = include_str!("../../../events/notifier.json");
+        let mut event: Value = serde_json::from_str(text).unwrap();
+        let mut record = event["Records"][0].take();
+        record["dynamodb"]["NewImage"]["created_at"] = json!({"S": "2026-11-24T09:00:00.000Z"});
+        edit(&mut record);
+        serde_json::from_value(record).unwrap()
+    }
+
+    #[test]
+    fn every_end_frees_slots_with_or_without_a_callback() {
+        let job = ended(&record(|_| {})).unwrap().unwrap();
+        assert_eq!(job.job_id, "01a201ea-fb15-7355-87ef-3777d21385c6");
+        assert_eq!((job.owner.as_str(), job.priority), ("alice", Priority::Normal));
+        let no_callback = record(|r| {
+            r["dynamodb"]["NewImage"].as_object_mut().unwrap().remove("callback_url");
+            r["dynamodb"]["NewImage"]["status"]["S"] = json!("cancelled");
+            r["dynamodb"]["NewImage"]["priority"] = json!({"S": "high"});
+            r["dynamodb"]["NewImage"]["concurrency_limit"] = json!({"N": "3"});
+        });
+        let job = ended(&no_callback).unwrap().unwrap();
+        assert_eq!(
+            (job.status, job.priority, job.concurrency_limit),
+            (JobStatus::Cancelled, Priority::High, Some(3))
+        );
+    }
+
+    #[test]
+    fn other_changes_free_nothing() {
+        let still = record(|r| r["dynamodb"]["NewImage"]["status"]["S"] = json!("queued"));
+        assert_eq!(ended(&still).unwrap(), None);
+        let expired = record(|r| {
+            r["dynamodb"]["OldImage"]["status"]["S"] = json!("succeeded");
+            r["dynamodb"]["NewImage"]["status"]["S"] = json!("expired");
+        });
+        assert_eq!(ended(&expired).unwrap(), None);
+        let progress = record(|r| r["dynamodb"]["Keys"]["sk"]["S"] = json!("PROGRESS"));
+        assert_eq!(ended(&progress).unwrap(), None);
+        let no_old = record(|r| drop(r["dynamodb"].as_object_mut().unwrap().remove("OldImage")));
+        assert!(matches!(ended(&no_old), Err(RecordError::NoOldImage)));
+    }
+}

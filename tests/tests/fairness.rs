@@ -1,0 +1,264 @@
+//! Running-job limits, fairness and priority, against the local stack with a tenant limit of
+//! 2: a tenant's jobs beyond its limit wait (pending, no execution, `waiting` shown) and start
+//! as its slots free, in priority order; another tenant is not held up by that backlog; a
+//! slot is given back however a job ends, and the reaper reconciles one that leaked.
+
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use chrono::{DateTime, Utc};
+use longhaul_aws::slots::Pool;
+use longhaul_tests::{Api, Aws, Harness, fire, harness_with, principal};
+use serde_json::{Value, json};
+
+const LIMIT: usize = 2;
+
+fn stack() -> &'static Harness {
+    harness_with(&[("LONGHAUL_TENANT_MAX_RUNNING", "2")])
+}
+
+/// A demo job of about `seconds` s; `n` makes it a different request (derived idempotency
+/// keys would make identical submissions one job).
+fn job_n(seconds: u64, n: u64) -> Value {
+    json!({"type": "demo", "params": {"items": seconds * 10 + n, "item_ms": 100}})
+}
+
+fn job(seconds: u64) -> Value {
+    job_n(seconds, 0)
+}
+
+fn at(job: &Value, field: &str) -> DateTime<Utc> {
+    let text = job[field].as_str().unwrap_or_else(|| panic!("{field} of {job}"));
+    DateTime::parse_from_rfc3339(text).unwrap().to_utc()
+}
+
+/// The jobs holding a slot of `owner`'s pool, straight from the table.
+async fn holders(aws: &Aws, owner: &str) -> Vec<String> {
+    let item = aws
+        .dynamodb
+        .get_item()
+        .table_name(stack().stack.resource("JobsTable"))
+        .key("pk", AttributeValue::S(Pool::Tenant(owner.to_owned()).holders_pk()))
+        .key("sk", AttributeValue::S("HOLDERS".into()))
+        .consistent_read(true)
+        .send()
+        .await
+        .expect("read holders")
+        .item;
+    item.and_then(|mut i| i.remove("holders"))
+        .and_then(|v| v.as_ss().ok().cloned())
+        .unwrap_or_default()
+}
+
+/// Waits until no job of `owner` holds a slot (slots are given back by the stream consumer,
+/// a moment after the job's end).
+async fn no_slots_held(aws: &Aws, owner: &str) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let held = holders(aws, owner).await;
+        if held.is_empty() {
+            return;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{owner}'s slots still held: {held:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The most of `jobs` running at one time, from their start and end times.
+fn max_overlap(jobs: &[Value]) -> usize {
+    jobs.iter()
+        .map(|j| {
+            let t = at(j, "started_at");
+            jobs.iter().filter(|o| at(o, "started_at") <= t && t < at(o, "finished_at")).count()
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+#[tokio::test]
+async fn a_noisy_tenant_runs_at_its_limit_and_never_delays_another() {
+    stack();
+    let aws = Aws::new().await;
+    let (noisy, quiet) = (principal("noisy"), principal("quiet"));
+    let (noisy_api, quiet_api) = (Api::new(&noisy), Api::new(&quiet));
+    let mut noisy_jobs = Vec::new();
+    for i in 0..10 {
+        let body = job_n(5, i as u64);
+        noisy_jobs.push(noisy_api.submit(&body).await);
+    }
+    // The last one waits, and says why.
+    let waiting = noisy_api
+        .wait_for(&noisy_jobs[9], "waiting", |j| j["waiting"]["reason"] == "tenant_limit")
+        .await;
+    assert_eq!(waiting["status"], "pending", "{waiting}");
+    assert_eq!(waiting["waiting"]["limit"], LIMIT, "{waiting}");
+    assert!(waiting["waiting"]["message"].as_str().unwrap().contains("limit"), "{waiting}");
+
+    let mut quiet_jobs = Vec::new();
+    for i in 0..2 {
+        let body = job_n(1, i as u64);
+        quiet_jobs.push(quiet_api.submit(&body).await);
+    }
+    let mut most_held = 0;
+    let mut quiet_done = Vec::new();
+    for id in &quiet_jobs {
+        most_held = most_held.max(holders(&aws, &noisy).await.len());
+        let done = quiet_api.wait_terminal(id, Duration::from_secs(120)).await;
+        assert_eq!(done["status"], "succeeded", "{done}");
+        quiet_done.push(done);
+    }
+    let mut noisy_done = Vec::new();
+    for id in &noisy_jobs {
+        most_held = most_held.max(holders(&aws, &noisy).await.len());
+        let done = noisy_api.wait_terminal(id, Duration::from_secs(300)).await;
+        assert_eq!(done["status"], "succeeded", "{done}");
+        assert!(done.get("waiting").is_none(), "a finished job waits for nothing: {done}");
+        noisy_done.push(done);
+    }
+    assert!(most_held <= LIMIT, "the noisy tenant held {most_held} slots");
+    assert_eq!(max_overlap(&noisy_done), LIMIT, "the noisy tenant ran more (or less) than 2");
+    // The quiet tenant's jobs started within seconds, long before the backlog was through.
+    let last_noisy_start = noisy_done.iter().map(|j| at(j, "started_at")).max().unwrap();
+    for done in &quiet_done {
+        let wait = at(done, "started_at") - at(done, "created_at");
+        assert!(wait < chrono::Duration::seconds(15), "quiet job waited {wait}: {done}");
+        assert!(at(done, "started_at") < last_noisy_start, "quiet job ran after the backlog");
+    }
+    no_slots_held(&aws, &noisy).await;
+    no_slots_held(&aws, &quiet).await;
+}
+
+#[tokio::test]
+async fn a_high_priority_job_takes_the_next_free_slot() {
+    stack();
+    let owner = principal("priority");
+    let api = Api::new(&owner);
+    let mut running = Vec::new();
+    for i in 0..LIMIT {
+        let body = job_n(6, i as u64);
+        running.push(api.submit(&body).await);
+    }
+    let mut normal = Vec::new();
+    for i in 0..6 {
+        let body = job_n(1, i as u64);
+        let id = api.submit(&body).await;
+        api.wait_for(&id, "waiting", |j| j["waiting"].is_object()).await;
+        normal.push(id);
+    }
+    let mut body = job(1);
+    body["priority"] = json!("high");
+    let high = api.submit(&body).await;
+    let shown = api.wait_for(&high, "waiting", |j| j["waiting"].is_object()).await;
+    assert_eq!(shown["priority"], "high", "{shown}");
+
+    let high = api.wait_terminal(&high, Duration::from_secs(120)).await;
+    assert_eq!(high["status"], "succeeded", "{high}");
+    for id in &normal {
+        let done = api.wait_terminal(id, Duration::from_secs(180)).await;
+        assert_eq!(done["status"], "succeeded", "{done}");
+        assert_eq!(done["priority"], "normal");
+        assert!(
+            at(&high, "started_at") < at(&done, "started_at"),
+            "a normal job waiting before the high one started first: {done} / {high}"
+        );
+    }
+    for id in &running {
+        api.wait_terminal(id, Duration::from_secs(60)).await;
+    }
+}
+
+#[tokio::test]
+async fn cancelling_a_waiting_job_ends_it_and_frees_every_slot() {
+    stack();
+    let aws = Aws::new().await;
+    let owner = principal("canceller");
+    let api = Api::new(&owner);
+    let mut running = Vec::new();
+    for i in 0..LIMIT {
+        let body = job_n(60, i as u64);
+        running.push(api.submit(&body).await);
+    }
+    let body = job_n(1, 7);
+    let waiting = api.submit(&body).await;
+    api.wait_for(&waiting, "waiting", |j| j["waiting"].is_object()).await;
+
+    let reply = api.send("DELETE", &format!("/jobs/{waiting}"), None, &[]).await;
+    assert_eq!(reply.status, 202, "{}", reply.text);
+    let done = api.wait_terminal(&waiting, Duration::from_secs(30)).await;
+    assert_eq!(done["status"], "cancelled", "{done}");
+    assert!(done["started_at"].is_null(), "a waiting job never ran: {done}");
+    // Cancel the running ones too: every slot comes back, the waiting list is empty.
+    for id in &running {
+        api.wait_for(id, "running", |j| j["status"] == "running").await;
+        let reply = api.send("DELETE", &format!("/jobs/{id}"), None, &[]).await;
+        assert_eq!(reply.status, 202, "{}", reply.text);
+        let done = api.wait_terminal(id, Duration::from_secs(60)).await;
+        assert_eq!(done["status"], "cancelled", "{done}");
+    }
+    no_slots_held(&aws, &owner).await;
+    let listed = aws
+        .dynamodb
+        .query()
+        .table_name(stack().stack.resource("JobsTable"))
+        .key_condition_expression("pk = :pk")
+        .expression_attribute_values(
+            ":pk",
+            AttributeValue::S(Pool::Tenant(owner.clone()).waiting_pk()),
+        )
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(listed.count(), 0, "left in the waiting list: {:?}", listed.items());
+}
+
+#[tokio::test]
+async fn the_reaper_gives_back_slots_of_jobs_that_ended_and_starts_who_waits() {
+    stack();
+    let aws = Aws::new().await;
+    let owner = principal("leaked");
+    let api = Api::new(&owner);
+    // Two slots held by jobs that no longer exist (a stream record lost, say).
+    aws.dynamodb
+        .put_item()
+        .table_name(stack().stack.resource("JobsTable"))
+        .item("pk", AttributeValue::S(Pool::Tenant(owner.clone()).holders_pk()))
+        .item("sk", AttributeValue::S("HOLDERS".into()))
+        .item("holders", AttributeValue::Ss(vec!["gone-1".into(), "gone-2".into()]))
+        .send()
+        .await
+        .unwrap();
+    let id = api.submit(&job(1)).await;
+    api.wait_for(&id, "waiting", |j| j["waiting"]["reason"] == "tenant_limit").await;
+
+    let report = fire("reaper").await;
+    assert!(report["output"]["slots_reclaimed"].as_u64().unwrap() >= 2, "{report}");
+    assert!(report["output"]["admitted"].as_u64().unwrap() >= 1, "{report}");
+    let done = api.wait_terminal(&id, Duration::from_secs(60)).await;
+    assert_eq!(done["status"], "succeeded", "{done}");
+    no_slots_held(&aws, &owner).await;
+}
+
+#[tokio::test]
+async fn an_unknown_priority_is_422_and_writes_nothing() {
+    stack();
+    let aws = Aws::new().await;
+    let owner = principal("bad-priority");
+    let api = Api::new(&owner);
+    for priority in [json!("urgent"), json!(1), json!(null), json!("HIGH")] {
+        let mut body = job(1);
+        body["priority"] = priority.clone();
+        let reply = api.post_json("/jobs", &body).await;
+        if priority.is_null() {
+            // JSON null is "not given": the default.
+            assert_eq!(reply.status, 202, "{}", reply.text);
+            continue;
+        }
+        assert_eq!(reply.status, 422, "{priority}: {}", reply.text);
+        assert_eq!(reply.json["type"], "/problems/invalid-priority", "{}", reply.text);
+    }
+    assert_eq!(
+        aws.items_of(&owner).await.iter().filter(|i| i["sk"].as_s().unwrap() == "JOB").count(),
+        1
+    );
+}
