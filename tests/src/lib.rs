@@ -495,7 +495,7 @@ pub fn seeded_job(owner: &str, created_at: String) -> longhaul_aws::jobs::JobRec
         dispatches: 0,
         enqueues: 0,
         priority: Default::default(),
-        concurrency_limit: None,
+        policy: None,
         waiting: None,
         stalled_at: None,
         not_before: None,

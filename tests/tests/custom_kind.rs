@@ -95,6 +95,50 @@ impl JobKind for Forger {
     }
 }
 
+/// A kind for a downstream that takes one job at a time: its policy's `concurrency_limit` is
+/// 1 (and its retry budget 5), so its jobs run one after another whoever submits them.
+#[derive(Debug, Clone, Copy)]
+struct Serial;
+
+/// The params of `serial`: how long its one stage works.
+#[derive(Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct SerialParams {
+    millis: u64,
+}
+
+impl JobKind for Serial {
+    const NAME: &'static str = "serial";
+    type Params = SerialParams;
+
+    fn stages(&self) -> &'static [&'static str] {
+        &["work"]
+    }
+
+    fn validate(&self, params: &SerialParams) -> Result<(), String> {
+        if params.millis > 60_000 { Err("millis is at most 60000".into()) } else { Ok(()) }
+    }
+
+    fn inputs(&self, _: &SerialParams) -> Vec<String> {
+        Vec::new()
+    }
+
+    fn policy(&self) -> Policy {
+        Policy { concurrency_limit: Some(1), max_attempts: 5, ..Policy::default() }
+    }
+
+    async fn run_stage(
+        &self,
+        ctx: &mut dyn StageContext,
+        params: &SerialParams,
+    ) -> Result<StageOutcome, KindError> {
+        ctx.pause(Duration::from_millis(params.millis), 0, Some(1)).await?;
+        ctx.progress(1, Some(1)).await?;
+        let result = ctx.write_result("done.txt", "text/plain", b"done".to_vec()).await?;
+        Ok(StageOutcome::Finished(result))
+    }
+}
+
 /// Counts the words and lines of an upload, in two stages: `count` streams it, `write` writes
 /// `{"words", "lines", "bytes"}`.
 #[derive(Debug, Clone, Copy)]
@@ -179,6 +223,7 @@ fn registry() -> Registry {
         .kinds_of(&longhaul_jobs::registry())
         .kind(WordCount)
         .kind(Forger)
+        .kind(Serial)
         .build()
         .expect("word_count's name is its own")
 }
@@ -187,7 +232,7 @@ fn registry() -> Registry {
 fn api(label: &str) -> Api {
     harness_with_registry(
         registry(),
-        &[("ENABLED_JOB_TYPES", "demo,csv_report,word_count,forger")],
+        &[("ENABLED_JOB_TYPES", "demo,csv_report,word_count,forger,serial")],
     );
     Api::new(&principal(label))
 }
@@ -218,7 +263,7 @@ async fn a_kind_defined_in_a_test_is_listed_with_its_params_schema() {
     assert_eq!(reply.status, 200, "{}", reply.text);
     let kinds = reply.json["job_types"].as_array().expect("a list");
     let names: Vec<&str> = kinds.iter().filter_map(|k| k["type"].as_str()).collect();
-    assert_eq!(names, ["demo", "csv_report", "word_count", "forger"]);
+    assert_eq!(names, ["demo", "csv_report", "word_count", "forger", "serial"]);
     let kind = kinds.iter().find(|k| k["type"] == "word_count").unwrap();
     assert_eq!(kind["stages"], json!(["count", "write"]));
     assert_eq!(kind["policy"]["checkpoint"]["items"], 1 << 20);
@@ -267,4 +312,63 @@ async fn a_kind_cannot_finish_with_another_jobs_result() {
     );
     assert_eq!(job["error"]["message"], "the job kind finished with a result that is not its own");
     assert_eq!(api.get(&format!("/jobs/{job_id}/result")).await.status, 409);
+}
+
+#[tokio::test]
+async fn a_kinds_concurrency_limit_runs_its_jobs_one_at_a_time_across_tenants() {
+    let apis: Vec<Api> = (0..3).map(|i| api(&format!("custom-serial-{i}"))).collect();
+    let mut ids = Vec::new();
+    for (i, api) in apis.iter().enumerate() {
+        ids.push(api.submit(&json!({"type": "serial", "params": {"millis": 1500 + i}})).await);
+    }
+    // One runs; the others wait for the kind's slot (not their tenants', which are free).
+    let waiting = apis[2]
+        .wait_for(&ids[2], "waiting for the kind", |j| {
+            j["waiting"]["reason"] == "kind_limit" || j["status"] != "pending"
+        })
+        .await;
+    assert_eq!(waiting["waiting"]["reason"], "kind_limit", "{waiting}");
+    assert_eq!(waiting["waiting"]["limit"], 1, "{waiting}");
+    let mut done = Vec::new();
+    for (api, id) in apis.iter().zip(&ids) {
+        let job = api.wait_terminal(id, Duration::from_secs(120)).await;
+        assert_eq!(job["status"], "succeeded", "{job}");
+        done.push(job);
+    }
+    let span = |j: &Value, field: &str| {
+        chrono::DateTime::parse_from_rfc3339(j[field].as_str().unwrap()).unwrap()
+    };
+    for a in &done {
+        for b in &done {
+            if a["job_id"] != b["job_id"] {
+                let overlap = span(a, "started_at") < span(b, "finished_at")
+                    && span(b, "started_at") < span(a, "finished_at");
+                assert!(!overlap, "two serial jobs ran at once: {a} / {b}");
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_kinds_policy_is_stored_on_the_job() {
+    let api = api("custom-policy");
+    let id = api.submit(&json!({"type": "serial", "params": {"millis": 0}})).await;
+    let aws = longhaul_tests::Aws::new().await;
+    let item = aws
+        .dynamodb
+        .get_item()
+        .table_name(longhaul_tests::harness().stack.resource("JobsTable"))
+        .key("pk", aws_sdk_dynamodb::types::AttributeValue::S(format!("JOB#{id}")))
+        .key("sk", aws_sdk_dynamodb::types::AttributeValue::S("JOB".into()))
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap()
+        .item
+        .expect("the job record");
+    let record: longhaul_aws::jobs::JobRecord = serde_dynamo::from_item(item).unwrap();
+    let policy = record.policy.expect("a policy on the record");
+    assert_eq!((policy.max_attempts, policy.concurrency_limit), (5, Some(1)));
+    assert_eq!(policy.worker, "StageFunction");
+    api.wait_terminal(&id, Duration::from_secs(60)).await;
 }

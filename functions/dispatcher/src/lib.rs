@@ -156,8 +156,12 @@ pub async fn dispatch(deps: &Deps, job_id: &str) -> Result<(), DispatchError> {
     if let Some(start_at) = start_at.filter(|at| *at > now) {
         return delay_again(deps, &job, start_at, now).await;
     }
-    let pools =
-        pools_of(&job.owner, &job.job_type, job.concurrency_limit, deps.config.tenant_max_running);
+    let pools = pools_of(
+        &job.owner,
+        &job.job_type,
+        job.concurrency_limit(),
+        deps.config.tenant_max_running,
+    );
     let mut taken: Vec<&(Pool, u32)> = Vec::with_capacity(pools.len());
     let mut waited = job.waiting.is_some();
     for pool in &pools {

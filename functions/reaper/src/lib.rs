@@ -39,7 +39,6 @@ use longhaul_aws::queue::{DispatchMessage, IntakeQueue};
 use longhaul_aws::slots::Admitter;
 use longhaul_domain::reaper::{Rescue, Running, Thresholds, Verdict, judge, rescue};
 use longhaul_domain::{JobError, JobStatus, format_rfc3339, schedule};
-use longhaul_worker::{Policy, Registry};
 use serde::Serialize;
 use serde_json::json;
 use tracing::Instrument;
@@ -56,8 +55,11 @@ pub struct Config {
     /// See `table`.
     pub state_machine_arn: String,
     /// `LONGHAUL_HEARTBEAT_TIMEOUT_SECONDS` (90), `LONGHAUL_STALL_SECONDS` (300),
-    /// `LONGHAUL_STALL_GRACE_SECONDS` (600), `LONGHAUL_MAX_ATTEMPTS` (3).
+    /// `LONGHAUL_STALL_GRACE_SECONDS` (600).
     pub thresholds: Thresholds,
+    /// `LONGHAUL_MAX_ATTEMPTS`: when set, the attempts every job gets, whatever its policy
+    /// says (by default each job's own `max_attempts`, stored at submit).
+    pub max_attempts: Option<u32>,
     /// `LONGHAUL_PENDING_GRACE_SECONDS` (60): a pending job older than this was not dispatched.
     pub pending_grace: Duration,
     /// `LONGHAUL_QUEUED_GRACE_SECONDS` (120): a queued job older than this should be running.
@@ -70,7 +72,7 @@ pub struct Config {
     /// of a pending job (they are spaced `pending_grace` × 2ⁿ, up to this).
     pub max_enqueue_interval: Duration,
     /// `LONGHAUL_MAX_RUNTIME_SECONDS`: when set, the longest any job may run, whatever its
-    /// kind's policy says (by default the kind's `max_runtime`).
+    /// policy says (by default each job's own `max_runtime_seconds`, stored at submit).
     pub max_runtime: Option<Duration>,
     /// `LONGHAUL_REAPER_PAGE` (100): entries per index page of a sweep (a run reads as many
     /// pages as the buckets hold, within its budget).
@@ -100,8 +102,8 @@ impl Config {
                 heartbeat_timeout: secs("LONGHAUL_HEARTBEAT_TIMEOUT_SECONDS", 90)?,
                 stall: secs("LONGHAUL_STALL_SECONDS", 300)?,
                 stall_grace: secs("LONGHAUL_STALL_GRACE_SECONDS", 600)?,
-                max_attempts: vars.parsed_or("LONGHAUL_MAX_ATTEMPTS", 3)?,
             },
+            max_attempts: vars.parsed("LONGHAUL_MAX_ATTEMPTS")?,
             pending_grace: secs("LONGHAUL_PENDING_GRACE_SECONDS", 60)?,
             queued_grace: secs("LONGHAUL_QUEUED_GRACE_SECONDS", 120)?,
             max_pending: secs("LONGHAUL_MAX_PENDING_SECONDS", 86_400)?,
@@ -129,8 +131,6 @@ pub struct Deps {
     pub executions: Executions,
     /// Settings.
     pub config: Config,
-    /// The job kinds, for their policies.
-    pub registry: Registry,
     /// Running slots and waiting lists (the reconciliation of waiting jobs' pools).
     pub admitter: Admitter,
 }
@@ -151,21 +151,14 @@ impl Deps {
                 config.state_machine_arn.clone(),
             ),
             config: config.clone(),
-            registry: longhaul_jobs::registry(),
             admitter: Admitter::new(sdk, &config.table, &config.intake_queue_url),
         }
     }
 
-    /// The policy of the kind named `job_type`. A kind this deployment does not register (its
-    /// code was removed while jobs of it still ran) gets the default policy, said in the log.
-    pub fn policy_of(&self, job_type: &str) -> Policy {
-        match self.registry.get(job_type) {
-            Some(kind) => kind.policy(),
-            None => {
-                tracing::warn!(job_type, "no such job kind registered; using the default policy");
-                Policy::default()
-            }
-        }
+    /// The attempts `job` gets: the deployment's `LONGHAUL_MAX_ATTEMPTS` if set, else the
+    /// job's policy's.
+    pub fn max_attempts(&self, job: &JobEntry) -> u32 {
+        self.config.max_attempts.unwrap_or_else(|| job.policy_or_default().max_attempts)
     }
 }
 
@@ -470,7 +463,7 @@ async fn lost_queued(
         Some(_) => {} // it ended without running the job: a new execution, within the budget
         None => return never_started(deps, now, &job, &current, report).await,
     }
-    if job.dispatches >= deps.config.thresholds.max_attempts {
+    if job.dispatches >= deps.max_attempts(&job) {
         let error = JobError {
             code: "Job.Undispatchable".into(),
             message: format!("its execution {current} ended without running it"),
@@ -573,13 +566,13 @@ fn running_state(
         ),
         None => (claimed_at, claimed_at),
     };
-    let policy = deps.policy_of(&job.job_type);
+    let policy = job.policy_or_default();
     let state = Running {
         heartbeat_at,
         progress_changed_at,
         started_at: job.started_at.as_deref().and_then(parse).unwrap_or(now),
         stalled_at: job.stalled_at.as_deref().and_then(parse),
-        max_runtime: deps.config.max_runtime.unwrap_or(policy.max_runtime),
+        max_runtime: deps.config.max_runtime.unwrap_or(policy.max_runtime()),
     };
     Some((lease, state))
 }
@@ -637,12 +630,13 @@ async fn zombie(
 ) -> Result<(), ReaperError> {
     let job_id = job.job_id.as_str();
     let result_key = deps.objects.first_key(&format!("results/{job_id}/{}/", job.attempt)).await?;
-    let outcome = match rescue(result_key.is_some(), job.attempt, &deps.config.thresholds) {
+    let max_attempts = deps.max_attempts(job);
+    let outcome = match rescue(result_key.is_some(), job.attempt, max_attempts) {
         Rescue::Backfill => {
             let key = result_key.unwrap_or_default();
             let expires = now
                 + chrono::Duration::from_std(
-                    deps.config.result_ttl.of(deps.policy_of(&job.job_type).result_retention),
+                    deps.config.result_ttl.of(job.policy_or_default().result_retention()),
                 )
                 .unwrap_or_default();
             let request = TransitionRequest::new(
@@ -674,7 +668,7 @@ async fn zombie(
                 format!(
                     "{reason}; re-dispatched as attempt {} of {}",
                     job.attempt + 1,
-                    deps.config.thresholds.max_attempts
+                    max_attempts
                 ),
             )
             .fenced(lease)
@@ -692,10 +686,7 @@ async fn zombie(
         Rescue::Fail => {
             let error = JobError {
                 code: "Job.Abandoned".into(),
-                message: format!(
-                    "{reason}; retry budget of {} attempts spent",
-                    deps.config.thresholds.max_attempts
-                ),
+                message: format!("{reason}; retry budget of {} attempts spent", max_attempts),
             };
             let result = fail(deps, job, &[JobStatus::Running], Some(lease), error).await;
             if result.is_ok() {

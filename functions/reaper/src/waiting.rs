@@ -72,8 +72,12 @@ async fn still_waiting(
     if job.status != JobStatus::Pending || job.waiting.is_none() {
         return Ok(()); // moved on since the index page was read
     }
-    let its_pools =
-        pools_of(&job.owner, &job.job_type, job.concurrency_limit, deps.config.tenant_max_running);
+    let its_pools = pools_of(
+        &job.owner,
+        &job.job_type,
+        job.concurrency_limit(),
+        deps.config.tenant_max_running,
+    );
     if its_pools.is_empty() {
         let message = DispatchMessage { job_id: job.job_id.clone() };
         deps.admitter.intake.send(&message, &job.owner).await?;

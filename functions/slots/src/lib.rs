@@ -89,7 +89,15 @@ pub struct EndedJob {
     /// Its priority (its waiting-list position).
     #[serde(default)]
     pub priority: Priority,
-    /// Its kind's limit, copied at submit.
+    /// Its policy's concurrency limit (as stored at submit).
+    #[serde(default)]
+    pub policy: Option<PolicyLimit>,
+}
+
+/// The part of a job's stored policy this function reads.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct PolicyLimit {
+    /// Most jobs of the kind running at once.
     #[serde(default)]
     pub concurrency_limit: Option<u32>,
 }
@@ -125,8 +133,12 @@ pub async fn handle(deps: &Deps, event: Event) -> DynamoDbEventResponse {
 
 /// Gives back `job`'s slots, takes it out of the waiting lists, and wakes who waits.
 pub async fn free(deps: &Deps, job: &EndedJob) -> Result<(), longhaul_aws::AwsError> {
-    let pools =
-        pools_of(&job.owner, &job.job_type, job.concurrency_limit, deps.config.tenant_max_running);
+    let pools = pools_of(
+        &job.owner,
+        &job.job_type,
+        job.policy.as_ref().and_then(|p| p.concurrency_limit),
+        deps.config.tenant_max_running,
+    );
     let position = waiting_sort_key(job.priority, &job.created_at, &job.job_id);
     for (pool, limit) in &pools {
         // A job cancelled while it waited is in a list; any other is not (a no-op delete).
@@ -161,11 +173,11 @@ mod tests {
             r["dynamodb"]["NewImage"].as_object_mut().unwrap().remove("callback_url");
             r["dynamodb"]["NewImage"]["status"]["S"] = json!("cancelled");
             r["dynamodb"]["NewImage"]["priority"] = json!({"S": "high"});
-            r["dynamodb"]["NewImage"]["concurrency_limit"] = json!({"N": "3"});
+            r["dynamodb"]["NewImage"]["policy"] = json!({"M": {"concurrency_limit": {"N": "3"}}});
         });
         let job = ended(&no_callback).unwrap().unwrap();
         assert_eq!(
-            (job.status, job.priority, job.concurrency_limit),
+            (job.status, job.priority, job.policy.and_then(|p| p.concurrency_limit)),
             (JobStatus::Cancelled, Priority::High, Some(3))
         );
     }

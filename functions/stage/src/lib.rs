@@ -35,7 +35,7 @@ use longhaul_aws::logs;
 use longhaul_aws::metrics::{self, Unit};
 use longhaul_aws::objects::{ObjectStore, result_key};
 use longhaul_domain::{JobError, JobStatus};
-use longhaul_worker::{Registry, StageOutcome};
+use longhaul_worker::{Cadence, Registry, StageOutcome};
 
 use crate::engine::{Ctx, KindRun};
 use crate::failure::{Failure, PublicMessage};
@@ -652,9 +652,21 @@ async fn run(
         .check(&job.params)
         .map_err(|e| StageError::Fatal(Failure::new(PublicMessage::domain(e))))?;
     let stages = kind.stages();
-    let policy = kind.policy();
+    // The policy stored on the job at submit rules it (a record from before policies were
+    // stored: the kind's current one).
+    let kind_policy = kind.policy();
+    let (cadence, result_retention) = match &job.policy {
+        Some(stored) => (
+            Cadence {
+                items: stored.checkpoint.items,
+                interval: Duration::from_secs(stored.checkpoint.interval_seconds),
+            },
+            stored.result_retention(),
+        ),
+        None => (kind_policy.checkpoint, kind_policy.result_retention),
+    };
     let progress = view.progress.clone().unwrap_or_default();
-    let run = KindRun { inputs, cadence: policy.checkpoint };
+    let run = KindRun { inputs, cadence };
     let mut ctx = Ctx::new(deps, job, lease, stages, &progress, deadline, &run);
     let outcome = if job.cancellation.is_some() || progress.cancel_requested_at.is_some() {
         Err(StageError::Cancelled)
@@ -690,7 +702,7 @@ async fn run(
                 ))));
             }
             Ok(RunOutput {
-                result_ttl_seconds: Some(deps.result_ttl.of(policy.result_retention).as_secs()),
+                result_ttl_seconds: Some(deps.result_ttl.of(result_retention).as_secs()),
                 ..output("done", Some(result.location().to_owned()), ctx.stage)
             })
         }

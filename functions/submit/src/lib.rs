@@ -26,6 +26,7 @@ use longhaul_domain::callback::{CallbackPolicy, Host, check_address, parse_callb
 use longhaul_domain::fingerprint::{
     derived_idempotency_key, fingerprint, retry_idempotency_key, submission_fingerprint,
 };
+use longhaul_domain::policy::{JobPolicy, PolicyOverrides};
 use longhaul_domain::schedule;
 use longhaul_domain::uploads::owns_upload;
 use longhaul_domain::{JobId, JobStatus, Transition, format_rfc3339, now_rfc3339};
@@ -62,6 +63,9 @@ pub struct Config {
     /// principal may make per minute (`POST /jobs` and `POST /jobs/{id}/retry`; idempotent
     /// replays do not count). Beyond it: `429` with `Retry-After`, nothing written.
     pub submissions_per_minute: u32,
+    /// `LONGHAUL_POLICY_OVERRIDES` (JSON `{"<type>": {"max_attempts": 5, …}}`, default none):
+    /// the deployment's changes to kinds' policies, applied to the policy stored on each job.
+    pub policy_overrides: PolicyOverrides,
 }
 
 impl Config {
@@ -78,8 +82,30 @@ impl Config {
                 "LONGHAUL_TENANT_SUBMISSIONS_PER_MINUTE",
                 DEFAULT_SUBMISSIONS_PER_MINUTE,
             )?,
+            policy_overrides: parse_policy_overrides(vars, &longhaul_jobs::registry())?,
         })
     }
+}
+
+/// `LONGHAUL_POLICY_OVERRIDES`, checked against the registered kinds (a typo fails the start).
+fn parse_policy_overrides(
+    vars: &Vars,
+    registry: &Registry,
+) -> Result<PolicyOverrides, ConfigError> {
+    let text = vars.required("LONGHAUL_POLICY_OVERRIDES").unwrap_or_default();
+    PolicyOverrides::parse(&text, &registry.names()).map_err(|e| ConfigError::Invalid {
+        name: "LONGHAUL_POLICY_OVERRIDES".into(),
+        value: text.clone(),
+        reason: e.to_string(),
+    })
+}
+
+/// The policy stored on a new job of `kind`: the kind's, with the deployment's overrides.
+pub fn stored_policy(kind: &dyn DynKind, overrides: &PolicyOverrides) -> JobPolicy {
+    // The worker API's `Policy` serialises to the stored shape (it is what GET /job-types shows).
+    let value = serde_json::to_value(kind.policy()).expect("a policy always serialises");
+    let policy = serde_json::from_value(value).expect("a kind's policy is a stored policy");
+    overrides.apply(kind.name(), policy)
 }
 
 /// Default of `LONGHAUL_TENANT_SUBMISSIONS_PER_MINUTE`.
@@ -100,6 +126,8 @@ pub struct Deps {
     pub registry: Registry,
     /// Callback URL policy (https and public addresses only, unless insecure is allowed).
     pub callbacks: CallbackPolicy,
+    /// The deployment's policy overrides.
+    pub policy_overrides: PolicyOverrides,
 }
 
 impl Deps {
@@ -119,6 +147,7 @@ impl Deps {
             idempotency_ttl: Duration::from_secs(config.idempotency_ttl_seconds),
             registry: longhaul_jobs::registry().enabled(&config.enabled_job_types),
             callbacks: CallbackPolicy { allow_insecure: config.allow_insecure_callbacks },
+            policy_overrides: config.policy_overrides.clone(),
         }
     }
 }
@@ -354,7 +383,7 @@ async fn create(deps: &Deps, new: &NewJob<'_>) -> Result<Response<Body>, Problem
     let mut replacing: Option<String> = None;
     // A reused key races at most a few times (another request replacing the same failed job).
     for _ in 0..4 {
-        let job = new_job(new, JobId::new().to_string());
+        let job = new_job(deps, new, JobId::new().to_string());
         logs::current_job(&job);
         let record = IdempotencyRecord {
             job_id: job.job_id.clone(),
@@ -404,7 +433,7 @@ async fn create(deps: &Deps, new: &NewJob<'_>) -> Result<Response<Body>, Problem
             None if is_recent(&existing.created_at) => return Err(in_flight()),
             None => {
                 // The request that claimed the key never wrote its job: finish it.
-                let mut job = new_job(new, existing.job_id.clone());
+                let mut job = new_job(deps, new, existing.job_id.clone());
                 job.created_at.clone_from(&existing.created_at);
                 logs::current_job(&job);
                 match deps.jobs.put_job(&job).await {
@@ -532,7 +561,7 @@ fn is_recent(created_at: &str) -> bool {
         .unwrap_or(false)
 }
 
-fn new_job(new: &NewJob<'_>, job_id: String) -> JobRecord {
+fn new_job(deps: &Deps, new: &NewJob<'_>, job_id: String) -> JobRecord {
     let now = now_rfc3339();
     JobRecord {
         job_id,
@@ -564,7 +593,7 @@ fn new_job(new: &NewJob<'_>, job_id: String) -> JobRecord {
         dispatches: 0,
         enqueues: 0,
         priority: new.priority,
-        concurrency_limit: new.kind.policy().concurrency_limit,
+        policy: Some(stored_policy(new.kind, &deps.policy_overrides)),
         waiting: None,
         stalled_at: None,
         not_before: new.not_before.clone(),
@@ -649,5 +678,37 @@ mod tests {
         );
         let unknown = format!("{first},nope");
         assert!(Config::from_vars(&vars(&[("ENABLED_JOB_TYPES", &unknown)])).is_err());
+    }
+
+    #[test]
+    fn every_kinds_policy_is_stored_as_it_publishes_it_with_overrides_applied() {
+        let registry = longhaul_jobs::registry();
+        let none = PolicyOverrides::default();
+        for kind in registry.kinds() {
+            let stored = serde_json::to_value(stored_policy(kind, &none)).unwrap();
+            let published = serde_json::to_value(kind.policy()).unwrap();
+            for field in ["max_attempts", "max_runtime_seconds", "result_retention_seconds"] {
+                assert_eq!(stored[field], published[field], "{} {field}", kind.name());
+            }
+            assert_eq!(stored["checkpoint"], published["checkpoint"], "{}", kind.name());
+            assert_eq!(stored["worker"], published["worker"], "{}", kind.name());
+        }
+        let name = registry.names()[0];
+        let overrides =
+            PolicyOverrides::parse(&format!(r#"{{"{name}": {{"max_attempts": 9}}}}"#), &[name])
+                .unwrap();
+        let kind = registry.get(name).unwrap();
+        assert_eq!(stored_policy(kind, &overrides).max_attempts, 9);
+        // The stored default is the worker API's default.
+        let default = serde_json::to_value(longhaul_worker::Policy::default()).unwrap();
+        let default: JobPolicy = serde_json::from_value(default).unwrap();
+        assert_eq!(default, JobPolicy::default());
+    }
+
+    #[test]
+    fn bad_policy_overrides_stop_the_start() {
+        let err = Config::from_vars(&vars(&[("LONGHAUL_POLICY_OVERRIDES", r#"{"nope": {}}"#)]));
+        assert!(err.is_err());
+        assert!(Config::from_vars(&vars(&[("LONGHAUL_POLICY_OVERRIDES", "")])).is_ok());
     }
 }

@@ -260,10 +260,10 @@ pub fn host(
             }))
         }
         "reaper" => {
-            let mut deps =
-                reaper::Deps::new(sdk, &reaper::Config::from_vars(&vars).with_context(context)?);
-            deps.registry = registry.clone();
-            let deps = Arc::new(deps);
+            let deps = Arc::new(reaper::Deps::new(
+                sdk,
+                &reaper::Config::from_vars(&vars).with_context(context)?,
+            ));
             Handler::Event(typed(move |_event: Value, _deadline| {
                 let deps = deps.clone();
                 async move { reaper::handle(&deps, chrono::Utc::now()).await }

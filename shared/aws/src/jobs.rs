@@ -21,6 +21,7 @@ use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
 use longhaul_domain::admission::{Priority, Waiting};
 use longhaul_domain::cursor;
+use longhaul_domain::policy::JobPolicy;
 use longhaul_domain::{
     Cancellation, JobError, JobStatus, Transition, TransitionError, now_rfc3339,
 };
@@ -132,13 +133,20 @@ pub struct JobRecord {
     /// How urgent it is among its tenant's waiting jobs (left off when `normal`).
     #[serde(default, skip_serializing_if = "Priority::is_normal")]
     pub priority: Priority,
-    /// Most jobs of its kind that may run at once: the kind's policy when the job was
-    /// submitted (so a policy change never strands a job between two limits).
+    /// Its policy, as its kind and the deployment said when it was submitted (absent only on
+    /// records from before policies were stored: [`JobRecord::policy_or_default`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub concurrency_limit: Option<u32>,
+    pub policy: Option<JobPolicy>,
     /// Why the job waits for a running slot, and since when; only while it waits.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting: Option<Waiting>,
+}
+
+impl JobRecord {
+    /// Most jobs of its kind that may run at once, if its policy limits them.
+    pub fn concurrency_limit(&self) -> Option<u32> {
+        self.policy.as_ref().and_then(|p| p.concurrency_limit)
+    }
 }
 
 impl std::fmt::Debug for JobRecord {
@@ -219,11 +227,21 @@ pub struct JobEntry {
     /// Re-enqueues of a pending job so far.
     #[serde(default)]
     pub enqueues: u32,
+    /// Its policy (see [`JobRecord::policy`]): what the reaper judges it by.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<JobPolicy>,
+}
+
+impl JobEntry {
+    /// Its policy; a record from before policies were stored gets the default policy.
+    pub fn policy_or_default(&self) -> JobPolicy {
+        self.policy.clone().unwrap_or_default()
+    }
 }
 
 /// The attributes of a job record both indexes project (`template.yaml` must list the same; a
 /// test compares them).
-pub const INDEX_ATTRIBUTES: [&str; 14] = [
+pub const INDEX_ATTRIBUTES: [&str; 15] = [
     "job_id",
     "owner",
     "type",
@@ -238,6 +256,7 @@ pub const INDEX_ATTRIBUTES: [&str; 14] = [
     "finished_at",
     "dispatches",
     "enqueues",
+    "policy",
 ];
 
 impl From<&JobRecord> for JobEntry {
@@ -257,6 +276,7 @@ impl From<&JobRecord> for JobEntry {
             finished_at: job.finished_at.clone(),
             dispatches: job.dispatches,
             enqueues: job.enqueues,
+            policy: job.policy.clone(),
         }
     }
 }

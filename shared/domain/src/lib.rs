@@ -10,6 +10,7 @@ pub mod cursor;
 pub mod fingerprint;
 pub mod job;
 pub mod limits;
+pub mod policy;
 pub mod progress;
 pub mod reaper;
 pub mod schedule;

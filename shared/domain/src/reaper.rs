@@ -17,8 +17,6 @@ pub struct Thresholds {
     pub stall: Duration,
     /// A stalled job still stalled after this long is treated as a zombie (600 s).
     pub stall_grace: Duration,
-    /// Claims a job gets in all (the first and the re-dispatches).
-    pub max_attempts: u32,
 }
 
 /// The state of a running job as the reaper reads it.
@@ -91,11 +89,11 @@ pub enum Rescue {
     Fail,
 }
 
-/// Chooses the rescue of a zombie in its `attempt`-th attempt.
-pub fn rescue(result_exists: bool, attempt: u32, t: &Thresholds) -> Rescue {
+/// Chooses the rescue of a zombie in its `attempt`-th attempt of `max_attempts` (its policy's).
+pub fn rescue(result_exists: bool, attempt: u32, max_attempts: u32) -> Rescue {
     if result_exists {
         Rescue::Backfill
-    } else if attempt < t.max_attempts {
+    } else if attempt < max_attempts {
         Rescue::Redispatch
     } else {
         Rescue::Fail
@@ -112,7 +110,6 @@ mod tests {
             heartbeat_timeout: Duration::from_secs(90),
             stall: Duration::from_secs(300),
             stall_grace: Duration::from_secs(600),
-            max_attempts: 3,
         }
     }
 
@@ -144,9 +141,9 @@ mod tests {
         assert!(matches!(judge(now, &job(now, 1, 1000, 1000, Some(601)), &t), Verdict::Zombie(_)));
         assert_eq!(judge(now, &job(now, 1, 5, 1000, Some(200)), &t), Verdict::Recovered);
         assert!(matches!(judge(now, &job(now, 1, 1, 86_401, None), &t), Verdict::TimedOut(_)));
-        assert_eq!(rescue(true, 3, &t), Rescue::Backfill);
-        assert_eq!(rescue(false, 2, &t), Rescue::Redispatch);
-        assert_eq!(rescue(false, 3, &t), Rescue::Fail);
+        assert_eq!(rescue(true, 3, 3), Rescue::Backfill);
+        assert_eq!(rescue(false, 2, 3), Rescue::Redispatch);
+        assert_eq!(rescue(false, 3, 3), Rescue::Fail);
     }
 
     proptest! {
@@ -169,10 +166,9 @@ mod tests {
 
         /// The retry budget is never exceeded.
         #[test]
-        fn redispatch_stays_within_budget(attempt in 0u32..10, exists in any::<bool>()) {
-            let t = thresholds();
-            if rescue(exists, attempt, &t) == Rescue::Redispatch {
-                prop_assert!(attempt < t.max_attempts && !exists);
+        fn redispatch_stays_within_budget(attempt in 0u32..10, max in 1u32..10, exists in any::<bool>()) {
+            if rescue(exists, attempt, max) == Rescue::Redispatch {
+                prop_assert!(attempt < max && !exists);
             }
         }
     }

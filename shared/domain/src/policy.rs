@@ -1,0 +1,217 @@
+//! A job's policy as stored on its record: how the framework runs, retries, times out and
+//! retains it.
+//!
+//! Written once, at submit, from the kind's policy (the worker API's `Policy`, which
+//! serialises to this shape) with the deployment's overrides applied
+//! (`LONGHAUL_POLICY_OVERRIDES`, the template's `JobPolicyOverrides`). Everything that acts on
+//! a job later — the dispatcher (concurrency limit), the stage (checkpoint cadence, result
+//! retention), the reaper (attempts, runtime) — reads it from the job, so no function needs
+//! per-kind configuration, and a deployment that changes a policy never changes the rules
+//! of a job already accepted.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// Checkpoint every `items` items or every `interval_seconds`, whichever comes first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckpointCadence {
+    /// Items between checkpoints.
+    pub items: u64,
+    /// Longest time between checkpoints.
+    pub interval_seconds: u64,
+}
+
+/// A job's policy (see the module documentation).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobPolicy {
+    /// Claims the job gets in all (the first and the re-dispatches).
+    pub max_attempts: u32,
+    /// Longest the job may run, all attempts together.
+    pub max_runtime_seconds: u64,
+    /// Longest one stage invocation may take.
+    pub stage_timeout_seconds: u64,
+    /// How long its result is kept after it succeeded.
+    pub result_retention_seconds: u64,
+    /// How often its stages checkpoint.
+    pub checkpoint: CheckpointCadence,
+    /// Most jobs of its kind running at once, if limited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency_limit: Option<u32>,
+    /// The logical name of the worker function that runs its stages.
+    pub worker: String,
+}
+
+impl Default for JobPolicy {
+    /// The worker API's default policy (three attempts, a day's runtime, 15-minute stages,
+    /// results kept a week, a checkpoint every 1,000 items or minute, no limit, the shared
+    /// stage function): what a record from before policies were stored is judged by.
+    fn default() -> Self {
+        JobPolicy {
+            max_attempts: 3,
+            max_runtime_seconds: 86_400,
+            stage_timeout_seconds: 900,
+            result_retention_seconds: 604_800,
+            checkpoint: CheckpointCadence { items: 1_000, interval_seconds: 60 },
+            concurrency_limit: None,
+            worker: "StageFunction".into(),
+        }
+    }
+}
+
+impl JobPolicy {
+    /// The longest the job may run.
+    pub fn max_runtime(&self) -> Duration {
+        Duration::from_secs(self.max_runtime_seconds)
+    }
+
+    /// How long its result is kept.
+    pub fn result_retention(&self) -> Duration {
+        Duration::from_secs(self.result_retention_seconds)
+    }
+}
+
+/// What a deployment changes in one kind's policy (every field optional).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyOverride {
+    /// See [`JobPolicy::max_attempts`].
+    pub max_attempts: Option<u32>,
+    /// See [`JobPolicy::max_runtime_seconds`].
+    pub max_runtime_seconds: Option<u64>,
+    /// See [`JobPolicy::stage_timeout_seconds`].
+    pub stage_timeout_seconds: Option<u64>,
+    /// See [`JobPolicy::result_retention_seconds`].
+    pub result_retention_seconds: Option<u64>,
+    /// See [`JobPolicy::checkpoint`].
+    pub checkpoint: Option<CheckpointCadence>,
+    /// See [`JobPolicy::concurrency_limit`]; `0` removes the kind's limit.
+    pub concurrency_limit: Option<u32>,
+}
+
+/// Why a deployment's overrides were refused (at start-up: a typo must not pass silently).
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum OverrideError {
+    /// Not a JSON object of kind name → override.
+    #[error("not a JSON object of job type → policy fields: {0}")]
+    Malformed(String),
+    /// Names a kind this deployment does not have.
+    #[error("no job type {0:?} (known: {1})")]
+    UnknownKind(String, String),
+    /// A value out of range.
+    #[error("{kind}: {field} must be at least 1")]
+    Zero {
+        /// The kind.
+        kind: String,
+        /// The field.
+        field: &'static str,
+    },
+}
+
+/// A deployment's overrides, by kind name.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PolicyOverrides(BTreeMap<String, PolicyOverride>);
+
+impl PolicyOverrides {
+    /// Parses `text` (JSON: `{"<kind>": {"max_attempts": 5, …}}`; empty means none), checking
+    /// every kind is one of `known`.
+    pub fn parse(text: &str, known: &[&str]) -> Result<Self, OverrideError> {
+        if text.trim().is_empty() {
+            return Ok(PolicyOverrides::default());
+        }
+        let map: BTreeMap<String, PolicyOverride> =
+            serde_json::from_str(text).map_err(|e| OverrideError::Malformed(e.to_string()))?;
+        for (kind, o) in &map {
+            if !known.contains(&kind.as_str()) {
+                return Err(OverrideError::UnknownKind(kind.clone(), known.join(", ")));
+            }
+            let zero = |field| Err(OverrideError::Zero { kind: kind.clone(), field });
+            if o.max_attempts == Some(0) {
+                return zero("max_attempts");
+            }
+            if o.max_runtime_seconds == Some(0) {
+                return zero("max_runtime_seconds");
+            }
+            if o.stage_timeout_seconds == Some(0) {
+                return zero("stage_timeout_seconds");
+            }
+            if o.checkpoint.is_some_and(|c| c.items == 0 || c.interval_seconds == 0) {
+                return zero("checkpoint");
+            }
+        }
+        Ok(PolicyOverrides(map))
+    }
+
+    /// `policy` of kind `kind` with this deployment's overrides applied.
+    pub fn apply(&self, kind: &str, mut policy: JobPolicy) -> JobPolicy {
+        let Some(o) = self.0.get(kind) else { return policy };
+        policy.max_attempts = o.max_attempts.unwrap_or(policy.max_attempts);
+        policy.max_runtime_seconds = o.max_runtime_seconds.unwrap_or(policy.max_runtime_seconds);
+        policy.stage_timeout_seconds =
+            o.stage_timeout_seconds.unwrap_or(policy.stage_timeout_seconds);
+        policy.result_retention_seconds =
+            o.result_retention_seconds.unwrap_or(policy.result_retention_seconds);
+        policy.checkpoint = o.checkpoint.unwrap_or(policy.checkpoint);
+        if let Some(limit) = o.concurrency_limit {
+            policy.concurrency_limit = (limit > 0).then_some(limit);
+        }
+        policy
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy() -> JobPolicy {
+        JobPolicy {
+            max_attempts: 3,
+            max_runtime_seconds: 86_400,
+            stage_timeout_seconds: 900,
+            result_retention_seconds: 604_800,
+            checkpoint: CheckpointCadence { items: 1_000, interval_seconds: 60 },
+            concurrency_limit: Some(4),
+            worker: "StageFunction".into(),
+        }
+    }
+
+    #[test]
+    fn overrides_change_only_what_they_name() {
+        let o = PolicyOverrides::parse(
+            r#"{"demo": {"max_attempts": 5, "concurrency_limit": 0}}"#,
+            &["demo", "csv_report"],
+        )
+        .unwrap();
+        let demo = o.apply("demo", policy());
+        assert_eq!((demo.max_attempts, demo.concurrency_limit), (5, None));
+        assert_eq!(demo.max_runtime_seconds, 86_400);
+        assert_eq!(o.apply("csv_report", policy()), policy());
+        assert_eq!(PolicyOverrides::parse(" ", &[]).unwrap(), PolicyOverrides::default());
+    }
+
+    #[test]
+    fn bad_overrides_are_refused() {
+        let known = ["demo"];
+        assert!(matches!(
+            PolicyOverrides::parse(r#"{"dmeo": {}}"#, &known),
+            Err(OverrideError::UnknownKind(..))
+        ));
+        assert!(matches!(
+            PolicyOverrides::parse(r#"{"demo": {"max_attempt": 5}}"#, &known),
+            Err(OverrideError::Malformed(_))
+        ));
+        assert!(matches!(
+            PolicyOverrides::parse(r#"{"demo": {"max_attempts": 0}}"#, &known),
+            Err(OverrideError::Zero { .. })
+        ));
+        assert!(PolicyOverrides::parse("[]", &known).is_err());
+    }
+
+    #[test]
+    fn the_stored_shape_round_trips() {
+        let json = serde_json::to_value(policy()).unwrap();
+        assert_eq!(json["checkpoint"]["interval_seconds"], 60);
+        assert_eq!(serde_json::from_value::<JobPolicy>(json).unwrap(), policy());
+    }
+}
