@@ -309,6 +309,48 @@ async fn results_redirect_when_ready_conflict_before_and_are_gone_after_expiry()
         .unwrap();
     let gone = api.get(&format!("/jobs/{job_id}/result")).await;
     assert_eq!(gone.status, 410, "{}", gone.text);
+    // And the job no longer links to it: an expired job has no result_url.
+    let expired = api.get(&format!("/jobs/{job_id}")).await.json;
+    assert_eq!(expired["status"], "expired", "{expired}");
+    assert!(expired.get("result_url").is_none(), "an expired job links no result: {expired}");
+    assert_eq!(expired["progress"]["pct"], 100.0, "it did finish: {expired}");
+}
+
+#[tokio::test]
+async fn resubmitting_a_request_whose_job_expired_starts_a_new_job_unless_the_key_was_sent() {
+    let api = Api::new(&principal("expired-replay"));
+    let body = json!({"type": "demo", "params": {"items": 2, "item_ms": 1}});
+    const KEY: &[(&str, &str)] = &[("idempotency-key", "nightly")];
+    let send = |headers: &'static [(&'static str, &'static str)]| {
+        let api = &api;
+        let body = body.to_string().into_bytes();
+        async move { api.send("POST", "/jobs", Some(("application/json", body)), headers).await }
+    };
+    let derived = send(&[]).await.json["job_id"].as_str().unwrap().to_owned();
+    let keyed = send(KEY).await.json["job_id"].as_str().unwrap().to_owned();
+    let aws = Aws::new().await;
+    for id in [&derived, &keyed] {
+        assert_eq!(api.wait_terminal(id, JOB_TIMEOUT).await["status"], "succeeded");
+        aws.dynamodb
+            .update_item()
+            .table_name(harness().stack.resource("JobsTable"))
+            .key("pk", AttributeValue::S(format!("JOB#{id}")))
+            .key("sk", AttributeValue::S("JOB".into()))
+            .update_expression("SET #s = :expired")
+            .expression_attribute_names("#s", "status")
+            .expression_attribute_values(":expired", AttributeValue::S("expired".into()))
+            .send()
+            .await
+            .unwrap();
+    }
+    // The same request again: with a derived key, the old job's result is gone, so it runs
+    // again (202, a new job); with the client's own key, that key still names its job (200).
+    let again = send(&[]).await;
+    assert_eq!(again.status, 202, "{}", again.text);
+    assert_ne!(again.json["job_id"], derived.as_str());
+    let replay = send(KEY).await;
+    assert_eq!(replay.status, 200, "{}", replay.text);
+    assert_eq!(replay.json["job_id"], keyed.as_str());
 }
 
 #[tokio::test]

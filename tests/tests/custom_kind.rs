@@ -139,6 +139,50 @@ impl JobKind for Serial {
     }
 }
 
+/// Two stages and nothing else: a stage boundary to aim a fault at (its second stage's name
+/// is this kind's alone, so an aimed pause matches only its boundary write).
+#[derive(Debug, Clone, Copy)]
+struct TwoStep;
+
+/// The params of `two_step`.
+#[derive(Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct TwoStepParams {}
+
+impl JobKind for TwoStep {
+    const NAME: &'static str = "two_step";
+    type Params = TwoStepParams;
+
+    fn stages(&self) -> &'static [&'static str] {
+        &["first_step", "second_step"]
+    }
+
+    fn validate(&self, _: &TwoStepParams) -> Result<(), String> {
+        Ok(())
+    }
+
+    fn inputs(&self, _: &TwoStepParams) -> Vec<String> {
+        Vec::new()
+    }
+
+    fn policy(&self) -> Policy {
+        Policy::default()
+    }
+
+    async fn run_stage(
+        &self,
+        ctx: &mut dyn StageContext,
+        _: &TwoStepParams,
+    ) -> Result<StageOutcome, KindError> {
+        ctx.progress(1, Some(1)).await?;
+        if ctx.stage() == "first_step" {
+            return Ok(StageOutcome::StageDone);
+        }
+        let result = ctx.write_result("done.txt", "text/plain", b"done".to_vec()).await?;
+        Ok(StageOutcome::Finished(result))
+    }
+}
+
 /// Counts the words and lines of an upload, in two stages: `count` streams it, `write` writes
 /// `{"words", "lines", "bytes"}`.
 #[derive(Debug, Clone, Copy)]
@@ -224,6 +268,7 @@ fn registry() -> Registry {
         .kind(WordCount)
         .kind(Forger)
         .kind(Serial)
+        .kind(TwoStep)
         .build()
         .expect("word_count's name is its own")
 }
@@ -232,7 +277,7 @@ fn registry() -> Registry {
 fn api(label: &str) -> Api {
     harness_with_registry(
         registry(),
-        &[("ENABLED_JOB_TYPES", "demo,csv_report,word_count,forger,serial")],
+        &[("ENABLED_JOB_TYPES", "demo,csv_report,word_count,forger,serial,two_step")],
     );
     Api::new(&principal(label))
 }
@@ -263,7 +308,7 @@ async fn a_kind_defined_in_a_test_is_listed_with_its_params_schema() {
     assert_eq!(reply.status, 200, "{}", reply.text);
     let kinds = reply.json["job_types"].as_array().expect("a list");
     let names: Vec<&str> = kinds.iter().filter_map(|k| k["type"].as_str()).collect();
-    assert_eq!(names, ["demo", "csv_report", "word_count", "forger", "serial"]);
+    assert_eq!(names, ["demo", "csv_report", "word_count", "forger", "serial", "two_step"]);
     let kind = kinds.iter().find(|k| k["type"] == "word_count").unwrap();
     assert_eq!(kind["stages"], json!(["count", "write"]));
     assert_eq!(kind["policy"]["checkpoint"]["items"], 1 << 20);
@@ -371,4 +416,38 @@ async fn the_kinds_policy_is_stored_on_the_job() {
     assert_eq!((policy.max_attempts, policy.concurrency_limit), (5, Some(1)));
     assert_eq!(policy.worker, "StageFunction");
     api.wait_terminal(&id, Duration::from_secs(60)).await;
+}
+
+/// A cancel that lands while the stage boundary is being written: the boundary write is
+/// refused (the progress record says "cancel requested"), and the job must end `cancelled` —
+/// not `failed` with `Job.Cancelled` — counted once as cancelled.
+#[tokio::test]
+async fn a_cancel_at_a_stage_boundary_ends_the_job_cancelled() {
+    let api = api("custom-boundary-cancel");
+    let faults = format!("{}/_local/faults", longhaul_tests::harness().stack.api_url);
+    // Hold the boundary write (the progress record moving to `second_step`) for 4 s. (Only
+    // an invocation holding the job's lease pauses; the edge learns a claim's lease from its
+    // journal of writes, hence `journal`.)
+    let plan = json!({"pause_functions": ["StageFunction"], "pause_before_call": 1.0,
+        "pause_ms": 4000, "max_pauses": 1, "journal": true,
+        "pause_only": {"operation": "dynamodb:PutItem", "contains": "second_step"}});
+    let http = reqwest::Client::new();
+    assert_eq!(http.post(&faults).json(&plan).send().await.unwrap().status(), 200);
+    let job_id = api.submit(&json!({"type": "two_step", "params": {}})).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let counts: Value = http.get(&faults).send().await.unwrap().json().await.unwrap();
+        if counts["injected"]["paused"].as_u64().unwrap_or(0) >= 1 {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the boundary write never paused: {counts}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let reply = api.send("DELETE", &format!("/jobs/{job_id}"), None, &[]).await;
+    assert_eq!(reply.status, 202, "{}", reply.text);
+    let job = api.wait_terminal(&job_id, Duration::from_secs(60)).await;
+    http.post(&faults).json(&json!({})).send().await.unwrap();
+    assert_eq!(job["status"], "cancelled", "{job}");
+    assert!(job.get("error").is_none(), "a cancellation is not a failure: {job}");
+    longhaul_tests::assert_counted_once("JobsCancelled", &job_id).await;
 }

@@ -586,6 +586,12 @@ async fn task(
                     "the failure's cause is not shown to the client; recorded as {message:?}"
                 );
             }
+            if error.error == StageError::Cancelled.name() {
+                // A cancellation that surfaced as an error (raised where the run could not end
+                // the job itself): the job ends `cancelled`, as its owner asked, not `failed`.
+                finish_cancellation(deps, &job_id, &lease).await?;
+                return Ok(json!({}));
+            }
             let job_error = JobError { code: error.error, message };
             let request = TransitionRequest::new(
                 &job_id,
@@ -687,7 +693,16 @@ async fn run(
         Ok(StageOutcome::Paused) => Ok(output("continue", None, ctx.stage)),
         Ok(StageOutcome::StageDone) => {
             let next = stages[ctx.stage_index as usize];
-            ctx.advance(next).await?;
+            match ctx.advance(next).await {
+                Ok(()) => {}
+                // The boundary write is refused because the owner cancelled meanwhile: the
+                // job ends `cancelled`, never `failed` (Job.Cancelled is not a failure).
+                Err(StageError::Cancelled) => {
+                    finish_cancellation(deps, job_id, lease).await?;
+                    return Ok(output("cancelled", None, ctx.stage));
+                }
+                Err(err) => return Err(err),
+            }
             tracing::info!(stage = next, "stage boundary");
             Ok(output("next_stage", None, next))
         }

@@ -400,7 +400,8 @@ pub fn render(view: &JobView) -> serde_json::Value {
     if let Some(error) = &job.error {
         body["error"] = json!({ "code": error.code, "message": error.message });
     }
-    if done {
+    if job.status == JobStatus::Succeeded {
+        // Not once expired: the result is gone (`/result` answers 410).
         body["result_url"] = format!("/jobs/{}/result", job.job_id).into();
     }
     if let Some(retry_of) = &job.retry_of {

@@ -24,7 +24,8 @@ use longhaul_aws::queue::{DispatchMessage, IntakeQueue};
 use longhaul_domain::admission::Priority;
 use longhaul_domain::callback::{CallbackPolicy, Host, check_address, parse_callback_url};
 use longhaul_domain::fingerprint::{
-    derived_idempotency_key, fingerprint, retry_idempotency_key, submission_fingerprint,
+    derived_idempotency_key, fingerprint, is_derived_key, retry_idempotency_key,
+    submission_fingerprint,
 };
 use longhaul_domain::policy::{JobPolicy, PolicyOverrides};
 use longhaul_domain::schedule;
@@ -453,6 +454,9 @@ async fn create(deps: &Deps, new: &NewJob<'_>) -> Result<Response<Body>, Problem
                 logs::current_job(&job);
                 match job.status {
                     JobStatus::Failed | JobStatus::Cancelled => replacing = Some(job.job_id),
+                    // A derived key stands for "this request": once its job's result expired,
+                    // the request runs again. A client's own key keeps naming its job.
+                    JobStatus::Expired if is_derived_key(new.key) => replacing = Some(job.job_id),
                     JobStatus::Pending if is_recent(&job.created_at) => return Err(in_flight()),
                     _ => return Ok(accepted(StatusCode::OK, &job, true)),
                 }

@@ -85,6 +85,9 @@ pub struct FaultPlan {
     /// Probability that an invocation holding a job's lease pauses just before an AWS call
     /// (at most once per job).
     pub pause_before_call: f64,
+    /// When set, pauses strike only the calls it matches (a test aiming at one write, say a
+    /// stage boundary); `None`: any call of the planned functions.
+    pub pause_only: Option<CallMatch>,
     /// Most pauses in all (0: unlimited). A test at scale pauses only its first jobs, while
     /// few jobs run and the reaper, fired often, examines every running job each time.
     pub max_pauses: u64,
@@ -252,6 +255,13 @@ impl Faults {
         }
         let mut rng = self.rng.lock().expect("fault rng");
         rng.get_or_insert_with(|| fastrand::Rng::with_seed(0)).f64() < probability
+    }
+
+    /// Whether the plan may pause a call of `operation` to `uri` with `body` at all (see
+    /// [`FaultPlan::pause_only`]).
+    pub fn pause_targets(&self, operation: &str, uri: &str, body: Option<&[u8]>) -> bool {
+        let plan = self.plan.read().expect("fault plan");
+        plan.pause_only.as_ref().is_none_or(|only| only.matches(operation, uri, body))
     }
 
     /// Whether the plan may crash a call of `operation` to `uri` with `body` at all (see
@@ -599,7 +609,14 @@ impl HttpConnector for FaultyConnector {
         let targeted = self.faults.crash_targets(&operation, request.uri(), request.body().bytes());
         match targeted.then(|| self.faults.crash_at_call(&invocation, &operation)).flatten() {
             None => {
-                let pause = self.faults.pause_at_call(&invocation, &operation, holds_lease);
+                let aimed = self.faults.pause_targets(
+                    &operation,
+                    &request.uri().to_string(),
+                    request.body().bytes(),
+                );
+                let pause = aimed
+                    .then(|| self.faults.pause_at_call(&invocation, &operation, holds_lease))
+                    .flatten();
                 let (inner, faults) = (self.inner.clone(), self.faults.clone());
                 HttpConnectorFuture::new(async move {
                     // Counts the pause over however this future ends (answered or dropped).

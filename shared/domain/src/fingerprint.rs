@@ -44,6 +44,12 @@ pub fn derived_idempotency_key(owner: &str, submission_fingerprint: &str) -> Str
     format!("derived {}", fingerprint(&canonical))
 }
 
+/// Whether `key` is one [`derived_idempotency_key`] made (a client's key cannot contain a
+/// space).
+pub fn is_derived_key(key: &str) -> bool {
+    key.starts_with("derived ")
+}
+
 /// The idempotency key of "retry job `job_id`": retrying the same job twice yields the same
 /// new job, and a failed retry can itself be retried (a key whose job failed may be reused).
 pub fn retry_idempotency_key(job_id: &str) -> String {
