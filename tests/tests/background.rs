@@ -499,6 +499,10 @@ async fn a_job_running_past_its_maximum_times_out() {
     api.wait_for(&job_id, "running", |j| j["status"] == "running").await;
     let job = fire_until(&api, &job_id, "reaper", "the timeout", |j| j["status"] == "failed").await;
     assert_eq!(job["error"]["code"], "Job.Timeout", "{job}");
+    // Its worker is alive and working: the reaper took the progress record from its lease, so
+    // its next progress write is refused (it stops) rather than landing on an ended job.
+    let progress = Aws::new().await.progress_record(&job_id).await;
+    assert!(progress.lease.starts_with("revoked:"), "progress still leased: {progress:?}");
 }
 
 #[tokio::test]

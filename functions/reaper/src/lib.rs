@@ -650,6 +650,7 @@ async fn zombie(
             .indexed_at(at(expires));
             let result = deps.jobs.transition(request).await;
             if let Ok(ended) = &result {
+                revoke(deps, job_id, lease).await;
                 metrics::emit_end(ended);
                 stop_execution(deps, job, "the worker stopped after storing the result").await;
                 tidy(deps, job_id).await?;
@@ -717,6 +718,9 @@ async fn fail(
         request = request.fenced(lease);
     }
     let ended = deps.jobs.transition(request).await?;
+    if let Some(lease) = lease {
+        revoke(deps, &job.job_id, lease).await;
+    }
     metrics::emit_end(&ended);
     if error.code == "Job.Undispatchable" {
         metrics::emit("JobsDeadLettered", 1.0, Unit::Count, job);
@@ -727,6 +731,16 @@ async fn fail(
         tracing::warn!(error = %err, "cleanup after failing the job failed; the lifecycle rule is the backstop");
     }
     Ok(())
+}
+
+/// Takes the progress record from the lease of a job the reaper just ended: its worker may be
+/// alive (a job timed out while working, a zombie that was only slow), and its progress and
+/// checkpoint writes must be refused from now on, as a re-dispatch's are.
+async fn revoke(deps: &Deps, job_id: &str, lease: &str) {
+    if let Err(err) = deps.jobs.revoke_progress(job_id, lease).await {
+        // The job's end is recorded; a write the old worker still makes changes nothing of it.
+        tracing::warn!(error = %err, "revoking the ended job's progress record failed");
+    }
 }
 
 async fn stop_execution(deps: &Deps, job: &JobEntry, cause: &str) {
