@@ -57,7 +57,8 @@ async fn executions_of(aws: &Aws, job_id: &str) -> Vec<String> {
 #[tokio::test]
 async fn long_jobs_continue_across_invocations_and_executions() {
     stack();
-    let api = Api::new(&principal("long"));
+    let owner = principal("long");
+    let api = Api::new(&owner);
     // ~7 s of work in ~2 s slices: at least 3 runs, and more than 3 means a new execution.
     let job_id =
         api.submit(&json!({"type": "demo", "params": {"items": 140, "item_ms": 50}})).await;
@@ -71,6 +72,12 @@ async fn long_jobs_continue_across_invocations_and_executions() {
     let aws = Aws::new().await;
     let executions = executions_of(&aws, &job_id).await;
     assert!(executions.len() >= 2, "continued as a new execution: {executions:?}");
+    // The record names the execution that ran the job last (the one the reaper would stop).
+    let record = aws.items_of(&owner).await;
+    let job_record = record.iter().find(|i| i["sk"].as_s().unwrap() == "JOB").expect("the job");
+    let named = job_record["execution"].as_s().unwrap();
+    assert!(named.contains(".a1c"), "still names the first execution: {named}");
+    assert!(executions.iter().any(|e| e == named), "{named} is not one of {executions:?}");
     let mut runs = 0;
     for name in &executions {
         runs += aws.scheduled_tasks(name).await.iter().filter(|s| *s == "Run").count();

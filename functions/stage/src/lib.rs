@@ -550,6 +550,7 @@ async fn task(
         StageInput::ContinueAsNew { job_id, lease } => {
             let n = deps.jobs.count_continuation(&job_id, &lease.token).await.map_err(fenced)?;
             let name = format!("{job_id}.a{}c{n}", lease.attempt);
+            deps.jobs.record_execution(&job_id, &lease.token, &name).await.map_err(fenced)?;
             let input =
                 json!({ "job_id": job_id, "lease": lease, "run": { "next": "start", "loops": 0 } });
             deps.executions.start(&name, &input).await?;

@@ -2037,6 +2037,23 @@ impl JobStore {
         Ok(self.count_fenced(job_id, lease, "continuations").await?.continuations)
     }
 
+    /// Records that the attempt holding `lease` goes on in execution `name` (a continuation):
+    /// whoever stops the job's execution (the reaper, ending or re-dispatching it) must stop
+    /// the one that runs it now, not the one it continued from.
+    pub async fn record_execution(
+        &self,
+        job_id: &str,
+        lease: &str,
+        name: &str,
+    ) -> Result<JobRecord, StoreError> {
+        let values = HashMap::from([
+            (":execution".to_owned(), s(name)),
+            (":now".to_owned(), s(now_rfc3339())),
+        ]);
+        self.update_fenced(job_id, lease, "SET updated_at = :now, execution = :execution", values)
+            .await
+    }
+
     /// Counts one injected failure of a diagnostic kind, fenced by the lease (so it survives
     /// the retry that follows and a stale attempt cannot count).
     pub async fn count_injected_failure(
