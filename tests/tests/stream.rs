@@ -120,6 +120,12 @@ async fn progress_streams_monotonically_then_the_terminal_event_closes_it() {
         .map(|e| e.data["pct"].as_f64().unwrap())
         .collect();
     assert!(pcts.windows(2).all(|w| w[0] <= w[1]), "progress never goes back: {pcts:?}");
+    // A progress bar ends full: the event before `succeeded` is progress at 100 %.
+    let before_last = &events[events.len() - 2];
+    assert_eq!(
+        (before_last.kind.as_str(), before_last.data["pct"].as_f64()),
+        ("progress", Some(100.0))
+    );
     // A terminal job has nothing to stream, and stays cacheable.
     assert!(api.get(&format!("/jobs/{job_id}")).await.json.get("events_url").is_none());
 }

@@ -315,6 +315,9 @@ struct State {
     ends_at: Instant,
     done: bool,
     first: bool,
+    /// Whether the last progress event sent said 100 % (a succeeded job's stream ends with one
+    /// before its status event, whatever the worker's last write said).
+    complete_sent: bool,
 }
 
 /// The events of one job after event id `after`.
@@ -337,6 +340,7 @@ fn stream(
         last_sent: Instant::now(),
         done: false,
         first: true,
+        complete_sent: false,
     };
     futures::stream::unfold(state, |st| {
         let span = st.span.clone();
@@ -388,6 +392,26 @@ async fn poll(mut st: State) -> Option<(Bytes, State)> {
             logs::record_attempt(&st.span, st.attempt);
         }
         let seq = view.progress.as_ref().map(|p| p.seq).unwrap_or(0);
+        if view.job.status == JobStatus::Succeeded && !st.complete_sent && st.last_id <= seq {
+            // A progress bar ends full: the worker's last progress write may predate the end
+            // of its last items (writes are spaced), so the stream says 100 % itself, as event
+            // `seq + 1` (the status is `seq + 2`: a client that saw it resumes past it).
+            st.complete_sent = true;
+            st.last_id = seq.max(st.last_id).saturating_add(1);
+            let p = view.progress.clone().unwrap_or_default();
+            let data = json!({
+                "job_id": view.job.job_id,
+                "status": view.job.status,
+                "pct": 100.0,
+                "stage": p.stage,
+                "stage_index": p.stage_index,
+                "stages_total": p.stages_total,
+                "items_done": p.items_total.unwrap_or(p.items_done),
+                "items_total": p.items_total,
+                "eta": 0,
+            });
+            return Some((event(st.last_id, "progress", &data), st));
+        }
         if view.job.status.is_terminal() {
             st.done = true;
             tracing::info!(status = %view.job.status, "stream ended: the job is terminal");
@@ -398,13 +422,15 @@ async fn poll(mut st: State) -> Option<(Bytes, State)> {
             if let Some(error) = &view.job.error {
                 data["error"] = json!({ "code": error.code, "message": error.message });
             }
-            if matches!(view.job.status, JobStatus::Succeeded | JobStatus::Expired) {
+            if view.job.status == JobStatus::Succeeded {
+                // Not once expired: the result is gone.
                 data["result_url"] = format!("/jobs/{}/result", view.job.job_id).into();
             }
             return Some((event(id, "status", &data), st));
         }
         if let Some(progress) = view.progress.as_ref().filter(|p| p.seq > st.last_id) {
             st.last_id = progress.seq;
+            st.complete_sent = progress.pct >= 100.0;
             st.last_sent = Instant::now();
             let data = json!({
                 "job_id": view.job.job_id,
