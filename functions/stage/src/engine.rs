@@ -16,7 +16,7 @@ use longhaul_aws::jobs::{JobRecord, Lease, ProgressRecord, ProgressRefused};
 use longhaul_aws::objects::checkpoint_key;
 use longhaul_aws::objects::result_key;
 use longhaul_domain::now_rfc3339;
-use longhaul_domain::progress::{Position, eta_seconds, overall_pct};
+use longhaul_domain::progress::{ETA_WINDOW_SECONDS, Position, ThroughputWindow, overall_pct};
 use longhaul_domain::uploads::owns_upload;
 use longhaul_worker::{ByteStream, Cadence, KindError, ResultRef, StageContext, StagedFile};
 use serde::de::DeserializeOwned;
@@ -60,7 +60,9 @@ pub struct Ctx<'a> {
     last_pct: f64,
     floor_done: u64,
     checkpoint_key: Option<String>,
-    origin: Option<(Instant, f64)>,
+    /// Recent progress, for the ETA; `started` is its clock's zero.
+    throughput: ThroughputWindow,
+    started: Instant,
     last_checkpoint: (Instant, u64),
     changed_at: Option<String>,
     /// The uploads the kind declared it reads (the only ones it may read).
@@ -97,7 +99,8 @@ impl<'a> Ctx<'a> {
             last_pct: progress.pct,
             floor_done: if same_stage { progress.items_done } else { 0 },
             checkpoint_key: if same_stage { progress.checkpoint_key.clone() } else { None },
-            origin: None,
+            throughput: ThroughputWindow::new(ETA_WINDOW_SECONDS),
+            started: Instant::now(),
             last_checkpoint: (Instant::now(), 0),
             changed_at: progress.progress_changed_at.clone(),
             inputs: kind.inputs.clone(),
@@ -161,10 +164,8 @@ impl<'a> Ctx<'a> {
     async fn write(&mut self, done: u64, total: Option<u64>) -> Result<(), StageError> {
         let pct = self.pct(done, total);
         let now = Instant::now();
-        let origin = *self.origin.get_or_insert((now, pct));
-        let elapsed = now.duration_since(origin.0).as_secs_f64();
-        // ETA from this invocation's throughput; none until 10 % is done.
-        let eta = eta_seconds(pct, origin.1, elapsed);
+        // ETA from the throughput of about the last minute; none until 10 % is done.
+        let eta = self.throughput.observe(now.duration_since(self.started).as_secs_f64(), pct);
         self.seq += 1;
         let stamp = now_rfc3339();
         let items_done = done.max(self.floor_done);

@@ -44,6 +44,39 @@ pub fn eta_seconds(pct: f64, origin_pct: f64, elapsed_seconds: f64) -> Option<u6
         .then(|| ((100.0 - pct) / ((pct - origin_pct) / elapsed_seconds)).ceil() as u64)
 }
 
+/// How far back the ETA's throughput looks (seconds): long enough to smooth the spacing of
+/// progress writes, short enough that a job whose pace changed (a slow first stage, a
+/// throttled dependency) is estimated at its pace now, not its average since the start.
+pub const ETA_WINDOW_SECONDS: f64 = 60.0;
+
+/// The recent throughput of one worker: its progress samples of about the last
+/// [`ETA_WINDOW_SECONDS`], from which the ETA is computed ([`ThroughputWindow::observe`]).
+#[derive(Debug, Clone)]
+pub struct ThroughputWindow {
+    span: f64,
+    /// `(seconds, pct)`, oldest first; the first is the newest sample at least `span` old
+    /// (once there is one), so the window covers the whole span.
+    samples: std::collections::VecDeque<(f64, f64)>,
+}
+
+impl ThroughputWindow {
+    /// A window of `span_seconds`.
+    pub fn new(span_seconds: f64) -> Self {
+        ThroughputWindow { span: span_seconds, samples: std::collections::VecDeque::new() }
+    }
+
+    /// Records `pct` at `t` (seconds on a monotonic clock) and answers the ETA at the
+    /// throughput over the window ([`eta_seconds`]: none before 10 %).
+    pub fn observe(&mut self, t: f64, pct: f64) -> Option<u64> {
+        self.samples.push_back((t, pct));
+        while self.samples.len() > 2 && self.samples[1].0 <= t - self.span {
+            self.samples.pop_front();
+        }
+        let (t0, p0) = self.samples[0];
+        eta_seconds(pct, p0, t - t0)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -317,6 +350,36 @@ mod tests {
             let by_then = pct + rate * eta as f64;
             prop_assert!(by_then >= 100.0 - 1e-6, "{} % after {} s at {} %/s", by_then, eta, rate);
             prop_assert!(eta == 0 || pct + rate * ((eta - 1) as f64) < 100.0 + 1e-6, "{} s is more than needed", eta);
+        }
+
+        /// After the pace changes, once the window has passed, the ETA is the new pace's: a job
+        /// that ran fast, then slowed down, is not promised its old speed.
+        #[test]
+        fn the_window_follows_a_change_of_pace(
+            fast in 0.05f64..1.0,
+            slow in 0.001f64..0.05,
+            switch_at in 20.0f64..50.0,
+            after in 61.0f64..300.0,
+        ) {
+            let mut window = ThroughputWindow::new(ETA_WINDOW_SECONDS);
+            let mut t = 0.0;
+            let mut pct = 0.0;
+            while pct < switch_at {
+                t += 1.0;
+                pct += fast;
+                window.observe(t, pct);
+            }
+            let mut eta = None;
+            let end = t + after;
+            while t < end && pct + slow < 100.0 {
+                t += 1.0;
+                pct += slow;
+                eta = window.observe(t, pct);
+            }
+            prop_assume!(t >= end);
+            let expected = ((100.0 - pct) / slow).ceil();
+            let eta = eta.expect("an ETA past 10 %") as f64;
+            prop_assert!((eta - expected).abs() <= expected * 0.02 + 1.0, "{} s, at the new pace {} s", eta, expected);
         }
 
         /// At a steady throughput the ETA counts down with the clock: `dt` seconds later it is
