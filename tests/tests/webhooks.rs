@@ -406,11 +406,15 @@ async fn a_job_failed_by_an_aws_error_shows_no_internals() {
     http.post(&faults).json(&json!({})).send().await.unwrap();
     assert!(injected["injected"]["denied"].as_u64() >= Some(1), "{injected}");
     assert_eq!(job["status"], "failed", "{job}");
+    // Access denied is a refusal no retry changes: the job fails at once (Job.Fatal, no
+    // retries spent), saying why without naming anything of ours.
     assert_eq!(
         job["error"],
-        json!({"code": "Job.Retryable", "message": "the input upload could not be read"}),
+        json!({"code": "Job.Fatal", "message": "the input upload could not be read: access was denied"}),
         "{job}"
     );
+    let runs = Aws::new().await.scheduled_tasks(&job_id).await;
+    assert_eq!(runs.iter().filter(|s| *s == "Run").count(), 1, "retried a refusal: {runs:?}");
     let payload: Value = serde_json::from_slice(&received(&key, 1).await[0].body).unwrap();
     assert_eq!(payload["error"], job["error"], "{payload}");
     let bucket = stack().stack.resource("DataBucket");
@@ -420,4 +424,36 @@ async fn a_job_failed_by_an_aws_error_shows_no_internals() {
             assert!(!shown.contains(leak), "{leak:?} shown to the client: {shown}");
         }
     }
+}
+
+/// Throttling is the opposite of a refusal: the stage retries it (the SDK, then the state
+/// machine), and once the throttling stops the job succeeds.
+#[tokio::test]
+async fn a_throttled_input_is_retried_and_the_job_succeeds() {
+    stack();
+    let api = Api::new(&principal("throttled-input"));
+    let input = api.upload("in.csv", "text/csv", b"region,amount\neu,3\n".to_vec()).await;
+    let faults = format!("{}/_local/faults", stack().stack.api_url);
+    let http = reqwest::Client::new();
+    let plan =
+        json!({"throttle": 1.0, "throttle_only": {"operation": "s3:GetObject", "contains": input}});
+    assert_eq!(http.post(&faults).json(&plan).send().await.unwrap().status(), 200);
+    let job_id = api
+        .submit(&json!({"type": "csv_report", "params": {
+            "input": input, "group_by": ["region"], "metrics": [{"op": "count"}], "format": "json",
+        }}))
+        .await;
+    // Throttled past the SDK's own retries: the stage failed once, retryably.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let injected: Value = http.get(&faults).send().await.unwrap().json().await.unwrap();
+        if injected["injected"]["throttled"].as_u64().unwrap_or(0) >= 4 {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "never throttled: {injected}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    http.post(&faults).json(&json!({})).send().await.unwrap();
+    let job = api.wait_terminal(&job_id, TIMEOUT).await;
+    assert_eq!(job["status"], "succeeded", "{job}");
 }

@@ -439,7 +439,12 @@ impl Ctx<'_> {
     }
 }
 
-fn unreadable(err: impl std::fmt::Display) -> KindError {
+fn unreadable(err: longhaul_aws::AwsError) -> KindError {
+    failure::aws_failure(failure::INPUT_UNREADABLE, &err)
+}
+
+/// A read of the input's body that broke off (the connection, a timeout): retried.
+fn broke_off(err: impl std::fmt::Display) -> KindError {
     KindError::retryable(failure::INPUT_UNREADABLE).because(err)
 }
 
@@ -513,7 +518,7 @@ impl StageContext for Ctx<'_> {
                 match body.try_next().await {
                     Ok(Some(chunk)) => Some((Ok(chunk), Some(body))),
                     Ok(None) => None,
-                    Err(err) => Some((Err(unreadable(err)), None)),
+                    Err(err) => Some((Err(broke_off(err)), None)),
                 }
             });
             Ok(futures::StreamExt::boxed(chunks))
@@ -542,7 +547,7 @@ impl StageContext for Ctx<'_> {
                 .objects
                 .put(&key, body, &content_type)
                 .await
-                .map_err(|e| KindError::retryable(CHECKPOINT_FAILED).because(e))?;
+                .map_err(|e| failure::aws_failure(CHECKPOINT_FAILED, &e))?;
             Ok(StagedFile::from_host(key, content_type, name))
         }
         .boxed()
@@ -563,7 +568,7 @@ impl StageContext for Ctx<'_> {
                 .objects
                 .put(&key, body, &content_type)
                 .await
-                .map_err(|e| KindError::retryable(failure::RESULT_NOT_STORED).because(e))?;
+                .map_err(|e| failure::aws_failure(failure::RESULT_NOT_STORED, &e))?;
             Ok(ResultRef::from_host(key))
         }
         .boxed()
@@ -585,7 +590,7 @@ impl StageContext for Ctx<'_> {
                 .objects
                 .copy(staged.location(), &key, staged.content_type())
                 .await
-                .map_err(|e| KindError::retryable(failure::RESULT_NOT_STORED).because(e))?;
+                .map_err(|e| failure::aws_failure(failure::RESULT_NOT_STORED, &e))?;
             Ok(ResultRef::from_host(key))
         }
         .boxed()

@@ -32,6 +32,24 @@ pub const STORE_FAILED: PublicMessage =
 pub const SERVICE_FAILED: PublicMessage =
     PublicMessage::fixed("a service the job depends on failed");
 
+/// A failed AWS call as a kind sees it: retryable (throttling, a 5xx, a timeout, the network),
+/// unless the service refused the request for good ([`longhaul_aws::Refusal`]: access denied,
+/// a missing object, an invalid request, a disabled key): then fatal at once, saying why in
+/// words that name no resource — retrying would only spend the job's retry budget.
+pub fn aws_failure(
+    public: PublicMessage,
+    err: &longhaul_aws::AwsError,
+) -> longhaul_worker::KindError {
+    use longhaul_worker::KindError;
+    match err.refusal {
+        Some(refusal) => {
+            KindError::fatal(PublicMessage::domain(format!("{public}: {}", refusal.describe())))
+                .because(err)
+        }
+        None => KindError::retryable(public).because(err),
+    }
+}
+
 /// A failure: the message for the client and, for the log only, the internal detail.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Failure {

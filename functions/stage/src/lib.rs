@@ -348,11 +348,12 @@ impl From<StageError> for Diagnostic {
     }
 }
 
-/// An AWS call failed where no more particular message applies: retried; the client is told
-/// a dependency failed, the log gets the chain.
+/// An AWS call failed where no more particular message applies: the client is told a
+/// dependency failed (and why, if the service refused for good: then it is not retried), the
+/// log gets the chain.
 impl From<longhaul_aws::AwsError> for StageError {
     fn from(err: longhaul_aws::AwsError) -> Self {
-        StageError::retryable(failure::SERVICE_FAILED, err)
+        StageError::from(failure::aws_failure(failure::SERVICE_FAILED, &err))
     }
 }
 
@@ -790,6 +791,7 @@ mod tests {
             detail: "service error: unhandled error (AccessDenied): User: \
                 arn:aws:sts::123456789012:assumed-role/StageRole/Stage is not authorized"
                 .into(),
+            refusal: None,
         };
         let err = StageError::retryable(failure::INPUT_UNREADABLE, &chain);
         assert!(err.to_string().contains("arn:aws:sts::123456789012"), "the log keeps it: {err}");
@@ -806,9 +808,32 @@ mod tests {
         let store = StoreError::Aws(longhaul_aws::AwsError {
             context: "update job j".into(),
             detail: "arn:aws:dynamodb:eu-west-1:123456789012:table/jobs".into(),
+            refusal: None,
         });
         let diagnostic = Diagnostic::from(fenced(store));
         assert_eq!(diagnostic.error_message, "the job's record could not be read or updated");
+    }
+
+    #[test]
+    fn a_refusal_fails_at_once_saying_why_and_naming_nothing() {
+        let denied = longhaul_aws::AwsError {
+            context: "get s3://longhaul-data/uploads/u/x.csv".into(),
+            detail: "AccessDenied: arn:aws:iam::123456789012:role/Stage".into(),
+            refusal: Some(longhaul_aws::Refusal::AccessDenied),
+        };
+        let diagnostic = Diagnostic::from(StageError::from(denied));
+        assert_eq!(
+            (diagnostic.error_type.as_str(), diagnostic.error_message.as_str()),
+            ("Job.Fatal", "a service the job depends on failed: access was denied")
+        );
+        let missing = longhaul_aws::AwsError {
+            context: "get".into(),
+            detail: "NoSuchKey".into(),
+            refusal: Some(longhaul_aws::Refusal::NotFound),
+        };
+        let err = failure::aws_failure(failure::INPUT_UNREADABLE, &missing);
+        assert_eq!(err.class, longhaul_worker::ErrorClass::Fatal);
+        assert_eq!(err.public.as_str(), "the input upload could not be read: it does not exist");
     }
 
     #[test]

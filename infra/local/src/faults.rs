@@ -609,11 +609,8 @@ impl HttpConnector for FaultyConnector {
         let targeted = self.faults.crash_targets(&operation, request.uri(), request.body().bytes());
         match targeted.then(|| self.faults.crash_at_call(&invocation, &operation)).flatten() {
             None => {
-                let aimed = self.faults.pause_targets(
-                    &operation,
-                    &request.uri().to_string(),
-                    request.body().bytes(),
-                );
+                let aimed =
+                    self.faults.pause_targets(&operation, request.uri(), request.body().bytes());
                 let pause = aimed
                     .then(|| self.faults.pause_at_call(&invocation, &operation, holds_lease))
                     .flatten();

@@ -19,6 +19,9 @@ pub mod streams;
 
 use std::error::Error as StdError;
 
+use aws_smithy_runtime_api::client::result::SdkError;
+use aws_smithy_types::error::metadata::ProvideErrorMetadata;
+
 /// An AWS call that failed, with what we were doing when it did.
 #[derive(Debug, thiserror::Error)]
 #[error("{context}: {detail}")]
@@ -27,9 +30,80 @@ pub struct AwsError {
     pub context: String,
     /// The SDK's full error chain.
     pub detail: String,
+    /// Set when the service refused the request in a way no retry changes (see
+    /// [`AwsError::service`]); unset for throttling, 5xx, timeouts, network failures and
+    /// errors that are not a service's answer — those are worth retrying.
+    pub refusal: Option<Refusal>,
+}
+
+/// Why a service refused a request for good: its error code, classified. Retrying such a
+/// request only delays the failure (and, for a job, spends its retry budget on nothing).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// Access denied (an IAM policy, a bucket policy, a service control policy).
+    AccessDenied,
+    /// What the request names does not exist (an object, a bucket, a resource).
+    NotFound,
+    /// The request itself is invalid.
+    Invalid,
+    /// The encryption key the data needs is disabled, pending deletion or gone.
+    KeyUnusable,
+}
+
+impl Refusal {
+    /// The refusal an AWS error code stands for, if it is one.
+    pub fn of_code(code: &str) -> Option<Refusal> {
+        Some(match code {
+            "AccessDenied"
+            | "AccessDeniedException"
+            | "UnauthorizedOperation"
+            | "AllAccessDisabled"
+            | "KMS.AccessDeniedException" => Refusal::AccessDenied,
+            "NoSuchKey"
+            | "NoSuchBucket"
+            | "NoSuchUpload"
+            | "NotFound"
+            | "ResourceNotFoundException" => Refusal::NotFound,
+            "ValidationException"
+            | "InvalidArgument"
+            | "InvalidRequest"
+            | "InvalidParameterValue"
+            | "EntityTooLarge" => Refusal::Invalid,
+            "KMS.DisabledException"
+            | "KMS.KMSInvalidStateException"
+            | "KMS.NotFoundException"
+            | "DisabledException"
+            | "KMSInvalidStateException" => Refusal::KeyUnusable,
+            _ => return None,
+        })
+    }
+
+    /// What a job's owner is told about it (no resource names: those stay in the log).
+    pub fn describe(self) -> &'static str {
+        match self {
+            Refusal::AccessDenied => "access was denied",
+            Refusal::NotFound => "it does not exist",
+            Refusal::Invalid => "the request was refused as invalid",
+            Refusal::KeyUnusable => "its encryption key is disabled or gone",
+        }
+    }
 }
 
 impl AwsError {
+    /// Wraps an SDK operation's error like [`AwsError::new`], and classifies a service's
+    /// refusal that no retry changes ([`Refusal`]) from its error code.
+    pub fn service<E, R>(context: impl Into<String>, err: SdkError<E, R>) -> Self
+    where
+        E: ProvideErrorMetadata + StdError + 'static,
+        R: std::fmt::Debug,
+    {
+        let refusal = match &err {
+            SdkError::ServiceError(service) => service.err().code().and_then(Refusal::of_code),
+            _ => None,
+        };
+        AwsError { refusal, ..AwsError::new(context, err) }
+    }
+
     /// Wraps any SDK error with context, keeping the whole source chain in the message (the
     /// SDK's own `Display` says only "service error").
     pub fn new(context: impl Into<String>, err: impl StdError) -> Self {
@@ -40,7 +114,7 @@ impl AwsError {
             detail.push_str(&inner.to_string());
             source = inner.source();
         }
-        AwsError { context: context.into(), detail }
+        AwsError { context: context.into(), detail, refusal: None }
     }
 }
 
@@ -53,4 +127,29 @@ pub async fn tidy_after_end(
 ) -> Result<(), jobs::StoreError> {
     objects.delete_prefix(&objects::checkpoints_prefix(job_id)).await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod refusal_tests {
+    use super::*;
+
+    #[test]
+    fn refusals_are_the_codes_no_retry_changes() {
+        assert_eq!(Refusal::of_code("AccessDenied"), Some(Refusal::AccessDenied));
+        assert_eq!(Refusal::of_code("NoSuchKey"), Some(Refusal::NotFound));
+        assert_eq!(Refusal::of_code("ValidationException"), Some(Refusal::Invalid));
+        assert_eq!(Refusal::of_code("KMS.DisabledException"), Some(Refusal::KeyUnusable));
+        for transient in [
+            "ThrottlingException",
+            "SlowDown",
+            "ProvisionedThroughputExceededException",
+            "InternalError",
+            "ServiceUnavailable",
+            "RequestTimeout",
+            "ConditionalCheckFailedException",
+        ] {
+            assert_eq!(Refusal::of_code(transient), None, "{transient}");
+        }
+        assert_eq!(AwsError::new("x", std::fmt::Error).refusal, None);
+    }
 }

@@ -275,6 +275,7 @@ impl StreamSlots {
         Err(AwsError {
             context: "take a stream slot".into(),
             detail: format!("lost the race for {sk} {ACQUIRE_ATTEMPTS} times"),
+            refusal: None,
         }
         .into())
     }

@@ -60,7 +60,7 @@ impl ObjectStore {
             .body(ByteStream::from(body))
             .send()
             .await
-            .map_err(|e| AwsError::new(format!("put s3://{}/{key}", self.bucket), e))?;
+            .map_err(|e| AwsError::service(format!("put s3://{}/{key}", self.bucket), e))?;
         Ok(())
     }
 
@@ -75,7 +75,7 @@ impl ObjectStore {
             Err(err) if matches!(err.as_service_error(), Some(GetObjectError::NoSuchKey(_))) => {
                 Ok(None)
             }
-            Err(err) => Err(AwsError::new(context(), err)),
+            Err(err) => Err(AwsError::service(context(), err)),
         }
     }
 
@@ -91,7 +91,7 @@ impl ObjectStore {
             .key(key)
             .presigned(config)
             .await
-            .map_err(|e| AwsError::new(format!("presign GET {key}"), e))?;
+            .map_err(|e| AwsError::service(format!("presign GET {key}"), e))?;
         Ok(request.uri().to_owned())
     }
 
@@ -121,7 +121,7 @@ impl ObjectStore {
             .content_length(content_length)
             .presigned(config)
             .await
-            .map_err(|e| AwsError::new(format!("presign PUT {key}"), e))?;
+            .map_err(|e| AwsError::service(format!("presign PUT {key}"), e))?;
         let headers =
             request.headers().map(|(k, v)| (k.to_ascii_lowercase(), v.to_owned())).collect();
         Ok((request.uri().to_owned(), headers))
@@ -132,7 +132,7 @@ impl ObjectStore {
         match self.client.head_object().bucket(&self.bucket).key(key).send().await {
             Ok(output) => Ok(Some(output.content_length.unwrap_or(0).max(0) as u64)),
             Err(err) if err.as_service_error().is_some_and(|e| e.is_not_found()) => Ok(None),
-            Err(err) => Err(AwsError::new(format!("head s3://{}/{key}", self.bucket), err)),
+            Err(err) => Err(AwsError::service(format!("head s3://{}/{key}", self.bucket), err)),
         }
     }
 
@@ -148,7 +148,7 @@ impl ObjectStore {
             .send()
             .await
             .map_err(|e| {
-                AwsError::new(format!("get s3://{}/{key} from byte {offset}", self.bucket), e)
+                AwsError::service(format!("get s3://{}/{key} from byte {offset}", self.bucket), e)
             })?;
         Ok(output.body)
     }
@@ -163,7 +163,7 @@ impl ObjectStore {
             .max_keys(1)
             .send()
             .await
-            .map_err(|e| AwsError::new(format!("list s3://{}/{prefix}", self.bucket), e))?;
+            .map_err(|e| AwsError::service(format!("list s3://{}/{prefix}", self.bucket), e))?;
         Ok(page.contents().first().and_then(|o| o.key()).map(str::to_owned))
     }
 
@@ -178,7 +178,9 @@ impl ObjectStore {
             .metadata_directive(aws_sdk_s3::types::MetadataDirective::Replace)
             .send()
             .await
-            .map_err(|e| AwsError::new(format!("copy s3://{}/{from} to {to}", self.bucket), e))?;
+            .map_err(|e| {
+                AwsError::service(format!("copy s3://{}/{from} to {to}", self.bucket), e)
+            })?;
         Ok(())
     }
 
@@ -201,7 +203,7 @@ impl ObjectStore {
                 .set_continuation_token(token)
                 .send()
                 .await
-                .map_err(|e| AwsError::new(context(), e))?;
+                .map_err(|e| AwsError::service(context(), e))?;
             let ids: Vec<ObjectIdentifier> = page
                 .contents()
                 .iter()
@@ -213,7 +215,7 @@ impl ObjectStore {
                     self.client.delete_object().bucket(&self.bucket).key(id.key()).send()
                 });
                 for result in futures::future::join_all(deletes).await {
-                    result.map_err(|e| AwsError::new(context(), e))?;
+                    result.map_err(|e| AwsError::service(context(), e))?;
                 }
             } else if !ids.is_empty() {
                 deleted += ids.len();
@@ -228,7 +230,7 @@ impl ObjectStore {
                     .delete(delete)
                     .send()
                     .await
-                    .map_err(|e| AwsError::new(context(), e))?;
+                    .map_err(|e| AwsError::service(context(), e))?;
             }
             token = page.next_continuation_token;
             if token.is_none() {
