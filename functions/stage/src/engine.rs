@@ -16,7 +16,7 @@ use longhaul_aws::jobs::{JobRecord, Lease, ProgressRecord, ProgressRefused};
 use longhaul_aws::objects::checkpoint_key;
 use longhaul_aws::objects::result_key;
 use longhaul_domain::now_rfc3339;
-use longhaul_domain::progress::{ETA_WINDOW_SECONDS, Position, ThroughputWindow, overall_pct};
+use longhaul_domain::progress::{ETA_WINDOW_SECONDS, Position, ThroughputWindow, weighted_pct};
 use longhaul_domain::uploads::owns_upload;
 use longhaul_worker::{ByteStream, Cadence, KindError, ResultRef, StageContext, StagedFile};
 use serde::de::DeserializeOwned;
@@ -69,6 +69,8 @@ pub struct Ctx<'a> {
     inputs: Vec<String>,
     /// The checkpoint cadence: the deployment's override, else the kind's.
     cadence: Cadence,
+    /// How much of the job each stage is (empty: the same).
+    weights: &'static [u32],
     /// Whether a write was refused because the owner cancelled.
     cancelled: bool,
 }
@@ -108,6 +110,7 @@ impl<'a> Ctx<'a> {
                 items: deps.checkpoint_items.unwrap_or(kind.cadence.items).max(1),
                 interval: deps.checkpoint_interval.unwrap_or(kind.cadence.interval),
             },
+            weights: kind.weights,
             cancelled: false,
         }
     }
@@ -157,7 +160,7 @@ impl<'a> Ctx<'a> {
             done,
             total,
         };
-        overall_pct(position, self.last_pct)
+        weighted_pct(position, self.weights, self.last_pct)
     }
 
     /// Writes the progress record now (monotonic: never below what was reported before).
@@ -369,6 +372,8 @@ pub struct KindRun {
     pub inputs: Vec<String>,
     /// The kind's checkpoint cadence.
     pub cadence: Cadence,
+    /// The kind's stage weights ([`longhaul_worker::JobKind::stage_weights`]).
+    pub weights: &'static [u32],
 }
 
 /// The kind's view of a stage error the engine raised: same class, same messages.

@@ -674,7 +674,7 @@ async fn run(
         None => (kind_policy.checkpoint, kind_policy.result_retention),
     };
     let progress = view.progress.clone().unwrap_or_default();
-    let run = KindRun { inputs, cadence };
+    let run = KindRun { inputs, cadence, weights: kind.stage_weights() };
     let mut ctx = Ctx::new(deps, job, lease, stages, &progress, deadline, &run);
     let outcome = if job.cancellation.is_some() || progress.cancel_requested_at.is_some() {
         Err(StageError::Cancelled)

@@ -37,6 +37,28 @@ pub fn overall_pct(position: Position, floor: f64) -> f64 {
     (tenths as f64 / 10.0).max(floor).min(100.0)
 }
 
+/// The job's overall percentage at `position` when its stages weigh `weights` (one positive
+/// weight per stage; anything else: every stage weighs the same, [`overall_pct`]), to one
+/// decimal, rounded down, never below `floor`.
+pub fn weighted_pct(position: Position, weights: &[u32], floor: f64) -> f64 {
+    let stages = position.stages_total.max(1) as usize;
+    if weights.len() != stages || weights.contains(&0) {
+        return overall_pct(position, floor);
+    }
+    let stage = position.stage_index.clamp(1, stages as u32) as usize;
+    let (done, total) = match position.total {
+        Some(0) => (1, 1),
+        Some(total) => (u128::from(position.done.min(total)), u128::from(total)),
+        None => (0, 1),
+    };
+    let before: u128 = weights[..stage - 1].iter().map(|&w| u128::from(w)).sum();
+    let all: u128 = weights.iter().map(|&w| u128::from(w)).sum();
+    let current = u128::from(weights[stage - 1]);
+    // Tenths of a percent, rounded down, in integers (as `overall_pct`).
+    let tenths = 1000 * (before * total + current * done) / (all * total);
+    (tenths as f64 / 10.0).max(floor).min(100.0)
+}
+
 /// Seconds left at the throughput observed since `origin_pct` was reported `elapsed_seconds`
 /// ago; none before 10 % (too early to say) or without measurable progress.
 pub fn eta_seconds(pct: f64, origin_pct: f64, elapsed_seconds: f64) -> Option<u64> {
@@ -118,6 +140,17 @@ mod tests {
         let rounded_down = tenths_u * denominator <= 10 * numerator
             && 10 * numerator < (tenths_u + 1) * denominator;
         (!(one_decimal && rounded_down)).then(|| format!("{p:?} reports {pct}, exactly {exact}"))
+    }
+
+    #[test]
+    fn weighted_examples() {
+        let at =
+            |stage_index, done| Position { stage_index, stages_total: 3, done, total: Some(10) };
+        assert_eq!(weighted_pct(at(1, 10), &[8, 1, 1], 0.0), 80.0);
+        assert_eq!(weighted_pct(at(2, 5), &[8, 1, 1], 0.0), 85.0);
+        assert_eq!(weighted_pct(at(3, 10), &[8, 1, 1], 0.0), 100.0);
+        // Weights that do not fit the stages: every stage the same.
+        assert_eq!(weighted_pct(at(1, 10), &[8, 1], 0.0), overall_pct(at(1, 10), 0.0));
     }
 
     #[test]
@@ -350,6 +383,30 @@ mod tests {
             let by_then = pct + rate * eta as f64;
             prop_assert!(by_then >= 100.0 - 1e-6, "{} % after {} s at {} %/s", by_then, eta, rate);
             prop_assert!(eta == 0 || pct + rate * ((eta - 1) as f64) < 100.0 + 1e-6, "{} s is more than needed", eta);
+        }
+
+        /// Equal weights are the unweighted percentage; any weights give 100 % exactly at the
+        /// end, never go backwards as the job advances, and meet at stage boundaries.
+        #[test]
+        fn weighted_progress_is_monotonic_and_ends_at_100(
+            weights in proptest::collection::vec(1u32..1_000, 1..6),
+            steps in proptest::collection::vec((0u64..50, 1u64..50), 1..6),
+        ) {
+            let n = weights.len() as u32;
+            let equal = vec![7u32; weights.len()];
+            let mut last = 0.0;
+            for stage in 1..=n {
+                let (done, total) = steps[(stage as usize - 1) % steps.len()];
+                let total = total.max(done);
+                for d in [0, done / 2, done, total] {
+                    let p = Position { stage_index: stage, stages_total: n, done: d, total: Some(total) };
+                    let pct = weighted_pct(p, &weights, 0.0);
+                    prop_assert!(pct >= last, "{} after {}", pct, last);
+                    prop_assert_eq!(weighted_pct(p, &equal, 0.0), overall_pct(p, 0.0));
+                    last = pct;
+                }
+            }
+            prop_assert_eq!(last, 100.0);
         }
 
         /// After the pace changes, once the window has passed, the ETA is the new pace's: a job

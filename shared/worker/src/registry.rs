@@ -26,6 +26,13 @@ pub trait JobKind: Send + Sync + 'static {
     /// The stages, in order (at least one).
     fn stages(&self) -> &'static [&'static str];
 
+    /// How much of the job each stage is, for the progress bar: one positive weight per
+    /// stage, in order (e.g. `&[1, 8, 1]` when the middle stage is most of the work). Empty
+    /// (the default): every stage weighs the same.
+    fn stage_weights(&self) -> &'static [u32] {
+        &[]
+    }
+
     /// Checks what serde cannot express (ranges, combinations); the message goes to the
     /// client as is.
     fn validate(&self, _params: &Self::Params) -> Result<(), String> {
@@ -65,6 +72,8 @@ pub trait DynKind: Send + Sync {
     fn stages(&self) -> &'static [&'static str];
     /// See [`JobKind::policy`].
     fn policy(&self) -> Policy;
+    /// See [`JobKind::stage_weights`].
+    fn stage_weights(&self) -> &'static [u32];
     /// The params' JSON Schema.
     fn params_schema(&self) -> Value;
     /// Parses and validates `params`; answers the uploads they name.
@@ -102,6 +111,10 @@ impl<K: JobKind> DynKind for Erased<K> {
         self.0.policy()
     }
 
+    fn stage_weights(&self) -> &'static [u32] {
+        self.0.stage_weights()
+    }
+
     fn params_schema(&self) -> Value {
         serde_json::to_value(schemars::schema_for!(K::Params)).unwrap_or_else(|_| json!({}))
     }
@@ -134,6 +147,9 @@ pub enum RegistryError {
     /// A kind declares no stages, or a stage twice.
     #[error("job kind {0:?} must declare at least one stage, each once")]
     BadStages(&'static str),
+    /// A kind's stage weights are not one positive weight per stage.
+    #[error("job kind {0:?} must give one positive weight per stage, or none")]
+    BadWeights(&'static str),
     /// A name to enable is not registered.
     #[error("no job kind is named {0:?} (known: {1})")]
     Unknown(String, String),
@@ -181,6 +197,11 @@ impl RegistryBuilder {
             let stages: BTreeSet<_> = kind.stages().iter().collect();
             if stages.is_empty() || stages.len() != kind.stages().len() {
                 return Err(RegistryError::BadStages(kind.name()));
+            }
+            let weights = kind.stage_weights();
+            if !weights.is_empty() && (weights.len() != kind.stages().len() || weights.contains(&0))
+            {
+                return Err(RegistryError::BadWeights(kind.name()));
             }
         }
         Ok(Registry { kinds: self.kinds })
@@ -350,6 +371,37 @@ mod tests {
             RegistryError::Duplicate("a")
         );
         assert_eq!(Registry::builder().kinds_of(&base).build().unwrap().names(), ["a"]);
+    }
+
+    /// Two stages weighed with one weight (and a zero): refused at build.
+    struct Weighed(&'static [u32]);
+    impl JobKind for Weighed {
+        const NAME: &'static str = "weighed";
+        type Params = P;
+        fn stages(&self) -> &'static [&'static str] {
+            &["x", "y"]
+        }
+        fn stage_weights(&self) -> &'static [u32] {
+            self.0
+        }
+        async fn run_stage(
+            &self,
+            _ctx: &mut dyn StageContext,
+            _params: &P,
+        ) -> Result<StageOutcome, KindError> {
+            Ok(StageOutcome::StageDone)
+        }
+    }
+
+    #[test]
+    fn stage_weights_are_one_positive_weight_per_stage_or_none() {
+        for bad in [&[1][..], &[1, 0], &[1, 2, 3]] {
+            let err = Registry::builder().kind(Weighed(bad)).build().unwrap_err();
+            assert_eq!(err, RegistryError::BadWeights("weighed"), "{bad:?}");
+        }
+        for good in [&[][..], &[1, 9]] {
+            assert!(Registry::builder().kind(Weighed(good)).build().is_ok(), "{good:?}");
+        }
     }
 
     #[test]
