@@ -82,6 +82,7 @@ fn plan() -> FaultPlan {
         // local reaper run (moto under that load) takes tens of seconds, too slow to catch a
         // pause within its 120 s.
         pause_before_call: 0.02,
+        pause_only: None,
         max_pauses: 30,
         pause_ms: PAUSE.as_millis() as u64,
         journal: true,
