@@ -30,7 +30,8 @@ use tracing::Instrument;
 
 /// Seconds a client should wait between polls of a live job.
 pub const POLL_AFTER_SECONDS: u64 = 2;
-/// How long a stream link lives.
+/// How long a stream link lives (`LONGHAUL_STREAM_TOKEN_TTL_SECONDS` shortens it, for tests
+/// of clients that must fetch a fresh link).
 pub const STREAM_TOKEN_TTL_SECONDS: i64 = 15 * 60;
 /// How long a result link lives.
 pub const RESULT_URL_TTL: Duration = Duration::from_secs(15 * 60);
@@ -75,6 +76,8 @@ pub struct Config {
     pub events_url: String,
     /// `STREAM_TOKEN_SECRET`: signs the stream's job-scoped tokens.
     pub stream_token_secret: String,
+    /// `LONGHAUL_STREAM_TOKEN_TTL_SECONDS` (900): how long a stream link lives.
+    pub stream_token_ttl_seconds: i64,
     /// `ENABLED_JOB_TYPES` (comma-separated; default every registered kind): the kinds
     /// `GET /job-types` lists (the same setting as the submit function's).
     pub enabled_job_types: Vec<String>,
@@ -88,6 +91,8 @@ impl Config {
             bucket: vars.required("BUCKET_NAME")?,
             events_url: vars.required("EVENTS_URL")?.trim_end_matches('/').to_owned(),
             stream_token_secret: vars.required("STREAM_TOKEN_SECRET")?,
+            stream_token_ttl_seconds: vars
+                .parsed_or("LONGHAUL_STREAM_TOKEN_TTL_SECONDS", STREAM_TOKEN_TTL_SECONDS)?,
             enabled_job_types: {
                 let list = vars.required("ENABLED_JOB_TYPES").ok();
                 longhaul_jobs::registry().enabled_names(list.as_deref()).map_err(|e| {
@@ -113,6 +118,8 @@ pub struct Deps {
     pub events_url: String,
     /// Signs stream tokens.
     pub stream_token_secret: String,
+    /// How long a stream link lives, seconds.
+    pub stream_token_ttl_seconds: i64,
     /// The enabled job kinds (`GET /job-types`).
     pub registry: Registry,
 }
@@ -125,6 +132,7 @@ impl Deps {
             objects: ObjectStore::new(aws_sdk_s3::Client::new(sdk), config.bucket.clone()),
             events_url: config.events_url.clone(),
             stream_token_secret: config.stream_token_secret.clone(),
+            stream_token_ttl_seconds: config.stream_token_ttl_seconds,
             registry: longhaul_jobs::registry().enabled(&config.enabled_job_types),
         }
     }
@@ -229,7 +237,7 @@ async fn get_job(deps: &Deps, request: &Request) -> Result<Response<Body>, Probl
     if !view.job.status.is_terminal() {
         // A job-scoped link to the live stream, valid for 15 minutes (EventSource cannot send
         // an Authorization header). Terminal jobs have nothing to stream and stay cacheable.
-        let expires = chrono::Utc::now().timestamp() + STREAM_TOKEN_TTL_SECONDS;
+        let expires = chrono::Utc::now().timestamp() + deps.stream_token_ttl_seconds;
         let token = stream_token::issue(
             deps.stream_token_secret.as_bytes(),
             &view.job.job_id,

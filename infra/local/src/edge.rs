@@ -216,9 +216,12 @@ async fn forward(State(state): State<EdgeState>, request: Request) -> Response {
     if state.faults.deny_call(&operation, path, &body) {
         return access_denied(&operation, &injected_denial(&operation, &parts.uri, &parts.headers));
     }
+    // A CORS preflight (a browser's OPTIONS before a presigned PUT) is not an authorised call:
+    // S3 answers it from the bucket's CORS rules alone, whatever credential its URL names.
     let principal = Credential::of(&parts.uri, &parts.headers)
         .map(|c| c.key)
-        .filter(|p| state.policies.knows(p));
+        .filter(|p| state.policies.knows(p))
+        .filter(|_| parts.method != Method::OPTIONS);
     if let Some(principal) = &principal {
         let verdict = state
             .policies

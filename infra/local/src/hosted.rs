@@ -193,6 +193,8 @@ pub fn host(
         "cancel" => http_function!(cancel, &vars, sdk, context),
         "uploads" => http_function!(uploads, &vars, sdk, context),
         "webhooks" => http_function!(webhooks, &vars, sdk, context),
+        // The web console: static files, no configuration, no AWS call.
+        "console" => http(|request| async move { console::handle(&request) }),
         "events" => {
             let deps = Arc::new(events::Deps::new(
                 sdk,

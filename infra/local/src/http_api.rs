@@ -252,7 +252,54 @@ async fn crash_function(
 }
 
 /// A function URL: the same payload 2.0 event, no authorizer (the function authenticates).
+/// Its `Cors` configuration is applied here, as Lambda applies it: a preflight is answered
+/// without invoking the function, and an allowed origin's answer carries
+/// `Access-Control-Allow-Origin`.
 async fn function_url(
+    State(state): State<ApiState>,
+    path: axum::extract::Path<(String, String)>,
+    request: Request,
+) -> Response {
+    let cors = state.functions.iter().find(|f| f.spec.logical == path.0.0).and_then(|f| {
+        f.spec.events.iter().find_map(|e| match e {
+            EventSpec::Url { cors, .. } => cors.clone(),
+            _ => None,
+        })
+    });
+    let origin = request.headers().get("origin").and_then(|v| v.to_str().ok()).map(str::to_owned);
+    let allowed = cors.as_ref().zip(origin.as_deref()).and_then(|(c, o)| c.allow_origin(o));
+    let preflight = request.method() == axum::http::Method::OPTIONS
+        && request.headers().contains_key("access-control-request-method");
+    if let (true, Some(cors)) = (preflight, &cors) {
+        let mut response = StatusCode::OK.into_response();
+        if let Some(allowed) = &allowed {
+            let headers = response.headers_mut();
+            let mut set = |name: &'static str, value: String| {
+                if let Ok(value) = value.parse() {
+                    headers.insert(name, value);
+                }
+            };
+            set("access-control-allow-origin", allowed.clone());
+            set("access-control-allow-methods", cors.allow_methods.join(","));
+            set("access-control-allow-headers", cors.allow_headers.join(","));
+            if let Some(max_age) = cors.max_age {
+                set("access-control-max-age", max_age.to_string());
+            }
+            set("vary", "Origin".into());
+        }
+        return response;
+    }
+    let mut response = function_url_invoke(State(state), path, request).await;
+    if let Some(allowed) = allowed
+        && let Ok(value) = allowed.parse()
+    {
+        response.headers_mut().insert("access-control-allow-origin", value);
+        response.headers_mut().insert("vary", axum::http::HeaderValue::from_static("Origin"));
+    }
+    response
+}
+
+async fn function_url_invoke(
     State(state): State<ApiState>,
     axum::extract::Path((logical, rest)): axum::extract::Path<(String, String)>,
     request: Request,

@@ -53,6 +53,8 @@ pub enum EventSpec {
     Url {
         /// `RESPONSE_STREAM` or `BUFFERED`.
         streaming: bool,
+        /// `FunctionUrlConfig.Cors`: answered by the URL itself, as Lambda does.
+        cors: Option<UrlCors>,
     },
     /// A DynamoDB stream event source mapping.
     DynamoDb(StreamMappingSpec),
@@ -63,6 +65,55 @@ pub enum EventSpec {
         /// `rate(...)`; `None` for cron expressions (fired only on demand locally).
         every: Option<Duration>,
     },
+}
+
+/// A function URL's CORS configuration (`FunctionUrlConfig.Cors`), which Lambda applies to
+/// the URL's answers itself (the function never sees a preflight).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UrlCors {
+    /// `AllowOrigins` (`*` for any).
+    pub allow_origins: Vec<String>,
+    /// `AllowMethods`.
+    pub allow_methods: Vec<String>,
+    /// `AllowHeaders`.
+    pub allow_headers: Vec<String>,
+    /// `MaxAge`, seconds.
+    pub max_age: Option<u64>,
+}
+
+impl UrlCors {
+    /// Reads a resolved `Cors` block; a list may also be a comma-separated string (a
+    /// `CommaDelimitedList` parameter resolves to one locally).
+    pub fn from_json(cors: &Value) -> Self {
+        let list = |value: &Value| -> Vec<String> {
+            match value {
+                Value::Array(items) => {
+                    items.iter().filter_map(|i| i.as_str()).map(|s| s.trim().to_owned()).collect()
+                }
+                Value::String(s) => s.split(',').map(|s| s.trim().to_owned()).collect(),
+                _ => Vec::new(),
+            }
+            .into_iter()
+            .filter(|s| !s.is_empty())
+            .collect()
+        };
+        UrlCors {
+            allow_origins: list(&cors["AllowOrigins"]),
+            allow_methods: list(&cors["AllowMethods"]),
+            allow_headers: list(&cors["AllowHeaders"]),
+            max_age: cors["MaxAge"].as_u64().or_else(|| cors["MaxAge"].as_str()?.parse().ok()),
+        }
+    }
+
+    /// The `Access-Control-Allow-Origin` to answer a request from `origin` with, if it is
+    /// allowed.
+    pub fn allow_origin(&self, origin: &str) -> Option<String> {
+        if self.allow_origins.iter().any(|o| o == "*") {
+            Some("*".into())
+        } else {
+            self.allow_origins.iter().find(|o| o.eq_ignore_ascii_case(origin)).cloned()
+        }
+    }
 }
 
 /// A DynamoDB stream event source mapping (`Type: DynamoDB`).
@@ -373,7 +424,11 @@ pub fn functions(template: &Template) -> anyhow::Result<Vec<FunctionSpec>> {
         }
         let url = &resource["Properties"]["FunctionUrlConfig"];
         if !url.is_null() {
-            events.push(EventSpec::Url { streaming: url["InvokeMode"] == "RESPONSE_STREAM" });
+            let cors = match &url["Cors"] {
+                Value::Null => None,
+                cors => Some(UrlCors::from_json(&template.resolve(cors).with_context(context)?)),
+            };
+            events.push(EventSpec::Url { streaming: url["InvokeMode"] == "RESPONSE_STREAM", cors });
         }
         out.push(FunctionSpec {
             logical: logical.clone(),
@@ -474,5 +529,30 @@ mod tests {
         assert_eq!(parse_rate("rate(1 minute)"), Some(Duration::from_secs(60)));
         assert_eq!(parse_rate("rate(5 minutes)"), Some(Duration::from_secs(300)));
         assert_eq!(parse_rate("cron(0 * * * ? *)"), None);
+    }
+
+    /// The events function URL answers CORS (browsers' EventSource from other origins), as
+    /// its `FunctionUrlConfig.Cors` says; a list of origins allows only those.
+    #[test]
+    fn the_events_url_cors_is_read_from_the_template() {
+        let functions = functions(&template()).unwrap();
+        let events = functions.iter().find(|f| f.logical == "EventsFunction").unwrap();
+        let cors = events
+            .events
+            .iter()
+            .find_map(|e| match e {
+                EventSpec::Url { cors, .. } => cors.clone(),
+                _ => None,
+            })
+            .expect("the events URL has a CORS configuration");
+        assert_eq!(cors.allow_origin("https://console.example").as_deref(), Some("*"));
+        assert_eq!(cors.allow_methods, ["GET"]);
+        assert!(cors.allow_headers.iter().any(|h| h == "last-event-id"));
+
+        let listed = UrlCors::from_json(
+            &serde_json::json!({"AllowOrigins": "https://a.example, https://b.example"}),
+        );
+        assert_eq!(listed.allow_origin("https://b.example").as_deref(), Some("https://b.example"));
+        assert_eq!(listed.allow_origin("https://evil.example"), None);
     }
 }

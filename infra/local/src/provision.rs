@@ -30,7 +30,7 @@ pub async fn provision(template: &Template, clients: &Clients) -> anyhow::Result
         let kind = resource["Type"].as_str().unwrap_or_default();
         let result = match kind {
             "AWS::DynamoDB::Table" => table(template, logical, resource, clients).await,
-            "AWS::S3::Bucket" => bucket(template, logical, clients).await,
+            "AWS::S3::Bucket" => bucket(template, logical, resource, clients).await,
             "AWS::SQS::Queue" => queue(template, logical, resource, clients, false).await,
             // Functions are hosted by the edge; the API is served by it; policies and the
             // rest have nothing to emulate.
@@ -198,15 +198,57 @@ async fn ensure_stream(name: &str, view: StreamViewType, clients: &Clients) -> a
     }
 }
 
-async fn bucket(template: &Template, logical: &str, clients: &Clients) -> anyhow::Result<()> {
+async fn bucket(
+    template: &Template,
+    logical: &str,
+    resource: &Value,
+    clients: &Clients,
+) -> anyhow::Result<()> {
     let name = template.physical_name(logical)?;
     match clients.s3.create_bucket().bucket(&name).send().await {
-        Ok(_) => Ok(()),
-        Err(err) if err.as_service_error().is_some_and(|e| e.is_bucket_already_owned_by_you()) => {
-            Ok(())
-        }
-        Err(err) => Err(aws_err(err)),
+        Ok(_) => {}
+        Err(err) if err.as_service_error().is_some_and(|e| e.is_bucket_already_owned_by_you()) => {}
+        Err(err) => return Err(aws_err(err)),
     }
+    // Browsers PUT uploads and GET results through presigned URLs: the bucket's CORS rules
+    // decide which origins may (the emulator answers preflights from them).
+    let cors = &resource["Properties"]["CorsConfiguration"];
+    if cors.is_null() {
+        return Ok(());
+    }
+    let cors = template.resolve(cors)?;
+    let rule_list = |rule: &Value, key: &str| -> Vec<String> {
+        let cors =
+            crate::model::UrlCors::from_json(&serde_json::json!({"AllowOrigins": rule[key]}));
+        cors.allow_origins
+    };
+    let mut rules = Vec::new();
+    for rule in cors["CorsRules"].as_array().cloned().unwrap_or_default() {
+        rules.push(
+            aws_sdk_s3::types::CorsRule::builder()
+                .set_allowed_origins(Some(rule_list(&rule, "AllowedOrigins")))
+                .set_allowed_methods(Some(rule_list(&rule, "AllowedMethods")))
+                .set_allowed_headers(Some(rule_list(&rule, "AllowedHeaders")))
+                .set_expose_headers(Some(rule_list(&rule, "ExposedHeaders")))
+                .set_max_age_seconds(rule["MaxAge"].as_i64().map(|s| s as i32))
+                .build()
+                .context("CorsRules")?,
+        );
+    }
+    clients
+        .s3
+        .put_bucket_cors()
+        .bucket(&name)
+        .cors_configuration(
+            aws_sdk_s3::types::CorsConfiguration::builder()
+                .set_cors_rules(Some(rules))
+                .build()
+                .context("CorsConfiguration")?,
+        )
+        .send()
+        .await
+        .map_err(aws_err)?;
+    Ok(())
 }
 
 async fn queue(

@@ -1,0 +1,218 @@
+//! The commands that read or act on jobs: `status`, `ls`, `cancel`, `retry`, `deliveries`,
+//! `job-types`.
+
+use serde_json::{Value, json};
+
+use crate::api::Api;
+use crate::cli::{Cancel, List};
+use crate::error::{CliError, Exit};
+use crate::output::{Output, describe_progress, field, table};
+
+/// Largest page `GET /jobs` serves.
+const MAX_PAGE: u32 = 100;
+
+/// `status`: the job's document (JSON) or a summary of it (text).
+pub async fn status(api: &Api, out: &Output, job_id: &str) -> Result<Exit, CliError> {
+    let job = api.get(&format!("/jobs/{job_id}")).await?.body;
+    out.print(&job, || describe_job(&job));
+    Ok(Exit::Ok)
+}
+
+/// A job as a few `name: value` lines.
+pub fn describe_job(job: &Value) -> String {
+    let status = field(job, "status");
+    let mut lines = vec![
+        format!("job:       {}", field(job, "job_id")),
+        format!("type:      {}", field(job, "type")),
+        format!("status:    {status}"),
+    ];
+    if let Some(progress) = job.get("progress").filter(|p| p.is_object()) {
+        let pct = progress.get("pct").and_then(Value::as_f64).unwrap_or(0.0);
+        lines.push(format!("progress:  {pct:.0}% ({})", describe_progress(&status, progress)));
+    }
+    for name in ["priority", "attempt", "created_at", "started_at", "finished_at", "retry_of"] {
+        if job.get(name).is_some_and(|v| !v.is_null()) {
+            lines.push(format!("{:<10} {}", format!("{name}:"), field(job, name)));
+        }
+    }
+    if let Some(waiting) = job.get("waiting").and_then(|w| w.get("message")).and_then(Value::as_str)
+    {
+        lines.push(format!("waiting:   {waiting}"));
+    }
+    if let Some(error) = job.get("error").filter(|e| e.is_object()) {
+        lines.push(format!("error:     {}: {}", field(error, "code"), field(error, "message")));
+    }
+    if let Some(cancellation) = job.get("cancellation").filter(|c| c.is_object()) {
+        lines.push(format!("cancelled: {}", field(cancellation, "reason")));
+    }
+    if job.get("result_url").is_some_and(|v| !v.is_null()) {
+        lines.push(format!("result:    longhaul result {} -o FILE", field(job, "job_id")));
+    }
+    lines.join("\n")
+}
+
+/// The `GET /jobs` query for one page of `args` (`page` jobs, after `cursor`).
+pub fn list_query(args: &List, page: u32, cursor: Option<&str>) -> Vec<(&'static str, String)> {
+    let mut query = vec![("limit", page.to_string())];
+    if let Some(status) = &args.status {
+        query.push(("status", status.clone()));
+    }
+    if let Some(kind) = &args.kind {
+        query.push(("type", kind.clone()));
+    }
+    if let Some(cursor) = cursor {
+        query.push(("cursor", cursor.to_owned()));
+    }
+    query
+}
+
+/// `ls`: follows `next_cursor` until `--limit` jobs (or every job with `--all`).
+pub async fn list(api: &Api, out: &Output, args: &List) -> Result<Exit, CliError> {
+    let mut jobs: Vec<Value> = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let wanted = if args.all { MAX_PAGE } else { args.limit - jobs.len() as u32 };
+        let query = list_query(args, wanted.min(MAX_PAGE), cursor.as_deref());
+        let request = api.request(reqwest::Method::GET, "/jobs").query(&query);
+        let page = api.send(request, "GET /jobs").await?.body;
+        let items = page.get("jobs").and_then(Value::as_array).cloned().unwrap_or_default();
+        jobs.extend(items);
+        cursor = page.get("next_cursor").and_then(Value::as_str).map(str::to_owned);
+        let full = !args.all && jobs.len() as u32 >= args.limit;
+        if cursor.is_none() || full {
+            break;
+        }
+    }
+    let document = json!({ "jobs": jobs, "next_cursor": cursor });
+    out.print(&document, || {
+        let rows: Vec<Vec<String>> = jobs
+            .iter()
+            .map(|j| {
+                ["job_id", "type", "status", "created_at", "finished_at"]
+                    .map(|name| field(j, name))
+                    .to_vec()
+            })
+            .collect();
+        let mut text = table(&["ID", "TYPE", "STATUS", "CREATED", "FINISHED"], &rows);
+        if cursor.is_some() {
+            text.push_str("\n(more: raise --limit or use --all)");
+        }
+        text
+    });
+    Ok(Exit::Ok)
+}
+
+/// `cancel`: asks for the job's cancellation (a running job stops at its next progress write).
+pub async fn cancel(api: &Api, out: &Output, args: &Cancel) -> Result<Exit, CliError> {
+    let mut body = json!({});
+    if let Some(reason) = &args.reason {
+        body["reason"] = reason.clone().into();
+    }
+    let reply = api.post(&format!("/jobs/{}/cancel", args.id), &body).await?.body;
+    out.print(&reply, || {
+        let status = field(&reply, "status");
+        if status == "cancelled" {
+            format!("job {} cancelled", args.id)
+        } else {
+            format!("job {} cancellation requested (status now {status})", args.id)
+        }
+    });
+    Ok(Exit::Ok)
+}
+
+/// `retry`: the failed or cancelled job runs again as a new job; prints the new job's id.
+pub async fn retry(api: &Api, out: &Output, job_id: &str) -> Result<Exit, CliError> {
+    let reply = api.post(&format!("/jobs/{job_id}/retry"), &json!({})).await?.body;
+    out.print(&reply, || field(&reply, "job_id"));
+    Ok(Exit::Ok)
+}
+
+/// `deliveries`: the job's webhook delivery attempts.
+pub async fn deliveries(api: &Api, out: &Output, job_id: &str) -> Result<Exit, CliError> {
+    let reply = api.get(&format!("/jobs/{job_id}/deliveries")).await?.body;
+    out.print(&reply, || {
+        let attempts = reply.get("deliveries").and_then(Value::as_array);
+        let rows: Vec<Vec<String>> = attempts
+            .into_iter()
+            .flatten()
+            .map(|d| {
+                let mut row: Vec<String> = ["at", "event", "attempt", "status_code", "outcome"]
+                    .map(|name| field(d, name))
+                    .to_vec();
+                row.push(format!("{}ms", field(d, "latency_ms")));
+                row.push(field(d, "error"));
+                row
+            })
+            .collect();
+        if rows.is_empty() {
+            return format!("job {job_id}: no webhook deliveries");
+        }
+        table(&["AT", "EVENT", "ATTEMPT", "HTTP", "OUTCOME", "LATENCY", "ERROR"], &rows)
+    });
+    Ok(Exit::Ok)
+}
+
+/// `job-types`: the types this deployment accepts, their stages and policy.
+pub async fn job_types(api: &Api, out: &Output) -> Result<Exit, CliError> {
+    let reply = api.get("/job-types").await?.body;
+    out.print(&reply, || {
+        let types = reply.get("job_types").and_then(Value::as_array);
+        let rows: Vec<Vec<String>> = types
+            .into_iter()
+            .flatten()
+            .map(|t| {
+                let stages: Vec<&str> = t
+                    .get("stages")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(Value::as_str)
+                    .collect();
+                let policy = t.get("policy").unwrap_or(&Value::Null);
+                vec![
+                    field(t, "type"),
+                    stages.join(" → "),
+                    field(policy, "max_attempts"),
+                    field(policy, "max_runtime_seconds"),
+                ]
+            })
+            .collect();
+        table(&["TYPE", "STAGES", "MAX ATTEMPTS", "MAX RUNTIME (s)"], &rows)
+    });
+    Ok(Exit::Ok)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::{Cli, Command};
+    use clap::Parser;
+
+    #[test]
+    fn list_queries_carry_the_filters_and_cursor() {
+        let cli = Cli::try_parse_from(["longhaul", "ls", "--status", "failed", "--type", "demo"])
+            .unwrap();
+        let Command::Ls(args) = cli.command else { panic!() };
+        assert_eq!(args.limit, 20);
+        let query = list_query(&args, 20, Some("c1"));
+        assert_eq!(
+            query,
+            vec![
+                ("limit", "20".to_owned()),
+                ("status", "failed".to_owned()),
+                ("type", "demo".to_owned()),
+                ("cursor", "c1".to_owned())
+            ]
+        );
+    }
+
+    #[test]
+    fn a_job_reads_as_lines() {
+        let job = json!({"job_id": "j1", "type": "demo", "status": "failed", "attempt": 1,
+            "error": {"code": "Job.Fatal", "message": "boom"}, "progress": {"pct": 40.0}});
+        let text = describe_job(&job);
+        assert!(text.contains("status:    failed"), "{text}");
+        assert!(text.contains("error:     Job.Fatal: boom"), "{text}");
+        assert!(text.contains("progress:  40%"), "{text}");
+    }
+}

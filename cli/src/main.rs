@@ -1,0 +1,8 @@
+//! `longhaul`: the command line client of the longhaul job API (see the README's "CLI").
+
+use clap::Parser;
+
+fn main() -> std::process::ExitCode {
+    let cli = longhaul_cli::cli::Cli::parse();
+    longhaul_cli::run(cli).into()
+}

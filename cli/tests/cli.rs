@@ -1,0 +1,382 @@
+//! The `longhaul` binary against the local stack: every command, its exit codes, its JSON
+//! output, and a pseudo-terminal run of `watch` whose bar must reach 100 %.
+
+use std::io::Read;
+use std::process::Output;
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use longhaul_tests::{Api, Aws, harness, principal};
+use serde_json::{Value, json};
+
+const BIN: &str = env!("CARGO_BIN_EXE_longhaul");
+
+/// One principal's token and API client.
+struct User {
+    token: String,
+    api: Api,
+}
+
+fn user(label: &str) -> User {
+    let name = principal(label);
+    User { token: harness().stack.token(&name), api: Api::new(&name) }
+}
+
+/// Runs `longhaul args…` as `token` (no terminal: bars hidden) and waits for it.
+async fn run(token: &str, args: &[&str]) -> Output {
+    let output = tokio::time::timeout(Duration::from_secs(120), command(token, args).output())
+        .await
+        .expect("longhaul finished within 2 minutes")
+        .expect("longhaul ran");
+    eprintln!(
+        "$ longhaul {}\n-> {:?}\nstdout: {}\nstderr: {}",
+        args.join(" "),
+        output.status.code(),
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output
+}
+
+fn command(token: &str, args: &[&str]) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new(BIN);
+    command
+        .args(args)
+        .env("LONGHAUL_API", &harness().stack.api_url)
+        .env("LONGHAUL_TOKEN", token)
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true);
+    command
+}
+
+fn code(output: &Output) -> i32 {
+    output.status.code().expect("exited, not killed")
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+fn json_out(output: &Output) -> Value {
+    serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|e| panic!("stdout is not one JSON document ({e}): {}", stdout(output)))
+}
+
+#[tokio::test]
+async fn submit_wait_ends_with_the_jobs_exit_code() {
+    let me = user("cli-wait");
+    let ok =
+        run(&me.token, &["submit", "demo", "--params", r#"{"items": 5, "item_ms": 20}"#, "--wait"])
+            .await;
+    assert_eq!(code(&ok), 0);
+    assert!(stdout(&ok).contains(" succeeded"), "{}", stdout(&ok));
+
+    let fatal = r#"{"items": 4, "fail_at": 1, "fail_kind": "fatal"}"#;
+    let failed = run(&me.token, &["submit", "demo", "--params", fatal, "--wait"]).await;
+    assert_eq!(code(&failed), 1, "a failed job exits 1");
+    assert!(stdout(&failed).contains("failed: Job.Fatal: injected fatal failure at item 1"));
+
+    // --json: one document, the job's final state.
+    let doc =
+        run(&me.token, &["--json", "submit", "demo", "--params", r#"{"items": 2}"#, "--wait"])
+            .await;
+    assert_eq!(code(&doc), 0);
+    let job = json_out(&doc);
+    assert_eq!((job["status"].as_str(), job["type"].as_str()), (Some("succeeded"), Some("demo")));
+}
+
+#[tokio::test]
+async fn params_from_a_file_priority_and_idempotency_key_reach_the_api() {
+    let me = user("cli-submit");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("params.json");
+    std::fs::write(&file, r#"{"items": 3, "item_ms": 1}"#).unwrap();
+    let at_file = format!("@{}", file.display());
+    let args = ["submit", "demo", "--params", &at_file, "--idempotency-key", "cli-key-1"];
+    let first = run(&me.token, &args).await;
+    assert_eq!(code(&first), 0);
+    let job_id = stdout(&first).trim().to_owned();
+    let job = me.api.get(&format!("/jobs/{job_id}")).await.json;
+    assert_eq!(job["type"], "demo");
+    let again = run(&me.token, &args).await;
+    assert_eq!((code(&again), stdout(&again).trim()), (0, job_id.as_str()), "the key replays");
+    assert!(stderr(&again).contains("idempotent replay"));
+
+    let high = run(
+        &me.token,
+        &["--json", "submit", "demo", "--params", "{\"items\": 1}", "--priority", "high"],
+    )
+    .await;
+    assert_eq!(code(&high), 0);
+    let high_id = json_out(&high)["job_id"].as_str().unwrap().to_owned();
+    let job = me.api.get(&format!("/jobs/{high_id}")).await.json;
+    assert_eq!(job["priority"], "high", "{job}");
+}
+
+#[tokio::test]
+async fn a_cancelled_job_exits_3_from_watch() {
+    let me = user("cli-cancel");
+    let job_id =
+        me.api.submit(&json!({"type": "demo", "params": {"items": 300, "item_ms": 100}})).await;
+    let watcher = command(&me.token, &["watch", &job_id]).output();
+    let watcher = tokio::spawn(watcher);
+    me.api.wait_for(&job_id, "running", |j| j["status"] == "running").await;
+    let cancel = run(&me.token, &["cancel", &job_id, "--reason", "cli test"]).await;
+    assert_eq!(code(&cancel), 0);
+    assert!(stdout(&cancel).contains(&job_id));
+    let watched =
+        tokio::time::timeout(Duration::from_secs(60), watcher).await.unwrap().unwrap().unwrap();
+    assert_eq!(code(&watched), 3, "{}", stderr(&watched));
+    assert!(stdout(&watched).contains(&format!("job {job_id} cancelled")), "{}", stdout(&watched));
+
+    // Cancelling it again is the API's 409, shown from its problem.
+    let again = run(&me.token, &["cancel", &job_id]).await;
+    assert_eq!(code(&again), 4);
+    assert!(stderr(&again).contains("(HTTP 409)"), "{}", stderr(&again));
+
+    // A cancelled job can be retried; `--wait` on a cancelled submission exits 3 too.
+    let retried = run(&me.token, &["retry", &job_id]).await;
+    assert_eq!(code(&retried), 0);
+    let new_id = stdout(&retried).trim().to_owned();
+    assert_ne!(new_id, job_id);
+    assert_eq!(me.api.get(&format!("/jobs/{new_id}")).await.json["retry_of"], job_id.as_str());
+    let cancel = run(&me.token, &["cancel", &new_id]).await;
+    assert_eq!(code(&cancel), 0);
+    let watched = run(&me.token, &["watch", &new_id]).await;
+    assert_eq!(code(&watched), 3);
+}
+
+#[tokio::test]
+async fn api_errors_exit_4_showing_the_problem() {
+    let bad = run("not-a-token", &["status", "0190d2a4-0000-7000-8000-000000000000"]).await;
+    assert_eq!(code(&bad), 4);
+    assert!(stderr(&bad).contains("error: Unauthorized (HTTP 401)"), "{}", stderr(&bad));
+    assert!(stderr(&bad).contains("LONGHAUL_TOKEN"));
+    let bad = run("not-a-token", &["--json", "ls"]).await;
+    assert_eq!(code(&bad), 4);
+    assert_eq!(json_out(&bad)["error"]["title"], "Unauthorized");
+    assert_eq!(json_out(&bad)["error"]["status"], 401);
+
+    let me = user("cli-errors");
+    let missing = run(&me.token, &["status", "0190d2a4-0000-7000-8000-000000000000"]).await;
+    assert_eq!(code(&missing), 4);
+    assert!(stderr(&missing).contains("(HTTP 404)"), "{}", stderr(&missing));
+    let unknown = run(&me.token, &["submit", "no_such_type"]).await;
+    assert_eq!(code(&unknown), 4);
+    assert!(stderr(&unknown).contains("(HTTP 422)"), "{}", stderr(&unknown));
+    assert!(!stderr(&unknown).contains('{'), "never a raw body: {}", stderr(&unknown));
+
+    // The result of a job that has not succeeded: 409, from its problem.
+    let job_id =
+        me.api.submit(&json!({"type": "demo", "params": {"items": 50, "item_ms": 100}})).await;
+    let early = run(&me.token, &["result", &job_id, "-o", "/dev/null"]).await;
+    assert_eq!(code(&early), 4);
+    assert!(stderr(&early).contains("(HTTP 409)"), "{}", stderr(&early));
+    assert_eq!(code(&run(&me.token, &["cancel", &job_id]).await), 0);
+}
+
+#[tokio::test]
+async fn usage_errors_exit_2() {
+    let me = user("cli-usage");
+    for args in [
+        &["submit"][..],
+        &["submit", "demo", "--priority", "urgent"],
+        &["submit", "demo", "--params", "{not json"],
+        &["submit", "demo", "--params", "@/no/such/file.json"],
+        &["upload", "/no/such/file.csv"],
+        &["frobnicate"],
+    ] {
+        let output = run(&me.token, args).await;
+        assert_eq!(code(&output), 2, "{args:?}: {}", stderr(&output));
+    }
+    let no_token = run("", &["ls"]).await;
+    assert_eq!(code(&no_token), 2);
+    assert!(stderr(&no_token).contains("LONGHAUL_TOKEN"));
+}
+
+#[tokio::test]
+async fn upload_then_run_a_job_on_it_and_download_the_result() {
+    let me = user("cli-upload");
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("sales.csv");
+    std::fs::write(&csv, "region,amount\neu,1\nus,2\neu,3\n").unwrap();
+    let uploaded = run(&me.token, &["upload", csv.to_str().unwrap()]).await;
+    assert_eq!(code(&uploaded), 0);
+    let input = stdout(&uploaded).trim().to_owned();
+    assert!(!input.is_empty());
+    let params = json!({"input": input, "group_by": ["region"],
+        "metrics": [{"op": "count"}, {"op": "sum", "column": "amount"}]})
+    .to_string();
+    let submitted =
+        run(&me.token, &["--json", "submit", "csv_report", "--params", &params, "--wait"]).await;
+    assert_eq!(code(&submitted), 0);
+    let job_id = json_out(&submitted)["job_id"].as_str().unwrap().to_owned();
+
+    let file = dir.path().join("report.json");
+    let got = run(&me.token, &["result", &job_id, "-o", file.to_str().unwrap()]).await;
+    assert_eq!(code(&got), 0);
+    let written = std::fs::read(&file).unwrap();
+    assert_eq!(written, me.api.result(&job_id).await, "the file holds the result's bytes");
+    assert!(stdout(&got).contains(&format!("wrote {} bytes", written.len())));
+    // Without -o the bytes go to stdout.
+    let piped = run(&me.token, &["result", &job_id]).await;
+    assert_eq!((code(&piped), piped.stdout), (0, written));
+
+    let doc = run(&me.token, &["--json", "upload", csv.to_str().unwrap()]).await;
+    assert_eq!(code(&doc), 0);
+    assert_eq!(json_out(&doc)["size_bytes"], std::fs::metadata(&csv).unwrap().len());
+
+    // Once expired (written directly, as the expirer would), the result is a clear 410.
+    Aws::new()
+        .await
+        .dynamodb
+        .update_item()
+        .table_name(harness().stack.resource("JobsTable"))
+        .key("pk", AttributeValue::S(format!("JOB#{job_id}")))
+        .key("sk", AttributeValue::S("JOB".into()))
+        .update_expression("SET #s = :expired")
+        .expression_attribute_names("#s", "status")
+        .expression_attribute_values(":expired", AttributeValue::S("expired".into()))
+        .send()
+        .await
+        .unwrap();
+    let gone = run(&me.token, &["result", &job_id, "-o", file.to_str().unwrap()]).await;
+    assert_eq!(code(&gone), 4);
+    assert!(stderr(&gone).contains("(HTTP 410)"), "{}", stderr(&gone));
+    assert!(stderr(&gone).contains("hint: the result is gone"), "{}", stderr(&gone));
+}
+
+#[tokio::test]
+async fn read_commands_print_json_for_scripts() {
+    let me = user("cli-json");
+    let first = me.api.submit(&json!({"type": "demo", "params": {"items": 1}})).await;
+    let second = me.api.submit(&json!({"type": "demo", "params": {"items": 2}})).await;
+    me.api.wait_terminal(&first, Duration::from_secs(60)).await;
+
+    let ls = json_out(&run(&me.token, &["--json", "ls"]).await);
+    let ids: Vec<&str> =
+        ls["jobs"].as_array().unwrap().iter().map(|j| j["job_id"].as_str().unwrap()).collect();
+    assert_eq!(ids, [second.as_str(), first.as_str()], "newest first");
+    // --limit 1 pages: one job and a cursor; --all follows it.
+    let one = json_out(&run(&me.token, &["--json", "ls", "--type", "demo", "--limit", "1"]).await);
+    assert_eq!(one["jobs"].as_array().unwrap().len(), 1);
+    assert!(one["next_cursor"].is_string());
+    let all = json_out(&run(&me.token, &["--json", "ls", "--all", "--type", "demo"]).await);
+    assert_eq!(all["jobs"].as_array().unwrap().len(), 2);
+    let text = run(&me.token, &["ls", "--status", "succeeded"]).await;
+    assert!(stdout(&text).starts_with("ID "), "{}", stdout(&text));
+    assert!(stdout(&text).contains(&first));
+
+    let status = json_out(&run(&me.token, &["--json", "status", &first]).await);
+    assert_eq!(
+        (status["job_id"].as_str(), status["status"].as_str()),
+        (Some(first.as_str()), Some("succeeded"))
+    );
+    let text = run(&me.token, &["status", &first]).await;
+    assert!(stdout(&text).contains("status:    succeeded"), "{}", stdout(&text));
+
+    let types = json_out(&run(&me.token, &["--json", "job-types"]).await);
+    assert!(types["job_types"].as_array().unwrap().iter().any(|t| t["type"] == "demo"));
+    assert!(stdout(&run(&me.token, &["job-types"]).await).contains("demo"));
+
+    let deliveries = json_out(&run(&me.token, &["--json", "deliveries", &first]).await);
+    assert_eq!(deliveries["deliveries"], json!([]));
+    assert!(
+        stdout(&run(&me.token, &["deliveries", &first]).await).contains("no webhook deliveries")
+    );
+}
+
+#[tokio::test]
+async fn watch_in_a_terminal_draws_the_bar_to_100_percent() {
+    use portable_pty::{CommandBuilder, PtySize, native_pty_system};
+
+    let me = user("cli-pty");
+    let job_id =
+        me.api.submit(&json!({"type": "demo", "params": {"items": 20, "item_ms": 100}})).await;
+    let live = me.api.get(&format!("/jobs/{job_id}")).await.json;
+    assert!(live["events_url"].is_string(), "a live job links its stream: {live}");
+    let pty = native_pty_system();
+    let pair = pty
+        .openpty(PtySize { rows: 24, cols: 160, pixel_width: 0, pixel_height: 0 })
+        .expect("a pseudo-terminal");
+    let mut cmd = CommandBuilder::new(BIN);
+    cmd.args(["watch", "--verbose", &job_id]);
+    cmd.env("LONGHAUL_API", &harness().stack.api_url);
+    cmd.env("LONGHAUL_TOKEN", &me.token);
+    cmd.env("TERM", "xterm-256color");
+    let mut child = pair.slave.spawn_command(cmd).expect("watch started");
+    // Only the child holds the terminal's slave end now: reading ends when it exits.
+    drop(pair.slave);
+    let mut reader = pair.master.try_clone_reader().expect("a reader");
+    let screen = tokio::task::spawn_blocking(move || {
+        let mut seen = Vec::new();
+        let mut buf = [0u8; 4096];
+        loop {
+            match reader.read(&mut buf) {
+                // EIO once the child closed the terminal: the end of its output.
+                Ok(0) | Err(_) => break,
+                Ok(n) => seen.extend_from_slice(&buf[..n]),
+            }
+        }
+        seen
+    });
+    let screen =
+        tokio::time::timeout(Duration::from_secs(90), screen).await.expect("watch ended").unwrap();
+    let status = child.wait().expect("exit status");
+    drop(pair.master);
+    let screen = String::from_utf8_lossy(&screen);
+    eprintln!("{screen}");
+    assert!(status.success(), "{status:?}");
+    assert!(screen.contains("/20 items"), "the bar shows items: {screen}");
+    assert!(screen.contains("100%"), "the bar reached 100%: {screen}");
+    assert!(screen.contains(&format!("job {job_id} succeeded")), "{screen}");
+    // The live job's stream fed the bar; watch never polled.
+    assert!(screen.contains("live stream: connecting (from the start)"), "{screen}");
+    assert!(screen.contains("live stream: the job ended"), "{screen}");
+    assert!(!screen.contains("polling"), "the live stream served it: {screen}");
+}
+
+#[tokio::test]
+async fn watch_falls_back_to_polling_when_the_stream_is_refused() {
+    let me = user("cli-poll");
+    let job_id =
+        me.api.submit(&json!({"type": "demo", "params": {"items": 20, "item_ms": 100}})).await;
+    let live = me.api.get(&format!("/jobs/{job_id}")).await.json;
+    let url = live["events_url"].as_str().expect("a live job links its stream").to_owned();
+    // Hold every stream slot of the job (LONGHAUL_MAX_STREAMS_PER_JOB, 5): the next is a 429.
+    let mut held = Vec::new();
+    for _ in 0..5 {
+        let stream = reqwest::get(&url).await.unwrap();
+        assert_eq!(stream.status(), 200);
+        held.push(stream);
+    }
+    let watched = run(&me.token, &["watch", "-v", &job_id]).await;
+    assert_eq!(code(&watched), 0, "{}", stderr(&watched));
+    assert!(stdout(&watched).contains(&format!("job {job_id} succeeded")));
+    let note = stderr(&watched);
+    assert!(note.contains("live stream unavailable") && note.contains("(HTTP 429)"), "{note}");
+    assert!(note.contains("polling instead"), "{note}");
+    // At the pace the status answers ask for (`Retry-After`), never faster than a second.
+    assert!(note.contains("polling: next in "), "{note}");
+    assert!(!note.contains("polling: next in 0s"), "{note}");
+    drop(held);
+}
+
+#[tokio::test]
+async fn watch_rides_out_an_unreachable_api_then_gives_up_with_4() {
+    let me = user("cli-down");
+    // Nothing listens on port 9 of loopback (discard, never served here).
+    let down = run(&me.token, &["--api", "http://127.0.0.1:9", "watch", "some-job"]).await;
+    assert_eq!(code(&down), 4);
+    let note = stderr(&down);
+    assert_eq!(note.matches("trying again in 2s").count(), 5, "{note}");
+    assert!(note.contains("error: GET /jobs/some-job: error sending request"), "{note}");
+    // Other commands report it at once.
+    let ls = run(&me.token, &["--api", "http://127.0.0.1:9", "ls"]).await;
+    assert_eq!(code(&ls), 4);
+    assert!(!stderr(&ls).contains("trying again"));
+}

@@ -1,0 +1,710 @@
+// longhaul web console: a plain ES module, no build step, no dependency.
+//
+// The token lives in sessionStorage only (gone with the tab); `#token=…` in the URL fills it
+// and is stripped from the address at once. Live jobs are watched over their SSE stream
+// (`events_url` from GET /jobs/{id}): EventSource resumes with Last-Event-ID by itself after
+// a dropped connection; when the link expires (15 minutes) or the stream fails, the console
+// fetches the job again for a fresh link and reopens it — a stream never dead-ends.
+
+const TOKEN_KEY = "longhaul.token";
+const API_KEY = "longhaul.api";
+const LIVE = new Set(["pending", "queued", "running"]);
+const PAGE = 20;
+
+const $ = (id) => document.getElementById(id);
+
+/** An API error, from an application/problem+json body when there is one. */
+class ApiError extends Error {
+  constructor(status, title, detail, body) {
+    super(`${title}${detail ? `: ${detail}` : ""}`);
+    this.status = status;
+    this.title = title;
+    this.detail = detail;
+    this.body = body;
+  }
+}
+
+const state = {
+  cursor: null,
+  jobTypes: [],
+  /** job id -> {row, job, watcher} */
+  rows: new Map(),
+  detailId: null,
+};
+
+function apiBase() {
+  return (localStorage.getItem(API_KEY) || location.origin).replace(/\/+$/, "");
+}
+
+function token() {
+  return sessionStorage.getItem(TOKEN_KEY) || "";
+}
+
+/** Calls the API; resolves to {status, headers, body} or throws an ApiError. */
+async function api(method, path, body) {
+  const headers = { Authorization: `Bearer ${token()}` };
+  if (body !== undefined) headers["Content-Type"] = "application/json";
+  let response;
+  try {
+    response = await fetch(`${apiBase()}${path}`, {
+      method,
+      headers,
+      body: body === undefined ? undefined : JSON.stringify(body),
+      cache: "no-store",
+    });
+  } catch (err) {
+    throw new ApiError(0, "The API could not be reached", String(err.message || err));
+  }
+  const text = await response.text();
+  let json = null;
+  try {
+    json = text ? JSON.parse(text) : null;
+  } catch {
+    json = null;
+  }
+  if (!response.ok) throw toApiError(response.status, json, text);
+  return { status: response.status, headers: response.headers, body: json };
+}
+
+function toApiError(status, json, text) {
+  if (json && json.title) return new ApiError(status, json.title, json.detail || "", json);
+  if (status === 401) {
+    return new ApiError(401, "Unauthorized", "The token is missing, expired or not accepted by this API.", json);
+  }
+  const message = (json && json.message) || text || `HTTP ${status}`;
+  return new ApiError(status, `HTTP ${status}`, message, json);
+}
+
+function showProblem(err) {
+  const title = err instanceof ApiError ? err.title : "Something went wrong";
+  const detail = err instanceof ApiError ? err.detail : String(err.message || err);
+  $("problem-title").textContent = title;
+  $("problem-detail").textContent = detail;
+  $("problem").hidden = false;
+}
+
+function clearProblem() {
+  $("problem").hidden = true;
+}
+
+/** Runs an action, showing its failure as a problem banner. */
+async function attempt(action) {
+  try {
+    clearProblem();
+    return await action();
+  } catch (err) {
+    showProblem(err);
+    return undefined;
+  }
+}
+
+// ------------------------------------------------------------------ sign in
+
+function readTokenFromFragment() {
+  const params = new URLSearchParams(location.hash.replace(/^#/, ""));
+  const fromUrl = params.get("token");
+  if (fromUrl) {
+    sessionStorage.setItem(TOKEN_KEY, fromUrl);
+    params.delete("token");
+    const rest = params.toString();
+    // Out of the address bar and the history entry: never bookmarked or shared by accident.
+    history.replaceState(null, "", `${location.pathname}${location.search}${rest ? `#${rest}` : ""}`);
+  }
+}
+
+function signedIn() {
+  return token() !== "";
+}
+
+// ------------------------------------------------------------------ jobs list
+
+function fmtTime(iso) {
+  if (!iso) return "";
+  const date = new Date(iso);
+  return Number.isNaN(date.getTime()) ? iso : date.toLocaleString();
+}
+
+function fmtEta(seconds) {
+  if (seconds === null || seconds === undefined) return "";
+  if (seconds < 60) return `${Math.round(seconds)} s left`;
+  return `${Math.round(seconds / 60)} min left`;
+}
+
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs)) {
+    if (key === "class") node.className = value;
+    else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+    else if (value !== undefined && value !== null) node.setAttribute(key, value);
+  }
+  for (const child of children) {
+    if (child !== null && child !== undefined) node.append(child);
+  }
+  return node;
+}
+
+function rowFor(job) {
+  let entry = state.rows.get(job.job_id);
+  if (!entry) {
+    const row = el("tr", { "data-job-id": job.job_id, "data-streams": "0", "data-streams-opened": "0", "data-link-refreshes": "0" });
+    const bar = el("progress", { max: "100", value: "0" });
+    const label = el("span", { class: "pct" }, "");
+    const stage = el("span", { class: "stage" }, "");
+    row.append(
+      el("td", {}, el("a", { href: "#", class: "job-link", onclick: (e) => { e.preventDefault(); showDetail(job.job_id); } }, job.job_id)),
+      el("td", { class: "type" }, job.type || ""),
+      el("td", {}, el("span", { class: "status" }, "")),
+      el("td", { class: "progress" }, bar, label, stage),
+      el("td", { class: "created" }, fmtTime(job.created_at)),
+      el("td", { class: "actions" }),
+    );
+    entry = { row, job: {}, watcher: null, bar, label, stage };
+    state.rows.set(job.job_id, entry);
+  }
+  return entry;
+}
+
+/** Applies what is known of a job (a summary, a full job, or a stream event) to its row. */
+function update(jobId, patch) {
+  const entry = state.rows.get(jobId);
+  if (!entry) return;
+  const job = Object.assign(entry.job, patch);
+  const row = entry.row;
+  row.dataset.status = job.status || "";
+  row.querySelector(".status").textContent = job.status || "";
+  row.querySelector(".status").className = `status ${job.status || ""}`;
+  const progress = job.progress || {};
+  let pct = Number(progress.pct ?? 0);
+  if (job.status === "succeeded" || job.status === "expired") pct = 100;
+  // Progress never goes backwards (a reopened stream may start from an older view).
+  pct = Math.max(pct, Number(entry.bar.value) || 0);
+  entry.bar.value = pct;
+  entry.label.textContent = `${Math.floor(pct)} %`;
+  const items = progress.items_total ? ` · ${progress.items_done ?? 0}/${progress.items_total}` : "";
+  const eta = LIVE.has(job.status) ? ` · ${fmtEta(progress.eta)}` : "";
+  entry.stage.textContent = `${progress.stage || ""}${items}${eta}`.replace(/^ · /, "");
+  if (job.waiting) entry.stage.textContent = job.waiting.message || job.waiting.reason;
+  renderActions(jobId);
+}
+
+function renderActions(jobId) {
+  const entry = state.rows.get(jobId);
+  const job = entry.job;
+  const cell = entry.row.querySelector(".actions");
+  cell.replaceChildren();
+  if (LIVE.has(job.status)) {
+    cell.append(el("button", { type: "button", class: "cancel", onclick: () => cancel(jobId) }, "Cancel"));
+  }
+  if (job.status === "failed" || job.status === "cancelled") {
+    cell.append(el("button", { type: "button", class: "retry", onclick: () => retry(jobId) }, "Retry"));
+  }
+  if (job.status === "succeeded") {
+    cell.append(el("button", { type: "button", class: "download", onclick: () => download(jobId) }, "Download"));
+  }
+}
+
+async function loadJobs(reset) {
+  if (reset) {
+    for (const entry of state.rows.values()) stopWatching(entry);
+    state.rows.clear();
+    state.cursor = null;
+    $("jobs").tBodies[0].replaceChildren();
+    $("more").hidden = true;
+  }
+  if (!signedIn()) return;
+  const query = new URLSearchParams({ limit: String(PAGE) });
+  if ($("filter-status").value) query.set("status", $("filter-status").value);
+  if ($("filter-type").value) query.set("type", $("filter-type").value);
+  if (!reset && state.cursor) query.set("cursor", state.cursor);
+  await attempt(async () => {
+    const { body } = await api("GET", `/jobs?${query}`);
+    for (const job of body.jobs) addJob(job, false);
+    state.cursor = body.next_cursor || null;
+    $("more").hidden = !state.cursor;
+    $("empty").hidden = state.rows.size > 0;
+  });
+}
+
+/** Shows a job (at the top when new) and watches it while it is live. */
+function addJob(job, top) {
+  const known = state.rows.has(job.job_id);
+  const entry = rowFor(job);
+  const body = $("jobs").tBodies[0];
+  if (!known) {
+    if (top) body.prepend(entry.row);
+    else body.append(entry.row);
+  }
+  update(job.job_id, job);
+  $("empty").hidden = true;
+  if (LIVE.has(job.status)) watch(job.job_id);
+}
+
+// ------------------------------------------------------------------ live progress
+
+function stopWatching(entry) {
+  if (entry && entry.watcher) {
+    entry.watcher.stopped = true;
+    if (entry.watcher.source) entry.watcher.source.close();
+    clearTimeout(entry.watcher.timer);
+    entry.watcher = null;
+  }
+}
+
+/** Follows a live job over its SSE stream until it ends. */
+function watch(jobId) {
+  const entry = state.rows.get(jobId);
+  if (!entry || entry.watcher) return;
+  const watcher = { source: null, timer: null, failures: 0, stopped: false };
+  entry.watcher = watcher;
+  refreshAndOpen(jobId, watcher);
+}
+
+/** Fetches the job (its current state and a fresh events_url) and opens the stream. */
+async function refreshAndOpen(jobId, watcher) {
+  if (watcher.stopped) return;
+  let job;
+  try {
+    job = (await api("GET", `/jobs/${encodeURIComponent(jobId)}`)).body;
+  } catch (err) {
+    if (err instanceof ApiError && err.status === 404) {
+      stopWatching(state.rows.get(jobId)); // the job no longer exists
+      return;
+    }
+    // Not a dead end: try again, backing off (the API or the network may be down).
+    retryLater(jobId, watcher);
+    return;
+  }
+  update(jobId, job);
+  if (!LIVE.has(job.status) || !job.events_url) {
+    finish(jobId);
+    return;
+  }
+  open(jobId, watcher, job.events_url);
+}
+
+function retryLater(jobId, watcher) {
+  if (watcher.stopped) return;
+  watcher.failures += 1;
+  const delay = Math.min(30000, 1000 * 2 ** Math.min(watcher.failures - 1, 5));
+  clearTimeout(watcher.timer);
+  watcher.timer = setTimeout(() => refreshAndOpen(jobId, watcher), delay);
+}
+
+function open(jobId, watcher, url) {
+  const entry = state.rows.get(jobId);
+  if (!entry || watcher.stopped) return;
+  const source = new EventSource(url);
+  watcher.source = source;
+  entry.row.dataset.streams = String(Number(entry.row.dataset.streams) + 1);
+  source.addEventListener("open", () => {
+    watcher.failures = 0;
+    entry.row.dataset.streamsOpened = String(Number(entry.row.dataset.streamsOpened) + 1);
+    entry.row.dataset.streamOpen = "true";
+  });
+  source.addEventListener("progress", (event) => {
+    const data = JSON.parse(event.data);
+    update(jobId, {
+      status: data.status,
+      progress: {
+        pct: data.pct, stage: data.stage, items_done: data.items_done,
+        items_total: data.items_total, eta: data.eta,
+      },
+    });
+  });
+  source.addEventListener("status", (event) => {
+    // The terminal event: the stream is over (closing stops EventSource reconnecting).
+    source.close();
+    const data = JSON.parse(event.data);
+    update(jobId, { status: data.status, error: data.error });
+    finish(jobId);
+  });
+  source.addEventListener("error", (event) => {
+    entry.row.dataset.streamOpen = "false";
+    if (event.data) {
+      // The server's own `error` event (the job is gone): nothing more will come.
+      source.close();
+      retryLater(jobId, watcher);
+      return;
+    }
+    if (source.readyState === EventSource.CONNECTING) {
+      // A dropped connection or a stream that ended at its time limit: EventSource
+      // reconnects by itself with Last-Event-ID.
+      return;
+    }
+    // CLOSED: refused (an expired link is a 401, a busy job a 429) — get a fresh link.
+    source.close();
+    entry.row.dataset.linkRefreshes = String(Number(entry.row.dataset.linkRefreshes) + 1);
+    if (watcher.failures === 0) {
+      watcher.failures = 1;
+      refreshAndOpen(jobId, watcher);
+    } else {
+      retryLater(jobId, watcher);
+    }
+  });
+}
+
+/** A job ended: read it once more (the final transitions, error, result) and stop. */
+async function finish(jobId) {
+  const entry = state.rows.get(jobId);
+  stopWatching(entry);
+  await attempt(async () => {
+    const { body } = await api("GET", `/jobs/${encodeURIComponent(jobId)}`);
+    update(jobId, body);
+    if (state.detailId === jobId) renderDetail(body);
+  });
+}
+
+// ------------------------------------------------------------------ actions
+
+async function cancel(jobId) {
+  await attempt(async () => {
+    await api("POST", `/jobs/${encodeURIComponent(jobId)}/cancel`, { reason: "cancelled from the web console" });
+    const entry = state.rows.get(jobId);
+    stopWatching(entry);
+    const { body } = await api("GET", `/jobs/${encodeURIComponent(jobId)}`);
+    update(jobId, body);
+    // A running job ends at its next progress write: keep following it until it does.
+    if (LIVE.has(body.status)) watch(jobId);
+  });
+}
+
+async function retry(jobId) {
+  await attempt(async () => {
+    const { body } = await api("POST", `/jobs/${encodeURIComponent(jobId)}/retry`);
+    const { body: job } = await api("GET", `/jobs/${encodeURIComponent(body.job_id)}`);
+    addJob(job, true);
+  });
+}
+
+/** Downloads the result: GET /jobs/{id}/result answers 303 to a presigned URL, followed here. */
+async function download(jobId) {
+  await attempt(async () => {
+    let response;
+    try {
+      response = await fetch(`${apiBase()}/jobs/${encodeURIComponent(jobId)}/result`, {
+        headers: { Authorization: `Bearer ${token()}` },
+        cache: "no-store",
+      });
+    } catch (err) {
+      throw new ApiError(0, "The result could not be downloaded", String(err.message || err));
+    }
+    if (!response.ok) {
+      const text = await response.text();
+      let json = null;
+      try { json = JSON.parse(text); } catch { json = null; }
+      throw toApiError(response.status, json, text);
+    }
+    const blob = await response.blob();
+    const type = response.headers.get("content-type") || "";
+    const ext = type.includes("csv") ? "csv" : type.includes("json") ? "json" : "bin";
+    const link = el("a", { href: URL.createObjectURL(blob), download: `${jobId}-result.${ext}` });
+    document.body.append(link);
+    link.click();
+    link.remove();
+    const row = state.rows.get(jobId);
+    if (row) row.row.dataset.downloadedBytes = String(blob.size);
+    setTimeout(() => URL.revokeObjectURL(link.href), 60000);
+  });
+}
+
+// ------------------------------------------------------------------ detail
+
+async function showDetail(jobId) {
+  state.detailId = jobId;
+  await attempt(async () => {
+    const [{ body: job }, { body: deliveries }] = await Promise.all([
+      api("GET", `/jobs/${encodeURIComponent(jobId)}`),
+      api("GET", `/jobs/${encodeURIComponent(jobId)}/deliveries`),
+    ]);
+    renderDetail(job);
+    renderDeliveries(deliveries.deliveries || []);
+    $("detail-section").hidden = false;
+    $("detail-section").scrollIntoView({ block: "nearest" });
+  });
+}
+
+function renderDetail(job) {
+  $("detail-id").textContent = job.job_id;
+  const summary = $("detail-summary");
+  summary.replaceChildren();
+  const add = (name, value) => {
+    if (value === undefined || value === null || value === "") return;
+    summary.append(el("dt", {}, name), el("dd", {}, String(value)));
+  };
+  add("Type", job.type);
+  add("Status", job.status);
+  add("Priority", job.priority);
+  add("Attempt", job.attempt);
+  add("Progress", job.progress ? `${Math.floor(job.progress.pct ?? 0)} % ${job.progress.stage || ""}` : "");
+  add("Created", fmtTime(job.created_at));
+  add("Started", fmtTime(job.started_at));
+  add("Finished", fmtTime(job.finished_at));
+  add("Not before", fmtTime(job.not_before));
+  add("Retry of", job.retry_of);
+  add("Callback", job.callback_url);
+  if (job.waiting) add("Waiting", job.waiting.message || job.waiting.reason);
+  if (job.error) add("Error", `${job.error.code}: ${job.error.message}`);
+  if (job.cancellation) add("Cancellation", JSON.stringify(job.cancellation));
+  const body = $("transitions").tBodies[0];
+  body.replaceChildren(
+    ...(job.transitions || []).map((t) => el("tr", {}, el("td", {}, t.state), el("td", {}, fmtTime(t.at)), el("td", {}, t.reason || ""))),
+  );
+  $("detail-raw").textContent = JSON.stringify(job, null, 2);
+}
+
+function renderDeliveries(deliveries) {
+  const body = $("deliveries").tBodies[0];
+  body.replaceChildren(
+    ...deliveries.map((d) => el(
+      "tr", {},
+      el("td", {}, d.event || ""), el("td", {}, String(d.attempt ?? "")), el("td", {}, fmtTime(d.at)),
+      el("td", {}, d.status_code == null ? "" : String(d.status_code)),
+      el("td", {}, d.latency_ms == null ? "" : `${d.latency_ms} ms`),
+      el("td", {}, d.outcome || ""), el("td", {}, d.error || ""),
+    )),
+  );
+  $("no-deliveries").hidden = deliveries.length > 0;
+}
+
+// ------------------------------------------------------------------ submit form
+
+/** Resolves a local `$ref` (`#/$defs/…`) against the schema it came from. */
+function deref(schema, root) {
+  let node = schema;
+  for (let i = 0; node && node.$ref && i < 10; i += 1) {
+    const path = node.$ref.replace(/^#\//, "").split("/");
+    node = path.reduce((n, key) => (n ? n[key] : undefined), root);
+  }
+  return node || {};
+}
+
+/** The enum values a (sub)schema allows, if it is an enumeration. */
+function enumValues(schema, root) {
+  const node = deref(schema, root);
+  if (Array.isArray(node.enum)) return node.enum;
+  if (node.const !== undefined) return [node.const];
+  const alternatives = node.oneOf || node.anyOf;
+  if (Array.isArray(alternatives)) {
+    const values = [];
+    for (const alt of alternatives) {
+      const inner = deref(alt, root);
+      if (inner.type === "null") continue;
+      const found = enumValues(inner, root);
+      if (!found) return null;
+      values.push(...found);
+    }
+    return values.length ? values : null;
+  }
+  return null;
+}
+
+function baseType(schema, root) {
+  const node = deref(schema, root);
+  if (Array.isArray(node.type)) return node.type.find((t) => t !== "null") || "string";
+  if (node.type) return node.type;
+  const alternatives = node.oneOf || node.anyOf;
+  if (Array.isArray(alternatives)) {
+    const inner = alternatives.map((a) => deref(a, root)).find((a) => a.type !== "null");
+    if (inner) return baseType(inner, root);
+  }
+  return "json";
+}
+
+/** Whether a param names an upload (a file input is offered beside it). */
+function namesUpload(name, schema) {
+  return /^inputs?$/.test(name) || /upload/i.test(schema.description || "");
+}
+
+function renderParams() {
+  const container = $("params-fields");
+  container.replaceChildren();
+  const kind = state.jobTypes.find((t) => t.type === $("job-type").value);
+  if (!kind) return;
+  const root = kind.params_schema || {};
+  const schema = deref(root, root);
+  const required = new Set(schema.required || []);
+  for (const [name, raw] of Object.entries(schema.properties || {})) {
+    const prop = deref(raw, root);
+    const values = enumValues(raw, root);
+    const type = values ? "enum" : baseType(raw, root);
+    const id = `param-${name}`;
+    let input;
+    if (type === "enum") {
+      input = el("select", { id });
+      if (!required.has(name)) input.append(el("option", { value: "" }, "(default)"));
+      for (const value of values) input.append(el("option", { value: JSON.stringify(value) }, String(value)));
+    } else if (type === "boolean") {
+      input = el("select", { id }, el("option", { value: "" }, "(default)"), el("option", { value: "true" }, "true"), el("option", { value: "false" }, "false"));
+    } else if (type === "integer" || type === "number") {
+      input = el("input", { id, type: "number", step: type === "integer" ? "1" : "any", min: prop.minimum, max: prop.maximum });
+    } else if (type === "string") {
+      input = el("input", { id, type: "text", spellcheck: "false" });
+    } else {
+      input = el("textarea", { id, rows: "3", spellcheck: "false", placeholder: "JSON" });
+    }
+    input.dataset.param = name;
+    input.dataset.kind = type;
+    if (prop.default !== undefined && type !== "enum") {
+      input.placeholder = `default ${JSON.stringify(prop.default)}`;
+    }
+    if (required.has(name)) input.required = true;
+    const label = el("label", { class: "param", title: prop.description || "" },
+      el("span", {}, `${name}${required.has(name) ? " *" : ""}`), input);
+    if (prop.description) label.append(el("small", {}, prop.description));
+    if (type === "string" && namesUpload(name, prop)) {
+      const file = el("input", { type: "file", "data-upload-for": name });
+      file.addEventListener("change", () => upload(file, input));
+      label.append(file);
+    }
+    container.append(label);
+  }
+  $("raw-params").value = JSON.stringify(formParams(false), null, 2);
+}
+
+/** The params the form's fields say (only the filled ones; the server applies defaults). */
+function formParams(strict) {
+  const params = {};
+  for (const input of $("params-fields").querySelectorAll("[data-param]")) {
+    const value = input.value.trim();
+    if (value === "") continue;
+    const name = input.dataset.param;
+    switch (input.dataset.kind) {
+      case "integer":
+      case "number":
+        params[name] = Number(value);
+        break;
+      case "boolean":
+        params[name] = value === "true";
+        break;
+      case "enum":
+        params[name] = JSON.parse(value);
+        break;
+      case "string":
+        params[name] = input.value;
+        break;
+      default:
+        try {
+          params[name] = JSON.parse(value);
+        } catch {
+          if (strict) throw new ApiError(0, "Invalid params", `${name} is not valid JSON.`);
+        }
+    }
+  }
+  return params;
+}
+
+/** Uploads a file (POST /uploads, then the presigned PUT) and names it in the param. */
+async function upload(fileInput, target) {
+  const file = fileInput.files[0];
+  if (!file) return;
+  await attempt(async () => {
+    target.value = "";
+    target.placeholder = `uploading ${file.name}…`;
+    const { body: grant } = await api("POST", "/uploads", {
+      filename: file.name,
+      content_type: file.type || "application/octet-stream",
+      size_bytes: file.size,
+    });
+    let response;
+    try {
+      response = await fetch(grant.upload_url, { method: grant.method || "PUT", headers: grant.headers || {}, body: file });
+    } catch (err) {
+      throw new ApiError(0, "The upload failed", String(err.message || err));
+    }
+    if (!response.ok) throw new ApiError(response.status, "The upload failed", `storage answered ${response.status}`);
+    target.value = grant.input;
+    target.placeholder = "";
+  });
+}
+
+async function submit(event) {
+  event.preventDefault();
+  await attempt(async () => {
+    let params;
+    if ($("raw-mode").checked) {
+      try {
+        params = JSON.parse($("raw-params").value || "{}");
+      } catch (err) {
+        throw new ApiError(0, "Invalid params", `The JSON does not parse: ${err.message}`);
+      }
+    } else {
+      params = formParams(true);
+    }
+    const request = { type: $("job-type").value, params, priority: $("priority").value };
+    if ($("callback-url").value.trim()) request.callback_url = $("callback-url").value.trim();
+    const { body } = await api("POST", "/jobs", request);
+    const { body: job } = await api("GET", `/jobs/${encodeURIComponent(body.job_id)}`);
+    addJob(job, true);
+  });
+}
+
+async function loadJobTypes() {
+  if (!signedIn()) return;
+  await attempt(async () => {
+    const { body } = await api("GET", "/job-types");
+    state.jobTypes = body.job_types || [];
+    const select = $("job-type");
+    const filter = $("filter-type");
+    const current = select.value;
+    select.replaceChildren(...state.jobTypes.map((t) => el("option", { value: t.type }, t.type)));
+    filter.replaceChildren(el("option", { value: "" }, "any"), ...state.jobTypes.map((t) => el("option", { value: t.type }, t.type)));
+    if (state.jobTypes.some((t) => t.type === current)) select.value = current;
+    renderParams();
+  });
+}
+
+// ------------------------------------------------------------------ start
+
+function start() {
+  readTokenFromFragment();
+  $("token").value = token();
+  $("api-base").value = localStorage.getItem(API_KEY) || "";
+  document.body.dataset.signedIn = String(signedIn());
+
+  $("auth").addEventListener("submit", (event) => {
+    event.preventDefault();
+    sessionStorage.setItem(TOKEN_KEY, $("token").value.trim());
+    document.body.dataset.signedIn = String(signedIn());
+    loadJobTypes();
+    loadJobs(true);
+  });
+  $("sign-out").addEventListener("click", () => {
+    sessionStorage.removeItem(TOKEN_KEY);
+    $("token").value = "";
+    document.body.dataset.signedIn = "false";
+    loadJobs(true);
+  });
+  $("save-api").addEventListener("click", () => {
+    const base = $("api-base").value.trim();
+    if (base) localStorage.setItem(API_KEY, base);
+    else localStorage.removeItem(API_KEY);
+    loadJobTypes();
+    loadJobs(true);
+  });
+  $("problem-close").addEventListener("click", clearProblem);
+  $("refresh").addEventListener("click", () => loadJobs(true));
+  $("more").addEventListener("click", () => loadJobs(false));
+  $("filter-status").addEventListener("change", () => loadJobs(true));
+  $("filter-type").addEventListener("change", () => loadJobs(true));
+  $("job-type").addEventListener("change", renderParams);
+  $("raw-mode").addEventListener("change", () => {
+    const raw = $("raw-mode").checked;
+    if (raw) $("raw-params").value = JSON.stringify(formParams(false), null, 2);
+    $("raw-params").hidden = !raw;
+    $("params-fields").hidden = raw;
+    // A disabled fieldset's (required) fields are left out of the form's validation.
+    $("params-fields").disabled = raw;
+  });
+  $("submit-form").addEventListener("submit", submit);
+  $("detail-close").addEventListener("click", () => {
+    state.detailId = null;
+    $("detail-section").hidden = true;
+  });
+
+  if (signedIn()) {
+    loadJobTypes();
+    loadJobs(true);
+  }
+}
+
+start();

@@ -1,0 +1,503 @@
+//! The web console (`console/`, served at `/console/` by the console function), driven in a
+//! real browser: headless Chromium through chromedriver (Debian's `chromium` and
+//! `chromium-driver`, installed here with apt-get when missing — a machine where they cannot
+//! be installed FAILS this test, it never passes without a browser).
+//!
+//! The console is opened at `http://localhost:<port>/console/` while the stack's links (the
+//! events function URL, presigned S3 URLs) name `127.0.0.1`: every stream, download and
+//! upload is cross-origin, as deployed, and works only with the CORS answers of the function
+//! URL and the bucket. Stream links live 3 s here (`LONGHAUL_STREAM_TOKEN_TTL_SECONDS`) and
+//! streams end every 2 s (`LONGHAUL_STREAM_MAX_SECONDS`), so a job of a few seconds already
+//! sees EventSource reconnect with Last-Event-ID and then its link expire: the console must
+//! fetch a fresh one, or the bar stops. Screenshots go to `target/console-screenshots/`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fantoccini::wd::WebDriverCompatibleCommand;
+use fantoccini::{Client, ClientBuilder, Locator};
+use longhaul_tests::{Api, harness_with, principal, root};
+use serde_json::{Value, json};
+
+fn stack() -> &'static longhaul_tests::Harness {
+    harness_with(&[
+        ("LONGHAUL_STREAM_TOKEN_TTL_SECONDS", "3"),
+        ("LONGHAUL_STREAM_MAX_SECONDS", "2"),
+        ("LONGHAUL_STREAM_POLL_MS", "100"),
+    ])
+}
+
+fn which(program: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths).map(|dir| dir.join(program)).find(|p| p.is_file())
+    })
+}
+
+/// chromedriver and chromium, installed from Debian's packages when missing.
+fn browser() -> (PathBuf, PathBuf) {
+    let found = || which("chromedriver").zip(which("chromium"));
+    if let Some(found) = found() {
+        return found;
+    }
+    eprintln!("console test: installing chromium and chromium-driver with apt-get");
+    let run = |args: &[&str]| {
+        Command::new("apt-get")
+            .args(args)
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .output()
+            .map(|o| {
+                format!(
+                    "{}{}",
+                    String::from_utf8_lossy(&o.stdout),
+                    String::from_utf8_lossy(&o.stderr)
+                )
+            })
+            .unwrap_or_else(|e| format!("apt-get could not run: {e}"))
+    };
+    let update = run(&["update", "-qq"]);
+    let install = run(&["install", "-y", "-qq", "chromium", "chromium-driver"]);
+    found().unwrap_or_else(|| {
+        panic!(
+            "the browser test needs `chromedriver` and `chromium` on PATH (Debian packages \
+             chromium and chromium-driver) and could not install them:\n{update}\n{install}"
+        )
+    })
+}
+
+/// A chromedriver process on a free port, killed when dropped.
+struct Driver {
+    child: std::process::Child,
+    url: String,
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        if let Err(err) = self.child.kill() {
+            eprintln!("stopping chromedriver: {err}");
+        }
+        if let Err(err) = self.child.wait() {
+            eprintln!("reaping chromedriver: {err}");
+        }
+    }
+}
+
+async fn start_driver(chromedriver: &Path) -> Driver {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let child = Command::new(chromedriver)
+        .arg(format!("--port={port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting {}: {e}", chromedriver.display()));
+    let driver = Driver { child, url: format!("http://127.0.0.1:{port}") };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        if reqwest::get(format!("{}/status", driver.url)).await.is_ok_and(|r| r.status() == 200) {
+            return driver;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("chromedriver did not answer on {}", driver.url);
+}
+
+/// A raw WebDriver command chromedriver understands beyond the W3C set.
+#[derive(Debug)]
+struct Raw {
+    path: &'static str,
+    body: Value,
+}
+
+impl WebDriverCompatibleCommand for Raw {
+    fn endpoint(
+        &self,
+        base: &url::Url,
+        session: Option<&str>,
+    ) -> Result<url::Url, url::ParseError> {
+        base.join(&format!("session/{}/{}", session.unwrap_or_default(), self.path))
+    }
+
+    fn method_and_body(&self, _url: &url::Url) -> (http::Method, Option<String>) {
+        (http::Method::POST, Some(self.body.to_string()))
+    }
+}
+
+async fn open_browser(driver: &Driver, chromium: &Path, downloads: &Path) -> Client {
+    let mut caps = serde_json::Map::new();
+    caps.insert(
+        "goog:chromeOptions".into(),
+        json!({
+            "binary": chromium,
+            "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                     "--window-size=1400,1000", "--no-proxy-server"],
+            "prefs": {"download.default_directory": downloads, "download.prompt_for_download": false},
+        }),
+    );
+    caps.insert("goog:loggingPrefs".into(), json!({"browser": "ALL"}));
+    let client = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+        .capabilities(caps)
+        .connect(&driver.url)
+        .await
+        .expect("a chromium session");
+    client
+        .issue_cmd(Raw {
+            path: "goog/cdp/execute",
+            body: json!({"cmd": "Browser.setDownloadBehavior",
+                         "params": {"behavior": "allow", "downloadPath": downloads}}),
+        })
+        .await
+        .expect("allowing downloads");
+    client
+}
+
+/// The jobs table as the page shows it.
+async fn rows(client: &Client) -> Vec<Value> {
+    let script = r#"return [...document.querySelectorAll('#jobs tbody tr')].map(r => ({
+        id: r.dataset.jobId, status: r.dataset.status || '',
+        pct: Number(r.querySelector('progress').value),
+        streams: Number(r.dataset.streams), opened: Number(r.dataset.streamsOpened),
+        refreshes: Number(r.dataset.linkRefreshes),
+        downloaded: r.dataset.downloadedBytes ? Number(r.dataset.downloadedBytes) : null }));"#;
+    match client.execute(script, vec![]).await.expect("reading the jobs table") {
+        Value::Array(rows) => rows,
+        other => panic!("{other:?}"),
+    }
+}
+
+async fn row(client: &Client, job_id: &str) -> Option<Value> {
+    rows(client).await.into_iter().find(|r| r["id"] == job_id)
+}
+
+async fn screenshot(client: &Client, name: &str) {
+    let dir = root().join("target/console-screenshots");
+    std::fs::create_dir_all(&dir).unwrap();
+    let png = client.screenshot().await.expect("a screenshot");
+    std::fs::write(dir.join(format!("{name}.png")), png).unwrap();
+}
+
+/// Waits until `check` holds for the job's row, recording every row seen; panics after
+/// `within`, with a screenshot.
+async fn wait_row(
+    client: &Client,
+    job_id: &str,
+    within: Duration,
+    what: &str,
+    seen: &mut Vec<Value>,
+    check: impl Fn(&Value) -> bool,
+) -> Value {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(row) = row(client, job_id).await {
+            seen.push(row.clone());
+            if check(&row) {
+                return row;
+            }
+        }
+        if Instant::now() > deadline {
+            screenshot(client, &format!("timeout-{what}")).await;
+            panic!("{what}: not within {within:?}; last rows {:?}", seen.last());
+        }
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+}
+
+async fn submit_from_form(client: &Client, job_type: &str, params: &[(&str, &str)]) -> String {
+    let before: Vec<Value> = rows(client).await.into_iter().map(|r| r["id"].clone()).collect();
+    client.find(Locator::Id("job-type")).await.unwrap().select_by_value(job_type).await.unwrap();
+    for (name, value) in params {
+        let input = client.find(Locator::Id(&format!("param-{name}"))).await.unwrap();
+        input.clear().await.unwrap();
+        input.send_keys(value).await.unwrap();
+    }
+    client.find(Locator::Id("submit")).await.unwrap().click().await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let now = rows(client).await;
+        if let Some(new) = now.iter().find(|r| !before.contains(&r["id"])) {
+            return new["id"].as_str().unwrap().to_owned();
+        }
+        assert!(Instant::now() < deadline, "the submitted job never showed in the list");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The browser's console log: every entry of level SEVERE, except the failed loads this test
+/// provokes on purpose (an expired stream link answers 401; an invalid submission 422).
+async fn severe_log_entries(client: &Client) -> Vec<Value> {
+    let log = client
+        .issue_cmd(Raw { path: "se/log", body: json!({"type": "browser"}) })
+        .await
+        .expect("the browser log");
+    log.as_array()
+        .cloned()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|e| e["level"] == "SEVERE")
+        .filter(|e| {
+            let message = e["message"].as_str().unwrap_or_default();
+            let expected_expiry =
+                message.contains("/_fn/EventsFunction/jobs/") && message.contains("401");
+            let expected_refusal = message.contains("/jobs ") && message.contains("422");
+            !(expected_expiry || expected_refusal)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_submits_watches_downloads_and_cancels_in_a_real_browser() {
+    let (chromedriver, chromium) = browser();
+    let api_url = stack().stack.api_url.clone();
+    // Another origin than the links the stack hands out (127.0.0.1): all of them cross-origin.
+    let console_origin = api_url.replace("127.0.0.1", "localhost");
+    let who = principal("console");
+    let api = Api::new(&who);
+    let token = api.token.clone().unwrap();
+    let seeded = api
+        .post_json("/jobs", &json!({"type": "demo", "params": {"items": 1, "item_ms": 0}}))
+        .await;
+    assert_eq!(seeded.status, 202, "{}", seeded.text);
+    let seeded_id = seeded.json["job_id"].as_str().unwrap().to_owned();
+
+    let downloads = root().join(format!("target/console-downloads/{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&downloads).unwrap();
+    // Chromium wants a plain absolute path (no `..`).
+    let downloads = downloads.canonicalize().unwrap();
+    let driver = start_driver(&chromedriver).await;
+    let client = open_browser(&driver, &chromium, &downloads).await;
+
+    // Signed in from the fragment, which leaves the address bar at once.
+    client.goto(&format!("{console_origin}/console/#token={token}")).await.unwrap();
+    let mut seen = Vec::new();
+    wait_row(&client, &seeded_id, Duration::from_secs(30), "seeded job listed", &mut seen, |r| {
+        r["status"] == "succeeded"
+    })
+    .await;
+    let url = client.current_url().await.unwrap();
+    assert!(!url.as_str().contains("token"), "the token stayed in the address: {url}");
+    let stored = client.execute("return sessionStorage.getItem('longhaul.token')", vec![]).await;
+    assert_eq!(stored.unwrap(), Value::String(token.clone()));
+    screenshot(&client, "1-signed-in").await;
+
+    // A problem+json answer is shown, title and detail.
+    client.find(Locator::Id("raw-mode")).await.unwrap().click().await.unwrap();
+    let raw = client.find(Locator::Id("raw-params")).await.unwrap();
+    raw.clear().await.unwrap();
+    raw.send_keys(r#"{"items": 0}"#).await.unwrap();
+    client.find(Locator::Id("job-type")).await.unwrap().select_by_value("demo").await.unwrap();
+    client.find(Locator::Id("submit")).await.unwrap().click().await.unwrap();
+    let problem = client.wait().for_element(Locator::Css("#problem:not([hidden])")).await.unwrap();
+    let shown = problem.text().await.unwrap();
+    assert!(shown.contains("items"), "the problem's detail is shown: {shown:?}");
+    screenshot(&client, "2-problem").await;
+    client.find(Locator::Id("problem-close")).await.unwrap().click().await.unwrap();
+    client.find(Locator::Id("raw-mode")).await.unwrap().click().await.unwrap();
+    // The params form is generated from the type's params_schema.
+    client.find(Locator::Id("job-type")).await.unwrap().select_by_value("demo").await.unwrap();
+
+    // A job submitted from the form: its bar moves over the stream and reaches 100 %.
+    let job = submit_from_form(&client, "demo", &[("items", "50"), ("item_ms", "200")]).await;
+    let mut seen = Vec::new();
+    let done = wait_row(&client, &job, Duration::from_secs(120), "job succeeded", &mut seen, |r| {
+        r["status"] == "succeeded" && r["pct"] == 100.0
+    })
+    .await;
+    screenshot(&client, "3-succeeded").await;
+    assert!(
+        seen.iter()
+            .any(|r| r["status"] == "running"
+                && r["pct"].as_f64().is_some_and(|p| p > 0.0 && p < 100.0)),
+        "the bar moved while the job ran: {seen:?}"
+    );
+    let mut last = 0.0;
+    for r in &seen {
+        let pct = r["pct"].as_f64().unwrap();
+        assert!(pct >= last, "the bar went backwards: {seen:?}");
+        last = pct;
+    }
+    // Streams were reopened with fresh links as the 3-second links expired: never a dead end.
+    assert!(done["opened"].as_f64().unwrap() >= 2.0, "{done}");
+    assert!(done["refreshes"].as_f64().unwrap() >= 1.0, "{done}");
+
+    // Download the result (the 303 to a presigned URL, followed by the page).
+    client
+        .find(Locator::Css(&format!("tr[data-job-id='{job}'] button.download")))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let file = downloads.join(format!("{job}-result.json"));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !file.is_file() {
+        if Instant::now() > deadline {
+            screenshot(&client, "timeout-download").await;
+            let problem = client.find(Locator::Id("problem")).await.unwrap().text().await;
+            panic!(
+                "no download appeared in {}; the page says {problem:?}; rows {:?}; browser log {:#?}",
+                downloads.display(),
+                rows(&client).await,
+                severe_log_entries(&client).await
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Chromium writes the file, then renames it; wait until it parses.
+    let result: Value = loop {
+        if let Ok(result) = serde_json::from_slice(&std::fs::read(&file).unwrap()) {
+            break result;
+        }
+        assert!(Instant::now() < deadline, "the download never completed");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(result["items"], 50, "{result}");
+
+    // A job whose params name an upload: the file input uploads it (POST /uploads, then the
+    // presigned PUT, cross-origin) and fills in the `input` to name.
+    let csv = downloads.join("sales.csv");
+    std::fs::write(&csv, "region,amount\neu,1\nus,2\neu,3\n").unwrap();
+    client
+        .find(Locator::Id("job-type"))
+        .await
+        .unwrap()
+        .select_by_value("csv_report")
+        .await
+        .unwrap();
+    let file_input = client.find(Locator::Css("input[data-upload-for='input']")).await.unwrap();
+    file_input.send_keys(csv.to_str().unwrap()).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let named = client.execute("return document.getElementById('param-input').value", vec![]);
+        if named.await.unwrap().as_str().is_some_and(|v| v.starts_with("uploads/")) {
+            break;
+        }
+        if Instant::now() > deadline {
+            screenshot(&client, "timeout-upload").await;
+            let problem = client.find(Locator::Id("problem")).await.unwrap().text().await;
+            panic!("the upload never named its input; the page says {problem:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let report = submit_from_form(
+        &client,
+        "csv_report",
+        &[("group_by", r#"["region"]"#), ("metrics", r#"[{"op": "sum", "column": "amount"}]"#)],
+    )
+    .await;
+    wait_row(&client, &report, Duration::from_secs(60), "report succeeded", &mut seen, |r| {
+        r["status"] == "succeeded"
+    })
+    .await;
+    let report = api.get(&format!("/jobs/{report}/result")).await;
+    assert_eq!(report.status, 303, "{}", report.text);
+
+    // The job's transitions, in the detail view.
+    client
+        .find(Locator::Css(&format!("tr[data-job-id='{job}'] a.job-link")))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    client.wait().for_element(Locator::Css("#detail-section:not([hidden])")).await.unwrap();
+    let transitions = client.find(Locator::Id("transitions")).await.unwrap().text().await.unwrap();
+    for state in ["queued", "running", "succeeded"] {
+        assert!(transitions.contains(state), "{state} in {transitions:?}");
+    }
+    screenshot(&client, "4-detail").await;
+
+    // A long job, cancelled from its row.
+    let long = submit_from_form(&client, "demo", &[("items", "1000"), ("item_ms", "1000")]).await;
+    let mut seen = Vec::new();
+    wait_row(&client, &long, Duration::from_secs(60), "long job running", &mut seen, |r| {
+        r["status"] == "running"
+    })
+    .await;
+    client
+        .find(Locator::Css(&format!("tr[data-job-id='{long}'] button.cancel")))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    wait_row(&client, &long, Duration::from_secs(60), "long job cancelled", &mut seen, |r| {
+        r["status"] == "cancelled"
+    })
+    .await;
+    let cancelled = api.get(&format!("/jobs/{long}")).await;
+    assert_eq!(cancelled.json["status"], "cancelled", "{}", cancelled.text);
+    // ... and retried: a new job, listed at the top.
+    client
+        .find(Locator::Css(&format!("tr[data-job-id='{long}'] button.retry")))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let retried = loop {
+        let first = rows(&client).await.into_iter().next().unwrap();
+        if first["id"] != long.as_str() && first["id"] != job.as_str() {
+            break first["id"].as_str().unwrap().to_owned();
+        }
+        assert!(Instant::now() < deadline, "the retry never showed");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let retry = api.get(&format!("/jobs/{retried}")).await;
+    assert_eq!(retry.json["retry_of"], long.as_str(), "{}", retry.text);
+    let stop = api.post_json(&format!("/jobs/{retried}/cancel"), &json!({})).await;
+    assert_eq!(stop.status, 202, "{}", stop.text);
+    screenshot(&client, "5-cancelled").await;
+
+    let errors = severe_log_entries(&client).await;
+    assert!(errors.is_empty(), "the browser logged errors: {errors:#?}");
+    client.close().await.unwrap();
+    drop(driver);
+    longhaul_tests::assert_no_access_denied();
+}
+
+/// The events function URL answers CORS as its `FunctionUrlConfig.Cors` says (the preflight
+/// without invoking the function), and the console's files are served with a strict policy.
+#[tokio::test]
+async fn the_events_url_answers_cors_and_the_console_is_served() {
+    let api_url = stack().stack.api_url.clone();
+    let http = reqwest::Client::new();
+    let origin = "https://app.example";
+    let preflight = http
+        .request(reqwest::Method::OPTIONS, format!("{api_url}/_fn/EventsFunction/jobs/x/events"))
+        .header("origin", origin)
+        .header("access-control-request-method", "GET")
+        .header("access-control-request-headers", "last-event-id")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(preflight.status(), 200);
+    let header = |r: &reqwest::Response, name: &str| {
+        r.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_owned)
+    };
+    assert_eq!(header(&preflight, "access-control-allow-origin").as_deref(), Some("*"));
+    assert!(header(&preflight, "access-control-allow-headers").unwrap().contains("last-event-id"));
+    // A refused stream (no token) still carries the header, so the page can read the 401.
+    let refused = http
+        .get(format!("{api_url}/_fn/EventsFunction/jobs/x/events"))
+        .header("origin", origin)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(header(&refused, "access-control-allow-origin").as_deref(), Some("*"));
+
+    let page = http.get(format!("{api_url}/console/")).send().await.unwrap();
+    assert_eq!(page.status(), 200);
+    assert!(header(&page, "content-security-policy").unwrap().contains("script-src 'self'"));
+    assert!(page.text().await.unwrap().contains("app.js"));
+    let redirect = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+        .get(format!("{api_url}/console"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(redirect.status(), 308);
+    let missing = http.get(format!("{api_url}/console/nope.js")).send().await.unwrap();
+    assert_eq!(missing.status(), 404);
+}
