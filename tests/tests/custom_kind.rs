@@ -440,7 +440,10 @@ async fn a_cancel_at_a_stage_boundary_ends_the_job_cancelled() {
         if counts["injected"]["paused"].as_u64().unwrap_or(0) >= 1 {
             break;
         }
-        assert!(tokio::time::Instant::now() < deadline, "the boundary write never paused: {counts}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the boundary write never paused: {counts}"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let reply = api.send("DELETE", &format!("/jobs/{job_id}"), None, &[]).await;
