@@ -372,6 +372,24 @@ async fn a_claim_that_died_before_handing_over_progress_is_rescued() {
 
 /// Tidying deletes a few keys one by one (free) and a larger page in one batch; either way
 /// nothing under the prefix survives and nothing outside it is touched.
+/// Checkpoints are write-once: a second write at a key (a stale or duplicate worker) is
+/// refused and leaves the first object as it was; and no two checkpoint keys are the same,
+/// even for the same job, stage, sequence number and attempt.
+#[tokio::test]
+async fn a_checkpoint_object_is_never_overwritten() {
+    use longhaul_aws::objects::{ObjectStore, PutNewError, checkpoint_key};
+    stack();
+    let aws = Aws::new().await;
+    let objects = ObjectStore::new(aws.s3.clone(), stack().stack.resource("DataBucket"));
+    let job = uuid::Uuid::new_v4().to_string();
+    let key = checkpoint_key(&job, "scan", 7, 1);
+    assert_ne!(key, checkpoint_key(&job, "scan", 7, 1), "every checkpoint key is new");
+    objects.put_new(&key, b"first".to_vec(), "application/json").await.unwrap();
+    let again = objects.put_new(&key, b"second".to_vec(), "application/json").await;
+    assert!(matches!(again, Err(PutNewError::Exists(_))), "{again:?}");
+    assert_eq!(objects.get(&key).await.unwrap().as_deref(), Some(&b"first"[..]));
+}
+
 #[tokio::test]
 async fn deleting_a_prefix_removes_every_key_under_it_and_nothing_else() {
     stack();

@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use futures::future::{BoxFuture, FutureExt};
 use longhaul_aws::jobs::{JobRecord, Lease, ProgressRecord, ProgressRefused};
-use longhaul_aws::objects::checkpoint_key;
 use longhaul_aws::objects::result_key;
+use longhaul_aws::objects::{PutNewError, checkpoint_key};
 use longhaul_domain::now_rfc3339;
 use longhaul_domain::progress::{ETA_WINDOW_SECONDS, Position, ThroughputWindow, weighted_pct};
 use longhaul_domain::uploads::owns_upload;
@@ -211,7 +211,7 @@ impl<'a> Ctx<'a> {
         done: u64,
         total: Option<u64>,
     ) -> Result<(), StageError> {
-        let key = checkpoint_key(&self.job.job_id, self.stage, self.seq + 1);
+        let key = checkpoint_key(&self.job.job_id, self.stage, self.seq + 1, self.lease.attempt);
         let body = serde_json::to_vec(&Checkpoint {
             schema_version: version,
             stage: self.stage.to_owned(),
@@ -220,11 +220,12 @@ impl<'a> Ctx<'a> {
             state,
         })
         .expect("checkpoints serialise");
-        self.deps
-            .objects
-            .put(&key, body, "application/json")
-            .await
-            .map_err(|e| StageError::retryable(CHECKPOINT_FAILED, e))?;
+        self.deps.objects.put_new(&key, body, "application/json").await.map_err(|e| match e {
+            // The key is new by construction: only another writer of this very key (none
+            // exists) could have been first. Refuse to go on rather than trust either object.
+            PutNewError::Exists(key) => StageError::LeaseLost(format!("checkpoint {key} exists")),
+            PutNewError::Aws(e) => StageError::from(failure::aws_failure(CHECKPOINT_FAILED, &e)),
+        })?;
         self.checkpoint_key = Some(key);
         self.write(done, total).await?;
         self.last_checkpoint = (Instant::now(), done);

@@ -26,10 +26,26 @@ pub fn checkpoints_prefix(job_id: &str) -> String {
     format!("checkpoints/{job_id}/")
 }
 
-/// Where checkpoint number `seq` of a job's `stage` lives. Every checkpoint is a new object;
-/// the job's progress record points at the current one.
-pub fn checkpoint_key(job_id: &str, stage: &str, seq: u64) -> String {
-    format!("{}{stage}/{seq:020}.json", checkpoints_prefix(job_id))
+/// Where checkpoint number `seq` of a job's `stage`, written by `attempt`, lives. Every
+/// checkpoint is a new object, never overwritten: the key ends in a random part, and it is
+/// written with [`ObjectStore::put_new`] (`If-None-Match: *`). A stale or duplicate worker can
+/// therefore never replace the checkpoint the progress record points at (it could, when two
+/// workers computed the same key from the same sequence number); the pointer, moved only
+/// under the lease, decides which checkpoint is current.
+pub fn checkpoint_key(job_id: &str, stage: &str, seq: u64, attempt: u32) -> String {
+    let unique = uuid::Uuid::new_v4().simple().to_string();
+    format!("{}{stage}/{seq:020}.a{attempt}.{}.json", checkpoints_prefix(job_id), &unique[..12])
+}
+
+/// Why [`ObjectStore::put_new`] wrote nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum PutNewError {
+    /// An object already exists at the key.
+    #[error("an object already exists at {0}")]
+    Exists(String),
+    /// S3 failed.
+    #[error(transparent)]
+    Aws(#[from] AwsError),
 }
 
 /// Percent-encodes a key for `x-amz-copy-source` (slashes stay).
@@ -62,6 +78,37 @@ impl ObjectStore {
             .await
             .map_err(|e| AwsError::service(format!("put s3://{}/{key}", self.bucket), e))?;
         Ok(())
+    }
+
+    /// Writes `body` at `key` only if no object is there (`If-None-Match: *`): write-once.
+    pub async fn put_new(
+        &self,
+        key: &str,
+        body: Vec<u8>,
+        content_type: &str,
+    ) -> Result<(), PutNewError> {
+        let result = self
+            .client
+            .put_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .content_type(content_type)
+            .if_none_match("*")
+            .body(ByteStream::from(body))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            // 412 Precondition Failed (409 while a concurrent conditional write is in flight).
+            Err(err)
+                if err.raw_response().is_some_and(|r| matches!(r.status().as_u16(), 409 | 412)) =>
+            {
+                Err(PutNewError::Exists(key.to_owned()))
+            }
+            Err(err) => {
+                Err(AwsError::service(format!("put new s3://{}/{key}", self.bucket), err).into())
+            }
+        }
     }
 
     /// Reads the whole object at `key`, or `None` if there is none.
