@@ -5,7 +5,6 @@ use std::io::Read;
 use std::process::Output;
 use std::time::Duration;
 
-use aws_sdk_dynamodb::types::AttributeValue;
 use longhaul_tests::{Api, Aws, harness, principal};
 use serde_json::{Value, json};
 
@@ -231,19 +230,7 @@ async fn upload_then_run_a_job_on_it_and_download_the_result() {
     assert_eq!(json_out(&doc)["size_bytes"], std::fs::metadata(&csv).unwrap().len());
 
     // Once expired (written directly, as the expirer would), the result is a clear 410.
-    Aws::new()
-        .await
-        .dynamodb
-        .update_item()
-        .table_name(harness().stack.resource("JobsTable"))
-        .key("pk", AttributeValue::S(format!("JOB#{job_id}")))
-        .key("sk", AttributeValue::S("JOB".into()))
-        .update_expression("SET #s = :expired")
-        .expression_attribute_names("#s", "status")
-        .expression_attribute_values(":expired", AttributeValue::S("expired".into()))
-        .send()
-        .await
-        .unwrap();
+    Aws::new().await.mark_expired(&job_id).await;
     let gone = run(&me.token, &["result", &job_id, "-o", file.to_str().unwrap()]).await;
     assert_eq!(code(&gone), 4);
     assert!(stderr(&gone).contains("(HTTP 410)"), "{}", stderr(&gone));

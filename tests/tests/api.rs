@@ -4,7 +4,6 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use aws_sdk_dynamodb::types::AttributeValue;
 use longhaul_job_demo::DemoResult;
 use longhaul_tests::{Api, Aws, assert_counted_once, harness, metric_points, openapi, principal};
 use serde_json::{Value, json};
@@ -296,17 +295,7 @@ async fn results_redirect_when_ready_conflict_before_and_are_gone_after_expiry()
     // Once the expirer has marked the job expired (written directly here: the expirer is
     // not part of this API), the result is gone for good.
     let aws = Aws::new().await;
-    aws.dynamodb
-        .update_item()
-        .table_name(harness().stack.resource("JobsTable"))
-        .key("pk", AttributeValue::S(format!("JOB#{job_id}")))
-        .key("sk", AttributeValue::S("JOB".into()))
-        .update_expression("SET #s = :expired")
-        .expression_attribute_names("#s", "status")
-        .expression_attribute_values(":expired", AttributeValue::S("expired".into()))
-        .send()
-        .await
-        .unwrap();
+    aws.mark_expired(&job_id).await;
     let gone = api.get(&format!("/jobs/{job_id}/result")).await;
     assert_eq!(gone.status, 410, "{}", gone.text);
     // And the job no longer links to it: an expired job has no result_url.
@@ -331,17 +320,7 @@ async fn resubmitting_a_request_whose_job_expired_starts_a_new_job_unless_the_ke
     let aws = Aws::new().await;
     for id in [&derived, &keyed] {
         assert_eq!(api.wait_terminal(id, JOB_TIMEOUT).await["status"], "succeeded");
-        aws.dynamodb
-            .update_item()
-            .table_name(harness().stack.resource("JobsTable"))
-            .key("pk", AttributeValue::S(format!("JOB#{id}")))
-            .key("sk", AttributeValue::S("JOB".into()))
-            .update_expression("SET #s = :expired")
-            .expression_attribute_names("#s", "status")
-            .expression_attribute_values(":expired", AttributeValue::S("expired".into()))
-            .send()
-            .await
-            .unwrap();
+        aws.mark_expired(id).await;
     }
     // The same request again: with a derived key, the old job's result is gone, so it runs
     // again (202, a new job); with the client's own key, that key still names its job (200).

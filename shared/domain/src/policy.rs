@@ -165,15 +165,7 @@ mod tests {
     use super::*;
 
     fn policy() -> JobPolicy {
-        JobPolicy {
-            max_attempts: 3,
-            max_runtime_seconds: 86_400,
-            stage_timeout_seconds: 900,
-            result_retention_seconds: 604_800,
-            checkpoint: CheckpointCadence { items: 1_000, interval_seconds: 60 },
-            concurrency_limit: Some(4),
-            worker: "StageFunction".into(),
-        }
+        JobPolicy { concurrency_limit: Some(4), ..JobPolicy::default() }
     }
 
     #[test]
