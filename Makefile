@@ -5,7 +5,7 @@ VENV ?= .venv
 SUB ?= alice
 export LONGHAUL_VENV := $(abspath $(VENV))
 
-.PHONY: dev test test-unit lint token stop venv build-tools build bench-tools bench bench-jobs bench-volume clean-local
+.PHONY: dev test test-unit lint token stop venv build-tools build bench-tools bench bench-jobs bench-volume bench-tenants clean-local
 
 ## Start the whole system locally (API on http://127.0.0.1:3000). Ctrl-C stops it.
 dev: venv
@@ -68,6 +68,7 @@ bench: venv bench-tools
 	cargo run --release -p longhaul-bench --bin coldstart
 	cargo run --profile bench-local -p longhaul-bench --bin jobs
 	cargo run --profile bench-local -p longhaul-bench --bin volume > target/volume-stdout.log
+	cargo run --profile bench-local -p longhaul-bench --bin tenants
 	tests/bench/assemble
 
 ## Re-measure only the jobs section (requests, transitions, $ per job) and rewrite BENCHMARKS.md.
@@ -79,6 +80,12 @@ bench-jobs: venv
 ## seeded jobs (LONGHAUL_VOLUME_NS to choose); the functions' metric lines go to a log.
 bench-volume: venv
 	cargo run --profile bench-local -p longhaul-bench --bin volume > target/volume-stdout.log
+	tests/bench/assemble
+
+## Re-measure only the tenants section: a noisy tenant's 500-job backlog against five quiet
+## tenants' queue wait (tenant limit 10; LONGHAUL_TENANTS_* to resize), a few minutes.
+bench-tenants: venv
+	cargo run --profile bench-local -p longhaul-bench --bin tenants
 	tests/bench/assemble
 
 clean-local:
