@@ -513,6 +513,7 @@ pub fn seeded_job(owner: &str, created_at: String) -> longhaul_aws::jobs::JobRec
         enqueues: 0,
         priority: Default::default(),
         policy: None,
+        resumed_from: None,
         waiting: None,
         stalled_at: None,
         not_before: None,

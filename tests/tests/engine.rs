@@ -420,3 +420,54 @@ async fn cancelling_mid_scan_ends_cancelled_without_a_result() {
     assert!(Aws::new().await.keys(&format!("results/{job_id}/")).await.is_empty());
     assert_eq!(api.get(&format!("/jobs/{job_id}/result")).await.status, 409);
 }
+
+/// A retry resumes: a 600-item job cancelled past item 300 keeps its last checkpoint, and
+/// `POST /jobs/{id}/retry` starts the new job from it — it shows where it took over, and its
+/// result equals an uninterrupted run's byte for byte. `{"from": "start"}` starts over.
+#[tokio::test]
+async fn a_retry_resumes_from_the_cancelled_jobs_last_checkpoint() {
+    stack();
+    let api = Api::new(&principal("resume"));
+    let body = json!({"type": "demo", "params": {"items": 600, "item_ms": 10}});
+    let job_id = api.submit(&body).await;
+    wait_for(&api, &job_id, "past item 300", |j| {
+        j["progress"]["items_done"].as_u64().unwrap_or(0) > 300
+    })
+    .await;
+    let reply = api.send("DELETE", &format!("/jobs/{job_id}"), None, &[]).await;
+    assert_eq!(reply.status, 202, "{}", reply.text);
+    assert_eq!(api.wait_terminal(&job_id, TIMEOUT).await["status"], "cancelled");
+
+    let retried = api.post_json(&format!("/jobs/{job_id}/retry"), &json!({})).await;
+    assert_eq!(retried.status, 202, "{}", retried.text);
+    let retry_id = retried.json["job_id"].as_str().unwrap().to_owned();
+    let done = api.wait_terminal(&retry_id, TIMEOUT).await;
+    assert_eq!(done["status"], "succeeded", "{done}");
+    assert_eq!(done["retry_of"], job_id.as_str());
+    let resumed = done["resumed_from"]["items_done"].as_u64().expect("resumed_from");
+    assert!(resumed > 250, "resumed from item {resumed}: {done}");
+    assert_eq!(done["resumed_from"]["stage"], "process");
+    let result = api.result(&retry_id).await;
+    assert_eq!(
+        serde_json::from_slice::<DemoResult>(&result).unwrap(),
+        DemoResult::expected(600),
+        "the resumed run's result differs from an uninterrupted run's"
+    );
+    let fresh = api.submit(&json!({"type": "demo", "params": {"items": 600, "item_ms": 0}})).await;
+    api.wait_terminal(&fresh, TIMEOUT).await;
+    assert_eq!(api.result(&fresh).await, result, "not byte for byte an uninterrupted run's");
+
+    // From the start, on request; a body of any other shape is refused.
+    let other = api.submit(&json!({"type": "demo", "params": {"items": 40, "item_ms": 50}})).await;
+    wait_for(&api, &other, "a checkpoint", |j| j["progress"]["items_done"].as_u64() >= Some(20))
+        .await;
+    api.send("DELETE", &format!("/jobs/{other}"), None, &[]).await;
+    api.wait_terminal(&other, TIMEOUT).await;
+    let bad = api.post_json(&format!("/jobs/{other}/retry"), &json!({"from": "middle"})).await;
+    assert_eq!(bad.status, 400, "{}", bad.text);
+    let over = api.post_json(&format!("/jobs/{other}/retry"), &json!({"from": "start"})).await;
+    assert_eq!(over.status, 202, "{}", over.text);
+    let over = api.wait_terminal(over.json["job_id"].as_str().unwrap(), TIMEOUT).await;
+    assert_eq!(over["status"], "succeeded", "{over}");
+    assert!(over.get("resumed_from").is_none(), "started over: {over}");
+}

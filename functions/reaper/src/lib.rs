@@ -653,7 +653,7 @@ async fn zombie(
                 revoke(deps, job_id, lease).await;
                 metrics::emit_end(ended);
                 stop_execution(deps, job, "the worker stopped after storing the result").await;
-                tidy(deps, job_id).await?;
+                tidy(deps, job_id, JobStatus::Succeeded).await?;
                 report.backfilled += 1;
             }
             result.map(|_| ())
@@ -727,7 +727,7 @@ async fn fail(
     }
     tracing::warn!(code = error.code, message = error.message, "failed by the reaper");
     stop_execution(deps, job, &error.message).await;
-    if let Err(err) = tidy(deps, &job.job_id).await {
+    if let Err(err) = tidy(deps, &job.job_id, JobStatus::Failed).await {
         tracing::warn!(error = %err, "cleanup after failing the job failed; the lifecycle rule is the backstop");
     }
     Ok(())
@@ -752,6 +752,6 @@ async fn stop_execution(deps: &Deps, job: &JobEntry, cause: &str) {
     }
 }
 
-async fn tidy(deps: &Deps, job_id: &str) -> Result<(), ReaperError> {
-    Ok(longhaul_aws::tidy_after_end(&deps.objects, job_id).await?)
+async fn tidy(deps: &Deps, job_id: &str, ended: JobStatus) -> Result<(), ReaperError> {
+    Ok(longhaul_aws::tidy_after_end(&deps.objects, job_id, ended).await?)
 }

@@ -770,12 +770,16 @@ async fn end_job(deps: &Deps, request: TransitionRequest, lease: &Lease) -> Resu
     };
     logs::record_principal(&tracing::Span::current(), &job.owner);
     metrics::emit_end(&job);
-    tidy_after_end(deps, &job_id).await
+    tidy_after_end(deps, &job_id, status).await
 }
 
 /// After a job ended (see [`longhaul_aws::tidy_after_end`]).
-pub(crate) async fn tidy_after_end(deps: &Deps, job_id: &str) -> Result<(), StageError> {
-    longhaul_aws::tidy_after_end(&deps.objects, job_id)
+pub(crate) async fn tidy_after_end(
+    deps: &Deps,
+    job_id: &str,
+    ended: JobStatus,
+) -> Result<(), StageError> {
+    longhaul_aws::tidy_after_end(&deps.objects, job_id, ended)
         .await
         .map_err(|e| StageError::retryable(failure::CHECKPOINT_FAILED, e))
 }

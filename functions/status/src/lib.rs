@@ -415,6 +415,10 @@ pub fn render(view: &JobView) -> serde_json::Value {
     if let Some(retry_of) = &job.retry_of {
         body["retry_of"] = retry_of.clone().into();
     }
+    if let Some(resumed) = &job.resumed_from {
+        // A retry that started from the retried job's last checkpoint.
+        body["resumed_from"] = json!({"stage": resumed.stage, "items_done": resumed.items_done});
+    }
     if let Some(url) = &job.callback_url {
         body["callback_url"] = url.clone().into();
     }

@@ -16,7 +16,9 @@ use longhaul_aws::api::{
     Problem, json_body, json_response, path_job_id, principal, route_key, wrong_status,
 };
 use longhaul_aws::config::{ConfigError, Vars};
-use longhaul_aws::jobs::{IdempotencyRecord, JobRecord, JobStore, StoreError};
+use longhaul_aws::jobs::{
+    IdempotencyRecord, JobRecord, JobStore, ProgressRecord, ResumedFrom, StoreError,
+};
 use longhaul_aws::limits::{Admission, SubmissionLimiter};
 use longhaul_aws::logs;
 use longhaul_aws::metrics::{self, Unit};
@@ -203,8 +205,10 @@ async fn retry(deps: &Deps, request: &Request) -> Result<Response<Body>, Problem
     let job_id = path_job_id(request)?.to_string();
     // Until the new job is minted, the lines are about the one being retried.
     logs::record_job_id(&tracing::Span::current(), &job_id);
-    let original = deps.jobs.job(&job_id).await.map_err(internal)?;
-    let original = original.filter(|job| job.owner == owner).ok_or_else(Problem::not_found)?;
+    let from = retry_from(request)?;
+    let view = deps.jobs.view(&job_id).await.map_err(internal)?;
+    let view = view.filter(|v| v.job.owner == owner).ok_or_else(Problem::not_found)?;
+    let original = view.job;
     logs::current_job(&original);
     if !matches!(original.status, JobStatus::Failed | JobStatus::Cancelled) {
         return Err(wrong_status(
@@ -230,8 +234,45 @@ async fn retry(deps: &Deps, request: &Request) -> Result<Response<Body>, Problem
         // A retry runs now, whatever the original waited for.
         not_before: None,
         priority: original.priority,
+        // From the last checkpoint it left, unless asked to start over (or it left none).
+        resume: view
+            .progress
+            .filter(|p| from == RetryFrom::Checkpoint && p.checkpoint_key.is_some())
+            .map(|p| (job_id.clone(), p)),
     };
     create(deps, &new).await
+}
+
+/// Where `POST /jobs/{id}/retry` starts the new job (body `{"from": "checkpoint" | "start"}`,
+/// optional).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum RetryFrom {
+    /// The retried job's last checkpoint (when it left one).
+    #[default]
+    Checkpoint,
+    /// The beginning.
+    Start,
+}
+
+/// The retry's body, if any: `{"from": "checkpoint" | "start"}`.
+fn retry_from(request: &Request) -> Result<RetryFrom, Problem> {
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct RetryBody {
+        #[serde(default)]
+        from: RetryFrom,
+    }
+    if request.body().is_empty() {
+        return Ok(RetryFrom::default());
+    }
+    let body: RetryBody =
+        serde_json::from_value(json_body(request, MAX_BODY_BYTES)?).map_err(|e| {
+            Problem::bad_request(format!(
+                "The body must be {{\"from\": \"checkpoint\"}} or {{\"from\": \"start\"}}: {e}"
+            ))
+        })?;
+    Ok(body.from)
 }
 
 /// `ENABLED_JOB_TYPES`: comma-separated names of registered kinds; unset, every kind.
@@ -350,6 +391,7 @@ async fn submit(deps: &Deps, request: &Request) -> Result<Response<Body>, Proble
         retry_of: None,
         not_before: not_before.map(format_rfc3339),
         priority,
+        resume: None,
     };
     create(deps, &new).await
 }
@@ -367,6 +409,21 @@ struct NewJob<'a> {
     not_before: Option<String>,
     /// Its order among the owner's waiting jobs.
     priority: Priority,
+    /// A retry from the retried job's last checkpoint: that job, and its progress record.
+    resume: Option<(String, ProgressRecord)>,
+}
+
+/// A retry that resumes gets, before its record is written (and so before it can be
+/// dispatched), the progress record of the job it retries ([`JobStore::seed_progress`]). If
+/// that write fails, it runs from the start, and its record says so (no `resumed_from`).
+async fn resumable(deps: &Deps, mut job: JobRecord, new: &NewJob<'_>) -> JobRecord {
+    if let Some((from, progress)) = &new.resume
+        && let Err(err) = deps.jobs.seed_progress(&job.job_id, progress).await
+    {
+        tracing::warn!(error = %err, retry_of = from, "seeding the retry's progress failed; it runs from the start");
+        job.resumed_from = None;
+    }
+    job
 }
 
 /// Creates the job under its idempotency key, or answers for the job the key already names.
@@ -384,7 +441,7 @@ async fn create(deps: &Deps, new: &NewJob<'_>) -> Result<Response<Body>, Problem
     let mut replacing: Option<String> = None;
     // A reused key races at most a few times (another request replacing the same failed job).
     for _ in 0..4 {
-        let job = new_job(deps, new, JobId::new().to_string());
+        let job = resumable(deps, new_job(deps, new, JobId::new().to_string()), new).await;
         logs::current_job(&job);
         let record = IdempotencyRecord {
             job_id: job.job_id.clone(),
@@ -434,7 +491,8 @@ async fn create(deps: &Deps, new: &NewJob<'_>) -> Result<Response<Body>, Problem
             None if is_recent(&existing.created_at) => return Err(in_flight()),
             None => {
                 // The request that claimed the key never wrote its job: finish it.
-                let mut job = new_job(deps, new, existing.job_id.clone());
+                let mut job =
+                    resumable(deps, new_job(deps, new, existing.job_id.clone()), new).await;
                 job.created_at.clone_from(&existing.created_at);
                 logs::current_job(&job);
                 match deps.jobs.put_job(&job).await {
@@ -598,6 +656,11 @@ fn new_job(deps: &Deps, new: &NewJob<'_>, job_id: String) -> JobRecord {
         enqueues: 0,
         priority: new.priority,
         policy: Some(stored_policy(new.kind, &deps.policy_overrides)),
+        resumed_from: new.resume.as_ref().map(|(from, progress)| ResumedFrom {
+            job_id: from.clone(),
+            stage: progress.stage.clone(),
+            items_done: progress.items_done,
+        }),
         waiting: None,
         stalled_at: None,
         not_before: new.not_before.clone(),

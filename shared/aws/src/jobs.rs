@@ -140,6 +140,20 @@ pub struct JobRecord {
     /// Why the job waits for a running slot, and since when; only while it waits.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting: Option<Waiting>,
+    /// A retry that starts from the retried job's last checkpoint: where it took over.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resumed_from: Option<ResumedFrom>,
+}
+
+/// Where a retry took over from the job it retries (`POST /jobs/{id}/retry`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResumedFrom {
+    /// The retried job.
+    pub job_id: String,
+    /// The stage it had reached.
+    pub stage: String,
+    /// Items of that stage its last checkpoint covers.
+    pub items_done: u64,
 }
 
 impl JobRecord {
@@ -1373,6 +1387,52 @@ impl JobStore {
                 Err(AwsError::new(format!("revoke progress of {job_id} from its lease"), err)
                     .into())
             }
+        }
+    }
+
+    /// Gives a new job, before it is enqueued, the progress record of the job it retries: its
+    /// stage and checkpoint pointer, under a lease no attempt holds. Its first claim hands the
+    /// record over keeping them ([`JobStore::claim`]), so the retry resumes from that
+    /// checkpoint as a re-dispatched attempt would. Refused (harmlessly) if the new job has a
+    /// progress record already.
+    pub async fn seed_progress(
+        &self,
+        job_id: &str,
+        from: &ProgressRecord,
+    ) -> Result<(), StoreError> {
+        let now = now_rfc3339();
+        let seeded = ProgressRecord {
+            seq: 0,
+            lease: format!("resumed:{job_id}"),
+            heartbeat_at: now.clone(),
+            updated_at: now.clone(),
+            progress_changed_at: Some(now),
+            eta_seconds: None,
+            cancel_requested_at: None,
+            attempt: None,
+            ..from.clone()
+        };
+        let mut item = to_item(&seeded);
+        item.extend(Self::progress_key(job_id));
+        item.insert("expires_at".into(), self.retention.ttl_from_now());
+        let result = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .condition_expression("attribute_not_exists(pk)")
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            Err(err)
+                if err
+                    .as_service_error()
+                    .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
+            {
+                Ok(())
+            }
+            Err(err) => Err(AwsError::new(format!("seed progress of {job_id}"), err).into()),
         }
     }
 

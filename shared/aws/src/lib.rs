@@ -118,14 +118,19 @@ impl AwsError {
     }
 }
 
-/// What every end of a job (succeeded, failed, cancelled — by its stage or by the reaper)
-/// leaves to clean: its checkpoints are deleted (nothing resumes an ended job; a retry is a
-/// new job). The job left the running index in the write that ended it.
+/// What the end of a job (by its stage or by the reaper) leaves to clean. A succeeded job's
+/// checkpoints are deleted: nothing resumes it. A failed or cancelled job keeps them, so that
+/// `POST /jobs/{id}/retry` can start the new job from the last one; the bucket's lifecycle
+/// rule deletes them after the records' retention (30 days). The job left the running index
+/// in the write that ended it.
 pub async fn tidy_after_end(
     objects: &objects::ObjectStore,
     job_id: &str,
+    ended: longhaul_domain::JobStatus,
 ) -> Result<(), jobs::StoreError> {
-    objects.delete_prefix(&objects::checkpoints_prefix(job_id)).await?;
+    if ended == longhaul_domain::JobStatus::Succeeded {
+        objects.delete_prefix(&objects::checkpoints_prefix(job_id)).await?;
+    }
     Ok(())
 }
 
