@@ -386,9 +386,13 @@ async fn delivery_rechecks_dns_and_refuses_private_addresses() {
 /// account id or the SDK's error chain (the stage's log line does, with the job id). Here S3
 /// refuses the stage's reads of the input (`AccessDenied`, worded as IAM words it, injected by
 /// the local edge) until the retries run out.
+/// The stack has one fault plan: the tests that set one take turns.
+static FAULT_PLAN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[tokio::test]
 async fn a_job_failed_by_an_aws_error_shows_no_internals() {
     stack();
+    let _plan = FAULT_PLAN.lock().await;
     let api = Api::new(&principal("denied-input"));
     let input = api.upload("in.csv", "text/csv", b"region,amount\neu,3\n".to_vec()).await;
     let faults = format!("{}/_local/faults", stack().stack.api_url);
@@ -431,6 +435,7 @@ async fn a_job_failed_by_an_aws_error_shows_no_internals() {
 #[tokio::test]
 async fn a_throttled_input_is_retried_and_the_job_succeeds() {
     stack();
+    let _plan = FAULT_PLAN.lock().await;
     let api = Api::new(&principal("throttled-input"));
     let input = api.upload("in.csv", "text/csv", b"region,amount\neu,3\n".to_vec()).await;
     let faults = format!("{}/_local/faults", stack().stack.api_url);
