@@ -92,6 +92,10 @@ pub struct EndedJob {
     /// Its policy's concurrency limit (as stored at submit).
     #[serde(default)]
     pub policy: Option<PolicyLimit>,
+    /// Set while it waited for a slot (the dispatcher removes it when it admits the job, the
+    /// cancel that ends a waiting job does not): only then is it in a waiting list.
+    #[serde(default)]
+    pub waiting: Option<serde_json::Value>,
 }
 
 /// The part of a job's stored policy this function reads.
@@ -141,8 +145,11 @@ pub async fn free(deps: &Deps, job: &EndedJob) -> Result<(), longhaul_aws::AwsEr
     );
     let position = waiting_sort_key(job.priority, &job.created_at, &job.job_id);
     for (pool, limit) in &pools {
-        // A job cancelled while it waited is in a list; any other is not (a no-op delete).
-        deps.admitter.slots.leave_waiting(pool, &position).await?;
+        // Only a job that ended while it waited (a cancel) is in a list: every other end
+        // would pay a delete of nothing.
+        if job.waiting.is_some() {
+            deps.admitter.slots.leave_waiting(pool, &position).await?;
+        }
         deps.admitter.release(pool, *limit, std::slice::from_ref(&job.job_id)).await?;
     }
     tracing::info!(status = %job.status, pools = pools.len(), "the job's slots are given back");
