@@ -517,5 +517,7 @@ pub fn seeded_job(owner: &str, created_at: String) -> longhaul_aws::jobs::JobRec
         waiting: None,
         stalled_at: None,
         not_before: None,
+        retry_at: None,
+        last_error: None,
     }
 }

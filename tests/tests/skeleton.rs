@@ -115,21 +115,65 @@ async fn a_fatal_failure_fails_the_job_without_retries() {
     assert_eq!(runs, ["Run", "RecordFailure"], "no retry of a fatal error");
 }
 
+/// The reasons of the job's transitions into `queued` after it first ran: one per attempt
+/// that failed and was retried after a backoff.
+fn retry_reasons(job: &Value) -> Vec<String> {
+    let transitions = job["transitions"].as_array().unwrap();
+    let first_run = transitions.iter().position(|t| t["state"] == "running").unwrap_or(0);
+    transitions[first_run..]
+        .iter()
+        .filter(|t| t["state"] == "queued")
+        .map(|t| t["reason"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
 #[tokio::test]
-async fn retries_are_bounded_then_the_job_fails() {
-    let api = Api::new(&principal("exhausted"));
-    // Fails more often than the state machine retries (3): the job fails with the last error.
+async fn a_failure_that_outlasts_an_attempt_is_retried_in_the_next_attempt_after_a_backoff() {
+    let api = Api::new(&principal("outage"));
+    // Six failures: the first attempt's four tries (one and three state-machine retries) and
+    // two of the second's. The local stack's backoff step is a second.
     let job_id = api
-        .submit(&json!({"type": "demo", "params": {"items": 3, "fail_at": 0, "fail_kind": "transient", "fail_times": 10}}))
+        .submit(&json!({"type": "demo", "params": {"items": 10, "fail_at": 4, "fail_kind": "transient", "fail_times": 6}}))
         .await;
     let job = api.wait_terminal(&job_id, Duration::from_secs(180)).await;
+    assert_eq!(job["status"], "succeeded", "{job}");
+    assert_eq!(job["attempt"], 2, "{job}");
+    assert!(job.get("error").is_none() && job.get("last_error").is_none(), "{job}");
+    let reasons = retry_reasons(&job);
+    assert_eq!(reasons.len(), 1, "{job}");
+    assert!(reasons[0].starts_with("attempt 1 of 3 failed (Job.Retryable:"), "{reasons:?}");
+    // The first execution ended when its attempt did, having scheduled the next.
+    let aws = Aws::new().await;
+    let runs = aws.scheduled_tasks(&job_id).await;
+    assert_eq!(runs.iter().filter(|s| *s == "Run").count(), 4, "{runs:?}");
+    assert_eq!(runs.last().map(String::as_str), Some("RecordFailure"), "{runs:?}");
+    let entered = aws.states_entered(&job_id).await;
+    assert_eq!(entered.last().map(String::as_str), Some("RetryScheduled"), "{entered:?}");
+    // The second attempt resumed from the first's checkpoint: every item processed once.
+    assert_eq!(
+        serde_json::from_slice::<DemoResult>(&api.result(&job_id).await).unwrap(),
+        DemoResult::expected(10)
+    );
+}
+
+#[tokio::test]
+async fn retries_are_bounded_by_the_attempts_then_the_job_fails() {
+    let api = Api::new(&principal("exhausted"));
+    // Fails more often than three attempts of four tries each: the job fails with the last
+    // error after the third attempt.
+    let job_id = api
+        .submit(&json!({"type": "demo", "params": {"items": 3, "fail_at": 0, "fail_kind": "transient", "fail_times": 20}}))
+        .await;
+    let job = api.wait_terminal(&job_id, Duration::from_secs(240)).await;
     assert_eq!(job["status"], "failed", "{job}");
+    assert_eq!(job["attempt"], 3, "{job}");
     assert_eq!(job["error"]["code"], "Job.Retryable");
+    assert_eq!(retry_reasons(&job).len(), 2, "{job}");
     let runs = Aws::new().await.scheduled_tasks(&job_id).await;
     assert_eq!(
         runs.iter().filter(|s| *s == "Run").count(),
         4,
-        "one try and three retries: {runs:?}"
+        "one try and three retries per attempt: {runs:?}"
     );
 }
 

@@ -143,6 +143,12 @@ pub async fn dispatch(deps: &Deps, job_id: &str) -> Result<(), DispatchError> {
     match job.status {
         JobStatus::Pending => {}
         JobStatus::Queued => {
+            // A job waiting out the backoff after a failed attempt starts its next one only at
+            // its `retry_at` (SQS delays a message by 15 minutes at most).
+            let retry_at = job.retry_at.as_deref().and_then(|at| parse_rfc3339(at).ok());
+            if let Some(retry_at) = retry_at.filter(|at| *at > now) {
+                return delay_again(deps, &job, retry_at, now).await;
+            }
             tracing::info!("job already queued; starting its execution again (idempotent)");
             let name = job.execution.clone().unwrap_or_else(|| execution_name(job_id, 1));
             return start(deps, job_id, &name).await;
@@ -221,7 +227,8 @@ async fn start(deps: &Deps, job_id: &str, name: &str) -> Result<(), DispatchErro
     Ok(())
 }
 
-/// A message that came before its delayed job's start is sent again with the remaining delay.
+/// A message that came before its job's start (a delayed job's `not_before`, a retried job's
+/// `retry_at`) is sent again with the remaining delay.
 async fn delay_again(
     deps: &Deps,
     job: &JobRecord,
@@ -229,7 +236,7 @@ async fn delay_again(
     now: chrono::DateTime<chrono::Utc>,
 ) -> Result<(), DispatchError> {
     let delay = schedule::sqs_delay(start_at, now).max(1);
-    tracing::info!(not_before = job.not_before, delay, "before the job's start; delayed again");
+    tracing::info!(start_at = %format_rfc3339(start_at), delay, "before the job's start; delayed again");
     let message = DispatchMessage { job_id: job.job_id.clone() };
     deps.admitter.intake.send_delayed(&message, delay, &job.owner).await?;
     Ok(())

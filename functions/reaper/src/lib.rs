@@ -492,7 +492,8 @@ async fn lost_queued(
 /// A `queued` job whose execution does not exist: its start was throttled or failed (an
 /// outage of Step Functions, say), which is no evidence that the job cannot run. It is started
 /// again under the same name (idempotent), spending no attempt of its budget; only a job that
-/// has waited `max_pending` since it was accepted fails.
+/// has waited `max_pending` since it was accepted (or queued again for its next attempt, whose
+/// dispatch message was lost) fails.
 async fn never_started(
     deps: &Deps,
     now: DateTime<Utc>,
@@ -500,7 +501,9 @@ async fn never_started(
     execution: &str,
     report: &mut Report,
 ) -> Result<(), ReaperError> {
-    let waited = (now - parse(&job.created_at).unwrap_or(now)).to_std().unwrap_or_default();
+    // A job queued again for its next attempt (after a backoff) has waited since then.
+    let since = if job.dispatches > 1 { &job.updated_at } else { &job.created_at };
+    let waited = (now - parse(since).unwrap_or(now)).to_std().unwrap_or_default();
     if waited >= deps.config.max_pending {
         let error = JobError {
             code: "Job.Undispatchable".into(),

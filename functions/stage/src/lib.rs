@@ -27,6 +27,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use lambda_runtime::Diagnostic;
 use longhaul_aws::config::{ConfigError, ResultTtl, Vars};
 use longhaul_aws::jobs::{JobStore, Lease, StoreError, TransitionRequest};
+pub mod backoff;
 pub mod engine;
 pub mod failure;
 
@@ -34,6 +35,8 @@ use longhaul_aws::executions::Executions;
 use longhaul_aws::logs;
 use longhaul_aws::metrics::{self, Unit};
 use longhaul_aws::objects::{ObjectStore, result_key};
+use longhaul_aws::queue::IntakeQueue;
+use longhaul_domain::retry::Backoff;
 use longhaul_domain::{JobError, JobStatus};
 use longhaul_worker::{Cadence, Registry, StageOutcome};
 
@@ -75,6 +78,14 @@ pub struct Config {
     /// `LONGHAUL_RECORD_RETENTION_SECONDS` (default 30 days): the TTL of the records of a job
     /// this function ends (failed, cancelled), and of the progress records it writes.
     pub record_retention: longhaul_aws::jobs::RecordRetention,
+    /// `INTAKE_QUEUE_URL`: where a job that failed an attempt is sent to start its next one.
+    pub intake_queue_url: String,
+    /// `LONGHAUL_RETRY_BASE_DELAY_SECONDS` (default 60): one step of the backoff between
+    /// attempts ([`longhaul_domain::retry`]).
+    pub backoff: Backoff,
+    /// `LONGHAUL_MAX_ATTEMPTS`: when set, the attempts every job gets, whatever its policy says
+    /// (as the reaper reads it).
+    pub max_attempts: Option<u32>,
 }
 
 impl Config {
@@ -98,6 +109,11 @@ impl Config {
             state_machine_arn: vars.required("STATE_MACHINE_ARN")?,
             result_ttl: ResultTtl::from_vars(vars)?,
             record_retention: longhaul_aws::jobs::RecordRetention::from_vars(vars)?,
+            intake_queue_url: vars.required("INTAKE_QUEUE_URL")?,
+            backoff: Backoff {
+                base: Duration::from_secs(vars.parsed_or("LONGHAUL_RETRY_BASE_DELAY_SECONDS", 60)?),
+            },
+            max_attempts: vars.parsed("LONGHAUL_MAX_ATTEMPTS")?,
         })
     }
 }
@@ -127,6 +143,12 @@ pub struct Deps {
     pub result_ttl: ResultTtl,
     /// The job kinds this worker runs.
     pub registry: Registry,
+    /// Where a job goes to start its next attempt after a backoff.
+    pub intake: IntakeQueue,
+    /// The backoff between attempts.
+    pub backoff: Backoff,
+    /// The deployment's override of every job's attempt budget.
+    pub max_attempts: Option<u32>,
 }
 
 impl Deps {
@@ -148,6 +170,12 @@ impl Deps {
             ),
             result_ttl: config.result_ttl.clone(),
             registry: longhaul_jobs::registry(),
+            intake: IntakeQueue::new(
+                aws_sdk_sqs::Client::new(sdk),
+                config.intake_queue_url.clone(),
+            ),
+            backoff: config.backoff,
+            max_attempts: config.max_attempts,
         }
     }
 }
@@ -571,7 +599,7 @@ async fn task(
                     error = error.error,
                     "the execution failed before holding the job; nothing recorded"
                 );
-                return Ok(json!({}));
+                return Ok(json!({ "next": "unrecorded" }));
             };
             let span = tracing::Span::current();
             logs::record_attempt(&span, lease.attempt);
@@ -588,13 +616,25 @@ async fn task(
                     "the failure's cause is not shown to the client; recorded as {message:?}"
                 );
             }
-            if error.error == StageError::Cancelled.name() {
+            let job = deps.jobs.job(&job_id).await.map_err(store_failed)?;
+            let running_ours = job.as_ref().is_some_and(|job| {
+                job.status == JobStatus::Running && job.lease.as_deref() == Some(&lease.token)
+            });
+            let cancel_requested = job.as_ref().is_some_and(|job| job.cancellation.is_some());
+            if error.error == StageError::Cancelled.name() || (running_ours && cancel_requested) {
                 // A cancellation that surfaced as an error (raised where the run could not end
-                // the job itself): the job ends `cancelled`, as its owner asked, not `failed`.
+                // the job itself), or a failure after the owner asked to cancel: the job ends
+                // `cancelled`, as its owner asked, neither `failed` nor retried.
                 finish_cancellation(deps, &job_id, &lease).await?;
-                return Ok(json!({}));
+                return Ok(json!({ "next": "cancelled" }));
             }
             let job_error = JobError { code: error.error, message };
+            if let Some(job) = &job
+                && let Some(scheduled) =
+                    backoff::schedule_retry(deps, job, &lease, &job_error).await?
+            {
+                return Ok(json!({ "next": "retry", "retry_at": scheduled.retry_at }));
+            }
             let request = TransitionRequest::new(
                 &job_id,
                 &[JobStatus::Running],
@@ -605,7 +645,7 @@ async fn task(
             .set("error", serde_dynamo::to_attribute_value(&job_error).expect("errors serialise"));
             end_job(deps, request, &lease).await?;
             tracing::warn!(code = job_error.code, "failed");
-            Ok(json!({}))
+            Ok(json!({ "next": "failed" }))
         }
     }
 }

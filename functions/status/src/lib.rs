@@ -408,6 +408,16 @@ pub fn render(view: &JobView) -> serde_json::Value {
     if let Some(error) = &job.error {
         body["error"] = json!({ "code": error.code, "message": error.message });
     }
+    if let Some(retry_at) = job.retry_at.as_ref().filter(|_| job.status == JobStatus::Queued) {
+        // Its last attempt failed transiently: the next one starts then.
+        body["retry_at"] = retry_at.clone().into();
+    }
+    if let Some(last) = &job.last_error {
+        // Why the last failed attempt failed (the job went on); shown until the job ends well.
+        if job.status != JobStatus::Succeeded && job.status != JobStatus::Expired {
+            body["last_error"] = json!({ "code": last.code, "message": last.message });
+        }
+    }
     if job.status == JobStatus::Succeeded {
         // Not once expired: the result is gone (`/result` answers 410).
         body["result_url"] = format!("/jobs/{}/result", job.job_id).into();

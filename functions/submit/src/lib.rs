@@ -664,6 +664,8 @@ fn new_job(deps: &Deps, new: &NewJob<'_>, job_id: String) -> JobRecord {
         waiting: None,
         stalled_at: None,
         not_before: new.not_before.clone(),
+        retry_at: None,
+        last_error: None,
     }
 }
 

@@ -179,10 +179,20 @@ fn free_port() -> anyhow::Result<u16> {
 /// turns on: the walk-through, the tests and the benchmarks run `demo` jobs.
 pub const LOCAL_EXTRA_JOB_TYPE: &str = "demo";
 
+/// One step of the backoff between attempts on the local stack (`RetryBaseDelaySeconds`):
+/// seconds instead of the deployed minute, so a job retried across attempts finishes while
+/// someone watches (and in the tests).
+pub const LOCAL_RETRY_BASE_DELAY_SECONDS: &str = "1";
+
 /// The template parameters the local stack sets on top of the template's defaults
-/// (`defaults`): `EnabledJobTypes` with [`LOCAL_EXTRA_JOB_TYPE`] added.
+/// (`defaults`): `EnabledJobTypes` with [`LOCAL_EXTRA_JOB_TYPE`] added, and
+/// [`LOCAL_RETRY_BASE_DELAY_SECONDS`].
 pub fn local_parameters(defaults: &BTreeMap<String, String>) -> BTreeMap<String, String> {
     let mut overrides = BTreeMap::new();
+    if defaults.contains_key("RetryBaseDelaySeconds") {
+        overrides
+            .insert("RetryBaseDelaySeconds".to_owned(), LOCAL_RETRY_BASE_DELAY_SECONDS.to_owned());
+    }
     if let Some(enabled) = defaults.get("EnabledJobTypes") {
         let mut kinds: Vec<&str> =
             enabled.split(',').map(str::trim).filter(|k| !k.is_empty()).collect();

@@ -24,7 +24,7 @@ pub const MAX_ITEM_MS: u64 = 60_000;
 /// Longest injected stall.
 pub const MAX_STALL_MS: u64 = 3_600_000;
 /// Most injected failures.
-pub const MAX_FAIL_TIMES: u32 = 10;
+pub const MAX_FAIL_TIMES: u32 = 30;
 
 /// Parameters of a `demo` job.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]

@@ -143,6 +143,13 @@ pub struct JobRecord {
     /// A retry that starts from the retried job's last checkpoint: where it took over.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resumed_from: Option<ResumedFrom>,
+    /// A `queued` job whose last attempt failed retryably: when its next attempt starts
+    /// (RFC 3339, as stored; see [`longhaul_domain::retry`]). Removed by the next claim.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_at: Option<String>,
+    /// Why the job's last failed attempt failed (the job goes on: this is not its `error`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<JobError>,
 }
 
 /// Where a retry took over from the job it retries (`POST /jobs/{id}/retry`).
@@ -160,6 +167,11 @@ impl JobRecord {
     /// Most jobs of its kind that may run at once, if its policy limits them.
     pub fn concurrency_limit(&self) -> Option<u32> {
         self.policy.as_ref().and_then(|p| p.concurrency_limit)
+    }
+
+    /// Its policy; a record from before policies were stored gets the default policy.
+    pub fn policy_or_default(&self) -> JobPolicy {
+        self.policy.clone().unwrap_or_default()
     }
 }
 
@@ -1343,7 +1355,8 @@ impl JobStore {
         }
         // The claimed job enters the running bucket in this same write: if the claim dies
         // before handing the progress record over, the reaper still finds the job.
-        update.push_str(", gsi2pk = :bucket, gsi2sk = :now ADD #attempt :one");
+        // A job back from a backoff no longer waits for its `retry_at`.
+        update.push_str(", gsi2pk = :bucket, gsi2sk = :now ADD #attempt :one REMOVE retry_at");
         values.insert(
             ":bucket".to_owned(),
             s(status_bucket(JobStatus::Running.as_str(), &request.job_id)),

@@ -13,6 +13,7 @@ pub mod limits;
 pub mod policy;
 pub mod progress;
 pub mod reaper;
+pub mod retry;
 pub mod schedule;
 pub mod status;
 pub mod stream_token;
