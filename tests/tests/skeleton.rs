@@ -177,6 +177,35 @@ async fn retries_are_bounded_by_the_attempts_then_the_job_fails() {
     );
 }
 
+/// Cancelling a running job keeps where it got to: the stage, asked to stop, saves a final
+/// checkpoint (here long before its kind's cadence — 1,000 items or a minute — would), and a
+/// retry of the cancelled job resumes from exactly there.
+#[tokio::test]
+async fn cancelling_a_running_job_saves_a_final_checkpoint_that_a_retry_resumes_from() {
+    let api = Api::new(&principal("final-checkpoint"));
+    let job_id =
+        api.submit(&json!({"type": "demo", "params": {"items": 400, "item_ms": 20}})).await;
+    api.wait_for(&job_id, "past item 50", |j| j["progress"]["items_done"].as_u64() > Some(50))
+        .await;
+    let reply = api.send("DELETE", &format!("/jobs/{job_id}"), None, &[]).await;
+    assert_eq!(reply.status, 202, "{}", reply.text);
+    let cancelled = api.wait_terminal(&job_id, JOB_TIMEOUT).await;
+    assert_eq!(cancelled["status"], "cancelled", "{cancelled}");
+    let stopped_at = cancelled["progress"]["items_done"].as_u64().unwrap();
+    assert!((50..400).contains(&stopped_at), "{cancelled}");
+
+    let retried = api.post_json(&format!("/jobs/{job_id}/retry"), &json!({})).await;
+    assert_eq!(retried.status, 202, "{}", retried.text);
+    let done = api.wait_terminal(retried.json["job_id"].as_str().unwrap(), JOB_TIMEOUT).await;
+    assert_eq!(done["status"], "succeeded", "{done}");
+    assert_eq!(done["resumed_from"]["items_done"], stopped_at, "{done}");
+    assert_eq!(
+        serde_json::from_slice::<DemoResult>(&api.result(done["job_id"].as_str().unwrap()).await)
+            .unwrap(),
+        DemoResult::expected(400)
+    );
+}
+
 #[tokio::test]
 async fn requests_without_a_valid_token_get_401() {
     let anonymous = Api::anonymous();

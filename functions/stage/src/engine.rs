@@ -71,7 +71,9 @@ pub struct Ctx<'a> {
     cadence: Cadence,
     /// How much of the job each stage is (empty: the same).
     weights: &'static [u32],
-    /// Whether a write was refused because the owner cancelled.
+    /// Whether a write was refused because the owner cancelled: from then on the stage is
+    /// asked to stop (`deadline_near`), its next checkpoint is the attempt's final one, and any
+    /// further progress write fails with `Job.Cancelled`.
     cancelled: bool,
 }
 
@@ -123,13 +125,14 @@ impl<'a> Ctx<'a> {
     /// Whether the stage must stop now (checkpoint and return `Paused`): Lambda would stop the
     /// invocation within the configured margin.
     pub fn deadline_near(&self) -> bool {
-        Instant::now() >= self.stop_at
+        self.cancelled || Instant::now() >= self.stop_at
     }
 
     /// Whether a checkpoint is due: every `checkpoint_items` items or `checkpoint_interval`,
     /// whichever comes first.
     pub fn checkpoint_due(&self, items_done: u64) -> bool {
-        items_done.saturating_sub(self.last_checkpoint.1) >= self.cadence.items
+        self.cancelled
+            || items_done.saturating_sub(self.last_checkpoint.1) >= self.cadence.items
             || self.last_checkpoint.0.elapsed() >= self.cadence.interval
     }
 
@@ -137,20 +140,50 @@ impl<'a> Ctx<'a> {
     /// progress bar needs, and each write is a billed DynamoDB write), which also serves as
     /// the heartbeat. Writing on every whole percent as well, as this once did, cost a 10 s
     /// job about a hundred writes instead of five (`make bench` measured it).
+    ///
+    /// The write that finds the job cancelled does not fail: it asks the stage to stop
+    /// ([`Ctx::deadline_near`]), so that a kind that checkpoints and pauses there saves where
+    /// it got to — a retry of the cancelled job resumes from that. A kind that goes on
+    /// regardless fails with `Job.Cancelled` at its next progress report.
     pub async fn progress(&mut self, done: u64, total: Option<u64>) -> Result<(), StageError> {
         let since = self.last_write.elapsed();
         if since >= self.deps.progress_interval || since >= self.deps.heartbeat_interval {
-            self.write(done, total).await?;
+            return self.write_unless_cancelled(done, total).await;
         }
         Ok(())
     }
 
-    /// Writes a heartbeat if one is due (for work that makes no countable progress for a while).
+    /// Writes a heartbeat if one is due (for work that makes no countable progress for a while);
+    /// a cancellation found is handled as in [`Ctx::progress`].
     pub async fn heartbeat(&mut self, done: u64, total: Option<u64>) -> Result<(), StageError> {
         if self.last_write.elapsed() >= self.deps.heartbeat_interval {
-            self.write(done, total).await?;
+            return self.write_unless_cancelled(done, total).await;
         }
         Ok(())
+    }
+
+    /// A progress write from the kind: `Job.Cancelled` once the stage was asked to stop for a
+    /// cancellation; the write that finds it asks and succeeds.
+    async fn write_unless_cancelled(
+        &mut self,
+        done: u64,
+        total: Option<u64>,
+    ) -> Result<(), StageError> {
+        if self.cancelled {
+            return Err(StageError::Cancelled);
+        }
+        match self.write(done, total).await {
+            Err(StageError::Cancelled) => {
+                tracing::info!("cancellation seen; the stage is asked to checkpoint and stop");
+                Ok(())
+            }
+            other => other,
+        }
+    }
+
+    /// Whether the owner's cancellation was seen.
+    pub fn cancelled(&self) -> bool {
+        self.cancelled
     }
 
     fn pct(&self, done: u64, total: Option<u64>) -> f64 {
@@ -226,9 +259,36 @@ impl<'a> Ctx<'a> {
             PutNewError::Exists(key) => StageError::LeaseLost(format!("checkpoint {key} exists")),
             PutNewError::Aws(e) => StageError::from(failure::aws_failure(CHECKPOINT_FAILED, &e)),
         })?;
+        if !self.cancelled {
+            self.checkpoint_key = Some(key.clone());
+            match self.write(done, total).await {
+                Ok(()) => {
+                    self.last_checkpoint = (Instant::now(), done);
+                    return Ok(());
+                }
+                // Cancelled while it was saved: it becomes the final checkpoint, below.
+                Err(StageError::Cancelled) => {}
+                Err(err) => return Err(err),
+            }
+        }
+        // The attempt's final checkpoint, after its owner cancelled: made current by the one
+        // write a cancelled attempt may still make, so a retry resumes from here.
+        self.seq += 1;
+        let items_done = done.max(self.floor_done);
+        self.deps
+            .jobs
+            .record_final_checkpoint(
+                &self.job.job_id,
+                &self.lease.token,
+                self.seq,
+                &key,
+                items_done,
+            )
+            .await
+            .map_err(refused)?;
         self.checkpoint_key = Some(key);
-        self.write(done, total).await?;
         self.last_checkpoint = (Instant::now(), done);
+        tracing::info!(items_done, "final checkpoint of the cancelled attempt saved");
         Ok(())
     }
 
@@ -343,12 +403,18 @@ impl<'a> Ctx<'a> {
         done: u64,
         total: Option<u64>,
     ) -> Result<(), StageError> {
+        if self.cancelled {
+            return Err(StageError::Cancelled);
+        }
         let step =
             self.deps.heartbeat_interval.min(Duration::from_secs(5)).max(Duration::from_millis(1));
         let end = Instant::now() + duration;
         while let Some(left) = end.checked_duration_since(Instant::now()).filter(|d| !d.is_zero()) {
             tokio::time::sleep(left.min(step)).await;
             self.heartbeat(done, total).await?;
+            if self.cancelled {
+                break; // asked to stop: the kind checkpoints and pauses
+            }
         }
         Ok(())
     }

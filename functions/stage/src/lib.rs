@@ -729,6 +729,12 @@ async fn run(
         result_ttl_seconds: None,
     };
     match outcome {
+        // The owner cancelled and the stage stopped as asked (having saved its final
+        // checkpoint), or finished anyway: the job ends `cancelled`, any result deleted.
+        Ok(_) if ctx.cancelled() => {
+            finish_cancellation(deps, job_id, lease).await?;
+            Ok(output("cancelled", None, ctx.stage))
+        }
         Ok(StageOutcome::Paused) if loops >= deps.runs_per_execution => {
             Ok(output("continue_as_new", None, ctx.stage))
         }

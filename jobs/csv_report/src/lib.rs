@@ -198,7 +198,9 @@ mod tests {
     #[test]
     fn a_cancellation_mid_scan_ends_the_run() {
         let host = Host::new().input(INPUT, csv(&[(1, 1); 50]), 8).cancel_after_writes(5);
-        assert!(host.run(&CsvReport, &params("json")).unwrap_err().is_cancelled());
+        let (result, trace) = host.run_traced(&CsvReport, &params("json"));
+        assert!(result.unwrap_err().is_cancelled());
+        assert!(trace.final_checkpoint, "where it stopped is kept for a retry: {trace:?}");
     }
 
     proptest! {

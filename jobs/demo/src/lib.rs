@@ -126,9 +126,12 @@ mod tests {
     }
 
     #[test]
-    fn a_cancellation_mid_stage_ends_the_run() {
-        let err = Host::new().cancel_after_writes(3).run(&Demo, &json!({"items": 50})).unwrap_err();
+    fn a_cancellation_mid_stage_ends_the_run_with_a_final_checkpoint() {
+        let (result, trace) =
+            Host::new().cancel_after_writes(3).run_traced(&Demo, &json!({"items": 50}));
+        let err = result.unwrap_err();
         assert!(err.is_cancelled(), "{err}");
+        assert!(trace.final_checkpoint, "where it stopped is kept for a retry: {trace:?}");
     }
 
     #[test]

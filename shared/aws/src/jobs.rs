@@ -2051,6 +2051,50 @@ impl JobStore {
         }
     }
 
+    /// Makes `checkpoint_key` (covering `items_done` of the current stage) the job's current
+    /// checkpoint after its owner asked to cancel it: the one write a cancelled attempt may
+    /// still make, so that a retry of the job resumes from where it stopped. Fenced like a
+    /// progress write (the lease, a newer `seq`), but it keeps the cancellation flag.
+    pub async fn record_final_checkpoint(
+        &self,
+        job_id: &str,
+        lease: &str,
+        seq: u64,
+        checkpoint_key: &str,
+        items_done: u64,
+    ) -> Result<(), ProgressRefused> {
+        let now = now_rfc3339();
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(Self::progress_key(job_id).into_iter().collect()))
+            .update_expression(
+                "SET checkpoint_key = :key, seq = :seq, items_done = :done, updated_at = :now",
+            )
+            .condition_expression("lease = :lease AND seq < :seq")
+            .expression_attribute_values(":key", s(checkpoint_key))
+            .expression_attribute_values(":seq", AttributeValue::N(seq.to_string()))
+            .expression_attribute_values(":done", AttributeValue::N(items_done.to_string()))
+            .expression_attribute_values(":now", s(now))
+            .expression_attribute_values(":lease", s(lease))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            Err(err)
+                if err
+                    .as_service_error()
+                    .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
+            {
+                Err(ProgressRefused::LeaseLost)
+            }
+            Err(err) => Err(ProgressRefused::Store(
+                AwsError::new(format!("record the final checkpoint of {job_id}"), err).into(),
+            )),
+        }
+    }
+
     /// An update of a running job's record, applied only while `lease` holds the job.
     async fn update_fenced(
         &self,

@@ -165,14 +165,18 @@ pub trait StageContext: Send {
         total: Option<u64>,
     ) -> BoxFuture<'_, Result<(), KindError>>;
 
-    /// Whether the stage must checkpoint and return [`StageOutcome::Paused`] now.
+    /// Whether the stage must checkpoint and return [`StageOutcome::Paused`] now: the
+    /// invocation's deadline is near, or the owner cancelled the job. A cancelled stage's
+    /// checkpoint is its final one, kept so that a retry of the job resumes from it.
     fn deadline_near(&self) -> bool;
 
-    /// Whether a checkpoint is due at `items` done (the kind's cadence).
+    /// Whether a checkpoint is due at `items` done (the kind's cadence; always once the owner
+    /// cancelled, see [`StageContext::deadline_near`]).
     fn checkpoint_due(&self, items: u64) -> bool;
 
-    /// Whether the owner's cancellation has been seen (a refused write); the error that told
-    /// the stage is [`KindError::is_cancelled`] too.
+    /// Whether the owner's cancellation has been seen. The progress write that sees it
+    /// succeeds and asks the stage to stop ([`StageContext::deadline_near`]); any progress
+    /// reported after that fails with an error for which [`KindError::is_cancelled`] holds.
     fn cancelled(&self) -> bool;
 
     /// Diagnostic kinds' injected failures: how many this job has had so far…

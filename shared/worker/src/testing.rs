@@ -9,7 +9,10 @@
 //! * [`assert_resumable`] runs it once straight through, then again crashed right after each
 //!   of its checkpoints in turn (the invocation dies; a new one resumes from what is durable),
 //!   and asserts every run produces the same result;
-//! * [`Host::cancel_after_writes`] makes the n-th progress write find the job cancelled.
+//! * [`Host::cancel_after_writes`] makes the n-th progress write find the job cancelled: as in
+//!   the stage function, that write asks the stage to stop (`deadline_near`), its next
+//!   checkpoint is the final one ([`Trace::final_checkpoint`]), and progress reported after
+//!   that fails as cancelled.
 //!
 //! ```
 //! # use longhaul_worker::testing::{Host, assert_resumable};
@@ -56,6 +59,8 @@ pub struct Trace {
     pub crashes: u32,
     /// Retryable failures retried.
     pub retries: u32,
+    /// Whether a cancelled run saved a final checkpoint (what a retry would resume from).
+    pub final_checkpoint: bool,
 }
 
 /// An in-memory host: the job's inputs and how the run is disturbed.
@@ -175,11 +180,14 @@ impl Host {
                 crashed: false,
             };
             let outcome = kind.run_stage(&mut ctx, params).await;
-            let crashed = ctx.crashed;
+            let (crashed, cancelled) = (ctx.crashed, ctx.cancelled);
             match outcome {
                 _ if crashed => {
                     durable.trace.crashes += 1;
                 }
+                // Stopped as asked after the cancellation (or finished regardless): the job
+                // ends cancelled, as the stage function ends it.
+                Ok(_) if cancelled => return (Err(KindError::cancelled()), durable.trace),
                 Ok(StageOutcome::Paused) => durable.trace.pauses += 1,
                 Ok(StageOutcome::StageDone) if durable.stage_index + 1 < stages.len() => {
                     durable.stage_index += 1;
@@ -266,6 +274,18 @@ impl MemoryContext<'_> {
         Ok(())
     }
 
+    /// A progress write from the kind: the one that finds the job cancelled succeeds (the
+    /// stage is asked to stop), any after it fails as cancelled.
+    fn write_unless_cancelled(&mut self) -> Result<(), KindError> {
+        if self.cancelled {
+            return Err(KindError::cancelled());
+        }
+        match self.write() {
+            Err(e) if e.is_cancelled() => Ok(()),
+            other => other,
+        }
+    }
+
     fn input(&self, input: &str) -> Result<&(Vec<u8>, usize), KindError> {
         if !self.inputs.iter().any(|i| i == input) {
             return Err(KindError::fatal(PublicMessage::fixed(
@@ -310,7 +330,7 @@ impl StageContext for MemoryContext<'_> {
         _done: u64,
         _total: Option<u64>,
     ) -> BoxFuture<'_, Result<(), KindError>> {
-        let written = self.write();
+        let written = self.write_unless_cancelled();
         async move { written }.boxed()
     }
 
@@ -322,7 +342,14 @@ impl StageContext for MemoryContext<'_> {
         _total: Option<u64>,
     ) -> BoxFuture<'_, Result<(), KindError>> {
         async move {
-            self.write()?;
+            if !self.cancelled {
+                match self.write() {
+                    // Found cancelled while saved: it is the final checkpoint.
+                    Err(e) if e.is_cancelled() => {}
+                    other => other?,
+                }
+            }
+            self.durable.trace.final_checkpoint |= self.cancelled;
             self.durable.checkpoint = Some((self.stage.to_owned(), version, state));
             self.durable.trace.checkpoints += 1;
             self.checkpoint_base = done;
@@ -437,18 +464,18 @@ impl StageContext for MemoryContext<'_> {
         _done: u64,
         _total: Option<u64>,
     ) -> BoxFuture<'_, Result<(), KindError>> {
-        let written = self.write();
+        let written = self.write_unless_cancelled();
         async move { written }.boxed()
     }
 
     fn deadline_near(&self) -> bool {
         let calls = self.deadline_calls.get() + 1;
         self.deadline_calls.set(calls);
-        self.host.deadline_every.is_some_and(|n| calls >= n)
+        self.cancelled || self.host.deadline_every.is_some_and(|n| calls >= n)
     }
 
     fn checkpoint_due(&self, items: u64) -> bool {
-        items.saturating_sub(self.checkpoint_base) >= self.host.checkpoint_items
+        self.cancelled || items.saturating_sub(self.checkpoint_base) >= self.host.checkpoint_items
     }
 
     fn cancelled(&self) -> bool {
