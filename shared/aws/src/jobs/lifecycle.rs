@@ -1,0 +1,388 @@
+//! The job's moves besides plain transitions: claim, cancel, and the fenced counters and marks.
+
+use super::*;
+
+use std::collections::HashMap;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use longhaul_domain::admission::Waiting;
+use longhaul_domain::{Cancellation, JobStatus, now_rfc3339};
+
+use crate::AwsError;
+
+/// What a cancellation did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CancelOutcome {
+    /// The job was not running yet and is now `cancelled`.
+    Cancelled(Box<JobRecord>),
+    /// The job is running; its stage will stop at its next progress write.
+    Requested(Box<JobRecord>),
+}
+
+impl JobStore {
+    /// Cancels a job for its owner: a `pending` or `queued` job becomes `cancelled` at once;
+    /// a `running` job gets a cancellation request that its stage sees at its next progress
+    /// write (the flag is set on the progress record too, which that write is conditional on).
+    /// Repeating the request for a running job is harmless. A terminal job is a conflict.
+    pub async fn cancel(
+        &self,
+        job_id: &str,
+        cancellation: &Cancellation,
+    ) -> Result<CancelOutcome, StoreError> {
+        let value: AttributeValue =
+            serde_dynamo::to_attribute_value(cancellation).expect("cancellations serialise");
+        let reason = match &cancellation.reason {
+            Some(reason) => format!("cancelled by {}: {reason}", cancellation.requested_by),
+            None => format!("cancelled by {}", cancellation.requested_by),
+        };
+        let request = TransitionRequest::new(
+            job_id,
+            &[JobStatus::Pending, JobStatus::Queued],
+            JobStatus::Cancelled,
+            reason,
+        )
+        .set("cancellation", value.clone());
+        let current = match self.transition(request).await {
+            Ok(job) => return Ok(CancelOutcome::Cancelled(Box::new(job))),
+            Err(StoreError::Conflict { current: Some(job) })
+                if job.status == JobStatus::Running =>
+            {
+                job
+            }
+            Err(err) => return Err(err),
+        };
+        if current.cancellation.is_some() {
+            return Ok(CancelOutcome::Requested(current));
+        }
+        let names = HashMap::from([("#status".to_owned(), "status".to_owned())]);
+        let values = HashMap::from([
+            (":running".to_owned(), s(JobStatus::Running.as_str())),
+            (":c".to_owned(), value),
+            (":now".to_owned(), s(now_rfc3339())),
+        ]);
+        let job = match self
+            .update_job(
+                job_id,
+                "SET cancellation = :c, updated_at = :now".into(),
+                "#status = :running AND attribute_not_exists(cancellation)".into(),
+                names,
+                values,
+            )
+            .await
+        {
+            Ok(job) => job,
+            // Another request got there first, or the job just ended: report what is.
+            Err(StoreError::Conflict { current: Some(job) })
+                if job.status == JobStatus::Running =>
+            {
+                return Ok(CancelOutcome::Requested(job));
+            }
+            Err(err) => return Err(err),
+        };
+        let flagged = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(Self::progress_key(job_id).into_iter().collect()))
+            .update_expression("SET cancel_requested_at = :now")
+            .condition_expression("attribute_exists(pk)")
+            .expression_attribute_values(":now", s(&cancellation.requested_at))
+            .send()
+            .await;
+        match flagged {
+            Ok(_) => {}
+            Err(err)
+                if err
+                    .as_service_error()
+                    .is_some_and(|e| e.is_conditional_check_failed_exception()) => {}
+            Err(err) => {
+                return Err(AwsError::new(format!("flag cancellation of {job_id}"), err).into());
+            }
+        }
+        Ok(CancelOutcome::Requested(Box::new(job)))
+    }
+
+    /// `queued → running` for `execution`, minting a new lease (the job enters the reaper's
+    /// running index in the same write), then hands the progress record to it. Idempotent per
+    /// execution: if this execution already holds the job (the claim's response was lost and
+    /// the state machine retried it), the existing lease is returned and the hand-over is
+    /// done again — the first call may have died between the two writes (fault injection
+    /// found exactly that). If nothing retries it, the reaper judges the lease by its claim
+    /// time: no hand-over, no heartbeat.
+    pub async fn claim(
+        &self,
+        job_id: &str,
+        execution: &str,
+    ) -> Result<(Lease, JobRecord), StoreError> {
+        let token = uuid::Uuid::new_v4().simple().to_string();
+        let request = TransitionRequest::new(
+            job_id,
+            &[JobStatus::Queued],
+            JobStatus::Running,
+            "claimed by a stage",
+        )
+        .set("lease", s(&token))
+        .set("execution", s(execution));
+        match self.claim_update(request).await {
+            Ok(job) => {
+                let lease = Lease { attempt: job.attempt, token };
+                self.take_progress(job_id, &lease).await?;
+                Ok((lease, job))
+            }
+            Err(StoreError::Conflict { current: Some(job) })
+                if job.status == JobStatus::Running
+                    && job.execution.as_deref() == Some(execution) =>
+            {
+                let lease =
+                    Lease { attempt: job.attempt, token: job.lease.clone().unwrap_or_default() };
+                self.take_progress(job_id, &lease).await?;
+                Ok((lease, *job))
+            }
+            Err(err) => Err(err),
+        }
+    }
+
+    pub(super) async fn claim_update(
+        &self,
+        request: TransitionRequest,
+    ) -> Result<JobRecord, StoreError> {
+        // The claim is a transition that also counts the attempt and stamps the first start.
+        let now = now_rfc3339();
+        let mut names = HashMap::from([
+            ("#status".to_owned(), "status".to_owned()),
+            ("#attempt".to_owned(), "attempt".to_owned()),
+        ]);
+        let mut values = HashMap::from([
+            (":to".to_owned(), s(request.to.as_str())),
+            (":from".to_owned(), s(JobStatus::Queued.as_str())),
+            (":now".to_owned(), s(&now)),
+            (":one".to_owned(), AttributeValue::N("1".into())),
+            (":t".to_owned(), transition_value(request.to, &request.reason, &now)),
+        ]);
+        let mut update = String::from(
+            "SET #status = :to, updated_at = :now, started_at = if_not_exists(started_at, :now), \
+             transitions = list_append(transitions, :t)",
+        );
+        for (i, (name, value)) in request.set.into_iter().enumerate() {
+            update.push_str(&format!(", #s{i} = :s{i}"));
+            names.insert(format!("#s{i}"), name);
+            values.insert(format!(":s{i}"), value);
+        }
+        // The claimed job enters the running bucket in this same write: if the claim dies
+        // before handing the progress record over, the reaper still finds the job.
+        // A job back from a backoff no longer waits for its `retry_at`.
+        update.push_str(", gsi2pk = :bucket, gsi2sk = :now ADD #attempt :one REMOVE retry_at");
+        values.insert(
+            ":bucket".to_owned(),
+            s(status_bucket(JobStatus::Running.as_str(), &request.job_id)),
+        );
+        self.update_job(&request.job_id, update, "#status = :from".into(), names, values).await
+    }
+
+    /// Sets (or clears) the job's `stalled_at` while it runs under `lease`. Refused
+    /// ([`StoreError::Conflict`]) if it is already set (or already clear), so of two reapers
+    /// that saw the same stall only one flags it and counts it.
+    pub async fn mark_stalled(
+        &self,
+        job_id: &str,
+        lease: &str,
+        stalled_at: Option<&str>,
+    ) -> Result<(), StoreError> {
+        match stalled_at {
+            Some(at) => {
+                let values = HashMap::from([(":at".to_owned(), s(at))]);
+                self.update_fenced_when(
+                    job_id,
+                    lease,
+                    "SET stalled_at = :at",
+                    Some("attribute_not_exists(stalled_at)"),
+                    values,
+                )
+                .await?
+            }
+            None => {
+                self.update_fenced_when(
+                    job_id,
+                    lease,
+                    "REMOVE stalled_at",
+                    Some("attribute_exists(stalled_at)"),
+                    HashMap::new(),
+                )
+                .await?
+            }
+        };
+        Ok(())
+    }
+
+    /// Counts one more dispatch of a `pending` job (the reaper re-enqueueing it), moves its
+    /// status-index entry to `index_key` (when the reaper should look again) and returns the
+    /// record; refused if the job moved on meanwhile.
+    pub async fn count_enqueue(
+        &self,
+        job_id: &str,
+        index_key: &str,
+    ) -> Result<JobRecord, StoreError> {
+        let names = HashMap::from([("#status".to_owned(), "status".to_owned())]);
+        let values = HashMap::from([
+            (":pending".to_owned(), s(JobStatus::Pending.as_str())),
+            (":one".to_owned(), AttributeValue::N("1".into())),
+            (":now".to_owned(), s(now_rfc3339())),
+            (":look".to_owned(), s(index_key)),
+        ]);
+        self.update_job(
+            job_id,
+            "SET updated_at = :now, gsi2sk = :look ADD enqueues :one".into(),
+            "#status = :pending".into(),
+            names,
+            values,
+        )
+        .await
+    }
+
+    /// Records that a `pending` job waits for a running slot (`waiting`) and moves its
+    /// status-index entry to the `waiting` bucket, where the reaper reconciles the pools of
+    /// waiting jobs rather than re-enqueueing them as lost; refused if the job moved on.
+    pub async fn mark_waiting(
+        &self,
+        job_id: &str,
+        waiting: &Waiting,
+    ) -> Result<JobRecord, StoreError> {
+        let names = HashMap::from([("#status".to_owned(), "status".to_owned())]);
+        let values = HashMap::from([
+            (":pending".to_owned(), s(JobStatus::Pending.as_str())),
+            (":now".to_owned(), s(now_rfc3339())),
+            (
+                ":waiting".to_owned(),
+                serde_dynamo::to_attribute_value(waiting).expect("a wait always serialises"),
+            ),
+            (":bucket".to_owned(), s(status_bucket(WAITING_BUCKET, job_id))),
+            (":since".to_owned(), s(&waiting.since)),
+        ]);
+        self.update_job(
+            job_id,
+            "SET updated_at = :now, waiting = :waiting, gsi2pk = :bucket, gsi2sk = :since".into(),
+            "#status = :pending".into(),
+            names,
+            values,
+        )
+        .await
+    }
+
+    /// Moves a `pending` job's status-index entry to `index_key` (when the reaper should look
+    /// at it next: a delayed job's start); refused if the job moved on meanwhile.
+    pub async fn defer_pending_look(
+        &self,
+        job_id: &str,
+        index_key: &str,
+    ) -> Result<(), StoreError> {
+        let names = HashMap::from([("#status".to_owned(), "status".to_owned())]);
+        let values = HashMap::from([
+            (":pending".to_owned(), s(JobStatus::Pending.as_str())),
+            (":look".to_owned(), s(index_key)),
+        ]);
+        self.update_job(
+            job_id,
+            "SET gsi2sk = :look".into(),
+            "#status = :pending".into(),
+            names,
+            values,
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// Points a `queued` job whose execution ended without running it at a new execution
+    /// (dispatch number `dispatch`, named `execution`); refused if someone else did first.
+    pub async fn redispatch_queued(
+        &self,
+        job_id: &str,
+        seen_dispatches: u32,
+        execution: &str,
+    ) -> Result<JobRecord, StoreError> {
+        let names = HashMap::from([("#status".to_owned(), "status".to_owned())]);
+        let values = HashMap::from([
+            (":queued".to_owned(), s(JobStatus::Queued.as_str())),
+            (":seen".to_owned(), AttributeValue::N(seen_dispatches.to_string())),
+            (":next".to_owned(), AttributeValue::N((seen_dispatches + 1).to_string())),
+            (":execution".to_owned(), s(execution)),
+            (":now".to_owned(), s(now_rfc3339())),
+        ]);
+        self.update_job(
+            job_id,
+            "SET execution = :execution, dispatches = :next, updated_at = :now, gsi2sk = :now"
+                .into(),
+            if seen_dispatches == 0 {
+                "#status = :queued AND (attribute_not_exists(dispatches) OR dispatches = :seen)"
+                    .into()
+            } else {
+                "#status = :queued AND dispatches = :seen".into()
+            },
+            names,
+            values,
+        )
+        .await
+    }
+
+    /// Marks an expired job's records for DynamoDB TTL (epoch seconds) and takes the job out
+    /// of the status index (its `expired#<shard>` entry): the last step of expiring a job, so
+    /// the entry stays until everything before it is done. The progress record goes first.
+    pub async fn retain_until(&self, job_id: &str, epoch_seconds: i64) -> Result<(), StoreError> {
+        for sk in [PROGRESS_SK, JOB_SK] {
+            let result = self
+                .client
+                .update_item()
+                .table_name(&self.table)
+                .key("pk", s(job_pk(job_id)))
+                .key("sk", s(sk))
+                .update_expression("SET expires_at = :ttl REMOVE gsi2pk, gsi2sk")
+                .condition_expression("attribute_exists(pk)")
+                .expression_attribute_values(":ttl", AttributeValue::N(epoch_seconds.to_string()))
+                .send()
+                .await;
+            match result {
+                Ok(_) => {}
+                Err(err)
+                    if err
+                        .as_service_error()
+                        .is_some_and(|e| e.is_conditional_check_failed_exception()) => {}
+                Err(err) => {
+                    return Err(AwsError::new(format!("set retention of {job_id}"), err).into());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Counts one continuation of the job's execution (fenced) and returns the new count,
+    /// which names the next execution.
+    pub async fn count_continuation(&self, job_id: &str, lease: &str) -> Result<u32, StoreError> {
+        Ok(self.count_fenced(job_id, lease, "continuations").await?.continuations)
+    }
+
+    /// Records that the attempt holding `lease` goes on in execution `name` (a continuation):
+    /// whoever stops the job's execution (the reaper, ending or re-dispatching it) must stop
+    /// the one that runs it now, not the one it continued from.
+    pub async fn record_execution(
+        &self,
+        job_id: &str,
+        lease: &str,
+        name: &str,
+    ) -> Result<JobRecord, StoreError> {
+        let values = HashMap::from([
+            (":execution".to_owned(), s(name)),
+            (":now".to_owned(), s(now_rfc3339())),
+        ]);
+        self.update_fenced(job_id, lease, "SET updated_at = :now, execution = :execution", values)
+            .await
+    }
+
+    /// Counts one injected failure of a diagnostic kind, fenced by the lease (so it survives
+    /// the retry that follows and a stale attempt cannot count).
+    pub async fn count_injected_failure(
+        &self,
+        job_id: &str,
+        lease: &str,
+    ) -> Result<JobRecord, StoreError> {
+        self.count_fenced(job_id, lease, "injected_failures").await
+    }
+}

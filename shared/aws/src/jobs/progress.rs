@@ -1,0 +1,381 @@
+//! The progress record: the hot item an attempt writes (fenced by its lease), its checkpoint
+//! pointer, and its hand-over between attempts.
+
+use super::*;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use aws_sdk_dynamodb::operation::put_item::PutItemError;
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
+use longhaul_domain::now_rfc3339;
+use serde::{Deserialize, Serialize};
+
+use crate::AwsError;
+
+/// The small, hot progress record.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct ProgressRecord {
+    /// 0 ..= 100.
+    pub pct: f64,
+    /// The current stage's name.
+    pub stage: String,
+    /// 1-based index of the current stage.
+    pub stage_index: u32,
+    /// How many stages the job type has.
+    pub stages_total: u32,
+    /// Items done in the current stage.
+    pub items_done: u64,
+    /// Items in the current stage, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub items_total: Option<u64>,
+    /// Estimated seconds to completion.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eta_seconds: Option<u64>,
+    /// Strictly increasing per job; a write with a lower sequence is refused.
+    pub seq: u64,
+    /// Last sign of life from the worker.
+    pub heartbeat_at: String,
+    /// Last change.
+    pub updated_at: String,
+    /// The lease of the attempt that owns this record.
+    pub lease: String,
+    /// The current stage's latest checkpoint object (moved only under the lease, so a stale
+    /// attempt can never make a newer checkpoint unreachable).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_key: Option<String>,
+    /// Set by a cancellation request; progress writes are refused while it is set, which is
+    /// how a running stage learns of the cancellation without an extra read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cancel_requested_at: Option<String>,
+    /// When `pct` or `items_done` last changed (heartbeats alone do not change it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress_changed_at: Option<String>,
+    /// The attempt whose lease owns this record (absent in records older than the field): a
+    /// hand-over to an earlier attempt is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempt: Option<u32>,
+}
+
+/// Why a progress write was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ProgressRefused {
+    /// The owner asked to cancel the job.
+    #[error("cancellation requested")]
+    Cancelled,
+    /// Another attempt holds the job.
+    #[error("lease lost")]
+    LeaseLost,
+    /// Our lease, but the record already has sequence `seq` or later (a duplicate worker).
+    #[error("progress sequence {seq} already recorded")]
+    Stale {
+        /// The sequence number on record.
+        seq: u64,
+    },
+    /// DynamoDB failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl JobStore {
+    pub(super) fn progress_key(job_id: &str) -> [(String, AttributeValue); 2] {
+        [("pk".into(), s(job_pk(job_id))), ("sk".into(), s(PROGRESS_SK))]
+    }
+
+    /// Takes the progress record from `lease` (the record keeps its stage and checkpoint
+    /// pointer, under a lease no attempt holds), so that the attempt's progress and checkpoint
+    /// writes are refused from now on. The reaper does this *before* re-dispatching a zombie:
+    /// otherwise a worker declared dead but alive could go on writing progress while the job
+    /// was queued again or claimed by the next attempt (until that claim's hand-over), as the
+    /// fault checker's paused workers did. A record that `lease` does not hold is left alone.
+    pub async fn revoke_progress(&self, job_id: &str, lease: &str) -> Result<(), StoreError> {
+        let revoked = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(Self::progress_key(job_id).into_iter().collect()))
+            .update_expression("SET lease = :revoked, updated_at = :now")
+            .condition_expression("lease = :lease")
+            .expression_attribute_values(":revoked", s(format!("revoked:{lease}")))
+            .expression_attribute_values(":now", s(now_rfc3339()))
+            .expression_attribute_values(":lease", s(lease))
+            .send()
+            .await;
+        match revoked {
+            Ok(_) => Ok(()),
+            Err(err)
+                if err
+                    .as_service_error()
+                    .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
+            {
+                Ok(())
+            }
+            Err(err) => {
+                Err(AwsError::new(format!("revoke progress of {job_id} from its lease"), err)
+                    .into())
+            }
+        }
+    }
+
+    /// Gives a new job, before it is enqueued, the progress record of the job it retries: its
+    /// stage and checkpoint pointer, under a lease no attempt holds. Its first claim hands the
+    /// record over keeping them ([`JobStore::claim`]), so the retry resumes from that
+    /// checkpoint as a re-dispatched attempt would. Refused (harmlessly) if the new job has a
+    /// progress record already.
+    pub async fn seed_progress(
+        &self,
+        job_id: &str,
+        from: &ProgressRecord,
+    ) -> Result<(), StoreError> {
+        let now = now_rfc3339();
+        let seeded = ProgressRecord {
+            seq: 0,
+            lease: format!("resumed:{job_id}"),
+            heartbeat_at: now.clone(),
+            updated_at: now.clone(),
+            progress_changed_at: Some(now),
+            eta_seconds: None,
+            cancel_requested_at: None,
+            attempt: None,
+            ..from.clone()
+        };
+        let mut item = to_item(&seeded);
+        item.extend(Self::progress_key(job_id));
+        item.insert("expires_at".into(), self.retention.ttl_from_now());
+        let result = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .condition_expression("attribute_not_exists(pk)")
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            Err(err)
+                if err
+                    .as_service_error()
+                    .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
+            {
+                Ok(())
+            }
+            Err(err) => Err(AwsError::new(format!("seed progress of {job_id}"), err).into()),
+        }
+    }
+
+    /// Hands the progress record to a new attempt: its lease and a fresh heartbeat, keeping
+    /// the stage and checkpoint pointer a previous attempt left (so a re-dispatched job
+    /// resumes where it was) and any cancellation request. (Progress records written before
+    /// the running index moved to the job record leave the index here.)
+    ///
+    /// Refused (a conflict) if a later attempt already holds the record: a claimer delayed
+    /// between its two writes while the reaper re-dispatched the job must not take the
+    /// record back from the attempt that claimed it since (the fault checker's paused
+    /// workers did exactly that, and the newer attempt's progress writes were then refused).
+    pub(super) async fn take_progress(
+        &self,
+        job_id: &str,
+        lease: &Lease,
+    ) -> Result<(), StoreError> {
+        let now = now_rfc3339();
+        let zero = AttributeValue::N("0".into());
+        let taken = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(Self::progress_key(job_id).into_iter().collect()))
+            .update_expression(
+                "SET lease = :lease, #attempt = :attempt, heartbeat_at = :now, updated_at = :now, progress_changed_at = :now, \
+                 seq = if_not_exists(seq, :zero), pct = if_not_exists(pct, :zero), \
+                 stage = if_not_exists(stage, :empty), stage_index = if_not_exists(stage_index, :zero), \
+                 stages_total = if_not_exists(stages_total, :zero), items_done = if_not_exists(items_done, :zero), \
+                 expires_at = :ttl REMOVE gsi2pk, gsi2sk",
+            )
+            .condition_expression("attribute_not_exists(#attempt) OR #attempt <= :attempt")
+            .expression_attribute_names("#attempt", "attempt")
+            .expression_attribute_values(":lease", s(&lease.token))
+            .expression_attribute_values(":attempt", AttributeValue::N(lease.attempt.to_string()))
+            .expression_attribute_values(":now", s(&now))
+            .expression_attribute_values(":zero", zero)
+            .expression_attribute_values(":empty", s(""))
+            .expression_attribute_values(":ttl", self.retention.ttl_from_now())
+            .send()
+            .await;
+        match taken {
+            Ok(_) => Ok(()),
+            Err(err)
+                if err
+                    .as_service_error()
+                    .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
+            {
+                Err(StoreError::Conflict { current: self.job(job_id).await?.map(Box::new) })
+            }
+            Err(err) => Err(AwsError::new(
+                format!("hand progress of {job_id} to attempt {}", lease.attempt),
+                err,
+            )
+            .into()),
+        }
+    }
+
+    /// The progress records of `job_ids`, by job id (a job without one is missing): one
+    /// `BatchGetItem` per 100 jobs, eventually consistent (a sweep re-reads, consistently,
+    /// any job it is about to act on), keys DynamoDB left unprocessed asked again.
+    pub async fn progress_records(
+        &self,
+        job_ids: &[String],
+    ) -> Result<HashMap<String, ProgressRecord>, StoreError> {
+        use aws_sdk_dynamodb::types::KeysAndAttributes;
+        let mut out = HashMap::with_capacity(job_ids.len());
+        for chunk in job_ids.chunks(100) {
+            let keys = chunk
+                .iter()
+                .map(|id| {
+                    HashMap::from([
+                        ("pk".to_owned(), s(job_pk(id))),
+                        ("sk".to_owned(), s(PROGRESS_SK)),
+                    ])
+                })
+                .collect::<Vec<_>>();
+            let mut request = Some(
+                KeysAndAttributes::builder()
+                    .set_keys(Some(keys))
+                    .build()
+                    .map_err(|e| AwsError::new("build a progress batch", e))?,
+            );
+            let mut backoff = Duration::from_millis(20);
+            while let Some(keys) = request.take() {
+                let output = self
+                    .client
+                    .batch_get_item()
+                    .request_items(&self.table, keys)
+                    .send()
+                    .await
+                    .map_err(|e| AwsError::new("read a batch of progress records", e))?;
+                for item in
+                    output.responses.and_then(|mut r| r.remove(&self.table)).unwrap_or_default()
+                {
+                    let Some(job_id) = item
+                        .get("pk")
+                        .and_then(|v| v.as_s().ok())
+                        .and_then(|pk| pk.strip_prefix("JOB#"))
+                        .map(str::to_owned)
+                    else {
+                        continue;
+                    };
+                    out.insert(job_id, from_item::<ProgressRecord>(item)?);
+                }
+                request = output
+                    .unprocessed_keys
+                    .and_then(|mut u| u.remove(&self.table))
+                    .filter(|k| !k.keys.is_empty());
+                if request.is_some() {
+                    // DynamoDB sheds a batch's keys under load: back off before asking again.
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Records progress (a heartbeat, possibly a new checkpoint pointer) for the attempt
+    /// holding `progress.lease`. Refused when another attempt owns the job, when the sequence
+    /// number does not advance (so progress never goes backwards), or when a cancellation was
+    /// requested — and the refusal says which, from the record as it is (same request).
+    pub async fn record_progress(
+        &self,
+        job_id: &str,
+        progress: &ProgressRecord,
+    ) -> Result<(), ProgressRefused> {
+        let mut item = to_item(progress);
+        item.extend(Self::progress_key(job_id));
+        // The record's TTL moves on with every write, so it lapses only once the job stopped
+        // writing (it ended, or was taken from this attempt): no extra write, and no progress
+        // record outlives its job by more than the retention.
+        item.insert("expires_at".into(), self.retention.ttl_from_now());
+        let result = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .condition_expression(
+                "lease = :lease AND seq < :seq AND attribute_not_exists(cancel_requested_at)",
+            )
+            .expression_attribute_values(":lease", s(&progress.lease))
+            .expression_attribute_values(":seq", AttributeValue::N(progress.seq.to_string()))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            Err(err) => match err.as_service_error() {
+                Some(PutItemError::ConditionalCheckFailedException(failed)) => {
+                    let current = failed
+                        .item()
+                        .cloned()
+                        .map(from_item::<ProgressRecord>)
+                        .transpose()
+                        .ok()
+                        .flatten();
+                    Err(match current {
+                        Some(p) if p.lease == progress.lease && p.cancel_requested_at.is_some() => {
+                            ProgressRefused::Cancelled
+                        }
+                        Some(p) if p.lease == progress.lease => {
+                            ProgressRefused::Stale { seq: p.seq }
+                        }
+                        _ => ProgressRefused::LeaseLost,
+                    })
+                }
+                _ => Err(ProgressRefused::Store(
+                    AwsError::new(format!("write progress of {job_id}"), err).into(),
+                )),
+            },
+        }
+    }
+
+    /// Makes `checkpoint_key` (covering `items_done` of the current stage) the job's current
+    /// checkpoint after its owner asked to cancel it: the one write a cancelled attempt may
+    /// still make, so that a retry of the job resumes from where it stopped. Fenced like a
+    /// progress write (the lease, a newer `seq`), but it keeps the cancellation flag.
+    pub async fn record_final_checkpoint(
+        &self,
+        job_id: &str,
+        lease: &str,
+        seq: u64,
+        checkpoint_key: &str,
+        items_done: u64,
+    ) -> Result<(), ProgressRefused> {
+        let now = now_rfc3339();
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(Self::progress_key(job_id).into_iter().collect()))
+            .update_expression(
+                "SET checkpoint_key = :key, seq = :seq, items_done = :done, updated_at = :now",
+            )
+            .condition_expression("lease = :lease AND seq < :seq")
+            .expression_attribute_values(":key", s(checkpoint_key))
+            .expression_attribute_values(":seq", AttributeValue::N(seq.to_string()))
+            .expression_attribute_values(":done", AttributeValue::N(items_done.to_string()))
+            .expression_attribute_values(":now", s(now))
+            .expression_attribute_values(":lease", s(lease))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            Err(err)
+                if err
+                    .as_service_error()
+                    .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
+            {
+                Err(ProgressRefused::LeaseLost)
+            }
+            Err(err) => Err(ProgressRefused::Store(
+                AwsError::new(format!("record the final checkpoint of {job_id}"), err).into(),
+            )),
+        }
+    }
+}
