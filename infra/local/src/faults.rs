@@ -671,7 +671,7 @@ fn operation_of(request: &HttpRequest) -> String {
     }
     let method = axum::http::Method::from_bytes(request.method().as_bytes()).unwrap_or_default();
     let uri = request.uri().parse::<axum::http::Uri>().unwrap_or_default();
-    crate::edge::classify(&method, &uri, &headers)
+    crate::operations::classify(&method, &uri, &headers)
 }
 
 #[cfg(test)]

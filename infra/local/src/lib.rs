@@ -21,6 +21,7 @@ pub mod http_api;
 pub mod iam;
 pub mod jwt;
 pub mod model;
+pub mod operations;
 pub mod provision;
 pub mod schedules;
 pub mod streams;

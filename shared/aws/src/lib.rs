@@ -13,6 +13,7 @@ pub mod logs;
 pub mod metrics;
 pub mod objects;
 pub mod queue;
+pub mod redact;
 pub mod sdk;
 pub mod slots;
 pub mod streams;

@@ -121,14 +121,9 @@ where
         .with_writer(writer)
 }
 
-/// A placeholder for a redacted value in `Debug` output.
-pub struct Redacted;
-
-impl std::fmt::Debug for Redacted {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("<redacted>")
-    }
-}
+/// A placeholder for a redacted value in `Debug` output (defined in a leaf module, so that the
+/// records can redact without depending on this one).
+pub use crate::redact::Redacted;
 
 #[cfg(test)]
 mod tests {

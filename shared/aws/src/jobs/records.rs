@@ -8,7 +8,7 @@ use longhaul_domain::{Cancellation, JobError, JobStatus, Transition};
 use serde::{Deserialize, Serialize};
 
 /// The job record. Its `Debug` leaves out what must not reach a log: the params, the
-/// callback URL, the idempotency key and the lease token (see [`crate::logs`]).
+/// callback URL, the idempotency key and the lease token (see [`crate::redact`]).
 #[derive(Clone, PartialEq, Serialize, Deserialize)]
 pub struct JobRecord {
     /// UUIDv7.
@@ -127,7 +127,7 @@ impl JobRecord {
 
 impl std::fmt::Debug for JobRecord {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        use crate::logs::Redacted;
+        use crate::redact::Redacted;
         let redacted = |present: bool| present.then_some(Redacted);
         f.debug_struct("JobRecord")
             .field("job_id", &self.job_id)
