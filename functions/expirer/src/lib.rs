@@ -26,7 +26,7 @@ use longhaul_aws::jobs::{
     Item, JobStore, RecordRetention, STATUS_SHARDS, StoreError, TransitionRequest,
 };
 use longhaul_aws::logs;
-use longhaul_aws::metrics::{self, Unit};
+use longhaul_aws::metrics::{self, Metric};
 use longhaul_aws::objects::ObjectStore;
 use longhaul_domain::{JobStatus, format_rfc3339};
 use serde::Serialize;
@@ -300,7 +300,7 @@ async fn expire(deps: &Deps, job_id: &str, report: &mut Report) -> Result<(), Ex
     };
     logs::current_job(&job);
     // Counted at the transition, which happens once, whoever finishes the follow-up.
-    metrics::emit("JobsExpired", 1.0, Unit::Count, &job);
+    metrics::count(Metric::JobsExpired, &job);
     tracing::info!("expired: result retention passed");
     report.expired += 1;
     let expired_at = job.finished_at.unwrap_or_else(|| format_rfc3339(Utc::now()));

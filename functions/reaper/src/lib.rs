@@ -33,7 +33,7 @@ use longhaul_aws::jobs::{
     WAITING_BUCKET,
 };
 use longhaul_aws::logs;
-use longhaul_aws::metrics::{self, Unit};
+use longhaul_aws::metrics::{self, Metric};
 use longhaul_aws::objects::ObjectStore;
 use longhaul_aws::queue::{DispatchMessage, IntakeQueue};
 use longhaul_aws::slots::Admitter;
@@ -266,7 +266,7 @@ pub async fn handle(deps: &Deps, now: DateTime<Utc>) -> Result<Report, ReaperErr
     for status in ACTIVE_STATUSES {
         match deps.jobs.count_bucket(status).await {
             Ok(count) => {
-                metrics::emit_status("ActiveJobs", count as f64, status);
+                metrics::emit_status(Metric::ActiveJobs, count as f64, status);
                 report.active.insert(status.to_owned(), count);
             }
             Err(err) => {
@@ -598,7 +598,7 @@ async fn running(
         Verdict::Stalled => {
             let result = deps.jobs.mark_stalled(job_id, &lease, Some(&at(now))).await;
             if result.is_ok() {
-                metrics::emit("StalledJobs", 1.0, Unit::Count, &job);
+                metrics::count(Metric::StalledJobs, &job);
                 tracing::warn!("progress stalled while heartbeating");
                 report.stalled += 1;
             }
@@ -701,7 +701,7 @@ async fn zombie(
     };
     // Counted only by the reaper whose fenced write rescued it (another may have raced it).
     if outcome.is_ok() {
-        metrics::emit("ZombiesReaped", 1.0, Unit::Count, job);
+        metrics::count(Metric::ZombiesReaped, job);
     }
     raced(outcome, report)
 }
@@ -726,7 +726,7 @@ async fn fail(
     }
     metrics::emit_end(&ended);
     if error.code == "Job.Undispatchable" {
-        metrics::emit("JobsDeadLettered", 1.0, Unit::Count, job);
+        metrics::count(Metric::JobsDeadLettered, job);
     }
     tracing::warn!(code = error.code, message = error.message, "failed by the reaper");
     stop_execution(deps, job, &error.message).await;

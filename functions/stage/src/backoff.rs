@@ -9,7 +9,7 @@
 use chrono::{DateTime, Utc};
 use longhaul_aws::executions::execution_name;
 use longhaul_aws::jobs::{JobRecord, StoreError, TransitionRequest};
-use longhaul_aws::metrics::{self, Unit};
+use longhaul_aws::metrics::{self, Metric};
 use longhaul_aws::queue::DispatchMessage;
 use longhaul_domain::retry::{self, FailureClass};
 use longhaul_domain::{JobError, JobStatus, format_rfc3339, schedule};
@@ -89,7 +89,7 @@ pub async fn schedule_retry(
     };
     let retry_at = queued.retry_at.clone().unwrap_or(retry_at);
     enqueue(deps, &queued, &retry_at).await?;
-    metrics::emit("RetriesScheduled", 1.0, Unit::Count, &queued);
+    metrics::count(Metric::RetriesScheduled, &queued);
     tracing::warn!(
         code = error.code,
         retry_at,

@@ -33,7 +33,7 @@ pub mod failure;
 
 use longhaul_aws::executions::Executions;
 use longhaul_aws::logs;
-use longhaul_aws::metrics::{self, Unit};
+use longhaul_aws::metrics::{self, Metric};
 use longhaul_aws::objects::{ObjectStore, result_key};
 use longhaul_aws::queue::IntakeQueue;
 use longhaul_domain::retry::Backoff;
@@ -466,12 +466,7 @@ async fn claim(deps: &Deps, job_id: &str, execution: &str) -> Result<TaskLease, 
             job.started_at.as_deref().map(chrono::DateTime::parse_from_rfc3339),
         )
     {
-        metrics::emit(
-            "QueueWait",
-            (started - created).num_milliseconds() as f64,
-            Unit::Milliseconds,
-            &job,
-        );
+        metrics::emit(Metric::QueueWait, (started - created).num_milliseconds() as f64, &job);
     }
     Ok(TaskLease { lease, principal: Some(job.owner.clone()) })
 }

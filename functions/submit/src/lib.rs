@@ -21,7 +21,7 @@ use longhaul_aws::jobs::{
 };
 use longhaul_aws::limits::{Admission, SubmissionLimiter};
 use longhaul_aws::logs;
-use longhaul_aws::metrics::{self, Unit};
+use longhaul_aws::metrics::{self, Metric};
 use longhaul_aws::queue::{DispatchMessage, IntakeQueue};
 use longhaul_domain::admission::Priority;
 use longhaul_domain::callback::{CallbackPolicy, Host, check_address, parse_callback_url};
@@ -532,7 +532,7 @@ async fn enqueue_written(
 ) -> Result<Response<Body>, Problem> {
     match written {
         Ok(()) => {
-            metrics::emit("JobsSubmitted", 1.0, Unit::Count, job);
+            metrics::count(Metric::JobsSubmitted, job);
             // Never the params, the callback URL or the idempotency key (see `longhaul_aws::logs`).
             tracing::info!(job_type = job.job_type, retry_of = job.retry_of, "submitted");
             enqueue(deps, job).await;

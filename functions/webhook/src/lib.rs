@@ -24,7 +24,7 @@ use futures::future::BoxFuture;
 use longhaul_aws::config::{ConfigError, Vars};
 use longhaul_aws::jobs::{DeliveryRecord, JobStore};
 use longhaul_aws::logs;
-use longhaul_aws::metrics::{self, Unit};
+use longhaul_aws::metrics::{self, Metric};
 use longhaul_aws::queue::{WebhookMessage, WebhookQueue};
 use longhaul_domain::callback::{CallbackPolicy, Host, check_address, parse_callback_url};
 use longhaul_domain::webhooks::{RetrySchedule, event_type, message_id, sign};
@@ -276,7 +276,7 @@ pub async fn process(deps: &Deps, message: &WebhookMessage) -> Result<(), String
         "webhook attempt made"
     );
     match outcome {
-        "delivered" => metrics::emit("WebhookDelivered", 1.0, Unit::Count, &job),
+        "delivered" => metrics::count(Metric::WebhookDelivered, &job),
         "retrying" => {
             let delay = deps.config.schedule.delay_before(message.attempt + 1).unwrap_or(0);
             let next = WebhookMessage {
@@ -288,7 +288,7 @@ pub async fn process(deps: &Deps, message: &WebhookMessage) -> Result<(), String
         }
         "dead_lettered" => {
             deps.dead_letters.send(message, 0).await.map_err(|e| e.to_string())?;
-            metrics::emit("WebhookFailed", 1.0, Unit::Count, &job);
+            metrics::count(Metric::WebhookFailed, &job);
             tracing::warn!(
                 webhook_id,
                 delivery_attempt = message.attempt,

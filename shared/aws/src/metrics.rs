@@ -38,6 +38,88 @@ impl Unit {
     }
 }
 
+/// Every metric longhaul emits: one name per meaning, each with its unit, so that the names
+/// alarms and dashboards (template.yaml, the runbook) refer to are defined once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Metric {
+    /// A job was accepted (not counted for idempotent replays).
+    JobsSubmitted,
+    /// A job ended `succeeded`.
+    JobsSucceeded,
+    /// A job ended `failed`.
+    JobsFailed,
+    /// A job ended `cancelled`.
+    JobsCancelled,
+    /// Submission to end of a job (ms).
+    JobDuration,
+    /// Submission to first claim of a job (ms).
+    QueueWait,
+    /// A succeeded job's result expired.
+    JobsExpired,
+    /// A job failed because its retries were spent (the reaper's dead-letter count).
+    JobsDeadLettered,
+    /// The reaper flagged a job stalled (heartbeats, no progress).
+    StalledJobs,
+    /// The reaper rescued a job whose worker died.
+    ZombiesReaped,
+    /// An attempt failed transiently and the job's next attempt was scheduled.
+    RetriesScheduled,
+    /// A webhook was delivered.
+    WebhookDelivered,
+    /// A webhook delivery failed for good.
+    WebhookFailed,
+    /// Live jobs by status (a gauge the reaper reads at the start of its run).
+    ActiveJobs,
+}
+
+impl Metric {
+    /// Every metric.
+    pub const ALL: [Metric; 14] = [
+        Metric::JobsSubmitted,
+        Metric::JobsSucceeded,
+        Metric::JobsFailed,
+        Metric::JobsCancelled,
+        Metric::JobDuration,
+        Metric::QueueWait,
+        Metric::JobsExpired,
+        Metric::JobsDeadLettered,
+        Metric::StalledJobs,
+        Metric::ZombiesReaped,
+        Metric::RetriesScheduled,
+        Metric::WebhookDelivered,
+        Metric::WebhookFailed,
+        Metric::ActiveJobs,
+    ];
+
+    /// Its CloudWatch name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Metric::JobsSubmitted => "JobsSubmitted",
+            Metric::JobsSucceeded => "JobsSucceeded",
+            Metric::JobsFailed => "JobsFailed",
+            Metric::JobsCancelled => "JobsCancelled",
+            Metric::JobDuration => "JobDuration",
+            Metric::QueueWait => "QueueWait",
+            Metric::JobsExpired => "JobsExpired",
+            Metric::JobsDeadLettered => "JobsDeadLettered",
+            Metric::StalledJobs => "StalledJobs",
+            Metric::ZombiesReaped => "ZombiesReaped",
+            Metric::RetriesScheduled => "RetriesScheduled",
+            Metric::WebhookDelivered => "WebhookDelivered",
+            Metric::WebhookFailed => "WebhookFailed",
+            Metric::ActiveJobs => "ActiveJobs",
+        }
+    }
+
+    /// Its unit.
+    pub fn unit(self) -> Unit {
+        match self {
+            Metric::JobDuration | Metric::QueueWait => Unit::Milliseconds,
+            _ => Unit::Count,
+        }
+    }
+}
+
 /// The EMF line for one data point of `name` about one job: dimensioned by its type, with its
 /// id as a plain property (not a dimension: one metric per job would be costly and useless, but
 /// the property lets Logs Insights find the job behind any data point).
@@ -85,9 +167,14 @@ fn envelope(
     line.to_string()
 }
 
-/// Emits one data point about `job`.
-pub fn emit(name: &str, value: f64, unit: Unit, job: &impl JobIdentity) {
-    publish(&line(name, value, unit, job.job_type(), job.job_id()));
+/// Emits one data point of `metric` about `job`.
+pub fn emit(metric: Metric, value: f64, job: &impl JobIdentity) {
+    publish(&line(metric.name(), value, metric.unit(), job.job_type(), job.job_id()));
+}
+
+/// Counts one occurrence of `metric` about `job`.
+pub fn count(metric: Metric, job: &impl JobIdentity) {
+    emit(metric, 1.0, job);
 }
 
 /// Emits what a job's end counts, from its record as the ending write left it: `JobsSucceeded`,
@@ -96,24 +183,24 @@ pub fn emit(name: &str, value: f64, unit: Unit, job: &impl JobIdentity) {
 /// every end is counted exactly once whichever path took it. Nothing for a live status.
 pub fn emit_end(job: &JobRecord) {
     use longhaul_domain::JobStatus;
-    let name = match job.status {
-        JobStatus::Succeeded => "JobsSucceeded",
-        JobStatus::Failed => "JobsFailed",
-        JobStatus::Cancelled => "JobsCancelled",
+    let metric = match job.status {
+        JobStatus::Succeeded => Metric::JobsSucceeded,
+        JobStatus::Failed => Metric::JobsFailed,
+        JobStatus::Cancelled => Metric::JobsCancelled,
         _ => return,
     };
-    emit(name, 1.0, Unit::Count, job);
+    count(metric, job);
     let parse = |t: &str| chrono::DateTime::parse_from_rfc3339(t).ok();
     if let (Some(start), Some(end)) =
         (parse(&job.created_at), job.finished_at.as_deref().and_then(parse))
     {
-        emit("JobDuration", (end - start).num_milliseconds() as f64, Unit::Milliseconds, job);
+        emit(Metric::JobDuration, (end - start).num_milliseconds() as f64, job);
     }
 }
 
-/// Emits one reading of gauge `name` for status `status`.
-pub fn emit_status(name: &str, value: f64, status: &str) {
-    publish(&status_line(name, value, status));
+/// Emits one reading of gauge `metric` for status `status`.
+pub fn emit_status(metric: Metric, value: f64, status: &str) {
+    publish(&status_line(metric.name(), value, status));
 }
 
 fn publish(line: &str) {
@@ -144,5 +231,28 @@ mod tests {
             (Some(7.0), Some("running"))
         );
         assert_eq!(gauge["_aws"]["CloudWatchMetrics"][0]["Dimensions"], json!([["Status"]]));
+    }
+
+    #[test]
+    fn metric_names_are_distinct() {
+        let names: std::collections::BTreeSet<_> = Metric::ALL.iter().map(|m| m.name()).collect();
+        assert_eq!(names.len(), Metric::ALL.len());
+    }
+
+    /// Every alarm on a longhaul metric names one the code emits (a renamed metric would
+    /// leave its alarm silent forever).
+    #[test]
+    fn the_templates_alarms_watch_metrics_that_exist() {
+        let template = include_str!("../../../template.yaml");
+        let lines: Vec<&str> = template.lines().map(str::trim).collect();
+        let watched: Vec<&str> = lines
+            .windows(2)
+            .filter(|w| w[0] == format!("Namespace: {NAMESPACE}"))
+            .filter_map(|w| w[1].strip_prefix("MetricName: "))
+            .collect();
+        assert!(watched.len() >= 2, "the template's alarms were not found: {watched:?}");
+        for name in watched {
+            assert!(Metric::ALL.iter().any(|m| m.name() == name), "no metric {name}");
+        }
     }
 }
