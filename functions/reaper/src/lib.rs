@@ -38,7 +38,7 @@ use longhaul_aws::objects::ObjectStore;
 use longhaul_aws::queue::{DispatchMessage, IntakeQueue};
 use longhaul_aws::slots::Admitter;
 use longhaul_domain::reaper::{Rescue, Running, Thresholds, Verdict, judge, rescue};
-use longhaul_domain::{JobError, JobStatus, format_rfc3339, schedule};
+use longhaul_domain::{ErrorCode, JobError, JobStatus, format_rfc3339, schedule};
 use serde::Serialize;
 use serde_json::json;
 use tracing::Instrument;
@@ -383,7 +383,7 @@ async fn lost_pending(
     // say whether a job is delayed, so the record is read — only on this rare path.
     if waited >= deps.config.max_pending && !delayed_within(deps, now, &job).await? {
         let error = JobError {
-            code: "Job.Undispatchable".into(),
+            code: ErrorCode::Undispatchable.as_str().into(),
             message: format!(
                 "not dispatched within {} s of being accepted ({} re-enqueues)",
                 deps.config.max_pending.as_secs(),
@@ -465,7 +465,7 @@ async fn lost_queued(
     }
     if job.dispatches >= deps.max_attempts(&job) {
         let error = JobError {
-            code: "Job.Undispatchable".into(),
+            code: ErrorCode::Undispatchable.as_str().into(),
             message: format!("its execution {current} ended without running it"),
         };
         let result = fail(deps, &job, &[JobStatus::Queued], None, error).await;
@@ -506,7 +506,7 @@ async fn never_started(
     let waited = (now - parse(since).unwrap_or(now)).to_std().unwrap_or_default();
     if waited >= deps.config.max_pending {
         let error = JobError {
-            code: "Job.Undispatchable".into(),
+            code: ErrorCode::Undispatchable.as_str().into(),
             message: format!(
                 "its execution could not be started within {} s of being accepted",
                 deps.config.max_pending.as_secs()
@@ -612,7 +612,7 @@ async fn running(
             raced(result, report)
         }
         Verdict::TimedOut(reason) => {
-            let error = JobError { code: "Job.Timeout".into(), message: reason };
+            let error = JobError::new(ErrorCode::Timeout, reason);
             let result = fail(deps, &job, &[JobStatus::Running], Some(&lease), error).await;
             if result.is_ok() {
                 report.failed += 1;
@@ -689,7 +689,7 @@ async fn zombie(
         }
         Rescue::Fail => {
             let error = JobError {
-                code: "Job.Abandoned".into(),
+                code: ErrorCode::Abandoned.as_str().into(),
                 message: format!("{reason}; retry budget of {} attempts spent", max_attempts),
             };
             let result = fail(deps, job, &[JobStatus::Running], Some(lease), error).await;
@@ -725,7 +725,7 @@ async fn fail(
         revoke(deps, &job.job_id, lease).await;
     }
     metrics::emit_end(&ended);
-    if error.code == "Job.Undispatchable" {
+    if error.is(ErrorCode::Undispatchable) {
         metrics::count(Metric::JobsDeadLettered, job);
     }
     tracing::warn!(code = error.code, message = error.message, "failed by the reaper");

@@ -14,6 +14,7 @@
 
 use std::fmt;
 
+use longhaul_domain::ErrorCode;
 pub use longhaul_worker::PublicMessage;
 
 /// The input upload could not be read (an S3 error on the input).
@@ -89,8 +90,7 @@ impl fmt::Display for Failure {
 /// message; any other — `States.Timeout`, `Runtime.ExitError`, `Lambda.*` — is infrastructure
 /// speaking, and its cause (request ids, ARNs, runtime output) is replaced by a fixed message.
 pub fn recorded_message(error: &str, cause: &str) -> (String, bool) {
-    let own = error
-        .starts_with("Job.")
+    let own = ErrorCode::is_ours(error)
         .then(|| serde_json::from_str::<serde_json::Value>(cause).ok())
         .flatten()
         .and_then(|cause| cause.get("errorMessage")?.as_str().map(str::to_owned))
@@ -107,8 +107,8 @@ fn infrastructure_message(error: &str) -> &'static str {
         "States.Timeout" | "States.HeartbeatTimeout" | "Sandbox.Timedout" => {
             "the job's worker timed out"
         }
-        "Job.Fatal" => "the job failed and cannot be retried",
-        "Job.Retryable" => "the job failed and its retries were spent",
+        _ if error == ErrorCode::Fatal.as_str() => "the job failed and cannot be retried",
+        _ if error == ErrorCode::Retryable.as_str() => "the job failed and its retries were spent",
         _ => "the job's worker failed (an infrastructure error); retrying the job may succeed",
     }
 }

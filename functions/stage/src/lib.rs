@@ -37,7 +37,7 @@ use longhaul_aws::metrics::{self, Metric};
 use longhaul_aws::objects::{ObjectStore, result_key};
 use longhaul_aws::queue::IntakeQueue;
 use longhaul_domain::retry::Backoff;
-use longhaul_domain::{JobError, JobStatus};
+use longhaul_domain::{ErrorCode, JobError, JobStatus};
 use longhaul_worker::{Cadence, Registry, StageOutcome};
 
 use crate::engine::{Ctx, KindRun};
@@ -338,11 +338,11 @@ impl StageError {
     /// The stable error name the state machine matches on.
     pub fn name(&self) -> &'static str {
         match self {
-            StageError::Retryable(_) => "Job.Retryable",
-            StageError::Fatal(_) => "Job.Fatal",
-            StageError::LeaseLost(_) => "Job.LeaseLost",
-            StageError::NotClaimable(_) => "Job.NotClaimable",
-            StageError::Cancelled => "Job.Cancelled",
+            StageError::Retryable(_) => ErrorCode::Retryable.as_str(),
+            StageError::Fatal(_) => ErrorCode::Fatal.as_str(),
+            StageError::LeaseLost(_) => ErrorCode::LeaseLost.as_str(),
+            StageError::NotClaimable(_) => ErrorCode::NotClaimable.as_str(),
+            StageError::Cancelled => ErrorCode::Cancelled.as_str(),
         }
     }
 }

@@ -84,7 +84,7 @@ impl Executions {
             .client
             .stop_execution()
             .execution_arn(self.execution_arn(name))
-            .error("Job.Cancelled")
+            .error(longhaul_domain::ErrorCode::Cancelled.as_str())
             .cause(cause)
             .send()
             .await;

@@ -72,15 +72,109 @@ pub struct Cancellation {
 /// Why a job failed: a stable code and a message.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct JobError {
-    /// Stable, machine-readable (e.g. `Job.Fatal`, `Job.Retryable`).
+    /// Stable, machine-readable: one of our [`ErrorCode`]s (`Job.Fatal`, `Job.Retryable`, …),
+    /// or the name of the infrastructure error that ended the job (`States.Timeout`, …).
     pub code: String,
     /// Human-readable detail.
     pub message: String,
 }
 
+impl JobError {
+    /// An error of one of our own codes.
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        JobError { code: code.as_str().to_owned(), message: message.into() }
+    }
+
+    /// Whether it is of our `code`.
+    pub fn is(&self, code: ErrorCode) -> bool {
+        self.code == code.as_str()
+    }
+}
+
+/// The error names longhaul itself gives a job's failure — what the state machine matches on
+/// (the stage's errors) and what a job's `error.code` says (also the reaper's verdicts). The
+/// one place these strings are spelled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorCode {
+    /// A transient failure: retried within the attempt, then in the next attempt.
+    Retryable,
+    /// Retrying cannot help (bad input, access denied, a kind's verdict on the owner's data).
+    Fatal,
+    /// Another attempt holds the job (the state machine stops the execution quietly).
+    LeaseLost,
+    /// The job was not waiting to be claimed.
+    NotClaimable,
+    /// The owner cancelled the running job (never recorded as a failure).
+    Cancelled,
+    /// It ran longer than its policy's maximum runtime (the reaper).
+    Timeout,
+    /// Its worker died and its attempts were spent (the reaper).
+    Abandoned,
+    /// No execution could be started for it (the reaper).
+    Undispatchable,
+}
+
+impl ErrorCode {
+    /// Every code.
+    pub const ALL: [ErrorCode; 8] = [
+        ErrorCode::Retryable,
+        ErrorCode::Fatal,
+        ErrorCode::LeaseLost,
+        ErrorCode::NotClaimable,
+        ErrorCode::Cancelled,
+        ErrorCode::Timeout,
+        ErrorCode::Abandoned,
+        ErrorCode::Undispatchable,
+    ];
+
+    /// The prefix of every name of ours.
+    pub const PREFIX: &'static str = "Job.";
+
+    /// The name (`Job.Retryable`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::Retryable => "Job.Retryable",
+            ErrorCode::Fatal => "Job.Fatal",
+            ErrorCode::LeaseLost => "Job.LeaseLost",
+            ErrorCode::NotClaimable => "Job.NotClaimable",
+            ErrorCode::Cancelled => "Job.Cancelled",
+            ErrorCode::Timeout => "Job.Timeout",
+            ErrorCode::Abandoned => "Job.Abandoned",
+            ErrorCode::Undispatchable => "Job.Undispatchable",
+        }
+    }
+
+    /// The code named `name`, if it is one of ours.
+    pub fn parse(name: &str) -> Option<ErrorCode> {
+        ErrorCode::ALL.into_iter().find(|code| code.as_str() == name)
+    }
+
+    /// Whether `name` is in our namespace (`Job.*`), known or not.
+    pub fn is_ours(name: &str) -> bool {
+        name.starts_with(Self::PREFIX)
+    }
+}
+
+impl std::fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn error_codes_round_trip_and_are_ours() {
+        for code in ErrorCode::ALL {
+            assert_eq!(ErrorCode::parse(code.as_str()), Some(code));
+            assert!(ErrorCode::is_ours(code.as_str()));
+            assert!(JobError::new(code, "m").is(code));
+        }
+        assert_eq!(ErrorCode::parse("States.Timeout"), None);
+        assert!(!ErrorCode::is_ours("States.Timeout"));
+    }
 
     #[test]
     fn job_ids_are_v7_and_parse_canonically() {

@@ -20,7 +20,7 @@ pub mod stream_token;
 pub mod uploads;
 pub mod webhooks;
 
-pub use job::{Cancellation, JobError, JobId, Transition};
+pub use job::{Cancellation, ErrorCode, JobError, JobId, Transition};
 pub use status::{JobStatus, TransitionError};
 
 /// The current time as the RFC 3339 string (UTC, milliseconds) stored on every record.

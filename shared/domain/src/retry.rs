@@ -10,6 +10,8 @@
 
 use std::time::Duration;
 
+use crate::ErrorCode;
+
 /// Whether a failure is worth another attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FailureClass {
@@ -18,9 +20,6 @@ pub enum FailureClass {
     /// Retrying cannot help (bad input, access denied, a kind's fatal error): fail now.
     Final,
 }
-
-/// The error name a job kind raises for a transient failure (`Job.Retryable`).
-pub const RETRYABLE: &str = "Job.Retryable";
 
 /// Step Functions' own errors that are deterministic: the same input fails the same way.
 const DETERMINISTIC_STATES_ERRORS: [&str; 6] = [
@@ -39,9 +38,9 @@ const DETERMINISTIC_STATES_ERRORS: [&str; 6] = [
 /// a timeout (`States.Timeout`, `Sandbox.Timedout`), a crashed invocation (a panic reports its
 /// type name) — and is transient unless it is one of Step Functions' deterministic errors.
 pub fn classify(error_name: &str) -> FailureClass {
-    if error_name == RETRYABLE {
+    if error_name == ErrorCode::Retryable.as_str() {
         FailureClass::Retryable
-    } else if error_name.starts_with("Job.") || DETERMINISTIC_STATES_ERRORS.contains(&error_name) {
+    } else if ErrorCode::is_ours(error_name) || DETERMINISTIC_STATES_ERRORS.contains(&error_name) {
         FailureClass::Final
     } else {
         FailureClass::Retryable
