@@ -184,6 +184,7 @@ function update(jobId, patch) {
   const eta = LIVE.has(job.status) ? ` · ${fmtEta(progress.eta)}` : "";
   entry.stage.textContent = `${progress.stage || ""}${items}${eta}`.replace(/^ · /, "");
   if (job.waiting) entry.stage.textContent = job.waiting.message || job.waiting.reason;
+  if (job.retry_at) entry.stage.textContent = `retrying at ${fmtTime(job.retry_at)}`;
   renderActions(jobId);
 }
 
@@ -443,6 +444,8 @@ function renderDetail(job) {
   add("Retry of", job.retry_of);
   add("Callback", job.callback_url);
   if (job.waiting) add("Waiting", job.waiting.message || job.waiting.reason);
+  if (job.retry_at) add("Next attempt", fmtTime(job.retry_at));
+  if (job.last_error) add("Last error", `${job.last_error.code}: ${job.last_error.message}`);
   if (job.error) add("Error", `${job.error.code}: ${job.error.message}`);
   if (job.cancellation) add("Cancellation", JSON.stringify(job.cancellation));
   const body = $("transitions").tBodies[0];

@@ -39,6 +39,13 @@ pub fn describe_job(job: &Value) -> String {
     {
         lines.push(format!("waiting:   {waiting}"));
     }
+    if job.get("retry_at").is_some_and(|v| !v.is_null()) {
+        // Its last attempt failed transiently: the next one starts then.
+        lines.push(format!("retry at:  {}", field(job, "retry_at")));
+    }
+    if let Some(last) = job.get("last_error").filter(|e| e.is_object()) {
+        lines.push(format!("last error: {}: {}", field(last, "code"), field(last, "message")));
+    }
     if let Some(error) = job.get("error").filter(|e| e.is_object()) {
         lines.push(format!("error:     {}: {}", field(error, "code"), field(error, "message")));
     }
@@ -214,5 +221,15 @@ mod tests {
         assert!(text.contains("status:    failed"), "{text}");
         assert!(text.contains("error:     Job.Fatal: boom"), "{text}");
         assert!(text.contains("progress:  40%"), "{text}");
+    }
+
+    #[test]
+    fn a_job_waiting_for_its_next_attempt_says_when_and_why() {
+        let job = json!({"job_id": "j1", "type": "demo", "status": "queued", "attempt": 1,
+            "retry_at": "2026-11-24T14:00:00.000Z",
+            "last_error": {"code": "Job.Retryable", "message": "throttled"}});
+        let text = describe_job(&job);
+        assert!(text.contains("retry at:  2026-11-24T14:00:00.000Z"), "{text}");
+        assert!(text.contains("last error: Job.Retryable: throttled"), "{text}");
     }
 }
