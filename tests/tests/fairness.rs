@@ -239,6 +239,92 @@ async fn the_reaper_gives_back_slots_of_jobs_that_ended_and_starts_who_waits() {
     no_slots_held(&aws, &owner).await;
 }
 
+/// The owner's waiting list, straight from the table: (job id, item).
+async fn waiting_list(
+    aws: &Aws,
+    owner: &str,
+) -> Vec<(String, std::collections::HashMap<String, AttributeValue>)> {
+    let listed = aws
+        .dynamodb
+        .query()
+        .table_name(stack().stack.resource("JobsTable"))
+        .key_condition_expression("pk = :pk")
+        .expression_attribute_values(
+            ":pk",
+            AttributeValue::S(Pool::Tenant(owner.to_owned()).waiting_pk()),
+        )
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap();
+    listed
+        .items()
+        .iter()
+        .map(|item| (item["job_id"].as_s().unwrap().clone(), item.clone()))
+        .collect()
+}
+
+/// The reaper checks waiting jobs against their waiting lists without touching those that are
+/// in them (at volume, a read and a write per waiting job per run would cost more than the
+/// jobs), and puts back one that went missing.
+#[tokio::test]
+async fn the_reaper_puts_back_a_lost_waiting_list_entry_and_leaves_the_others_alone() {
+    stack();
+    let aws = Aws::new().await;
+    let owner = principal("relisted");
+    let api = Api::new(&owner);
+    let mut ids = Vec::new();
+    for i in 0..LIMIT {
+        ids.push(api.submit(&job_n(60, 20 + i as u64)).await);
+    }
+    let (kept, lost) = (api.submit(&job_n(1, 31)).await, api.submit(&job_n(1, 32)).await);
+    for id in [&kept, &lost] {
+        api.wait_for(id, "waiting", |j| j["waiting"].is_object()).await;
+    }
+    let table = stack().stack.resource("JobsTable");
+    for (job_id, item) in waiting_list(&aws, &owner).await {
+        let key = [("pk", item["pk"].clone()), ("sk", item["sk"].clone())];
+        if job_id == kept {
+            // Marked: a rewrite of the entry would drop the mark.
+            let mut update = aws.dynamodb.update_item().table_name(&table);
+            for (name, value) in key {
+                update = update.key(name, value);
+            }
+            update
+                .update_expression("SET mark = :m")
+                .expression_attribute_values(":m", AttributeValue::S("untouched".into()))
+                .send()
+                .await
+                .unwrap();
+        } else if job_id == lost {
+            let mut delete = aws.dynamodb.delete_item().table_name(&table);
+            for (name, value) in key {
+                delete = delete.key(name, value);
+            }
+            delete.send().await.unwrap();
+        }
+    }
+
+    // (Another test's reaper run may be the one that puts it back: the outcome is checked.)
+    fire("reaper").await;
+    let listed = waiting_list(&aws, &owner).await;
+    let entry = |id: &str| listed.iter().find(|(job_id, _)| job_id == id).map(|(_, item)| item);
+    assert!(entry(&lost).is_some(), "the lost entry is back: {listed:?}");
+    let kept_entry = entry(&kept).expect("the kept entry is still listed");
+    assert_eq!(
+        kept_entry.get("mark").and_then(|m| m.as_s().ok()).map(String::as_str),
+        Some("untouched")
+    );
+
+    for id in ids.iter().chain([&kept, &lost]) {
+        api.send("DELETE", &format!("/jobs/{id}"), None, &[]).await;
+    }
+    for id in ids.iter().chain([&kept, &lost]) {
+        api.wait_terminal(id, Duration::from_secs(60)).await;
+    }
+    no_slots_held(&aws, &owner).await;
+}
+
 #[tokio::test]
 async fn an_unknown_priority_is_422_and_writes_nothing() {
     stack();

@@ -193,6 +193,8 @@ pub struct Report {
     pub slots_reclaimed: u32,
     /// Waiting jobs woken because their pool had free slots.
     pub admitted: u32,
+    /// Waiting jobs put back in a waiting list they were missing from.
+    pub waiting_restored: u32,
     /// Live jobs by status at the start of the run (`pending`, `queued`, `running`), also
     /// emitted as the `ActiveJobs` gauge (dimension `Status`) for the dashboard. A status
     /// that could not be counted is missing (and counted in `errors`).
@@ -215,6 +217,7 @@ impl Report {
         self.unfinished += other.unfinished;
         self.slots_reclaimed += other.slots_reclaimed;
         self.admitted += other.admitted;
+        self.waiting_restored += other.waiting_restored;
         self.active.extend(other.active);
     }
 }

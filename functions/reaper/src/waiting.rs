@@ -8,9 +8,14 @@
 //! in its list (idempotent), and the pool's free slots wake as many waiting jobs, first in
 //! priority order. Pools without waiting jobs need no repair: a leaked slot there blocks no
 //! one until someone waits, and then it is found here within a run.
+//!
+//! At volume the check must cost next to nothing when nothing is wrong: each pool's waiting
+//! list is read once per run (its keys only, a query), and a waiting job's index entry carries
+//! what its place in the lists is made of (owner, kind, policy, priority, creation, id). Only a
+//! job missing from a list is read and put back.
 
-use std::collections::HashSet;
-use std::sync::Mutex;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
 
 use longhaul_aws::jobs::JobEntry;
 use longhaul_aws::logs;
@@ -22,14 +27,59 @@ use tracing::Instrument;
 
 use crate::{Deps, ReaperError, Report, counted};
 
-/// The pools this run already reconciled (the buckets' shards are swept at once).
+/// What this run knows of the pools (the buckets' shards are swept at once): which were
+/// reconciled, and the positions each waiting list held when first read.
 #[derive(Debug, Default)]
-pub(crate) struct Reconciled(Mutex<HashSet<Pool>>);
+pub(crate) struct Reconciled {
+    done: Mutex<HashSet<Pool>>,
+    lists: Mutex<HashMap<Pool, Arc<HashSet<String>>>>,
+}
 
 impl Reconciled {
     /// `true` the first time `pool` is claimed in this run.
     fn claim(&self, pool: &Pool) -> bool {
-        self.0.lock().expect("the set of reconciled pools is never poisoned").insert(pool.clone())
+        self.done
+            .lock()
+            .expect("the set of reconciled pools is never poisoned")
+            .insert(pool.clone())
+    }
+
+    /// The positions in `pool`'s waiting list, read once per run (two shards reading the same
+    /// list at the same moment may both read it: harmless).
+    async fn positions(
+        &self,
+        deps: &Deps,
+        pool: &Pool,
+    ) -> Result<Arc<HashSet<String>>, ReaperError> {
+        let known =
+            self.lists.lock().expect("the waiting lists are never poisoned").get(pool).cloned();
+        if let Some(positions) = known {
+            return Ok(positions);
+        }
+        let positions = Arc::new(deps.admitter.slots.waiting_positions(pool).await?);
+        self.lists
+            .lock()
+            .expect("the waiting lists are never poisoned")
+            .insert(pool.clone(), positions.clone());
+        Ok(positions)
+    }
+
+    /// Whether `entry` (a waiting job's index entry) is in the waiting list of every pool in
+    /// `pools`.
+    async fn listed(&self, deps: &Deps, entry: &JobEntry, pools: &[(Pool, u32)]) -> bool {
+        let position = waiting_sort_key(entry.priority, &entry.created_at, &entry.job_id);
+        for (pool, _) in pools {
+            match self.positions(deps, pool).await {
+                Ok(positions) if positions.contains(&position) => {}
+                Ok(_) => return false,
+                Err(err) => {
+                    // Check the job the careful way instead.
+                    tracing::warn!(error = %err, pool = ?pool, "reading a waiting list failed");
+                    return false;
+                }
+            }
+        }
+        !pools.is_empty()
     }
 }
 
@@ -41,8 +91,22 @@ pub(crate) async fn waiting_page(
     reconciled: &Reconciled,
 ) -> Report {
     let mut report = Report::default();
-    let mut pools = Vec::new();
+    let mut pools: Vec<(Pool, u32)> = Vec::new();
     for entry in jobs {
+        let its_pools = pools_of(
+            &entry.owner,
+            &entry.job_type,
+            entry.policy.as_ref().and_then(|policy| policy.concurrency_limit),
+            deps.config.tenant_max_running,
+        );
+        for (pool, limit) in &its_pools {
+            if !pools.iter().any(|(p, _)| p == pool) {
+                pools.push((pool.clone(), *limit));
+            }
+        }
+        if reconciled.listed(deps, &entry, &its_pools).await {
+            continue; // in every list it waits in: nothing to read or write
+        }
         let span = logs::span_of(&entry);
         let result =
             still_waiting(deps, &entry, &mut pools, &mut report).instrument(span.clone()).await;
@@ -60,8 +124,9 @@ pub(crate) async fn waiting_page(
     report
 }
 
-/// Puts a waiting job back in the lists of its pools (and notes the pools); a job that waits
-/// for no pool any more (its limit switched off) is woken at once.
+/// Puts a waiting job missing from a list back in the lists of its pools, from its record (and
+/// notes the pools); a job that waits for no pool any more (its limit switched off) is woken at
+/// once.
 async fn still_waiting(
     deps: &Deps,
     entry: &JobEntry,
@@ -86,6 +151,8 @@ async fn still_waiting(
         return Ok(());
     }
     let position = waiting_sort_key(job.priority, &job.created_at, &job.job_id);
+    tracing::warn!("a waiting job was missing from its waiting list; put back");
+    report.waiting_restored += 1;
     for (pool, limit) in its_pools {
         deps.admitter.slots.enter_waiting(&pool, &position, &job.job_id, &job.owner).await?;
         if !pools.iter().any(|(p, _)| *p == pool) {

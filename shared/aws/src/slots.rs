@@ -13,7 +13,7 @@
 //! reconcile a pool with the jobs that really run (a counter could only be trusted). A
 //! waiting list is a partition read in key order: priority, then submission time.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
 use longhaul_domain::admission::{WaitReason, job_of_waiting_key};
@@ -251,6 +251,32 @@ impl SlotStore {
                 Some(WaitingEntry { position, job_id, owner })
             })
             .collect())
+    }
+
+    /// Every position in `pool`'s waiting list (all pages; only the keys are read): what the
+    /// reaper checks its waiting jobs against, one query per pool instead of a read and a write
+    /// per waiting job.
+    pub async fn waiting_positions(&self, pool: &Pool) -> Result<HashSet<String>, AwsError> {
+        let mut positions = HashSet::new();
+        let mut pages = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .key_condition_expression("pk = :pk")
+            .expression_attribute_values(":pk", s(pool.waiting_pk()))
+            .projection_expression("sk")
+            .into_paginator()
+            .send();
+        while let Some(page) = pages.next().await {
+            let page = page.map_err(|e| AwsError::new("read a waiting list", e))?;
+            positions.extend(
+                page.items
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter_map(|mut item| item.remove("sk")?.as_s().ok().cloned()),
+            );
+        }
+        Ok(positions)
     }
 }
 

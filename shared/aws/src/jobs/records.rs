@@ -206,6 +206,10 @@ pub struct JobEntry {
     /// Its policy (see [`JobRecord::policy`]): what the reaper judges it by.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy: Option<JobPolicy>,
+    /// Its priority (left off the record when `normal`): with `created_at` and `job_id`, a
+    /// waiting job's place in its waiting lists, which the reaper checks without a read.
+    #[serde(default, skip_serializing_if = "Priority::is_normal")]
+    pub priority: Priority,
 }
 
 impl JobEntry {
@@ -217,7 +221,7 @@ impl JobEntry {
 
 /// The attributes of a job record both indexes project (`template.yaml` must list the same; a
 /// test compares them).
-pub const INDEX_ATTRIBUTES: [&str; 15] = [
+pub const INDEX_ATTRIBUTES: [&str; 16] = [
     "job_id",
     "owner",
     "type",
@@ -233,6 +237,7 @@ pub const INDEX_ATTRIBUTES: [&str; 15] = [
     "dispatches",
     "enqueues",
     "policy",
+    "priority",
 ];
 
 impl From<&JobRecord> for JobEntry {
@@ -253,6 +258,7 @@ impl From<&JobRecord> for JobEntry {
             dispatches: job.dispatches,
             enqueues: job.enqueues,
             policy: job.policy.clone(),
+            priority: job.priority,
         }
     }
 }
