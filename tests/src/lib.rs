@@ -424,7 +424,8 @@ impl Aws {
     }
 
     /// The names of the states whose Lambda task was scheduled, in order, for the job's
-    /// first execution.
+    /// first execution (the task states invoke the job's worker through the Lambda
+    /// integration, `lambda:invoke`: a `TaskScheduled` event of resource type `lambda`).
     pub async fn scheduled_tasks(&self, job_id: &str) -> Vec<String> {
         let mut state = String::new();
         let mut out = Vec::new();
@@ -432,7 +433,9 @@ impl Aws {
             if let Some(entered) = event.state_entered_event_details() {
                 state = entered.name().to_owned();
             }
-            if event.r#type().as_str() == "LambdaFunctionScheduled" {
+            let lambda_task =
+                event.task_scheduled_event_details().is_some_and(|t| t.resource_type() == "lambda");
+            if event.r#type().as_str() == "LambdaFunctionScheduled" || lambda_task {
                 out.push(state.clone());
             }
         }

@@ -477,7 +477,13 @@ async fn a_job_that_cannot_be_dispatched_fails_and_is_counted() {
         .start_execution()
         .state_machine_arn(&machine)
         .name(&execution)
-        .input(json!({"job_id": "no-such-job"}).to_string())
+        .input(
+            json!({"job_id": "no-such-job", "worker_arn": format!(
+                "arn:aws:lambda:us-east-1:123456789012:function:{}",
+                stack().stack.template.physical_name("StageFunction").unwrap()
+            )})
+            .to_string(),
+        )
         .send()
         .await
         .unwrap();

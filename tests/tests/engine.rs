@@ -217,14 +217,18 @@ async fn stale_leases_and_duplicate_executions_change_nothing() {
     .await;
     assert_eq!(body["errorType"], "Job.LeaseLost", "{body}");
 
-    // A second execution for the same job cannot claim it.
+    // A second execution for the same job (in its worker, as every start names) cannot claim it.
     let aws = Aws::new().await;
+    let worker = format!(
+        "arn:aws:lambda:us-east-1:123456789012:function:{}",
+        stack().stack.template.physical_name("StageFunction").unwrap()
+    );
     let duplicate = aws
         .sfn
         .start_execution()
         .state_machine_arn(stack().stack.resource("JobStateMachine"))
         .name(format!("{job_id}-duplicate"))
-        .input(json!({"job_id": job_id}).to_string())
+        .input(json!({"job_id": job_id, "worker_arn": worker}).to_string())
         .send()
         .await
         .unwrap();
@@ -329,9 +333,10 @@ async fn a_crash_mid_scan_resumes_from_the_checkpoint_with_an_identical_report()
             && j["progress"]["items_done"].as_u64().unwrap_or(0) >= 12 * mib
     })
     .await;
+    // csv_report runs in its own worker function (its policy's `worker`).
     reqwest::Client::new()
         .post(format!(
-            "{}/_local/functions/StageFunction/crash?job_id={job_id}",
+            "{}/_local/functions/CsvReportWorkerFunction/crash?job_id={job_id}",
             stack().stack.api_url
         ))
         .send()
@@ -381,7 +386,7 @@ async fn a_render_that_died_after_its_checkpoint_is_done_on_retry() {
     let job_id = api.submit(&report(&input)).await;
     // Crash the stage once, just after the progress write that points at the rendered report.
     let faults = format!("{}/_local/faults", stack().stack.api_url);
-    let plan = json!({"crash_functions": ["StageFunction"], "crash_after_call": 1.0, "max_crashes_per_job": 1,
+    let plan = json!({"crash_functions": ["CsvReportWorkerFunction"], "crash_after_call": 1.0, "max_crashes_per_job": 1,
         "crash_only": {"operation": "dynamodb:PutItem", "contains": format!("checkpoints/{job_id}/render/")}});
     let http = reqwest::Client::new();
     assert_eq!(http.post(&faults).json(&plan).send().await.unwrap().status(), 200);
@@ -390,7 +395,7 @@ async fn a_render_that_died_after_its_checkpoint_is_done_on_retry() {
     http.post(&faults).json(&json!({})).send().await.unwrap();
     assert_eq!(
         injected["injected"]["crash_sites"],
-        json!({"StageFunction dynamodb:PutItem after": 1}),
+        json!({"CsvReportWorkerFunction dynamodb:PutItem after": 1}),
         "{injected}"
     );
     assert_eq!(job["status"], "succeeded", "{job}");

@@ -65,6 +65,8 @@ fn plan() -> FaultPlan {
     FaultPlan {
         crash_functions: vec![
             "StageFunction".into(),
+            // csv_report's own worker function.
+            "CsvReportWorkerFunction".into(),
             "DispatcherFunction".into(),
             "SubmitFunction".into(),
         ],
@@ -77,7 +79,7 @@ fn plan() -> FaultPlan {
         deny: None,
         duplicate_delivery: 0.1,
         duplicate_start: 0.05,
-        pause_functions: vec!["StageFunction".into()],
+        pause_functions: vec!["StageFunction".into(), "CsvReportWorkerFunction".into()],
         // The first jobs' workers only: later in the run hundreds of jobs run at once, and a
         // local reaper run (moto under that load) takes tens of seconds, too slow to catch a
         // pause within its 120 s.

@@ -24,9 +24,9 @@ use longhaul_aws::jobs::{JobRecord, JobStore, StoreError, TransitionRequest};
 use longhaul_aws::logs;
 use longhaul_aws::queue::DispatchMessage;
 use longhaul_aws::slots::{Admitter, Pool, pools_of};
+use longhaul_aws::workers::Workers;
 use longhaul_domain::admission::{Waiting, waiting_sort_key};
 use longhaul_domain::{JobStatus, format_rfc3339, schedule};
-use serde_json::json;
 use tracing::Instrument;
 
 /// The function's configuration.
@@ -41,6 +41,9 @@ pub struct Config {
     /// `LONGHAUL_TENANT_MAX_RUNNING` (50): jobs one tenant may have between dispatch and their
     /// end; 0 = no limit.
     pub tenant_max_running: u32,
+    /// `LONGHAUL_WORKERS`: the worker functions, by logical name (the execution input names
+    /// the job's).
+    pub workers: Workers,
 }
 
 impl Config {
@@ -51,6 +54,7 @@ impl Config {
             state_machine_arn: vars.required("STATE_MACHINE_ARN")?,
             intake_queue_url: vars.required("INTAKE_QUEUE_URL")?,
             tenant_max_running: vars.parsed_or("LONGHAUL_TENANT_MAX_RUNNING", 50)?,
+            workers: Workers::from_vars(vars)?,
         })
     }
 }
@@ -151,7 +155,7 @@ pub async fn dispatch(deps: &Deps, job_id: &str) -> Result<(), DispatchError> {
             }
             tracing::info!("job already queued; starting its execution again (idempotent)");
             let name = job.execution.clone().unwrap_or_else(|| execution_name(job_id, 1));
-            return start(deps, job_id, &name).await;
+            return start(deps, &job, &name).await;
         }
         status => {
             tracing::info!(%status, "job is past dispatch; nothing to do");
@@ -196,13 +200,16 @@ pub async fn dispatch(deps: &Deps, job_id: &str) -> Result<(), DispatchError> {
             .set("dispatches", AttributeValue::N("1".into()))
             .remove("waiting")
             .due(&format_rfc3339(now));
-    match deps.jobs.transition(request).await {
-        Ok(job) => logs::current_job(&job),
+    let job = match deps.jobs.transition(request).await {
+        Ok(job) => {
+            logs::current_job(&job);
+            job
+        }
         Err(StoreError::Conflict { current: Some(job) }) if job.status == JobStatus::Queued => {
             // A duplicate message dispatched it first, under the same slots (they are the
             // job's, not the message's).
             tracing::info!("job already queued; starting its execution again (idempotent)");
-            return start(deps, job_id, job.execution.as_deref().unwrap_or(&name)).await;
+            return start(deps, &job, job.execution.as_deref().unwrap_or(&name)).await;
         }
         Err(StoreError::Conflict { current }) => {
             // Cancelled (or gone) while it took its slots: they go back to who waits.
@@ -212,13 +219,15 @@ pub async fn dispatch(deps: &Deps, job_id: &str) -> Result<(), DispatchError> {
             return Ok(());
         }
         Err(err) => return Err(err.into()),
-    }
-    start(deps, job_id, &name).await
+    };
+    start(deps, &job, &name).await
 }
 
-/// Starts (or starts again: Step Functions deduplicates by name) the job's execution.
-async fn start(deps: &Deps, job_id: &str, name: &str) -> Result<(), DispatchError> {
-    match deps.executions.start(name, &json!({ "job_id": job_id })).await? {
+/// Starts (or starts again: Step Functions deduplicates by name) the job's execution, in the
+/// worker function its policy names.
+async fn start(deps: &Deps, job: &JobRecord, name: &str) -> Result<(), DispatchError> {
+    let input = deps.config.workers.execution_input(&job.job_id, &job.policy_or_default());
+    match deps.executions.start(name, &input).await? {
         StartOutcome::Started { execution_arn } => {
             tracing::info!(execution_arn, "execution started")
         }

@@ -40,7 +40,6 @@ use longhaul_aws::slots::Admitter;
 use longhaul_domain::reaper::{Rescue, Running, Thresholds, Verdict, judge, rescue};
 use longhaul_domain::{ErrorCode, JobError, JobStatus, format_rfc3339, schedule};
 use serde::Serialize;
-use serde_json::json;
 use tracing::Instrument;
 
 /// The function's configuration.
@@ -86,6 +85,9 @@ pub struct Config {
     pub record_retention: RecordRetention,
     /// `LONGHAUL_TENANT_MAX_RUNNING` (50; 0 = no limit), as the dispatcher has it.
     pub tenant_max_running: u32,
+    /// `LONGHAUL_WORKERS`: the worker functions, by logical name (a re-dispatched job's
+    /// execution runs in the one its policy names).
+    pub workers: longhaul_aws::workers::Workers,
 }
 
 impl Config {
@@ -114,6 +116,7 @@ impl Config {
             result_ttl: ResultTtl::from_vars(vars)?,
             record_retention: RecordRetention::from_vars(vars)?,
             tenant_max_running: vars.parsed_or("LONGHAUL_TENANT_MAX_RUNNING", 50)?,
+            workers: longhaul_aws::workers::Workers::from_vars(vars)?,
         })
     }
 }
@@ -480,7 +483,12 @@ async fn lost_queued(
     let next = execution_name(&job.job_id, job.dispatches + 1);
     match deps.jobs.redispatch_queued(&job.job_id, job.dispatches, &next).await {
         Ok(_) => {
-            deps.executions.start(&next, &json!({ "job_id": job.job_id })).await?;
+            deps.executions
+                .start(
+                    &next,
+                    &deps.config.workers.execution_input(&job.job_id, &job.policy_or_default()),
+                )
+                .await?;
             tracing::warn!(
                 execution = next,
                 "queued job's execution ended without it; started another"
@@ -521,7 +529,12 @@ async fn never_started(
         }
         return raced(result, report);
     }
-    deps.executions.start(execution, &json!({ "job_id": job.job_id })).await?;
+    deps.executions
+        .start(
+            execution,
+            &deps.config.workers.execution_input(&job.job_id, &job.policy_or_default()),
+        )
+        .await?;
     tracing::warn!(execution, "queued job's execution was never started; started it");
     report.restarted += 1;
     Ok(())
@@ -684,7 +697,12 @@ async fn zombie(
             let result = deps.jobs.transition(request).await.map(|_| ());
             if result.is_ok() {
                 stop_execution(deps, job, "superseded by a re-dispatch").await;
-                deps.executions.start(&next, &json!({ "job_id": job_id })).await?;
+                deps.executions
+                    .start(
+                        &next,
+                        &deps.config.workers.execution_input(job_id, &job.policy_or_default()),
+                    )
+                    .await?;
                 tracing::warn!(execution = next, reason, "zombie re-dispatched");
                 report.redispatched += 1;
             }

@@ -241,6 +241,10 @@ pub enum StageInput {
         job_id: String,
         /// The claim's lease.
         lease: TaskLease,
+        /// The function ARN this execution's task states invoke (its input's `worker_arn`):
+        /// the next execution runs in the same worker.
+        #[serde(default)]
+        worker_arn: Option<String>,
     },
     /// Mark the job succeeded (the previous definition's `Complete` state).
     Complete {
@@ -436,7 +440,7 @@ pub async fn handle(
             with_lease(job_id, lease.as_ref().or(state.lease.as_ref()))
         }
         StageInput::Run { job_id, lease, .. }
-        | StageInput::ContinueAsNew { job_id, lease }
+        | StageInput::ContinueAsNew { job_id, lease, .. }
         | StageInput::Complete { job_id, lease, .. } => with_lease(job_id, Some(lease)),
     };
     let result = task(deps, input, deadline).instrument(span.clone()).await;
@@ -571,12 +575,12 @@ async fn task(
             let output = run(deps, &job_id, &lease, loops + 1, deadline).await?;
             Ok(serde_json::to_value(output).expect("outputs serialise"))
         }
-        StageInput::ContinueAsNew { job_id, lease } => {
+        StageInput::ContinueAsNew { job_id, lease, worker_arn } => {
             let n = deps.jobs.count_continuation(&job_id, &lease.token).await.map_err(fenced)?;
             let name = format!("{job_id}.a{}c{n}", lease.attempt);
             deps.jobs.record_execution(&job_id, &lease.token, &name).await.map_err(fenced)?;
-            let input =
-                json!({ "job_id": job_id, "lease": lease, "run": { "next": "start", "loops": 0 } });
+            let input = json!({ "job_id": job_id, "lease": lease, "run": { "next": "start", "loops": 0 },
+                longhaul_aws::workers::INPUT_KEY: worker_arn });
             deps.executions.start(&name, &input).await?;
             tracing::info!(execution = name, "continued as a new execution");
             Ok(json!({ "execution": name }))

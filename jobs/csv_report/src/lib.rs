@@ -12,7 +12,7 @@ pub mod domain;
 
 use futures::TryStreamExt;
 use longhaul_worker::{
-    Checkpoint, JobKind, KindError, PublicMessage, StageContext, StageOutcome, StagedFile,
+    Checkpoint, JobKind, KindError, Policy, PublicMessage, StageContext, StageOutcome, StagedFile,
 };
 use serde::{Deserialize, Serialize};
 
@@ -21,6 +21,9 @@ pub use domain::{CsvReportParams, Format, ScanError, ScanState, Scanner, render}
 /// The `csv_report` kind.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct CsvReport;
+
+/// The logical name (in template.yaml) of the worker function csv_report jobs run in.
+pub const WORKER: &str = "CsvReportWorkerFunction";
 
 /// Bytes per checkpoint "item".
 const MIB: u64 = 1024 * 1024;
@@ -56,6 +59,13 @@ impl JobKind for CsvReport {
     /// groups take a moment: the bar moves with the work, not by thirds.
     fn stage_weights(&self) -> &'static [u32] {
         &[8, 1, 1]
+    }
+
+    /// Runs in its own worker function (template.yaml's `CsvReportWorkerFunction`: one full
+    /// vCPU for parsing and aggregating, and a role for exactly what the kind reads and writes);
+    /// everything else is the default policy.
+    fn policy(&self) -> Policy {
+        Policy { worker: WORKER, ..Policy::default() }
     }
 
     fn validate(&self, params: &CsvReportParams) -> Result<(), String> {

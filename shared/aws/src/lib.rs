@@ -17,6 +17,7 @@ pub mod redact;
 pub mod sdk;
 pub mod slots;
 pub mod streams;
+pub mod workers;
 
 use std::error::Error as StdError;
 

@@ -14,6 +14,10 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+/// The logical name of the shared stage function, which runs every kind whose policy names no
+/// worker function of its own.
+pub const SHARED_WORKER: &str = "StageFunction";
+
 /// Checkpoint every `items` items or every `interval_seconds`, whichever comes first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CheckpointCadence {
@@ -55,7 +59,7 @@ impl Default for JobPolicy {
             result_retention_seconds: 604_800,
             checkpoint: CheckpointCadence { items: 1_000, interval_seconds: 60 },
             concurrency_limit: None,
-            worker: "StageFunction".into(),
+            worker: SHARED_WORKER.into(),
         }
     }
 }
