@@ -121,13 +121,15 @@ async fn a_zombie_is_redispatched_and_its_stale_worker_is_fenced_off() {
 
     // The old worker comes back: every write of its lease is refused.
     let old_lease = json!({"attempt": 1, "token": old.lease.clone().unwrap()});
-    let run =
-        invoke_stage(json!({"op": "run", "job_id": job_id, "lease": old_lease, "loops": 0})).await;
-    assert_eq!(run["errorType"], "Job.LeaseLost", "{run}");
-    let complete = invoke_stage(json!({"op": "complete", "job_id": job_id, "lease": old_lease,
-        "run": {"next": "done", "result_key": format!("results/{job_id}/1/result.json")}}))
+    let run = invoke_stage(json!({"op": "work", "job_id": job_id, "execution": old.execution,
+        "state": {"job_id": job_id, "lease": old_lease}}))
     .await;
-    assert_eq!(complete["errorType"], "Job.LeaseLost", "{complete}");
+    assert_eq!(run["errorType"], "Job.LeaseLost", "{run}");
+    let fail = invoke_stage(json!({"op": "fail", "job_id": job_id,
+        "state": {"job_id": job_id, "lease": old_lease},
+        "error": {"Error": "Job.Retryable", "Cause": "the old worker's last try"}}))
+    .await;
+    assert_eq!(fail["errorType"], "Job.LeaseLost", "{fail}");
     let stale = ProgressRecord {
         seq: u64::MAX - 1,
         lease: old.lease.clone().unwrap(),

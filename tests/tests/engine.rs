@@ -190,15 +190,12 @@ async fn stale_leases_and_duplicate_executions_change_nothing() {
         (error, response.json::<Value>().await.unwrap())
     };
     let forged = json!({"attempt": 1, "token": "not-the-lease"});
-    let (error, body) =
-        invoke(json!({"op": "run", "job_id": job_id, "lease": forged, "loops": 0})).await;
+    let (error, body) = invoke(json!({"op": "work", "job_id": job_id, "execution": job_id, "state": {"job_id": job_id, "lease": forged}})).await;
     assert_eq!(
         (error.as_deref(), body["errorType"].as_str()),
         (Some("Unhandled"), Some("Job.LeaseLost")),
         "{body}"
     );
-    let (_, body) = invoke(json!({"op": "work", "job_id": job_id, "execution": job_id, "state": {"job_id": job_id, "lease": forged}})).await;
-    assert_eq!(body["errorType"], "Job.LeaseLost", "{body}");
     // Another execution's first call cannot claim a running job; nor can its failure end it.
     let (_, body) = invoke(json!({"op": "work", "job_id": job_id, "execution": "another", "state": {"job_id": job_id}})).await;
     assert_eq!(body["errorType"], "Job.NotClaimable", "{body}");
@@ -208,14 +205,19 @@ async fn stale_leases_and_duplicate_executions_change_nothing() {
     )
     .await;
     assert_eq!(error, None, "nothing of the job is that execution's to record");
-    let (_, body) = invoke(json!({"op": "complete", "job_id": job_id, "lease": forged,
+    // A forged lease can neither fail the job nor schedule its retry.
+    for error in ["Job.Fatal", "Job.Retryable"] {
+        let (_, body) = invoke(json!({"op": "fail", "job_id": job_id,
+            "state": {"job_id": job_id, "lease": forged},
+            "error": {"Error": error, "Cause": "forged"}}))
+        .await;
+        assert_eq!(body["errorType"], "Job.LeaseLost", "{body}");
+    }
+    // The previous definition's ops are gone: refused, nothing done.
+    let (error, _) = invoke(json!({"op": "complete", "job_id": job_id, "lease": forged,
         "run": {"next": "done", "result_key": format!("results/{job_id}/forged.json")}}))
     .await;
-    assert_eq!(body["errorType"], "Job.LeaseLost", "{body}");
-    let (_, body) = invoke(json!({"op": "fail", "job_id": job_id, "lease": forged,
-        "error": {"Error": "Job.Fatal", "Cause": "forged"}}))
-    .await;
-    assert_eq!(body["errorType"], "Job.LeaseLost", "{body}");
+    assert_eq!(error.as_deref(), Some("Unhandled"));
 
     // A second execution for the same job (in its worker, as every start names) cannot claim it.
     let aws = Aws::new().await;

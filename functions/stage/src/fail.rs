@@ -1,0 +1,97 @@
+//! The `fail` op (the state machine's `RecordFailure` state): records why the attempt failed —
+//! the job's next attempt after a backoff ([`crate::backoff`]), its end `failed`, or, when its
+//! owner had asked, `cancelled`.
+
+use longhaul_aws::jobs::{Lease, TransitionRequest};
+use longhaul_aws::logs;
+use longhaul_domain::{JobError, JobStatus};
+
+use crate::wire::{Recorded, StateError, TaskLease, WorkState};
+use crate::{Deps, StageError, backoff, end_job, failure, finish_cancellation, store_failed};
+
+/// Records the failure `error` of `job_id`'s attempt held by this execution (the lease in
+/// `state`, or the job's if this `execution` holds it).
+pub(crate) async fn record_failure(
+    deps: &Deps,
+    job_id: &str,
+    state: WorkState,
+    execution: Option<&str>,
+    error: StateError,
+) -> Result<Recorded, StageError> {
+    let Some(lease) = failing_lease(deps, job_id, state.lease, execution).await? else {
+        // Never claimed by this execution: nothing of the job is this execution's to end.
+        tracing::warn!(
+            error = error.error,
+            "the execution failed before holding the job; nothing recorded"
+        );
+        return Ok(Recorded::Unrecorded);
+    };
+    let span = tracing::Span::current();
+    logs::record_attempt(&span, lease.attempt);
+    if let Some(principal) = &lease.principal {
+        logs::record_principal(&span, principal);
+    }
+    // Only a message written for the client is recorded (the job's `error`, its
+    // transition log, its webhook); a cause it replaces goes to the log.
+    let (message, replaced) = failure::recorded_message(&error.error, &error.cause);
+    if replaced {
+        tracing::warn!(
+            error = error.error,
+            cause = error.cause,
+            "the failure's cause is not shown to the client; recorded as {message:?}"
+        );
+    }
+    let job = deps.jobs.job(job_id).await.map_err(store_failed)?;
+    let running_ours = job.as_ref().is_some_and(|job| {
+        job.status == JobStatus::Running && job.lease.as_deref() == Some(&lease.token)
+    });
+    let cancel_requested = job.as_ref().is_some_and(|job| job.cancellation.is_some());
+    if error.error == StageError::Cancelled.name() || (running_ours && cancel_requested) {
+        // A cancellation that surfaced as an error (raised where the run could not end
+        // the job itself), or a failure after the owner asked to cancel: the job ends
+        // `cancelled`, as its owner asked, neither `failed` nor retried.
+        finish_cancellation(deps, job_id, &lease).await?;
+        return Ok(Recorded::Cancelled);
+    }
+    let job_error = JobError { code: error.error, message };
+    if let Some(job) = &job
+        && let Some(scheduled) = backoff::schedule_retry(deps, job, &lease, &job_error).await?
+    {
+        return Ok(Recorded::Retry { retry_at: scheduled.retry_at });
+    }
+    let request = TransitionRequest::new(
+        job_id,
+        &[JobStatus::Running],
+        JobStatus::Failed,
+        job_error.message.clone(),
+    )
+    .fenced(&lease.token)
+    .set("error", serde_dynamo::to_attribute_value(&job_error).expect("errors serialise"));
+    end_job(deps, request, &lease).await?;
+    tracing::warn!(code = job_error.code, "failed");
+    Ok(Recorded::Failed)
+}
+
+/// The lease a `fail` task records the failure under: the one passed, or — when the
+/// execution's first `work` failed before answering — the job's, if this execution holds it.
+async fn failing_lease(
+    deps: &Deps,
+    job_id: &str,
+    given: Option<TaskLease>,
+    execution: Option<&str>,
+) -> Result<Option<TaskLease>, StageError> {
+    if given.is_some() {
+        return Ok(given);
+    }
+    let Some(execution) = execution else { return Ok(None) };
+    let job = deps.jobs.job(job_id).await.map_err(store_failed)?;
+    Ok(job.and_then(|job| match (job.status, job.lease) {
+        (JobStatus::Running, Some(token)) if job.execution.as_deref() == Some(execution) => {
+            Some(TaskLease {
+                lease: Lease { attempt: job.attempt, token },
+                principal: Some(job.owner),
+            })
+        }
+        _ => None,
+    }))
+}

@@ -1,0 +1,152 @@
+//! The stage's wire protocol: what the state machine's task states send (`op` and the
+//! execution's state) and what they get back (the run's `next`, the recorded failure).
+
+use longhaul_aws::jobs::Lease;
+use serde::{Deserialize, Serialize};
+
+/// The error a state's `Catch` hands to `fail` (`ResultPath: $.error`).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct StateError {
+    /// The error name (`Job.Fatal`, `States.Timeout`, …).
+    #[serde(rename = "Error")]
+    pub error: String,
+    /// The cause; for a Lambda error, JSON `{"errorType", "errorMessage"}`.
+    #[serde(rename = "Cause", default)]
+    pub cause: String,
+}
+
+/// An execution's state as the state machine carries it (`$`): what `work` reads, and (with
+/// the lease and its answer) returns in place of it.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+pub struct WorkState {
+    /// The lease this execution holds: none before its first `work` (a continued execution
+    /// starts with the lease of the attempt it continues).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease: Option<TaskLease>,
+    /// The previous `work` answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<RunOutput>,
+}
+
+/// A task state's input.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum StageInput {
+    /// Claim the job if needed, work through its stages, record success.
+    Work {
+        /// The job.
+        job_id: String,
+        /// The execution's name (claims are idempotent per execution).
+        execution: String,
+        /// The execution's state (`$`).
+        #[serde(default)]
+        state: WorkState,
+    },
+    /// Start the next execution of this attempt (same lease) and let this one end.
+    ContinueAsNew {
+        /// The job.
+        job_id: String,
+        /// The claim's lease.
+        lease: TaskLease,
+        /// The function ARN this execution's task states invoke (its input's `worker_arn`):
+        /// the next execution runs in the same worker.
+        #[serde(default)]
+        worker_arn: Option<String>,
+    },
+    /// Record a failure.
+    Fail {
+        /// The job.
+        job_id: String,
+        /// The execution's state: it carries the lease once the first `work` answered…
+        #[serde(default)]
+        state: WorkState,
+        /// …or, when the first `work` failed before answering, the job record names this
+        /// execution as the one holding it.
+        #[serde(default)]
+        execution: Option<String>,
+        /// What went wrong.
+        error: StateError,
+    },
+}
+
+/// The lease as the state machine carries it (`$.lease`, the claim's output): the
+/// attempt's [`Lease`] plus the job's owner, so that every task of the attempt puts the
+/// principal on its log lines without reading the job. A lease minted before the principal
+/// was carried (or forged by a test) has none; `run` and the terminal tasks then take it from
+/// the record they read or write anyway.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+pub struct TaskLease {
+    /// The fencing lease.
+    #[serde(flatten)]
+    pub lease: Lease,
+    /// The job's owner, for log context only (never for authorization).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub principal: Option<String>,
+}
+
+impl std::ops::Deref for TaskLease {
+    type Target = Lease;
+    fn deref(&self) -> &Lease {
+        &self.lease
+    }
+}
+
+/// What `run` returns.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+pub struct RunOutput {
+    /// What the state machine does next.
+    pub next: Next,
+    /// The stage now current (its name shows in the execution history).
+    #[serde(default)]
+    pub stage: String,
+    /// `run` invocations so far in this execution.
+    #[serde(default)]
+    pub loops: u32,
+    /// When done: the result object's key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result_key: Option<String>,
+    /// When done: how long the job type's results are kept (so recording the success needs
+    /// no read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result_ttl_seconds: Option<u64>,
+}
+
+/// What `work` answers: the state machine's `Next?` choice reads it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Next {
+    /// Call `work` again: the Lambda deadline neared and the stage checkpointed.
+    #[default]
+    Continue,
+    /// Start the next execution of this attempt first: the execution's history nears its
+    /// limit.
+    ContinueAsNew,
+    /// The owner cancelled the job; it is recorded `cancelled`.
+    Cancelled,
+    /// The job is recorded `succeeded`.
+    Done,
+    /// A stage boundary was crossed: `work` goes on with the next stage within the same call
+    /// (never answered to the state machine).
+    NextStage,
+    /// The state a continued execution starts from (`ContinueAsNew` writes it into the new
+    /// execution's input; never answered).
+    Start,
+}
+
+/// What `fail` answers: the state machine's `Recorded?` choice reads `next`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "next", rename_all = "snake_case")]
+pub enum Recorded {
+    /// The attempt failed transiently within the budget: the job waits `queued` for its next
+    /// attempt, which starts at `retry_at`.
+    Retry {
+        /// RFC 3339.
+        retry_at: String,
+    },
+    /// The job is recorded `failed`.
+    Failed,
+    /// The owner had cancelled the job: it is recorded `cancelled`.
+    Cancelled,
+    /// The execution never held the job: nothing of it was this execution's to record.
+    Unrecorded,
+}

@@ -1,0 +1,223 @@
+//! The `work` op (the state machine's `Run` state): claim the job if this execution holds no
+//! lease yet, work through its stages until it is done or the Lambda deadline nears
+//! (checkpointing), and record the success itself.
+
+use std::time::{Duration, Instant};
+
+use longhaul_aws::jobs::{Lease, StoreError, TransitionRequest};
+use longhaul_aws::logs;
+use longhaul_aws::metrics::{self, Metric};
+use longhaul_aws::objects::result_key;
+use longhaul_domain::JobStatus;
+use longhaul_worker::{Cadence, StageOutcome};
+
+use crate::engine::{Ctx, KindRun};
+use crate::failure::{Failure, PublicMessage};
+use crate::wire::{Next, RunOutput, TaskLease};
+use crate::{Deps, StageError, end_job, finish_cancellation, store_failed};
+
+/// `queued → running` for `execution` (idempotent per execution), minting the lease.
+pub(crate) async fn claim(
+    deps: &Deps,
+    job_id: &str,
+    execution: &str,
+) -> Result<TaskLease, StageError> {
+    let (lease, job) = deps.jobs.claim(job_id, execution).await.map_err(|err| match err {
+        StoreError::Conflict { current } => StageError::NotClaimable(format!(
+            "job {job_id} is {}",
+            current.map(|j| j.status.as_str()).unwrap_or("missing")
+        )),
+        other => store_failed(other),
+    })?;
+    logs::record_job(&tracing::Span::current(), &job);
+    tracing::info!("claimed");
+    if lease.attempt == 1
+        && let (Ok(created), Some(Ok(started))) = (
+            chrono::DateTime::parse_from_rfc3339(&job.created_at),
+            job.started_at.as_deref().map(chrono::DateTime::parse_from_rfc3339),
+        )
+    {
+        metrics::emit(Metric::QueueWait, (started - created).num_milliseconds() as f64, &job);
+    }
+    Ok(TaskLease { lease, principal: Some(job.owner.clone()) })
+}
+
+/// Works through the job's stages until it needs the state machine again: stage boundaries
+/// are crossed within the invocation, and success is recorded here, not in a state of its own.
+pub(crate) async fn work(
+    deps: &Deps,
+    job_id: &str,
+    lease: &TaskLease,
+    loops: u32,
+    deadline: Instant,
+) -> Result<RunOutput, StageError> {
+    loop {
+        let output = run(deps, job_id, lease, loops, deadline).await?;
+        match output.next {
+            // The next stage reads the progress record `run` just moved on (one strong read).
+            Next::NextStage => continue,
+            Next::Done => {
+                complete(deps, job_id, lease, &output).await?;
+                return Ok(output);
+            }
+            _ => return Ok(output),
+        }
+    }
+}
+
+/// `running → succeeded` with the result `run` stored (fenced).
+async fn complete(
+    deps: &Deps,
+    job_id: &str,
+    lease: &Lease,
+    run: &RunOutput,
+) -> Result<(), StageError> {
+    let result_key = run.result_key.clone().ok_or_else(|| {
+        StageError::Fatal(Failure::new(PublicMessage::fixed("the job ended without a result")))
+    })?;
+    let ttl = run
+        .result_ttl_seconds
+        .map(Duration::from_secs)
+        .unwrap_or_else(|| deps.result_ttl.default_ttl());
+    let expires =
+        chrono::Utc::now() + chrono::Duration::from_std(ttl).unwrap_or(chrono::Duration::days(7));
+    let request = TransitionRequest::new(
+        job_id,
+        &[JobStatus::Running],
+        JobStatus::Succeeded,
+        "result stored",
+    )
+    .fenced(&lease.token)
+    .set("result_key", aws_sdk_dynamodb::types::AttributeValue::S(result_key))
+    .indexed_at(longhaul_domain::format_rfc3339(expires));
+    end_job(deps, request, lease).await?;
+    tracing::info!("succeeded");
+    Ok(())
+}
+
+async fn run(
+    deps: &Deps,
+    job_id: &str,
+    lease: &TaskLease,
+    loops: u32,
+    deadline: Instant,
+) -> Result<RunOutput, StageError> {
+    let view = deps.jobs.view(job_id).await.map_err(store_failed)?;
+    let view = view.ok_or_else(|| {
+        StageError::Fatal(Failure::new(PublicMessage::fixed("the job does not exist")))
+    })?;
+    let job = &view.job;
+    if lease.principal.is_none() {
+        logs::record_principal(&tracing::Span::current(), &job.owner);
+    }
+    let ours = job.lease.as_deref() == Some(&lease.token);
+    let ended = |next: Next, result_key: Option<String>| RunOutput {
+        next,
+        loops,
+        result_key,
+        ..RunOutput::default()
+    };
+    match job.status {
+        JobStatus::Running if ours => {}
+        // A retried call whose end already landed: answer it again, so the end's follow-up
+        // (metrics, tidying), which may not have happened, is done again.
+        JobStatus::Succeeded if ours => return Ok(ended(Next::Done, job.result_key.clone())),
+        JobStatus::Cancelled if ours => {
+            finish_cancellation(deps, job_id, lease).await?;
+            return Ok(ended(Next::Cancelled, None));
+        }
+        _ => {
+            return Err(StageError::LeaseLost(format!(
+                "job is {} under another lease",
+                job.status
+            )));
+        }
+    }
+    // A job's kind was checked at submit: one this worker does not know (switched off in the
+    // code since) or params it no longer accepts cannot be helped by retrying.
+    let kind = deps.registry.get(&job.job_type).ok_or_else(|| {
+        StageError::Fatal(Failure::new(PublicMessage::domain(format!(
+            "job type {:?} is not known to this worker",
+            job.job_type.chars().take(64).collect::<String>()
+        ))))
+    })?;
+    let inputs = kind
+        .check(&job.params)
+        .map_err(|e| StageError::Fatal(Failure::new(PublicMessage::domain(e))))?;
+    let stages = kind.stages();
+    // The policy stored on the job at submit rules it (a record from before policies were
+    // stored: the kind's current one).
+    let kind_policy = kind.policy();
+    let (cadence, result_retention) = match &job.policy {
+        Some(stored) => (
+            Cadence {
+                items: stored.checkpoint.items,
+                interval: Duration::from_secs(stored.checkpoint.interval_seconds),
+            },
+            stored.result_retention(),
+        ),
+        None => (kind_policy.checkpoint, kind_policy.result_retention),
+    };
+    let progress = view.progress.clone().unwrap_or_default();
+    let run = KindRun { inputs, cadence, weights: kind.stage_weights() };
+    let mut ctx = Ctx::new(deps, job, lease, stages, &progress, deadline, &run);
+    let outcome = if job.cancellation.is_some() || progress.cancel_requested_at.is_some() {
+        Err(StageError::Cancelled)
+    } else {
+        kind.run_stage(&mut ctx, &job.params).await.map_err(StageError::from)
+    };
+    let output = |next: Next, result_key: Option<String>, stage: &str| RunOutput {
+        next,
+        stage: stage.into(),
+        loops,
+        result_key,
+        result_ttl_seconds: None,
+    };
+    match outcome {
+        // The owner cancelled and the stage stopped as asked (having saved its final
+        // checkpoint), or finished anyway: the job ends `cancelled`, any result deleted.
+        Ok(_) if ctx.cancelled() => {
+            finish_cancellation(deps, job_id, lease).await?;
+            Ok(output(Next::Cancelled, None, ctx.stage))
+        }
+        Ok(StageOutcome::Paused) if loops >= deps.runs_per_execution => {
+            Ok(output(Next::ContinueAsNew, None, ctx.stage))
+        }
+        Ok(StageOutcome::Paused) => Ok(output(Next::Continue, None, ctx.stage)),
+        Ok(StageOutcome::StageDone) => {
+            let next = stages[ctx.stage_index as usize];
+            match ctx.advance(next).await {
+                Ok(()) => {}
+                // The boundary write is refused because the owner cancelled meanwhile: the
+                // job ends `cancelled`, never `failed` (Job.Cancelled is not a failure).
+                Err(StageError::Cancelled) => {
+                    finish_cancellation(deps, job_id, lease).await?;
+                    return Ok(output(Next::Cancelled, None, ctx.stage));
+                }
+                Err(err) => return Err(err),
+            }
+            tracing::info!(stage = next, "stage boundary");
+            Ok(output(Next::NextStage, None, next))
+        }
+        Ok(StageOutcome::Finished(result)) => {
+            // `ResultRef`s come from this host's `write_result`/`publish`; one that names
+            // anything but this attempt's results (another job's, say) is refused, so no kind
+            // can point a job's result link elsewhere.
+            let own = result_key(job_id, &format!("{}/", lease.attempt));
+            if !result.location().starts_with(&own) {
+                return Err(StageError::Fatal(Failure::new(PublicMessage::fixed(
+                    "the job kind finished with a result that is not its own",
+                ))));
+            }
+            Ok(RunOutput {
+                result_ttl_seconds: Some(deps.result_ttl.of(result_retention).as_secs()),
+                ..output(Next::Done, Some(result.location().to_owned()), ctx.stage)
+            })
+        }
+        Err(StageError::Cancelled) => {
+            finish_cancellation(deps, job_id, lease).await?;
+            Ok(output(Next::Cancelled, None, ctx.stage))
+        }
+        Err(err) => Err(err),
+    }
+}
