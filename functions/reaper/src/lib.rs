@@ -15,30 +15,34 @@
 //!   flagged (`"stalled": true`) and counted; still stalled after the grace, it is a zombie;
 //! * **job-level timeout** — running longer than its job type's maximum: failed (`Job.Timeout`).
 //!
+//! One file per sweep, as River has one per maintenance service: [`pending`], [`queued`],
+//! [`running`], [`waiting`] (the pools of jobs waiting for a running slot).
+//!
 //! Every run sweeps each bucket to its end, within a time budget (see [`sweep`]); every
 //! action is a conditional write (status and lease), so two reapers running at once never act
 //! twice on one job.
 
 use std::time::{Duration, Instant};
 
+mod pending;
+mod queued;
+mod running;
 mod sweep;
 mod waiting;
 
-use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Utc};
 use longhaul_aws::config::{ConfigError, ResultTtl, Vars};
-use longhaul_aws::executions::{Executions, execution_name};
+use longhaul_aws::executions::Executions;
 use longhaul_aws::jobs::{
-    JobEntry, JobStore, ProgressRecord, RecordRetention, StoreError, TransitionRequest,
-    WAITING_BUCKET,
+    JobEntry, JobStore, RecordRetention, StoreError, TransitionRequest, WAITING_BUCKET,
 };
 use longhaul_aws::logs;
 use longhaul_aws::metrics::{self, Metric};
 use longhaul_aws::objects::ObjectStore;
-use longhaul_aws::queue::{DispatchMessage, IntakeQueue};
+use longhaul_aws::queue::IntakeQueue;
 use longhaul_aws::slots::Admitter;
-use longhaul_domain::reaper::{Rescue, Running, Thresholds, Verdict, judge, rescue};
-use longhaul_domain::{ErrorCode, JobError, JobStatus, format_rfc3339, schedule};
+use longhaul_domain::reaper::Thresholds;
+use longhaul_domain::{ErrorCode, JobError, JobStatus, format_rfc3339};
 use serde::Serialize;
 use tracing::Instrument;
 
@@ -305,8 +309,9 @@ pub async fn handle(deps: &Deps, now: DateTime<Utc>) -> Result<Report, ReaperErr
             let mut report = Report::default();
             for job in jobs {
                 let span = logs::span_of(&job);
-                let result =
-                    lost_pending(deps, now, job, &mut report).instrument(span.clone()).await;
+                let result = pending::lost_pending(deps, now, job, &mut report)
+                    .instrument(span.clone())
+                    .await;
                 counted(result, &span, &mut report);
             }
             report
@@ -317,13 +322,13 @@ pub async fn handle(deps: &Deps, now: DateTime<Utc>) -> Result<Report, ReaperErr
             for job in jobs {
                 let span = logs::span_of(&job);
                 let result =
-                    lost_queued(deps, now, job, &mut report).instrument(span.clone()).await;
+                    queued::lost_queued(deps, now, job, &mut report).instrument(span.clone()).await;
                 counted(result, &span, &mut report);
             }
             report
         });
     let running = sweep::sweep(deps, "running", &running_before, deadline, &cursors, |jobs| {
-        running_page(deps, now, jobs)
+        running::running_page(deps, now, jobs)
     });
     let reconciled = waiting::Reconciled::default();
     let waiting = sweep::sweep(deps, WAITING_BUCKET, &running_before, deadline, &cursors, |jobs| {
@@ -369,362 +374,6 @@ fn raced(result: Result<(), StoreError>, report: &mut Report) -> Result<(), Reap
         }
         Err(err) => Err(err.into()),
     }
-}
-
-/// A `pending` job past the grace: its message may have been lost (submit died between its
-/// two writes, or the message dead-lettered), or may still wait in a backlog — SQS cannot say
-/// which. Enqueueing it again is harmless either way (dispatch is a conditional transition and
-/// executions are named by job and dispatch), so it is re-enqueued, at growing intervals so a
-/// backlog is not multiplied (`pending_grace` × 2ⁿ, up to `max_enqueue_interval`); it fails
-/// only when it has waited `max_pending` since it was accepted, never for a count of looks.
-async fn lost_pending(
-    deps: &Deps,
-    now: DateTime<Utc>,
-    job: JobEntry,
-    report: &mut Report,
-) -> Result<(), ReaperError> {
-    let accepted_at = parse(&job.created_at).unwrap_or(now);
-    let waited = (now - accepted_at).to_std().unwrap_or_default();
-    // A delayed job waits from its start, not from its submission: the index entry does not
-    // say whether a job is delayed, so the record is read — only on this rare path.
-    if waited >= deps.config.max_pending && !delayed_within(deps, now, &job).await? {
-        let error = JobError {
-            code: ErrorCode::Undispatchable.as_str().into(),
-            message: format!(
-                "not dispatched within {} s of being accepted ({} re-enqueues)",
-                deps.config.max_pending.as_secs(),
-                job.enqueues
-            ),
-        };
-        let result = fail(deps, &job, &[JobStatus::Pending], None, error).await;
-        if result.is_ok() {
-            report.failed += 1;
-        }
-        return raced(result, report);
-    }
-    let interval = deps
-        .config
-        .pending_grace
-        .saturating_mul(1u32 << (job.enqueues + 1).min(20))
-        .min(deps.config.max_enqueue_interval)
-        .max(deps.config.pending_grace);
-    // The sweep asks for entries whose sort key is older than the grace: an entry keyed
-    // `now + interval − grace` is next due in `interval`.
-    let next_look = now + chrono::Duration::from_std(interval).unwrap_or_default()
-        - chrono::Duration::from_std(deps.config.pending_grace).unwrap_or_default();
-    match deps.jobs.count_enqueue(&job.job_id, &at(next_look)).await {
-        Ok(record) => {
-            let message = DispatchMessage { job_id: job.job_id.clone() };
-            match record.not_before.as_deref().and_then(parse).filter(|start| *start > now) {
-                // A delayed job coming due (its entry was keyed 15 minutes before its start):
-                // its message waits for the start, and the next look is after it.
-                Some(start) => {
-                    let delay = schedule::sqs_delay(start, now);
-                    deps.intake.send_delayed(&message, delay, &record.owner).await?;
-                    if start > next_look {
-                        raced(deps.jobs.defer_pending_look(&job.job_id, &at(start)).await, report)?;
-                    }
-                    tracing::info!(delay, "delayed job coming due; enqueued for its start");
-                }
-                None => {
-                    deps.intake.send(&message, &record.owner).await?;
-                    tracing::warn!(
-                        next_look_in_seconds = interval.as_secs(),
-                        "pending job not dispatched yet; enqueued again"
-                    );
-                }
-            }
-            report.re_enqueued += 1;
-            Ok(())
-        }
-        Err(err) => raced(Err(err), report),
-    }
-}
-
-/// Whether `job`, pending for longer than `max_pending` since it was accepted, is a delayed
-/// job that has waited less than that since its start (so it is not undispatchable yet).
-async fn delayed_within(
-    deps: &Deps,
-    now: DateTime<Utc>,
-    job: &JobEntry,
-) -> Result<bool, ReaperError> {
-    let Some(record) = deps.jobs.job(&job.job_id).await? else { return Ok(false) };
-    Ok(record
-        .not_before
-        .as_deref()
-        .and_then(parse)
-        .is_some_and(|start| (now - start).to_std().unwrap_or_default() < deps.config.max_pending))
-}
-
-async fn lost_queued(
-    deps: &Deps,
-    now: DateTime<Utc>,
-    job: JobEntry,
-    report: &mut Report,
-) -> Result<(), ReaperError> {
-    let current =
-        job.execution.clone().unwrap_or_else(|| execution_name(&job.job_id, job.dispatches.max(1)));
-    match deps.executions.status(&current).await?.as_deref() {
-        Some("RUNNING") => return Ok(()), // on its way (its claim may be retrying)
-        Some(_) => {} // it ended without running the job: a new execution, within the budget
-        None => return never_started(deps, now, &job, &current, report).await,
-    }
-    if job.dispatches >= deps.max_attempts(&job) {
-        let error = JobError {
-            code: ErrorCode::Undispatchable.as_str().into(),
-            message: format!("its execution {current} ended without running it"),
-        };
-        let result = fail(deps, &job, &[JobStatus::Queued], None, error).await;
-        if result.is_ok() {
-            report.failed += 1;
-        }
-        return raced(result, report);
-    }
-    let next = execution_name(&job.job_id, job.dispatches + 1);
-    match deps.jobs.redispatch_queued(&job.job_id, job.dispatches, &next).await {
-        Ok(_) => {
-            deps.executions
-                .start(
-                    &next,
-                    &deps.config.workers.execution_input(&job.job_id, &job.policy_or_default()),
-                )
-                .await?;
-            tracing::warn!(
-                execution = next,
-                "queued job's execution ended without it; started another"
-            );
-            report.restarted += 1;
-            Ok(())
-        }
-        Err(err) => raced(Err(err), report),
-    }
-}
-
-/// A `queued` job whose execution does not exist: its start was throttled or failed (an
-/// outage of Step Functions, say), which is no evidence that the job cannot run. It is started
-/// again under the same name (idempotent), spending no attempt of its budget; only a job that
-/// has waited `max_pending` since it was accepted (or queued again for its next attempt, whose
-/// dispatch message was lost) fails.
-async fn never_started(
-    deps: &Deps,
-    now: DateTime<Utc>,
-    job: &JobEntry,
-    execution: &str,
-    report: &mut Report,
-) -> Result<(), ReaperError> {
-    // A job queued again for its next attempt (after a backoff) has waited since then.
-    let since = if job.dispatches > 1 { &job.updated_at } else { &job.created_at };
-    let waited = (now - parse(since).unwrap_or(now)).to_std().unwrap_or_default();
-    if waited >= deps.config.max_pending {
-        let error = JobError {
-            code: ErrorCode::Undispatchable.as_str().into(),
-            message: format!(
-                "its execution could not be started within {} s of being accepted",
-                deps.config.max_pending.as_secs()
-            ),
-        };
-        let result = fail(deps, job, &[JobStatus::Queued], None, error).await;
-        if result.is_ok() {
-            report.failed += 1;
-        }
-        return raced(result, report);
-    }
-    deps.executions
-        .start(
-            execution,
-            &deps.config.workers.execution_input(&job.job_id, &job.policy_or_default()),
-        )
-        .await?;
-    tracing::warn!(execution, "queued job's execution was never started; started it");
-    report.restarted += 1;
-    Ok(())
-}
-
-/// Judges a page of running jobs from what the index holds and their progress records (one
-/// batch read), and handles, from a fresh consistent read, only those that do not look healthy.
-async fn running_page(deps: &Deps, now: DateTime<Utc>, jobs: Vec<JobEntry>) -> Report {
-    let mut report = Report::default();
-    let ids: Vec<String> = jobs.iter().map(|job| job.job_id.clone()).collect();
-    let progress = match deps.jobs.progress_records(&ids).await {
-        Ok(progress) => Some(progress),
-        Err(err) => {
-            // Judge each job from its own consistent read instead: slower, nothing skipped.
-            tracing::error!(error = %err, "reading a page of progress records failed");
-            None
-        }
-    };
-    for job in jobs {
-        if let Some(progress) = &progress
-            && let Some((_, state)) = running_state(&job, progress.get(&job.job_id), now, deps)
-            && matches!(judge(now, &state, &deps.config.thresholds), Verdict::Healthy)
-        {
-            continue;
-        }
-        let span = logs::span_of(&job);
-        let result = running(deps, now, &job.job_id, &mut report).instrument(span.clone()).await;
-        counted(result, &span, &mut report);
-    }
-    report
-}
-
-/// What the reaper judges a running job by (with its lease), or `None` if it is not running.
-fn running_state(
-    job: &JobEntry,
-    progress: Option<&ProgressRecord>,
-    now: DateTime<Utc>,
-    deps: &Deps,
-) -> Option<(String, Running)> {
-    let (JobStatus::Running, Some(lease)) = (job.status, job.lease.clone()) else { return None };
-    // A claim that died before handing the progress record over left the record to an
-    // earlier attempt (or none at all): the lease's only sign of life is the claim itself.
-    let claimed_at = parse(&job.updated_at).unwrap_or(now);
-    let (heartbeat_at, progress_changed_at) = match progress.filter(|p| p.lease == lease) {
-        Some(progress) => (
-            parse(&progress.heartbeat_at).unwrap_or(now),
-            progress.progress_changed_at.as_deref().and_then(parse).unwrap_or(now),
-        ),
-        None => (claimed_at, claimed_at),
-    };
-    let policy = job.policy_or_default();
-    let state = Running {
-        heartbeat_at,
-        progress_changed_at,
-        started_at: job.started_at.as_deref().and_then(parse).unwrap_or(now),
-        stalled_at: job.stalled_at.as_deref().and_then(parse),
-        max_runtime: deps.config.max_runtime.unwrap_or(policy.max_runtime()),
-    };
-    Some((lease, state))
-}
-
-async fn running(
-    deps: &Deps,
-    now: DateTime<Utc>,
-    job_id: &str,
-    report: &mut Report,
-) -> Result<(), ReaperError> {
-    // The index is eventually consistent: judge the job and its progress as they are now.
-    let Some(view) = deps.jobs.view(job_id).await? else { return Ok(()) };
-    logs::current_job(&view.job);
-    let job = JobEntry::from(&view.job);
-    let Some((lease, state)) = running_state(&job, view.progress.as_ref(), now, deps) else {
-        return Ok(());
-    };
-    match judge(now, &state, &deps.config.thresholds) {
-        Verdict::Healthy => Ok(()),
-        Verdict::Stalled => {
-            let result = deps.jobs.mark_stalled(job_id, &lease, Some(&at(now))).await;
-            if result.is_ok() {
-                metrics::count(Metric::StalledJobs, &job);
-                tracing::warn!("progress stalled while heartbeating");
-                report.stalled += 1;
-            }
-            raced(result, report)
-        }
-        Verdict::Recovered => {
-            let result = deps.jobs.mark_stalled(job_id, &lease, None).await;
-            if result.is_ok() {
-                report.recovered += 1;
-            }
-            raced(result, report)
-        }
-        Verdict::TimedOut(reason) => {
-            let error = JobError::new(ErrorCode::Timeout, reason);
-            let result = fail(deps, &job, &[JobStatus::Running], Some(&lease), error).await;
-            if result.is_ok() {
-                report.failed += 1;
-            }
-            raced(result, report)
-        }
-        Verdict::Zombie(reason) => zombie(deps, now, &job, &lease, reason, report).await,
-    }
-}
-
-async fn zombie(
-    deps: &Deps,
-    now: DateTime<Utc>,
-    job: &JobEntry,
-    lease: &str,
-    reason: String,
-    report: &mut Report,
-) -> Result<(), ReaperError> {
-    let job_id = job.job_id.as_str();
-    let result_key = deps.objects.first_key(&format!("results/{job_id}/{}/", job.attempt)).await?;
-    let max_attempts = deps.max_attempts(job);
-    let outcome = match rescue(result_key.is_some(), job.attempt, max_attempts) {
-        Rescue::Backfill => {
-            let key = result_key.unwrap_or_default();
-            let expires = now
-                + chrono::Duration::from_std(
-                    deps.config.result_ttl.of(job.policy_or_default().result_retention()),
-                )
-                .unwrap_or_default();
-            let request = TransitionRequest::new(
-                job_id,
-                &[JobStatus::Running],
-                JobStatus::Succeeded,
-                format!("{reason}; its result was already stored"),
-            )
-            .fenced(lease)
-            .set("result_key", AttributeValue::S(key))
-            .indexed_at(at(expires));
-            let result = deps.jobs.transition(request).await;
-            if let Ok(ended) = &result {
-                revoke(deps, job_id, lease).await;
-                metrics::emit_end(ended);
-                stop_execution(deps, job, "the worker stopped after storing the result").await;
-                tidy(deps, job_id, JobStatus::Succeeded).await?;
-                report.backfilled += 1;
-            }
-            result.map(|_| ())
-        }
-        Rescue::Redispatch => {
-            // First fence the old worker off its progress record: it may be alive after all.
-            deps.jobs.revoke_progress(job_id, lease).await?;
-            let next = execution_name(job_id, job.dispatches.max(1) + 1);
-            let request = TransitionRequest::new(
-                job_id,
-                &[JobStatus::Running],
-                JobStatus::Queued,
-                format!(
-                    "{reason}; re-dispatched as attempt {} of {}",
-                    job.attempt + 1,
-                    max_attempts
-                ),
-            )
-            .fenced(lease)
-            .set("execution", AttributeValue::S(next.clone()))
-            .set("dispatches", AttributeValue::N((job.dispatches.max(1) + 1).to_string()));
-            let result = deps.jobs.transition(request).await.map(|_| ());
-            if result.is_ok() {
-                stop_execution(deps, job, "superseded by a re-dispatch").await;
-                deps.executions
-                    .start(
-                        &next,
-                        &deps.config.workers.execution_input(job_id, &job.policy_or_default()),
-                    )
-                    .await?;
-                tracing::warn!(execution = next, reason, "zombie re-dispatched");
-                report.redispatched += 1;
-            }
-            result
-        }
-        Rescue::Fail => {
-            let error = JobError {
-                code: ErrorCode::Abandoned.as_str().into(),
-                message: format!("{reason}; retry budget of {} attempts spent", max_attempts),
-            };
-            let result = fail(deps, job, &[JobStatus::Running], Some(lease), error).await;
-            if result.is_ok() {
-                report.failed += 1;
-            }
-            result
-        }
-    };
-    // Counted only by the reaper whose fenced write rescued it (another may have raced it).
-    if outcome.is_ok() {
-        metrics::count(Metric::ZombiesReaped, job);
-    }
-    raced(outcome, report)
 }
 
 /// Fails a job (conditionally), stops its execution and tidies up after it.
