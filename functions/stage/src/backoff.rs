@@ -6,12 +6,15 @@
 //! `queued` job is indexed at its `retry_at`, so one whose message was lost is started by the
 //! reaper's lost-dispatch sweep a grace period later.
 
+use std::time::Duration;
+
 use chrono::{DateTime, Utc};
 use longhaul_aws::executions::execution_name;
 use longhaul_aws::jobs::{JobRecord, StoreError, TransitionRequest};
 use longhaul_aws::metrics::{self, Metric};
 use longhaul_aws::queue::DispatchMessage;
-use longhaul_domain::retry::{self, FailureClass};
+use longhaul_domain::policy::JobPolicy;
+use longhaul_domain::retry::{self, Backoff, FailureClass};
 use longhaul_domain::{JobError, JobStatus, format_rfc3339, schedule};
 use serde_dynamo::to_attribute_value;
 
@@ -56,7 +59,8 @@ pub async fn schedule_retry(
     let next_dispatch = job.dispatches.max(1) + 1;
     let next = execution_name(&job.job_id, next_dispatch);
     let now = Utc::now();
-    let delay = deps.backoff.delay(lease.attempt, random_unit());
+    let delay =
+        backoff_of(deps.retry_delay, &job.policy_or_default()).delay(lease.attempt, random_unit());
     let retry_at = format_rfc3339(now + chrono::Duration::from_std(delay).unwrap_or_default());
     // The failed attempt's worker is this very call, but a duplicate of it (a retried task
     // whose first try is still running) must not write progress into the next attempt.
@@ -108,6 +112,12 @@ async fn enqueue(deps: &Deps, job: &JobRecord, retry_at: &str) -> Result<(), Sta
     deps.intake.send_delayed(&message, delay, &job.owner).await.map_err(StageError::from)
 }
 
+/// The backoff of a job with `policy`: the deployment's step for every job if it sets one,
+/// else the policy's.
+fn backoff_of(deployment: Option<Duration>, policy: &JobPolicy) -> Backoff {
+    Backoff { base: deployment.unwrap_or(Duration::from_secs(policy.retry_delay_seconds)) }
+}
+
 /// A number drawn uniformly from `[0, 1)` (the OS RNG; the midpoint should it fail).
 fn random_unit() -> f64 {
     match getrandom::u64() {
@@ -116,6 +126,28 @@ fn random_unit() -> f64 {
         Err(err) => {
             tracing::warn!(error = %err, "no randomness for the backoff's jitter; using half");
             0.5
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_deployments_step_overrides_the_policys() {
+        let policy = JobPolicy { retry_delay_seconds: 300, ..JobPolicy::default() };
+        assert_eq!(backoff_of(None, &policy).ceiling(1), Duration::from_secs(300));
+        assert_eq!(backoff_of(None, &policy).ceiling(2), Duration::from_secs(1_500));
+        let local = Some(Duration::from_secs(1));
+        assert_eq!(backoff_of(local, &policy).ceiling(4), Duration::from_secs(60));
+    }
+
+    #[test]
+    fn the_jitter_is_uniform_in_the_unit_interval() {
+        for _ in 0..1_000 {
+            let unit = random_unit();
+            assert!((0.0..1.0).contains(&unit), "{unit}");
         }
     }
 }

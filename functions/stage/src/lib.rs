@@ -30,7 +30,6 @@ use longhaul_aws::metrics;
 use longhaul_aws::objects::{ObjectStore, result_key};
 use longhaul_aws::queue::IntakeQueue;
 use longhaul_domain::JobStatus;
-use longhaul_domain::retry::Backoff;
 use longhaul_worker::Registry;
 use serde_json::json;
 use tracing::Instrument;
@@ -81,9 +80,10 @@ pub struct Config {
     pub record_retention: longhaul_aws::jobs::RecordRetention,
     /// `INTAKE_QUEUE_URL`: where a job that failed an attempt is sent to start its next one.
     pub intake_queue_url: String,
-    /// `LONGHAUL_RETRY_BASE_DELAY_SECONDS` (default 60): one step of the backoff between
-    /// attempts ([`longhaul_domain::retry`]).
-    pub backoff: Backoff,
+    /// `LONGHAUL_RETRY_BASE_DELAY_SECONDS`: when set (and not 0), one step of the backoff
+    /// between attempts for every job ([`longhaul_domain::retry`]), whatever its policy's
+    /// `retry_delay_seconds` says (the local stack sets 1 s).
+    pub retry_delay: Option<Duration>,
     /// `LONGHAUL_MAX_ATTEMPTS`: when set, the attempts every job gets, whatever its policy says
     /// (as the reaper reads it).
     pub max_attempts: Option<u32>,
@@ -111,9 +111,10 @@ impl Config {
             result_ttl: ResultTtl::from_vars(vars)?,
             record_retention: longhaul_aws::jobs::RecordRetention::from_vars(vars)?,
             intake_queue_url: vars.required("INTAKE_QUEUE_URL")?,
-            backoff: Backoff {
-                base: Duration::from_secs(vars.parsed_or("LONGHAUL_RETRY_BASE_DELAY_SECONDS", 60)?),
-            },
+            retry_delay: vars
+                .parsed::<u64>("LONGHAUL_RETRY_BASE_DELAY_SECONDS")?
+                .filter(|seconds| *seconds > 0)
+                .map(Duration::from_secs),
             max_attempts: vars.parsed("LONGHAUL_MAX_ATTEMPTS")?,
         })
     }
@@ -146,8 +147,8 @@ pub struct Deps {
     pub registry: Registry,
     /// Where a job goes to start its next attempt after a backoff.
     pub intake: IntakeQueue,
-    /// The backoff between attempts.
-    pub backoff: Backoff,
+    /// The deployment's backoff step between attempts, if it sets one for every job.
+    pub retry_delay: Option<Duration>,
     /// The deployment's override of every job's attempt budget.
     pub max_attempts: Option<u32>,
 }
@@ -175,7 +176,7 @@ impl Deps {
                 aws_sdk_sqs::Client::new(sdk),
                 config.intake_queue_url.clone(),
             ),
-            backoff: config.backoff,
+            retry_delay: config.retry_delay,
             max_attempts: config.max_attempts,
         }
     }

@@ -45,6 +45,14 @@ pub struct JobPolicy {
     pub concurrency_limit: Option<u32>,
     /// The logical name of the worker function that runs its stages.
     pub worker: String,
+    /// One step of the backoff between its attempts ([`crate::retry::Backoff`]); records from
+    /// before it was stored get the default, a minute.
+    #[serde(default = "default_retry_delay")]
+    pub retry_delay_seconds: u64,
+}
+
+fn default_retry_delay() -> u64 {
+    60
 }
 
 impl Default for JobPolicy {
@@ -60,6 +68,7 @@ impl Default for JobPolicy {
             checkpoint: CheckpointCadence { items: 1_000, interval_seconds: 60 },
             concurrency_limit: None,
             worker: SHARED_WORKER.into(),
+            retry_delay_seconds: default_retry_delay(),
         }
     }
 }
@@ -92,6 +101,8 @@ pub struct PolicyOverride {
     pub checkpoint: Option<CheckpointCadence>,
     /// See [`JobPolicy::concurrency_limit`]; `0` removes the kind's limit.
     pub concurrency_limit: Option<u32>,
+    /// See [`JobPolicy::retry_delay_seconds`].
+    pub retry_delay_seconds: Option<u64>,
 }
 
 /// Why a deployment's overrides were refused (at start-up: a typo must not pass silently).
@@ -143,6 +154,9 @@ impl PolicyOverrides {
             if o.checkpoint.is_some_and(|c| c.items == 0 || c.interval_seconds == 0) {
                 return zero("checkpoint");
             }
+            if o.retry_delay_seconds == Some(0) {
+                return zero("retry_delay_seconds");
+            }
         }
         Ok(PolicyOverrides(map))
     }
@@ -157,6 +171,7 @@ impl PolicyOverrides {
         policy.result_retention_seconds =
             o.result_retention_seconds.unwrap_or(policy.result_retention_seconds);
         policy.checkpoint = o.checkpoint.unwrap_or(policy.checkpoint);
+        policy.retry_delay_seconds = o.retry_delay_seconds.unwrap_or(policy.retry_delay_seconds);
         if let Some(limit) = o.concurrency_limit {
             policy.concurrency_limit = (limit > 0).then_some(limit);
         }
@@ -181,6 +196,9 @@ mod tests {
         .unwrap();
         let demo = o.apply("demo", policy());
         assert_eq!((demo.max_attempts, demo.concurrency_limit), (5, None));
+        assert_eq!(demo.retry_delay_seconds, 60, "not named: unchanged");
+        let slower = PolicyOverrides::parse(r#"{"demo": {"retry_delay_seconds": 300}}"#, &["demo"]);
+        assert_eq!(slower.unwrap().apply("demo", policy()).retry_delay_seconds, 300);
         assert_eq!(demo.max_runtime_seconds, 86_400);
         assert_eq!(o.apply("csv_report", policy()), policy());
         assert_eq!(PolicyOverrides::parse(" ", &[]).unwrap(), PolicyOverrides::default());
@@ -200,6 +218,10 @@ mod tests {
         assert!(matches!(
             PolicyOverrides::parse(r#"{"demo": {"max_attempts": 0}}"#, &known),
             Err(OverrideError::Zero { .. })
+        ));
+        assert!(matches!(
+            PolicyOverrides::parse(r#"{"demo": {"retry_delay_seconds": 0}}"#, &known),
+            Err(OverrideError::Zero { field: "retry_delay_seconds", .. })
         ));
         assert!(PolicyOverrides::parse("[]", &known).is_err());
     }

@@ -28,6 +28,11 @@ pub struct Policy {
     pub concurrency_limit: Option<u32>,
     /// The logical name of the worker function that runs the kind's stages.
     pub worker: &'static str,
+    /// One step of the backoff between attempts after a transient failure outlasted the quick
+    /// retries within an attempt: the next attempt waits up to 1, 5, 15, then 60 steps (with
+    /// full jitter). A deployment may set it for every kind (`RetryBaseDelaySeconds`).
+    #[serde(rename = "retry_delay_seconds", serialize_with = "seconds")]
+    pub retry_delay: Duration,
 }
 
 /// Checkpoint every `items` items or every `interval`, whichever comes first.
@@ -41,8 +46,9 @@ pub struct Cadence {
 }
 
 impl Default for Policy {
-    /// Three attempts, a day's runtime, 15-minute stages, results kept a week, a checkpoint
-    /// every 1,000 items or minute, no concurrency limit, the shared stage function.
+    /// Three attempts a minute's backoff step apart (1, 5, 15 minutes), a day's runtime,
+    /// 15-minute stages, results kept a week, a checkpoint every 1,000 items or minute, no
+    /// concurrency limit, the shared stage function.
     fn default() -> Self {
         Policy {
             max_attempts: 3,
@@ -52,6 +58,7 @@ impl Default for Policy {
             checkpoint: Cadence { items: 1_000, interval: Duration::from_secs(60) },
             concurrency_limit: None,
             worker: SHARED_WORKER,
+            retry_delay: Duration::from_secs(60),
         }
     }
 }
