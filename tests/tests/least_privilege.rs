@@ -34,7 +34,7 @@ async fn the_webhook_function_writes_deliveries_and_never_job_records() {
         status_code: Some(204),
         latency_ms: 3,
         error: None,
-        outcome: "delivered".into(),
+        outcome: longhaul_domain::webhooks::DeliveryOutcome::Delivered,
     };
     JobStore::new(webhook.clone(), table.clone())
         .record_delivery(&job_id, &delivery)

@@ -27,7 +27,7 @@ use longhaul_aws::logs;
 use longhaul_aws::metrics::{self, Metric};
 use longhaul_aws::queue::{WebhookMessage, WebhookQueue};
 use longhaul_domain::callback::{CallbackPolicy, Host, check_address, parse_callback_url};
-use longhaul_domain::webhooks::{RetrySchedule, event_type, message_id, sign};
+use longhaul_domain::webhooks::{DeliveryOutcome, RetrySchedule, event_type, message_id, sign};
 use longhaul_domain::{JobStatus, now_rfc3339};
 use serde_json::json;
 use tracing::Instrument;
@@ -246,14 +246,8 @@ pub async fn process(deps: &Deps, message: &WebhookMessage) -> Result<(), String
         Ok(code) => (Some(*code), None),
         Err(err) => (None, Some(err.clone())),
     };
-    let outcome = match status_code {
-        Some(200..=299) => "delivered",
-        Some(410) => "stopped",
-        _ => match deps.config.schedule.delay_before(message.attempt + 1) {
-            Some(_) => "retrying",
-            None => "dead_lettered",
-        },
-    };
+    let further = deps.config.schedule.delay_before(message.attempt + 1).is_some();
+    let outcome = DeliveryOutcome::of(status_code, further);
     let record = DeliveryRecord {
         webhook_id: webhook_id.clone(),
         event: event.to_owned(),
@@ -262,7 +256,7 @@ pub async fn process(deps: &Deps, message: &WebhookMessage) -> Result<(), String
         status_code,
         latency_ms,
         error,
-        outcome: outcome.to_owned(),
+        outcome,
     };
     deps.jobs.record_delivery(&job.job_id, &record).await.map_err(|e| e.to_string())?;
     // Neither the callback URL nor the request error (which names the URL) is logged: a
@@ -272,12 +266,12 @@ pub async fn process(deps: &Deps, message: &WebhookMessage) -> Result<(), String
         delivery_attempt = message.attempt,
         status_code,
         latency_ms,
-        outcome,
+        outcome = outcome.as_str(),
         "webhook attempt made"
     );
     match outcome {
-        "delivered" => metrics::count(Metric::WebhookDelivered, &job),
-        "retrying" => {
+        DeliveryOutcome::Delivered => metrics::count(Metric::WebhookDelivered, &job),
+        DeliveryOutcome::Retrying => {
             let delay = deps.config.schedule.delay_before(message.attempt + 1).unwrap_or(0);
             let next = WebhookMessage {
                 attempt: message.attempt + 1,
@@ -286,7 +280,7 @@ pub async fn process(deps: &Deps, message: &WebhookMessage) -> Result<(), String
             };
             deps.queue.send(&next, delay).await.map_err(|e| e.to_string())?;
         }
-        "dead_lettered" => {
+        DeliveryOutcome::DeadLettered => {
             deps.dead_letters.send(message, 0).await.map_err(|e| e.to_string())?;
             metrics::count(Metric::WebhookFailed, &job);
             tracing::warn!(
@@ -295,7 +289,7 @@ pub async fn process(deps: &Deps, message: &WebhookMessage) -> Result<(), String
                 "webhook retries exhausted; dead-lettered"
             );
         }
-        _ => tracing::info!(
+        DeliveryOutcome::Stopped => tracing::info!(
             webhook_id,
             delivery_attempt = message.attempt,
             "receiver answered 410 Gone; no more attempts"

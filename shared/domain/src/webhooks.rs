@@ -100,6 +100,49 @@ pub fn message_id(job_id: &str, status: JobStatus) -> String {
     format!("msg_{}_{}", job_id.replace('-', ""), status.as_str())
 }
 
+/// What came of one delivery attempt (stored on its delivery record, shown to the owner).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeliveryOutcome {
+    /// The receiver answered 2xx.
+    Delivered,
+    /// It failed; the next attempt is scheduled.
+    Retrying,
+    /// The receiver answered 410 Gone: no more attempts.
+    Stopped,
+    /// It failed and the schedule is spent: the delivery went to the dead-letter queue.
+    DeadLettered,
+}
+
+impl DeliveryOutcome {
+    /// The outcome of an attempt the receiver answered with `status_code` (none: no answer),
+    /// given whether the schedule has a `further_attempt`.
+    pub fn of(status_code: Option<u16>, further_attempt: bool) -> Self {
+        match status_code {
+            Some(200..=299) => DeliveryOutcome::Delivered,
+            Some(410) => DeliveryOutcome::Stopped,
+            _ if further_attempt => DeliveryOutcome::Retrying,
+            _ => DeliveryOutcome::DeadLettered,
+        }
+    }
+
+    /// Its name, as stored and shown.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeliveryOutcome::Delivered => "delivered",
+            DeliveryOutcome::Retrying => "retrying",
+            DeliveryOutcome::Stopped => "stopped",
+            DeliveryOutcome::DeadLettered => "dead_lettered",
+        }
+    }
+}
+
+impl PartialEq<&str> for DeliveryOutcome {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
 /// Delays between delivery attempts, in seconds; after the last one fails the delivery is
 /// dead-lettered.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -138,6 +181,19 @@ impl RetrySchedule {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_delivery_attempt_ends_in_one_outcome() {
+        use DeliveryOutcome::*;
+        assert_eq!(DeliveryOutcome::of(Some(204), false), Delivered);
+        assert_eq!(DeliveryOutcome::of(Some(410), true), Stopped);
+        assert_eq!(DeliveryOutcome::of(Some(500), true), Retrying);
+        assert_eq!(DeliveryOutcome::of(None, true), Retrying);
+        assert_eq!(DeliveryOutcome::of(Some(429), false), DeadLettered);
+        for outcome in [Delivered, Retrying, Stopped, DeadLettered] {
+            assert_eq!(serde_json::to_value(outcome).unwrap(), outcome.as_str());
+        }
+    }
 
     #[test]
     fn standard_webhooks_test_vector() {

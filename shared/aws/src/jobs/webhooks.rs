@@ -10,7 +10,7 @@ use longhaul_domain::now_rfc3339;
 use serde::{Deserialize, Serialize};
 
 use crate::AwsError;
-use longhaul_domain::webhooks::{ExposeSecret, SecretString};
+use longhaul_domain::webhooks::{DeliveryOutcome, ExposeSecret, SecretString};
 
 /// How many signing secrets a principal has at most: the newest, and during a rotation's
 /// overlap the one before it. A rotation while two are active retires the older at once.
@@ -122,8 +122,8 @@ pub struct DeliveryRecord {
     /// What went wrong, if anything.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
-    /// `delivered`, `retrying`, `stopped` (410) or `dead_lettered`.
-    pub outcome: String,
+    /// What came of it.
+    pub outcome: DeliveryOutcome,
 }
 
 pub(super) fn secrets_pk(owner: &str) -> String {
