@@ -120,6 +120,14 @@ impl AwsError {
     }
 }
 
+/// Whether DynamoDB refused a conditional write because its condition did not hold: a race
+/// lost, a fence, an idempotent repeat — the expected answer of a conditional write, which each
+/// caller turns into its own outcome, never a failure.
+pub fn condition_refused<E: ProvideErrorMetadata, R>(err: &SdkError<E, R>) -> bool {
+    err.as_service_error().and_then(ProvideErrorMetadata::code)
+        == Some("ConditionalCheckFailedException")
+}
+
 /// What the end of a job (by its stage or by the reaper) leaves to clean. A succeeded job's
 /// checkpoints are deleted: nothing resumes it. A failed or cancelled job keeps them, so that
 /// `POST /jobs/{id}/retry` can start the new job from the last one; the bucket's lifecycle

@@ -85,11 +85,7 @@ impl SubmissionLimiter {
             .await;
         match result {
             Ok(_) => Ok(Admission::Admitted),
-            Err(err)
-                if err
-                    .as_service_error()
-                    .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
-            {
+            Err(err) if crate::condition_refused(&err) => {
                 Ok(Admission::Limited { retry_after: window.retry_after })
             }
             Err(err) => Err(AwsError::new("count a submission", err)),
@@ -262,11 +258,7 @@ impl StreamSlots {
             };
             match put.send().await {
                 Ok(_) => return Ok(()),
-                Err(err)
-                    if err
-                        .as_service_error()
-                        .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
-                {
+                Err(err) if crate::condition_refused(&err) => {
                     continue; // another stream changed the item: read it again
                 }
                 Err(err) => return Err(AwsError::new("take a stream slot", err).into()),
@@ -297,13 +289,7 @@ impl StreamSlots {
             .await;
         match result {
             Ok(_) => Ok(()),
-            Err(err)
-                if err
-                    .as_service_error()
-                    .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
-            {
-                Ok(())
-            }
+            Err(err) if crate::condition_refused(&err) => Ok(()),
             Err(err) => Err(AwsError::new("release a stream slot", err)),
         }
     }

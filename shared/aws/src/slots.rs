@@ -129,13 +129,7 @@ impl SlotStore {
             .await;
         match result {
             Ok(_) => Ok(true),
-            Err(err)
-                if err
-                    .as_service_error()
-                    .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
-            {
-                Ok(false)
-            }
+            Err(err) if crate::condition_refused(&err) => Ok(false),
             Err(err) => Err(AwsError::new(format!("take a slot for job {job_id}"), err)),
         }
     }

@@ -40,13 +40,7 @@ impl JobStore {
             .await;
         match result {
             Ok(_) => Ok(()),
-            Err(err)
-                if err
-                    .as_service_error()
-                    .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
-            {
-                Ok(())
-            }
+            Err(err) if crate::condition_refused(&err) => Ok(()),
             Err(err) => Err(AwsError::new(format!("delete refused job {job_id}"), err).into()),
         }
     }
@@ -72,13 +66,7 @@ impl JobStore {
             .await;
         match result {
             Ok(_) => Ok(()),
-            Err(err)
-                if err
-                    .as_service_error()
-                    .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
-            {
-                Ok(())
-            }
+            Err(err) if crate::condition_refused(&err) => Ok(()),
             Err(err) => Err(AwsError::new("release an idempotency key", err).into()),
         }
     }

@@ -91,10 +91,7 @@ impl JobStore {
             .await;
         match flagged {
             Ok(_) => {}
-            Err(err)
-                if err
-                    .as_service_error()
-                    .is_some_and(|e| e.is_conditional_check_failed_exception()) => {}
+            Err(err) if crate::condition_refused(&err) => {}
             Err(err) => {
                 return Err(AwsError::new(format!("flag cancellation of {job_id}"), err).into());
             }
@@ -341,10 +338,7 @@ impl JobStore {
                 .await;
             match result {
                 Ok(_) => {}
-                Err(err)
-                    if err
-                        .as_service_error()
-                        .is_some_and(|e| e.is_conditional_check_failed_exception()) => {}
+                Err(err) if crate::condition_refused(&err) => {}
                 Err(err) => {
                     return Err(AwsError::new(format!("set retention of {job_id}"), err).into());
                 }

@@ -183,11 +183,7 @@ impl JobStore {
             .await;
         match result {
             Ok(_) => Ok(()),
-            Err(err)
-                if err
-                    .as_service_error()
-                    .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
-            {
+            Err(err) if crate::condition_refused(&err) => {
                 Err(StoreError::Conflict { current: None })
             }
             Err(err) => Err(AwsError::new(format!("create job {}", job.job_id), err).into()),

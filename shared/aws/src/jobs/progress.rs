@@ -103,13 +103,7 @@ impl JobStore {
             .await;
         match revoked {
             Ok(_) => Ok(()),
-            Err(err)
-                if err
-                    .as_service_error()
-                    .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
-            {
-                Ok(())
-            }
+            Err(err) if crate::condition_refused(&err) => Ok(()),
             Err(err) => {
                 Err(AwsError::new(format!("revoke progress of {job_id} from its lease"), err)
                     .into())
@@ -152,13 +146,7 @@ impl JobStore {
             .await;
         match result {
             Ok(_) => Ok(()),
-            Err(err)
-                if err
-                    .as_service_error()
-                    .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
-            {
-                Ok(())
-            }
+            Err(err) if crate::condition_refused(&err) => Ok(()),
             Err(err) => Err(AwsError::new(format!("seed progress of {job_id}"), err).into()),
         }
     }
@@ -203,11 +191,7 @@ impl JobStore {
             .await;
         match taken {
             Ok(_) => Ok(()),
-            Err(err)
-                if err
-                    .as_service_error()
-                    .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
-            {
+            Err(err) if crate::condition_refused(&err) => {
                 Err(StoreError::Conflict { current: self.job(job_id).await?.map(Box::new) })
             }
             Err(err) => Err(AwsError::new(
@@ -366,13 +350,7 @@ impl JobStore {
             .await;
         match result {
             Ok(_) => Ok(()),
-            Err(err)
-                if err
-                    .as_service_error()
-                    .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
-            {
-                Err(ProgressRefused::LeaseLost)
-            }
+            Err(err) if crate::condition_refused(&err) => Err(ProgressRefused::LeaseLost),
             Err(err) => Err(ProgressRefused::Store(
                 AwsError::new(format!("record the final checkpoint of {job_id}"), err).into(),
             )),
