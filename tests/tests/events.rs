@@ -109,15 +109,14 @@ async fn event_samples_drive_their_handlers() {
         (error.as_deref(), body["errorType"].as_str()),
         (Some("Unhandled"), Some("Job.NotClaimable"))
     );
-    let (error, body) = invoke("StageFunction", sample("stage-claim.json")).await;
+    // A failure of an execution that never held the job records nothing; a continuation
+    // under a lease that holds nothing is refused.
+    let (error, body) = invoke("StageFunction", sample("stage-fail.json")).await;
+    assert_eq!((error, body), (None, serde_json::json!({"next": "unrecorded"})));
+    let (error, body) = invoke("StageFunction", sample("stage-continue.json")).await;
     assert_eq!(
         (error.as_deref(), body["errorType"].as_str()),
-        (Some("Unhandled"), Some("Job.NotClaimable"))
-    );
-    let (error, body) = invoke("StageFunction", sample("stage-run.json")).await;
-    assert_eq!(
-        (error.as_deref(), body["errorType"].as_str()),
-        (Some("Unhandled"), Some("Job.Fatal"))
+        (Some("Unhandled"), Some("Job.LeaseLost"))
     );
     for (logical, name) in [("ReaperFunction", "reaper.json"), ("ExpirerFunction", "expirer.json")]
     {

@@ -41,7 +41,7 @@ const FUNCTIONS: [(&str, &str); 12] = [
     ("notifier", "notifier.json"),
     ("events", "events.json"),
     ("dispatcher", "dispatcher.json"),
-    ("stage", "stage-claim.json"),
+    ("stage", "stage-work.json"),
     ("webhook", "webhook.json"),
     ("reaper", "reaper.json"),
     ("expirer", "expirer.json"),
