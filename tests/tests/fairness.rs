@@ -196,20 +196,8 @@ async fn cancelling_a_waiting_job_ends_it_and_frees_every_slot() {
         assert_eq!(done["status"], "cancelled", "{done}");
     }
     no_slots_held(&aws, &owner).await;
-    let listed = aws
-        .dynamodb
-        .query()
-        .table_name(stack().stack.resource("JobsTable"))
-        .key_condition_expression("pk = :pk")
-        .expression_attribute_values(
-            ":pk",
-            AttributeValue::S(Pool::Tenant(owner.clone()).waiting_pk()),
-        )
-        .consistent_read(true)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(listed.count(), 0, "left in the waiting list: {:?}", listed.items());
+    let listed = waiting_list(&aws, &owner).await;
+    assert_eq!(listed.len(), 0, "left in the waiting list: {listed:?}");
 }
 
 #[tokio::test]

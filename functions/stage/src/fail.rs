@@ -2,7 +2,7 @@
 //! the job's next attempt after a backoff ([`crate::backoff`]), its end `failed`, or, when its
 //! owner had asked, `cancelled`.
 
-use longhaul_aws::jobs::{Lease, TransitionRequest};
+use longhaul_aws::jobs::{JobRecord, Lease, TransitionRequest};
 use longhaul_aws::logs;
 use longhaul_domain::{JobError, JobStatus};
 
@@ -18,7 +18,10 @@ pub(crate) async fn record_failure(
     execution: Option<&str>,
     error: StateError,
 ) -> Result<Recorded, StageError> {
-    let Some(lease) = failing_lease(deps, job_id, state.lease, execution).await? else {
+    // One consistent read serves both: whose lease the failure is recorded under, and what
+    // becomes of the job.
+    let job = deps.jobs.job(job_id).await.map_err(store_failed)?;
+    let Some(lease) = failing_lease(job.as_ref(), state.lease, execution) else {
         // Never claimed by this execution: nothing of the job is this execution's to end.
         tracing::warn!(
             error = error.error,
@@ -41,7 +44,6 @@ pub(crate) async fn record_failure(
             "the failure's cause is not shown to the client; recorded as {message:?}"
         );
     }
-    let job = deps.jobs.job(job_id).await.map_err(store_failed)?;
     let running_ours = job.as_ref().is_some_and(|job| {
         job.status == JobStatus::Running && job.lease.as_deref() == Some(&lease.token)
     });
@@ -74,24 +76,22 @@ pub(crate) async fn record_failure(
 
 /// The lease a `fail` task records the failure under: the one passed, or — when the
 /// execution's first `work` failed before answering — the job's, if this execution holds it.
-async fn failing_lease(
-    deps: &Deps,
-    job_id: &str,
+fn failing_lease(
+    job: Option<&JobRecord>,
     given: Option<TaskLease>,
     execution: Option<&str>,
-) -> Result<Option<TaskLease>, StageError> {
+) -> Option<TaskLease> {
     if given.is_some() {
-        return Ok(given);
+        return given;
     }
-    let Some(execution) = execution else { return Ok(None) };
-    let job = deps.jobs.job(job_id).await.map_err(store_failed)?;
-    Ok(job.and_then(|job| match (job.status, job.lease) {
+    let (execution, job) = (execution?, job?);
+    match (job.status, &job.lease) {
         (JobStatus::Running, Some(token)) if job.execution.as_deref() == Some(execution) => {
             Some(TaskLease {
-                lease: Lease { attempt: job.attempt, token },
-                principal: Some(job.owner),
+                lease: Lease { attempt: job.attempt, token: token.clone() },
+                principal: Some(job.owner.clone()),
             })
         }
         _ => None,
-    }))
+    }
 }
