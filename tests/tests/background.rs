@@ -377,6 +377,59 @@ async fn a_claim_that_died_before_handing_over_progress_is_rescued() {
     );
 }
 
+/// Only the execution a queued job was last dispatched to may claim it: a superseded one that
+/// starts late (the reaper re-dispatched the job meanwhile, or a backoff named the next
+/// attempt's execution) must not run it beside the current one.
+#[tokio::test]
+async fn a_superseded_execution_cannot_claim_the_job() {
+    stack();
+    let owner = principal("late-claim");
+    let jobs = store().await;
+    let job = seeded_job(&owner, format_rfc3339(chrono::Utc::now()));
+    let current = put_queued(&jobs, &job, "current", 2, format_rfc3339(chrono::Utc::now())).await;
+    let late = jobs.claim(&job.job_id, &format!("{}-superseded", job.job_id)).await;
+    match late {
+        Err(longhaul_aws::jobs::StoreError::Conflict { current: Some(now) }) => {
+            assert_eq!((now.status, now.attempt), (JobStatus::Queued, 0), "{now:?}")
+        }
+        other => panic!("a superseded execution claimed the job: {other:?}"),
+    }
+    let (lease, claimed) = jobs.claim(&job.job_id, &current).await.unwrap();
+    assert_eq!((claimed.status, lease.attempt), (JobStatus::Running, 1));
+}
+
+/// A cancelled attempt's final checkpoint is refused once the progress record has moved past
+/// its stage (it would become the next stage's input), and sets the record's stage otherwise.
+#[tokio::test]
+async fn a_final_checkpoint_never_lands_in_a_later_stage() {
+    use longhaul_aws::jobs::FinalCheckpoint;
+    stack();
+    let owner = principal("final-checkpoint");
+    let jobs = store().await;
+    let job = seeded_job(&owner, format_rfc3339(chrono::Utc::now()));
+    let execution = put_queued(&jobs, &job, "x", 1, format_rfc3339(chrono::Utc::now())).await;
+    let (lease, _) = jobs.claim(&job.job_id, &execution).await.unwrap();
+    let at = |seq, stage_index| FinalCheckpoint {
+        seq,
+        stage: if stage_index == 1 { "first" } else { "second" },
+        stage_index,
+        checkpoint_key: "checkpoints/x/final.json",
+        items_done: 5,
+    };
+    // Cancelled before its first progress write: the record shows no stage yet.
+    jobs.record_final_checkpoint(&job.job_id, &lease.token, at(1, 2)).await.unwrap();
+    let progress = jobs.view(&job.job_id).await.unwrap().unwrap().progress.unwrap();
+    assert_eq!(
+        (progress.stage.as_str(), progress.stage_index, progress.items_done),
+        ("second", 2, 5)
+    );
+    // The record is at stage 2: a stage-1 checkpoint (a newer seq, the same lease) is refused.
+    let stale = jobs.record_final_checkpoint(&job.job_id, &lease.token, at(2, 1)).await;
+    assert!(matches!(stale, Err(ProgressRefused::LeaseLost)), "{stale:?}");
+    let progress = jobs.view(&job.job_id).await.unwrap().unwrap().progress.unwrap();
+    assert_eq!((progress.stage_index, progress.seq), (2, 1));
+}
+
 /// Tidying deletes a few keys one by one (free) and a larger page in one batch; either way
 /// nothing under the prefix survives and nothing outside it is touched.
 /// Checkpoints are write-once: a second write at a key (a stale or duplicate worker) is

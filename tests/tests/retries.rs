@@ -68,3 +68,55 @@ async fn a_job_waiting_for_its_next_attempt_shows_when_and_why_and_can_be_cancel
     assert!(cancelled.get("retry_at").is_none(), "{cancelled}");
     assert!(cancelled.get("result_url").is_none(), "{cancelled}");
 }
+
+/// The owner cancels while the stage records the attempt's failure — after it read the job,
+/// before its write that schedules the next attempt. That write is refused (the job carries
+/// the cancellation) and the job ends `cancelled` at once: not `queued` for a day, holding its
+/// slots, until its next claim would have seen the flag.
+#[tokio::test]
+async fn a_cancel_that_lands_while_the_failure_is_recorded_ends_the_job() {
+    stack();
+    let api = Api::new(&principal("cancel-in-backoff"));
+    let job_id = api
+        .submit(&json!({"type": "demo", "params": {"items": 5, "item_ms": 500, "fail_at": 2, "fail_kind": "transient", "fail_times": 4}}))
+        .await;
+    // Hold the write that schedules the next attempt (it names the next execution,
+    // `<id>-2`: nothing else the stage writes does) for 4 s. (Only an invocation holding the
+    // job's lease pauses; the edge learns the lease from its journal of writes.)
+    let faults = format!("{}/_local/faults", stack().stack.api_url);
+    let plan = json!({"pause_functions": ["StageFunction"], "pause_before_call": 1.0,
+        "pause_ms": 4000, "max_pauses": 1, "journal": true,
+        "pause_only": {"operation": "dynamodb:UpdateItem", "contains": format!("{job_id}-2")}});
+    let http = reqwest::Client::new();
+    assert_eq!(http.post(&faults).json(&plan).send().await.unwrap().status(), 200);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let counts: Value = http.get(&faults).send().await.unwrap().json().await.unwrap();
+        if counts["injected"]["paused"].as_u64().unwrap_or(0) >= 1 {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the retry never paused: {counts}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let reply = api.send("DELETE", &format!("/jobs/{job_id}"), None, &[]).await;
+    assert_eq!(
+        (reply.status, reply.json["status"].as_str()),
+        (202, Some("running")),
+        "{}",
+        reply.text
+    );
+    let ended = api.wait_terminal(&job_id, Duration::from_secs(60)).await;
+    assert_eq!(ended["status"], "cancelled", "{ended}");
+    assert_eq!(ended["attempt"], 1, "{ended}");
+    assert!(ended.get("retry_at").is_none(), "{ended}");
+    // Queued once (by the dispatcher), never again.
+    let states: Vec<&str> = ended["transitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["state"].as_str())
+        .collect();
+    assert_eq!(states, ["pending", "queued", "running", "cancelled"], "{ended}");
+    let aws = Aws::new().await;
+    assert_eq!(aws.states_entered(&job_id).await.last().map(String::as_str), Some("Cancelled"));
+}

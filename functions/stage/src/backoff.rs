@@ -18,7 +18,8 @@ use longhaul_domain::retry::{self, Backoff, FailureClass};
 use longhaul_domain::{JobError, JobStatus, format_rfc3339, schedule};
 use serde_dynamo::to_attribute_value;
 
-use crate::{Deps, StageError, TaskLease, fenced, store_failed};
+use crate::error::refused;
+use crate::{Deps, StageError, TaskLease, store_failed};
 
 /// When the job's next attempt starts: its backoff was scheduled.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,6 +32,7 @@ pub struct RetryScheduled {
 /// is transient and the job's attempts are not spent; `None` means the job must fail now.
 /// Idempotent: a repeated call (the state machine retries a task whose answer was lost) finds
 /// the job already waiting under the next execution and only sends the message again.
+/// [`StageError::Cancelled`]: the owner asked to cancel the job since `job` was read.
 pub async fn schedule_retry(
     deps: &Deps,
     job: &JobRecord,
@@ -75,6 +77,8 @@ pub async fn schedule_retry(
         ),
     )
     .fenced(&lease.token)
+    // A cancellation that landed since `job` was read is honoured now, not at the next claim.
+    .unless_cancelled()
     .set("execution", to_attribute_value(&next).expect("strings serialise"))
     .set("dispatches", to_attribute_value(next_dispatch).expect("numbers serialise"))
     .set("retry_at", to_attribute_value(&retry_at).expect("strings serialise"))
@@ -89,7 +93,7 @@ pub async fn schedule_retry(
         {
             *current
         }
-        Err(err) => return Err(fenced(err)),
+        Err(err) => return Err(refused(err, &lease.token)),
     };
     let retry_at = queued.retry_at.clone().unwrap_or(retry_at);
     enqueue(deps, &queued, &retry_at).await?;

@@ -12,7 +12,7 @@
 use std::time::{Duration, Instant};
 
 use futures::future::{BoxFuture, FutureExt};
-use longhaul_aws::jobs::{JobRecord, Lease, ProgressRecord, ProgressRefused};
+use longhaul_aws::jobs::{FinalCheckpoint, JobRecord, Lease, ProgressRecord, ProgressRefused};
 use longhaul_aws::objects::result_key;
 use longhaul_aws::objects::{PutNewError, checkpoint_key};
 use longhaul_domain::now_rfc3339;
@@ -280,9 +280,13 @@ impl<'a> Ctx<'a> {
             .record_final_checkpoint(
                 &self.job.job_id,
                 &self.lease.token,
-                self.seq,
-                &key,
-                items_done,
+                FinalCheckpoint {
+                    seq: self.seq,
+                    stage: self.stage,
+                    stage_index: self.stage_index,
+                    checkpoint_key: &key,
+                    items_done,
+                },
             )
             .await
             .map_err(refused)?;

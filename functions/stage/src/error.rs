@@ -3,7 +3,7 @@
 
 use lambda_runtime::Diagnostic;
 use longhaul_aws::jobs::StoreError;
-use longhaul_domain::ErrorCode;
+use longhaul_domain::{ErrorCode, JobStatus};
 
 use crate::failure::{self, Failure, PublicMessage};
 
@@ -93,6 +93,25 @@ pub(crate) fn fenced(err: StoreError) -> StageError {
             e,
         ),
         other => store_failed(other),
+    }
+}
+
+/// A refused write of an attempt's end (see [`fenced`]), except that a refusal because the
+/// owner asked to cancel the job while it still runs under `lease` — the condition of a
+/// [`TransitionRequest::unless_cancelled`] change — is [`StageError::Cancelled`]: the caller
+/// ends the job `cancelled` instead.
+///
+/// [`TransitionRequest::unless_cancelled`]: longhaul_aws::jobs::TransitionRequest::unless_cancelled
+pub(crate) fn refused(err: StoreError, lease: &str) -> StageError {
+    match err {
+        StoreError::Conflict { current: Some(job) }
+            if job.status == JobStatus::Running
+                && job.lease.as_deref() == Some(lease)
+                && job.cancellation.is_some() =>
+        {
+            StageError::Cancelled
+        }
+        other => fenced(other),
     }
 }
 

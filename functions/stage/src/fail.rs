@@ -56,8 +56,27 @@ pub(crate) async fn record_failure(
         return Ok(Recorded::Cancelled);
     }
     let job_error = JobError { code: error.error, message };
-    if let Some(job) = &job
-        && let Some(scheduled) = backoff::schedule_retry(deps, job, &lease, &job_error).await?
+    match end_attempt(deps, job_id, job.as_ref(), &lease, job_error).await {
+        // The owner asked to cancel since the job was read: that is how it ends.
+        Err(StageError::Cancelled) => {
+            finish_cancellation(deps, job_id, &lease).await?;
+            Ok(Recorded::Cancelled)
+        }
+        other => other,
+    }
+}
+
+/// The failed attempt's end: the job's next attempt after a backoff, or its end `failed`.
+/// Neither applies once the owner asked to cancel ([`StageError::Cancelled`]).
+async fn end_attempt(
+    deps: &Deps,
+    job_id: &str,
+    job: Option<&JobRecord>,
+    lease: &TaskLease,
+    job_error: JobError,
+) -> Result<Recorded, StageError> {
+    if let Some(job) = job
+        && let Some(scheduled) = backoff::schedule_retry(deps, job, lease, &job_error).await?
     {
         return Ok(Recorded::Retry { retry_at: scheduled.retry_at });
     }
@@ -68,8 +87,9 @@ pub(crate) async fn record_failure(
         job_error.message.clone(),
     )
     .fenced(&lease.token)
+    .unless_cancelled()
     .set("error", serde_dynamo::to_attribute_value(&job_error).expect("errors serialise"));
-    end_job(deps, request, &lease).await?;
+    end_job(deps, request, lease).await?;
     tracing::warn!(code = job_error.code, "failed");
     Ok(Recorded::Failed)
 }

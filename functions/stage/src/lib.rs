@@ -288,7 +288,9 @@ async fn finish_cancellation(deps: &Deps, job_id: &str, lease: &Lease) -> Result
 }
 
 /// Ends the job with `request` (a fenced move to a terminal status) and does what follows
-/// every end: metrics are emitted, the job is tidied up. A retried call whose transition
+/// every end: metrics are emitted, the job is tidied up. A request made
+/// [`TransitionRequest::unless_cancelled`] that the owner's cancellation refused is
+/// [`StageError::Cancelled`]. A retried call whose transition
 /// already landed does the follow-up again (it may not have happened). The partner's webhook
 /// is not queued here: the notifier reads every end from the table's stream (the outbox).
 async fn end_job(deps: &Deps, request: TransitionRequest, lease: &Lease) -> Result<(), StageError> {
@@ -301,7 +303,7 @@ async fn end_job(deps: &Deps, request: TransitionRequest, lease: &Lease) -> Resu
         {
             *job
         }
-        Err(err) => return Err(fenced(err)),
+        Err(err) => return Err(error::refused(err, &lease.token)),
     };
     logs::record_principal(&tracing::Span::current(), &job.owner);
     metrics::emit_end(&job);

@@ -17,7 +17,8 @@ async fn main() -> Result<(), Error> {
     let deps = &deps;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<StageInput>| async move {
         let deadline = stage::deadline_from_epoch_ms(event.context.deadline);
-        stage::handle(deps, event.payload, deadline).await
+        let input = event.payload.with_worker_default(&event.context.invoked_function_arn);
+        stage::handle(deps, input, deadline).await
     }))
     .await
 }

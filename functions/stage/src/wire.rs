@@ -4,6 +4,23 @@
 use longhaul_aws::jobs::Lease;
 use serde::{Deserialize, Serialize};
 
+impl StageInput {
+    /// Names `invoked` (the function this invocation runs in) as the worker of a continuation
+    /// whose execution named none: one started by the definition before per-kind workers,
+    /// whose tasks invoked the stage function directly. Without it, the next execution's
+    /// tasks would have no function to invoke (`States.Runtime`) and the attempt would be lost
+    /// until the reaper restarts it. (The runtime gives a placeholder text, not an ARN, when
+    /// the invocation names no function: that is no default.)
+    pub fn with_worker_default(mut self, invoked: &str) -> Self {
+        if let StageInput::ContinueAsNew { worker_arn: worker_arn @ None, .. } = &mut self
+            && invoked.starts_with("arn:")
+        {
+            *worker_arn = Some(invoked.to_owned());
+        }
+        self
+    }
+}
+
 /// The error a state's `Catch` hands to `fail` (`ResultPath: $.error`).
 #[derive(Debug, Clone, Deserialize, Serialize)]
 pub struct StateError {
@@ -49,7 +66,9 @@ pub enum StageInput {
         /// The claim's lease.
         lease: TaskLease,
         /// The function ARN this execution's task states invoke (its input's `worker_arn`):
-        /// the next execution runs in the same worker.
+        /// the next execution runs in the same worker. Absent from an execution that an
+        /// older definition started (its tasks named the stage function itself): see
+        /// [`StageInput::with_worker_default`].
         #[serde(default)]
         worker_arn: Option<String>,
     },
@@ -149,4 +168,35 @@ pub enum Recorded {
     Cancelled,
     /// The execution never held the job: nothing of it was this execution's to record.
     Unrecorded,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn continuation(worker: Option<&str>) -> StageInput {
+        let mut input = serde_json::json!({"op": "continue_as_new", "job_id": "j1",
+            "lease": {"attempt": 1, "token": "t"}});
+        if let Some(worker) = worker {
+            input["worker_arn"] = worker.into();
+        }
+        serde_json::from_value(input).unwrap()
+    }
+
+    fn worker_of(input: &StageInput) -> Option<&str> {
+        match input {
+            StageInput::ContinueAsNew { worker_arn, .. } => worker_arn.as_deref(),
+            _ => panic!("not a continuation"),
+        }
+    }
+
+    #[test]
+    fn a_continuation_without_a_worker_continues_in_the_invoked_function() {
+        let stage = "arn:aws:lambda:eu-west-1:123456789012:function:longhaul-Stage";
+        let csv = "arn:aws:lambda:eu-west-1:123456789012:function:longhaul-CsvReportWorker";
+        assert_eq!(worker_of(&continuation(None).with_worker_default(stage)), Some(stage));
+        assert_eq!(worker_of(&continuation(Some(csv)).with_worker_default(stage)), Some(csv));
+        let placeholder = "No header lambda-runtime-invoked-function-arn found.";
+        assert_eq!(worker_of(&continuation(None).with_worker_default(placeholder)), None);
+    }
 }

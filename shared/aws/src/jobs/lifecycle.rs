@@ -35,49 +35,60 @@ impl JobStore {
             Some(reason) => format!("cancelled by {}: {reason}", cancellation.requested_by),
             None => format!("cancelled by {}", cancellation.requested_by),
         };
-        let request = TransitionRequest::new(
-            job_id,
-            &[JobStatus::Pending, JobStatus::Queued],
-            JobStatus::Cancelled,
-            reason,
-        )
-        .set("cancellation", value.clone());
-        let current = match self.transition(request).await {
-            Ok(job) => return Ok(CancelOutcome::Cancelled(Box::new(job))),
-            Err(StoreError::Conflict { current: Some(job) })
-                if job.status == JobStatus::Running =>
-            {
-                job
-            }
-            Err(err) => return Err(err),
-        };
-        if current.cancellation.is_some() {
-            return Ok(CancelOutcome::Requested(current));
-        }
-        let names = HashMap::from([("#status".to_owned(), "status".to_owned())]);
-        let values = HashMap::from([
-            (":running".to_owned(), s(JobStatus::Running.as_str())),
-            (":c".to_owned(), value),
-            (":now".to_owned(), s(now_rfc3339())),
-        ]);
-        let job = match self
-            .update_job(
+        // A running job can turn `queued` between the two writes below (its attempt failed
+        // and its next one was scheduled): then the first write applies after all. Each round
+        // needs the job to have moved between our writes; three are plenty.
+        let mut rounds = 0;
+        let job = loop {
+            rounds += 1;
+            let request = TransitionRequest::new(
                 job_id,
-                "SET cancellation = :c, updated_at = :now".into(),
-                "#status = :running AND attribute_not_exists(cancellation)".into(),
-                names,
-                values,
+                &[JobStatus::Pending, JobStatus::Queued],
+                JobStatus::Cancelled,
+                reason.clone(),
             )
-            .await
-        {
-            Ok(job) => job,
-            // Another request got there first, or the job just ended: report what is.
-            Err(StoreError::Conflict { current: Some(job) })
-                if job.status == JobStatus::Running =>
-            {
-                return Ok(CancelOutcome::Requested(job));
+            .set("cancellation", value.clone());
+            let current = match self.transition(request).await {
+                Ok(job) => return Ok(CancelOutcome::Cancelled(Box::new(job))),
+                Err(StoreError::Conflict { current: Some(job) })
+                    if job.status == JobStatus::Running =>
+                {
+                    job
+                }
+                Err(err) => return Err(err),
+            };
+            if current.cancellation.is_some() {
+                return Ok(CancelOutcome::Requested(current));
             }
-            Err(err) => return Err(err),
+            let names = HashMap::from([("#status".to_owned(), "status".to_owned())]);
+            let values = HashMap::from([
+                (":running".to_owned(), s(JobStatus::Running.as_str())),
+                (":c".to_owned(), value.clone()),
+                (":now".to_owned(), s(now_rfc3339())),
+            ]);
+            match self
+                .update_job(
+                    job_id,
+                    "SET cancellation = :c, updated_at = :now".into(),
+                    "#status = :running AND attribute_not_exists(cancellation)".into(),
+                    names,
+                    values,
+                )
+                .await
+            {
+                Ok(job) => break job,
+                // Back to waiting for an attempt: cancel it as such.
+                Err(StoreError::Conflict { current: Some(job) })
+                    if matches!(job.status, JobStatus::Pending | JobStatus::Queued)
+                        && rounds < 3 => {}
+                // Another request got there first, or the job just ended: report what is.
+                Err(StoreError::Conflict { current: Some(job) })
+                    if job.status == JobStatus::Running =>
+                {
+                    return Ok(CancelOutcome::Requested(job));
+                }
+                Err(err) => return Err(err),
+            }
         };
         let flagged = self
             .client
@@ -118,9 +129,8 @@ impl JobStore {
             JobStatus::Running,
             "claimed by a stage",
         )
-        .set("lease", s(&token))
-        .set("execution", s(execution));
-        match self.claim_update(request).await {
+        .set("lease", s(&token));
+        match self.claim_update(request, execution).await {
             Ok(job) => {
                 let lease = Lease { attempt: job.attempt, token };
                 self.take_progress(job_id, &lease).await?;
@@ -139,9 +149,13 @@ impl JobStore {
         }
     }
 
+    /// The claim's write: only the execution the job was last dispatched to may claim it (a
+    /// late start of a superseded one — the reaper re-dispatched the job, or a backoff named
+    /// the next attempt's execution — must not run it beside the current one).
     pub(super) async fn claim_update(
         &self,
         request: TransitionRequest,
+        execution: &str,
     ) -> Result<JobRecord, StoreError> {
         // The claim is a transition that also counts the attempt and stamps the first start.
         let now = now_rfc3339();
@@ -155,6 +169,7 @@ impl JobStore {
             (":now".to_owned(), s(&now)),
             (":one".to_owned(), AttributeValue::N("1".into())),
             (":t".to_owned(), transition_value(request.to, &request.reason, &now)),
+            (":execution".to_owned(), s(execution)),
         ]);
         let mut update = String::from(
             "SET #status = :to, updated_at = :now, started_at = if_not_exists(started_at, :now), \
@@ -173,7 +188,8 @@ impl JobStore {
             ":bucket".to_owned(),
             s(status_bucket(JobStatus::Running.as_str(), &request.job_id)),
         );
-        self.update_job(&request.job_id, update, "#status = :from".into(), names, values).await
+        let condition = "#status = :from AND execution = :execution".into();
+        self.update_job(&request.job_id, update, condition, names, values).await
     }
 
     /// Sets (or clears) the job's `stalled_at` while it runs under `lease`. Refused

@@ -13,6 +13,21 @@ use serde::{Deserialize, Serialize};
 
 use crate::AwsError;
 
+/// A cancelled attempt's last checkpoint (see [`JobStore::record_final_checkpoint`]).
+#[derive(Debug, Clone, Copy)]
+pub struct FinalCheckpoint<'a> {
+    /// The write's sequence number (above the record's).
+    pub seq: u64,
+    /// The stage it belongs to…
+    pub stage: &'a str,
+    /// …and its 1-based index.
+    pub stage_index: u32,
+    /// The checkpoint object.
+    pub checkpoint_key: &'a str,
+    /// Items of the stage it covers.
+    pub items_done: u64,
+}
+
 /// The small, hot progress record.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct ProgressRecord {
@@ -322,15 +337,18 @@ impl JobStore {
     /// Makes `checkpoint_key` (covering `items_done` of the current stage) the job's current
     /// checkpoint after its owner asked to cancel it: the one write a cancelled attempt may
     /// still make, so that a retry of the job resumes from where it stopped. Fenced like a
-    /// progress write (the lease, a newer `seq`), but it keeps the cancellation flag.
+    /// progress write (the lease, a newer `seq`), but it keeps the cancellation flag; and only
+    /// while the record is not past the checkpoint's stage (`stage`, 1-based `stage_index`),
+    /// so a checkpoint of a stage the job has moved past never becomes the input of the next
+    /// one. The record is set to that stage (one cancelled before its first progress write
+    /// still shows none).
     pub async fn record_final_checkpoint(
         &self,
         job_id: &str,
         lease: &str,
-        seq: u64,
-        checkpoint_key: &str,
-        items_done: u64,
+        checkpoint: FinalCheckpoint<'_>,
     ) -> Result<(), ProgressRefused> {
+        let FinalCheckpoint { seq, stage, stage_index, checkpoint_key, items_done } = checkpoint;
         let now = now_rfc3339();
         let result = self
             .client
@@ -338,14 +356,17 @@ impl JobStore {
             .table_name(&self.table)
             .set_key(Some(Self::progress_key(job_id).into_iter().collect()))
             .update_expression(
-                "SET checkpoint_key = :key, seq = :seq, items_done = :done, updated_at = :now",
+                "SET checkpoint_key = :key, seq = :seq, items_done = :done, updated_at = :now, \
+                 stage = :name, stage_index = :stage",
             )
-            .condition_expression("lease = :lease AND seq < :seq")
+            .condition_expression("lease = :lease AND seq < :seq AND stage_index <= :stage")
+            .expression_attribute_values(":name", s(stage))
             .expression_attribute_values(":key", s(checkpoint_key))
             .expression_attribute_values(":seq", AttributeValue::N(seq.to_string()))
             .expression_attribute_values(":done", AttributeValue::N(items_done.to_string()))
             .expression_attribute_values(":now", s(now))
             .expression_attribute_values(":lease", s(lease))
+            .expression_attribute_values(":stage", AttributeValue::N(stage_index.to_string()))
             .send()
             .await;
         match result {

@@ -30,6 +30,10 @@ pub struct TransitionRequest {
     pub due_at: Option<String>,
     /// Attributes removed in the same write.
     pub remove: Vec<String>,
+    /// When set, the change applies only to a job its owner has not asked to cancel: an
+    /// attempt's end that would hide the request (a retry, a failure) is refused, and the
+    /// caller ends the job `cancelled` instead.
+    pub unless_cancelled: bool,
 }
 
 impl TransitionRequest {
@@ -45,7 +49,15 @@ impl TransitionRequest {
             index_at: None,
             due_at: None,
             remove: Vec::new(),
+            unless_cancelled: false,
         }
+    }
+
+    /// Applies only if the job's owner has not asked to cancel it (see
+    /// [`TransitionRequest::unless_cancelled`]).
+    pub fn unless_cancelled(mut self) -> Self {
+        self.unless_cancelled = true;
+        self
     }
 
     /// Also removes attribute `name`.
@@ -151,6 +163,9 @@ impl JobStore {
             condition.push_str(" AND #lease = :lease");
             names.insert("#lease".into(), "lease".into());
             values.insert(":lease".into(), s(lease));
+        }
+        if request.unless_cancelled {
+            condition.push_str(" AND attribute_not_exists(cancellation)");
         }
         if let Some(now) = request.due_at {
             // Stored timestamps share one format, so they compare as strings.
