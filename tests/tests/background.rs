@@ -819,7 +819,7 @@ async fn an_unreadable_job_record_does_not_hold_up_the_reaper() {
         "gsi2pk".into(),
         AttributeValue::S(longhaul_aws::jobs::status_bucket("pending", &unreadable.job_id)),
     );
-    item.insert("gsi2sk".into(), AttributeValue::S(unreadable.created_at.clone()));
+    item.insert("gsi2sk".into(), AttributeValue::S(unreadable.created_at.to_rfc3339()));
     item.insert("attempt".into(), AttributeValue::S("one".into()));
     aws.dynamodb.put_item().table_name(&table).set_item(Some(item)).send().await.unwrap();
     // ...and a lost dispatch behind it.

@@ -12,6 +12,9 @@ use serde_json::{Value, json};
 const CHECKPOINT_ITEMS: u64 = 10;
 const TIMEOUT: Duration = Duration::from_secs(120);
 
+/// Held by the tests that install a fault plan: the plan is the stack's, one at a time.
+static FAULT_PLAN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 fn stack() -> &'static Harness {
     harness_with(&[
         ("LONGHAUL_STAGE_MARGIN_SECONDS", "898"),
@@ -382,6 +385,7 @@ async fn a_crash_mid_scan_resumes_from_the_checkpoint_with_an_identical_report()
 #[tokio::test]
 async fn a_render_that_died_after_its_checkpoint_is_done_on_retry() {
     stack();
+    let _plan = FAULT_PLAN.lock().await;
     let api = Api::new(&principal("render-crash"));
     let rows = longhaul_tests::csvgen::Gen::new(17).rows(20_000);
     let input = api.upload("r.csv", "text/csv", longhaul_tests::csvgen::csv_bytes(&rows)).await;
@@ -477,4 +481,57 @@ async fn a_retry_resumes_from_the_cancelled_jobs_last_checkpoint() {
     let over = api.wait_terminal(over.json["job_id"].as_str().unwrap(), TIMEOUT).await;
     assert_eq!(over["status"], "succeeded", "{over}");
     assert!(over.get("resumed_from").is_none(), "started over: {over}");
+}
+
+/// The owner cancels while the stage records the attempt's failure — after it read the job,
+/// before its write that schedules the next attempt. That write is refused (the job carries
+/// the cancellation) and the job ends `cancelled` at once: not `queued` for a day, holding its
+/// slots, until its next claim would have seen the flag. (Here, not in retries.rs: the pause
+/// strikes only an invocation that holds the lease in its input, i.e. after a `work` answered —
+/// the short invocations here make the attempt fail in its second one.)
+#[tokio::test]
+async fn a_cancel_that_lands_while_the_failure_is_recorded_ends_the_job() {
+    stack();
+    let _plan = FAULT_PLAN.lock().await;
+    let api = Api::new(&principal("cancel-in-backoff"));
+    let job_id = api
+        .submit(&json!({"type": "demo", "params": {"items": 40, "item_ms": 100, "fail_at": 30, "fail_kind": "transient", "fail_times": 4}}))
+        .await;
+    // Hold the write that schedules the next attempt (it names the next execution,
+    // `<id>-2`: nothing else the stage writes does) for 4 s.
+    let faults = format!("{}/_local/faults", stack().stack.api_url);
+    let plan = json!({"pause_functions": ["StageFunction"], "pause_before_call": 1.0,
+        "pause_ms": 4000, "max_pauses": 1,
+        "pause_only": {"operation": "dynamodb:UpdateItem", "contains": format!("{job_id}-2")}});
+    let http = reqwest::Client::new();
+    assert_eq!(http.post(&faults).json(&plan).send().await.unwrap().status(), 200);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let counts: Value = http.get(&faults).send().await.unwrap().json().await.unwrap();
+        if counts["injected"]["paused"].as_u64().unwrap_or(0) >= 1 {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the retry never paused: {counts}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let reply = api.send("DELETE", &format!("/jobs/{job_id}"), None, &[]).await;
+    assert_eq!(
+        (reply.status, reply.json["status"].as_str()),
+        (202, Some("running")),
+        "{}",
+        reply.text
+    );
+    let ended = api.wait_terminal(&job_id, Duration::from_secs(60)).await;
+    assert_eq!(ended["status"], "cancelled", "{ended}");
+    assert_eq!(ended["attempt"], 1, "{ended}");
+    assert!(ended.get("retry_at").is_none(), "{ended}");
+    // Queued once (by the dispatcher), never again.
+    let states: Vec<&str> = ended["transitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["state"].as_str())
+        .collect();
+    assert_eq!(states, ["pending", "queued", "running", "cancelled"], "{ended}");
+    http.post(&faults).json(&json!({})).send().await.unwrap();
 }

@@ -318,7 +318,7 @@ async fn the_reaper_enqueues_a_due_delayed_job_for_its_start_and_the_dispatcher_
     let start = chrono::Utc::now() + chrono::Duration::seconds(8);
     let job = JobRecord {
         params: json!({"items": 1}),
-        not_before: Some(format_rfc3339(start)),
+        not_before: Some(start.into()),
         ..longhaul_tests::seeded_job(&owner, created)
     };
     jobs.put_job(&job).await.unwrap();

@@ -26,7 +26,7 @@ use longhaul_aws::queue::DispatchMessage;
 use longhaul_aws::slots::{Admitter, Pool, pools_of};
 use longhaul_aws::workers::Workers;
 use longhaul_domain::admission::{Waiting, waiting_sort_key};
-use longhaul_domain::{JobStatus, format_rfc3339, schedule};
+use longhaul_domain::{JobStatus, Timestamp, format_rfc3339, schedule};
 use tracing::Instrument;
 
 /// The function's configuration.
@@ -149,7 +149,7 @@ pub async fn dispatch(deps: &Deps, job_id: &str) -> Result<(), DispatchError> {
         JobStatus::Queued => {
             // A job waiting out the backoff after a failed attempt starts its next one only at
             // its `retry_at` (SQS delays a message by 15 minutes at most).
-            let retry_at = job.retry_at.as_deref().and_then(|at| parse_rfc3339(at).ok());
+            let retry_at = job.retry_at.map(Timestamp::as_datetime);
             if let Some(retry_at) = retry_at.filter(|at| *at > now) {
                 return delay_again(deps, &job, retry_at, now).await;
             }
@@ -162,7 +162,7 @@ pub async fn dispatch(deps: &Deps, job_id: &str) -> Result<(), DispatchError> {
             return Ok(());
         }
     }
-    let start_at = job.not_before.as_deref().and_then(|at| parse_rfc3339(at).ok());
+    let start_at = job.not_before.map(Timestamp::as_datetime);
     if let Some(start_at) = start_at.filter(|at| *at > now) {
         return delay_again(deps, &job, start_at, now).await;
     }
@@ -188,7 +188,7 @@ pub async fn dispatch(deps: &Deps, job_id: &str) -> Result<(), DispatchError> {
         }
     }
     if waited {
-        let position = waiting_sort_key(job.priority, &job.created_at, job_id);
+        let position = waiting_sort_key(job.priority, &job.created_at.to_rfc3339(), job_id);
         for (pool, _) in &pools {
             deps.admitter.slots.leave_waiting(pool, &position).await?;
         }
@@ -272,7 +272,7 @@ async fn take_slot(
     if slots.acquire(pool, *limit, &job.job_id).await? {
         return Ok(Slot::Taken { waited: false });
     }
-    let position = waiting_sort_key(job.priority, &job.created_at, &job.job_id);
+    let position = waiting_sort_key(job.priority, &job.created_at.to_rfc3339(), &job.job_id);
     slots.enter_waiting(pool, &position, &job.job_id, &job.owner).await?;
     let waiting =
         Waiting { reason: pool.reason(), limit: *limit, since: format_rfc3339(now), position };
@@ -298,8 +298,4 @@ async fn give_back(deps: &Deps, job_id: &str, pools: &[&(Pool, u32)]) -> Result<
         deps.admitter.release(pool, *limit, &[job_id.to_owned()]).await?;
     }
     Ok(())
-}
-
-fn parse_rfc3339(at: &str) -> Result<chrono::DateTime<chrono::Utc>, chrono::ParseError> {
-    chrono::DateTime::parse_from_rfc3339(at).map(|at| at.to_utc())
 }

@@ -28,7 +28,7 @@ use longhaul_aws::jobs::{
 use longhaul_aws::logs;
 use longhaul_aws::metrics::{self, Metric};
 use longhaul_aws::objects::ObjectStore;
-use longhaul_domain::{JobStatus, format_rfc3339};
+use longhaul_domain::{JobStatus, Timestamp, format_rfc3339};
 use serde::Serialize;
 use tracing::Instrument;
 
@@ -267,7 +267,12 @@ async fn handle_entry(deps: &Deps, sweep: Sweep, item: Item) -> Report {
     let result = match sweep {
         Sweep::Due => expire(deps, &job_id, &mut report).instrument(span.clone()).await,
         Sweep::Unfinished => {
-            let done = finish(deps, &job_id, &at, &mut report).instrument(span.clone()).await;
+            // The entry's sort key is when the job expired; one that is no time is an error
+            // of this entry (counted), not "now".
+            let done = match at.parse::<Timestamp>() {
+                Ok(at) => finish(deps, &job_id, at, &mut report).instrument(span.clone()).await,
+                Err(err) => Err(ExpirerError(err.to_string())),
+            };
             if done.is_ok() {
                 report.resumed += 1;
             }
@@ -303,8 +308,9 @@ async fn expire(deps: &Deps, job_id: &str, report: &mut Report) -> Result<(), Ex
     metrics::count(Metric::JobsExpired, &job);
     tracing::info!("expired: result retention passed");
     report.expired += 1;
-    let expired_at = job.finished_at.unwrap_or_else(|| format_rfc3339(Utc::now()));
-    finish(deps, job_id, &expired_at, report).await
+    // Set by the transition that made it `expired`.
+    let expired_at = job.finished_at.unwrap_or_else(Timestamp::now);
+    finish(deps, job_id, expired_at, report).await
 }
 
 /// The follow-up of an expired job (idempotent): deletes its objects, then marks its records
@@ -312,7 +318,7 @@ async fn expire(deps: &Deps, job_id: &str, report: &mut Report) -> Result<(), Ex
 async fn finish(
     deps: &Deps,
     job_id: &str,
-    expired_at: &str,
+    expired_at: Timestamp,
     report: &mut Report,
 ) -> Result<(), ExpirerError> {
     for prefix in [format!("results/{job_id}/"), longhaul_aws::objects::checkpoints_prefix(job_id)]
@@ -320,11 +326,8 @@ async fn finish(
         report.objects_deleted +=
             deps.objects.delete_prefix(&prefix).await.map_err(|e| ExpirerError(e.to_string()))?;
     }
-    let from = DateTime::parse_from_rfc3339(expired_at)
-        .map(|at| at.with_timezone(&Utc))
-        .unwrap_or_else(|_| Utc::now());
     deps.jobs
-        .retain_until(job_id, deps.config.record_retention.expires_at(from))
+        .retain_until(job_id, deps.config.record_retention.expires_at(expired_at.as_datetime()))
         .await
         .map_err(|e| ExpirerError(e.to_string()))?;
     report.finished += 1;

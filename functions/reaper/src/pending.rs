@@ -7,7 +7,7 @@ use crate::*;
 use chrono::{DateTime, Utc};
 use longhaul_aws::jobs::JobEntry;
 use longhaul_aws::queue::DispatchMessage;
-use longhaul_domain::{ErrorCode, JobError, JobStatus, schedule};
+use longhaul_domain::{ErrorCode, JobError, JobStatus, Timestamp, schedule};
 
 /// A `pending` job past the grace: its message may have been lost (submit died between its
 /// two writes, or the message dead-lettered), or may still wait in a backlog — SQS cannot say
@@ -21,8 +21,7 @@ pub(crate) async fn lost_pending(
     job: JobEntry,
     report: &mut Report,
 ) -> Result<(), ReaperError> {
-    let accepted_at = parse(&job.created_at).unwrap_or(now);
-    let waited = (now - accepted_at).to_std().unwrap_or_default();
+    let waited = (now - job.created_at.as_datetime()).to_std().unwrap_or_default();
     // A delayed job waits from its start, not from its submission: the index entry does not
     // say whether a job is delayed, so the record is read — only on this rare path.
     if waited >= deps.config.max_pending && !delayed_within(deps, now, &job).await? {
@@ -53,7 +52,7 @@ pub(crate) async fn lost_pending(
     match deps.jobs.count_enqueue(&job.job_id, &at(next_look)).await {
         Ok(record) => {
             let message = DispatchMessage { job_id: job.job_id.clone() };
-            match record.not_before.as_deref().and_then(parse).filter(|start| *start > now) {
+            match record.not_before.map(Timestamp::as_datetime).filter(|start| *start > now) {
                 // A delayed job coming due (its entry was keyed 15 minutes before its start):
                 // its message waits for the start, and the next look is after it.
                 Some(start) => {
@@ -89,7 +88,6 @@ async fn delayed_within(
     let Some(record) = deps.jobs.job(&job.job_id).await? else { return Ok(false) };
     Ok(record
         .not_before
-        .as_deref()
-        .and_then(parse)
+        .map(Timestamp::as_datetime)
         .is_some_and(|start| (now - start).to_std().unwrap_or_default() < deps.config.max_pending))
 }

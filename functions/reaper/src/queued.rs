@@ -68,8 +68,8 @@ async fn never_started(
     report: &mut Report,
 ) -> Result<(), ReaperError> {
     // A job queued again for its next attempt (after a backoff) has waited since then.
-    let since = if job.dispatches > 1 { &job.updated_at } else { &job.created_at };
-    let waited = (now - parse(since).unwrap_or(now)).to_std().unwrap_or_default();
+    let since = if job.dispatches > 1 { job.updated_at } else { job.created_at };
+    let waited = (now - since.as_datetime()).to_std().unwrap_or_default();
     if waited >= deps.config.max_pending {
         let error = JobError {
             code: ErrorCode::Undispatchable.as_str().into(),

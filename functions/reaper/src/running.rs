@@ -11,7 +11,7 @@ use longhaul_aws::jobs::{JobEntry, ProgressRecord, TransitionRequest};
 use longhaul_aws::logs;
 use longhaul_aws::metrics::{self, Metric};
 use longhaul_domain::reaper::{Rescue, Running, Verdict, judge, rescue};
-use longhaul_domain::{ErrorCode, JobError, JobStatus};
+use longhaul_domain::{ErrorCode, JobError, JobStatus, Timestamp};
 use tracing::Instrument;
 
 /// Judges a page of running jobs from what the index holds and their progress records (one
@@ -51,7 +51,7 @@ fn running_state(
     let (JobStatus::Running, Some(lease)) = (job.status, job.lease.clone()) else { return None };
     // A claim that died before handing the progress record over left the record to an
     // earlier attempt (or none at all): the lease's only sign of life is the claim itself.
-    let claimed_at = parse(&job.updated_at).unwrap_or(now);
+    let claimed_at = job.updated_at.as_datetime();
     let (heartbeat_at, progress_changed_at) = match progress.filter(|p| p.lease == lease) {
         Some(progress) => (
             parse(&progress.heartbeat_at).unwrap_or(now),
@@ -63,8 +63,10 @@ fn running_state(
     let state = Running {
         heartbeat_at,
         progress_changed_at,
-        started_at: job.started_at.as_deref().and_then(parse).unwrap_or(now),
-        stalled_at: job.stalled_at.as_deref().and_then(parse),
+        // A running job was claimed: a record without a start is from before `started_at`
+        // existed, judged by its claim.
+        started_at: job.started_at.unwrap_or(job.updated_at).as_datetime(),
+        stalled_at: job.stalled_at.map(Timestamp::as_datetime),
         max_runtime: deps.config.max_runtime.unwrap_or(policy.max_runtime()),
     };
     Some((lease, state))

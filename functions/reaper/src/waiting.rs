@@ -67,7 +67,8 @@ impl Reconciled {
     /// Whether `entry` (a waiting job's index entry) is in the waiting list of every pool in
     /// `pools`.
     async fn listed(&self, deps: &Deps, entry: &JobEntry, pools: &[(Pool, u32)]) -> bool {
-        let position = waiting_sort_key(entry.priority, &entry.created_at, &entry.job_id);
+        let position =
+            waiting_sort_key(entry.priority, &entry.created_at.to_rfc3339(), &entry.job_id);
         for (pool, _) in pools {
             match self.positions(deps, pool).await {
                 Ok(positions) if positions.contains(&position) => {}
@@ -150,7 +151,7 @@ async fn still_waiting(
         tracing::info!("waits for a limit that is off now; woken");
         return Ok(());
     }
-    let position = waiting_sort_key(job.priority, &job.created_at, &job.job_id);
+    let position = waiting_sort_key(job.priority, &job.created_at.to_rfc3339(), &job.job_id);
     tracing::warn!("a waiting job was missing from its waiting list; put back");
     report.waiting_restored += 1;
     for (pool, limit) in its_pools {

@@ -8,14 +8,14 @@
 
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
+use chrono::Utc;
 use longhaul_aws::executions::execution_name;
 use longhaul_aws::jobs::{JobRecord, StoreError, TransitionRequest};
 use longhaul_aws::metrics::{self, Metric};
 use longhaul_aws::queue::DispatchMessage;
 use longhaul_domain::policy::JobPolicy;
 use longhaul_domain::retry::{self, Backoff, FailureClass};
-use longhaul_domain::{JobError, JobStatus, format_rfc3339, schedule};
+use longhaul_domain::{JobError, JobStatus, Timestamp, schedule};
 use serde_dynamo::to_attribute_value;
 
 use crate::error::refused;
@@ -24,8 +24,8 @@ use crate::{Deps, StageError, TaskLease, store_failed};
 /// When the job's next attempt starts: its backoff was scheduled.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RetryScheduled {
-    /// RFC 3339, as stored.
-    pub retry_at: String,
+    /// When the next attempt starts.
+    pub retry_at: Timestamp,
 }
 
 /// Schedules the next attempt of `job` (running under `lease`) after `error`, if the error
@@ -42,10 +42,10 @@ pub async fn schedule_retry(
     let max_attempts = deps.max_attempts.unwrap_or_else(|| job.policy_or_default().max_attempts);
     let class = retry::classify(&error.code);
     let ours = job.lease.as_deref() == Some(lease.token.as_str());
-    if let (true, JobStatus::Queued, Some(retry_at)) = (ours, job.status, &job.retry_at) {
+    if let (true, JobStatus::Queued, Some(retry_at)) = (ours, job.status, job.retry_at) {
         // This call's transition landed before (its answer was lost): send again.
         enqueue(deps, job, retry_at).await?;
-        return Ok(Some(RetryScheduled { retry_at: retry_at.clone() }));
+        return Ok(Some(RetryScheduled { retry_at }));
     }
     // Not running under this lease any more: the failure is recorded as before (and refused
     // by its fence if another attempt owns the job).
@@ -63,7 +63,7 @@ pub async fn schedule_retry(
     let now = Utc::now();
     let delay =
         backoff_of(deps.retry_delay, &job.policy_or_default()).delay(lease.attempt, random_unit());
-    let retry_at = format_rfc3339(now + chrono::Duration::from_std(delay).unwrap_or_default());
+    let retry_at = Timestamp::from(now + chrono::Duration::from_std(delay).unwrap_or_default());
     // The failed attempt's worker is this very call, but a duplicate of it (a retried task
     // whose first try is still running) must not write progress into the next attempt.
     deps.jobs.revoke_progress(&job.job_id, &lease.token).await.map_err(store_failed)?;
@@ -81,26 +81,30 @@ pub async fn schedule_retry(
     .unless_cancelled()
     .set("execution", to_attribute_value(&next).expect("strings serialise"))
     .set("dispatches", to_attribute_value(next_dispatch).expect("numbers serialise"))
-    .set("retry_at", to_attribute_value(&retry_at).expect("strings serialise"))
+    .set("retry_at", to_attribute_value(retry_at).expect("timestamps serialise"))
     .set("last_error", to_attribute_value(error).expect("errors serialise"))
     // Indexed at its start: the reaper's lost-dispatch sweep looks at it only from then on.
-    .indexed_at(retry_at.clone());
+    .indexed_at(retry_at.to_rfc3339());
     let queued = match deps.jobs.transition(request).await {
         Ok(job) => job,
+        // Our own write, landed by a try whose answer was lost. (The reaper's re-dispatch
+        // of a zombie also leaves the job queued under the old lease, but without a
+        // `retry_at`: a claim removes it, and only this write sets it.)
         Err(StoreError::Conflict { current: Some(current) })
             if current.status == JobStatus::Queued
-                && current.lease.as_deref() == Some(lease.token.as_str()) =>
+                && current.lease.as_deref() == Some(lease.token.as_str())
+                && current.retry_at.is_some() =>
         {
             *current
         }
         Err(err) => return Err(refused(err, &lease.token)),
     };
-    let retry_at = queued.retry_at.clone().unwrap_or(retry_at);
-    enqueue(deps, &queued, &retry_at).await?;
+    let retry_at = queued.retry_at.unwrap_or(retry_at);
+    enqueue(deps, &queued, retry_at).await?;
     metrics::count(Metric::RetriesScheduled, &queued);
     tracing::warn!(
         code = error.code,
-        retry_at,
+        %retry_at,
         delay_ms = delay.as_millis() as u64,
         "attempt failed; the next one is scheduled"
     );
@@ -109,9 +113,8 @@ pub async fn schedule_retry(
 
 /// Sends the job's dispatch message, delayed until `retry_at` (or SQS's most, 15 minutes: the
 /// dispatcher delays an early message again).
-async fn enqueue(deps: &Deps, job: &JobRecord, retry_at: &str) -> Result<(), StageError> {
-    let at = DateTime::parse_from_rfc3339(retry_at).map(|at| at.to_utc()).unwrap_or(Utc::now());
-    let delay = schedule::sqs_delay(at, Utc::now());
+async fn enqueue(deps: &Deps, job: &JobRecord, retry_at: Timestamp) -> Result<(), StageError> {
+    let delay = schedule::sqs_delay(retry_at.as_datetime(), Utc::now());
     let message = DispatchMessage { job_id: job.job_id.clone() };
     deps.intake.send_delayed(&message, delay, &job.owner).await.map_err(StageError::from)
 }

@@ -159,8 +159,8 @@ pub enum Recorded {
     /// The attempt failed transiently within the budget: the job waits `queued` for its next
     /// attempt, which starts at `retry_at`.
     Retry {
-        /// RFC 3339.
-        retry_at: String,
+        /// When the next attempt starts.
+        retry_at: longhaul_domain::Timestamp,
     },
     /// The job is recorded `failed`.
     Failed,

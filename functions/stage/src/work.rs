@@ -32,12 +32,9 @@ pub(crate) async fn claim(
     logs::record_job(&tracing::Span::current(), &job);
     tracing::info!("claimed");
     if lease.attempt == 1
-        && let (Ok(created), Some(Ok(started))) = (
-            chrono::DateTime::parse_from_rfc3339(&job.created_at),
-            job.started_at.as_deref().map(chrono::DateTime::parse_from_rfc3339),
-        )
+        && let Some(started) = job.started_at
     {
-        metrics::emit(Metric::QueueWait, (started - created).num_milliseconds() as f64, &job);
+        metrics::emit(Metric::QueueWait, started.since(job.created_at).as_millis() as f64, &job);
     }
     Ok(TaskLease { lease, principal: Some(job.owner.clone()) })
 }

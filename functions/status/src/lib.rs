@@ -410,7 +410,7 @@ pub fn render(view: &JobView) -> serde_json::Value {
     }
     if let Some(retry_at) = job.retry_at.as_ref().filter(|_| job.status == JobStatus::Queued) {
         // Its last attempt failed transiently: the next one starts then.
-        body["retry_at"] = retry_at.clone().into();
+        body["retry_at"] = retry_at.to_string().into();
     }
     if let Some(last) = &job.last_error {
         // Why the last failed attempt failed (the job went on); shown until the job ends well.
@@ -437,7 +437,7 @@ pub fn render(view: &JobView) -> serde_json::Value {
     }
     if let Some(not_before) = &job.not_before {
         // A delayed job: it does not start before then (shown for its whole life).
-        body["not_before"] = not_before.clone().into();
+        body["not_before"] = not_before.to_string().into();
     }
     if let Some(cancellation) = &job.cancellation {
         body["cancellation"] = serde_json::to_value(cancellation).expect("cancellations serialise");

@@ -32,7 +32,7 @@ use longhaul_domain::fingerprint::{
 use longhaul_domain::policy::{JobPolicy, PolicyOverrides};
 use longhaul_domain::schedule;
 use longhaul_domain::uploads::owns_upload;
-use longhaul_domain::{JobId, JobStatus, Transition, format_rfc3339, now_rfc3339};
+use longhaul_domain::{JobId, JobStatus, Timestamp, Transition};
 use longhaul_worker::{DynKind, Registry};
 use serde::Deserialize;
 use serde_json::json;
@@ -389,7 +389,7 @@ async fn submit(deps: &Deps, request: &Request) -> Result<Response<Body>, Proble
         key: &key,
         fingerprint: &request_fingerprint,
         retry_of: None,
-        not_before: not_before.map(format_rfc3339),
+        not_before: not_before.map(Timestamp::from),
         priority,
         resume: None,
     };
@@ -406,7 +406,7 @@ struct NewJob<'a> {
     fingerprint: &'a str,
     retry_of: Option<&'a str>,
     /// A delayed start (as stored), or `None` to start at once.
-    not_before: Option<String>,
+    not_before: Option<Timestamp>,
     /// Its order among the owner's waiting jobs.
     priority: Priority,
     /// A retry from the retried job's last checkpoint: that job, and its progress record.
@@ -446,7 +446,7 @@ async fn create(deps: &Deps, new: &NewJob<'_>) -> Result<Response<Body>, Problem
         let record = IdempotencyRecord {
             job_id: job.job_id.clone(),
             fingerprint: new.fingerprint.to_owned(),
-            created_at: job.created_at.clone(),
+            created_at: job.created_at.to_rfc3339(),
             expires_at: chrono::Utc::now().timestamp() + deps.idempotency_ttl.as_secs() as i64,
         };
         let existing =
@@ -488,12 +488,16 @@ async fn create(deps: &Deps, new: &NewJob<'_>) -> Result<Response<Body>, Problem
         }
         logs::record_job_id(&tracing::Span::current(), &existing.job_id);
         match deps.jobs.job(&existing.job_id).await.map_err(internal)? {
-            None if is_recent(&existing.created_at) => return Err(in_flight()),
+            None if existing.created_at.parse().is_ok_and(is_recent) => return Err(in_flight()),
             None => {
                 // The request that claimed the key never wrote its job: finish it.
                 let mut job =
                     resumable(deps, new_job(deps, new, existing.job_id.clone()), new).await;
-                job.created_at.clone_from(&existing.created_at);
+                // The key's record was written with the job's creation time.
+                job.created_at = existing.created_at.parse().map_err(|err| {
+                    tracing::error!(error = %err, "an idempotency record with a bad creation time");
+                    Problem::internal()
+                })?;
                 logs::current_job(&job);
                 match deps.jobs.put_job(&job).await {
                     Ok(()) => {
@@ -515,7 +519,7 @@ async fn create(deps: &Deps, new: &NewJob<'_>) -> Result<Response<Body>, Problem
                     // A derived key stands for "this request": once its job's result expired,
                     // the request runs again. A client's own key keeps naming its job.
                     JobStatus::Expired if is_derived_key(new.key) => replacing = Some(job.job_id),
-                    JobStatus::Pending if is_recent(&job.created_at) => return Err(in_flight()),
+                    JobStatus::Pending if is_recent(job.created_at) => return Err(in_flight()),
                     _ => return Ok(accepted(StatusCode::OK, &job, true)),
                 }
             }
@@ -615,16 +619,12 @@ async fn validate_callback_url(raw: &str, policy: &CallbackPolicy) -> Result<Str
     Ok(url.as_str().to_owned())
 }
 
-fn is_recent(created_at: &str) -> bool {
-    chrono::DateTime::parse_from_rfc3339(created_at)
-        .map(|at| {
-            (chrono::Utc::now() - at.to_utc()).to_std().unwrap_or_default() < IN_FLIGHT_WINDOW
-        })
-        .unwrap_or(false)
+fn is_recent(created_at: Timestamp) -> bool {
+    Timestamp::now().since(created_at) < IN_FLIGHT_WINDOW
 }
 
 fn new_job(deps: &Deps, new: &NewJob<'_>, job_id: String) -> JobRecord {
-    let now = now_rfc3339();
+    let now = Timestamp::now();
     JobRecord {
         job_id,
         owner: new.owner.to_owned(),
@@ -637,15 +637,15 @@ fn new_job(deps: &Deps, new: &NewJob<'_>, job_id: String) -> JobRecord {
         idempotency_key: new.key.to_owned(),
         fingerprint: new.fingerprint.to_owned(),
         callback_url: new.callback_url.clone(),
-        created_at: now.clone(),
-        updated_at: now.clone(),
+        created_at: now,
+        updated_at: now,
         started_at: None,
         finished_at: None,
         error: None,
         result_key: None,
         transitions: vec![Transition {
             state: JobStatus::Pending,
-            at: now,
+            at: now.to_rfc3339(),
             reason: "submitted".into(),
         }],
         injected_failures: 0,
@@ -663,7 +663,7 @@ fn new_job(deps: &Deps, new: &NewJob<'_>, job_id: String) -> JobRecord {
         }),
         waiting: None,
         stalled_at: None,
-        not_before: new.not_before.clone(),
+        not_before: new.not_before,
         retry_at: None,
         last_error: None,
     }
@@ -677,14 +677,10 @@ fn new_job(deps: &Deps, new: &NewJob<'_>, job_id: String) -> JobRecord {
 /// (its pending index entry is keyed then — `longhaul_domain::schedule`).
 async fn enqueue(deps: &Deps, job: &JobRecord) {
     let now = chrono::Utc::now();
-    let start = job
-        .not_before
-        .as_deref()
-        .and_then(|at| chrono::DateTime::parse_from_rfc3339(at).ok())
-        .map(|at| at.to_utc());
+    let start = job.not_before.map(Timestamp::as_datetime);
     let delay = match start {
         Some(at) if (at - now).num_seconds() > schedule::MAX_SQS_DELAY_SECONDS => {
-            tracing::info!(not_before = job.not_before, "delayed; the reaper enqueues it when due");
+            tracing::info!(not_before = %at, "delayed; the reaper enqueues it when due");
             return;
         }
         Some(at) => schedule::sqs_delay(at, now),

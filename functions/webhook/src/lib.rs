@@ -28,7 +28,7 @@ use longhaul_aws::metrics::{self, Metric};
 use longhaul_aws::queue::{WebhookMessage, WebhookQueue};
 use longhaul_domain::callback::{CallbackPolicy, Host, check_address, parse_callback_url};
 use longhaul_domain::webhooks::{DeliveryOutcome, RetrySchedule, event_type, message_id, sign};
-use longhaul_domain::{JobStatus, now_rfc3339};
+use longhaul_domain::{JobStatus, Timestamp, now_rfc3339};
 use serde_json::json;
 use tracing::Instrument;
 
@@ -222,7 +222,7 @@ pub async fn process(deps: &Deps, message: &WebhookMessage) -> Result<(), String
         "type": event,
         "job_id": job.job_id,
         "status": message.status,
-        "timestamp": job.finished_at.clone().unwrap_or_else(now_rfc3339),
+        "timestamp": job.finished_at.unwrap_or_else(Timestamp::now),
     });
     if message.status == JobStatus::Succeeded {
         payload["result_url"] = format!("/jobs/{}/result", job.job_id).into();

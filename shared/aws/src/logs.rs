@@ -195,7 +195,7 @@ mod tests {
             "job_id": "j-1", "owner": "alice", "type": "some_kind", "params": {"api_key": "sk_live_PARAM"},
             "status": "running", "attempt": 1, "lease": "LEASE_TOKEN", "idempotency_key": "IDEM_KEY",
             "fingerprint": "f", "callback_url": "https://example.com/hook?token=CALLBACK_TOKEN",
-            "created_at": "t", "updated_at": "t", "transitions": []
+            "created_at": "2026-11-24T18:00:00.000Z", "updated_at": "2026-11-24T18:00:00.000Z", "transitions": []
         }))
         .unwrap();
         let text = format!("{job:?}");

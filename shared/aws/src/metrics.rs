@@ -190,11 +190,8 @@ pub fn emit_end(job: &JobRecord) {
         _ => return,
     };
     count(metric, job);
-    let parse = |t: &str| chrono::DateTime::parse_from_rfc3339(t).ok();
-    if let (Some(start), Some(end)) =
-        (parse(&job.created_at), job.finished_at.as_deref().and_then(parse))
-    {
-        emit(Metric::JobDuration, (end - start).num_milliseconds() as f64, job);
+    if let Some(end) = job.finished_at {
+        emit(Metric::JobDuration, end.since(job.created_at).as_millis() as f64, job);
     }
 }
 

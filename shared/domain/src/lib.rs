@@ -17,11 +17,13 @@ pub mod retry;
 pub mod schedule;
 pub mod status;
 pub mod stream_token;
+pub mod time;
 pub mod uploads;
 pub mod webhooks;
 
 pub use job::{Cancellation, ErrorCode, JobError, JobId, Transition};
 pub use status::{JobStatus, TransitionError};
+pub use time::{InvalidTimestamp, Timestamp};
 
 /// The current time as the RFC 3339 string (UTC, milliseconds) stored on every record.
 pub fn now_rfc3339() -> String {

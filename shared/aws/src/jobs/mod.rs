@@ -166,11 +166,11 @@ impl JobStore {
         item.insert("gsi2pk".into(), s(status_bucket(JobStatus::Pending.as_str(), &job.job_id)));
         // A delayed job is looked at by the reaper only from when its dispatch is due
         // (`longhaul_domain::schedule::pending_index_at`); any other from its creation.
-        let index_at = match job.not_before.as_deref().map(chrono::DateTime::parse_from_rfc3339) {
-            Some(Ok(at)) => longhaul_domain::format_rfc3339(
-                longhaul_domain::schedule::pending_index_at(at.to_utc(), chrono::Utc::now()),
+        let index_at = match job.not_before {
+            Some(at) => longhaul_domain::format_rfc3339(
+                longhaul_domain::schedule::pending_index_at(at.as_datetime(), chrono::Utc::now()),
             ),
-            _ => job.created_at.clone(),
+            None => job.created_at.to_rfc3339(),
         };
         item.insert("gsi2sk".into(), s(index_at));
         let result = self

@@ -4,7 +4,7 @@ use super::*;
 
 use longhaul_domain::admission::{Priority, Waiting};
 use longhaul_domain::policy::JobPolicy;
-use longhaul_domain::{Cancellation, JobError, JobStatus, Transition};
+use longhaul_domain::{Cancellation, JobError, JobStatus, Timestamp, Transition};
 use serde::{Deserialize, Serialize};
 
 /// The job record. Its `Debug` leaves out what must not reach a log: the params, the
@@ -37,16 +37,16 @@ pub struct JobRecord {
     /// Where to deliver the terminal event.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub callback_url: Option<String>,
-    /// RFC 3339 timestamps.
-    pub created_at: String,
+    /// When it was accepted.
+    pub created_at: Timestamp,
     /// Last change of any kind.
-    pub updated_at: String,
+    pub updated_at: Timestamp,
     /// First claim.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub started_at: Option<String>,
+    pub started_at: Option<Timestamp>,
     /// Entry into a terminal state.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub finished_at: Option<String>,
+    pub finished_at: Option<Timestamp>,
     /// Why the job failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<JobError>,
@@ -75,11 +75,11 @@ pub struct JobRecord {
     pub enqueues: u32,
     /// When the reaper saw progress stop while heartbeats went on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub stalled_at: Option<String>,
+    pub stalled_at: Option<Timestamp>,
     /// A delayed job: not started before this time (RFC 3339, as stored). See
     /// [`longhaul_domain::schedule`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub not_before: Option<String>,
+    pub not_before: Option<Timestamp>,
     /// How urgent it is among its tenant's waiting jobs (left off when `normal`).
     #[serde(default, skip_serializing_if = "Priority::is_normal")]
     pub priority: Priority,
@@ -96,7 +96,7 @@ pub struct JobRecord {
     /// A `queued` job whose last attempt failed retryably: when its next attempt starts
     /// (RFC 3339, as stored; see [`longhaul_domain::retry`]). Removed by the next claim.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub retry_at: Option<String>,
+    pub retry_at: Option<Timestamp>,
     /// Why the job's last failed attempt failed (the job goes on: this is not its `error`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<JobError>,
@@ -185,18 +185,18 @@ pub struct JobEntry {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub execution: Option<String>,
     /// When the job was accepted.
-    pub created_at: String,
+    pub created_at: Timestamp,
     /// When the record last changed (for a running job: its claim).
-    pub updated_at: String,
+    pub updated_at: Timestamp,
     /// When the first attempt started.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub started_at: Option<String>,
+    pub started_at: Option<Timestamp>,
     /// When the reaper flagged its progress stalled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub stalled_at: Option<String>,
+    pub stalled_at: Option<Timestamp>,
     /// When it ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub finished_at: Option<String>,
+    pub finished_at: Option<Timestamp>,
     /// Dispatches so far.
     #[serde(default)]
     pub dispatches: u32,
