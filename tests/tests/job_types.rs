@@ -12,8 +12,8 @@ async fn job_types_lists_the_enabled_kinds_with_a_usable_params_schema() {
     assert_eq!(reply.status, 200, "{}", reply.text);
     let kinds = reply.json["job_types"].as_array().expect("a list").clone();
     let names: Vec<&str> = kinds.iter().filter_map(|k| k["type"].as_str()).collect();
-    // The local stack enables both shipped kinds (the template leaves `demo` off by default).
-    assert_eq!(names, ["demo", "csv_report"]);
+    // The local stack enables every shipped kind (the template leaves `demo` off by default).
+    assert_eq!(names, ["demo", "csv_report", "archive"]);
     let kind = |name: &str| kinds.iter().find(|k| k["type"] == name).unwrap().clone();
     assert_eq!(kind("csv_report")["stages"], json!(["scan", "render", "publish"]));
     assert_eq!(kind("demo")["stages"], json!(["process"]));

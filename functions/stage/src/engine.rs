@@ -18,7 +18,9 @@ use longhaul_aws::objects::{PutNewError, checkpoint_key};
 use longhaul_domain::now_rfc3339;
 use longhaul_domain::progress::{ETA_WINDOW_SECONDS, Position, ThroughputWindow, weighted_pct};
 use longhaul_domain::uploads::owns_upload;
-use longhaul_worker::{ByteStream, Cadence, KindError, ResultRef, StageContext, StagedFile};
+use longhaul_worker::{
+    ByteStream, Cadence, KindError, ResultRef, ResultUpload, StageContext, StagedFile, UploadedPart,
+};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
@@ -489,7 +491,7 @@ impl From<KindError> for StageError {
 
 /// A file name a kind gave a result or a staged file: one path segment of plain characters,
 /// so the key the engine builds stays under the attempt's prefix.
-fn file_name(name: &str) -> Result<&str, KindError> {
+pub(crate) fn file_name(name: &str) -> Result<&str, KindError> {
     let plain = !name.is_empty()
         && name.len() <= 200
         && !name.starts_with('.')
@@ -670,6 +672,47 @@ impl StageContext for Ctx<'_> {
             Ok(ResultRef::from_host(key))
         }
         .boxed()
+    }
+
+    // Multipart result uploads: see `crate::multipart`.
+    fn begin_result_upload(
+        &mut self,
+        name: &str,
+        content_type: &str,
+    ) -> BoxFuture<'_, Result<ResultUpload, KindError>> {
+        let (name, content_type) = (name.to_owned(), content_type.to_owned());
+        async move { self.begin_upload(&name, &content_type).await }.boxed()
+    }
+
+    fn can_continue(&mut self, upload: &ResultUpload) -> BoxFuture<'_, Result<bool, KindError>> {
+        let upload = upload.clone();
+        async move { self.continuable(&upload).await }.boxed()
+    }
+
+    fn upload_part(
+        &mut self,
+        upload: &ResultUpload,
+        number: u32,
+        body: Vec<u8>,
+    ) -> BoxFuture<'_, Result<UploadedPart, KindError>> {
+        let upload = upload.clone();
+        async move { self.put_part(&upload, number, body).await }.boxed()
+    }
+
+    fn complete_result_upload(
+        &mut self,
+        upload: &ResultUpload,
+        parts: &[UploadedPart],
+    ) -> BoxFuture<'_, Result<ResultRef, KindError>> {
+        let (upload, parts) = (upload.clone(), parts.to_vec());
+        async move { self.complete_upload(&upload, &parts).await }.boxed()
+    }
+
+    fn input_name(&self, input: &str) -> Result<String, KindError> {
+        // The key is `uploads/<owner>/<id>/<filename>` (longhaul_domain::uploads::upload_key),
+        // checked as every read is.
+        let input = self.readable(input)?;
+        Ok(input.rsplit('/').next().unwrap_or(input).to_owned())
     }
 
     fn pause(

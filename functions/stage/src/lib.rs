@@ -39,6 +39,7 @@ pub mod engine;
 pub mod error;
 mod fail;
 pub mod failure;
+mod multipart;
 pub mod wire;
 mod work;
 

@@ -286,6 +286,22 @@ async fn forward(State(state): State<EdgeState>, request: Request) -> Response {
                     "Access Denied (the key does not exist, and the caller may not list the bucket)",
                 )
             }
+            // moto (5.2) answers ListParts with a `ListPartsResponse` root, which the SDK (like
+            // S3's own answer) expects as `ListPartsResult`: renamed here, as S3 names it.
+            Ok(response) if operation == "s3:ListParts" && response.status().is_success() => {
+                let mut builder = Response::builder().status(response.status());
+                for (name, value) in response.headers() {
+                    if name != axum::http::header::CONTENT_LENGTH {
+                        builder = builder.header(name, value);
+                    }
+                }
+                match response.text().await {
+                    Ok(text) => builder
+                        .body(Body::from(text.replace("ListPartsResponse", "ListPartsResult")))
+                        .unwrap_or_else(|_| StatusCode::BAD_GATEWAY.into_response()),
+                    Err(err) => emulator_unreachable(err),
+                }
+            }
             Ok(response) => {
                 let builder = response_builder(&response);
                 let body =

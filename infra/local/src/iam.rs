@@ -595,8 +595,10 @@ fn s3(
     };
     // Sub-resources (`?tagging`, `?acl`, `?versionId`, `?location`…) are other IAM actions:
     // refuse what this check does not name rather than judge it as the plain operation.
-    const KNOWN: [&str; 15] = [
+    const KNOWN: [&str; 17] = [
         "x-id",
+        "max-parts",
+        "part-number-marker",
         "list-type",
         "prefix",
         "delimiter",
@@ -628,6 +630,7 @@ fn s3(
         "CopyObject" => vec![Access::new("s3:PutObject", object(&key)), copy_source()?],
         "DeleteObject" => vec![Access::new("s3:DeleteObject", object(&key))],
         "AbortMultipartUpload" => vec![Access::new("s3:AbortMultipartUpload", object(&key))],
+        "ListParts" => vec![Access::new("s3:ListMultipartUploadParts", object(&key))],
         "DeleteObjects" => {
             // <Delete><Object><Key>k</Key></Object>…</Delete>: every key needs DeleteObject.
             let text = String::from_utf8_lossy(body);
@@ -941,6 +944,49 @@ mod tests {
         assert_eq!(accesses[1].resource, "arn:aws:s3:::longhaul-databucket/checkpoints/j1/result");
         p.check("StageFunction", &accesses).unwrap();
         assert!(p.check("StatusFunction", &accesses).is_err());
+    }
+
+    /// Every worker role may run a multipart result upload under results/ — create, upload,
+    /// complete (PutObject), list its parts and abort it — and nothing of it elsewhere.
+    #[test]
+    fn worker_roles_may_upload_results_in_parts() {
+        let p = policies();
+        let call = |op: &str, method: Method, uri: &str| {
+            p.accesses(&format!("s3:{op}"), &method, &uri.parse().unwrap(), &HeaderMap::new(), b"")
+                .unwrap()
+        };
+        let key = "/longhaul-databucket/results/j1/1/big.bin";
+        let calls = [
+            call(
+                "CreateMultipartUpload",
+                Method::POST,
+                &format!("{key}?uploads&x-id=CreateMultipartUpload"),
+            ),
+            call(
+                "UploadPart",
+                Method::PUT,
+                &format!("{key}?x-id=UploadPart&partNumber=1&uploadId=u"),
+            ),
+            call("CompleteMultipartUpload", Method::POST, &format!("{key}?uploadId=u")),
+            call("ListParts", Method::GET, &format!("{key}?x-id=ListParts&max-parts=1&uploadId=u")),
+            call(
+                "AbortMultipartUpload",
+                Method::DELETE,
+                &format!("{key}?x-id=AbortMultipartUpload&uploadId=u"),
+            ),
+        ];
+        assert_eq!(calls[3][0].action, "s3:ListMultipartUploadParts");
+        for accesses in &calls {
+            p.check("StageFunction", accesses).unwrap();
+            p.check("CsvReportWorkerFunction", accesses).unwrap();
+            assert!(p.check("StatusFunction", accesses).is_err());
+        }
+        let elsewhere = call(
+            "AbortMultipartUpload",
+            Method::DELETE,
+            "/longhaul-databucket/uploads/x/y/z.csv?uploadId=u",
+        );
+        assert!(p.check("StageFunction", &elsewhere).is_err());
     }
 
     #[test]

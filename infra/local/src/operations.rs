@@ -26,6 +26,7 @@ fn s3_operation(method: &Method, uri: &axum::http::Uri, headers: &HeaderMap) -> 
     let has =
         |name: &str| query.split('&').any(|kv| kv == name || kv.starts_with(&format!("{name}=")));
     match (method.as_str(), has_key) {
+        ("GET", true) if has("uploadId") => "ListParts",
         ("GET", true) => "GetObject",
         ("HEAD", true) => "HeadObject",
         ("PUT", true) if has("partNumber") => "UploadPart",
@@ -76,6 +77,14 @@ mod tests {
         assert_eq!(
             classify(&Method::GET, &"/bucket?list-type=2".parse().unwrap(), &headers),
             "s3:ListObjectsV2"
+        );
+        assert_eq!(
+            classify(
+                &Method::GET,
+                &"/bucket/k?x-id=ListParts&uploadId=u".parse().unwrap(),
+                &headers
+            ),
+            "s3:ListParts"
         );
     }
 }

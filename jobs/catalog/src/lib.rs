@@ -8,6 +8,7 @@ pub fn registry() -> Registry {
     Registry::builder()
         .kind(longhaul_job_demo::Demo)
         .kind(longhaul_job_csv_report::CsvReport)
+        .kind(longhaul_job_archive::Archive)
         .build()
         .expect("the shipped job kinds have distinct names and valid stages")
 }
@@ -16,6 +17,6 @@ pub fn registry() -> Registry {
 mod tests {
     #[test]
     fn the_shipped_kinds_register() {
-        assert_eq!(super::registry().names(), ["demo", "csv_report"]);
+        assert_eq!(super::registry().names(), ["demo", "csv_report", "archive"]);
     }
 }

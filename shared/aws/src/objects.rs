@@ -287,6 +287,174 @@ impl ObjectStore {
     }
 }
 
+/// A part of a multipart upload S3 stored: its number and the ETag completing names it by.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredPart {
+    /// The part number (1 to 10,000).
+    pub number: u32,
+    /// S3's ETag of the part.
+    pub etag: String,
+}
+
+/// S3's error codes for a completion whose parts S3 refuses (too small, not uploaded, out of
+/// order): the request is wrong, no retry changes that. The SDK's `AwsError::service` does not
+/// know them (they are S3's own), so they are classified here.
+const REFUSED_COMPLETION: [&str; 4] =
+    ["EntityTooSmall", "InvalidPart", "InvalidPartOrder", "MalformedXML"];
+
+/// Multipart uploads (a job's large result, uploaded part by part across invocations).
+impl ObjectStore {
+    /// Starts a multipart upload of `key`; its upload id.
+    pub async fn create_multipart_upload(
+        &self,
+        key: &str,
+        content_type: &str,
+    ) -> Result<String, AwsError> {
+        let context = || format!("create multipart upload s3://{}/{key}", self.bucket);
+        let output = self
+            .client
+            .create_multipart_upload()
+            .bucket(&self.bucket)
+            .key(key)
+            .content_type(content_type)
+            .send()
+            .await
+            .map_err(|e| AwsError::service(context(), e))?;
+        output.upload_id.ok_or_else(|| AwsError {
+            context: context(),
+            detail: "S3 answered without an upload id".into(),
+            refusal: None,
+        })
+    }
+
+    /// Uploads part `number` of upload `upload_id` of `key`; its ETag.
+    pub async fn upload_part(
+        &self,
+        key: &str,
+        upload_id: &str,
+        number: u32,
+        body: Vec<u8>,
+    ) -> Result<String, AwsError> {
+        let context =
+            || format!("upload part {number} of s3://{}/{key} ({upload_id})", self.bucket);
+        let number = i32::try_from(number).map_err(|e| AwsError::new(context(), e))?;
+        let output = self
+            .client
+            .upload_part()
+            .bucket(&self.bucket)
+            .key(key)
+            .upload_id(upload_id)
+            .part_number(number)
+            .body(ByteStream::from(body))
+            .send()
+            .await
+            .map_err(|e| AwsError::service(context(), e))?;
+        output.e_tag.ok_or_else(|| AwsError {
+            context: context(),
+            detail: "S3 answered without an ETag".into(),
+            refusal: None,
+        })
+    }
+
+    /// Completes upload `upload_id` of `key` from `parts` (in ascending order). A completion
+    /// S3 refuses for its parts is an [`AwsError`] with [`crate::Refusal::Invalid`].
+    pub async fn complete_multipart_upload(
+        &self,
+        key: &str,
+        upload_id: &str,
+        parts: &[StoredPart],
+    ) -> Result<(), AwsError> {
+        use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
+        let context =
+            || format!("complete multipart upload s3://{}/{key} ({upload_id})", self.bucket);
+        let mut completed = Vec::with_capacity(parts.len());
+        for part in parts {
+            let number = i32::try_from(part.number).map_err(|e| AwsError::new(context(), e))?;
+            completed.push(CompletedPart::builder().part_number(number).e_tag(&part.etag).build());
+        }
+        let upload = CompletedMultipartUpload::builder().set_parts(Some(completed)).build();
+        let result = self
+            .client
+            .complete_multipart_upload()
+            .bucket(&self.bucket)
+            .key(key)
+            .upload_id(upload_id)
+            .multipart_upload(upload)
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            Err(err) => {
+                let refused = err
+                    .as_service_error()
+                    .and_then(aws_smithy_types::error::metadata::ProvideErrorMetadata::code)
+                    .is_some_and(|code| REFUSED_COMPLETION.contains(&code));
+                let mut error = AwsError::service(context(), err);
+                if refused {
+                    error.refusal = Some(crate::Refusal::Invalid);
+                }
+                Err(error)
+            }
+        }
+    }
+
+    /// Aborts upload `upload_id` of `key` (its parts are deleted). An upload already gone
+    /// (aborted, completed) is not an error.
+    pub async fn abort_multipart_upload(&self, key: &str, upload_id: &str) -> Result<(), AwsError> {
+        let result = self
+            .client
+            .abort_multipart_upload()
+            .bucket(&self.bucket)
+            .key(key)
+            .upload_id(upload_id)
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            Err(err) if is_no_such_upload(&err) => Ok(()),
+            Err(err) => Err(AwsError::service(
+                format!("abort multipart upload s3://{}/{key} ({upload_id})", self.bucket),
+                err,
+            )),
+        }
+    }
+
+    /// Whether upload `upload_id` of `key` is still open (neither aborted — by us or by the
+    /// bucket's lifecycle rule — nor completed): one `ListParts` of at most one part.
+    pub async fn multipart_upload_open(
+        &self,
+        key: &str,
+        upload_id: &str,
+    ) -> Result<bool, AwsError> {
+        let result = self
+            .client
+            .list_parts()
+            .bucket(&self.bucket)
+            .key(key)
+            .upload_id(upload_id)
+            .max_parts(1)
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(true),
+            Err(err) if is_no_such_upload(&err) => Ok(false),
+            Err(err) => Err(AwsError::service(
+                format!("list parts of s3://{}/{key} ({upload_id})", self.bucket),
+                err,
+            )),
+        }
+    }
+}
+
+/// S3's `NoSuchUpload`: the upload was aborted or completed (or never existed).
+fn is_no_such_upload<E, R>(err: &aws_smithy_runtime_api::client::result::SdkError<E, R>) -> bool
+where
+    E: aws_smithy_types::error::metadata::ProvideErrorMetadata,
+{
+    err.as_service_error().and_then(aws_smithy_types::error::metadata::ProvideErrorMetadata::code)
+        == Some("NoSuchUpload")
+}
+
 impl ObjectStore {
     /// Opens (and pools) a connection to the bucket's S3 endpoint during init — see
     /// [`crate::sdk::warm_up`] for why. Lists at most one key under `results/warm-up/` (a prefix

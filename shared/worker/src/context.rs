@@ -69,6 +69,133 @@ impl StagedFile {
     }
 }
 
+/// The smallest part a multipart result upload accepts, except its last part (S3's rule): 5 MiB.
+pub const MIN_PART_SIZE: usize = 5 * 1024 * 1024;
+/// The most parts one multipart result upload may have (S3's rule).
+pub const MAX_PARTS: u32 = 10_000;
+
+/// A multipart upload of the job's result in progress (see
+/// [`StageContext::begin_result_upload`]). Serialisable: a kind keeps it in its checkpoint
+/// (with its [`UploadedPart`]s) to continue the upload after a crash. Its fields are the
+/// host's: a kind only hands it back.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ResultUpload {
+    location: String,
+    upload_id: String,
+    attempt: u32,
+    name: String,
+    content_type: String,
+}
+
+impl ResultUpload {
+    /// For hosts: an upload of `attempt` to `location` (the result's key), with the store's
+    /// `upload_id`, of the file `name` with `content_type`.
+    pub fn from_host(
+        location: String,
+        upload_id: String,
+        attempt: u32,
+        name: String,
+        content_type: String,
+    ) -> Self {
+        ResultUpload { location, upload_id, attempt, name, content_type }
+    }
+
+    /// For hosts: where the result will be.
+    pub fn location(&self) -> &str {
+        &self.location
+    }
+
+    /// For hosts: the store's id of the upload.
+    pub fn upload_id(&self) -> &str {
+        &self.upload_id
+    }
+
+    /// The attempt that began it.
+    pub fn attempt(&self) -> u32 {
+        self.attempt
+    }
+
+    /// The file name the stage gave the result.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The result's content type.
+    pub fn content_type(&self) -> &str {
+        &self.content_type
+    }
+}
+
+/// A part of a [`ResultUpload`] the framework stored (see [`StageContext::upload_part`]).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct UploadedPart {
+    number: u32,
+    etag: String,
+    size: u64,
+}
+
+impl UploadedPart {
+    /// For hosts: part `number`, stored as `etag` (what completing the upload names it by),
+    /// `size` bytes long.
+    pub fn from_host(number: u32, etag: String, size: u64) -> Self {
+        UploadedPart { number, etag, size }
+    }
+
+    /// Its part number (1-based).
+    pub fn number(&self) -> u32 {
+        self.number
+    }
+
+    /// Its size in bytes.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// For hosts: the store's tag of the part's content.
+    pub fn etag(&self) -> &str {
+        &self.etag
+    }
+}
+
+/// For hosts: refuses a part number outside `1..=MAX_PARTS` (S3's range).
+pub fn check_part_number(number: u32) -> Result<(), KindError> {
+    if (1..=MAX_PARTS).contains(&number) {
+        Ok(())
+    } else {
+        Err(KindError::fatal(PublicMessage::fixed(
+            "the job kind numbered a part of its result outside 1 to 10000",
+        ))
+        .because(format!("part number {number}")))
+    }
+}
+
+/// For hosts: what S3 checks of the parts a multipart upload is completed from, before asking
+/// it (so every host refuses with the same words): at least one, in ascending order of number,
+/// every one but the last at least [`MIN_PART_SIZE`] bytes. (That each part is what was
+/// uploaded — its etag — only the store can tell.)
+pub fn check_parts(parts: &[UploadedPart]) -> Result<(), KindError> {
+    if parts.is_empty() {
+        return Err(KindError::fatal(PublicMessage::fixed(
+            "the job kind completed its result upload without any part",
+        )));
+    }
+    for part in parts {
+        check_part_number(part.number)?;
+    }
+    if parts.windows(2).any(|w| w[0].number >= w[1].number) {
+        return Err(KindError::fatal(PublicMessage::fixed(
+            "the job kind completed its result upload with parts out of order",
+        )));
+    }
+    if let Some(small) = parts[..parts.len() - 1].iter().find(|p| p.size < MIN_PART_SIZE as u64) {
+        return Err(KindError::fatal(PublicMessage::fixed(
+            "a part of the job's result other than the last is smaller than 5 MiB",
+        ))
+        .because(format!("part {} is {} bytes", small.number, small.size)));
+    }
+    Ok(())
+}
+
 /// How a stage invocation ended.
 #[derive(Debug, Clone, PartialEq)]
 pub enum StageOutcome {
@@ -153,6 +280,45 @@ pub trait StageContext: Send {
         content_type: &str,
         body: Vec<u8>,
     ) -> BoxFuture<'_, Result<ResultRef, KindError>>;
+
+    /// Starts a multipart upload of the job's result, named `name` (one plain path segment,
+    /// as for [`StageContext::write_result`]); the framework picks the key, per attempt. For
+    /// a result too large to hold in memory: upload it in parts, keeping the
+    /// [`ResultUpload`] and its [`UploadedPart`]s in the stage's checkpoint.
+    fn begin_result_upload(
+        &mut self,
+        name: &str,
+        content_type: &str,
+    ) -> BoxFuture<'_, Result<ResultUpload, KindError>>;
+
+    /// Whether `upload` (read back from a checkpoint) can be continued by this invocation:
+    /// true only for an upload this attempt began that is still open. An upload of an earlier
+    /// attempt cannot (a zombie of that attempt may still write to it): the kind abandons it
+    /// and starts over; the framework aborts it.
+    fn can_continue(&mut self, upload: &ResultUpload) -> BoxFuture<'_, Result<bool, KindError>>;
+
+    /// Uploads part `number` (1..=[`MAX_PARTS`]) of `upload`. Every part but the last must be
+    /// at least [`MIN_PART_SIZE`] bytes (checked when the upload completes, as S3 does).
+    /// Re-uploading a number replaces it.
+    fn upload_part(
+        &mut self,
+        upload: &ResultUpload,
+        number: u32,
+        body: Vec<u8>,
+    ) -> BoxFuture<'_, Result<UploadedPart, KindError>>;
+
+    /// Completes `upload` from `parts` (in order) and returns the result the stage finishes
+    /// with.
+    fn complete_result_upload(
+        &mut self,
+        upload: &ResultUpload,
+        parts: &[UploadedPart],
+    ) -> BoxFuture<'_, Result<ResultRef, KindError>>;
+
+    /// Names an input's file: the name it was uploaded with (the last part of
+    /// `POST /uploads`' `filename`). Only for the kind's declared inputs, as
+    /// [`StageContext::read_input`].
+    fn input_name(&self, input: &str) -> Result<String, KindError>;
 
     /// Publishes a staged file as the job's result (a copy, not a re-upload).
     fn publish(&mut self, staged: &StagedFile) -> BoxFuture<'_, Result<ResultRef, KindError>>;

@@ -82,7 +82,10 @@ pub mod registry;
 #[cfg(feature = "testing")]
 pub mod testing;
 
-pub use context::{ByteStream, Checkpoint, ResultRef, StageContext, StageOutcome, StagedFile};
+pub use context::{
+    ByteStream, Checkpoint, MAX_PARTS, MIN_PART_SIZE, ResultRef, ResultUpload, StageContext,
+    StageOutcome, StagedFile, UploadedPart,
+};
 pub use message::{ErrorClass, KindError, PublicMessage};
 pub use policy::{Cadence, Policy, SHARED_WORKER};
 pub use registry::{DynKind, JobKind, ParamsError, Registry, RegistryBuilder, RegistryError};
