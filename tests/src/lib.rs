@@ -486,7 +486,7 @@ pub async fn fire(schedule: &str) -> Value {
 pub fn seeded_job(owner: &str, created_at: String) -> longhaul_aws::jobs::JobRecord {
     use longhaul_domain::{JobStatus, Transition};
     longhaul_aws::jobs::JobRecord {
-        job_id: longhaul_domain::JobId::new().to_string(),
+        job_id: longhaul_domain::JobId::new(),
         owner: owner.into(),
         job_type: "demo".into(),
         params: serde_json::json!({"items": 3}),

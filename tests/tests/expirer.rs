@@ -105,7 +105,7 @@ async fn put_succeeded(owner: &str, expires: chrono::DateTime<chrono::Utc>) -> S
         .send()
         .await
         .unwrap();
-    job.job_id
+    job.job_id.into()
 }
 
 #[tokio::test]
@@ -220,7 +220,7 @@ async fn failed_and_cancelled_jobs_get_their_ttl_in_the_write_that_ends_them() {
     assert!(reply.status < 300, "{} {}", reply.status, reply.text);
 
     for (job_id, status) in
-        [(&failed, "failed"), (&running, "cancelled"), (&pending.job_id, "cancelled")]
+        [(&failed, "failed"), (&running, "cancelled"), (&pending.job_id.to_string(), "cancelled")]
     {
         let job = api.wait_terminal(job_id, TIMEOUT).await;
         assert_eq!(job["status"], status, "{job}");

@@ -177,7 +177,7 @@ async fn jobs_of(aws: &Aws, owner: &str) -> HashMap<String, JobRecord> {
             .expect("scan");
         for item in page.items.unwrap_or_default() {
             let job: JobRecord = serde_dynamo::from_item(item).expect("a valid job record");
-            jobs.insert(job.job_id.clone(), job);
+            jobs.insert(job.job_id.to_string(), job);
         }
         start = page.last_evaluated_key;
         if start.is_none() {

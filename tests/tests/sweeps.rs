@@ -34,7 +34,7 @@ async fn put_running(jobs: &JobStore, owner: &str) -> String {
     let now = format_rfc3339(chrono::Utc::now());
     let mut job = seeded_job(owner, now.clone());
     while status_bucket("running", &job.job_id) != "running#0" {
-        job.job_id = longhaul_domain::JobId::new().to_string();
+        job.job_id = longhaul_domain::JobId::new();
     }
     jobs.put_job(&job).await.unwrap();
     let execution = format!("{}-seeded", job.job_id);
@@ -47,7 +47,7 @@ async fn put_running(jobs: &JobStore, owner: &str) -> String {
     .await
     .unwrap();
     jobs.claim(&job.job_id, &execution).await.unwrap();
-    job.job_id
+    job.job_id.into()
 }
 
 /// A long job that is alive: its heartbeat and progress are fresh for as long as the test runs.
@@ -176,7 +176,7 @@ async fn the_indexes_hold_only_what_the_sweeps_and_the_listing_read() {
     let item = page
         .items
         .into_iter()
-        .find(|i| i.get("job_id").and_then(|v| v.as_s().ok()) == Some(&job.job_id))
+        .find(|i| i.get("job_id").and_then(|v| v.as_s().ok()) == Some(&job.job_id.to_string()))
         .expect("the entry is in the index");
     let mut names: Vec<&str> = item.keys().map(String::as_str).collect();
     names.sort();

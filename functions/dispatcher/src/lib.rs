@@ -246,7 +246,7 @@ async fn delay_again(
 ) -> Result<(), DispatchError> {
     let delay = schedule::sqs_delay(start_at, now).max(1);
     tracing::info!(start_at = %format_rfc3339(start_at), delay, "before the job's start; delayed again");
-    let message = DispatchMessage { job_id: job.job_id.clone() };
+    let message = DispatchMessage { job_id: job.job_id.to_string() };
     deps.admitter.intake.send_delayed(&message, delay, &job.owner).await?;
     Ok(())
 }

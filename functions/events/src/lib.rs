@@ -151,7 +151,8 @@ pub async fn handle(deps: Arc<Deps>, request: Request) -> Response<EventBody> {
         Ok((view, after, lease)) => {
             span.in_scope(|| tracing::info!(last_event_id = after, "stream opened"));
             let slot = Slot { deps: deps.clone(), lease: Some(lease) };
-            let stream = stream(deps, view.job.job_id.clone(), view.job.attempt, after, span, slot);
+            let stream =
+                stream(deps, view.job.job_id.to_string(), view.job.attempt, after, span, slot);
             let mut response = Response::new(body(stream));
             let headers = response.headers_mut();
             headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));

@@ -18,7 +18,7 @@ use tracing::Instrument;
 /// batch read), and handles, from a fresh consistent read, only those that do not look healthy.
 pub(crate) async fn running_page(deps: &Deps, now: DateTime<Utc>, jobs: Vec<JobEntry>) -> Report {
     let mut report = Report::default();
-    let ids: Vec<String> = jobs.iter().map(|job| job.job_id.clone()).collect();
+    let ids: Vec<String> = jobs.iter().map(|job| job.job_id.to_string()).collect();
     let progress = match deps.jobs.progress_records(&ids).await {
         Ok(progress) => Some(progress),
         Err(err) => {
@@ -29,7 +29,8 @@ pub(crate) async fn running_page(deps: &Deps, now: DateTime<Utc>, jobs: Vec<JobE
     };
     for job in jobs {
         if let Some(progress) = &progress
-            && let Some((_, state)) = running_state(&job, progress.get(&job.job_id), now, deps)
+            && let Some((_, state)) =
+                running_state(&job, progress.get(job.job_id.as_str()), now, deps)
             && matches!(judge(now, &state, &deps.config.thresholds), Verdict::Healthy)
         {
             continue;

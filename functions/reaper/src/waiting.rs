@@ -145,7 +145,7 @@ async fn still_waiting(
         deps.config.tenant_max_running,
     );
     if its_pools.is_empty() {
-        let message = DispatchMessage { job_id: job.job_id.clone() };
+        let message = DispatchMessage { job_id: job.job_id.to_string() };
         deps.admitter.intake.send(&message, &job.owner).await?;
         report.admitted += 1;
         tracing::info!("waits for a limit that is off now; woken");

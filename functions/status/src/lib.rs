@@ -221,8 +221,8 @@ fn fallback(method: &Method, path: &str) -> Problem {
 async fn owned_view(deps: &Deps, request: &Request) -> Result<JobView, Problem> {
     let owner = principal(request).ok_or_else(Problem::unauthorized)?;
     let job_id = path_job_id(request)?;
-    logs::record_job_id(&tracing::Span::current(), &job_id.to_string());
-    let view = deps.jobs.view(&job_id.to_string()).await.map_err(|err| {
+    logs::record_job_id(&tracing::Span::current(), job_id.as_ref());
+    let view = deps.jobs.view(job_id.as_ref()).await.map_err(|err| {
         tracing::error!(error = %err, "reading the job failed");
         Problem::internal()
     })?;

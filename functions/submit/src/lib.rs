@@ -438,13 +438,13 @@ async fn resumable(deps: &Deps, mut job: JobRecord, new: &NewJob<'_>) -> JobReco
 /// and only then: a key that already names a live record (a replay, a conflicting reuse, a
 /// request in flight) is answered without counting, and a refused submission writes nothing.
 async fn create(deps: &Deps, new: &NewJob<'_>) -> Result<Response<Body>, Problem> {
-    let mut replacing: Option<String> = None;
+    let mut replacing: Option<JobId> = None;
     // A reused key races at most a few times (another request replacing the same failed job).
     for _ in 0..4 {
-        let job = resumable(deps, new_job(deps, new, JobId::new().to_string()), new).await;
+        let job = resumable(deps, new_job(deps, new, JobId::new()), new).await;
         logs::current_job(&job);
         let record = IdempotencyRecord {
-            job_id: job.job_id.clone(),
+            job_id: job.job_id.to_string(),
             fingerprint: new.fingerprint.to_owned(),
             created_at: job.created_at.to_rfc3339(),
             expires_at: chrono::Utc::now().timestamp() + deps.idempotency_ttl.as_secs() as i64,
@@ -491,13 +491,15 @@ async fn create(deps: &Deps, new: &NewJob<'_>) -> Result<Response<Body>, Problem
             None if existing.created_at.parse().is_ok_and(is_recent) => return Err(in_flight()),
             None => {
                 // The request that claimed the key never wrote its job: finish it.
-                let mut job =
-                    resumable(deps, new_job(deps, new, existing.job_id.clone()), new).await;
-                // The key's record was written with the job's creation time.
-                job.created_at = existing.created_at.parse().map_err(|err| {
-                    tracing::error!(error = %err, "an idempotency record with a bad creation time");
+                // The key's record names the job and its creation time; either unreadable
+                // is a corrupt record, not a default.
+                let corrupt = |err: &dyn std::fmt::Display| {
+                    tracing::error!(error = %err, "an unreadable idempotency record");
                     Problem::internal()
-                })?;
+                };
+                let job_id = existing.job_id.parse().map_err(|e| corrupt(&e))?;
+                let mut job = resumable(deps, new_job(deps, new, job_id), new).await;
+                job.created_at = existing.created_at.parse().map_err(|e| corrupt(&e))?;
                 logs::current_job(&job);
                 match deps.jobs.put_job(&job).await {
                     Ok(()) => {
@@ -623,7 +625,7 @@ fn is_recent(created_at: Timestamp) -> bool {
     Timestamp::now().since(created_at) < IN_FLIGHT_WINDOW
 }
 
-fn new_job(deps: &Deps, new: &NewJob<'_>, job_id: String) -> JobRecord {
+fn new_job(deps: &Deps, new: &NewJob<'_>, job_id: JobId) -> JobRecord {
     let now = Timestamp::now();
     JobRecord {
         job_id,
@@ -686,7 +688,7 @@ async fn enqueue(deps: &Deps, job: &JobRecord) {
         Some(at) => schedule::sqs_delay(at, now),
         None => 0,
     };
-    let message = DispatchMessage { job_id: job.job_id.clone() };
+    let message = DispatchMessage { job_id: job.job_id.to_string() };
     if let Err(err) = deps.intake.send_delayed(&message, delay, &job.owner).await {
         tracing::error!(error = %err, "enqueueing failed; the job stays pending for the reaper");
     }

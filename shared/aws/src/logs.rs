@@ -192,7 +192,7 @@ mod tests {
     #[test]
     fn debug_output_redacts_params_secrets_and_tokens() {
         let job: JobRecord = serde_json::from_value(serde_json::json!({
-            "job_id": "j-1", "owner": "alice", "type": "some_kind", "params": {"api_key": "sk_live_PARAM"},
+            "job_id": "0192a4c1-7d3e-7b2a-9f00-000000000001", "owner": "alice", "type": "some_kind", "params": {"api_key": "sk_live_PARAM"},
             "status": "running", "attempt": 1, "lease": "LEASE_TOKEN", "idempotency_key": "IDEM_KEY",
             "fingerprint": "f", "callback_url": "https://example.com/hook?token=CALLBACK_TOKEN",
             "created_at": "2026-11-24T18:00:00.000Z", "updated_at": "2026-11-24T18:00:00.000Z", "transitions": []
@@ -202,7 +202,10 @@ mod tests {
         for secret in ["sk_live_PARAM", "LEASE_TOKEN", "IDEM_KEY", "CALLBACK_TOKEN"] {
             assert!(!text.contains(secret), "{secret} in {text}");
         }
-        assert!(text.contains("j-1") && text.contains("alice"), "{text}");
+        assert!(
+            text.contains("0192a4c1-7d3e-7b2a-9f00-000000000001") && text.contains("alice"),
+            "{text}"
+        );
         let secret = crate::jobs::WebhookSecret {
             secret: "whsec_SECRET".into(),
             created_at: "t".into(),

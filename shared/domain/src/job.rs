@@ -6,15 +6,22 @@ use std::str::FromStr;
 
 use crate::status::JobStatus;
 
-/// A job's identity: a UUIDv7, so ids sort by creation time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+/// A job's identity: a UUIDv7 (so ids sort by creation time), held in its canonical
+/// hyphenated text — the form every key, URL and message carries, so it reads as a `&str`
+/// without a copy. Only a canonical id parses (or deserialises): one job has one spelling.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(transparent)]
-pub struct JobId(uuid::Uuid);
+pub struct JobId(String);
 
 impl JobId {
     /// A fresh, time-ordered id.
     pub fn new() -> Self {
-        JobId(uuid::Uuid::now_v7())
+        JobId(uuid::Uuid::now_v7().as_hyphenated().to_string())
+    }
+
+    /// The canonical text.
+    pub fn as_str(&self) -> &str {
+        &self.0
     }
 }
 
@@ -26,7 +33,44 @@ impl Default for JobId {
 
 impl fmt::Display for JobId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.as_hyphenated().fmt(f)
+        f.write_str(&self.0)
+    }
+}
+
+impl std::ops::Deref for JobId {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl AsRef<str> for JobId {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl PartialEq<str> for JobId {
+    fn eq(&self, other: &str) -> bool {
+        self.0 == other
+    }
+}
+
+impl PartialEq<&str> for JobId {
+    fn eq(&self, other: &&str) -> bool {
+        self.0 == *other
+    }
+}
+
+impl PartialEq<String> for JobId {
+    fn eq(&self, other: &String) -> bool {
+        &self.0 == other
+    }
+}
+
+impl From<JobId> for String {
+    fn from(id: JobId) -> String {
+        id.0
     }
 }
 
@@ -38,7 +82,14 @@ impl FromStr for JobId {
         if id.as_hyphenated().to_string() != s {
             return Err(InvalidJobId);
         }
-        Ok(JobId(id))
+        Ok(JobId(s.to_owned()))
+    }
+}
+
+impl<'de> Deserialize<'de> for JobId {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
+        text.parse().map_err(serde::de::Error::custom)
     }
 }
 
@@ -179,8 +230,13 @@ mod tests {
     #[test]
     fn job_ids_are_v7_and_parse_canonically() {
         let id = JobId::new();
-        assert_eq!(id.0.get_version_num(), 7);
+        assert_eq!(uuid::Uuid::parse_str(&id).unwrap().get_version_num(), 7);
         assert_eq!(id.to_string().parse::<JobId>().unwrap(), id);
+        let json = serde_json::to_string(&id).unwrap();
+        assert_eq!(serde_json::from_str::<JobId>(&json).unwrap(), id);
+        for bad in ["\"j-1\"", "\"not-a-uuid\"", "42"] {
+            assert!(serde_json::from_str::<JobId>(bad).is_err(), "{bad}");
+        }
         assert!(id.to_string().to_uppercase().parse::<JobId>().is_err());
         assert!("not-a-uuid".parse::<JobId>().is_err());
         assert!("../etc/passwd".parse::<JobId>().is_err());

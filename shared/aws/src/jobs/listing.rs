@@ -50,7 +50,7 @@ pub(super) fn encode_cursor(owner: &str, key: &Item) -> Result<String, StoreErro
 pub(super) fn decode_cursor(owner: &str, cursor: &str) -> Result<Item, ListError> {
     let position = cursor::decode(owner, cursor).map_err(|_| ListError::InvalidCursor)?;
     Ok(HashMap::from([
-        ("pk".to_owned(), s(job_pk(&position.job_id.to_string()))),
+        ("pk".to_owned(), s(job_pk(&position.job_id))),
         ("sk".to_owned(), s(JOB_SK)),
         ("gsi1pk".to_owned(), s(owner_index_pk(owner))),
         ("gsi1sk".to_owned(), s(position.index_sort_key())),
@@ -140,7 +140,7 @@ mod cursor_tests {
 
     #[test]
     fn a_start_key_that_is_not_ours_is_corrupt_not_a_cursor() {
-        let mut key = position_key("alice", &longhaul_domain::JobId::new().to_string());
+        let mut key = position_key("alice", longhaul_domain::JobId::new().as_ref());
         key.insert("gsi1sk".into(), s("garbage"));
         assert!(matches!(encode_cursor("alice", &key), Err(StoreError::Corrupt { .. })));
     }

@@ -4,15 +4,15 @@ use super::*;
 
 use longhaul_domain::admission::{Priority, Waiting};
 use longhaul_domain::policy::JobPolicy;
-use longhaul_domain::{Cancellation, JobError, JobStatus, Timestamp, Transition};
+use longhaul_domain::{Cancellation, JobError, JobId, JobStatus, Timestamp, Transition};
 use serde::{Deserialize, Serialize};
 
 /// The job record. Its `Debug` leaves out what must not reach a log: the params, the
 /// callback URL, the idempotency key and the lease token (see [`crate::redact`]).
 #[derive(Clone, PartialEq, Serialize, Deserialize)]
 pub struct JobRecord {
-    /// UUIDv7.
-    pub job_id: String,
+    /// Its id.
+    pub job_id: JobId,
     /// The principal (token `sub`) that submitted the job; the only one who can see it.
     pub owner: String,
     /// The job type's name.
@@ -168,7 +168,7 @@ impl std::fmt::Debug for JobRecord {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct JobEntry {
     /// The job id.
-    pub job_id: String,
+    pub job_id: JobId,
     /// The principal that owns the job.
     pub owner: String,
     /// The job type.
