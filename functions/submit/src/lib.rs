@@ -323,7 +323,7 @@ async fn submit(deps: &Deps, request: &Request) -> Result<Response<Body>, Proble
             StatusCode::NOT_FOUND,
             "upload-not-found",
             "Upload not found",
-            "params.input names no upload of yours; create one with POST /uploads.",
+            "The job's params name an upload that is not one of yours; create one with POST /uploads.",
         ));
     }
     let callback_url = match &body.callback_url {
