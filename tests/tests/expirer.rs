@@ -232,9 +232,7 @@ async fn failed_and_cancelled_jobs_get_their_ttl_in_the_write_that_ends_them() {
     // The progress record's TTL moved on with each write: a retention after the last one.
     for job_id in [&failed, &running] {
         let progress = Aws::new().await.progress_record(job_id).await;
-        let last = chrono::DateTime::parse_from_rfc3339(&progress.updated_at)
-            .unwrap()
-            .with_timezone(&chrono::Utc);
+        let last = progress.updated_at.as_datetime();
         assert_ttl(&raw(job_id, "PROGRESS").await, last);
     }
 }

@@ -254,10 +254,6 @@ fn at(time: DateTime<Utc>) -> String {
     format_rfc3339(time)
 }
 
-fn parse(time: &str) -> Option<DateTime<Utc>> {
-    DateTime::parse_from_rfc3339(time).ok().map(|t| t.to_utc())
-}
-
 impl From<ReaperError> for lambda_runtime::Diagnostic {
     fn from(err: ReaperError) -> Self {
         lambda_runtime::Diagnostic {

@@ -29,8 +29,7 @@ pub(crate) async fn running_page(deps: &Deps, now: DateTime<Utc>, jobs: Vec<JobE
     };
     for job in jobs {
         if let Some(progress) = &progress
-            && let Some((_, state)) =
-                running_state(&job, progress.get(job.job_id.as_str()), now, deps)
+            && let Some((_, state)) = running_state(&job, progress.get(job.job_id.as_str()), deps)
             && matches!(judge(now, &state, &deps.config.thresholds), Verdict::Healthy)
         {
             continue;
@@ -46,7 +45,6 @@ pub(crate) async fn running_page(deps: &Deps, now: DateTime<Utc>, jobs: Vec<JobE
 fn running_state(
     job: &JobEntry,
     progress: Option<&ProgressRecord>,
-    now: DateTime<Utc>,
     deps: &Deps,
 ) -> Option<(String, Running)> {
     let (JobStatus::Running, Some(lease)) = (job.status, job.lease.clone()) else { return None };
@@ -55,8 +53,9 @@ fn running_state(
     let claimed_at = job.updated_at.as_datetime();
     let (heartbeat_at, progress_changed_at) = match progress.filter(|p| p.lease == lease) {
         Some(progress) => (
-            parse(&progress.heartbeat_at).unwrap_or(now),
-            progress.progress_changed_at.as_deref().and_then(parse).unwrap_or(now),
+            progress.heartbeat_at.as_datetime(),
+            // Written with the first progress write, as the heartbeat is.
+            progress.progress_changed_at.unwrap_or(progress.heartbeat_at).as_datetime(),
         ),
         None => (claimed_at, claimed_at),
     };
@@ -83,7 +82,7 @@ async fn running(
     let Some(view) = deps.jobs.view(job_id).await? else { return Ok(()) };
     logs::current_job(&view.job);
     let job = JobEntry::from(&view.job);
-    let Some((lease, state)) = running_state(&job, view.progress.as_ref(), now, deps) else {
+    let Some((lease, state)) = running_state(&job, view.progress.as_ref(), deps) else {
         return Ok(());
     };
     match judge(now, &state, &deps.config.thresholds) {

@@ -15,9 +15,9 @@ use futures::future::{BoxFuture, FutureExt};
 use longhaul_aws::jobs::{FinalCheckpoint, JobRecord, Lease, ProgressRecord, ProgressRefused};
 use longhaul_aws::objects::result_key;
 use longhaul_aws::objects::{PutNewError, checkpoint_key};
-use longhaul_domain::now_rfc3339;
 use longhaul_domain::progress::{ETA_WINDOW_SECONDS, Position, ThroughputWindow, weighted_pct};
 use longhaul_domain::uploads::owns_upload;
+use longhaul_domain::{Timestamp, now_rfc3339};
 use longhaul_worker::{
     ByteStream, Cadence, KindError, ResultRef, ResultUpload, StageContext, StagedFile, UploadedPart,
 };
@@ -66,7 +66,7 @@ pub struct Ctx<'a> {
     throughput: ThroughputWindow,
     started: Instant,
     last_checkpoint: (Instant, u64),
-    changed_at: Option<String>,
+    changed_at: Option<Timestamp>,
     /// The uploads the kind declared it reads (the only ones it may read).
     inputs: Vec<String>,
     /// The checkpoint cadence: the deployment's override, else the kind's.
@@ -108,7 +108,7 @@ impl<'a> Ctx<'a> {
             throughput: ThroughputWindow::new(ETA_WINDOW_SECONDS),
             started: Instant::now(),
             last_checkpoint: (Instant::now(), 0),
-            changed_at: progress.progress_changed_at.clone(),
+            changed_at: progress.progress_changed_at,
             inputs: kind.inputs.clone(),
             cadence: Cadence {
                 items: deps.checkpoint_items.unwrap_or(kind.cadence.items).max(1),
@@ -205,10 +205,10 @@ impl<'a> Ctx<'a> {
         // ETA from the throughput of about the last minute; none until 10 % is done.
         let eta = self.throughput.observe(now.duration_since(self.started).as_secs_f64(), pct);
         self.seq += 1;
-        let stamp = now_rfc3339();
+        let stamp = Timestamp::now();
         let items_done = done.max(self.floor_done);
         if pct > self.last_pct || items_done > self.floor_done || self.changed_at.is_none() {
-            self.changed_at = Some(stamp.clone());
+            self.changed_at = Some(stamp);
         }
         let record = ProgressRecord {
             pct,
@@ -219,12 +219,12 @@ impl<'a> Ctx<'a> {
             items_total: total,
             eta_seconds: eta,
             seq: self.seq,
-            heartbeat_at: stamp.clone(),
-            updated_at: stamp.clone(),
+            heartbeat_at: stamp,
+            updated_at: stamp,
             lease: self.lease.token.clone(),
             checkpoint_key: self.checkpoint_key.clone(),
             cancel_requested_at: None,
-            progress_changed_at: self.changed_at.clone(),
+            progress_changed_at: self.changed_at,
             attempt: Some(self.lease.attempt),
         };
         let written = self.deps.jobs.record_progress(&self.job.job_id, &record).await;

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
-use longhaul_domain::now_rfc3339;
+use longhaul_domain::{Timestamp, now_rfc3339};
 use serde::{Deserialize, Serialize};
 
 use crate::AwsError;
@@ -29,7 +29,7 @@ pub struct FinalCheckpoint<'a> {
 }
 
 /// The small, hot progress record.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ProgressRecord {
     /// 0 ..= 100.
     pub pct: f64,
@@ -50,9 +50,9 @@ pub struct ProgressRecord {
     /// Strictly increasing per job; a write with a lower sequence is refused.
     pub seq: u64,
     /// Last sign of life from the worker.
-    pub heartbeat_at: String,
+    pub heartbeat_at: Timestamp,
     /// Last change.
-    pub updated_at: String,
+    pub updated_at: Timestamp,
     /// The lease of the attempt that owns this record.
     pub lease: String,
     /// The current stage's latest checkpoint object (moved only under the lease, so a stale
@@ -62,14 +62,38 @@ pub struct ProgressRecord {
     /// Set by a cancellation request; progress writes are refused while it is set, which is
     /// how a running stage learns of the cancellation without an extra read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cancel_requested_at: Option<String>,
+    pub cancel_requested_at: Option<Timestamp>,
     /// When `pct` or `items_done` last changed (heartbeats alone do not change it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub progress_changed_at: Option<String>,
+    pub progress_changed_at: Option<Timestamp>,
     /// The attempt whose lease owns this record (absent in records older than the field): a
     /// hand-over to an earlier attempt is refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attempt: Option<u32>,
+}
+
+/// A job without a progress record yet: nothing done, as of now.
+impl Default for ProgressRecord {
+    fn default() -> Self {
+        let now = Timestamp::now();
+        ProgressRecord {
+            pct: 0.0,
+            stage: String::new(),
+            stage_index: 0,
+            stages_total: 0,
+            items_done: 0,
+            items_total: None,
+            eta_seconds: None,
+            seq: 0,
+            heartbeat_at: now,
+            updated_at: now,
+            lease: String::new(),
+            checkpoint_key: None,
+            cancel_requested_at: None,
+            progress_changed_at: None,
+            attempt: None,
+        }
+    }
 }
 
 /// Why a progress write was refused.
@@ -136,12 +160,12 @@ impl JobStore {
         job_id: &str,
         from: &ProgressRecord,
     ) -> Result<(), StoreError> {
-        let now = now_rfc3339();
+        let now = Timestamp::now();
         let seeded = ProgressRecord {
             seq: 0,
             lease: format!("resumed:{job_id}"),
-            heartbeat_at: now.clone(),
-            updated_at: now.clone(),
+            heartbeat_at: now,
+            updated_at: now,
             progress_changed_at: Some(now),
             eta_seconds: None,
             cancel_requested_at: None,
