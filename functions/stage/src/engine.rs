@@ -61,6 +61,10 @@ pub struct Ctx<'a> {
     last_write: Instant,
     last_pct: f64,
     floor_done: u64,
+    /// The count the kind reported at this invocation's last write: a resumed attempt redoing
+    /// the work since its checkpoint (below `floor_done`, so the record does not move) is
+    /// still progressing, and the reaper's stall check must see it.
+    last_done: u64,
     checkpoint_key: Option<String>,
     /// Recent progress, for the ETA; `started` is its clock's zero.
     throughput: ThroughputWindow,
@@ -104,6 +108,7 @@ impl<'a> Ctx<'a> {
             last_write: Instant::now(),
             last_pct: progress.pct,
             floor_done: if same_stage { progress.items_done } else { 0 },
+            last_done: 0,
             checkpoint_key: if same_stage { progress.checkpoint_key.clone() } else { None },
             throughput: ThroughputWindow::new(ETA_WINDOW_SECONDS),
             started: Instant::now(),
@@ -207,7 +212,8 @@ impl<'a> Ctx<'a> {
         self.seq += 1;
         let stamp = Timestamp::now();
         let items_done = done.max(self.floor_done);
-        if pct > self.last_pct || items_done > self.floor_done || self.changed_at.is_none() {
+        let advanced = pct > self.last_pct || items_done > self.floor_done || done > self.last_done;
+        if advanced || self.changed_at.is_none() {
             self.changed_at = Some(stamp);
         }
         let record = ProgressRecord {
@@ -235,6 +241,7 @@ impl<'a> Ctx<'a> {
         self.last_write = now;
         self.last_pct = pct;
         self.floor_done = record.items_done;
+        self.last_done = done;
         Ok(())
     }
 
@@ -399,6 +406,7 @@ impl<'a> Ctx<'a> {
         self.stage_index += 1;
         self.stage = next_stage;
         self.floor_done = 0;
+        self.last_done = 0;
         self.write(0, None).await
     }
 
