@@ -44,6 +44,11 @@ fn stack() -> &'static Harness {
         // A job whose submission crashed between writing it and queueing it is re-enqueued
         // by the reaper after this long.
         ("LONGHAUL_PENDING_GRACE_SECONDS", "20"),
+        // A pending job looked at often while the intake backlogs is re-enqueued at growing
+        // intervals; at the default ceiling (900 s) a job whose message was lost late in a
+        // long backlog waits up to 15 minutes for its next look — past the run's budget on a
+        // slow machine (seen: 72 pending jobs, nothing queued, the pipeline idle, at the end).
+        ("LONGHAUL_MAX_ENQUEUE_INTERVAL_SECONDS", "60"),
         ("LONGHAUL_QUEUED_GRACE_SECONDS", "90"),
         // A worker silent this long is a zombie (a paused one is silent for PAUSE).
         ("LONGHAUL_HEARTBEAT_TIMEOUT_SECONDS", "8"),
