@@ -50,24 +50,6 @@ impl AsRef<str> for JobId {
     }
 }
 
-impl PartialEq<str> for JobId {
-    fn eq(&self, other: &str) -> bool {
-        self.0 == other
-    }
-}
-
-impl PartialEq<&str> for JobId {
-    fn eq(&self, other: &&str) -> bool {
-        self.0 == *other
-    }
-}
-
-impl PartialEq<String> for JobId {
-    fn eq(&self, other: &String) -> bool {
-        &self.0 == other
-    }
-}
-
 impl From<JobId> for String {
     fn from(id: JobId) -> String {
         id.0
