@@ -18,6 +18,7 @@ use longhaul_aws::objects::{PutNewError, checkpoint_key};
 use longhaul_domain::progress::{ETA_WINDOW_SECONDS, Position, ThroughputWindow, weighted_pct};
 use longhaul_domain::uploads::owns_upload;
 use longhaul_domain::{Timestamp, now_rfc3339};
+use longhaul_worker::context::check_result_name;
 use longhaul_worker::{
     ByteStream, Cadence, KindError, ResultRef, ResultUpload, StageContext, StagedFile, UploadedPart,
 };
@@ -497,21 +498,6 @@ impl From<KindError> for StageError {
     }
 }
 
-/// A file name a kind gave a result or a staged file: one path segment of plain characters,
-/// so the key the engine builds stays under the attempt's prefix.
-pub(crate) fn file_name(name: &str) -> Result<&str, KindError> {
-    let plain = !name.is_empty()
-        && name.len() <= 200
-        && !name.starts_with('.')
-        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
-    if plain {
-        Ok(name)
-    } else {
-        Err(KindError::fatal(PublicMessage::fixed("the job kind named an invalid result file"))
-            .because(format!("file name {name:?}")))
-    }
-}
-
 impl Ctx<'_> {
     /// `input`, if the kind declared it and it is the job owner's upload.
     fn readable<'i>(&self, input: &'i str) -> Result<&'i str, KindError> {
@@ -618,7 +604,7 @@ impl StageContext for Ctx<'_> {
         content_type: &str,
         body: Vec<u8>,
     ) -> BoxFuture<'_, Result<StagedFile, KindError>> {
-        let name = file_name(name).map(str::to_owned);
+        let name = check_result_name(name).map(str::to_owned);
         let content_type = content_type.to_owned();
         async move {
             let name = name?;
@@ -645,7 +631,7 @@ impl StageContext for Ctx<'_> {
         content_type: &str,
         body: Vec<u8>,
     ) -> BoxFuture<'_, Result<ResultRef, KindError>> {
-        let name = file_name(name).map(str::to_owned);
+        let name = check_result_name(name).map(str::to_owned);
         let content_type = content_type.to_owned();
         async move {
             // Keyed by attempt: a stale attempt's result can never be the one recorded.
@@ -663,7 +649,7 @@ impl StageContext for Ctx<'_> {
     fn publish(&mut self, staged: &StagedFile) -> BoxFuture<'_, Result<ResultRef, KindError>> {
         let staged = staged.clone();
         async move {
-            let name = file_name(staged.name())?;
+            let name = check_result_name(staged.name())?;
             let own = longhaul_aws::objects::checkpoints_prefix(&self.job.job_id);
             if !staged.location().starts_with(&own) {
                 return Err(KindError::fatal(PublicMessage::fixed(

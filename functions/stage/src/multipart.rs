@@ -12,10 +12,10 @@
 //! by the bucket's `AbortIncompleteMultipartUpload` lifecycle rule (template.yaml).
 
 use longhaul_aws::objects::{StoredPart, result_key};
-use longhaul_worker::context::{check_part_number, check_parts};
+use longhaul_worker::context::{check_part_number, check_parts, check_result_name};
 use longhaul_worker::{KindError, PublicMessage, ResultRef, ResultUpload, UploadedPart};
 
-use crate::engine::{Ctx, file_name};
+use crate::engine::Ctx;
 use crate::failure::{RESULT_NOT_STORED, aws_failure};
 
 /// Whose an upload read back from a checkpoint is.
@@ -37,7 +37,7 @@ impl Ctx<'_> {
     }
 
     fn owner(&self, upload: &ResultUpload) -> Owner {
-        let ours = file_name(upload.name()).is_ok()
+        let ours = longhaul_worker::is_result_name(upload.name())
             && upload.location() == self.result_key_of(upload.attempt(), upload.name());
         match upload.attempt().cmp(&self.lease.attempt) {
             _ if !ours => Owner::Other,
@@ -69,7 +69,7 @@ impl Ctx<'_> {
         name: &str,
         content_type: &str,
     ) -> Result<ResultUpload, KindError> {
-        let name = file_name(name)?;
+        let name = check_result_name(name)?;
         let key = self.result_key_of(self.lease.attempt, name);
         let upload_id = self
             .deps

@@ -96,9 +96,7 @@ pub fn validate(params: &ArchiveParams) -> Result<(), String> {
     }
     let name = &params.name;
     // The framework's rule for result file names (one plain path segment), and a .zip.
-    let plain = !name.starts_with('.')
-        && name.len() <= 200
-        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+    let plain = longhaul_worker::is_result_name(name);
     let zip = name.len() > 4 && name.to_ascii_lowercase().ends_with(".zip");
     if !(plain && zip) {
         return Err(format!(

@@ -157,6 +157,30 @@ impl UploadedPart {
     }
 }
 
+/// Longest name of a result or staged file, in bytes.
+pub const MAX_RESULT_NAME_BYTES: usize = 200;
+
+/// Whether `name` may name a result or staged file: one plain path segment (letters, digits,
+/// `.`, `_`, `-`), not starting with `.`, 1 to [`MAX_RESULT_NAME_BYTES`] bytes — the host keys
+/// the file by it under the attempt's prefix. A kind that takes the name from its params
+/// checks it with this, so a bad one is the client's 422, not the job's failure.
+pub fn is_result_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= MAX_RESULT_NAME_BYTES
+        && !name.starts_with('.')
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+}
+
+/// For hosts: refuses a result or staged file name that is not [`is_result_name`].
+pub fn check_result_name(name: &str) -> Result<&str, KindError> {
+    if is_result_name(name) {
+        Ok(name)
+    } else {
+        Err(KindError::fatal(PublicMessage::fixed("the job kind named an invalid result file"))
+            .because(format!("file name {name:?}")))
+    }
+}
+
 /// For hosts: refuses a part number outside `1..=MAX_PARTS` (S3's range).
 pub fn check_part_number(number: u32) -> Result<(), KindError> {
     if (1..=MAX_PARTS).contains(&number) {
@@ -386,5 +410,23 @@ impl dyn StageContext + '_ {
             )))
             .because(e)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn result_names_are_one_plain_segment() {
+        for good in ["result.json", "bundle.zip", "a-b_c.1", &"x".repeat(MAX_RESULT_NAME_BYTES)] {
+            assert!(is_result_name(good), "{good:?}");
+            assert_eq!(check_result_name(good).unwrap(), good);
+        }
+        let long = "x".repeat(MAX_RESULT_NAME_BYTES + 1);
+        for bad in ["", ".hidden", "a/b", "../x", "a b", "ü.zip", long.as_str()] {
+            assert!(!is_result_name(bad), "{bad:?}");
+            assert!(check_result_name(bad).is_err(), "{bad:?}");
+        }
     }
 }

@@ -83,8 +83,8 @@ pub mod registry;
 pub mod testing;
 
 pub use context::{
-    ByteStream, Checkpoint, MAX_PARTS, MIN_PART_SIZE, ResultRef, ResultUpload, StageContext,
-    StageOutcome, StagedFile, UploadedPart,
+    ByteStream, Checkpoint, MAX_PARTS, MAX_RESULT_NAME_BYTES, MIN_PART_SIZE, ResultRef,
+    ResultUpload, StageContext, StageOutcome, StagedFile, UploadedPart, is_result_name,
 };
 pub use message::{ErrorClass, KindError, PublicMessage};
 pub use policy::{Cadence, Policy, SHARED_WORKER};

@@ -412,14 +412,7 @@ fn crash() -> KindError {
 }
 
 fn name_ok(name: &str) -> Result<String, KindError> {
-    let plain = !name.is_empty()
-        && !name.starts_with('.')
-        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
-    if plain {
-        Ok(name.to_owned())
-    } else {
-        Err(KindError::fatal(PublicMessage::fixed("the job kind named an invalid result file")))
-    }
+    crate::context::check_result_name(name).map(str::to_owned)
 }
 
 /// S3's answer to a part or a completion of an upload that is not open (never begun,
