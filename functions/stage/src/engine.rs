@@ -213,8 +213,8 @@ impl<'a> Ctx<'a> {
         self.seq += 1;
         let stamp = Timestamp::now();
         let items_done = done.max(self.floor_done);
-        let advanced = pct > self.last_pct || items_done > self.floor_done || done > self.last_done;
-        if advanced || self.changed_at.is_none() {
+        // (A count above the floor is above the last count too: the floor is never below it.)
+        if pct > self.last_pct || done > self.last_done || self.changed_at.is_none() {
             self.changed_at = Some(stamp);
         }
         let record = ProgressRecord {
@@ -389,6 +389,7 @@ impl<'a> Ctx<'a> {
                 "checkpoint schema version mismatch; restarting the stage instead of consuming it"
             );
             self.floor_done = 0;
+            self.last_done = 0;
             return Ok(None);
         }
         let checkpoint: Checkpoint<T> = serde_json::from_slice(&bytes).map_err(|e| {
