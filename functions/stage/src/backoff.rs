@@ -18,7 +18,7 @@ use longhaul_domain::retry::{self, Backoff, FailureClass};
 use longhaul_domain::{JobError, JobStatus, Timestamp, schedule};
 use serde_dynamo::to_attribute_value;
 
-use crate::error::refused;
+use crate::error::end_refused;
 use crate::{Deps, StageError, TaskLease, store_failed};
 
 /// When the job's next attempt starts: its backoff was scheduled.
@@ -97,7 +97,7 @@ pub async fn schedule_retry(
         {
             *current
         }
-        Err(err) => return Err(refused(err, &lease.token)),
+        Err(err) => return Err(end_refused(err, &lease.token)),
     };
     let retry_at = queued.retry_at.unwrap_or(retry_at);
     enqueue(deps, &queued, retry_at).await?;

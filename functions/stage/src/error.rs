@@ -102,7 +102,7 @@ pub(crate) fn fenced(err: StoreError) -> StageError {
 /// ends the job `cancelled` instead.
 ///
 /// [`TransitionRequest::unless_cancelled`]: longhaul_aws::jobs::TransitionRequest::unless_cancelled
-pub(crate) fn refused(err: StoreError, lease: &str) -> StageError {
+pub(crate) fn end_refused(err: StoreError, lease: &str) -> StageError {
     match err {
         StoreError::Conflict { current: Some(job) }
             if job.status == JobStatus::Running

@@ -304,7 +304,7 @@ async fn end_job(deps: &Deps, request: TransitionRequest, lease: &Lease) -> Resu
         {
             *job
         }
-        Err(err) => return Err(error::refused(err, &lease.token)),
+        Err(err) => return Err(error::end_refused(err, &lease.token)),
     };
     logs::record_principal(&tracing::Span::current(), &job.owner);
     metrics::emit_end(&job);
