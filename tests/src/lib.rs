@@ -484,7 +484,8 @@ pub async fn fire(schedule: &str) -> Value {
 /// A `pending` `demo` job record of `owner`, accepted at `created_at`, as submit stores it —
 /// for tests that seed the table directly (the one place that lists every field).
 pub fn seeded_job(owner: &str, created_at: String) -> longhaul_aws::jobs::JobRecord {
-    use longhaul_domain::{JobStatus, Transition};
+    use longhaul_domain::{JobStatus, Timestamp, Transition};
+    let at: Timestamp = created_at.parse().expect("a seeded job's creation time");
     longhaul_aws::jobs::JobRecord {
         job_id: longhaul_domain::JobId::new(),
         owner: owner.into(),
@@ -497,8 +498,8 @@ pub fn seeded_job(owner: &str, created_at: String) -> longhaul_aws::jobs::JobRec
         idempotency_key: format!("k-{}", uuid::Uuid::new_v4()),
         fingerprint: "f".into(),
         callback_url: None,
-        created_at: created_at.parse().expect("a seeded job's creation time"),
-        updated_at: created_at.parse().expect("a seeded job's creation time"),
+        created_at: at,
+        updated_at: at,
         started_at: None,
         finished_at: None,
         error: None,
