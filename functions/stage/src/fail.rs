@@ -52,14 +52,15 @@ pub(crate) async fn record_failure(
         // A cancellation that surfaced as an error (raised where the run could not end
         // the job itself), or a failure after the owner asked to cancel: the job ends
         // `cancelled`, as its owner asked, neither `failed` nor retried.
-        finish_cancellation(deps, job_id, &lease).await?;
+        let known = job.as_ref().and_then(|job| job.cancellation.as_ref());
+        finish_cancellation(deps, job_id, &lease, known).await?;
         return Ok(Recorded::Cancelled);
     }
     let job_error = JobError { code: error.error, message };
     match end_attempt(deps, job_id, job.as_ref(), &lease, job_error).await {
         // The owner asked to cancel since the job was read: that is how it ends.
         Err(StageError::Cancelled) => {
-            finish_cancellation(deps, job_id, &lease).await?;
+            finish_cancellation(deps, job_id, &lease, None).await?;
             Ok(Recorded::Cancelled)
         }
         other => other,

@@ -29,7 +29,7 @@ use longhaul_aws::logs;
 use longhaul_aws::metrics;
 use longhaul_aws::objects::{ObjectStore, result_key};
 use longhaul_aws::queue::IntakeQueue;
-use longhaul_domain::JobStatus;
+use longhaul_domain::{Cancellation, JobStatus};
 use longhaul_worker::Registry;
 use serde_json::json;
 use tracing::Instrument;
@@ -269,17 +269,23 @@ async fn continue_as_new(
 
 /// Ends a running job whose owner asked to cancel it: partial results are deleted first, so a
 /// `cancelled` job never has a result object, then the job becomes `cancelled` (fenced).
-async fn finish_cancellation(deps: &Deps, job_id: &str, lease: &Lease) -> Result<(), StageError> {
-    let job = deps.jobs.job(job_id).await.map_err(store_failed)?;
-    let cancellation = job.and_then(|j| j.cancellation);
-    deps.objects.delete_prefix(&result_key(job_id, "")).await?;
-    let reason = match &cancellation {
-        Some(c) => match &c.reason {
-            Some(reason) => format!("cancelled by {}: {reason}", c.requested_by),
-            None => format!("cancelled by {}", c.requested_by),
-        },
-        None => "cancelled".to_owned(),
+/// `known`: the cancellation, if the caller's read of the job already shows it (else the
+/// record is read for it: the request landed after that read).
+async fn finish_cancellation(
+    deps: &Deps,
+    job_id: &str,
+    lease: &Lease,
+    known: Option<&Cancellation>,
+) -> Result<(), StageError> {
+    let reason = match known {
+        Some(cancellation) => cancellation.log_reason(),
+        None => {
+            let job = deps.jobs.job(job_id).await.map_err(store_failed)?;
+            job.and_then(|j| j.cancellation)
+                .map_or_else(|| "cancelled".to_owned(), |c| c.log_reason())
+        }
     };
+    deps.objects.delete_prefix(&result_key(job_id, "")).await?;
     let request =
         TransitionRequest::new(job_id, &[JobStatus::Running], JobStatus::Cancelled, reason)
             .fenced(&lease.token);

@@ -120,7 +120,7 @@ async fn run(
         // (metrics, tidying), which may not have happened, is done again.
         JobStatus::Succeeded if ours => return Ok(ended(Next::Done, job.result_key.clone())),
         JobStatus::Cancelled if ours => {
-            finish_cancellation(deps, job_id, lease).await?;
+            finish_cancellation(deps, job_id, lease, job.cancellation.as_ref()).await?;
             return Ok(ended(Next::Cancelled, None));
         }
         _ => {
@@ -174,7 +174,7 @@ async fn run(
         // The owner cancelled and the stage stopped as asked (having saved its final
         // checkpoint), or finished anyway: the job ends `cancelled`, any result deleted.
         Ok(_) if ctx.cancelled() => {
-            finish_cancellation(deps, job_id, lease).await?;
+            finish_cancellation(deps, job_id, lease, job.cancellation.as_ref()).await?;
             Ok(output(Next::Cancelled, None, ctx.stage))
         }
         Ok(StageOutcome::Paused) if loops >= deps.runs_per_execution => {
@@ -188,7 +188,7 @@ async fn run(
                 // The boundary write is refused because the owner cancelled meanwhile: the
                 // job ends `cancelled`, never `failed` (Job.Cancelled is not a failure).
                 Err(StageError::Cancelled) => {
-                    finish_cancellation(deps, job_id, lease).await?;
+                    finish_cancellation(deps, job_id, lease, job.cancellation.as_ref()).await?;
                     return Ok(output(Next::Cancelled, None, ctx.stage));
                 }
                 Err(err) => return Err(err),
@@ -212,7 +212,7 @@ async fn run(
             })
         }
         Err(StageError::Cancelled) => {
-            finish_cancellation(deps, job_id, lease).await?;
+            finish_cancellation(deps, job_id, lease, job.cancellation.as_ref()).await?;
             Ok(output(Next::Cancelled, None, ctx.stage))
         }
         Err(err) => Err(err),

@@ -102,6 +102,16 @@ pub struct Cancellation {
     pub reason: Option<String>,
 }
 
+impl Cancellation {
+    /// The job's transition log entry for it: who cancelled, and why if they said.
+    pub fn log_reason(&self) -> String {
+        match &self.reason {
+            Some(reason) => format!("cancelled by {}: {reason}", self.requested_by),
+            None => format!("cancelled by {}", self.requested_by),
+        }
+    }
+}
+
 /// Why a job failed: a stable code and a message.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct JobError {
@@ -207,6 +217,18 @@ mod tests {
         }
         assert_eq!(ErrorCode::parse("States.Timeout"), None);
         assert!(!ErrorCode::is_ours("States.Timeout"));
+    }
+
+    #[test]
+    fn a_cancellation_reads_in_the_log_as_who_and_why() {
+        let mut c = Cancellation {
+            requested_at: "2026-11-24T18:00:00.000Z".into(),
+            requested_by: "alice".into(),
+            reason: Some("the partner is down".into()),
+        };
+        assert_eq!(c.log_reason(), "cancelled by alice: the partner is down");
+        c.reason = None;
+        assert_eq!(c.log_reason(), "cancelled by alice");
     }
 
     #[test]

@@ -31,10 +31,7 @@ impl JobStore {
     ) -> Result<CancelOutcome, StoreError> {
         let value: AttributeValue =
             serde_dynamo::to_attribute_value(cancellation).expect("cancellations serialise");
-        let reason = match &cancellation.reason {
-            Some(reason) => format!("cancelled by {}: {reason}", cancellation.requested_by),
-            None => format!("cancelled by {}", cancellation.requested_by),
-        };
+        let reason = cancellation.log_reason();
         // A running job can turn `queued` between the two writes below (its attempt failed
         // and its next one was scheduled): then the first write applies after all. Each round
         // needs the job to have moved between our writes; three are plenty.
