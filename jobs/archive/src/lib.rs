@@ -59,7 +59,7 @@ use format::{Archiver, Layout, LayoutError, Member, Next, Position, Region, Zip6
 /// The most inputs one archive takes.
 pub const MAX_INPUTS: usize = 1_000;
 
-/// The largest part the stage buffers (with [`MAX_PARTS`] parts: a 640 GiB archive at most).
+/// The largest part the stage buffers (with [`MAX_PARTS`] parts: a 625 GiB archive at most).
 pub const MAX_PART_SIZE: usize = 64 * 1024 * 1024;
 
 /// The `archive` kind.
