@@ -32,8 +32,10 @@ use shard::{Next, Outcome, Policy, Shard};
 
 /// How long an idle mapping waits before polling the stream again.
 const POLL_INTERVAL: Duration = Duration::from_millis(250);
-/// Records asked for per `GetRecords` (the API's maximum).
+/// Records asked for per `GetRecords` (the API's maximum) until a read fails.
 const PAGE: usize = 1000;
+/// The fewest records asked for per `GetRecords` (see [`smaller_page`]).
+const MIN_PAGE: usize = 10;
 /// First wait before retrying a failed batch; doubles up to [`MAX_BACKOFF`].
 const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 /// Longest wait between retries (AWS waits longer; locally, tests should not).
@@ -166,11 +168,15 @@ impl Emulator {
     }
 
     /// One page of records and the iterator after it (`None`: the shard is closed).
-    async fn records(&self, iterator: &str) -> anyhow::Result<(Vec<Value>, Option<String>)> {
+    async fn records(
+        &self,
+        iterator: &str,
+        limit: usize,
+    ) -> anyhow::Result<(Vec<Value>, Option<String>)> {
         let mut answer = self
             .call(
                 "DynamoDBStreams_20120810.GetRecords",
-                json!({ "ShardIterator": iterator, "Limit": PAGE }),
+                json!({ "ShardIterator": iterator, "Limit": limit }),
             )
             .await?;
         let records = match answer["Records"].take() {
@@ -180,6 +186,16 @@ impl Emulator {
         };
         Ok((records, answer["NextShardIterator"].as_str().map(str::to_owned)))
     }
+}
+
+/// The page size after a `GetRecords` of `page` records failed. moto serialises a page of big
+/// records slowly, and more slowly the busier it is: a page that took longer than the call's
+/// timeout, asked for again at the same size, times out again while moto goes on serialising
+/// every abandoned copy — at tens of thousands of writes the pollers kept moto busy with that
+/// alone. So a failed read is retried with a quarter of the records, for good (the emulator
+/// lives as long as the stack; a smaller page costs a few more calls).
+fn smaller_page(page: usize) -> usize {
+    (page / 4).max(MIN_PAGE)
 }
 
 /// A mapping's persisted position.
@@ -353,6 +369,8 @@ struct Reader {
     saved: Option<String>,
     /// Failed invocations in a row (the retry backoff).
     consecutive_failures: u32,
+    /// Records asked for per `GetRecords` (see [`smaller_page`]).
+    page: usize,
 }
 
 /// Whether the mapping has more to do at once.
@@ -438,6 +456,7 @@ impl Mapping {
             saved: done.clone(),
             shard: Shard::new(self.policy(), done),
             consecutive_failures: 0,
+            page: PAGE,
         })
     }
 
@@ -486,7 +505,13 @@ impl Mapping {
                 caught_up = true;
                 break;
             };
-            let (records, next) = self.emulator.records(iterator).await?;
+            let (records, next) = match self.emulator.records(iterator, reader.page).await {
+                Ok(page) => page,
+                Err(err) => {
+                    reader.page = smaller_page(reader.page);
+                    return Err(err);
+                }
+            };
             for raw in &records {
                 let (sequence, record) = lambda_record(raw, &reader.stream_arn)?;
                 let passes = Pattern::any_matches(&self.spec.filters, &record);
@@ -497,7 +522,7 @@ impl Mapping {
                 tracing::warn!(mapping = self.label(), "the shard is closed; reopening it");
             }
             reader.iterator = next;
-            if records.len() < PAGE {
+            if records.len() < reader.page {
                 caught_up = true;
                 break;
             }
@@ -664,6 +689,15 @@ impl Mapping {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_failed_read_asks_for_fewer_records_down_to_a_floor() {
+        use super::{MIN_PAGE, PAGE, smaller_page};
+        assert_eq!(smaller_page(PAGE), 250);
+        assert_eq!(smaller_page(250), 62);
+        assert_eq!(smaller_page(20), MIN_PAGE);
+        assert_eq!(smaller_page(MIN_PAGE), MIN_PAGE);
+    }
+
     use super::*;
 
     const STREAM: &str = "arn:aws:dynamodb:us-east-1:123456789012:table/longhaul-JobsTable/stream/2026-11-22T13:46:00.718859";
