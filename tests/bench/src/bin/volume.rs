@@ -1603,6 +1603,30 @@ fn report(
         "\n\"(steady)\": the full sweep after everything was handled — what watching N healthy running jobs \
          costs every minute.\n"
     );
+    let killed: Vec<String> = reapers
+        .iter()
+        .flat_map(|r| {
+            r.runs
+                .iter()
+                .filter(|run| run.report.get("run_error").is_some())
+                .map(|run| format!("N = {} run {}", num(r.n as f64), run.index))
+        })
+        .collect();
+    if !killed.is_empty() {
+        let _ = writeln!(
+            w,
+            "Stopped by the bench's own {LOCAL_TIMEOUT_S} s timeout: {}. Locally a page takes minutes \
+             once a sweep meets many unhealthy jobs (each one's consistent query scans the whole table \
+             in moto), so the last pages a run started before its {} s budget ran out outlasted the \
+             timeout. Such a run's own report is lost (entries examined 0); what it did is read from \
+             the job records (found, WRU) and the edge (requests); its RRU, computed from the report, \
+             is not known. A shard it was cutting saved no \
+             cursor, so the next run re-read that shard from its last saved one — entries read twice, \
+             none skipped.\n",
+            killed.join(", "),
+            k.reaper_budget,
+        );
+    }
 
     // Expirer.
     let _ = writeln!(w, "### Expirer: every due result expired\n");
