@@ -5,7 +5,7 @@ VENV ?= .venv
 SUB ?= alice
 export LONGHAUL_VENV := $(abspath $(VENV))
 
-.PHONY: dev test test-unit lint token stop venv build-tools build bench-tools bench bench-jobs bench-volume bench-tenants clean-local
+.PHONY: dev test test-unit lint lint-tools token stop venv build-tools build bench-tools bench bench-jobs bench-faults bench-volume bench-tenants clean-local
 
 ## Start the whole system locally (API on http://127.0.0.1:3000). Ctrl-C stops it.
 dev: venv
@@ -22,12 +22,24 @@ test-unit:
 	cargo test --workspace --lib --bins
 	cargo test --workspace --doc
 
-## Lint the template (cfn-lint, sam validate --lint) and the Rust code (rustfmt, clippy).
-lint: venv
+## Lint the template (cfn-lint, sam validate --lint, checkov) and the Rust code (rustfmt, clippy).
+## checkov must find nothing: a finding is fixed, or skipped in the template with its reason
+## (`Metadata: checkov: skip: [{id, comment}]` on the resource); a skip without one fails.
+lint: venv lint-tools
 	cargo fmt --all --check
 	$(VENV)/bin/cfn-lint template.yaml
 	SAM_CLI_TELEMETRY=0 $(VENV)/bin/sam validate --lint --template template.yaml
+	$(VENV)/checkov/bin/checkov -f template.yaml --framework cloudformation --quiet --compact --skip-download
+	@awk '/^ *- id: CKV/ { id = $$3; if ((getline line) <= 0 || line !~ /^ *comment: "[^"]+"/) { print "template.yaml:" NR ": checkov skip " id " has no comment"; bad = 1 } } END { exit bad }' template.yaml
 	cargo clippy --workspace --all-targets -- -D warnings
+
+## checkov, in a virtualenv of its own inside $(VENV): its pins (boto3 1.35, networkx 2) clash
+## with those of aws-sam-cli, cfn-lint and the emulator.
+lint-tools: $(VENV)/checkov/.installed
+$(VENV)/checkov/.installed: infra/requirements-lint.txt
+	$(PYTHON) -m venv $(VENV)/checkov
+	$(VENV)/checkov/bin/pip install --quiet --disable-pip-version-check -r infra/requirements-lint.txt
+	touch $@
 
 ## Print a bearer token for principal SUB (last line of output).
 token:
@@ -74,6 +86,13 @@ bench: venv bench-tools
 ## Re-measure only the jobs section (requests, transitions, $ per job) and rewrite BENCHMARKS.md.
 bench-jobs: venv
 	cargo run --profile bench-local -p longhaul-bench --bin jobs
+	tests/bench/assemble
+
+## The fault checker at 2,000 jobs (LONGHAUL_FAULT_JOBS to resize; `make test` runs 400): writes
+## the run's figures (faults injected, jobs handed over, stale writes refused) to BENCHMARKS.md.
+bench-faults: venv
+	LONGHAUL_FAULT_JOBS=$${LONGHAUL_FAULT_JOBS:-2000} LONGHAUL_FAULT_SECTION=1 \
+		cargo test -p longhaul-tests --test faults -- --nocapture
 	tests/bench/assemble
 
 ## Re-measure only the volume section: the reaper and the expirer over 1,000 / 10,000 / 50,000

@@ -6,13 +6,14 @@
 
 pub mod csvgen;
 pub mod openapi;
+pub mod sections;
 
 use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::Duration;
 
 use longhaul_local::{LocalStack, Options};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 /// The shared stack.
 pub struct Harness {
@@ -259,26 +260,29 @@ impl Api {
         download.bytes().await.expect("body").to_vec()
     }
 
-    /// Polls `GET /jobs/{id}` until `pred` holds for the job's JSON (or panics after a minute,
-    /// naming `what` it waited for); returns that JSON.
+    /// Polls `GET /jobs/{id}` until `pred` holds for the job's JSON (or panics, naming `what`
+    /// it waited for, once nothing about the job has moved for a minute); returns that JSON.
     pub async fn wait_for(&self, job_id: &str, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        let mut watch = Movement::new(Duration::from_secs(60));
         loop {
             let job = self.get(&format!("/jobs/{job_id}")).await.json;
             if pred(&job) {
                 return job;
             }
             assert!(
-                tokio::time::Instant::now() < deadline,
-                "job {job_id}: timed out waiting for {what}: {job}"
+                watch.still_moving(&job),
+                "job {job_id}: waiting for {what}, nothing moved for {:?}: {job}",
+                watch.limit
             );
             tokio::time::sleep(Duration::from_millis(25)).await;
         }
     }
 
-    /// Polls the job until it is terminal (or panics after `timeout`).
-    pub async fn wait_terminal(&self, job_id: &str, timeout: Duration) -> Value {
-        let deadline = tokio::time::Instant::now() + timeout;
+    /// Polls the job until it is terminal; panics once nothing about it has moved (status,
+    /// attempt, progress, transitions) for `still_for`. A job that keeps working is waited
+    /// for however slow the machine is; one that is stuck fails the test.
+    pub async fn wait_terminal(&self, job_id: &str, still_for: Duration) -> Value {
+        let mut watch = Movement::new(still_for);
         loop {
             let reply = self.get(&format!("/jobs/{job_id}")).await;
             assert_eq!(reply.status, 200, "{}", reply.text);
@@ -289,12 +293,44 @@ impl Api {
                 return reply.json;
             }
             assert!(
-                tokio::time::Instant::now() < deadline,
-                "job {job_id} not terminal after {timeout:?}: {}",
+                watch.still_moving(&reply.json),
+                "job {job_id} not terminal, nothing moved for {still_for:?}: {}",
                 reply.json
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+    }
+}
+
+/// Watches a job's view for movement: its status, attempt, progress and transitions. The
+/// waits above give up only when none of these changed for `limit`, so a test's outcome does
+/// not depend on how fast the machine works through the job.
+struct Movement {
+    limit: Duration,
+    last: Option<Value>,
+    since: tokio::time::Instant,
+}
+
+impl Movement {
+    fn new(limit: Duration) -> Self {
+        Movement { limit, last: None, since: tokio::time::Instant::now() }
+    }
+
+    /// Records `job`'s view; whether it moved within the last `limit`.
+    fn still_moving(&mut self, job: &Value) -> bool {
+        let seen = json!([
+            job["status"],
+            job["attempt"],
+            job["progress"]["items_done"],
+            job["progress"]["pct"],
+            job["progress"]["stage_index"],
+            job["transitions"].as_array().map(Vec::len),
+        ]);
+        if self.last.as_ref() != Some(&seen) {
+            self.last = Some(seen);
+            self.since = tokio::time::Instant::now();
+        }
+        self.since.elapsed() < self.limit
     }
 }
 
@@ -524,4 +560,35 @@ pub fn seeded_job(owner: &str, created_at: String) -> longhaul_aws::jobs::JobRec
         retry_at: None,
         last_error: None,
     }
+}
+
+/// The job table's adapter, on this binary's stack (direct to the emulator, uncounted).
+pub async fn job_store() -> longhaul_aws::jobs::JobStore {
+    longhaul_aws::jobs::JobStore::new(
+        Aws::new().await.dynamodb.clone(),
+        harness().stack.resource("JobsTable"),
+    )
+}
+
+/// The job's worker dies: its execution is stopped and its stage invocation killed, so its
+/// heartbeats stop (what the reaper calls a zombie). Returns the job as it was.
+pub async fn kill_worker(job_id: &str) -> longhaul_aws::jobs::JobRecord {
+    let job = job_store().await.job(job_id).await.unwrap().expect("the job exists");
+    let machine = harness().stack.resource("JobStateMachine");
+    let arn = format!(
+        "{}:{}",
+        machine.replace(":stateMachine:", ":execution:"),
+        job.execution.clone().expect("a started job names its execution")
+    );
+    Aws::new().await.sfn.stop_execution().execution_arn(arn).send().await.unwrap();
+    let crashed = reqwest::Client::new()
+        .post(format!(
+            "{}/_local/functions/StageFunction/crash?job_id={job_id}",
+            harness().stack.api_url
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert!(crashed.status().is_success(), "crash: {}", crashed.status());
+    job
 }

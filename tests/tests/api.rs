@@ -18,17 +18,6 @@ fn fatal_demo() -> Value {
     json!({"type": "demo", "params": {"items": 2, "fail_at": 0, "fail_kind": "fatal"}})
 }
 
-/// Polls until the job has left `pending` (so a replay is a replay, not "still in flight").
-async fn wait_dispatched(api: &Api, job_id: &str) {
-    for _ in 0..200 {
-        if api.get(&format!("/jobs/{job_id}")).await.json["status"] != "pending" {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("job {job_id} was never dispatched");
-}
-
 #[tokio::test]
 async fn the_api_description_documents_exactly_the_template_routes() {
     let stack = &harness().stack;
@@ -70,7 +59,6 @@ async fn idempotency_key_replays_conflicts_and_reuse_after_failure() {
     let first = api.send("POST", "/jobs", Some(("application/json", body.clone())), &key).await;
     assert_eq!(first.status, 202, "{}", first.text);
     let job_id = first.json["job_id"].as_str().unwrap().to_owned();
-    wait_dispatched(&api, &job_id).await;
 
     let replay = api.send("POST", "/jobs", Some(("application/json", body.clone())), &key).await;
     assert_eq!(replay.status, 200, "{}", replay.text);
@@ -92,25 +80,38 @@ async fn idempotency_key_replays_conflicts_and_reuse_after_failure() {
 
     // Without a header, the key is derived from the request: a double submit is one job.
     let derived = api.submit(&demo(5)).await;
-    wait_dispatched(&api, &derived).await;
     let again = api.post_json("/jobs", &demo(5)).await;
     assert_eq!((again.status, again.json["job_id"].as_str()), (200, Some(derived.as_str())));
 }
 
+/// A replay sent right after the `202` — the job still `pending`, perhaps not even enqueued
+/// yet — answers `200` with the same job, its `Location` and `Idempotent-Replayed: true`: the
+/// first request has answered, so it is not "in flight" (`409` is only for a key whose job is
+/// not written yet). With a client's key and with a derived one.
 #[tokio::test]
-async fn an_immediate_replay_is_in_flight_or_a_replay() {
-    let api = Api::new(&principal("inflight"));
-    let first = api.post_json("/jobs", &demo(1)).await;
-    assert_eq!(first.status, 202);
-    let second = api.post_json("/jobs", &demo(1)).await;
-    match second.status {
-        409 => {
-            assert_eq!(second.json["type"], "/problems/request-in-flight");
-            assert!(second.header("retry-after").is_some());
+async fn a_replay_right_after_the_202_answers_200_with_the_job() {
+    let who = principal("replay-at-once");
+    let api = Api::new(&who);
+    let body = ("application/json", demo(1).to_string().into_bytes());
+    for key in [&[("idempotency-key", "at-once")][..], &[]] {
+        let first = api.send("POST", "/jobs", Some(body.clone()), key).await;
+        assert_eq!(first.status, 202, "{}", first.text);
+        let job_id = first.json["job_id"].as_str().unwrap().to_owned();
+        let location = format!("/jobs/{job_id}");
+        assert_eq!(first.header("location"), Some(location.as_str()));
+        assert_eq!(first.header("idempotent-replayed"), None);
+
+        for _ in 0..3 {
+            let replay = api.send("POST", "/jobs", Some(body.clone()), key).await;
+            assert_eq!(replay.status, 200, "{key:?}: {}", replay.text);
+            assert_eq!(replay.json["job_id"], job_id.as_str());
+            assert_eq!(replay.header("location"), Some(location.as_str()));
+            assert_eq!(replay.header("idempotent-replayed"), Some("true"));
         }
-        200 => assert_eq!(second.json["job_id"], first.json["job_id"]),
-        other => panic!("unexpected {other}: {}", second.text),
     }
+    let items = Aws::new().await.items_of(&who).await;
+    let jobs = items.iter().filter(|i| i["sk"].as_s().unwrap() == "JOB").count();
+    assert_eq!(jobs, 2, "one job per key, none for the replays");
 }
 
 #[tokio::test]
@@ -444,7 +445,6 @@ async fn a_retry_of_the_same_job_is_idempotent() {
     let first = api.send("POST", &format!("/jobs/{original}/retry"), None, &[]).await;
     assert_eq!(first.status, 202, "{}", first.text);
     let retry_id = first.json["job_id"].as_str().unwrap().to_owned();
-    wait_dispatched(&api, &retry_id).await;
     let second = api.send("POST", &format!("/jobs/{original}/retry"), None, &[]).await;
     assert_eq!(
         (second.status, second.json["job_id"].as_str()),

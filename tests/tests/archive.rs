@@ -157,3 +157,34 @@ async fn a_stage_crashed_between_parts_does_not_upload_its_finished_parts_again(
         calls["StageFunction"]
     );
 }
+
+/// The stage dies right after S3 completed the result upload, before it heard so (a lost
+/// answer). The retried invocation finds the upload gone and the object made of its parts:
+/// the job succeeds in the same attempt, with the archive's three parts uploaded once — no
+/// `Job.Fatal` for the missing upload, no rebuilding of the archive.
+#[tokio::test]
+async fn a_completion_whose_answer_was_lost_is_recognised_as_done() {
+    stack();
+    let _one_at_a_time = PARTS.lock().await;
+    let api = Api::new(&principal("archive-lost-completion"));
+    let (inputs, expected) = three_uploads(&api).await;
+    let before = parts_uploaded(&api).await;
+    let faults = format!("{}/_local/faults", stack().stack.api_url);
+    let plan = json!({"crash_functions": ["StageFunction"], "crash_after_call": 1.0, "max_crashes_per_job": 1,
+        "crash_only": {"operation": "s3:CompleteMultipartUpload", "contains": "uploadId"}});
+    let http = reqwest::Client::new();
+    assert_eq!(http.post(&faults).json(&plan).send().await.unwrap().status(), 200);
+    let job_id = api.submit(&json!({"type": "archive", "params": {"inputs": inputs}})).await;
+    let job = api.wait_terminal(&job_id, TIMEOUT).await;
+    let injected: Value = http.get(&faults).send().await.unwrap().json().await.unwrap();
+    http.post(&faults).json(&json!({})).send().await.unwrap();
+    assert_eq!(
+        injected["injected"]["crash_sites"],
+        json!({"StageFunction s3:CompleteMultipartUpload after": 1}),
+        "{injected}"
+    );
+    assert_eq!(job["status"], "succeeded", "{job}");
+    assert_eq!(job["attempt"], 1, "the crash was retried within the attempt: {job}");
+    assert_entries(&api.result(&job_id).await, &expected);
+    assert_eq!(parts_uploaded(&api).await - before, 3, "the archive was built again: {job}");
+}

@@ -179,7 +179,14 @@ async fn bad_stream_tokens_are_refused_before_any_database_read() {
         .to_owned();
     let (base, query) = events_url.split_once("?token=").unwrap();
     let token = query.to_owned();
-    let secret = events::Config::from_vars(&vars("EventsFunction")).unwrap().token_secret;
+    // The key as the events function reads it: from Secrets Manager, by the ARN it is given.
+    let config = events::Config::from_vars(&vars("EventsFunction")).unwrap();
+    let sdk = harness().stack.emulator_sdk_config().await;
+    let key = longhaul_aws::secrets::SecretKey::new(
+        aws_sdk_secretsmanager::Client::new(&sdk),
+        config.token_secret_arn,
+    );
+    let secret = secrecy::ExposeSecret::expose_secret(key.get().await.unwrap()).to_owned();
     let secret = secret.as_bytes();
     let now = chrono::Utc::now().timestamp();
     // `expiry.owner.mac`, each part changed in turn.

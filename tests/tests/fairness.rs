@@ -1,20 +1,78 @@
 //! Running-job limits, fairness and priority, against the local stack with a tenant limit of
 //! 2: a tenant's jobs beyond its limit wait (pending, no execution, `waiting` shown) and start
 //! as its slots free, in priority order; another tenant is not held up by that backlog; a
-//! slot is given back however a job ends, and the reaper reconciles one that leaked.
+//! kind's limit is shared fairly, tenants taking turns whatever their priorities; a slot is
+//! given back however a job ends, and the reaper reconciles one that leaked.
 
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Utc};
 use longhaul_aws::slots::Pool;
-use longhaul_tests::{Api, Aws, Harness, fire, harness_with, principal};
+use longhaul_tests::{Api, Aws, Harness, fire, harness_with_registry, principal};
+use longhaul_worker::{JobKind, KindError, Policy, Registry, StageContext, StageOutcome};
+use serde::Deserialize;
 use serde_json::{Value, json};
 
 const LIMIT: usize = 2;
 
 fn stack() -> &'static Harness {
-    harness_with(&[("LONGHAUL_TENANT_MAX_RUNNING", "2")])
+    harness_with_registry(
+        Registry::builder()
+            .kinds_of(&longhaul_jobs::registry())
+            .kind(OneAtATime)
+            .build()
+            .expect("one_at_a_time's name is its own"),
+        &[("LONGHAUL_TENANT_MAX_RUNNING", "2"), ("ENABLED_JOB_TYPES", "demo,one_at_a_time")],
+    )
+}
+
+/// A kind for a downstream that takes one job at a time, whoever submits it: its policy's
+/// `concurrency_limit` is 1, so all tenants' jobs of it share one kind pool.
+#[derive(Debug, Clone, Copy)]
+struct OneAtATime;
+
+/// The params of `one_at_a_time`: how long its one stage works, and a number that makes one
+/// request differ from the next.
+#[derive(Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct OneAtATimeParams {
+    millis: u64,
+    /// Only makes the request differ.
+    #[serde(rename = "n")]
+    _n: u64,
+}
+
+impl JobKind for OneAtATime {
+    const NAME: &'static str = "one_at_a_time";
+    type Params = OneAtATimeParams;
+
+    fn stages(&self) -> &'static [&'static str] {
+        &["work"]
+    }
+
+    fn validate(&self, params: &OneAtATimeParams) -> Result<(), String> {
+        if params.millis > 60_000 { Err("millis is at most 60000".into()) } else { Ok(()) }
+    }
+
+    fn inputs(&self, _: &OneAtATimeParams) -> Vec<String> {
+        Vec::new()
+    }
+
+    fn policy(&self) -> Policy {
+        Policy { concurrency_limit: Some(1), ..Policy::default() }
+    }
+
+    async fn run_stage(
+        &self,
+        ctx: &mut dyn StageContext,
+        params: &OneAtATimeParams,
+    ) -> Result<StageOutcome, KindError> {
+        ctx.pause(Duration::from_millis(params.millis), 0, Some(1)).await?;
+        ctx.progress(1, Some(1)).await?;
+        let result = ctx.write_result("done.txt", "text/plain", b"done".to_vec()).await?;
+        Ok(StageOutcome::Finished(result))
+    }
 }
 
 /// A demo job of about `seconds` s; `n` makes it a different request (derived idempotency
@@ -165,6 +223,64 @@ async fn a_high_priority_job_takes_the_next_free_slot() {
     for id in &running {
         api.wait_terminal(id, Duration::from_secs(60)).await;
     }
+}
+
+/// A kind's limit is shared by tenants in turn: a tenant that submits its backlog as `high`
+/// does not take every slot the kind frees ahead of another tenant's jobs submitted after it
+/// (priority orders only a tenant's own jobs); the other tenant's jobs run interleaved with
+/// the backlog, one of each in turn.
+#[tokio::test]
+async fn a_kind_pool_takes_tenants_in_turn_whatever_their_priorities() {
+    stack();
+    let (backlog, other) = (principal("kind-backlog"), principal("kind-other"));
+    let (backlog_api, other_api) = (Api::new(&backlog), Api::new(&other));
+    let body = |n: u64, priority: &str| json!({"type": "one_at_a_time", "params": {"millis": 3000, "n": n}, "priority": priority});
+    let mut backlog_jobs = Vec::new();
+    for n in 0..6 {
+        backlog_jobs.push(backlog_api.submit(&body(n, "high")).await);
+    }
+    // The first runs; the rest of the backlog waits for the kind's one slot.
+    backlog_api
+        .wait_for(&backlog_jobs[5], "waiting", |j| j["waiting"]["reason"] == "kind_limit")
+        .await;
+    let mut other_jobs = Vec::new();
+    for n in 0..3 {
+        other_jobs.push(other_api.submit(&body(100 + n, "normal")).await);
+    }
+    let mut started = Vec::new();
+    for (api, ids, who) in
+        [(&backlog_api, &backlog_jobs, "backlog"), (&other_api, &other_jobs, "other")]
+    {
+        for id in ids {
+            let done = api.wait_terminal(id, Duration::from_secs(240)).await;
+            assert_eq!(done["status"], "succeeded", "{done}");
+            started.push((at(&done, "started_at"), who));
+        }
+    }
+    started.sort();
+    let order: Vec<&str> = started.iter().map(|(_, who)| *who).collect();
+    assert!(
+        order.windows(2).all(|w| w[0] != w[1] || w[0] == "backlog"),
+        "two of the other tenant's jobs ran back to back: {order:?}"
+    );
+    // Turns: the backlog's running job and the one admitted before the other tenant waited
+    // start first; then one of each. Without turns all six `high` jobs would start before the
+    // other tenant's first.
+    let mut backlog_before = 0;
+    let mut seen = 0;
+    for who in &order {
+        if *who == "backlog" {
+            backlog_before += 1;
+            continue;
+        }
+        assert!(
+            backlog_before <= seen + 3,
+            "the backlog ran {backlog_before} jobs before the other tenant's job {}: {order:?}",
+            seen + 1
+        );
+        seen += 1;
+    }
+    assert_eq!(order.len(), 9);
 }
 
 #[tokio::test]

@@ -223,3 +223,69 @@ async fn hostile_last_event_ids_are_refused_or_ignored_never_a_crash() {
     assert_eq!((events[0].kind.as_str(), events[0].id), ("status", Some(u64::MAX)));
     assert_eq!(events[0].data["status"], "succeeded");
 }
+
+/// The data of the last `progress` event, without the job id and status it carries besides
+/// the progress: what `GET /jobs/{id}` shows as `progress`.
+fn last_progress(events: &[Event]) -> Value {
+    let mut data =
+        events.iter().rev().find(|e| e.kind == "progress").expect("a progress event").data.clone();
+    let object = data.as_object_mut().expect("an object");
+    object.remove("job_id");
+    object.remove("status");
+    data
+}
+
+/// Streams `job_id` (delayed, so its stream is open before it starts) to its end; returns its
+/// events and then its `GET /jobs/{id}`.
+async fn stream_to_the_end(api: &Api, job_id: &str) -> (Vec<Event>, Value) {
+    let url = events_url(api, job_id).await;
+    let (status, _, events) =
+        read(&url, None, |events| events.iter().any(|e| e.kind == "status")).await;
+    assert_eq!(status, 200);
+    let job = api.wait_terminal(job_id, Duration::from_secs(60)).await;
+    assert_eq!(job["status"], "succeeded", "{job}");
+    let end = events.iter().rev().find(|e| !e.comment).expect("events");
+    assert_eq!((end.kind.as_str(), end.data["status"].as_str()), ("status", Some("succeeded")));
+    (events, job)
+}
+
+/// A job that ends within one progress interval (200 ms here) says what its end was, the same
+/// in `GET /jobs/{id}` and in its stream: 100 %, every item done, nothing left — not its last
+/// progress write.
+#[tokio::test]
+async fn a_job_shorter_than_a_progress_interval_ends_the_same_in_its_status_and_its_stream() {
+    stack();
+    let api = Api::new(&principal("short-job"));
+    let job_id =
+        api.submit(&json!({"type": "demo", "params": {"items": 3}, "delay_seconds": 2})).await;
+    let (events, job) = stream_to_the_end(&api, &job_id).await;
+    let progress = &job["progress"];
+    assert_eq!(progress["pct"].as_f64(), Some(100.0), "{job}");
+    assert_eq!(progress["items_total"], 3, "{job}");
+    assert_eq!(progress["items_done"], progress["items_total"], "{job}");
+    assert_eq!(progress["eta"], 0, "{job}");
+    assert_eq!(&last_progress(&events), progress, "the stream ends where the status does");
+}
+
+/// A `csv_report` whose last stage (publish) ends within one progress interval leaves that
+/// stage's first write (0 items, no total) as its last: its end shows no count rather than
+/// that 0 — and the stream shows the same.
+#[tokio::test]
+async fn a_last_stage_that_never_counted_ends_with_no_count_in_status_and_stream() {
+    stack();
+    let api = Api::new(&principal("short-report"));
+    let input =
+        api.upload("small.csv", "text/csv", b"region,amount\neu,1\nus,2\neu,3\n".to_vec()).await;
+    let job_id = api
+        .submit(&json!({"type": "csv_report", "delay_seconds": 2, "params": {
+            "input": input, "group_by": ["region"], "metrics": [{"op": "count"}]}}))
+        .await;
+    let (events, job) = stream_to_the_end(&api, &job_id).await;
+    let progress = &job["progress"];
+    assert_eq!(progress["pct"].as_f64(), Some(100.0), "{job}");
+    assert_eq!((&progress["stage"], &progress["stage_index"]), (&json!("publish"), &json!(3)));
+    assert_eq!(progress["items_done"], progress["items_total"], "{job}");
+    assert_ne!(progress["items_done"], 0, "not a count from before the end: {job}");
+    assert_eq!(progress["eta"], 0, "{job}");
+    assert_eq!(&last_progress(&events), progress, "the stream ends where the status does");
+}

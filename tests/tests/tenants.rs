@@ -17,6 +17,7 @@ fn stack() -> &'static Harness {
         ("LONGHAUL_TENANT_SUBMISSIONS_PER_MINUTE", "3"),
         ("LONGHAUL_MAX_STREAMS_PER_JOB", "2"),
         ("LONGHAUL_MAX_STREAMS_PER_TENANT", "2"),
+        ("LONGHAUL_MAX_STREAMS", "3"),
         ("LONGHAUL_STREAM_POLL_MS", "100"),
         ("LONGHAUL_STREAM_KEEPALIVE_SECONDS", "1"),
     ])
@@ -118,6 +119,9 @@ async fn submissions_beyond_the_tenants_rate_are_429_and_write_nothing() {
     }
 }
 
+/// The stream tests count open streams against the deployment's cap (3): one at a time.
+static STREAM_TESTS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// An open stream: the response is held (its body unread) until dropped.
 async fn open_stream(url: &str) -> reqwest::Response {
     tokio::time::timeout(Duration::from_secs(30), reqwest::Client::new().get(url).send())
@@ -143,9 +147,9 @@ async fn assert_refused(url: &str, scope: &str) {
 }
 
 /// Opens streams at `url` until one is accepted again (a closed stream's slot is given back
-/// as the stream's invocation ends), within 10 s.
+/// as the stream's invocation ends: at its next keepalive, 1 s here), within 300 tries.
 async fn reopens(url: &str) -> reqwest::Response {
-    for _ in 0..100 {
+    for _ in 0..300 {
         let response = open_stream(url).await;
         if response.status() == 200 {
             return response;
@@ -159,6 +163,7 @@ async fn reopens(url: &str) -> reqwest::Response {
 #[tokio::test]
 async fn a_third_stream_of_a_job_is_429_until_one_closes() {
     stack();
+    let _one_at_a_time = STREAM_TESTS.lock().await;
     let api = Api::new(&principal("watcher"));
     let job_id = api.submit(&long_job()).await;
     let url = events_url(&api, &job_id).await;
@@ -175,6 +180,7 @@ async fn a_third_stream_of_a_job_is_429_until_one_closes() {
 #[tokio::test]
 async fn a_third_stream_of_a_tenant_is_429_until_one_ends() {
     stack();
+    let _one_at_a_time = STREAM_TESTS.lock().await;
     let api = Api::new(&principal("many-jobs"));
     let mut jobs = Vec::new();
     for items in 600..603 {
@@ -203,6 +209,35 @@ async fn a_third_stream_of_a_tenant_is_429_until_one_ends() {
     drop((b, c));
     for job_id in jobs.iter().skip(1).chain([&other_job]) {
         let api = if *job_id == other_job { &other } else { &api };
+        api.post_json(&format!("/jobs/{job_id}/cancel"), &json!({})).await;
+    }
+}
+
+/// Streams past the deployment's cap are refused whoever opens them, so the events
+/// function's reserved concurrency always has room: two tenants within their own caps (2 each)
+/// cannot open a fourth stream between them when the deployment allows 3.
+#[tokio::test]
+async fn streams_past_the_deployments_cap_are_429_until_one_ends() {
+    stack();
+    let _one_at_a_time = STREAM_TESTS.lock().await;
+    let (first, second) = (Api::new(&principal("cap-a")), Api::new(&principal("cap-b")));
+    let mut jobs = Vec::new();
+    for (api, items) in [(&first, 600), (&first, 601), (&second, 602), (&second, 603)] {
+        let job_id =
+            api.submit(&json!({"type": "demo", "params": {"items": items, "item_ms": 100}})).await;
+        jobs.push((api, job_id.clone(), events_url(api, &job_id).await));
+    }
+    let mut open = Vec::new();
+    for (_, _, url) in &jobs[..3] {
+        let stream = open_stream(url).await;
+        assert_eq!(stream.status(), 200);
+        open.push(stream);
+    }
+    assert_refused(&jobs[3].2, "deployment").await;
+    drop(open.remove(0));
+    let fourth = reopens(&jobs[3].2).await;
+    drop((open, fourth));
+    for (api, job_id, _) in &jobs {
         api.post_json(&format!("/jobs/{job_id}/cancel"), &json!({})).await;
     }
 }
@@ -289,14 +324,14 @@ async fn bad_delayed_starts_are_422_and_the_delay_is_part_of_the_request() {
     )
     .await;
     assert_problem(&other, 422, "idempotency-key-reused");
-    // The same delay is the same request: a replay (409 while the first is under 10 s old).
+    // The same delay is the same request: a replay, answered with the job the first made.
     let replay = submit_with_key(
         &api,
         &json!({"type": "demo", "params": {"items": 1}, "delay_seconds": 600}),
         "d",
     )
     .await;
-    assert!(matches!(replay.status, 200 | 409), "{}", replay.text);
+    assert_eq!(replay.status, 200, "{}", replay.text);
     let job_id = first.json["job_id"].as_str().unwrap();
     api.post_json(&format!("/jobs/{job_id}/cancel"), &json!({})).await;
 }
@@ -315,7 +350,9 @@ async fn the_reaper_enqueues_a_due_delayed_job_for_its_start_and_the_dispatcher_
     let jobs = JobStore::new(aws.dynamodb.clone(), table.clone());
     // Accepted two days ago (past LONGHAUL_MAX_PENDING_SECONDS: it must not fail for that).
     let created = format_rfc3339(chrono::Utc::now() - chrono::Duration::days(2));
-    let start = chrono::Utc::now() + chrono::Duration::seconds(8);
+    // Far enough ahead that the reaper's run and the early message's handling are normally
+    // over before it; the "still pending" check below is made only if its read was.
+    let start = chrono::Utc::now() + chrono::Duration::seconds(20);
     let job = JobRecord {
         params: json!({"items": 1}),
         not_before: Some(start.into()),
@@ -351,7 +388,11 @@ async fn the_reaper_enqueues_a_due_delayed_job_for_its_start_and_the_dispatcher_
     assert_eq!(reply.status(), 200);
     tokio::time::sleep(Duration::from_secs(3)).await;
     let waiting = api.get(&format!("/jobs/{}", job.job_id)).await.json;
-    assert_eq!(waiting["status"], "pending", "{waiting}");
+    if chrono::Utc::now() < start {
+        assert_eq!(waiting["status"], "pending", "{waiting}");
+    } else {
+        eprintln!("the machine took past the start to get here: the pending check is skipped");
+    }
     let done = api.wait_terminal(&job.job_id, Duration::from_secs(60)).await;
     assert_eq!(done["status"], "succeeded", "{done}");
     assert!(time(&done["started_at"]) >= start, "started early: {done}");

@@ -22,7 +22,15 @@ pub fn body(args: &Submit, params: Value) -> Value {
 /// it to its end instead and exits with the job's code.
 pub async fn submit(api: &Api, out: &Output, args: &Submit) -> Result<Exit, CliError> {
     let body = body(args, params::load(&args.params)?);
-    let reply = send_riding_out_in_flight(api, &body, args.idempotency_key.as_deref()).await?;
+    let mut request = api.request(Method::POST, "/jobs").json(&body);
+    if let Some(key) = &args.idempotency_key {
+        request = request.header("idempotency-key", key);
+    }
+    // Sent once. A replay of a key whose job exists answers 200 with that job at once; the
+    // API answers 409 only while another request with this key has claimed it and not yet
+    // written its job (a concurrent submission, or one that died less than 10 s ago), which
+    // this command reports rather than waits out.
+    let reply = api.send(request, "POST /jobs").await?;
     let job_id = reply
         .body
         .get("job_id")
@@ -43,41 +51,6 @@ pub async fn submit(api: &Api, out: &Output, args: &Submit) -> Result<Exit, CliE
     Ok(Exit::Ok)
 }
 
-/// How many times a submission answered "the original request is still in progress" (`409`
-/// `request-in-flight`, e.g. a replay of a key whose job is being created) is sent again.
-const IN_FLIGHT_RETRIES: u32 = 10;
-
-/// `POST /jobs`, sent again (a second later, as the answer's `Retry-After` says) while the
-/// API says the original request with this key is still in flight: the answer the caller
-/// wants is that request's job, which comes within moments.
-async fn send_riding_out_in_flight(
-    api: &Api,
-    body: &Value,
-    key: Option<&str>,
-) -> Result<crate::api::Reply, CliError> {
-    let mut tries = 0;
-    loop {
-        let mut request = api.request(Method::POST, "/jobs").json(body);
-        if let Some(key) = key {
-            request = request.header("idempotency-key", key);
-        }
-        match api.send(request, "POST /jobs").await {
-            Err(CliError::Api(problem)) if is_in_flight(&problem) && tries < IN_FLIGHT_RETRIES => {
-                tries += 1;
-                // The API asks for a second (`Retry-After: 1`) whenever it answers this.
-                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-            }
-            other => return other,
-        }
-    }
-}
-
-/// Whether `problem` says the original request with this key is still being processed.
-fn is_in_flight(problem: &crate::api::Problem) -> bool {
-    problem.status == Some(409)
-        && problem.kind.as_deref().is_some_and(|k| k.ends_with("/request-in-flight"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -89,18 +62,6 @@ mod tests {
             Command::Submit(submit) => submit,
             other => panic!("{other:?}"),
         }
-    }
-
-    #[test]
-    fn only_an_in_flight_conflict_is_sent_again() {
-        let problem = |status, kind: &str| crate::api::Problem {
-            status: Some(status),
-            kind: Some(kind.to_owned()),
-            ..Default::default()
-        };
-        assert!(is_in_flight(&problem(409, "/problems/request-in-flight")));
-        assert!(!is_in_flight(&problem(409, "/problems/idempotency-key-reused")));
-        assert!(!is_in_flight(&problem(422, "/problems/request-in-flight")));
     }
 
     #[test]

@@ -3,6 +3,12 @@
 //! A `pending` or `queued` job is cancelled at once (and its execution, if one started, is
 //! stopped); a `running` job gets a cooperative cancellation request that its stage honours
 //! at its next progress write; a terminal job answers 409. Who asked and why is recorded.
+//!
+//! A request for a running job that was asked to stop before answers 202 with the first
+//! request, and sets the progress record's flag again ([`JobStore::cancel`]): if the first
+//! request's flag write failed (a 500 after the job record took the request), the retry is
+//! what stops the worker. Should the worker die before it sees the flag, the reaper ends the
+//! job `cancelled` with the same reason.
 
 use lambda_http::http::{StatusCode, header};
 use lambda_http::{Body, Request, Response};

@@ -8,8 +8,9 @@
 //!
 //! **Running-job limits.** Before its execution starts, a job takes a slot of its tenant's
 //! pool (`LONGHAUL_TENANT_MAX_RUNNING`) and of its kind's (the policy's `concurrency_limit`);
-//! a full pool makes it *wait* — still `pending`, in the pool's waiting list, no execution —
-//! until whoever frees a slot (the slots function, when a job ends; the reaper's
+//! a full pool makes it *wait* — still `pending`, in the pool's waiting list (in a kind pool,
+//! its tenant's list there, its tenant given a place in the pool's ring of tenants), no
+//! execution — until whoever frees a slot (the slots function, when a job ends; the reaper's
 //! reconciliation) wakes it with a new message. See `longhaul_aws::slots`.
 //!
 //! A delayed job (`not_before`) is never started early: the `pending → queued` write is
@@ -185,12 +186,20 @@ pub async fn dispatch(deps: &Deps, job_id: &str) -> Result<(), DispatchError> {
                 give_back(deps, job_id, &taken).await?;
                 return Ok(());
             }
+            Slot::MovedOn(status) => {
+                // Another message dispatched it (or it ended) while this one took slots: the
+                // slots taken are the running job's own unless it ended.
+                if after_lost_dispatch(status) == LostDispatch::GiveBack {
+                    give_back(deps, job_id, &taken).await?;
+                }
+                return Ok(());
+            }
         }
     }
     if waited {
         let position = waiting_sort_key(job.priority, &job.created_at.to_rfc3339(), job_id);
         for (pool, _) in &pools {
-            deps.admitter.slots.leave_waiting(pool, &position).await?;
+            deps.admitter.slots.leave_waiting(pool, &job.owner, &position).await?;
         }
     }
     let name = execution_name(job_id, 1);
@@ -205,22 +214,50 @@ pub async fn dispatch(deps: &Deps, job_id: &str) -> Result<(), DispatchError> {
             logs::current_job(&job);
             job
         }
-        Err(StoreError::Conflict { current: Some(job) }) if job.status == JobStatus::Queued => {
-            // A duplicate message dispatched it first, under the same slots (they are the
-            // job's, not the message's).
-            tracing::info!("job already queued; starting its execution again (idempotent)");
-            return start(deps, &job, job.execution.as_deref().unwrap_or(&name)).await;
-        }
         Err(StoreError::Conflict { current }) => {
-            // Cancelled (or gone) while it took its slots: they go back to who waits.
-            let status = current.as_ref().map(|j| j.status.as_str()).unwrap_or("missing");
-            tracing::info!(status, "job moved on while dispatched; its slots are given back");
-            give_back(deps, job_id, &pools.iter().collect::<Vec<_>>()).await?;
-            return Ok(());
+            let status = current.as_ref().map(|j| j.status);
+            return match (after_lost_dispatch(status), current) {
+                (LostDispatch::StartAgain, Some(job)) => {
+                    tracing::info!("job already queued; starting its execution again (idempotent)");
+                    start(deps, &job, job.execution.as_deref().unwrap_or(&name)).await
+                }
+                (LostDispatch::KeepSlots, _) => {
+                    tracing::info!(status = ?status, "dispatched by another message meanwhile; its slots stay the job's");
+                    Ok(())
+                }
+                (LostDispatch::GiveBack | LostDispatch::StartAgain, _) => {
+                    tracing::info!(status = ?status, "job ended while dispatched; its slots are given back");
+                    give_back(deps, job_id, &pools.iter().collect::<Vec<_>>()).await
+                }
+            };
         }
         Err(err) => return Err(err.into()),
     };
     start(deps, &job, &name).await
+}
+
+/// What a dispatch does when its `pending → queued` write is refused, by the job's status then.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LostDispatch {
+    /// Another message queued it first, under the same slots (they are the job's, not the
+    /// message's): start its execution again (Step Functions deduplicates by name).
+    StartAgain,
+    /// Another message dispatched it and it runs on (or waits out a backoff, or was
+    /// re-dispatched): its slots are the job's until it ends. Giving them back here would let
+    /// a duplicate message free a running job's slots for the rest of its runtime.
+    KeepSlots,
+    /// It ended (cancelled while it took its slots) or is gone: the slots go back to who waits.
+    GiveBack,
+}
+
+fn after_lost_dispatch(status: Option<JobStatus>) -> LostDispatch {
+    match status {
+        Some(JobStatus::Queued) => LostDispatch::StartAgain,
+        Some(JobStatus::Running) => LostDispatch::KeepSlots,
+        // Still pending (the write was refused for another reason: it is dispatched again
+        // later, taking its slots again), ended, or gone.
+        _ => LostDispatch::GiveBack,
+    }
 }
 
 /// Starts (or starts again: Step Functions deduplicates by name) the job's execution, in the
@@ -257,6 +294,9 @@ enum Slot {
     Taken { waited: bool },
     /// The pool is full: the job waits in its list, marked `waiting`.
     Full,
+    /// The pool is full, and the job is no longer pending (its status now, `None`: gone):
+    /// another message dispatched it, or it was cancelled.
+    MovedOn(Option<JobStatus>),
 }
 
 /// Takes a slot of `pool` for `job`. A full pool puts the job in its waiting list and marks
@@ -278,10 +318,10 @@ async fn take_slot(
         Waiting { reason: pool.reason(), limit: *limit, since: format_rfc3339(now), position };
     match deps.jobs.mark_waiting(&job.job_id, &waiting).await {
         Ok(_) => {}
-        Err(StoreError::Conflict { .. }) => {
+        Err(StoreError::Conflict { current }) => {
             // Cancelled meanwhile (or dispatched by a duplicate message): it waits for nothing.
-            slots.leave_waiting(pool, &waiting.position).await?;
-            return Ok(Slot::Full);
+            slots.leave_waiting(pool, &job.owner, &waiting.position).await?;
+            return Ok(Slot::MovedOn(current.map(|j| j.status)));
         }
         Err(err) => return Err(err.into()),
     }
@@ -298,4 +338,25 @@ async fn give_back(deps: &Deps, job_id: &str, pools: &[&(Pool, u32)]) -> Result<
         deps.admitter.release(pool, *limit, &[job_id.to_owned()]).await?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod lost_dispatch_tests {
+    use super::*;
+
+    /// A duplicate message that read the job pending, took its (already held) slots and then
+    /// lost the race to queue it must not free the slots of the job the other message
+    /// dispatched: only an ended or missing job's go back.
+    #[test]
+    fn a_duplicate_dispatch_keeps_a_running_jobs_slots() {
+        assert_eq!(after_lost_dispatch(Some(JobStatus::Queued)), LostDispatch::StartAgain);
+        assert_eq!(after_lost_dispatch(Some(JobStatus::Running)), LostDispatch::KeepSlots);
+        for ended in
+            [JobStatus::Succeeded, JobStatus::Failed, JobStatus::Cancelled, JobStatus::Expired]
+        {
+            assert_eq!(after_lost_dispatch(Some(ended)), LostDispatch::GiveBack, "{ended:?}");
+        }
+        assert_eq!(after_lost_dispatch(None), LostDispatch::GiveBack);
+        assert_eq!(after_lost_dispatch(Some(JobStatus::Pending)), LostDispatch::GiveBack);
+    }
 }

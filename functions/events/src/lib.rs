@@ -16,8 +16,10 @@
 //! values are accepted). A comment line every 15 s keeps proxies from closing an idle stream;
 //! the stream ends after the terminal event.
 //!
-//! Each stream holds a slot of its job and of its owner ([`StreamSlots`]: at most
-//! `LONGHAUL_MAX_STREAMS_PER_JOB` and `LONGHAUL_MAX_STREAMS_PER_TENANT` open at once), taken
+//! Each stream holds a slot of its job, of its owner and of the deployment ([`StreamSlots`]: at
+//! most `LONGHAUL_MAX_STREAMS_PER_JOB`, `LONGHAUL_MAX_STREAMS_PER_TENANT` and
+//! `LONGHAUL_MAX_STREAMS` open at once — the last below the function's reserved concurrency,
+//! so streams past it are refused with a `429` rather than throttled by Lambda), taken
 //! after the token check and the job read, before the stream starts: over a cap the request is
 //! a `429` with `Retry-After`. The slot is a lease that expires a minute after the stream's
 //! longest duration; the stream gives it back when it ends (or its client goes away), and a
@@ -35,10 +37,13 @@ use lambda_http::http::{HeaderMap, HeaderValue, StatusCode, header};
 use lambda_http::{Request, RequestExt, Response};
 use longhaul_aws::api::Problem;
 use longhaul_aws::config::{ConfigError, Vars};
-use longhaul_aws::jobs::{JobStore, JobView};
+use longhaul_aws::jobs::{JobStore, JobView, ProgressRecord};
 use longhaul_aws::limits::{SlotError, StreamLease, StreamSlots};
 use longhaul_aws::logs;
+use longhaul_aws::secrets::SecretKey;
+use longhaul_domain::progress::ProgressView;
 use longhaul_domain::{JobStatus, stream_token};
+use secrecy::ExposeSecret;
 use serde_json::json;
 use tracing::Instrument;
 
@@ -51,8 +56,9 @@ pub type EventBody =
 pub struct Config {
     /// `TABLE_NAME`.
     pub table: String,
-    /// `STREAM_TOKEN_SECRET`: the key stream tokens are signed with.
-    pub token_secret: String,
+    /// `STREAM_TOKEN_SECRET_ARN`: the Secrets Manager secret whose value signs stream tokens
+    /// (read at init, never from the environment).
+    pub token_secret_arn: String,
     /// `LONGHAUL_STREAM_POLL_MS` (1,000): how often the job is read while streaming.
     pub poll: Duration,
     /// `LONGHAUL_STREAM_KEEPALIVE_SECONDS` (15): idle comment interval.
@@ -64,6 +70,9 @@ pub struct Config {
     pub max_streams_per_job: usize,
     /// `LONGHAUL_MAX_STREAMS_PER_TENANT` (50; 0 = no cap): streams one owner may have open.
     pub max_streams_per_tenant: usize,
+    /// `LONGHAUL_MAX_STREAMS` (90; 0 = no cap): streams the deployment may have open, kept
+    /// below the function's reserved concurrency (100 by default).
+    pub max_streams: usize,
 }
 
 /// How long a stream's slot lease outlives the stream's longest duration: a crashed
@@ -74,12 +83,13 @@ impl std::fmt::Debug for Config {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Config")
             .field("table", &self.table)
-            .field("token_secret", &logs::Redacted)
+            .field("token_secret_arn", &self.token_secret_arn)
             .field("poll", &self.poll)
             .field("keepalive", &self.keepalive)
             .field("max_duration", &self.max_duration)
             .field("max_streams_per_job", &self.max_streams_per_job)
             .field("max_streams_per_tenant", &self.max_streams_per_tenant)
+            .field("max_streams", &self.max_streams)
             .finish()
     }
 }
@@ -89,7 +99,7 @@ impl Config {
     pub fn from_vars(vars: &Vars) -> Result<Self, ConfigError> {
         Ok(Config {
             table: vars.required("TABLE_NAME")?,
-            token_secret: vars.required("STREAM_TOKEN_SECRET")?,
+            token_secret_arn: vars.required("STREAM_TOKEN_SECRET_ARN")?,
             poll: Duration::from_millis(vars.parsed_or("LONGHAUL_STREAM_POLL_MS", 1_000)?),
             keepalive: Duration::from_secs(
                 vars.parsed_or("LONGHAUL_STREAM_KEEPALIVE_SECONDS", 15)?,
@@ -97,6 +107,7 @@ impl Config {
             max_duration: Duration::from_secs(vars.parsed_or("LONGHAUL_STREAM_MAX_SECONDS", 840)?),
             max_streams_per_job: vars.parsed_or("LONGHAUL_MAX_STREAMS_PER_JOB", 5)?,
             max_streams_per_tenant: vars.parsed_or("LONGHAUL_MAX_STREAMS_PER_TENANT", 50)?,
+            max_streams: vars.parsed_or("LONGHAUL_MAX_STREAMS", 90)?,
         })
     }
 }
@@ -108,6 +119,8 @@ pub struct Deps {
     pub jobs: JobStore,
     /// The open-stream caps (leases in the job table).
     pub slots: StreamSlots,
+    /// The key stream tokens are signed with.
+    pub token_key: SecretKey,
     /// Settings.
     pub config: Config,
 }
@@ -122,6 +135,11 @@ impl Deps {
                 config.table.clone(),
                 config.max_streams_per_job,
                 config.max_streams_per_tenant,
+                config.max_streams,
+            ),
+            token_key: SecretKey::new(
+                aws_sdk_secretsmanager::Client::new(sdk),
+                config.token_secret_arn.clone(),
             ),
             config: config.clone(),
         }
@@ -178,9 +196,13 @@ async fn open(deps: &Deps, request: &Request) -> Result<(JobView, u64, StreamLea
     let query = request.query_string_parameters();
     let token = query.first("token").unwrap_or_default();
     // Before any read: refusing a forged token must not cost a DynamoDB call (nor tell
-    // whether the job exists).
+    // whether the job exists). The key is in memory after the sandbox's first request.
+    let key = deps.token_key.get().await.map_err(|err| {
+        tracing::error!(error = %err, "reading the stream token key failed");
+        Problem::internal()
+    })?;
     let grant = stream_token::verify(
-        deps.config.token_secret.as_bytes(),
+        key.expose_secret().as_bytes(),
         token,
         &job_id,
         chrono::Utc::now().timestamp(),
@@ -316,8 +338,9 @@ struct State {
     ends_at: Instant,
     done: bool,
     first: bool,
-    /// Whether the last progress event sent said 100 % (a succeeded job's stream ends with one
-    /// before its status event, whatever the worker's last write said).
+    /// Whether the last progress event sent was already the job's end
+    /// ([`ProgressView::is_ended`]): a succeeded job's stream ends with that view before its
+    /// status event, whatever the worker's last write said.
     complete_sent: bool,
 }
 
@@ -347,6 +370,15 @@ fn stream(
         let span = st.span.clone();
         poll(st).instrument(span)
     })
+}
+
+/// A `progress` event's data: the job, its status and `shown`, its progress as
+/// `GET /jobs/{id}` shows it.
+fn progress_data(view: &JobView, shown: ProgressView) -> serde_json::Value {
+    let mut data = serde_json::to_value(shown).expect("progress views serialise");
+    data["job_id"] = json!(view.job.job_id);
+    data["status"] = json!(view.job.status);
+    data
 }
 
 /// One step of the stream: the next chunk to send, or its end.
@@ -395,23 +427,17 @@ async fn poll(mut st: State) -> Option<(Bytes, State)> {
         let seq = view.progress.as_ref().map(|p| p.seq).unwrap_or(0);
         if view.job.status == JobStatus::Succeeded && !st.complete_sent && st.last_id <= seq {
             // A progress bar ends full: the worker's last progress write may predate the end
-            // of its last items (writes are spaced), so the stream says 100 % itself, as event
+            // of its last items (writes are spaced), so the stream sends the job's end itself —
+            // the view `GET /jobs/{id}` shows ([`ProgressView::for_status`]) — as event
             // `seq + 1` (the status is `seq + 2`: a client that saw it resumes past it).
             st.complete_sent = true;
             st.last_id = seq.max(st.last_id).saturating_add(1);
-            let p = view.progress.clone().unwrap_or_default();
-            let data = json!({
-                "job_id": view.job.job_id,
-                "status": view.job.status,
-                "pct": 100.0,
-                "stage": p.stage,
-                "stage_index": p.stage_index,
-                "stages_total": p.stages_total,
-                "items_done": p.items_total.unwrap_or(p.items_done),
-                "items_total": p.items_total,
-                "eta": 0,
-            });
-            return Some((event(st.last_id, "progress", &data), st));
+            let shown = view
+                .progress
+                .as_ref()
+                .map_or_else(ProgressView::unknown, ProgressRecord::recorded)
+                .for_status(view.job.status);
+            return Some((event(st.last_id, "progress", &progress_data(&view, shown)), st));
         }
         if view.job.status.is_terminal() {
             st.done = true;
@@ -431,20 +457,11 @@ async fn poll(mut st: State) -> Option<(Bytes, State)> {
         }
         if let Some(progress) = view.progress.as_ref().filter(|p| p.seq > st.last_id) {
             st.last_id = progress.seq;
-            st.complete_sent = progress.pct >= 100.0;
             st.last_sent = Instant::now();
-            let data = json!({
-                "job_id": view.job.job_id,
-                "status": view.job.status,
-                "pct": progress.pct,
-                "stage": progress.stage,
-                "stage_index": progress.stage_index,
-                "stages_total": progress.stages_total,
-                "items_done": progress.items_done,
-                "items_total": progress.items_total,
-                "eta": progress.eta_seconds,
-            });
-            return Some((event(progress.seq, "progress", &data), st));
+            let shown = progress.recorded().for_status(view.job.status);
+            // A write that already says what the end will: no second event at the end.
+            st.complete_sent = shown.is_ended();
+            return Some((event(progress.seq, "progress", &progress_data(&view, shown)), st));
         }
         if st.last_sent.elapsed() >= st.deps.config.keepalive {
             st.last_sent = Instant::now();

@@ -13,7 +13,10 @@
 //!   while the retry budget lasts; else it fails with the reason;
 //! * **stalled progress** — heartbeats but no progress for the stall threshold: the job is
 //!   flagged (`"stalled": true`) and counted; still stalled after the grace, it is a zombie;
-//! * **job-level timeout** — running longer than its job type's maximum: failed (`Job.Timeout`).
+//! * **job-level timeout** — running longer than its job type's maximum: failed (`Job.Timeout`);
+//! * **requested cancellation** — a zombie or overtime job whose owner asked to cancel it (the
+//!   job record holds the cancellation) is neither rescued nor failed: it ends `cancelled` with
+//!   the requester's reason, its partial results deleted, as its stage would have ended it.
 //!
 //! One file per sweep, as River has one per maintenance service: [`pending`], [`queued`],
 //! [`running`], [`waiting`] (the pools of jobs waiting for a running slot).
@@ -182,6 +185,9 @@ pub struct Report {
     pub backfilled: u32,
     /// Jobs failed (budget spent, timed out, undispatchable).
     pub failed: u32,
+    /// Running jobs whose owner had asked to cancel them, ended `cancelled` because their
+    /// worker will not (it stopped heartbeating, or the job ran past its maximum).
+    pub cancelled: u32,
     /// Jobs newly flagged stalled.
     pub stalled: u32,
     /// Stalled flags cleared.
@@ -216,6 +222,7 @@ impl Report {
         self.redispatched += other.redispatched;
         self.backfilled += other.backfilled;
         self.failed += other.failed;
+        self.cancelled += other.cancelled;
         self.stalled += other.stalled;
         self.recovered += other.recovered;
         self.raced += other.raced;

@@ -1,6 +1,7 @@
 //! `running` jobs judged from their index entries and progress records: zombies rescued
 //! (success back-filled, re-dispatched as a new attempt, or failed), stalls flagged and
-//! cleared, overtime failed.
+//! cleared, overtime failed — and a zombie or overtime job whose owner asked to cancel it
+//! ended `cancelled` instead (see [`action`]).
 
 use crate::*;
 
@@ -10,8 +11,9 @@ use longhaul_aws::executions::execution_name;
 use longhaul_aws::jobs::{JobEntry, ProgressRecord, TransitionRequest};
 use longhaul_aws::logs;
 use longhaul_aws::metrics::{self, Metric};
+use longhaul_aws::objects::result_key;
 use longhaul_domain::reaper::{Rescue, Running, Verdict, judge, rescue};
-use longhaul_domain::{ErrorCode, JobError, JobStatus, Timestamp};
+use longhaul_domain::{Cancellation, ErrorCode, JobError, JobStatus, Timestamp};
 use tracing::Instrument;
 
 /// Judges a page of running jobs from what the index holds and their progress records (one
@@ -85,9 +87,10 @@ async fn running(
     let Some((lease, state)) = running_state(&job, view.progress.as_ref(), deps) else {
         return Ok(());
     };
-    match judge(now, &state, &deps.config.thresholds) {
-        Verdict::Healthy => Ok(()),
-        Verdict::Stalled => {
+    let verdict = judge(now, &state, &deps.config.thresholds);
+    match action(verdict, view.job.cancellation.as_ref()) {
+        Action::Leave => Ok(()),
+        Action::FlagStalled => {
             let result = deps.jobs.mark_stalled(job_id, &lease, Some(&at(now))).await;
             if result.is_ok() {
                 metrics::count(Metric::StalledJobs, &job);
@@ -96,14 +99,14 @@ async fn running(
             }
             raced(result, report)
         }
-        Verdict::Recovered => {
+        Action::ClearStalled => {
             let result = deps.jobs.mark_stalled(job_id, &lease, None).await;
             if result.is_ok() {
                 report.recovered += 1;
             }
             raced(result, report)
         }
-        Verdict::TimedOut(reason) => {
+        Action::TimeOut(reason) => {
             let error = JobError::new(ErrorCode::Timeout, reason);
             let result = fail(deps, &job, &[JobStatus::Running], Some(&lease), error).await;
             if result.is_ok() {
@@ -111,8 +114,102 @@ async fn running(
             }
             raced(result, report)
         }
-        Verdict::Zombie(reason) => zombie(deps, now, &job, &lease, reason, report).await,
+        Action::Rescue(reason) => zombie(deps, now, &job, &lease, reason, report).await,
+        Action::Cancel { cancellation, why, worker_gone } => {
+            let result = cancel(deps, &job, &lease, &cancellation, &why).await;
+            if result.is_ok() {
+                report.cancelled += 1;
+                if worker_gone {
+                    // Counted only by the reaper whose fenced write ended it.
+                    metrics::count(Metric::ZombiesReaped, &job);
+                }
+            }
+            raced(result, report)
+        }
     }
+}
+
+/// What the reaper does about a running job.
+#[derive(Debug, Clone, PartialEq)]
+enum Action {
+    /// Nothing: it is healthy. (A live worker honours a cancellation itself, at its next
+    /// progress write.)
+    Leave,
+    /// Heartbeats, no progress: flag it stalled.
+    FlagStalled,
+    /// Progress moved again: clear its stalled flag.
+    ClearStalled,
+    /// Ran past its maximum: fail it (`Job.Timeout`), with the reason.
+    TimeOut(String),
+    /// Its worker is gone: rescue it ([`zombie`]), with the reason.
+    Rescue(String),
+    /// Its owner asked to cancel it and its worker will not end it: end it `cancelled`
+    /// ([`cancel`]) with the requester's reason.
+    Cancel {
+        /// The owner's request, as the job record holds it.
+        cancellation: Cancellation,
+        /// Why the worker will not end it (the verdict's reason), for the log.
+        why: String,
+        /// The worker stopped heartbeating (a zombie), rather than overran its maximum.
+        worker_gone: bool,
+    },
+}
+
+/// Decides what to do about a running job from the reaper's `verdict` and the cancellation
+/// its owner requested, if any. A requested cancellation outranks a rescue or a timeout: a
+/// job whose owner asked to cancel it must not be re-dispatched, back-filled as a success or
+/// failed (`Job.Abandoned`, `Job.Timeout`, and a `job.failed` webhook) just because its
+/// worker died (or overran) before it saw the request. Stall flags are left as they are: a
+/// stalled worker still heartbeats, and its next refused progress write stops it.
+fn action(verdict: Verdict, cancellation: Option<&Cancellation>) -> Action {
+    match (verdict, cancellation) {
+        (Verdict::Healthy, _) => Action::Leave,
+        (Verdict::Stalled, _) => Action::FlagStalled,
+        (Verdict::Recovered, _) => Action::ClearStalled,
+        (Verdict::Zombie(why), Some(cancellation)) => {
+            Action::Cancel { cancellation: cancellation.clone(), why, worker_gone: true }
+        }
+        (Verdict::TimedOut(why), Some(cancellation)) => {
+            Action::Cancel { cancellation: cancellation.clone(), why, worker_gone: false }
+        }
+        (Verdict::TimedOut(reason), None) => Action::TimeOut(reason),
+        (Verdict::Zombie(reason), None) => Action::Rescue(reason),
+    }
+}
+
+/// Ends a running job whose owner asked to cancel it and whose worker will not, as the
+/// stage's own cancellation does: partial results are deleted first, so a `cancelled` job
+/// never has a result object, then the job becomes `cancelled` with the requester's reason
+/// (fenced by `lease`: a worker that ended the job meanwhile wins, and this is a lost race).
+/// Then, as after any end the reaper makes, the lease loses the progress record (a worker
+/// that was only slow has its next write refused), the end is counted, the execution is
+/// stopped and the job tidied. A step before the transition that fails leaves the job
+/// `running` for the next run to end.
+async fn cancel(
+    deps: &Deps,
+    job: &JobEntry,
+    lease: &str,
+    cancellation: &Cancellation,
+    why: &str,
+) -> Result<(), StoreError> {
+    let job_id = job.job_id.as_str();
+    deps.objects.delete_prefix(&result_key(job_id, "")).await?;
+    let request = TransitionRequest::new(
+        job_id,
+        &[JobStatus::Running],
+        JobStatus::Cancelled,
+        cancellation.log_reason(),
+    )
+    .fenced(lease);
+    let ended = deps.jobs.transition(request).await?;
+    revoke(deps, job_id, lease).await;
+    metrics::emit_end(&ended);
+    tracing::warn!(why, "cancelled by the reaper: its owner asked, and its worker cannot");
+    stop_execution(deps, job, "cancelled by its owner").await;
+    if let Err(err) = tidy(deps, job_id, JobStatus::Cancelled).await {
+        tracing::warn!(error = %err, "cleanup after cancelling the job failed; the lifecycle rule is the backstop");
+    }
+    Ok(())
 }
 
 async fn zombie(
@@ -201,4 +298,61 @@ async fn zombie(
         metrics::count(Metric::ZombiesReaped, job);
     }
     raced(outcome, report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cancellation() -> Cancellation {
+        Cancellation {
+            requested_at: "2025-01-01T00:00:00Z".into(),
+            requested_by: "alice".into(),
+            reason: Some("wrong input".into()),
+        }
+    }
+
+    #[test]
+    fn a_requested_cancellation_ends_a_zombie_cancelled_instead_of_rescuing_it() {
+        let asked = cancellation();
+        assert_eq!(
+            action(Verdict::Zombie("no heartbeat for 95 s".into()), Some(&asked)),
+            Action::Cancel {
+                cancellation: asked.clone(),
+                why: "no heartbeat for 95 s".into(),
+                worker_gone: true,
+            }
+        );
+        assert_eq!(
+            action(Verdict::Zombie("no heartbeat for 95 s".into()), None),
+            Action::Rescue("no heartbeat for 95 s".into())
+        );
+    }
+
+    #[test]
+    fn a_requested_cancellation_ends_an_overtime_job_cancelled_instead_of_failing_it() {
+        let asked = cancellation();
+        assert_eq!(
+            action(Verdict::TimedOut("ran longer than its maximum of 40 s".into()), Some(&asked)),
+            Action::Cancel {
+                cancellation: asked.clone(),
+                why: "ran longer than its maximum of 40 s".into(),
+                worker_gone: false,
+            }
+        );
+        assert_eq!(
+            action(Verdict::TimedOut("ran longer than its maximum of 40 s".into()), None),
+            Action::TimeOut("ran longer than its maximum of 40 s".into())
+        );
+    }
+
+    #[test]
+    fn a_live_worker_is_left_to_honour_the_cancellation_itself() {
+        let asked = cancellation();
+        for cancellation in [None, Some(&asked)] {
+            assert_eq!(action(Verdict::Healthy, cancellation), Action::Leave);
+            assert_eq!(action(Verdict::Stalled, cancellation), Action::FlagStalled);
+            assert_eq!(action(Verdict::Recovered, cancellation), Action::ClearStalled);
+        }
+    }
 }

@@ -9,7 +9,8 @@
 //! back the job's slot of its tenant's pool and of its kind's (`DELETE` from the holders set:
 //! idempotent, so a retried batch frees nothing twice), takes the job out of the waiting
 //! lists if it ended while waiting (a cancel), and sends a dispatch message for as many
-//! waiting jobs as the pool now has free slots (`longhaul_aws::slots::Admitter`).
+//! waiting jobs as the pool now has free slots (`longhaul_aws::slots::Admitter`): a tenant
+//! pool's in priority order, a kind pool's one tenant at a time, in turn.
 //!
 //! The first record that could not be handled is the batch item failure: Lambda retries the
 //! shard from it. A record that cannot be read is logged and skipped (no retry would change
@@ -148,7 +149,7 @@ pub async fn free(deps: &Deps, job: &EndedJob) -> Result<(), longhaul_aws::AwsEr
         // Only a job that ended while it waited (a cancel) is in a list: every other end
         // would pay a delete of nothing.
         if job.waiting.is_some() {
-            deps.admitter.slots.leave_waiting(pool, &position).await?;
+            deps.admitter.slots.leave_waiting(pool, &job.owner, &position).await?;
         }
         deps.admitter.release(pool, *limit, std::slice::from_ref(&job.job_id)).await?;
     }

@@ -66,6 +66,8 @@ pub struct Ctx<'a> {
     /// the work since its checkpoint (below `floor_done`, so the record does not move) is
     /// still progressing, and the reaper's stall check must see it.
     last_done: u64,
+    /// The count and total of the last progress write (what a heartbeat repeats).
+    last_reported: (u64, Option<u64>),
     checkpoint_key: Option<String>,
     /// Recent progress, for the ETA; `started` is its clock's zero.
     throughput: ThroughputWindow,
@@ -110,6 +112,7 @@ impl<'a> Ctx<'a> {
             last_pct: progress.pct,
             floor_done: if same_stage { progress.items_done } else { 0 },
             last_done: 0,
+            last_reported: (0, None),
             checkpoint_key: if same_stage { progress.checkpoint_key.clone() } else { None },
             throughput: ThroughputWindow::new(ETA_WINDOW_SECONDS),
             started: Instant::now(),
@@ -243,6 +246,7 @@ impl<'a> Ctx<'a> {
         self.last_pct = pct;
         self.floor_done = record.items_done;
         self.last_done = done;
+        self.last_reported = (done, total);
         Ok(())
     }
 
@@ -410,6 +414,29 @@ impl<'a> Ctx<'a> {
         self.floor_done = 0;
         self.last_done = 0;
         self.write(0, None).await
+    }
+
+    /// Awaits `call` (one long AWS call, such as completing a large multipart upload) while
+    /// writing heartbeats at the heartbeat interval, at the progress last reported, so the
+    /// reaper does not take the waiting stage for a zombie. A cancellation seen meanwhile is
+    /// handled as in [`Ctx::progress`] (the call still runs to its end).
+    pub async fn heartbeating<T>(
+        &mut self,
+        call: impl Future<Output = T>,
+    ) -> Result<T, StageError> {
+        let step = self.deps.heartbeat_interval.max(Duration::from_millis(1));
+        let (done, total) = self.last_reported;
+        tokio::pin!(call);
+        loop {
+            tokio::select! {
+                out = &mut call => return Ok(out),
+                () = tokio::time::sleep(step) => match self.heartbeat(done, total).await {
+                    Ok(()) => {}
+                    Err(StageError::Cancelled) => {} // the stage stops after the call
+                    Err(err) => return Err(err),
+                },
+            }
+        }
     }
 
     /// Sleeps `duration` in short steps, heartbeating while it waits.

@@ -91,12 +91,31 @@ impl Ctx<'_> {
     /// (best effort: a failure is logged, and the lifecycle rule removes it later).
     pub(crate) async fn continuable(&mut self, upload: &ResultUpload) -> Result<bool, KindError> {
         match self.owner(upload) {
-            Owner::ThisAttempt => self
-                .deps
-                .objects
-                .multipart_upload_open(upload.location(), upload.upload_id())
-                .await
-                .map_err(|e| aws_failure(RESULT_NOT_STORED, &e)),
+            Owner::ThisAttempt => {
+                let objects = &self.deps.objects;
+                let open = objects
+                    .multipart_upload_open(upload.location(), upload.upload_id())
+                    .await
+                    .map_err(|e| aws_failure(RESULT_NOT_STORED, &e))?;
+                if open {
+                    return Ok(true);
+                }
+                // Gone: aborted by the bucket's rule, or completed by an invocation that died
+                // before it heard so. Completed, the kind goes on to complete it again, which
+                // finds the object made of its parts (`complete_upload`).
+                let completed = objects
+                    .size(upload.location())
+                    .await
+                    .map_err(|e| aws_failure(RESULT_NOT_STORED, &e))?
+                    .is_some();
+                if completed {
+                    tracing::info!(
+                        key = upload.location(),
+                        "the result upload was completed already"
+                    );
+                }
+                Ok(completed)
+            }
             Owner::EarlierAttempt => {
                 let aborted = self
                     .deps
@@ -159,12 +178,17 @@ impl Ctx<'_> {
         self.own_upload(upload)?;
         let parts: Vec<StoredPart> = parts
             .iter()
-            .map(|p| StoredPart { number: p.number(), etag: p.etag().to_owned() })
+            .map(|p| StoredPart { number: p.number(), etag: p.etag().to_owned(), size: p.size() })
             .collect();
-        self.deps
-            .objects
-            .complete_multipart_upload(upload.location(), upload.upload_id(), &parts)
+        // S3 assembles the parts before it answers: minutes for a large result. The progress
+        // record keeps heartbeating meanwhile, so the reaper does not take the stage for dead.
+        let deps = self.deps;
+        let objects = &deps.objects;
+        let completing =
+            objects.complete_multipart_upload(upload.location(), upload.upload_id(), &parts);
+        self.heartbeating(completing)
             .await
+            .map_err(KindError::from)?
             .map_err(|e| aws_failure(RESULT_NOT_STORED, &e))?;
         tracing::info!(key = upload.location(), parts = parts.len(), "result upload completed");
         Ok(ResultRef::from_host(upload.location().to_owned()))

@@ -19,11 +19,14 @@ use lambda_http::http::{HeaderValue, Method, StatusCode, header};
 use lambda_http::{Body, Request, RequestExt, Response};
 use longhaul_aws::api::{Problem, json_response, path_job_id, principal, route_key, wrong_status};
 use longhaul_aws::config::{ConfigError, Vars};
-use longhaul_aws::jobs::{JobEntry, JobStore, JobView, ListError, ListFilter};
+use longhaul_aws::jobs::{JobEntry, JobStore, JobView, ListError, ListFilter, ProgressRecord};
 use longhaul_aws::logs;
 use longhaul_aws::objects::ObjectStore;
+use longhaul_aws::secrets::SecretKey;
+use longhaul_domain::progress::ProgressView;
 use longhaul_domain::{JobStatus, stream_token};
 use longhaul_worker::Registry;
+use secrecy::ExposeSecret;
 use serde_json::json;
 use sha2::{Digest, Sha256};
 use tracing::Instrument;
@@ -74,8 +77,9 @@ pub struct Config {
     pub bucket: String,
     /// `EVENTS_URL`: base URL of the live progress stream (the events function's URL).
     pub events_url: String,
-    /// `STREAM_TOKEN_SECRET`: signs the stream's job-scoped tokens.
-    pub stream_token_secret: String,
+    /// `STREAM_TOKEN_SECRET_ARN`: the Secrets Manager secret whose value signs the stream's
+    /// job-scoped tokens (read at init, never from the environment).
+    pub stream_token_secret_arn: String,
     /// `LONGHAUL_STREAM_TOKEN_TTL_SECONDS` (900): how long a stream link lives.
     pub stream_token_ttl_seconds: i64,
     /// `ENABLED_JOB_TYPES` (comma-separated; default every registered kind): the kinds
@@ -90,7 +94,7 @@ impl Config {
             table: vars.required("TABLE_NAME")?,
             bucket: vars.required("BUCKET_NAME")?,
             events_url: vars.required("EVENTS_URL")?.trim_end_matches('/').to_owned(),
-            stream_token_secret: vars.required("STREAM_TOKEN_SECRET")?,
+            stream_token_secret_arn: vars.required("STREAM_TOKEN_SECRET_ARN")?,
             stream_token_ttl_seconds: vars
                 .parsed_or("LONGHAUL_STREAM_TOKEN_TTL_SECONDS", STREAM_TOKEN_TTL_SECONDS)?,
             enabled_job_types: {
@@ -107,7 +111,7 @@ impl Config {
     }
 }
 
-/// What the handler needs, built once per sandbox (its `Debug` redacts the stream token key).
+/// What the handler needs, built once per sandbox.
 #[derive(Clone)]
 pub struct Deps {
     /// The job table (read only).
@@ -117,7 +121,7 @@ pub struct Deps {
     /// Base URL of the live progress stream.
     pub events_url: String,
     /// Signs stream tokens.
-    pub stream_token_secret: String,
+    pub stream_token_key: SecretKey,
     /// How long a stream link lives, seconds.
     pub stream_token_ttl_seconds: i64,
     /// The enabled job kinds (`GET /job-types`).
@@ -131,7 +135,10 @@ impl Deps {
             jobs: JobStore::new(aws_sdk_dynamodb::Client::new(sdk), config.table.clone()),
             objects: ObjectStore::new(aws_sdk_s3::Client::new(sdk), config.bucket.clone()),
             events_url: config.events_url.clone(),
-            stream_token_secret: config.stream_token_secret.clone(),
+            stream_token_key: SecretKey::new(
+                aws_sdk_secretsmanager::Client::new(sdk),
+                config.stream_token_secret_arn.clone(),
+            ),
             stream_token_ttl_seconds: config.stream_token_ttl_seconds,
             registry: longhaul_jobs::registry().enabled(&config.enabled_job_types),
         }
@@ -144,7 +151,7 @@ impl std::fmt::Debug for Config {
             .field("table", &self.table)
             .field("bucket", &self.bucket)
             .field("events_url", &self.events_url)
-            .field("stream_token_secret", &logs::Redacted)
+            .field("stream_token_secret_arn", &self.stream_token_secret_arn)
             .field("enabled_job_types", &self.enabled_job_types)
             .finish()
     }
@@ -156,7 +163,7 @@ impl std::fmt::Debug for Deps {
             .field("jobs", &self.jobs)
             .field("objects", &self.objects)
             .field("events_url", &self.events_url)
-            .field("stream_token_secret", &logs::Redacted)
+            .field("stream_token_key", &self.stream_token_key)
             .field("registry", &self.registry)
             .finish()
     }
@@ -238,8 +245,12 @@ async fn get_job(deps: &Deps, request: &Request) -> Result<Response<Body>, Probl
         // A job-scoped link to the live stream, valid for 15 minutes (EventSource cannot send
         // an Authorization header). Terminal jobs have nothing to stream and stay cacheable.
         let expires = chrono::Utc::now().timestamp() + deps.stream_token_ttl_seconds;
+        let key = deps.stream_token_key.get().await.map_err(|err| {
+            tracing::error!(error = %err, "reading the stream token key failed");
+            Problem::internal()
+        })?;
         let token = stream_token::issue(
-            deps.stream_token_secret.as_bytes(),
+            key.expose_secret().as_bytes(),
             &view.job.job_id,
             &view.job.owner,
             expires,
@@ -377,22 +388,10 @@ fn summary(job: &JobEntry) -> serde_json::Value {
 /// The public representation of a job.
 pub fn render(view: &JobView) -> serde_json::Value {
     let job = &view.job;
-    let done = matches!(job.status, JobStatus::Succeeded | JobStatus::Expired);
-    let progress = match &view.progress {
-        Some(p) => json!({
-            "pct": if done { 100.0 } else { p.pct },
-            "stage": if p.stage.is_empty() { None } else { Some(&p.stage) },
-            "stage_index": (p.stage_index > 0).then_some(p.stage_index),
-            "stages_total": (p.stages_total > 0).then_some(p.stages_total),
-            "items_done": p.items_done,
-            "items_total": p.items_total,
-            "eta": if done { Some(0) } else { p.eta_seconds },
-        }),
-        None => json!({
-            "pct": if done { 100.0 } else { 0.0 }, "stage": null, "stage_index": null,
-            "stages_total": null, "items_done": null, "items_total": null, "eta": null,
-        }),
-    };
+    let progress =
+        view.progress.as_ref().map_or_else(ProgressView::unknown, ProgressRecord::recorded);
+    // The same view as the live stream's: a succeeded job's is its end, not its last write.
+    let progress = progress.for_status(job.status);
     let mut body = json!({
         "job_id": job.job_id,
         "type": job.job_type,

@@ -6,7 +6,8 @@
 //! header, or a key derived from (principal, type, canonical params, callback URL) when it is
 //! absent. A key names its job until its record's `expires_at`, then it is free again.
 //! Conditional writes on the idempotency record and the job record decide every race, so
-//! concurrent identical requests create exactly one job and send exactly one message.
+//! concurrent identical requests create exactly one job and send exactly one message. A
+//! replay answers `200` with the job once its record is stored, and `409` only before.
 
 use std::time::Duration;
 
@@ -44,8 +45,15 @@ pub const MAX_BODY_BYTES: usize = 64 * 1024;
 pub const MAX_KEY_LEN: usize = 255;
 /// Seconds a client should wait before polling a job it just submitted.
 pub const RETRY_AFTER_SECONDS: u64 = 2;
-/// How long a pending job counts as "still being created" for a replay (→ 409).
+/// How long a claimed idempotency key whose job record is not written yet counts as "the
+/// original request is still being processed" (→ `409`). After it, the claimant is taken for
+/// dead and the next request with the key finishes the creation. A key whose job record
+/// exists is never in flight, however young the job: the replay answers `200` with it.
 pub const IN_FLIGHT_WINDOW: Duration = Duration::from_secs(10);
+/// The response header that marks an answer as a replay of an earlier request's
+/// (`Idempotent-Replayed: true`).
+pub const IDEMPOTENT_REPLAYED: header::HeaderName =
+    header::HeaderName::from_static("idempotent-replayed");
 
 /// The function's configuration.
 #[derive(Debug, Clone)]
@@ -429,14 +437,20 @@ async fn resumable(deps: &Deps, mut job: JobRecord, new: &NewJob<'_>) -> JobReco
 /// Creates the job under its idempotency key, or answers for the job the key already names.
 ///
 /// Two conditional writes, no transaction: (1) claim the key for a fresh job id, (2) write
-/// the job under that id. A request that finds the key taken but no job (the first request is
-/// between its two writes, or died there) answers 409 for a short window and afterwards
-/// finishes the creation itself with the recorded id — the job write is conditional, so
-/// however many requests race, one job is written and only its writer enqueues it.
+/// the job under that id. The request that claimed the key charges the tenant's submission
+/// rate between the two, so a written job record means its creator is past every point where
+/// it could refuse: what it answers is settled (`202` with that job; enqueueing cannot change
+/// it, see [`enqueue`]). That record is the only mark "the original request is done" needs:
+/// a request that finds the key taken answers `200` with the job as soon as the job record
+/// exists ([`KeyTaken::Replay`]), and `409` only while it does not ([`KeyTaken::InFlight`]).
+/// A claim older than [`IN_FLIGHT_WINDOW`] without its job was left by a request that died
+/// between its writes: the next request with the same key finishes the creation itself with
+/// the recorded id. The job write is conditional, so however many requests race, one job is
+/// written and only its writer enqueues it and answers `202`.
 ///
-/// The tenant's submission rate is charged before the first write that can create a job,
-/// and only then: a key that already names a live record (a replay, a conflicting reuse, a
-/// request in flight) is answered without counting, and a refused submission writes nothing.
+/// Only the request that claimed the key is charged: a key that already names a live record
+/// (a replay, a conflicting reuse, a request in flight) is answered without counting, and a
+/// refused submission gives its claim back and writes nothing else.
 async fn create(deps: &Deps, new: &NewJob<'_>) -> Result<Response<Body>, Problem> {
     let mut replacing: Option<JobId> = None;
     // A reused key races at most a few times (another request replacing the same failed job).
@@ -451,27 +465,7 @@ async fn create(deps: &Deps, new: &NewJob<'_>) -> Result<Response<Body>, Problem
         };
         let existing =
             match deps.jobs.claim_key(new.owner, new.key, &record, replacing.as_deref()).await {
-                Ok(()) => {
-                    // Only the request that creates a job is counted against the rate limit:
-                    // replays and requests that lost the claim to an identical one are not.
-                    // The charge runs beside the job's write, not before it: identical requests
-                    // wait for that record (see `IN_FLIGHT_WINDOW`), and a write in between
-                    // would hold it back. One refused takes its job (never enqueued) and its
-                    // claim back, so it leaves nothing behind.
-                    let (written, charged) =
-                        tokio::join!(deps.jobs.put_job(&job), charge(deps, new.owner));
-                    if let Err(refused) = charged {
-                        if written.is_ok() {
-                            deps.jobs.delete_unqueued(&job.job_id).await.map_err(internal)?;
-                        }
-                        deps.jobs
-                            .release_key(new.owner, new.key, &job.job_id)
-                            .await
-                            .map_err(internal)?;
-                        return Err(refused);
-                    }
-                    return enqueue_written(deps, &job, written).await;
-                }
+                Ok(()) => return create_claimed(deps, new, &job).await,
                 Err(StoreError::KeyTaken(existing)) => existing,
                 Err(StoreError::Conflict { .. }) => {
                     replacing = None; // the record we meant to replace expired: claim afresh
@@ -487,9 +481,16 @@ async fn create(deps: &Deps, new: &NewJob<'_>) -> Result<Response<Body>, Problem
             ));
         }
         logs::record_job_id(&tracing::Span::current(), &existing.job_id);
-        match deps.jobs.job(&existing.job_id).await.map_err(internal)? {
-            None if existing.created_at.parse().is_ok_and(is_recent) => return Err(in_flight()),
-            None => {
+        let found = deps.jobs.job(&existing.job_id).await.map_err(internal)?;
+        let claimed_recently = existing.created_at.parse().is_ok_and(is_recent);
+        match key_taken(new.key, found, claimed_recently) {
+            KeyTaken::InFlight => return Err(in_flight()),
+            KeyTaken::Replay(job) => {
+                logs::current_job(&job);
+                return Ok(accepted(StatusCode::OK, &job, true));
+            }
+            KeyTaken::Replace(job_id) => replacing = Some(job_id),
+            KeyTaken::Abandoned => {
                 // The request that claimed the key never wrote its job: finish it.
                 // The key's record names the job and its creation time; either unreadable
                 // is a corrupt record, not a default.
@@ -514,29 +515,68 @@ async fn create(deps: &Deps, new: &NewJob<'_>) -> Result<Response<Body>, Problem
                     Err(err) => return Err(internal(err)),
                 }
             }
-            Some(job) => {
-                logs::current_job(&job);
-                match job.status {
-                    JobStatus::Failed | JobStatus::Cancelled => replacing = Some(job.job_id),
-                    // A derived key stands for "this request": once its job's result expired,
-                    // the request runs again. A client's own key keeps naming its job.
-                    JobStatus::Expired if is_derived_key(new.key) => replacing = Some(job.job_id),
-                    JobStatus::Pending if is_recent(job.created_at) => return Err(in_flight()),
-                    _ => return Ok(accepted(StatusCode::OK, &job, true)),
-                }
-            }
         }
     }
     Err(in_flight())
 }
 
-/// Answers for a job whose record write (`written`) was this request's: enqueued and `202`.
-async fn enqueue_written(
+/// What a request that found its idempotency key taken (by a record with its own
+/// fingerprint) does, decided by what the key's creation has written — never by how far the
+/// job has got, beyond the statuses that free a key.
+#[derive(Debug, PartialEq)]
+enum KeyTaken {
+    /// The key is claimed but its job not written yet, and the claim is younger than
+    /// [`IN_FLIGHT_WINDOW`]: the original request is still being processed (`409`).
+    InFlight,
+    /// The key is claimed, its job was never written and the claim is older than
+    /// [`IN_FLIGHT_WINDOW`]: its request died between its writes; this one finishes it.
+    Abandoned,
+    /// The key's job ended in a way that frees the key: a new job replaces it.
+    Replace(JobId),
+    /// The key's job exists: the original request's answer is settled, and this one is
+    /// answered with the job (`200`, `Idempotent-Replayed: true`), whatever its status — a
+    /// `pending` one included, even one its creator died before enqueueing (the reaper
+    /// enqueues it after `LONGHAUL_PENDING_GRACE_SECONDS`, as it does when enqueueing fails).
+    Replay(Box<JobRecord>),
+}
+
+/// Decides [`KeyTaken`] from the key's job as read (`None`: not written) and whether the
+/// key's claim is younger than [`IN_FLIGHT_WINDOW`].
+fn key_taken(key: &str, job: Option<JobRecord>, claimed_recently: bool) -> KeyTaken {
+    match job {
+        None if claimed_recently => KeyTaken::InFlight,
+        None => KeyTaken::Abandoned,
+        Some(job) => match job.status {
+            JobStatus::Failed | JobStatus::Cancelled => KeyTaken::Replace(job.job_id),
+            // A derived key stands for "this request": once its job's result expired, the
+            // request runs again. A client's own key keeps naming its job.
+            JobStatus::Expired if is_derived_key(key) => KeyTaken::Replace(job.job_id),
+            JobStatus::Pending
+            | JobStatus::Queued
+            | JobStatus::Running
+            | JobStatus::Succeeded
+            | JobStatus::Expired => KeyTaken::Replay(Box::new(job)),
+        },
+    }
+}
+
+/// Creates the job whose key this request has just claimed: charges the tenant's submission
+/// rate, writes the job record, enqueues it and answers `202`.
+///
+/// The charge comes before the job's write, not beside it: once the job record exists,
+/// requests with the same key answer with it ([`KeyTaken::Replay`]), so it must not be
+/// written by a request that may still be refused. Refused, the request gives its claim back
+/// (only if it still names this request's job) and has written nothing else.
+async fn create_claimed(
     deps: &Deps,
+    new: &NewJob<'_>,
     job: &JobRecord,
-    written: Result<(), StoreError>,
 ) -> Result<Response<Body>, Problem> {
-    match written {
+    if let Err(refused) = charge(deps, new.owner).await {
+        deps.jobs.release_key(new.owner, new.key, &job.job_id).await.map_err(internal)?;
+        return Err(refused);
+    }
+    match deps.jobs.put_job(job).await {
         Ok(()) => {
             metrics::count(Metric::JobsSubmitted, job);
             // Never the params, the callback URL or the idempotency key (see `longhaul_aws::logs`).
@@ -544,8 +584,20 @@ async fn enqueue_written(
             enqueue(deps, job).await;
             Ok(accepted(StatusCode::ACCEPTED, job, false))
         }
-        // Cannot happen with a fresh UUIDv7 unless another request finished our creation.
-        Err(StoreError::Conflict { .. }) => Err(in_flight()),
+        // A fresh UUIDv7 is taken only when this request stalled past `IN_FLIGHT_WINDOW`
+        // between its writes and another request with the key finished the creation (and
+        // enqueued the job): answered as that request's replay.
+        Err(StoreError::Conflict { .. }) => match deps.jobs.job(&job.job_id).await {
+            Ok(Some(written)) => {
+                logs::current_job(&written);
+                Ok(accepted(StatusCode::OK, &written, true))
+            }
+            Ok(None) => {
+                tracing::error!("the job record this request's write collided with is gone");
+                Err(Problem::internal())
+            }
+            Err(err) => Err(internal(err)),
+        },
         Err(err) => Err(internal(err)),
     }
 }
@@ -711,7 +763,7 @@ fn accepted(status: StatusCode, job: &JobRecord, replay: bool) -> Response<Body>
     headers.insert(header::RETRY_AFTER, RETRY_AFTER_SECONDS.into());
     headers.insert(header::CACHE_CONTROL, "no-store".parse().expect("static"));
     if replay {
-        headers.insert("idempotent-replayed", "true".parse().expect("static"));
+        headers.insert(IDEMPOTENT_REPLAYED, header::HeaderValue::from_static("true"));
     }
     response
 }
@@ -770,6 +822,104 @@ mod tests {
         let default = serde_json::to_value(longhaul_worker::Policy::default()).unwrap();
         let default: JobPolicy = serde_json::from_value(default).unwrap();
         assert_eq!(default, JobPolicy::default());
+    }
+
+    /// A job record as submit writes it, in `status`.
+    fn job_in(status: JobStatus) -> JobRecord {
+        let now = Timestamp::now().to_rfc3339();
+        serde_json::from_value(json!({
+            "job_id": JobId::new(),
+            "owner": "alice",
+            "type": "demo",
+            "params": {"items": 1},
+            "status": status,
+            "attempt": 0,
+            "idempotency_key": "order-42",
+            "fingerprint": "f",
+            "created_at": now,
+            "updated_at": now,
+            "transitions": [],
+        }))
+        .unwrap()
+    }
+
+    fn replayed(decision: KeyTaken) -> JobRecord {
+        match decision {
+            KeyTaken::Replay(job) => *job,
+            other => panic!("not a replay: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_written_job_is_replayed_however_young_even_pending() {
+        // The first request wrote its job and may not have enqueued it yet (or died before
+        // it): the job exists, so the answer is the job, not "still in progress".
+        for recently in [true, false] {
+            let job = job_in(JobStatus::Pending);
+            assert_eq!(replayed(key_taken("order-42", Some(job.clone()), recently)), job);
+        }
+        for status in [JobStatus::Queued, JobStatus::Running, JobStatus::Succeeded] {
+            let job = job_in(status);
+            assert_eq!(replayed(key_taken("order-42", Some(job.clone()), true)), job);
+        }
+    }
+
+    #[test]
+    fn only_a_claim_without_its_job_is_in_flight_and_only_for_the_window() {
+        assert_eq!(key_taken("order-42", None, true), KeyTaken::InFlight);
+        assert_eq!(key_taken("order-42", None, false), KeyTaken::Abandoned);
+        let young = Timestamp::now();
+        assert!(is_recent(young));
+        let old: Timestamp = (chrono::Utc::now()
+            - chrono::Duration::from_std(IN_FLIGHT_WINDOW).unwrap()
+            - chrono::Duration::seconds(1))
+        .into();
+        assert!(!is_recent(old));
+    }
+
+    #[test]
+    fn a_failed_cancelled_or_derived_expired_job_frees_its_key() {
+        for status in [JobStatus::Failed, JobStatus::Cancelled] {
+            let job = job_in(status);
+            assert_eq!(
+                key_taken("order-42", Some(job.clone()), true),
+                KeyTaken::Replace(job.job_id)
+            );
+        }
+        let expired = job_in(JobStatus::Expired);
+        let derived = derived_idempotency_key("alice", "f");
+        assert_eq!(
+            key_taken(&derived, Some(expired.clone()), false),
+            KeyTaken::Replace(expired.job_id.clone())
+        );
+        // A client's own key keeps naming its job.
+        assert_eq!(replayed(key_taken("order-42", Some(expired.clone()), false)), expired);
+    }
+
+    #[test]
+    fn a_replay_answers_200_with_the_job_its_location_and_the_replayed_mark() {
+        let job = job_in(JobStatus::Pending);
+        let replay = accepted(StatusCode::OK, &job, true);
+        assert_eq!(replay.status(), StatusCode::OK);
+        let location = format!("/jobs/{}", job.job_id);
+        assert_eq!(replay.headers()[header::LOCATION], location.as_str());
+        assert_eq!(replay.headers()[IDEMPOTENT_REPLAYED], "true");
+        let Body::Binary(bytes) = replay.body() else { panic!("a JSON body") };
+        let body: serde_json::Value = serde_json::from_slice(bytes).unwrap();
+        assert_eq!(body["job_id"], job.job_id.as_str());
+        assert_eq!(body["status_url"], location.as_str());
+
+        let first = accepted(StatusCode::ACCEPTED, &job, false);
+        assert_eq!(first.status(), StatusCode::ACCEPTED);
+        assert_eq!(first.headers()[header::LOCATION], location.as_str());
+        assert!(first.headers().get(IDEMPOTENT_REPLAYED).is_none());
+    }
+
+    #[test]
+    fn in_flight_is_a_409_with_retry_after() {
+        let problem = in_flight().into_response();
+        assert_eq!(problem.status(), StatusCode::CONFLICT);
+        assert_eq!(problem.headers()[header::RETRY_AFTER], "1");
     }
 
     #[test]

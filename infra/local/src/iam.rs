@@ -245,6 +245,7 @@ impl Policies {
             "dynamodb" => self.dynamodb(op, body),
             "sqs" => sqs(op, body),
             "states" => states(op, body),
+            "secretsmanager" => secretsmanager(op, body),
             "s3" => s3(op, method, uri, headers, body),
             _ => bail!("the local IAM check does not know the service of {operation}"),
         }
@@ -566,6 +567,16 @@ fn states(op: &str, body: &[u8]) -> anyhow::Result<Vec<Access>> {
     let resource =
         ["executionArn", "stateMachineArn"].iter().find_map(|k| body[*k].as_str()).unwrap_or("*");
     Ok(vec![Access::new(format!("states:{op}"), resource)])
+}
+
+/// A Secrets Manager request acts on the secret its `SecretId` names (an ARN here: the
+/// functions are given their secrets' ARNs).
+fn secretsmanager(op: &str, body: &[u8]) -> anyhow::Result<Vec<Access>> {
+    let body: Value = serde_json::from_slice(body).context("a Secrets Manager request body")?;
+    let secret = body["SecretId"]
+        .as_str()
+        .ok_or_else(|| anyhow!("secretsmanager:{op} without a SecretId"))?;
+    Ok(vec![Access::new(format!("secretsmanager:{op}"), secret)])
 }
 
 fn s3(

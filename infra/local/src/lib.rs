@@ -300,6 +300,7 @@ impl LocalStack {
             sqs: aws_sdk_sqs::Client::new(&direct),
             s3: aws_sdk_s3::Client::new(&direct),
             sfn: aws_sdk_sfn::Client::new(&direct),
+            secrets: aws_sdk_secretsmanager::Client::new(&direct),
         };
         provision::provision(&template, &clients).await?;
 

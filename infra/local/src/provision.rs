@@ -22,6 +22,8 @@ pub struct Clients {
     pub s3: aws_sdk_s3::Client,
     /// Step Functions.
     pub sfn: aws_sdk_sfn::Client,
+    /// Secrets Manager.
+    pub secrets: aws_sdk_secretsmanager::Client,
 }
 
 /// Creates every supported resource; warns about resource types the emulator has no use for.
@@ -32,6 +34,7 @@ pub async fn provision(template: &Template, clients: &Clients) -> anyhow::Result
             "AWS::DynamoDB::Table" => table(template, logical, resource, clients).await,
             "AWS::S3::Bucket" => bucket(template, logical, resource, clients).await,
             "AWS::SQS::Queue" => queue(template, logical, resource, clients, false).await,
+            "AWS::SecretsManager::Secret" => secret(template, logical, resource, clients).await,
             // Functions are hosted by the edge; the API is served by it; policies and the
             // rest have nothing to emulate.
             _ => Ok(()),
@@ -50,6 +53,49 @@ pub async fn provision(template: &Template, clients: &Clients) -> anyhow::Result
             .with_context(|| format!("provisioning {logical}"))?;
     }
     Ok(())
+}
+
+/// A secret with a generated value (`GenerateSecretString`: its `PasswordLength` characters
+/// from the OS RNG). A secret already in a running emulator is kept, so that tokens signed
+/// before a restart of the functions still verify.
+async fn secret(
+    template: &Template,
+    logical: &str,
+    resource: &Value,
+    clients: &Clients,
+) -> anyhow::Result<()> {
+    use base64::Engine as _;
+    let props = template.resolve(&resource["Properties"])?;
+    let generate = &props["GenerateSecretString"];
+    if !generate.is_object() {
+        bail!("only secrets with GenerateSecretString are supported locally");
+    }
+    let length = generate["PasswordLength"].as_u64().unwrap_or(32) as usize;
+    let mut bytes = vec![0u8; length];
+    getrandom::fill(&mut bytes).map_err(|e| anyhow!("the OS RNG failed: {e}"))?;
+    // URL-safe base64 without padding has no punctuation but '-' and '_'; replace those so
+    // the value honours ExcludePunctuation, and cut it to the asked length.
+    let value: String = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .encode(&bytes)
+        .chars()
+        .map(|c| match c {
+            '-' => 'A',
+            '_' => 'z',
+            c => c,
+        })
+        .take(length)
+        .collect();
+    let name = template.physical_name(logical)?;
+    match clients.secrets.create_secret().name(&name).secret_string(value).send().await {
+        Ok(_) => Ok(()),
+        Err(err) if err.as_service_error().is_some_and(|e| e.is_resource_exists_exception()) => {
+            Ok(())
+        }
+        Err(err) => Err(anyhow!(
+            "creating secret {name}: {}",
+            aws_sdk_secretsmanager::error::DisplayErrorContext(err)
+        )),
+    }
 }
 
 fn key_schema(value: &Value) -> anyhow::Result<Vec<KeySchemaElement>> {

@@ -192,6 +192,9 @@ impl Template {
                 format!("arn:aws:states:{REGION}:{ACCOUNT}:stateMachine:{physical}")
             }
             "AWS::Serverless::HttpApi" => "local".into(),
+            // AWS's Ref is the full ARN, whose last six characters are random; the emulator
+            // finds a secret by this partial ARN too, and IAM matches it exactly.
+            "AWS::SecretsManager::Secret" => secret_arn(&physical),
             _ => physical,
         })
     }
@@ -373,6 +376,11 @@ pub fn substitute(
     Ok(out)
 }
 
+/// The (partial) ARN of the secret named `name`: what `Ref` gives locally.
+pub fn secret_arn(name: &str) -> String {
+    format!("arn:aws:secretsmanager:{REGION}:{ACCOUNT}:secret:{name}")
+}
+
 /// The ARN of the function named `name`.
 pub fn function_arn(name: &str) -> String {
     format!("arn:aws:lambda:{REGION}:{ACCOUNT}:function:{name}")
@@ -382,6 +390,19 @@ pub fn function_arn(name: &str) -> String {
 mod tests {
     use super::*;
 
+    /// The repository's template, loaded as the local stack loads it (default parameters).
+    fn real_template() -> Template {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../template.yaml");
+        Template::load(
+            &path,
+            "longhaul",
+            "http://127.0.0.1:1",
+            "http://127.0.0.1:2",
+            &BTreeMap::new(),
+        )
+        .unwrap()
+    }
+
     #[test]
     fn substitution() {
         let out = substitute("a${X}b${!Y}c", |n| Ok(format!("<{n}>"))).unwrap();
@@ -390,19 +411,190 @@ mod tests {
 
     #[test]
     fn the_real_template_resolves() {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../template.yaml");
-        let t = Template::load(
-            &path,
-            "longhaul",
-            "http://127.0.0.1:1",
-            "http://127.0.0.1:2",
-            &BTreeMap::new(),
-        )
-        .unwrap();
+        let t = real_template();
         for (logical, _) in t.of_type("AWS::Serverless::Function") {
             let env = t.function_environment(logical).unwrap();
             assert!(env.contains_key("TABLE_NAME"), "{logical}");
         }
         assert_eq!(t.reference("JobsTable").unwrap(), "longhaul-JobsTable");
+    }
+
+    /// No function's environment carries a secret's value (a dynamic reference would put it
+    /// there in plain text for anyone who may read the function's configuration): functions
+    /// are given secrets' ARNs and read the values at init.
+    #[test]
+    fn no_function_environment_resolves_a_secret() {
+        let text = std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../template.yaml"),
+        )
+        .unwrap();
+        assert!(!text.contains("{{resolve:secretsmanager"), "a secret resolved into the template");
+        let t = real_template();
+        let env = t.function_environment("EventsFunction").unwrap();
+        assert_eq!(env["STREAM_TOKEN_SECRET_ARN"], secret_arn("longhaul-StreamTokenSecret"));
+    }
+
+    /// The deployment's cap on open streams stays below the events function's reservation,
+    /// so a stream past it is our 429, never Lambda's throttle for every principal alike.
+    #[test]
+    fn the_deployments_stream_cap_is_below_the_events_reservation() {
+        let t = real_template();
+        let number = |name: &str| t.parameters[name].parse::<u64>().unwrap();
+        let (cap, reserved) = (number("MaxStreams"), number("EventsReservedConcurrency"));
+        assert!(
+            0 < cap && cap < reserved,
+            "MaxStreams {cap} vs EventsReservedConcurrency {reserved}"
+        );
+        let env = t.function_environment("EventsFunction").unwrap();
+        assert_eq!(env["LONGHAUL_MAX_STREAMS"], cap.to_string());
+    }
+
+    /// The concurrency budget (template.yaml, by its Parameters; docs/runbook.md): with the
+    /// template's defaults, the reservations leave AWS's unreserved minimum and what the
+    /// functions without a reservation need, counted one by one from their triggers, within a
+    /// default account's 1,000 executions. Every worker function reserves, above the
+    /// `concurrency_limit` of each kind it runs; every other function must be counted here.
+    #[test]
+    fn the_reservations_leave_the_api_and_background_functions_their_share() {
+        /// A default account's concurrent executions (a quota raise is per account).
+        const ACCOUNT_LIMIT: u64 = 1_000;
+        /// What AWS keeps unreserved, shared by every function in the account: not ours.
+        const UNRESERVED_MINIMUM: u64 = 100;
+        /// Seconds an API request holds a function, generously (warm: a few AWS calls).
+        const API_SECONDS_PER_REQUEST: f64 = 0.1;
+        /// Shards of the job table's stream counted per stream function (one per partition).
+        const STREAM_SHARDS: u64 = 10;
+
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../template.yaml");
+        let t = real_template();
+        let doc =
+            yaml_to_json(serde_norway::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap())
+                .unwrap();
+        let conditions = &doc["Conditions"];
+        let number = |v: &Value| -> u64 { t.resolve_string(v).unwrap().parse().unwrap() };
+
+        let mut reserved = BTreeMap::new();
+        let mut needs: BTreeMap<String, u64> = BTreeMap::new();
+        let mut api = Vec::new();
+        for (logical, function) in t.of_type("AWS::Serverless::Function") {
+            let props = &function["Properties"];
+            if let Some(n) = reservation(&t, conditions, &props["ReservedConcurrentExecutions"]) {
+                reserved.insert(logical.clone(), n);
+                continue;
+            }
+            let events: Vec<&Value> =
+                props["Events"].as_object().into_iter().flat_map(|e| e.values()).collect();
+            assert!(!events.is_empty(), "{logical}: no reservation and no trigger to count");
+            for event in events {
+                let ep = &event["Properties"];
+                let need = match event["Type"].as_str().unwrap() {
+                    // Counted once for every function behind the API, below.
+                    "HttpApi" => {
+                        api.push(logical.clone());
+                        continue;
+                    }
+                    // Without a maximum, SQS scales a mapping up to 1,250 invocations.
+                    "SQS" => {
+                        let max = &ep["ScalingConfig"]["MaximumConcurrency"];
+                        assert!(
+                            !max.is_null(),
+                            "{logical}: its SQS mapping needs a MaximumConcurrency"
+                        );
+                        number(max)
+                    }
+                    "DynamoDB" => {
+                        let factor = &ep["ParallelizationFactor"];
+                        STREAM_SHARDS * if factor.is_null() { 1 } else { number(factor) }
+                    }
+                    "Schedule" => {
+                        let every =
+                            crate::model::parse_rate(&t.resolve_string(&ep["Schedule"]).unwrap())
+                                .unwrap_or_else(|| panic!("{logical}: a rate() schedule"));
+                        t.function_timeout(logical).unwrap().div_ceil(every.as_secs().max(1))
+                    }
+                    other => panic!("{logical}: count what a {other} trigger needs"),
+                };
+                *needs.entry(logical.clone()).or_default() += need;
+            }
+        }
+        let rate = number(&json!({"Ref": "ApiThrottlingRateLimit"}));
+        let burst = number(&json!({"Ref": "ApiThrottlingBurstLimit"}));
+        let api_need = (rate.max(burst) as f64 * API_SECONDS_PER_REQUEST).ceil() as u64;
+        api.sort();
+        api.dedup();
+        assert!(api.len() >= 6, "{api:?}");
+        needs.insert(format!("the API ({})", api.join(", ")), api_need);
+
+        // The worker functions (the dispatcher's LONGHAUL_WORKERS) all reserve, and above the
+        // concurrency_limit of every kind they run: that limit, not the reservation, is what
+        // the dispatcher holds jobs to.
+        let workers: BTreeMap<String, String> = serde_json::from_str(
+            &t.function_environment("DispatcherFunction").unwrap()["LONGHAUL_WORKERS"],
+        )
+        .unwrap();
+        assert_eq!(
+            t.function_environment("ReaperFunction").unwrap()["LONGHAUL_WORKERS"],
+            t.function_environment("DispatcherFunction").unwrap()["LONGHAUL_WORKERS"]
+        );
+        for worker in workers.keys() {
+            assert!(reserved.contains_key(worker), "worker {worker} reserves no concurrency");
+        }
+        for kind in longhaul_jobs::registry().kinds() {
+            let policy = kind.policy();
+            assert!(workers.contains_key(policy.worker), "{}: {}", kind.name(), policy.worker);
+            if policy.worker != longhaul_worker::SHARED_WORKER {
+                let limit = policy.concurrency_limit.unwrap_or_else(|| {
+                    panic!("{} has its own worker and no concurrency_limit", kind.name())
+                });
+                assert!(
+                    u64::from(limit) < reserved[policy.worker],
+                    "{}: concurrency_limit {limit} ≥ {}'s reservation {}",
+                    kind.name(),
+                    policy.worker,
+                    reserved[policy.worker]
+                );
+            }
+        }
+
+        let total_reserved: u64 = reserved.values().sum();
+        let total_needs: u64 = needs.values().sum();
+        assert!(
+            total_reserved + UNRESERVED_MINIMUM + total_needs <= ACCOUNT_LIMIT,
+            "reserved {total_reserved} {reserved:?} + AWS's unreserved {UNRESERVED_MINIMUM} \
+             + needed {total_needs} {needs:?} > {ACCOUNT_LIMIT}"
+        );
+        // The figures the template's comment and the runbook give.
+        assert_eq!((total_reserved, total_needs), (560, 293), "{reserved:?} {needs:?}");
+    }
+
+    /// A function's `ReservedConcurrentExecutions` with the parameters' defaults: a number, a
+    /// parameter, or `Fn::If` on a condition of `Fn::Not`/`Fn::Equals` (0 = none).
+    fn reservation(t: &Template, conditions: &Value, value: &Value) -> Option<u64> {
+        fn holds(t: &Template, conditions: &Value, c: &Value) -> bool {
+            if let Some(name) = c["Condition"].as_str() {
+                return holds(t, conditions, &conditions[name]);
+            }
+            if let Some([inner]) = c["Fn::Not"].as_array().map(Vec::as_slice) {
+                return !holds(t, conditions, inner);
+            }
+            if let Some([a, b]) = c["Fn::Equals"].as_array().map(Vec::as_slice) {
+                return t.resolve_string(a).unwrap() == t.resolve_string(b).unwrap();
+            }
+            panic!("condition {c} not understood")
+        }
+        match value {
+            Value::Null => None,
+            Value::Object(map) if map.contains_key("Fn::If") => {
+                let [condition, then, otherwise] = map["Fn::If"].as_array().unwrap().as_slice()
+                else {
+                    panic!("Fn::If needs three arguments")
+                };
+                let name = condition.as_str().unwrap();
+                let chosen = if holds(t, conditions, &conditions[name]) { then } else { otherwise };
+                reservation(t, conditions, chosen)
+            }
+            Value::Object(map) if map.get("Ref").is_some_and(|r| r == "AWS::NoValue") => None,
+            other => Some(t.resolve_string(other).unwrap().parse().unwrap()).filter(|n| *n > 0),
+        }
     }
 }

@@ -408,6 +408,18 @@ mod tests {
     }
 
     #[test]
+    fn a_completion_whose_answer_was_lost_is_not_built_again() {
+        // S3 completed the upload and the invocation died before it heard so: the retried
+        // invocation may go on (`can_continue`) and completing again answers the same result.
+        let (finished, trace) =
+            host(100_003).crash_after_completion().run_traced(&Archive, &params());
+        assert_eq!(finished.unwrap().body, host(100_003).run(&Archive, &params()).unwrap().body);
+        assert_eq!(trace.crashes, 1, "{trace:?}");
+        assert_eq!(numbers(&trace.parts_uploaded), [(1, 1), (1, 2), (1, 3)], "{trace:?}");
+        assert_eq!((trace.uploads_begun, trace.uploads_completed), (1, 1), "{trace:?}");
+    }
+
+    #[test]
     fn a_cancellation_mid_stage_ends_the_run_at_its_last_part() {
         let (result, trace) = host(100_003).cancel_after_writes(60).run_traced(&Archive, &params());
         assert!(result.unwrap_err().is_cancelled());

@@ -3,7 +3,8 @@
 //! * **scan** streams the input from the checkpointed byte offset into a push parser
 //!   ([`domain::Scanner`]); it checkpoints the offset of the last complete record with the
 //!   partial aggregates. Memory holds one chunk, one partial record and the aggregates — never
-//!   the file. For checkpoint cadence an "item" is one MiB of input.
+//!   the file. Progress counts bytes; for the checkpoint cadence an "item" is one MiB of input
+//!   ([`MibCadence`] says which).
 //! * **render** turns the final aggregates into the report and stages it.
 //! * **publish** publishes the staged report as the job's result: the result is durable before
 //!   the job can be marked succeeded.
@@ -27,6 +28,41 @@ pub const WORKER: &str = "CsvReportWorkerFunction";
 
 /// Bytes per checkpoint "item".
 const MIB: u64 = 1024 * 1024;
+
+/// The scan's checkpoint cadence in MiB of input, asked of a host that counts in bytes.
+///
+/// The scan reports `done` in bytes (its checkpoints and progress carry the byte offset), while
+/// its cadence counts MiB (`LONGHAUL_CHECKPOINT_ITEMS` = 10 means every 10 MiB). The host
+/// answers [`StageContext::checkpoint_due`] by subtracting the `done` of the last checkpoint
+/// this invocation saved (0 before the first) from the items it is asked about; this turns the
+/// MiB scanned since the last checkpoint into the number that makes that difference.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MibCadence {
+    /// The `done` (a byte offset) of the last checkpoint this invocation saved, 0 before one:
+    /// what the host counts from.
+    host_base: u64,
+    /// The byte offset the scan last checkpointed or resumed at: what the MiB are counted from.
+    mark: u64,
+}
+
+impl MibCadence {
+    /// The cadence of an invocation that resumed (or started) the scan at byte `offset`.
+    pub fn resumed_at(offset: u64) -> Self {
+        MibCadence { host_base: 0, mark: offset }
+    }
+
+    /// What to ask `checkpoint_due` at byte `offset`: the host's base plus the whole MiB
+    /// scanned since the mark.
+    pub fn items_at(&self, offset: u64) -> u64 {
+        self.host_base.saturating_add(offset.saturating_sub(self.mark) / MIB)
+    }
+
+    /// A checkpoint at byte `offset` (its `done`) was saved.
+    pub fn saved(&mut self, offset: u64) {
+        self.host_base = offset;
+        self.mark = offset;
+    }
+}
 
 impl Checkpoint for ScanState {
     const VERSION: u32 = domain::SCAN_STATE_VERSION;
@@ -62,10 +98,12 @@ impl JobKind for CsvReport {
     }
 
     /// Runs in its own worker function (template.yaml's `CsvReportWorkerFunction`: one full
-    /// vCPU for parsing and aggregating, and a role for exactly what the kind reads and writes);
-    /// everything else is the default policy.
+    /// vCPU for parsing and aggregating, and a role for exactly what the kind reads and writes),
+    /// at most 50 jobs at once over every tenant (the function reserves 60 executions: the
+    /// template's concurrency budget, checked by a test of `longhaul-local`); everything else
+    /// is the default policy.
     fn policy(&self) -> Policy {
-        Policy { worker: WORKER, ..Policy::default() }
+        Policy { worker: WORKER, concurrency_limit: Some(50), ..Policy::default() }
     }
 
     fn validate(&self, params: &CsvReportParams) -> Result<(), String> {
@@ -96,6 +134,7 @@ async fn scan(
     let size = ctx.input_size(&params.input).await?;
     let state: ScanState = ctx.resume().await?.unwrap_or_default();
     let mut scanner = Scanner::new(params, state);
+    let mut cadence = MibCadence::resumed_at(scanner.offset());
     ctx.progress(scanner.offset(), Some(size)).await?;
     if scanner.offset() < size {
         let mut body = ctx.read_input(&params.input, scanner.offset()).await?;
@@ -106,9 +145,10 @@ async fn scan(
                 ctx.checkpoint(&state, state.offset, Some(size)).await?;
                 return Ok(StageOutcome::Paused);
             }
-            if ctx.checkpoint_due(scanner.offset() / MIB) {
+            if ctx.checkpoint_due(cadence.items_at(scanner.offset())) {
                 let state = scanner.checkpoint();
                 ctx.checkpoint(&state, state.offset, Some(size)).await?;
+                cadence.saved(state.offset);
             } else {
                 ctx.progress(scanner.offset(), Some(size)).await?;
             }
@@ -153,8 +193,12 @@ async fn publish(ctx: &mut dyn StageContext) -> Result<StageOutcome, KindError> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use longhaul_worker::ErrorClass;
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use futures::future::BoxFuture;
     use longhaul_worker::testing::{Host, assert_resumable};
+    use longhaul_worker::{ByteStream, ErrorClass, ResultRef, ResultUpload, UploadedPart};
     use proptest::prelude::*;
     use serde_json::{Value, json};
 
@@ -211,6 +255,259 @@ mod tests {
         let (result, trace) = host.run_traced(&CsvReport, &params("json"));
         assert!(result.unwrap_err().is_cancelled());
         assert!(trace.final_checkpoint, "where it stopped is kept for a retry: {trace:?}");
+    }
+
+    /// A `StageContext` that records the byte offset of every checkpoint the scan saves and
+    /// forwards everything to the host's.
+    struct Recording<'a> {
+        inner: &'a mut dyn StageContext,
+        scan_offsets: Arc<Mutex<Vec<u64>>>,
+    }
+
+    impl StageContext for Recording<'_> {
+        fn stage(&self) -> &str {
+            self.inner.stage()
+        }
+        fn attempt(&self) -> u32 {
+            self.inner.attempt()
+        }
+        fn progress(
+            &mut self,
+            done: u64,
+            total: Option<u64>,
+        ) -> BoxFuture<'_, Result<(), KindError>> {
+            self.inner.progress(done, total)
+        }
+        fn save_checkpoint_raw(
+            &mut self,
+            version: u32,
+            state: Value,
+            done: u64,
+            total: Option<u64>,
+        ) -> BoxFuture<'_, Result<(), KindError>> {
+            if self.inner.stage() == "scan" {
+                assert_eq!(
+                    state["offset"].as_u64(),
+                    Some(done),
+                    "a scan checkpoint's done is its offset"
+                );
+                self.scan_offsets.lock().unwrap().push(done);
+            }
+            self.inner.save_checkpoint_raw(version, state, done, total)
+        }
+        fn load_checkpoint_raw(
+            &mut self,
+            version: u32,
+        ) -> BoxFuture<'_, Result<Option<Value>, KindError>> {
+            self.inner.load_checkpoint_raw(version)
+        }
+        fn has_own_checkpoint(&self) -> bool {
+            self.inner.has_own_checkpoint()
+        }
+        fn carried_raw(
+            &mut self,
+            from_stage: &str,
+            version: u32,
+        ) -> BoxFuture<'_, Result<Value, KindError>> {
+            self.inner.carried_raw(from_stage, version)
+        }
+        fn input_size(&mut self, input: &str) -> BoxFuture<'_, Result<u64, KindError>> {
+            self.inner.input_size(input)
+        }
+        fn read_input(
+            &mut self,
+            input: &str,
+            offset: u64,
+        ) -> BoxFuture<'_, Result<ByteStream, KindError>> {
+            self.inner.read_input(input, offset)
+        }
+        fn stage_file(
+            &mut self,
+            name: &str,
+            content_type: &str,
+            body: Vec<u8>,
+        ) -> BoxFuture<'_, Result<StagedFile, KindError>> {
+            self.inner.stage_file(name, content_type, body)
+        }
+        fn write_result(
+            &mut self,
+            name: &str,
+            content_type: &str,
+            body: Vec<u8>,
+        ) -> BoxFuture<'_, Result<ResultRef, KindError>> {
+            self.inner.write_result(name, content_type, body)
+        }
+        fn begin_result_upload(
+            &mut self,
+            name: &str,
+            content_type: &str,
+        ) -> BoxFuture<'_, Result<ResultUpload, KindError>> {
+            self.inner.begin_result_upload(name, content_type)
+        }
+        fn can_continue(
+            &mut self,
+            upload: &ResultUpload,
+        ) -> BoxFuture<'_, Result<bool, KindError>> {
+            self.inner.can_continue(upload)
+        }
+        fn upload_part(
+            &mut self,
+            upload: &ResultUpload,
+            number: u32,
+            body: Vec<u8>,
+        ) -> BoxFuture<'_, Result<UploadedPart, KindError>> {
+            self.inner.upload_part(upload, number, body)
+        }
+        fn complete_result_upload(
+            &mut self,
+            upload: &ResultUpload,
+            parts: &[UploadedPart],
+        ) -> BoxFuture<'_, Result<ResultRef, KindError>> {
+            self.inner.complete_result_upload(upload, parts)
+        }
+        fn input_name(&self, input: &str) -> Result<String, KindError> {
+            self.inner.input_name(input)
+        }
+        fn publish(&mut self, staged: &StagedFile) -> BoxFuture<'_, Result<ResultRef, KindError>> {
+            self.inner.publish(staged)
+        }
+        fn pause(
+            &mut self,
+            duration: Duration,
+            done: u64,
+            total: Option<u64>,
+        ) -> BoxFuture<'_, Result<(), KindError>> {
+            self.inner.pause(duration, done, total)
+        }
+        fn deadline_near(&self) -> bool {
+            self.inner.deadline_near()
+        }
+        fn checkpoint_due(&self, items: u64) -> bool {
+            self.inner.checkpoint_due(items)
+        }
+        fn cancelled(&self) -> bool {
+            self.inner.cancelled()
+        }
+        fn attempt_failures(&self) -> u32 {
+            self.inner.attempt_failures()
+        }
+        fn count_failure(&mut self) -> BoxFuture<'_, Result<(), KindError>> {
+            self.inner.count_failure()
+        }
+    }
+
+    /// `csv_report`, run through [`Recording`].
+    #[derive(Clone, Default)]
+    struct Recorded {
+        scan_offsets: Arc<Mutex<Vec<u64>>>,
+    }
+
+    impl JobKind for Recorded {
+        const NAME: &'static str = CsvReport::NAME;
+        type Params = CsvReportParams;
+
+        fn stages(&self) -> &'static [&'static str] {
+            CsvReport.stages()
+        }
+
+        fn validate(&self, params: &CsvReportParams) -> Result<(), String> {
+            CsvReport.validate(params)
+        }
+
+        fn inputs(&self, params: &CsvReportParams) -> Vec<String> {
+            CsvReport.inputs(params)
+        }
+
+        async fn run_stage(
+            &self,
+            ctx: &mut dyn StageContext,
+            params: &CsvReportParams,
+        ) -> Result<StageOutcome, KindError> {
+            let mut recording = Recording { inner: ctx, scan_offsets: self.scan_offsets.clone() };
+            CsvReport.run_stage(&mut recording, params).await
+        }
+    }
+
+    /// At least `bytes` of CSV (whole records of a few bytes each).
+    fn csv_of(bytes: usize) -> Vec<u8> {
+        let mut out = b"region,amount\n".to_vec();
+        let mut i = 0u32;
+        while out.len() < bytes {
+            out.extend(format!("r{},{}\n", i % 7, i % 100).into_bytes());
+            i += 1;
+        }
+        out
+    }
+
+    /// The cadence counts MiB of input from the last checkpoint on — not the MiB offset against
+    /// the byte offset the checkpoint saved, which fired once and never again.
+    #[test]
+    fn the_scan_checkpoints_every_mib_of_its_cadence() {
+        let data = csv_of(8 * MIB as usize);
+        let chunk = 64 << 10;
+        let kind = Recorded::default();
+        let host = Host::new().input(INPUT, data.clone(), chunk).checkpoint_items(1);
+        let finished = host.run(&kind, &params("json")).unwrap();
+        assert_eq!(finished.body, expected(&params("json"), &data));
+        let offsets = kind.scan_offsets.lock().unwrap().clone();
+        // About one a MiB (the last, the scan's end, is its output for the render stage).
+        assert!(
+            (7..=9).contains(&offsets.len()),
+            "{} scan checkpoints: {offsets:?}",
+            offsets.len()
+        );
+        assert_eq!(offsets.last(), Some(&(data.len() as u64)));
+        let mut from = 0;
+        for (i, &offset) in offsets.iter().enumerate() {
+            let step = offset - from;
+            let last = i + 1 == offsets.len();
+            // A checkpoint falls due at the first chunk past the MiB (and at a record's end).
+            assert!(
+                step <= MIB + chunk as u64,
+                "checkpoint {i} at {offset} is {step} bytes on: {offsets:?}"
+            );
+            assert!(
+                last || step >= MIB,
+                "checkpoint {i} at {offset} is only {step} bytes on: {offsets:?}"
+            );
+            from = offset;
+        }
+    }
+
+    /// The deployment's cadence applies: 3 MiB instead of 1 checkpoints a third as often, and
+    /// the default (1,000 MiB) not at all before the scan's end.
+    #[test]
+    fn the_scan_cadence_follows_the_checkpoint_items_setting() {
+        let data = csv_of(8 * MIB as usize);
+        let scan_checkpoints = |items: Option<u64>| {
+            let kind = Recorded::default();
+            let host = Host::new().input(INPUT, data.clone(), 64 << 10);
+            let host = match items {
+                Some(items) => host.checkpoint_items(items),
+                None => host,
+            };
+            host.run(&kind, &params("json")).unwrap();
+            kind.scan_offsets.lock().unwrap().clone()
+        };
+        let every_3 = scan_checkpoints(Some(3));
+        assert_eq!(every_3.len(), 3, "at 3 and 6 MiB, then the end: {every_3:?}");
+        assert_eq!(scan_checkpoints(None), vec![data.len() as u64], "only the scan's end");
+    }
+
+    #[test]
+    fn the_mib_cadence_counts_from_the_last_checkpoint_in_the_hosts_terms() {
+        // A fresh invocation resumed at 5.5 MiB: the host counts from 0.
+        let mut cadence = MibCadence::resumed_at(5 * MIB + MIB / 2);
+        assert_eq!(cadence.items_at(5 * MIB + MIB / 2), 0);
+        assert_eq!(cadence.items_at(6 * MIB + MIB / 2 - 1), 0);
+        assert_eq!(cadence.items_at(6 * MIB + MIB / 2), 1);
+        // Saved at 7 MiB: the host counts from that `done`, the MiB from that offset.
+        cadence.saved(7 * MIB);
+        assert_eq!(cadence.items_at(7 * MIB), 7 * MIB);
+        assert_eq!(cadence.items_at(8 * MIB - 1), 7 * MIB);
+        assert_eq!(cadence.items_at(9 * MIB), 7 * MIB + 2);
+        // An offset behind the mark (never in a scan) asks for nothing rather than wrapping.
+        assert_eq!(cadence.items_at(0), 7 * MIB);
     }
 
     proptest! {

@@ -15,6 +15,7 @@ pub mod objects;
 pub mod queue;
 pub mod redact;
 pub mod sdk;
+pub mod secrets;
 pub mod slots;
 pub mod streams;
 pub mod workers;

@@ -6,6 +6,7 @@
 //! | submissions in one minute | `RATE#<len>:<owner>` / `SUBMIT#<minute>` — `n`, `expires_at` (TTL) |
 //! | a tenant's open streams | `STREAMS#<len>:<owner>` / `TENANT` — `leases` (stream id → expiry), `version` |
 //! | a job's open streams | `STREAMS#<len>:<owner>` / `JOB#<id>` — likewise |
+//! | the deployment's open streams | `STREAMS#ALL` / `DEPLOYMENT` — likewise |
 //!
 //! The owner is length-prefixed as in the idempotency and secret keys, so no owner name can
 //! reach another's items; the prefixes let IAM grant each function its own item kinds
@@ -35,6 +36,13 @@ pub fn rate_pk(owner: &str) -> String {
 pub fn streams_pk(owner: &str) -> String {
     format!("STREAMS#{}:{owner}", owner.len())
 }
+
+/// Partition key of the deployment's open-stream leases (no owner's key can be this: theirs
+/// start with the owner's length).
+pub const DEPLOYMENT_STREAMS_PK: &str = "STREAMS#ALL";
+
+/// Sort key of the deployment's open-stream leases.
+const DEPLOYMENT_STREAMS_SK: &str = "DEPLOYMENT";
 
 /// What the submission limiter decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -93,7 +101,8 @@ impl SubmissionLimiter {
     }
 }
 
-/// What one stream holds: its leases on the job's and the tenant's slot items.
+/// What one stream holds: its leases on the job's, the tenant's and the deployment's slot
+/// items.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StreamLease {
     /// The owner (the token's).
@@ -107,10 +116,10 @@ pub struct StreamLease {
 /// Why a stream got no slot.
 #[derive(Debug, thiserror::Error)]
 pub enum SlotError {
-    /// The job or the tenant has its cap of streams open.
+    /// The job, the tenant or the deployment has its cap of streams open.
     #[error("{scope}: {full}")]
     Full {
-        /// `job` or `tenant`.
+        /// `job`, `tenant` or `deployment`.
         scope: &'static str,
         /// How full, and when to retry.
         full: LeasesFull,
@@ -120,7 +129,10 @@ pub enum SlotError {
     Aws(#[from] AwsError),
 }
 
-/// Caps on open progress streams per job and per tenant, held as expiring leases.
+/// Caps on open progress streams per job, per tenant and per deployment, held as expiring
+/// leases. The deployment's cap keeps every open stream within the events function's reserved
+/// concurrency (each open stream is one running invocation): a few principals at their tenant
+/// cap cannot take the whole reservation and leave everyone else's streams throttled.
 ///
 /// Each slot item holds a map of stream id → lease expiry and a `version`. Acquiring reads
 /// the item, drops expired leases, refuses if the cap is reached, and otherwise writes the map
@@ -136,24 +148,44 @@ pub struct StreamSlots {
     pub per_job: usize,
     /// Streams one tenant may have open (0: no cap).
     pub per_tenant: usize,
+    /// Streams the whole deployment may have open (0: no cap).
+    pub per_deployment: usize,
 }
 
 /// How often an acquire retries after losing the race for the same item.
 const ACQUIRE_ATTEMPTS: usize = 8;
 
 impl StreamSlots {
-    /// Caps of `per_job` and `per_tenant` open streams (0: that cap is off).
+    /// Caps of `per_job`, `per_tenant` and `per_deployment` open streams (0: that cap is off).
     pub fn new(
         client: aws_sdk_dynamodb::Client,
         table: String,
         per_job: usize,
         per_tenant: usize,
+        per_deployment: usize,
     ) -> Self {
-        StreamSlots { client, table, per_job, per_tenant }
+        StreamSlots { client, table, per_job, per_tenant, per_deployment }
     }
 
-    /// Takes a slot of the job and of the tenant for a stream whose lease expires at
-    /// `expiry` (Unix seconds), or says which cap is reached (nothing is held then).
+    /// The slot items a stream of `lease` takes, with their caps: the job's, the tenant's,
+    /// the deployment's (those whose cap is on), in the order they are taken.
+    fn items(&self, lease: &StreamLease) -> Vec<(SlotItem, usize)> {
+        let owner = streams_pk(&lease.owner);
+        [
+            (SlotItem::new("job", &owner, &format!("JOB#{}", lease.job_id)), self.per_job),
+            (SlotItem::new("tenant", &owner, "TENANT"), self.per_tenant),
+            (
+                SlotItem::new("deployment", DEPLOYMENT_STREAMS_PK, DEPLOYMENT_STREAMS_SK),
+                self.per_deployment,
+            ),
+        ]
+        .into_iter()
+        .filter(|(_, cap)| *cap > 0)
+        .collect()
+    }
+
+    /// Takes a slot of the job, of the tenant and of the deployment for a stream whose lease
+    /// expires at `expiry` (Unix seconds), or says which cap is reached (nothing is held then).
     pub async fn acquire(
         &self,
         owner: &str,
@@ -165,64 +197,47 @@ impl StreamSlots {
             job_id: job_id.to_owned(),
             stream_id: uuid::Uuid::new_v4().simple().to_string(),
         };
-        let job_sk = format!("JOB#{job_id}");
-        if self.per_job > 0 {
-            self.take(owner, &job_sk, &lease.stream_id, expiry, self.per_job)
-                .await
-                .map_err(|e| e.scoped("job"))?;
-        }
-        if self.per_tenant > 0
-            && let Err(err) =
-                self.take(owner, "TENANT", &lease.stream_id, expiry, self.per_tenant).await
-        {
-            if self.per_job > 0 {
-                // Give the job's slot back; if that fails its lease expires on its own.
-                if let Err(undo) = self.give(owner, &job_sk, &lease.stream_id).await {
-                    tracing::warn!(error = %undo, "releasing a job stream slot failed; its lease will expire");
+        let items = self.items(&lease);
+        for (taken, (item, cap)) in items.iter().enumerate() {
+            if let Err(err) = self.take(item, &lease.stream_id, expiry, *cap).await {
+                // Give back what was taken; a slot that fails to go back expires on its own.
+                for (held, _) in &items[..taken] {
+                    if let Err(undo) = self.give(held, &lease.stream_id).await {
+                        tracing::warn!(error = %undo, scope = held.scope, "releasing a stream slot failed; its lease will expire");
+                    }
                 }
+                return Err(err.scoped(item.scope));
             }
-            return Err(err.scoped("tenant"));
         }
         Ok(lease)
     }
 
-    /// Gives back both slots of `lease`.
+    /// Gives back every slot of `lease`.
     pub async fn release(&self, lease: &StreamLease) -> Result<(), AwsError> {
-        let job = async {
-            if self.per_job > 0 {
-                self.give(&lease.owner, &format!("JOB#{}", lease.job_id), &lease.stream_id).await
-            } else {
-                Ok(())
-            }
-        };
-        let tenant = async {
-            if self.per_tenant > 0 {
-                self.give(&lease.owner, "TENANT", &lease.stream_id).await
-            } else {
-                Ok(())
-            }
-        };
-        let (job, tenant) = tokio::join!(job, tenant);
-        job.and(tenant)
+        let items = self.items(lease);
+        let given = futures::future::join_all(
+            items.iter().map(|(item, _)| self.give(item, &lease.stream_id)),
+        )
+        .await;
+        given.into_iter().collect()
     }
 
     /// Adds a lease to one slot item (see the type's docs).
     async fn take(
         &self,
-        owner: &str,
-        sk: &str,
+        item: &SlotItem,
         stream_id: &str,
         expiry: i64,
         cap: usize,
     ) -> Result<(), TakeError> {
-        let pk = streams_pk(owner);
+        let (pk, sk) = (&item.pk, &item.sk);
         for _ in 0..ACQUIRE_ATTEMPTS {
             let item = self
                 .client
                 .get_item()
                 .table_name(&self.table)
-                .key("pk", s(&pk))
-                .key("sk", s(sk))
+                .key("pk", s(pk.as_str()))
+                .key("sk", s(sk.as_str()))
                 .consistent_read(true)
                 .send()
                 .await
@@ -244,8 +259,8 @@ impl StreamSlots {
                 .client
                 .put_item()
                 .table_name(&self.table)
-                .item("pk", s(&pk))
-                .item("sk", s(sk))
+                .item("pk", s(pk.as_str()))
+                .item("sk", s(sk.as_str()))
                 .item("leases", AttributeValue::M(map))
                 .item("version", n(next_version))
                 // TTL: the item goes once its last lease has long expired.
@@ -274,13 +289,13 @@ impl StreamSlots {
 
     /// Removes a lease from one slot item (and bumps its version, so an acquire that read the
     /// lease cannot write it back). Nothing to do if the item is gone.
-    async fn give(&self, owner: &str, sk: &str, stream_id: &str) -> Result<(), AwsError> {
+    async fn give(&self, item: &SlotItem, stream_id: &str) -> Result<(), AwsError> {
         let result = self
             .client
             .update_item()
             .table_name(&self.table)
-            .key("pk", s(streams_pk(owner)))
-            .key("sk", s(sk))
+            .key("pk", s(&item.pk))
+            .key("sk", s(&item.sk))
             .update_expression("REMOVE leases.#id ADD version :one")
             .condition_expression("attribute_exists(leases)")
             .expression_attribute_names("#id", stream_id)
@@ -292,6 +307,20 @@ impl StreamSlots {
             Err(err) if crate::condition_refused(&err) => Ok(()),
             Err(err) => Err(AwsError::new("release a stream slot", err)),
         }
+    }
+}
+
+/// One slot item of the stream caps: its key, and the scope a refusal names.
+#[derive(Debug)]
+struct SlotItem {
+    scope: &'static str,
+    pk: String,
+    sk: String,
+}
+
+impl SlotItem {
+    fn new(scope: &'static str, pk: &str, sk: &str) -> Self {
+        SlotItem { scope, pk: pk.to_owned(), sk: sk.to_owned() }
     }
 }
 

@@ -176,11 +176,7 @@ impl ObjectStore {
 
     /// The size of the object at `key`, or `None` if there is none.
     pub async fn size(&self, key: &str) -> Result<Option<u64>, AwsError> {
-        match self.client.head_object().bucket(&self.bucket).key(key).send().await {
-            Ok(output) => Ok(Some(output.content_length.unwrap_or(0).max(0) as u64)),
-            Err(err) if err.as_service_error().is_some_and(|e| e.is_not_found()) => Ok(None),
-            Err(err) => Err(AwsError::service(format!("head s3://{}/{key}", self.bucket), err)),
-        }
+        Ok(self.head(key).await?.map(|head| head.size))
     }
 
     /// Streams `key` from byte `offset` to its end (one ranged GET; the body is read as it
@@ -287,12 +283,38 @@ impl ObjectStore {
     }
 }
 
-/// A part of a multipart upload S3 stored: its number and the ETag completing names it by.
+/// A part of a multipart upload S3 stored: its number, the ETag completing names it by, and
+/// its size.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredPart {
     /// The part number (1 to 10,000).
     pub number: u32,
     /// S3's ETag of the part.
+    pub etag: String,
+    /// Its size in bytes.
+    pub size: u64,
+}
+
+/// The ETag S3 gives the object completed from `parts` (in order): the MD5 of the parts' MD5
+/// digests, then `-` and their count, quoted. S3's part ETags are their MD5 digests for
+/// objects encrypted with S3's own keys (the bucket's `SSE-S3` default); `None` if one is not
+/// (an ETag that is not 32 hex digits), when the ETag cannot be predicted.
+pub fn multipart_etag(parts: &[StoredPart]) -> Option<String> {
+    use md5::{Digest, Md5};
+    let mut digests = Md5::new();
+    for part in parts {
+        let digest = hex::decode(part.etag.trim_matches('"')).ok().filter(|d| d.len() == 16)?;
+        digests.update(&digest);
+    }
+    Some(format!("\"{}-{}\"", hex::encode(digests.finalize()), parts.len()))
+}
+
+/// What `HeadObject` tells of an object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectHead {
+    /// Its size in bytes.
+    pub size: u64,
+    /// Its ETag, quoted as S3 sends it.
     pub etag: String,
 }
 
@@ -384,6 +406,17 @@ impl ObjectStore {
             .await;
         match result {
             Ok(_) => Ok(()),
+            // Gone: aborted, or completed by an earlier try whose answer was lost. The object
+            // at the key tells which: made of exactly these parts (their total size and the
+            // multipart ETag), it is this completion's, done.
+            Err(err) if is_no_such_upload(&err) && self.completed_from(key, parts).await? => {
+                tracing::info!(
+                    key,
+                    upload_id,
+                    "the upload was completed already (an earlier answer was lost)"
+                );
+                Ok(())
+            }
             Err(err) => {
                 let refused = err
                     .as_service_error()
@@ -416,6 +449,26 @@ impl ObjectStore {
                 format!("abort multipart upload s3://{}/{key} ({upload_id})", self.bucket),
                 err,
             )),
+        }
+    }
+
+    /// Whether the object at `key` is the one completing an upload from `parts` makes: its
+    /// size is theirs and its ETag the multipart ETag of theirs (one `HeadObject`).
+    pub async fn completed_from(&self, key: &str, parts: &[StoredPart]) -> Result<bool, AwsError> {
+        let Some(head) = self.head(key).await? else { return Ok(false) };
+        let size: u64 = parts.iter().map(|p| p.size).sum();
+        Ok(head.size == size && multipart_etag(parts).is_some_and(|etag| head.etag == etag))
+    }
+
+    /// The size and ETag of the object at `key`, or `None` if there is none.
+    pub async fn head(&self, key: &str) -> Result<Option<ObjectHead>, AwsError> {
+        match self.client.head_object().bucket(&self.bucket).key(key).send().await {
+            Ok(output) => Ok(Some(ObjectHead {
+                size: output.content_length.unwrap_or(0).max(0) as u64,
+                etag: output.e_tag.unwrap_or_default(),
+            })),
+            Err(err) if err.as_service_error().is_some_and(|e| e.is_not_found()) => Ok(None),
+            Err(err) => Err(AwsError::service(format!("head s3://{}/{key}", self.bucket), err)),
         }
     }
 

@@ -1,22 +1,44 @@
-//! Running-job slots and waiting lists, kept in the job table (the rules are
-//! [`longhaul_domain::admission`]).
+//! Running-job slots and waiting lists, kept in the job table (the rules and the admission
+//! order are [`longhaul_domain::admission`]).
 //!
 //! | item | pk / sk |
 //! |------|---------|
 //! | a pool's holders | `SLOTS#T#<len>:<owner>` or `SLOTS#K#<len>:<kind>` / `HOLDERS` — `holders` (string set of job ids) |
-//! | a waiting job | `WAITING#T#<len>:<owner>` or `WAITING#K#<len>:<kind>` / `<priority>#<created_at>#<job id>` — `job_id` |
+//! | a job waiting in a tenant pool | `WAITING#T#<len>:<owner>` / `<priority>#<created_at>#<job id>` — `job_id`, `owner` |
+//! | a job waiting in a kind pool (its tenant's list) | `WAITING#K#<len>:<kind>#T#<len>:<owner>` / `<priority>#<created_at>#<job id>` — `job_id`, `owner` |
+//! | a tenant's place in a kind pool's ring | `WAITING#K#<len>:<kind>` / `RING#<served>#<len>:<owner>` — `owner`, `served` |
+//! | which place is the tenant's | `WAITING#K#<len>:<kind>` / `MEMBER#<len>:<owner>` — `owner`, `ring` (the place's sort key), `served` |
 //!
 //! A slot is taken by one conditional `UpdateItem` (`ADD holders :job` if the set has room or
 //! already holds the job: idempotent) and given back by one unconditional `DELETE holders
 //! :job` (idempotent too), so a redelivered message or a retried stream record never takes two
 //! slots or frees someone else's. The set names its holders, which is what lets the reaper
-//! reconcile a pool with the jobs that really run (a counter could only be trusted). A
-//! waiting list is a partition read in key order: priority, then submission time.
+//! reconcile a pool with the jobs that really run (a counter could only be trusted).
+//!
+//! A tenant pool's waiting list is a partition read in key order: priority, then submission
+//! time. A kind pool is shared by tenants and admits them in turn: each tenant has its own list
+//! (ordered the same way), and the pool's **ring** holds one place per tenant with waiting
+//! jobs, ordered by when it was last served. Admitting reads the ring's first place, takes that
+//! tenant's turn (its place moves to the back), and wakes the tenant's first job; a tenant
+//! whose list is empty leaves the ring. About eight requests per admitted job, whatever the
+//! backlog. A tenant joins the ring when a job of it enters its list.
+//!
+//! The tenant's `MEMBER#` item is the truth about its place: joining is a put of it on
+//! condition that there is none (idempotent), taking a turn a put on condition that it still
+//! names the place read (of two admitters at once, one takes the turn), leaving a delete on
+//! the same condition. The `RING#` places are the order in which to read the members: each
+//! change writes the member first, then the places. A place its member does not name (left
+//! by a race or a crash between the two writes) is deleted by the admission that reads it; a
+//! member whose place is missing (a crash after the member's write) is found by the reaper,
+//! which checks the place of every tenant with waiting jobs once a run. No transaction: a
+//! cancelled one would cost as much as the writes, and the local emulator's rollback of one
+//! loses the table's stream.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
-use longhaul_domain::admission::{WaitReason, job_of_waiting_key};
+use longhaul_domain::admission::{RING_PREFIX, WaitReason, job_of_waiting_key, ring_key};
+use longhaul_domain::format_rfc3339;
 
 use crate::AwsError;
 use crate::queue::{DispatchMessage, IntakeQueue};
@@ -52,9 +74,25 @@ impl Pool {
         format!("SLOTS#{}", self.name())
     }
 
-    /// Partition key of the pool's waiting list.
+    /// Partition key of the pool's waiting items: a tenant pool's waiting list, a kind pool's
+    /// ring (its tenants' lists are [`Pool::waiting_list_pk`]).
     pub fn waiting_pk(&self) -> String {
         format!("WAITING#{}", self.name())
+    }
+
+    /// Partition key of the list `owner`'s jobs wait in: a tenant pool's own list (the pool is
+    /// `owner`'s), or `owner`'s list in a kind pool. Names are length-prefixed, so no tenant's
+    /// list is another pool's partition.
+    pub fn waiting_list_pk(&self, owner: &str) -> String {
+        match self {
+            Pool::Tenant(_) => self.waiting_pk(),
+            Pool::Kind(_) => format!("{}#T#{}:{owner}", self.waiting_pk(), owner.len()),
+        }
+    }
+
+    /// Whether the pool admits its tenants in turn (a kind pool, shared by tenants).
+    fn takes_turns(&self) -> bool {
+        matches!(self, Pool::Kind(_))
     }
 
     /// What a job refused by this pool waits for.
@@ -94,6 +132,58 @@ pub struct WaitingEntry {
     pub job_id: String,
     /// Its owner (the message group of its dispatch message).
     pub owner: String,
+}
+
+/// A tenant's place in a kind pool's ring, as read from it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Turn {
+    /// Its sort key in the ring ([`ring_key`]).
+    pub key: String,
+    /// The tenant.
+    pub owner: String,
+    /// When the tenant was last served (or joined the ring), as in the key.
+    pub served: String,
+}
+
+/// Sort key of the item that names a tenant's place in a kind pool's ring.
+fn member_sk(owner: &str) -> String {
+    format!("MEMBER#{}:{owner}", owner.len())
+}
+
+/// Most ring places one admission passes without waking a job — places no member names any
+/// more, tenants with no job left in their list (cancelled, or found a slot on their own): each
+/// costs a few requests, so a run of them is cut off there and left to the next admission, or
+/// the reaper's.
+const MAX_EMPTY_TURNS: usize = 10;
+
+/// What a conditional write of a tenant's `MEMBER#` item came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RingChange {
+    /// Written.
+    Done,
+    /// Refused by its condition: someone else changed the tenant's place first (or, on
+    /// joining, the tenant has one already).
+    Raced,
+}
+
+/// The condition of a write of a tenant's `MEMBER#` item.
+#[derive(Debug, Clone, Copy)]
+enum MemberIf<'a> {
+    /// There is none (joining).
+    Absent,
+    /// It names this place (taking a turn, leaving).
+    At(&'a str),
+}
+
+/// A tenant's place in a kind pool's ring, as the reaper found it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Seat {
+    /// The tenant had its place.
+    Seated,
+    /// It had none: it joined the ring (at the back).
+    Joined,
+    /// Its member named a place that was missing: the place is written again.
+    Restored,
 }
 
 /// The slot and waiting-list items of the job table.
@@ -178,7 +268,8 @@ impl SlotStore {
             .unwrap_or_default())
     }
 
-    /// Puts `job_id` of `owner` in `pool`'s waiting list at `position` (idempotent).
+    /// Puts `job_id` of `owner` in its waiting list of `pool` at `position`, and in a kind pool
+    /// makes sure its tenant has a place in the ring (idempotent, both).
     pub async fn enter_waiting(
         &self,
         pool: &Pool,
@@ -190,7 +281,7 @@ impl SlotStore {
             .put_item()
             .table_name(&self.table)
             .set_item(Some(HashMap::from([
-                ("pk".to_owned(), s(pool.waiting_pk())),
+                ("pk".to_owned(), s(pool.waiting_list_pk(owner))),
                 ("sk".to_owned(), s(position)),
                 ("job_id".to_owned(), s(job_id)),
                 ("owner".to_owned(), s(owner)),
@@ -198,26 +289,106 @@ impl SlotStore {
             .send()
             .await
             .map_err(|e| AwsError::new(format!("put job {job_id} in a waiting list"), e))?;
+        if pool.takes_turns() {
+            self.join_ring(pool, owner).await?;
+        }
         Ok(())
     }
 
-    /// Takes the entry at `position` out of `pool`'s waiting list (idempotent).
-    pub async fn leave_waiting(&self, pool: &Pool, position: &str) -> Result<(), AwsError> {
-        self.client
+    /// Takes the entry at `position` out of `owner`'s waiting list of `pool` (idempotent).
+    /// A kind pool's ring keeps the tenant's place: the next admission that finds its list
+    /// empty takes the place out.
+    pub async fn leave_waiting(
+        &self,
+        pool: &Pool,
+        owner: &str,
+        position: &str,
+    ) -> Result<(), AwsError> {
+        self.claim_waiting(pool, owner, position).await.map(drop)
+    }
+
+    /// Takes the entry at `position` out of `owner`'s waiting list of `pool`: `true` if this
+    /// call took it out, `false` if it was not there (another admitter took it first).
+    async fn claim_waiting(
+        &self,
+        pool: &Pool,
+        owner: &str,
+        position: &str,
+    ) -> Result<bool, AwsError> {
+        let output = self
+            .client
             .delete_item()
             .table_name(&self.table)
-            .key("pk", s(pool.waiting_pk()))
+            .key("pk", s(pool.waiting_list_pk(owner)))
             .key("sk", s(position))
+            .return_values(ReturnValue::AllOld)
             .send()
             .await
             .map_err(|e| AwsError::new(format!("take {position} out of a waiting list"), e))?;
-        Ok(())
+        Ok(output.attributes.is_some_and(|old| !old.is_empty()))
     }
 
-    /// The first `n` entries of `pool`'s waiting list, in admission order.
+    /// Whether `owner`'s waiting list of `pool` holds `position` (one eventually consistent
+    /// read of that key: what the reaper checks a waiting job with, whatever the list's length).
+    pub async fn is_waiting(
+        &self,
+        pool: &Pool,
+        owner: &str,
+        position: &str,
+    ) -> Result<bool, AwsError> {
+        self.exists(pool.waiting_list_pk(owner), position.to_owned()).await
+    }
+
+    async fn exists(&self, pk: String, sk: String) -> Result<bool, AwsError> {
+        let output = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key("pk", s(pk))
+            .key("sk", s(sk))
+            .projection_expression("sk")
+            .send()
+            .await
+            .map_err(|e| AwsError::new("read a waiting-list item", e))?;
+        Ok(output.item.is_some_and(|item| !item.is_empty()))
+    }
+
+    /// Makes sure `owner`, whose jobs wait in kind pool `pool`, has its place in the ring: its
+    /// member read, and the place it names (two reads when all is well).
+    pub async fn seat(&self, pool: &Pool, owner: &str) -> Result<Seat, AwsError> {
+        let output = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key("pk", s(pool.waiting_pk()))
+            .key("sk", s(member_sk(owner)))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| AwsError::new("read a tenant's place in a ring", e))?;
+        let named = output.item.and_then(|item| {
+            let key = item.get("ring")?.as_s().ok()?.clone();
+            let served = item.get("served")?.as_s().ok()?.clone();
+            Some((key, served))
+        });
+        let Some((key, served)) = named else {
+            return Ok(match self.join_ring(pool, owner).await? {
+                RingChange::Done => Seat::Joined,
+                RingChange::Raced => Seat::Seated,
+            });
+        };
+        if self.exists(pool.waiting_pk(), key).await? {
+            return Ok(Seat::Seated);
+        }
+        self.put_place(pool, owner, &served).await?;
+        Ok(Seat::Restored)
+    }
+
+    /// The first `n` entries of `owner`'s waiting list of `pool`, in admission order.
     pub async fn first_waiting(
         &self,
         pool: &Pool,
+        owner: &str,
         n: usize,
     ) -> Result<Vec<WaitingEntry>, AwsError> {
         if n == 0 {
@@ -228,7 +399,7 @@ impl SlotStore {
             .query()
             .table_name(&self.table)
             .key_condition_expression("pk = :pk")
-            .expression_attribute_values(":pk", s(pool.waiting_pk()))
+            .expression_attribute_values(":pk", s(pool.waiting_list_pk(owner)))
             .consistent_read(true)
             .limit(n.min(1_000) as i32)
             .send()
@@ -247,30 +418,148 @@ impl SlotStore {
             .collect())
     }
 
-    /// Every position in `pool`'s waiting list (all pages; only the keys are read): what the
-    /// reaper checks its waiting jobs against, one query per pool instead of a read and a write
-    /// per waiting job.
-    pub async fn waiting_positions(&self, pool: &Pool) -> Result<HashSet<String>, AwsError> {
-        let mut positions = HashSet::new();
-        let mut pages = self
+    /// The place first in kind pool `pool`'s ring: the tenant served least recently.
+    pub async fn first_turn(&self, pool: &Pool) -> Result<Option<Turn>, AwsError> {
+        let output = self
             .client
             .query()
             .table_name(&self.table)
-            .key_condition_expression("pk = :pk")
+            .key_condition_expression("pk = :pk AND begins_with(sk, :ring)")
             .expression_attribute_values(":pk", s(pool.waiting_pk()))
-            .projection_expression("sk")
-            .into_paginator()
-            .send();
-        while let Some(page) = pages.next().await {
-            let page = page.map_err(|e| AwsError::new("read a waiting list", e))?;
-            positions.extend(
-                page.items
-                    .unwrap_or_default()
-                    .into_iter()
-                    .filter_map(|mut item| item.remove("sk")?.as_s().ok().cloned()),
-            );
+            .expression_attribute_values(":ring", s(RING_PREFIX))
+            .consistent_read(true)
+            .limit(1)
+            .send()
+            .await
+            .map_err(|e| AwsError::new("read a kind pool's ring", e))?;
+        Ok(output.items.unwrap_or_default().into_iter().find_map(|item| {
+            Some(Turn {
+                key: item.get("sk")?.as_s().ok()?.clone(),
+                owner: item.get("owner")?.as_s().ok()?.clone(),
+                served: item.get("served")?.as_s().ok()?.clone(),
+            })
+        }))
+    }
+
+    /// Writes `owner`'s `MEMBER#` item of `pool`'s ring, naming its place of `served`, on
+    /// `condition`.
+    async fn put_member(
+        &self,
+        pool: &Pool,
+        owner: &str,
+        served: &str,
+        condition: MemberIf<'_>,
+    ) -> Result<RingChange, AwsError> {
+        let put = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .item("pk", s(pool.waiting_pk()))
+            .item("sk", s(member_sk(owner)))
+            .item("owner", s(owner))
+            .item("ring", s(ring_key(served, owner)))
+            .item("served", s(served));
+        let put = match condition {
+            MemberIf::Absent => put.condition_expression("attribute_not_exists(pk)"),
+            MemberIf::At(place) => put
+                .condition_expression("#ring = :ring")
+                .expression_attribute_names("#ring", "ring")
+                .expression_attribute_values(":ring", s(place)),
+        };
+        match put.send().await {
+            Ok(_) => Ok(RingChange::Done),
+            Err(err) if crate::condition_refused(&err) => Ok(RingChange::Raced),
+            Err(err) => Err(AwsError::new(format!("write tenant {owner}'s place in a ring"), err)),
         }
-        Ok(positions)
+    }
+
+    /// Writes `owner`'s place in `pool`'s ring, served (or joined) at `served`; answers its key.
+    async fn put_place(&self, pool: &Pool, owner: &str, served: &str) -> Result<String, AwsError> {
+        let key = ring_key(served, owner);
+        self.client
+            .put_item()
+            .table_name(&self.table)
+            .item("pk", s(pool.waiting_pk()))
+            .item("sk", s(&key))
+            .item("owner", s(owner))
+            .item("served", s(served))
+            .send()
+            .await
+            .map_err(|e| AwsError::new(format!("put tenant {owner} in a ring"), e))?;
+        Ok(key)
+    }
+
+    /// Deletes the place `key` of `pool`'s ring (idempotent).
+    async fn delete_place(&self, pool: &Pool, key: &str) -> Result<(), AwsError> {
+        self.client
+            .delete_item()
+            .table_name(&self.table)
+            .key("pk", s(pool.waiting_pk()))
+            .key("sk", s(key))
+            .send()
+            .await
+            .map_err(|e| AwsError::new(format!("take {key} out of a ring"), e))?;
+        Ok(())
+    }
+
+    /// Gives `owner` a place at the back of kind pool `pool`'s ring, unless it has one
+    /// ([`RingChange::Raced`]).
+    pub async fn join_ring(&self, pool: &Pool, owner: &str) -> Result<RingChange, AwsError> {
+        let served = format_rfc3339(chrono::Utc::now());
+        let joined = self.put_member(pool, owner, &served, MemberIf::Absent).await?;
+        if joined == RingChange::Done {
+            self.put_place(pool, owner, &served).await?;
+        }
+        Ok(joined)
+    }
+
+    /// Takes `turn`: its tenant moves to the back of `pool`'s ring, and the answer is its new
+    /// place. `None` if the member named another place (the place read was left by a race or a
+    /// crash): that place is deleted, and the turn is no one's.
+    async fn take_turn(&self, pool: &Pool, turn: &Turn) -> Result<Option<String>, AwsError> {
+        // Later than the place it leaves, even on a clock behind the one that wrote it.
+        let now = chrono::Utc::now();
+        let served = chrono::DateTime::parse_from_rfc3339(&turn.served)
+            .map(|at| at.to_utc() + chrono::Duration::milliseconds(1))
+            .map_or(now, |after| after.max(now));
+        let served = format_rfc3339(served);
+        let taken = self.put_member(pool, &turn.owner, &served, MemberIf::At(&turn.key)).await?;
+        let back = match taken {
+            RingChange::Done => Some(self.put_place(pool, &turn.owner, &served).await?),
+            RingChange::Raced => None,
+        };
+        self.delete_place(pool, &turn.key).await?;
+        Ok(back)
+    }
+
+    /// Takes `owner` out of `pool`'s ring (its list is empty), unless its place is no longer
+    /// `place`. A job that entered the list meanwhile, seeing the member still there, did not
+    /// join the ring: the list is read once more after, and a tenant found waiting joins again
+    /// (at the back).
+    async fn leave_ring(&self, pool: &Pool, owner: &str, place: &str) -> Result<(), AwsError> {
+        let left = self
+            .client
+            .delete_item()
+            .table_name(&self.table)
+            .key("pk", s(pool.waiting_pk()))
+            .key("sk", s(member_sk(owner)))
+            .condition_expression("#ring = :ring")
+            .expression_attribute_names("#ring", "ring")
+            .expression_attribute_values(":ring", s(place))
+            .send()
+            .await;
+        match left {
+            Ok(_) => {}
+            Err(err) if crate::condition_refused(&err) => return Ok(()),
+            Err(err) => {
+                return Err(AwsError::new(format!("take tenant {owner} out of a ring"), err));
+            }
+        }
+        self.delete_place(pool, place).await?;
+        if !self.first_waiting(pool, owner, 1).await?.is_empty() {
+            self.join_ring(pool, owner).await?;
+        }
+        Ok(())
     }
 }
 
@@ -304,25 +593,79 @@ impl Admitter {
         self.admit(pool, limit, held).await
     }
 
-    /// Sends a dispatch message for each of the first waiting jobs of `pool` that its free
-    /// slots (`limit` less `held`) can take, and takes each out of the list, so that the next
-    /// wake-up reaches the next job even while this one's dispatch is in flight; answers how
-    /// many. Admitting only wakes a job: the dispatcher takes the slot, or finds it gone to a
-    /// newcomer and puts the job back in the list at the same position (priority, then
-    /// submission time: the key does not depend on when it re-enters). A wake-up message
-    /// that is lost leaves the job waiting outside the list; the reaper puts it back.
+    /// Wakes as many waiting jobs of `pool` as its free slots (`limit` less `held`) can
+    /// take; answers how many. Admitting only wakes a job (a dispatch message): the dispatcher
+    /// takes the slot, or finds it gone to a newcomer and puts the job back in its list at the
+    /// same position (priority, then submission time: the key does not depend on when it
+    /// re-enters). A woken job leaves its list, so that the next wake-up reaches the next job
+    /// even while this one's dispatch is in flight; a wake-up message that is lost leaves the
+    /// job waiting outside its list, and the reaper puts it back.
+    ///
+    /// A tenant pool wakes its first jobs in list order. A kind pool wakes one job per turn of
+    /// its ring (see the module doc): at most five requests per job woken, plus two per place
+    /// of a tenant with no job left (at most [`MAX_EMPTY_TURNS`] of them), whatever the backlog.
     pub async fn admit(&self, pool: &Pool, limit: u32, held: usize) -> Result<usize, AwsError> {
         let free = longhaul_domain::admission::free_slots(limit, held);
-        let waiting = self.slots.first_waiting(pool, free).await?;
+        let admitted = match pool {
+            Pool::Tenant(owner) => self.admit_in_order(pool, owner, free).await?,
+            Pool::Kind(_) => self.admit_by_turns(pool, free).await?,
+        };
+        if admitted > 0 {
+            tracing::info!(pool = ?pool, admitted, "waiting jobs admitted");
+        }
+        Ok(admitted)
+    }
+
+    /// The first `free` jobs of a tenant pool's list: each is sent its message, then leaves
+    /// the list.
+    async fn admit_in_order(
+        &self,
+        pool: &Pool,
+        owner: &str,
+        free: usize,
+    ) -> Result<usize, AwsError> {
+        let waiting = self.slots.first_waiting(pool, owner, free).await?;
         for entry in &waiting {
             let message = DispatchMessage { job_id: entry.job_id.clone() };
             self.intake.send(&message, &entry.owner).await?;
-            self.slots.leave_waiting(pool, &entry.position).await?;
-        }
-        if !waiting.is_empty() {
-            tracing::info!(pool = ?pool, admitted = waiting.len(), "waiting jobs admitted");
+            self.slots.leave_waiting(pool, owner, &entry.position).await?;
         }
         Ok(waiting.len())
+    }
+
+    /// `free` jobs of a kind pool, one per turn: the tenant first in the ring takes its turn
+    /// (to the back of the ring), and its first job leaves its list (a conditional delete: of
+    /// two admitters at once only one wakes it) and is sent its message; a tenant with no more
+    /// jobs in its list leaves the ring.
+    async fn admit_by_turns(&self, pool: &Pool, free: usize) -> Result<usize, AwsError> {
+        let (mut admitted, mut passed) = (0, 0);
+        while admitted < free && passed < MAX_EMPTY_TURNS {
+            let Some(turn) = self.slots.first_turn(pool).await? else { break };
+            let Some(place) = self.slots.take_turn(pool, &turn).await? else {
+                passed += 1; // a place no member names: deleted
+                continue;
+            };
+            let waiting = self.slots.first_waiting(pool, &turn.owner, 2).await?;
+            let Some(entry) = waiting.first() else {
+                // Its jobs left the list without a turn (cancelled, or their dispatch found a
+                // slot after all).
+                self.slots.leave_ring(pool, &turn.owner, &place).await?;
+                passed += 1;
+                continue;
+            };
+            if self.slots.claim_waiting(pool, &turn.owner, &entry.position).await? {
+                let message = DispatchMessage { job_id: entry.job_id.clone() };
+                self.intake.send(&message, &entry.owner).await?;
+                admitted += 1;
+            }
+            if waiting.len() == 1 {
+                self.slots.leave_ring(pool, &turn.owner, &place).await?;
+            }
+        }
+        if passed >= MAX_EMPTY_TURNS {
+            tracing::warn!(pool = ?pool, passed, "many ring places without a waiting job; the next admission goes on");
+        }
+        Ok(admitted)
     }
 }
 
@@ -342,6 +685,18 @@ mod tests {
         let unique: std::collections::HashSet<_> = keys.iter().collect();
         assert_eq!(unique.len(), keys.len(), "{keys:?}");
         assert_eq!(Pool::Tenant("alice".into()).waiting_pk(), "WAITING#T#5:alice");
+    }
+
+    #[test]
+    fn a_kind_pool_gives_each_tenant_its_own_list() {
+        let kind = Pool::Kind("demo".into());
+        assert_eq!(kind.waiting_list_pk("alice"), "WAITING#K#4:demo#T#5:alice");
+        assert_ne!(kind.waiting_list_pk("alice"), kind.waiting_list_pk("bob"));
+        // No kind's ring is another kind's tenant list, however the names are chosen.
+        assert_ne!(Pool::Kind("demo#T#1:a".into()).waiting_pk(), kind.waiting_list_pk("a"));
+        let tenant = Pool::Tenant("alice".into());
+        assert_eq!(tenant.waiting_list_pk("alice"), tenant.waiting_pk());
+        assert!(!member_sk("a").starts_with(RING_PREFIX));
     }
 
     #[test]

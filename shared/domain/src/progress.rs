@@ -1,9 +1,12 @@
-//! Progress arithmetic: the percentage a running job reports and its ETA.
+//! Progress arithmetic: the percentage a running job reports and its ETA; and what a job's
+//! clients are shown of its progress ([`ProgressView`]), ended once the job succeeded.
 //!
 //! Clients render bars from these numbers, so they must never go backwards: a retried
 //! attempt, a stage boundary or a resumed checkpoint may report the same progress again but
 //! never less. The stage engine keeps the floor (the last percentage it wrote, or the one the
 //! previous attempt left in the progress record) and passes it in.
+
+use crate::JobStatus;
 
 /// Where a job is: stage `stage_index` (1-based) of `stages_total`, `done` of `total` items
 /// in that stage (`None`: the stage cannot count its items).
@@ -99,6 +102,103 @@ impl ThroughputWindow {
     }
 }
 
+/// A job's progress as its clients are shown it — `GET /jobs/{id}`'s `progress` and the live
+/// stream's `progress` events alike, so the two cannot tell different stories. Unknown values
+/// are `None` (`null`).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ProgressView {
+    /// 0 ..= 100.
+    pub pct: f64,
+    /// The current stage's name.
+    pub stage: Option<String>,
+    /// 1-based index of the current stage.
+    pub stage_index: Option<u32>,
+    /// How many stages the job has.
+    pub stages_total: Option<u32>,
+    /// Items done in the current stage.
+    pub items_done: Option<u64>,
+    /// Items in the current stage, when known.
+    pub items_total: Option<u64>,
+    /// Estimated seconds to completion.
+    pub eta: Option<u64>,
+}
+
+/// The numbers of a job's last progress write, as the stage engine recorded them.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Recorded<'a> {
+    /// The percentage written.
+    pub pct: f64,
+    /// The stage's name (empty: none yet).
+    pub stage: &'a str,
+    /// 1-based index of the stage (0: none yet).
+    pub stage_index: u32,
+    /// Stages in the job (0: unknown).
+    pub stages_total: u32,
+    /// Items of the stage done when it was written.
+    pub items_done: u64,
+    /// Items in the stage, when the stage could count them.
+    pub items_total: Option<u64>,
+    /// The ETA written with it.
+    pub eta_seconds: Option<u64>,
+}
+
+impl ProgressView {
+    /// A job with no progress record (no stage has claimed it): nothing known, nothing done.
+    pub fn unknown() -> Self {
+        ProgressView {
+            pct: 0.0,
+            stage: None,
+            stage_index: None,
+            stages_total: None,
+            items_done: None,
+            items_total: None,
+            eta: None,
+        }
+    }
+
+    /// The last progress write, as written.
+    pub fn recorded(recorded: Recorded<'_>) -> Self {
+        ProgressView {
+            pct: recorded.pct,
+            stage: (!recorded.stage.is_empty()).then(|| recorded.stage.to_owned()),
+            stage_index: (recorded.stage_index > 0).then_some(recorded.stage_index),
+            stages_total: (recorded.stages_total > 0).then_some(recorded.stages_total),
+            items_done: Some(recorded.items_done),
+            items_total: recorded.items_total,
+            eta: recorded.eta_seconds,
+        }
+    }
+
+    /// What a job in `status` shows of `self`, its last progress write (or
+    /// [`ProgressView::unknown`]): a live job, that write; a job that succeeded (and one whose
+    /// result has since expired), [`ProgressView::ended`]; a job that failed or was cancelled,
+    /// that write without an ETA (it will not complete).
+    pub fn for_status(self, status: JobStatus) -> Self {
+        match status {
+            JobStatus::Succeeded | JobStatus::Expired => self.ended(),
+            status if status.is_terminal() => ProgressView { eta: None, ..self },
+            _ => self,
+        }
+    }
+
+    /// A succeeded job's progress: 100 % with nothing left, its last stage's items all done.
+    ///
+    /// Progress is written at most once per progress interval, so the last write may predate
+    /// the end of the last stage's items (or be the stage's first, with no count at all, for a
+    /// stage shorter than one interval). The job's success says the stage did all its items:
+    /// `items_done` is `items_total` when the stage counted them; when it never said how many
+    /// there were, both are unknown rather than a count from before the end.
+    pub fn ended(self) -> Self {
+        ProgressView { pct: 100.0, items_done: self.items_total, eta: Some(0), ..self }
+    }
+
+    /// Whether this is already what [`ProgressView::ended`] shows (a live stream that sent it
+    /// need not send the end again).
+    pub fn is_ended(&self) -> bool {
+        *self == self.clone().ended()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -173,6 +273,84 @@ mod tests {
         assert_eq!(eta_seconds(50.0, 0.0, 10.0), Some(10));
         assert_eq!(eta_seconds(5.0, 0.0, 10.0), None, "too early");
         assert_eq!(eta_seconds(50.0, 50.0, 10.0), None, "no progress since the origin");
+    }
+
+    fn recorded(items_done: u64, items_total: Option<u64>) -> ProgressView {
+        ProgressView::recorded(Recorded {
+            pct: 89.4,
+            stage: "scan",
+            stage_index: 1,
+            stages_total: 3,
+            items_done,
+            items_total,
+            eta_seconds: Some(7),
+        })
+    }
+
+    /// The last write before the end (93,536,671 of 104,669,764 bytes, 89.4 %): a succeeded
+    /// job shows its end, not that write.
+    #[test]
+    fn a_succeeded_job_shows_its_end_not_its_last_write() {
+        let ended = recorded(93_536_671, Some(104_669_764)).for_status(JobStatus::Succeeded);
+        assert_eq!(ended.pct, 100.0);
+        assert_eq!((ended.items_done, ended.items_total), (Some(104_669_764), Some(104_669_764)));
+        assert_eq!(ended.eta, Some(0));
+        assert_eq!(
+            (ended.stage.as_deref(), ended.stage_index, ended.stages_total),
+            (Some("scan"), Some(1), Some(3)),
+            "the stage is the one recorded"
+        );
+        assert!(ended.is_ended());
+        // Expired: it succeeded, then its result was deleted.
+        assert_eq!(recorded(93_536_671, Some(104_669_764)).for_status(JobStatus::Expired), ended);
+    }
+
+    /// A last stage shorter than one progress interval left only its first write (0 items, no
+    /// total): the end says what is known — all done — and no count from before it.
+    #[test]
+    fn a_stage_that_never_counted_ends_with_no_count() {
+        let ended = recorded(0, None).for_status(JobStatus::Succeeded);
+        assert_eq!((ended.pct, ended.items_done, ended.items_total), (100.0, None, None));
+        assert_eq!(ended.eta, Some(0));
+        let never_started = ProgressView::unknown().for_status(JobStatus::Succeeded);
+        assert_eq!((never_started.pct, never_started.items_done), (100.0, None));
+        assert_eq!(never_started.stage, None);
+    }
+
+    #[test]
+    fn live_and_failed_jobs_show_their_last_write() {
+        for status in [JobStatus::Pending, JobStatus::Queued, JobStatus::Running] {
+            assert_eq!(recorded(5, Some(10)).for_status(status), recorded(5, Some(10)));
+            assert!(!recorded(5, Some(10)).is_ended());
+        }
+        for status in [JobStatus::Failed, JobStatus::Cancelled] {
+            let shown = recorded(5, Some(10)).for_status(status);
+            assert_eq!(
+                shown,
+                ProgressView { eta: None, ..recorded(5, Some(10)) },
+                "no ETA: it will not complete"
+            );
+        }
+        let none = ProgressView::unknown();
+        assert_eq!(none.for_status(JobStatus::Queued), ProgressView::unknown());
+        let empty = ProgressView::recorded(Recorded {
+            pct: 0.0,
+            stage: "",
+            stage_index: 0,
+            stages_total: 0,
+            items_done: 0,
+            items_total: None,
+            eta_seconds: None,
+        });
+        assert_eq!((empty.stage, empty.stage_index, empty.stages_total), (None, None, None));
+    }
+
+    #[test]
+    fn a_write_at_the_end_is_already_the_end() {
+        let at_end = ProgressView { pct: 100.0, eta: Some(0), ..recorded(10, Some(10)) };
+        assert!(at_end.is_ended());
+        assert_eq!(at_end.clone().ended(), at_end);
+        assert!(!ProgressView { eta: None, ..at_end }.is_ended(), "the end says 0 s left");
     }
 
     /// Every position of small jobs (up to 3 stages of up to 200 items) reports its exact
@@ -407,6 +585,30 @@ mod tests {
                 }
             }
             prop_assert_eq!(last, 100.0);
+        }
+
+        /// Whatever a succeeded job's last write was, it shows 100 %, no time left, and a
+        /// count that is its stage's total (or no count when the stage never said its total),
+        /// never a count short of it.
+        #[test]
+        fn a_succeeded_job_always_shows_a_full_count(
+            pct in 0.0f64..=100.0,
+            done in 0u64..1_000_000,
+            total in proptest::option::of(0u64..1_000_000),
+            eta in proptest::option::of(0u64..100_000),
+            expired in any::<bool>(),
+        ) {
+            let last = ProgressView::recorded(Recorded {
+                pct, stage: "s", stage_index: 2, stages_total: 2,
+                items_done: done, items_total: total, eta_seconds: eta,
+            });
+            let status = if expired { JobStatus::Expired } else { JobStatus::Succeeded };
+            let shown = last.for_status(status);
+            prop_assert_eq!(shown.pct, 100.0);
+            prop_assert_eq!(shown.eta, Some(0));
+            prop_assert_eq!(shown.items_done, shown.items_total);
+            prop_assert_eq!(shown.items_total, total);
+            prop_assert!(shown.is_ended());
         }
 
         /// After the pace changes, once the window has passed, the ETA is the new pace's: a job

@@ -316,9 +316,11 @@ pub trait StageContext: Send {
     ) -> BoxFuture<'_, Result<ResultUpload, KindError>>;
 
     /// Whether `upload` (read back from a checkpoint) can be continued by this invocation:
-    /// true only for an upload this attempt began that is still open. An upload of an earlier
-    /// attempt cannot (a zombie of that attempt may still write to it): the kind abandons it
-    /// and starts over; the framework aborts it.
+    /// true only for an upload this attempt began that is still open — or that this attempt
+    /// already completed, when the invocation that completed it died before it heard so (the
+    /// kind goes on to complete it again, which answers the same result). An upload of an
+    /// earlier attempt cannot (a zombie of that attempt may still write to it): the kind
+    /// abandons it and starts over; the framework aborts it.
     fn can_continue(&mut self, upload: &ResultUpload) -> BoxFuture<'_, Result<bool, KindError>>;
 
     /// Uploads part `number` (1..=[`MAX_PARTS`]) of `upload`. Every part but the last must be
@@ -332,7 +334,8 @@ pub trait StageContext: Send {
     ) -> BoxFuture<'_, Result<UploadedPart, KindError>>;
 
     /// Completes `upload` from `parts` (in order) and returns the result the stage finishes
-    /// with.
+    /// with. Idempotent: completing an upload this attempt already completed from the same
+    /// parts (a completion whose answer was lost, retried) answers the same result.
     fn complete_result_upload(
         &mut self,
         upload: &ResultUpload,

@@ -85,6 +85,9 @@ pub struct Trace {
     pub parts_uploaded: Vec<PartUploaded>,
     /// Multipart uploads of an earlier attempt aborted by the host (`can_continue`).
     pub uploads_aborted: u32,
+    /// Multipart result uploads completed (a completion repeated after a lost answer is not
+    /// counted again).
+    pub uploads_completed: u32,
 }
 
 /// One `upload_part` call that stored a part.
@@ -106,6 +109,7 @@ pub struct Host {
     owner_inputs: HashMap<String, (Vec<u8>, usize)>,
     deadline_every: Option<u32>,
     crash_after_checkpoint: Option<u32>,
+    crash_after_completion: bool,
     new_attempt_after_checkpoint: Option<u32>,
     cancel_after_writes: Option<u32>,
     max_attempts: u32,
@@ -150,6 +154,9 @@ struct MemoryUpload {
     state: UploadState,
     /// Parts by number: etag and bytes.
     parts: BTreeMap<u32, (String, Vec<u8>)>,
+    /// Once completed: the parts it was completed from (number, etag, size), what S3's
+    /// object at the key tells of them (its size and multipart ETag).
+    completed_from: Vec<(u32, String, u64)>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -166,6 +173,7 @@ impl Host {
             owner_inputs: HashMap::new(),
             deadline_every: None,
             crash_after_checkpoint: None,
+            crash_after_completion: false,
             new_attempt_after_checkpoint: None,
             cancel_after_writes: None,
             max_attempts: 10,
@@ -190,6 +198,14 @@ impl Host {
     /// The invocation crashes right after the `n`-th checkpoint of the run (1-based) is saved.
     pub fn crash_after_checkpoint(mut self, n: u32) -> Self {
         self.crash_after_checkpoint = Some(n);
+        self
+    }
+
+    /// The invocation crashes right after the first completion of a result upload took effect,
+    /// before the kind heard of it (S3's answer lost): the retried invocation finds the upload
+    /// gone and its object in place.
+    pub fn crash_after_completion(mut self) -> Self {
+        self.crash_after_completion = true;
         self
     }
 
@@ -439,6 +455,27 @@ fn etag(body: &[u8]) -> String {
 
 impl MemoryContext<'_> {
     /// The open upload `upload` names, if it is this attempt's.
+    /// The result of this attempt's `upload` if it was completed already from exactly `parts`
+    /// (what the stage host checks of the object at the upload's key when S3 answers that the
+    /// upload is gone).
+    fn completed_already(
+        &self,
+        upload: &ResultUpload,
+        parts: &[UploadedPart],
+    ) -> Option<ResultRef> {
+        let stored = self.durable.uploads.get(upload.upload_id())?;
+        let same_parts = stored.completed_from.len() == parts.len()
+            && stored.completed_from.iter().zip(parts).all(|((number, etag, size), part)| {
+                *number == part.number() && etag == part.etag() && *size == part.size()
+            });
+        (!self.crashed
+            && upload.attempt() == self.durable.attempt
+            && stored.state == UploadState::Completed
+            && stored.location == upload.location()
+            && same_parts)
+            .then(|| ResultRef::from_host(stored.location.clone()))
+    }
+
     fn open_upload(&mut self, upload: &ResultUpload) -> Result<&mut MemoryUpload, KindError> {
         if self.crashed {
             return Err(crash());
@@ -628,6 +665,7 @@ impl StageContext for MemoryContext<'_> {
                     content_type: content_type.clone(),
                     state: UploadState::Open,
                     parts: BTreeMap::new(),
+                    completed_from: Vec::new(),
                 },
             );
             Ok(ResultUpload::from_host(location, upload_id, attempt, name, content_type))
@@ -654,7 +692,9 @@ impl StageContext for MemoryContext<'_> {
                 }
                 return Ok(false);
             }
-            Ok(stored.state == UploadState::Open)
+            // Open, or completed already (a completion whose answer was lost): the kind goes
+            // on, and completing it again answers the same result.
+            Ok(matches!(stored.state, UploadState::Open | UploadState::Completed))
         }
         .boxed()
     }
@@ -688,6 +728,9 @@ impl StageContext for MemoryContext<'_> {
         let parts = parts.to_vec();
         async move {
             check_parts(&parts)?;
+            if let Some(done) = self.completed_already(&upload, &parts) {
+                return Ok(done);
+            }
             let stored = self.open_upload(&upload)?;
             let mut body = Vec::new();
             for part in &parts {
@@ -707,8 +750,15 @@ impl StageContext for MemoryContext<'_> {
             }
             stored.state = UploadState::Completed;
             stored.parts.clear();
+            stored.completed_from =
+                parts.iter().map(|p| (p.number(), p.etag().to_owned(), p.size())).collect();
             let (location, content_type) = (stored.location.clone(), stored.content_type.clone());
             self.durable.files.insert(location.clone(), (content_type, body));
+            self.durable.trace.uploads_completed += 1;
+            if self.host.crash_after_completion && self.durable.trace.uploads_completed == 1 {
+                self.crashed = true;
+                return Err(crash());
+            }
             Ok(ResultRef::from_host(location))
         }
         .boxed()
@@ -955,12 +1005,16 @@ mod tests {
         let err = block(ctx.complete_result_upload(&upload, &[big.clone(), forged])).unwrap_err();
         assert!(err.public.as_str().contains("not uploaded"), "{err}");
         // The right parts complete it: the replacement's bytes, then the last part.
-        let result = block(ctx.complete_result_upload(&upload, &[big, last.clone()])).unwrap();
+        let result =
+            block(ctx.complete_result_upload(&upload, &[big.clone(), last.clone()])).unwrap();
         assert_eq!(result.location(), "results/1/r.bin");
-        // Completed, the upload is gone: no part, no second completion, no continuing.
+        // Completed, the upload takes no part and no other completion; the same completion
+        // again (its first answer lost) answers the same result, and the kind may go on to it.
         assert!(block(ctx.upload_part(&upload, 3, vec![1])).is_err());
-        assert!(block(ctx.complete_result_upload(&upload, &[last])).is_err());
-        assert!(!block(ctx.can_continue(&upload)).unwrap());
+        assert!(block(ctx.complete_result_upload(&upload, std::slice::from_ref(&last))).is_err());
+        let again = block(ctx.complete_result_upload(&upload, &[big, last])).unwrap();
+        assert_eq!(again.location(), result.location());
+        assert!(block(ctx.can_continue(&upload)).unwrap());
         let (_, body) = &durable.files["results/1/r.bin"];
         assert_eq!(body.len(), MIN_PART_SIZE + 3);
         assert!(body[..MIN_PART_SIZE].iter().all(|b| *b == 7));

@@ -4,7 +4,6 @@ use super::*;
 
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
-use longhaul_domain::JobStatus;
 use serde::{Deserialize, Serialize};
 
 use crate::AwsError;
@@ -24,27 +23,6 @@ pub struct IdempotencyRecord {
 }
 
 impl JobStore {
-    /// Deletes job `job_id` while it is still `pending` and was never dispatched (a submission
-    /// refused after its record was written); a job that moved on is left alone.
-    pub async fn delete_unqueued(&self, job_id: &str) -> Result<(), StoreError> {
-        let result = self
-            .client
-            .delete_item()
-            .table_name(&self.table)
-            .key("pk", s(job_pk(job_id)))
-            .key("sk", s(JOB_SK))
-            .condition_expression("#status = :pending")
-            .expression_attribute_names("#status", "status")
-            .expression_attribute_values(":pending", s(JobStatus::Pending.as_str()))
-            .send()
-            .await;
-        match result {
-            Ok(_) => Ok(()),
-            Err(err) if crate::condition_refused(&err) => Ok(()),
-            Err(err) => Err(AwsError::new(format!("delete refused job {job_id}"), err).into()),
-        }
-    }
-
     /// Gives back `owner`'s idempotency `key` that this request claimed for `job_id` and will
     /// not use (its submission was refused after the claim): deleted only if it still names
     /// that job, so a request that took the key over meanwhile keeps it.

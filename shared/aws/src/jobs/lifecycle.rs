@@ -23,7 +23,10 @@ impl JobStore {
     /// Cancels a job for its owner: a `pending` or `queued` job becomes `cancelled` at once;
     /// a `running` job gets a cancellation request that its stage sees at its next progress
     /// write (the flag is set on the progress record too, which that write is conditional on).
-    /// Repeating the request for a running job is harmless. A terminal job is a conflict.
+    /// Repeating the request for a running job keeps the first request on the job record and
+    /// sets the flag again (idempotently, with the first request's time): a retry after a
+    /// failed flag write is what gets the flag to the worker. A terminal job is a conflict.
+    /// A failed write is an error, and the caller's retry does the rest.
     pub async fn cancel(
         &self,
         job_id: &str,
@@ -54,8 +57,9 @@ impl JobStore {
                 }
                 Err(err) => return Err(err),
             };
+            // Asked before: the request stands, and its flag is set again below.
             if current.cancellation.is_some() {
-                return Ok(CancelOutcome::Requested(current));
+                break current;
             }
             let names = HashMap::from([("#status".to_owned(), "status".to_owned())]);
             let values = HashMap::from([
@@ -73,38 +77,48 @@ impl JobStore {
                 )
                 .await
             {
-                Ok(job) => break job,
+                Ok(job) => break Box::new(job),
                 // Back to waiting for an attempt: cancel it as such.
                 Err(StoreError::Conflict { current: Some(job) })
                     if matches!(job.status, JobStatus::Pending | JobStatus::Queued)
                         && rounds < 3 => {}
-                // Another request got there first, or the job just ended: report what is.
+                // Another request got there first: its flag is set again below.
                 Err(StoreError::Conflict { current: Some(job) })
                     if job.status == JobStatus::Running =>
                 {
-                    return Ok(CancelOutcome::Requested(job));
+                    break job;
                 }
+                // The job just ended (a conflict that carries it), or the write failed.
                 Err(err) => return Err(err),
             }
         };
+        // The request on record (the first one, if this repeats it) is the one flagged.
+        let requested_at =
+            job.cancellation.as_ref().map_or(&cancellation.requested_at, |c| &c.requested_at);
+        self.flag_cancellation(job_id, requested_at).await?;
+        Ok(CancelOutcome::Requested(job))
+    }
+
+    /// Sets the cancellation flag on the job's progress record, which every progress write
+    /// is conditional on the absence of. Idempotent: a flag already set keeps its time. A
+    /// job without a progress record yet (claimed, not handed over) has nothing to flag: its
+    /// stage reads the job record's cancellation before its first write.
+    async fn flag_cancellation(&self, job_id: &str, requested_at: &str) -> Result<(), StoreError> {
         let flagged = self
             .client
             .update_item()
             .table_name(&self.table)
             .set_key(Some(Self::progress_key(job_id).into_iter().collect()))
-            .update_expression("SET cancel_requested_at = :now")
+            .update_expression("SET cancel_requested_at = if_not_exists(cancel_requested_at, :at)")
             .condition_expression("attribute_exists(pk)")
-            .expression_attribute_values(":now", s(&cancellation.requested_at))
+            .expression_attribute_values(":at", s(requested_at))
             .send()
             .await;
         match flagged {
-            Ok(_) => {}
-            Err(err) if crate::condition_refused(&err) => {}
-            Err(err) => {
-                return Err(AwsError::new(format!("flag cancellation of {job_id}"), err).into());
-            }
+            Ok(_) => Ok(()),
+            Err(err) if crate::condition_refused(&err) => Ok(()),
+            Err(err) => Err(AwsError::new(format!("flag cancellation of {job_id}"), err).into()),
         }
-        Ok(CancelOutcome::Requested(Box::new(job)))
     }
 
     /// `queued → running` for `execution`, minting a new lease (the job enters the reaper's

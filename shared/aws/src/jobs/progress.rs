@@ -72,6 +72,22 @@ pub struct ProgressRecord {
     pub attempt: Option<u32>,
 }
 
+impl ProgressRecord {
+    /// The record's numbers as written, for the client-facing progress view (the status and
+    /// events functions both read a job's progress through this).
+    pub fn recorded(&self) -> longhaul_domain::progress::ProgressView {
+        longhaul_domain::progress::ProgressView::recorded(longhaul_domain::progress::Recorded {
+            pct: self.pct,
+            stage: &self.stage,
+            stage_index: self.stage_index,
+            stages_total: self.stages_total,
+            items_done: self.items_done,
+            items_total: self.items_total,
+            eta_seconds: self.eta_seconds,
+        })
+    }
+}
+
 /// A job without a progress record yet: nothing done, as of now.
 impl Default for ProgressRecord {
     fn default() -> Self {

@@ -229,7 +229,10 @@ fn lambda_env(name: &str, runtime_api: &str) -> Vec<(String, String)> {
             "EVENTS_URL",
             "https://abcdefghijklmnopqrstuvwxyz012345.lambda-url.us-east-1.on.aws".to_owned(),
         ),
-        ("STREAM_TOKEN_SECRET", "coldstart-bench-stream-token-secret-0123456789ab".to_owned()),
+        (
+            "STREAM_TOKEN_SECRET_ARN",
+            format!("arn:aws:secretsmanager:{region}:{account}:secret:longhaul-StreamTokenSecret"),
+        ),
         ("ENABLED_JOB_TYPES", "demo,csv_report".to_owned()),
         ("IDEMPOTENCY_TTL_SECONDS", "86400".to_owned()),
         ("LONGHAUL_RESULT_TTL_SECONDS", "604800".to_owned()),
