@@ -188,3 +188,49 @@ async fn a_completion_whose_answer_was_lost_is_recognised_as_done() {
     assert_entries(&api.result(&job_id).await, &expected);
     assert_eq!(parts_uploaded(&api).await - before, 3, "the archive was built again: {job}");
 }
+
+/// A retry of a cancelled archive job starts from the cancelled job's checkpoint, which names
+/// that job's result upload — not one the retry may continue. The retry starts over and says
+/// so: it does not claim `resumed_from`, and its archive is whole.
+#[tokio::test]
+async fn a_retry_that_cannot_use_the_checkpoint_does_not_claim_it_resumed() {
+    stack();
+    let _one_at_a_time = PARTS.lock().await;
+    let api = Api::new(&principal("archive-retry"));
+    let (inputs, expected) = three_uploads(&api).await;
+    // The stage is frozen just before part 2 while the job is cancelled: it stops at its next
+    // progress write, its checkpoint after part 1 kept for a retry. (A pause strikes only an
+    // invocation known to hold the lease; the journal is what tells a claim's.)
+    let faults = format!("{}/_local/faults", stack().stack.api_url);
+    let plan = json!({"pause_functions": ["StageFunction"], "pause_before_call": 1.0, "max_pauses": 1,
+        "pause_ms": 5000, "journal": true,
+        "pause_only": {"operation": "s3:UploadPart", "contains": "partNumber=2"}});
+    let http = reqwest::Client::new();
+    assert_eq!(http.post(&faults).json(&plan).send().await.unwrap().status(), 200);
+    let job_id = api.submit(&json!({"type": "archive", "params": {"inputs": inputs}})).await;
+    loop {
+        let injected: Value = http.get(&faults).send().await.unwrap().json().await.unwrap();
+        if injected["injected"]["paused"] == 1 {
+            break;
+        }
+        let job = api.get(&format!("/jobs/{job_id}")).await.json;
+        assert!(
+            matches!(job["status"].as_str(), Some("pending" | "queued" | "running")),
+            "the job ran on without its pause: {job}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let cancel = api.send("DELETE", &format!("/jobs/{job_id}"), None, &[]).await;
+    assert_eq!(cancel.status, 202, "{}", cancel.text);
+    let cancelled = api.wait_terminal(&job_id, TIMEOUT).await;
+    http.post(&faults).json(&json!({})).send().await.unwrap();
+    assert_eq!(cancelled["status"], "cancelled", "{cancelled}");
+
+    let retry = api.send("POST", &format!("/jobs/{job_id}/retry"), None, &[]).await;
+    assert_eq!(retry.status, 202, "{}", retry.text);
+    let retry_id = retry.json["job_id"].as_str().unwrap().to_owned();
+    let done = api.wait_terminal(&retry_id, TIMEOUT).await;
+    assert_eq!(done["status"], "succeeded", "{done}");
+    assert_entries(&api.result(&retry_id).await, &expected);
+    assert!(done.get("resumed_from").is_none(), "a resume that did not happen: {done}");
+}

@@ -406,6 +406,28 @@ impl<'a> Ctx<'a> {
         Ok(Some(checkpoint.state))
     }
 
+    /// The checkpoint this attempt started from is not one it can go on from (a retry's
+    /// checkpoint naming the retried job's result upload, which this job may not continue):
+    /// the stage starts over, and says so — the job no longer claims `resumed_from`, and the
+    /// progress bar goes back to the stage's start instead of staying at the retried job's
+    /// count.
+    pub(crate) async fn start_over(&mut self) -> Result<(), StageError> {
+        self.deps
+            .jobs
+            .forget_resume(&self.job.job_id, &self.lease.token)
+            .await
+            .map_err(crate::error::fenced)?;
+        tracing::info!(
+            stage = self.stage,
+            "the retried job's checkpoint cannot be continued: the stage starts over"
+        );
+        self.floor_done = 0;
+        self.last_done = 0;
+        self.last_pct = 0.0;
+        self.checkpoint_key = None;
+        self.write(0, None).await
+    }
+
     /// Moves the progress record to the next stage (the stage boundary). The checkpoint
     /// pointer is kept: the finished stage's last checkpoint is the next stage's input.
     pub async fn advance(&mut self, next_stage: &'static str) -> Result<(), StageError> {

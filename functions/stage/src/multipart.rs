@@ -47,6 +47,12 @@ impl Ctx<'_> {
         }
     }
 
+    /// Whether `upload` is under another job's results (a retried job's, named by the
+    /// checkpoint a retry starts from), not this job's.
+    fn is_another_jobs(&self, upload: &ResultUpload) -> bool {
+        !upload.location().starts_with(&result_key(self.job_id(), ""))
+    }
+
     /// Refuses an upload this attempt did not begin (a kind must ask `can_continue`).
     fn own_upload(&self, upload: &ResultUpload) -> Result<(), KindError> {
         if self.owner(upload) == Owner::ThisAttempt {
@@ -135,6 +141,12 @@ impl Ctx<'_> {
                         "the result upload of an earlier attempt could not be aborted (the bucket's lifecycle rule will)"
                     ),
                 }
+                Ok(false)
+            }
+            Owner::Other if self.is_another_jobs(upload) => {
+                // A retry's checkpoint, copied from the job it retries: that job's upload is
+                // not this job's to continue. The stage starts over, and says so.
+                self.start_over().await.map_err(KindError::from)?;
                 Ok(false)
             }
             Owner::Other => {

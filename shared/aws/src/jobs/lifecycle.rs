@@ -238,6 +238,33 @@ impl JobStore {
         Ok(())
     }
 
+    /// Takes back a retry's claim to resume (`resumed_from`): its attempt found the retried
+    /// job's checkpoint unusable and starts over, so the job no longer says it resumed.
+    /// Fenced by the attempt's lease; nothing to do if the record says no resume.
+    pub async fn forget_resume(&self, job_id: &str, lease: &str) -> Result<(), StoreError> {
+        let result = self
+            .update_fenced_when(
+                job_id,
+                lease,
+                "REMOVE resumed_from",
+                Some("attribute_exists(resumed_from)"),
+                HashMap::new(),
+            )
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            // Already said (an earlier invocation of the attempt took it back).
+            Err(StoreError::Conflict { current: Some(job) })
+                if job.resumed_from.is_none()
+                    && job.status == JobStatus::Running
+                    && job.lease.as_deref() == Some(lease) =>
+            {
+                Ok(())
+            }
+            Err(err) => Err(err),
+        }
+    }
+
     /// Counts one more dispatch of a `pending` job (the reaper re-enqueueing it), moves its
     /// status-index entry to `index_key` (when the reaper should look again) and returns the
     /// record; refused if the job moved on meanwhile.
