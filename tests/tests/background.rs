@@ -1,5 +1,5 @@
 //! Background operations against the local stack, with thresholds shortened (a heartbeat is
-//! stale after 3 s, progress stalls after 2 s, results live 3 s) and schedules fired on demand
+//! stale after 3 s, progress stalls after 2 s (a zombie 30 s later), results live 3 s) and schedules fired on demand
 //! through `POST /_local/schedules/{name}`.
 
 use std::time::Duration;
@@ -15,13 +15,17 @@ use longhaul_tests::{
 use serde_json::{Value, json};
 
 const TIMEOUT: Duration = Duration::from_secs(120);
+/// How long a stalled job that still heartbeats is left before it counts as a zombie.
+const STALL_GRACE: Duration = Duration::from_secs(30);
 
 fn stack() -> &'static Harness {
     harness_with(&[
         ("LONGHAUL_HEARTBEAT_TIMEOUT_SECONDS", "3"),
         ("LONGHAUL_HEARTBEAT_INTERVAL_SECONDS", "1"),
         ("LONGHAUL_STALL_SECONDS", "2"),
-        ("LONGHAUL_STALL_GRACE_SECONDS", "3"),
+        // Long enough that a stalled job's flag is counted (and the test looks) well before
+        // the grace ends and the job, re-dispatched, stalls and is flagged again.
+        ("LONGHAUL_STALL_GRACE_SECONDS", STALL_GRACE.as_secs().to_string().as_str()),
         ("LONGHAUL_PENDING_GRACE_SECONDS", "2"),
         ("LONGHAUL_QUEUED_GRACE_SECONDS", "2"),
         ("LONGHAUL_RESULT_TTL_SECONDS", "3"),
@@ -40,16 +44,21 @@ async fn fire_until(
     what: &str,
     done: impl Fn(&Value) -> bool,
 ) -> Value {
+    // At least 120 runs, and at least twice the longest threshold here (the stall grace): a
+    // fast machine's runs must not run out before the thresholds are due.
     let mut job = Value::Null;
-    for _ in 0..120 {
+    let started = tokio::time::Instant::now();
+    let mut runs = 0;
+    while runs < 120 || started.elapsed() < STALL_GRACE * 2 {
         fire(schedule).await;
         job = api.get(&format!("/jobs/{job_id}")).await.json;
         if done(&job) {
             return job;
         }
+        runs += 1;
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
-    panic!("{what} never happened to {job_id}: {job}");
+    panic!("{what} never happened to {job_id} in {runs} runs: {job}");
 }
 
 async fn store() -> JobStore {
