@@ -74,6 +74,10 @@ pub struct Config {
     /// principal may make per minute (`POST /jobs` and `POST /jobs/{id}/retry`; idempotent
     /// replays do not count). Beyond it: `429` with `Retry-After`, nothing written.
     pub submissions_per_minute: u32,
+    /// `LONGHAUL_TENANT_MAX_PENDING` (default 10,000; 0 = no cap): jobs one principal may have
+    /// that have not yet run (pending or queued). Beyond it: `429` with `Retry-After`,
+    /// nothing written.
+    pub max_pending: usize,
     /// `LONGHAUL_POLICY_OVERRIDES` (JSON `{"<type>": {"max_attempts": 5, …}}`, default none):
     /// the deployment's changes to kinds' policies, applied to the policy stored on each job.
     pub policy_overrides: PolicyOverrides,
@@ -93,6 +97,7 @@ impl Config {
                 "LONGHAUL_TENANT_SUBMISSIONS_PER_MINUTE",
                 DEFAULT_SUBMISSIONS_PER_MINUTE,
             )?,
+            max_pending: vars.parsed_or("LONGHAUL_TENANT_MAX_PENDING", DEFAULT_MAX_PENDING)?,
             policy_overrides: parse_policy_overrides(vars, &longhaul_jobs::registry())?,
         })
     }
@@ -119,6 +124,13 @@ pub fn stored_policy(kind: &dyn DynKind, overrides: &PolicyOverrides) -> JobPoli
     overrides.apply(kind.name(), policy)
 }
 
+/// Default of `LONGHAUL_TENANT_MAX_PENDING`.
+pub const DEFAULT_MAX_PENDING: usize = 10_000;
+
+/// How long a client refused for its backlog is asked to wait: its jobs start at the pace its
+/// running limit allows, so a minute frees some room in most cases.
+pub const BACKLOG_RETRY_AFTER_SECONDS: u64 = 60;
+
 /// Default of `LONGHAUL_TENANT_SUBMISSIONS_PER_MINUTE`.
 pub const DEFAULT_SUBMISSIONS_PER_MINUTE: u32 = 600;
 
@@ -139,6 +151,8 @@ pub struct Deps {
     pub callbacks: CallbackPolicy,
     /// The deployment's policy overrides.
     pub policy_overrides: PolicyOverrides,
+    /// Jobs one principal may have not yet running (0: no cap).
+    pub max_pending: usize,
 }
 
 impl Deps {
@@ -158,6 +172,7 @@ impl Deps {
             idempotency_ttl: Duration::from_secs(config.idempotency_ttl_seconds),
             registry: longhaul_jobs::registry().enabled(&config.enabled_job_types),
             callbacks: CallbackPolicy { allow_insecure: config.allow_insecure_callbacks },
+            max_pending: config.max_pending,
             policy_overrides: config.policy_overrides.clone(),
         }
     }
@@ -572,7 +587,11 @@ async fn create_claimed(
     new: &NewJob<'_>,
     job: &JobRecord,
 ) -> Result<Response<Body>, Problem> {
-    if let Err(refused) = charge(deps, new.owner).await {
+    let admitted = match within_backlog(deps, new.owner).await {
+        Ok(()) => charge(deps, new.owner).await,
+        Err(refused) => Err(refused),
+    };
+    if let Err(refused) = admitted {
         deps.jobs.release_key(new.owner, new.key, &job.job_id).await.map_err(internal)?;
         return Err(refused);
     }
@@ -600,6 +619,34 @@ async fn create_claimed(
         },
         Err(err) => Err(internal(err)),
     }
+}
+
+/// Refuses (`429`) a submission of `owner` whose jobs not yet running are at the cap; checked
+/// before the rate is charged, so a refused submission writes nothing.
+async fn within_backlog(deps: &Deps, owner: &str) -> Result<(), Problem> {
+    if deps.max_pending == 0 {
+        return Ok(());
+    }
+    let backlog = deps.jobs.backlog(owner, deps.max_pending).await.map_err(internal)?;
+    if backlog < deps.max_pending {
+        return Ok(());
+    }
+    tracing::info!(
+        backlog,
+        cap = deps.max_pending,
+        "submission refused: the tenant's backlog is full"
+    );
+    Err(Problem::new(
+        StatusCode::TOO_MANY_REQUESTS,
+        "backlog-full",
+        "Too many jobs not yet running",
+        format!(
+            "This principal has {} jobs that have not started yet (at most {}); submit more once some have started.",
+            backlog, deps.max_pending
+        ),
+    )
+    .with("max_pending", deps.max_pending)
+    .header(header::RETRY_AFTER, BACKLOG_RETRY_AFTER_SECONDS.to_string()))
 }
 
 /// Counts a submission of `owner` against its per-minute limit, or refuses it (`429`).

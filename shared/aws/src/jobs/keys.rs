@@ -1,4 +1,4 @@
-//! Keys of the job table's items and of its two indexes.
+//! Keys of the job table's items and of its three indexes.
 
 use std::collections::HashMap;
 
@@ -30,6 +30,13 @@ pub fn idempotency_pk(owner: &str, key: &str) -> String {
 pub fn owner_index_pk(owner: &str) -> String {
     format!("OWNER#{owner}")
 }
+
+/// Name of the backlog index (`template.yaml`): keys only, sparse — a job record is in it,
+/// under [`BACKLOG_INDEX_PK`] = its owner's [`owner_index_pk`], from its submission until it
+/// first runs or ends. What submit counts a tenant's jobs not yet running by.
+pub const BACKLOG_INDEX: &str = "BacklogIndex";
+/// The job record's attribute that puts it in the backlog index.
+pub const BACKLOG_INDEX_PK: &str = "gsi3pk";
 
 /// Name of the owner index (`template.yaml`).
 pub const OWNER_INDEX: &str = "OwnerIndex";

@@ -194,7 +194,10 @@ impl JobStore {
         // The claimed job enters the running bucket in this same write: if the claim dies
         // before handing the progress record over, the reaper still finds the job.
         // A job back from a backoff no longer waits for its `retry_at`.
-        update.push_str(", gsi2pk = :bucket, gsi2sk = :now ADD #attempt :one REMOVE retry_at");
+        // It leaves its owner's backlog: it runs.
+        update.push_str(&format!(
+            ", gsi2pk = :bucket, gsi2sk = :now ADD #attempt :one REMOVE retry_at, {BACKLOG_INDEX_PK}"
+        ));
         values.insert(
             ":bucket".to_owned(),
             s(status_bucket(JobStatus::Running.as_str(), &request.job_id)),

@@ -173,6 +173,8 @@ impl JobStore {
             None => job.created_at.to_rfc3339(),
         };
         item.insert("gsi2sk".into(), s(index_at));
+        // In its owner's backlog until it first runs or ends (`TransitionRequest`, the claim).
+        item.insert(BACKLOG_INDEX_PK.into(), s(owner_index_pk(&job.owner)));
         let result = self
             .client
             .put_item()

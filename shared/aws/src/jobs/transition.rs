@@ -124,6 +124,11 @@ impl JobStore {
             values.insert(format!(":s{i}"), value);
         }
         let mut removed: Vec<String> = Vec::new();
+        // Out of its owner's backlog once it runs or ends (a job back in `queued` after an
+        // attempt has run: it ran).
+        if !matches!(request.to, JobStatus::Pending | JobStatus::Queued) {
+            removed.push(BACKLOG_INDEX_PK.to_owned());
+        }
         for (i, name) in request.remove.into_iter().enumerate() {
             removed.push(format!("#r{i}"));
             names.insert(format!("#r{i}"), name);
