@@ -25,6 +25,9 @@ fn stack() -> &'static Harness {
         ("LONGHAUL_MAX_ATTEMPTS", "1"),
         ("LONGHAUL_ALLOW_INSECURE_CALLBACKS", "1"),
         ("LONGHAUL_WEBHOOK_SCHEDULE_SECONDS", "1,1,1"),
+        // A stage invocation works about 5 s (of the function's 900) and continues in the
+        // next: a job here spans invocations, as a long one does in AWS.
+        ("LONGHAUL_STAGE_MARGIN_SECONDS", "895"),
     ])
 }
 
@@ -200,4 +203,43 @@ async fn a_retried_cancel_sets_the_flag_the_first_one_failed_to_write() {
     assert_eq!(last["reason"], format!("cancelled by {owner}: first try"), "{job}");
     assert!(job["progress"]["items_done"].as_u64().unwrap() < 300, "it stopped early: {job}");
     assert_eq!(job["attempt"], 1, "{job}");
+}
+
+/// A cancel whose flag write failed and that the client never retried: the job record holds
+/// the request, the flag a working stage watches is missing. The stage's next invocation reads
+/// the job, sees the request, and ends the job `cancelled` with its reason.
+#[tokio::test]
+async fn a_cancel_whose_flag_was_never_written_is_honoured_by_the_next_invocation() {
+    stack();
+    let owner = principal("cancel-unflagged");
+    let api = Api::new(&owner);
+    let job_id =
+        api.submit(&json!({"type": "demo", "params": {"items": 300, "item_ms": 100}})).await;
+    api.wait_for(&job_id, "running", |j| {
+        j["status"] == "running" && j["progress"]["items_done"].as_u64().unwrap_or(0) >= 3
+    })
+    .await;
+    let http = reqwest::Client::new();
+    let faults = format!("{}/_local/faults", stack().stack.api_url);
+    {
+        let _turn = CANCELS.lock().await;
+        let plan = json!({"deny": {"operation": "dynamodb:UpdateItem",
+            "contains": "SET cancel_requested_at"}});
+        assert_eq!(http.post(&faults).json(&plan).send().await.unwrap().status(), 200);
+        let only = http
+            .post(format!("{}/jobs/{job_id}/cancel", api.base))
+            .bearer_auth(api.token.as_deref().expect("a principal's token"))
+            .json(&json!({"reason": "only try"}))
+            .send()
+            .await;
+        assert_eq!(http.post(&faults).json(&json!({})).send().await.unwrap().status(), 200);
+        assert_eq!(only.expect("the cancel request reaches the API").status(), 500);
+    }
+    let progress = Aws::new().await.progress_record(&job_id).await;
+    assert!(progress.cancel_requested_at.is_none(), "the flag was written: {progress:?}");
+    let job = api.wait_terminal(&job_id, TIMEOUT).await;
+    assert_eq!(job["status"], "cancelled", "{job}");
+    let last = job["transitions"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(last["reason"], format!("cancelled by {owner}: only try"), "{job}");
+    assert!(job["progress"]["items_done"].as_u64().unwrap() < 300, "it stopped early: {job}");
 }
