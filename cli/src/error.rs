@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use crate::api::Problem;
+use crate::problem::Problem;
 
 /// The documented exit codes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

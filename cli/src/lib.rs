@@ -12,6 +12,7 @@ pub mod commands;
 pub mod error;
 pub mod output;
 pub mod params;
+pub mod problem;
 pub mod watch;
 
 use error::{CliError, Exit};

@@ -1,4 +1,4 @@
-//! `longhaul`: the command line client of the longhaul job API (see the README's "CLI").
+//! `longhaul`: the command line client of the longhaul job API (see docs/cli.md).
 
 use clap::Parser;
 

@@ -8,9 +8,10 @@ use futures::StreamExt;
 use reqwest::header;
 use serde_json::Value;
 
-use crate::api::{Api, Problem};
+use crate::api::Api;
 use crate::error::CliError;
 use crate::output::JobBar;
+use crate::problem::Problem;
 
 /// Poll interval when the answer names none.
 const DEFAULT_POLL: Duration = Duration::from_secs(2);

@@ -5,6 +5,7 @@
 //! `#[tokio::test]` runtime; its emulator dies with the test process.
 
 pub mod csvgen;
+pub mod kinds;
 pub mod openapi;
 pub mod sections;
 
@@ -234,6 +235,13 @@ impl Api {
         reply.json["job_id"].as_str().expect("job_id").to_owned()
     }
 
+    /// `POST /jobs` with `body` and the `Idempotency-Key` `key`; the reply as it is (no status
+    /// asserted: refusals and replays are what some tests look at).
+    pub async fn submit_with_key(&self, body: &Value, key: &str) -> Reply {
+        let json = ("application/json", body.to_string().into_bytes());
+        self.send("POST", "/jobs", Some(json), &[("idempotency-key", key)]).await
+    }
+
     /// Uploads `bytes` through `POST /uploads` and returns the `input` reference.
     pub async fn upload(&self, filename: &str, content_type: &str, bytes: Vec<u8>) -> String {
         let body = serde_json::json!({"filename": filename, "content_type": content_type, "size_bytes": bytes.len()});
@@ -331,6 +339,102 @@ impl Movement {
             self.since = tokio::time::Instant::now();
         }
         self.since.elapsed() < self.limit
+    }
+}
+
+/// A wait for something the stack's own settings make due (a heartbeat timeout, a keepalive, a
+/// retry schedule), or for something that watches no job: it gives up once `limit` has passed,
+/// a limit the test derives from those settings with a wide margin, so that only what never
+/// happens fails it, however slow the machine. (A wait on a job that works watches its
+/// movement instead: [`Api::wait_for`], [`Api::wait_terminal`], [`Faults::wait_paused`].)
+pub struct Deadline {
+    what: String,
+    limit: Duration,
+    since: tokio::time::Instant,
+}
+
+impl Deadline {
+    /// A wait for `what`, from now, for at most `limit`.
+    pub fn new(what: impl Into<String>, limit: Duration) -> Self {
+        Deadline { what: what.into(), limit, since: tokio::time::Instant::now() }
+    }
+
+    /// Whether the wait is over (the limit has passed).
+    pub fn passed(&self) -> bool {
+        self.since.elapsed() >= self.limit
+    }
+
+    /// Between two looks: panics, naming what was awaited and what the last look `saw`, once
+    /// the limit has passed; sleeps `every` otherwise.
+    pub async fn tick(&self, every: Duration, saw: impl std::fmt::Display) {
+        assert!(
+            !self.passed(),
+            "waited {:?} for {}, in vain; last seen: {saw}",
+            self.limit,
+            self.what
+        );
+        tokio::time::sleep(every).await;
+    }
+}
+
+/// The local stack's fault plan (`/_local/faults`): one for the whole stack, so tests that
+/// install one take turns.
+pub struct Faults {
+    url: String,
+    http: reqwest::Client,
+}
+
+impl Faults {
+    /// Installs `plan` (its counts start at zero).
+    pub async fn install(plan: &Value) -> Self {
+        let faults = Faults {
+            url: format!("{}/_local/faults", harness().stack.api_url),
+            http: reqwest::Client::new(),
+        };
+        faults.set(plan).await;
+        faults
+    }
+
+    async fn set(&self, plan: &Value) {
+        let reply = self.http.post(&self.url).json(plan).send().await.expect("the faults endpoint");
+        assert_eq!(reply.status(), 200, "installing {plan}: {:?}", reply.text().await);
+    }
+
+    /// What the plan injected so far: `{"plan": …, "injected": {counts}}`.
+    pub async fn injected(&self) -> Value {
+        let reply = self.http.get(&self.url).send().await.expect("the faults endpoint");
+        reply.json().await.expect("the fault counts are JSON")
+    }
+
+    /// Turns faults off; answers what the plan had injected.
+    pub async fn clear(self) -> Value {
+        let injected = self.injected().await;
+        self.set(&json!({})).await;
+        injected
+    }
+
+    /// Waits until the plan has paused an invocation (`injected.paused` ≥ 1) while the job
+    /// `job_id` of `api` goes on; panics if the job ends first (it ran on without its pause),
+    /// or once nothing about it moved for a minute. Answers the counts.
+    pub async fn wait_paused(&self, api: &Api, job_id: &str) -> Value {
+        let mut watch = Movement::new(Duration::from_secs(60));
+        loop {
+            let injected = self.injected().await;
+            if injected["injected"]["paused"].as_u64().unwrap_or(0) >= 1 {
+                return injected;
+            }
+            let job = api.get(&format!("/jobs/{job_id}")).await.json;
+            assert!(
+                matches!(job["status"].as_str(), Some("pending" | "queued" | "running")),
+                "the job ran on without its pause: {job} {injected}"
+            );
+            assert!(
+                watch.still_moving(&job),
+                "job {job_id}: no pause, nothing moved for {:?}: {job} {injected}",
+                watch.limit
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 }
 
@@ -517,49 +621,36 @@ pub async fn fire(schedule: &str) -> Value {
     reply.json::<Value>().await.expect("a run's report is JSON")
 }
 
-/// A `pending` `demo` job record of `owner`, accepted at `created_at`, as submit stores it —
-/// for tests that seed the table directly (the one place that lists every field).
-pub fn seeded_job(owner: &str, created_at: String) -> longhaul_aws::jobs::JobRecord {
-    use longhaul_domain::{JobStatus, Timestamp, Transition};
-    let at: Timestamp = created_at.parse().expect("a seeded job's creation time");
-    longhaul_aws::jobs::JobRecord {
-        job_id: longhaul_domain::JobId::new(),
-        owner: owner.into(),
-        job_type: "demo".into(),
-        params: serde_json::json!({"items": 3}),
-        status: JobStatus::Pending,
-        attempt: 0,
-        lease: None,
-        execution: None,
-        idempotency_key: format!("k-{}", uuid::Uuid::new_v4()),
-        fingerprint: "f".into(),
-        callback_url: None,
-        created_at: at,
-        updated_at: at,
-        started_at: None,
-        finished_at: None,
-        error: None,
-        result_key: None,
-        transitions: vec![Transition {
-            state: JobStatus::Pending,
-            at: created_at,
-            reason: "submitted".into(),
-        }],
-        injected_failures: 0,
-        retry_of: None,
-        cancellation: None,
-        continuations: 0,
-        dispatches: 0,
-        enqueues: 0,
-        priority: Default::default(),
-        policy: None,
-        resumed_from: None,
-        waiting: None,
-        stalled_at: None,
-        not_before: None,
-        retry_at: None,
-        last_error: None,
+/// Fires the schedule `schedule` (see [`fire`]) until `done` holds for the job `job_id` of
+/// `api`, and answers the job; panics, naming `what` it waited for, once `limit` has passed (a
+/// limit derived, with a wide margin, from the thresholds the schedule waits out).
+pub async fn fire_until(
+    api: &Api,
+    job_id: &str,
+    schedule: &str,
+    what: &str,
+    limit: Duration,
+    done: impl Fn(&Value) -> bool,
+) -> Value {
+    let deadline = Deadline::new(format!("{what} of job {job_id} (firing the {schedule})"), limit);
+    loop {
+        fire(schedule).await;
+        let job = api.get(&format!("/jobs/{job_id}")).await.json;
+        if done(&job) {
+            return job;
+        }
+        deadline.tick(Duration::from_millis(250), job).await;
     }
+}
+
+/// A `pending` `demo` job record of `owner`, accepted at `created_at` (as stored), as submit
+/// stores it — for tests that seed the table directly
+/// ([`longhaul_memory::contract::pending_job`], with the creation time's text kept as given).
+pub fn seeded_job(owner: &str, created_at: String) -> longhaul_aws::jobs::JobRecord {
+    let at: longhaul_domain::Timestamp = created_at.parse().expect("a seeded job's creation time");
+    let mut job = longhaul_memory::contract::pending_job(owner, at);
+    job.transitions[0].at = created_at;
+    job
 }
 
 /// The job table's adapter, on this binary's stack (direct to the emulator, uncounted).
@@ -591,4 +682,24 @@ pub async fn kill_worker(job_id: &str) -> longhaul_aws::jobs::JobRecord {
         .unwrap();
     assert!(crashed.status().is_success(), "crash: {}", crashed.status());
     job
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_deadline_lets_a_wait_go_on_until_its_limit() {
+        let deadline = Deadline::new("nothing", Duration::from_secs(60));
+        deadline.tick(Duration::ZERO, "a first look").await;
+        assert!(!deadline.passed());
+    }
+
+    #[tokio::test]
+    #[should_panic(expected = "waited 0ns for the impossible, in vain; last seen: a look")]
+    async fn a_deadline_fails_the_wait_once_its_limit_has_passed() {
+        let deadline = Deadline::new("the impossible", Duration::ZERO);
+        assert!(deadline.passed());
+        deadline.tick(Duration::ZERO, "a look").await;
+    }
 }

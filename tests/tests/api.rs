@@ -241,13 +241,10 @@ async fn cancelling_a_running_job_stops_its_stage_and_removes_partial_results() 
     let api = Api::new(&owner);
     let job_id =
         api.submit(&json!({"type": "demo", "params": {"items": 400, "item_ms": 20}})).await;
-    for _ in 0..400 {
-        let job = api.get(&format!("/jobs/{job_id}")).await.json;
-        if job["status"] == "running" && job["progress"]["items_done"].as_u64().unwrap_or(0) > 5 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    api.wait_for(&job_id, "running", |job| {
+        job["status"] == "running" && job["progress"]["items_done"].as_u64().unwrap_or(0) > 5
+    })
+    .await;
     let reply = api
         .send(
             "POST",

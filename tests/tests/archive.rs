@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::io::{Cursor, Read};
 use std::time::Duration;
 
-use longhaul_tests::{Api, Aws, Harness, harness_with, principal};
+use longhaul_tests::{Api, Aws, Faults, Harness, harness_with, principal};
 use serde_json::{Value, json};
 
 const MIB: usize = 1024 * 1024;
@@ -74,6 +74,16 @@ async fn parts_uploaded(api: &Api) -> u64 {
     calls.get("StageFunction").and_then(|c| c.get("s3:UploadPart")).copied().unwrap_or(0)
 }
 
+/// Runs an archive job of `inputs` under the fault plan `plan`: installs it, submits the job,
+/// waits for its end and turns faults off. Answers the job's id, its end and what the plan
+/// injected.
+async fn archive_under(api: &Api, plan: Value, inputs: &[String]) -> (String, Value, Value) {
+    let faults = Faults::install(&plan).await;
+    let job_id = api.submit(&json!({"type": "archive", "params": {"inputs": inputs}})).await;
+    let job = api.wait_terminal(&job_id, TIMEOUT).await;
+    (job_id, job, faults.clear().await)
+}
+
 #[tokio::test]
 async fn uploads_are_bundled_into_one_zip_uploaded_in_parts() {
     stack();
@@ -131,15 +141,9 @@ async fn a_stage_crashed_between_parts_does_not_upload_its_finished_parts_again(
     let (inputs, expected) = three_uploads(&api).await;
     let before = parts_uploaded(&api).await;
     // The stage dies just before it uploads part 2: part 1 is uploaded and checkpointed.
-    let faults = format!("{}/_local/faults", stack().stack.api_url);
     let plan = json!({"crash_functions": ["StageFunction"], "crash_before_call": 1.0, "max_crashes_per_job": 1,
         "crash_only": {"operation": "s3:UploadPart", "contains": "partNumber=2"}});
-    let http = reqwest::Client::new();
-    assert_eq!(http.post(&faults).json(&plan).send().await.unwrap().status(), 200);
-    let job_id = api.submit(&json!({"type": "archive", "params": {"inputs": inputs}})).await;
-    let job = api.wait_terminal(&job_id, TIMEOUT).await;
-    let injected: Value = http.get(&faults).send().await.unwrap().json().await.unwrap();
-    http.post(&faults).json(&json!({})).send().await.unwrap();
+    let (job_id, job, injected) = archive_under(&api, plan, &inputs).await;
     assert_eq!(
         injected["injected"]["crash_sites"],
         json!({"StageFunction s3:UploadPart before": 1}),
@@ -169,15 +173,9 @@ async fn a_completion_whose_answer_was_lost_is_recognised_as_done() {
     let api = Api::new(&principal("archive-lost-completion"));
     let (inputs, expected) = three_uploads(&api).await;
     let before = parts_uploaded(&api).await;
-    let faults = format!("{}/_local/faults", stack().stack.api_url);
     let plan = json!({"crash_functions": ["StageFunction"], "crash_after_call": 1.0, "max_crashes_per_job": 1,
         "crash_only": {"operation": "s3:CompleteMultipartUpload", "contains": "uploadId"}});
-    let http = reqwest::Client::new();
-    assert_eq!(http.post(&faults).json(&plan).send().await.unwrap().status(), 200);
-    let job_id = api.submit(&json!({"type": "archive", "params": {"inputs": inputs}})).await;
-    let job = api.wait_terminal(&job_id, TIMEOUT).await;
-    let injected: Value = http.get(&faults).send().await.unwrap().json().await.unwrap();
-    http.post(&faults).json(&json!({})).send().await.unwrap();
+    let (job_id, job, injected) = archive_under(&api, plan, &inputs).await;
     assert_eq!(
         injected["injected"]["crash_sites"],
         json!({"StageFunction s3:CompleteMultipartUpload after": 1}),
@@ -201,29 +199,16 @@ async fn a_retry_that_cannot_use_the_checkpoint_does_not_claim_it_resumed() {
     // The stage is frozen just before part 2 while the job is cancelled: it stops at its next
     // progress write, its checkpoint after part 1 kept for a retry. (A pause strikes only an
     // invocation known to hold the lease; the journal is what tells a claim's.)
-    let faults = format!("{}/_local/faults", stack().stack.api_url);
-    let plan = json!({"pause_functions": ["StageFunction"], "pause_before_call": 1.0, "max_pauses": 1,
-        "pause_ms": 5000, "journal": true,
-        "pause_only": {"operation": "s3:UploadPart", "contains": "partNumber=2"}});
-    let http = reqwest::Client::new();
-    assert_eq!(http.post(&faults).json(&plan).send().await.unwrap().status(), 200);
+    let faults = Faults::install(&json!({"pause_functions": ["StageFunction"],
+        "pause_before_call": 1.0, "max_pauses": 1, "pause_ms": 5000, "journal": true,
+        "pause_only": {"operation": "s3:UploadPart", "contains": "partNumber=2"}}))
+    .await;
     let job_id = api.submit(&json!({"type": "archive", "params": {"inputs": inputs}})).await;
-    loop {
-        let injected: Value = http.get(&faults).send().await.unwrap().json().await.unwrap();
-        if injected["injected"]["paused"] == 1 {
-            break;
-        }
-        let job = api.get(&format!("/jobs/{job_id}")).await.json;
-        assert!(
-            matches!(job["status"].as_str(), Some("pending" | "queued" | "running")),
-            "the job ran on without its pause: {job}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    faults.wait_paused(&api, &job_id).await;
     let cancel = api.send("DELETE", &format!("/jobs/{job_id}"), None, &[]).await;
     assert_eq!(cancel.status, 202, "{}", cancel.text);
     let cancelled = api.wait_terminal(&job_id, TIMEOUT).await;
-    http.post(&faults).json(&json!({})).send().await.unwrap();
+    faults.clear().await;
     assert_eq!(cancelled["status"], "cancelled", "{cancelled}");
 
     let retry = api.send("POST", &format!("/jobs/{job_id}/retry"), None, &[]).await;

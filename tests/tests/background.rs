@@ -9,7 +9,7 @@ use longhaul_aws::jobs::{JobRecord, JobStore, ProgressRecord, ProgressRefused, T
 use longhaul_domain::{JobStatus, format_rfc3339};
 use longhaul_job_demo::DemoResult;
 use longhaul_tests::{
-    Api, Aws, Harness, assert_counted_once, fire, harness_with, metric_points, principal,
+    Api, Aws, Deadline, Harness, assert_counted_once, fire, harness_with, metric_points, principal,
     seeded_job,
 };
 use serde_json::{Value, json};
@@ -17,10 +17,12 @@ use serde_json::{Value, json};
 const TIMEOUT: Duration = Duration::from_secs(120);
 /// How long a stalled job that still heartbeats is left before it counts as a zombie.
 const STALL_GRACE: Duration = Duration::from_secs(30);
+/// When a worker's heartbeat is stale (the reaper then judges it dead).
+const HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(3);
 
 fn stack() -> &'static Harness {
     harness_with(&[
-        ("LONGHAUL_HEARTBEAT_TIMEOUT_SECONDS", "3"),
+        ("LONGHAUL_HEARTBEAT_TIMEOUT_SECONDS", HEARTBEAT_TIMEOUT.as_secs().to_string().as_str()),
         ("LONGHAUL_HEARTBEAT_INTERVAL_SECONDS", "1"),
         ("LONGHAUL_STALL_SECONDS", "2"),
         // Long enough that a stalled job's flag is counted (and the test looks) well before
@@ -36,7 +38,8 @@ fn stack() -> &'static Harness {
     ])
 }
 
-/// Fires `schedule` until `done(job)` holds (the thresholds are time-based: this awaits them).
+/// Fires `schedule` until `done(job)` holds (the thresholds are time-based: this awaits them,
+/// for up to four times the longest threshold here, the stall grace).
 async fn fire_until(
     api: &Api,
     job_id: &str,
@@ -44,21 +47,7 @@ async fn fire_until(
     what: &str,
     done: impl Fn(&Value) -> bool,
 ) -> Value {
-    // At least 120 runs, and at least twice the longest threshold here (the stall grace): a
-    // fast machine's runs must not run out before the thresholds are due.
-    let mut job = Value::Null;
-    let started = tokio::time::Instant::now();
-    let mut runs = 0;
-    while runs < 120 || started.elapsed() < STALL_GRACE * 2 {
-        fire(schedule).await;
-        job = api.get(&format!("/jobs/{job_id}")).await.json;
-        if done(&job) {
-            return job;
-        }
-        runs += 1;
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-    panic!("{what} never happened to {job_id} in {runs} runs: {job}");
+    longhaul_tests::fire_until(api, job_id, schedule, what, STALL_GRACE * 4, done).await
 }
 
 async fn store() -> JobStore {
@@ -269,12 +258,14 @@ async fn two_reapers_at_once_act_once() {
     })
     .await;
     kill(&job_id).await;
-    for _ in 0..120 {
+    let deadline = Deadline::new("the reapers to re-dispatch the zombie", HEARTBEAT_TIMEOUT * 20);
+    loop {
         futures::future::join(fire("reaper"), fire("reaper")).await;
-        if api.get(&format!("/jobs/{job_id}")).await.json["attempt"] != 1 {
+        let job = api.get(&format!("/jobs/{job_id}")).await.json;
+        if job["attempt"] != 1 {
             break;
         }
-        tokio::time::sleep(Duration::from_millis(250)).await;
+        deadline.tick(Duration::from_millis(250), job).await;
     }
     let job = api.wait_terminal(&job_id, TIMEOUT).await;
     assert_eq!(job["attempt"], 2, "exactly one re-dispatch: {job}");
@@ -316,8 +307,8 @@ async fn put_queued(
     let execution = format!("{}-{execution}", job.job_id);
     jobs.transition(
         TransitionRequest::new(&job.job_id, &[JobStatus::Pending], JobStatus::Queued, "dispatched")
-            .set("execution", AttributeValue::S(execution.clone()))
-            .set("dispatches", AttributeValue::N(dispatches.to_string()))
+            .set("execution", &execution)
+            .set("dispatches", dispatches)
             .indexed_at(since),
     )
     .await
@@ -553,12 +544,13 @@ async fn a_job_that_cannot_be_dispatched_fails_and_is_counted() {
         .await
         .unwrap();
     let arn = format!("{}:{execution}", machine.replace(":stateMachine:", ":execution:"));
-    for _ in 0..200 {
+    let deadline = Deadline::new(format!("the execution {execution} to end"), TIMEOUT);
+    loop {
         let described = aws.sfn.describe_execution().execution_arn(&arn).send().await.unwrap();
         if described.status.as_str() != "RUNNING" {
             break;
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        deadline.tick(Duration::from_millis(100), described.status.as_str()).await;
     }
     for (job, message) in [
         (&pending, "not dispatched within 86400 s of being accepted (3 re-enqueues)".to_owned()),
@@ -711,7 +703,8 @@ async fn a_poison_message_goes_to_the_dead_letter_queue_without_blocking_its_bat
     let api = Api::new(&principal("poison"));
     let job_id = api.submit(&json!({"type": "demo", "params": {"items": 1}})).await;
     assert_eq!(api.wait_terminal(&job_id, TIMEOUT).await["status"], "succeeded");
-    for _ in 0..60 {
+    let deadline = Deadline::new("the poison message in the dead-letter queue", TIMEOUT);
+    loop {
         let received = aws
             .sqs
             .receive_message()
@@ -725,8 +718,11 @@ async fn a_poison_message_goes_to_the_dead_letter_queue_without_blocking_its_bat
         if received.messages().iter().any(|m| m.body() == Some(poison.as_str())) {
             return;
         }
+        // (The receive itself waits a second.)
+        deadline
+            .tick(Duration::ZERO, format!("{} other messages", received.messages().len()))
+            .await;
     }
-    panic!("the poison message never reached the dead-letter queue");
 }
 
 /// The outbox's dead letters: a job's end the notifier cannot read goes, whole and with the
@@ -773,8 +769,8 @@ async fn an_unreadable_end_on_the_stream_is_dead_lettered_and_the_ends_after_it_
     .unwrap();
 
     let dlq = stack().stack.resource("NotifierDeadLetterQueue");
-    let mut dead_letter = None;
-    for _ in 0..120 {
+    let deadline = Deadline::new("the unreadable end in the notifier dead-letter queue", TIMEOUT);
+    let dead_letter = loop {
         let received = aws
             .sqs
             .receive_message()
@@ -785,12 +781,11 @@ async fn an_unreadable_end_on_the_stream_is_dead_lettered_and_the_ends_after_it_
             .await
             .unwrap();
         if let Some(body) = received.messages().first().and_then(|m| m.body()) {
-            dead_letter = Some(serde_json::from_str::<Value>(body).unwrap());
-            break;
+            break serde_json::from_str::<Value>(body).unwrap();
         }
-    }
-    let dead_letter =
-        dead_letter.expect("the unreadable end reached the notifier dead-letter queue");
+        // (The receive itself waits a second.)
+        deadline.tick(Duration::ZERO, "an empty queue").await;
+    };
     assert_eq!(
         dead_letter["record"]["dynamodb"]["NewImage"]["job_id"]["S"],
         poison.job_id.as_str(),
@@ -805,17 +800,14 @@ async fn an_unreadable_end_on_the_stream_is_dead_lettered_and_the_ends_after_it_
         "{dead_letter}"
     );
     // The good end after it was queued and its delivery attempted.
-    for _ in 0..600 {
-        if !jobs.deliveries(&good.job_id).await.unwrap().is_empty() {
-            assert!(
-                jobs.deliveries(&poison.job_id).await.unwrap().is_empty(),
-                "nothing was sent for the unreadable end"
-            );
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    let deadline = Deadline::new("a delivery of the end after the unreadable one", TIMEOUT);
+    while jobs.deliveries(&good.job_id).await.unwrap().is_empty() {
+        deadline.tick(Duration::from_millis(100), "no delivery").await;
     }
-    panic!("the end after the unreadable one was never delivered");
+    assert!(
+        jobs.deliveries(&poison.job_id).await.unwrap().is_empty(),
+        "nothing was sent for the unreadable end"
+    );
 }
 
 /// The reaper reads each status bucket oldest first: one job record it cannot read (or cannot

@@ -41,14 +41,7 @@ async fn a_tenants_jobs_not_yet_running_are_capped_and_a_refusal_writes_nothing(
     api.submit(&delayed(2)).await;
 
     // Full: refused, nothing written — and the same key is free for a later try.
-    let refused = api
-        .send(
-            "POST",
-            "/jobs",
-            Some(("application/json", delayed(3).to_string().into_bytes())),
-            &[("idempotency-key", "third")],
-        )
-        .await;
+    let refused = api.submit_with_key(&delayed(3), "third").await;
     assert_backlog_full(&refused);
     assert_eq!(job_records(&owner).await, 2, "a refused submission wrote no job");
 
@@ -59,14 +52,7 @@ async fn a_tenants_jobs_not_yet_running_are_capped_and_a_refusal_writes_nothing(
     // A job that ended leaves the backlog: the same request is accepted now.
     let cancel = api.send("DELETE", &format!("/jobs/{first}"), None, &[]).await;
     assert_eq!(cancel.status, 202, "{}", cancel.text);
-    let accepted = api
-        .send(
-            "POST",
-            "/jobs",
-            Some(("application/json", delayed(3).to_string().into_bytes())),
-            &[("idempotency-key", "third")],
-        )
-        .await;
+    let accepted = api.submit_with_key(&delayed(3), "third").await;
     assert_eq!(accepted.status, 202, "{}", accepted.text);
 
     // A retry is a submission too: full again, so it is refused.

@@ -12,15 +12,18 @@ use std::time::Duration;
 use longhaul_aws::jobs::{JobRecord, JobStore};
 use longhaul_domain::JobStatus;
 use longhaul_tests::{
-    Api, Aws, Harness, assert_counted_once, fire, harness_with, metric_points, principal,
+    Api, Aws, Deadline, Faults, Harness, assert_counted_once, fire_until, harness_with,
+    metric_points, principal,
 };
 use serde_json::{Value, json};
 
 const TIMEOUT: Duration = Duration::from_secs(120);
+/// When a worker's heartbeat is stale (the reaper then judges it dead).
+const HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(10);
 
 fn stack() -> &'static Harness {
     harness_with(&[
-        ("LONGHAUL_HEARTBEAT_TIMEOUT_SECONDS", "10"),
+        ("LONGHAUL_HEARTBEAT_TIMEOUT_SECONDS", HEARTBEAT_TIMEOUT.as_secs().to_string().as_str()),
         ("LONGHAUL_HEARTBEAT_INTERVAL_SECONDS", "1"),
         ("LONGHAUL_MAX_ATTEMPTS", "1"),
         ("LONGHAUL_ALLOW_INSECURE_CALLBACKS", "1"),
@@ -55,22 +58,62 @@ async fn receiver() -> String {
     format!("http://{address}/{}", uuid::Uuid::new_v4().simple())
 }
 
-/// The job's recorded webhook deliveries, once there is at least one.
+/// The job's recorded webhook deliveries, once there is at least one (the job has ended: its
+/// first delivery is due at once).
 async fn deliveries(api: &Api, job_id: &str) -> Vec<Value> {
-    for _ in 0..600 {
+    let deadline = Deadline::new(format!("a webhook delivery recorded for {job_id}"), TIMEOUT);
+    loop {
         let reply = api.get(&format!("/jobs/{job_id}/deliveries")).await;
         assert_eq!(reply.status, 200, "{}", reply.text);
         let list = reply.json["deliveries"].as_array().unwrap().clone();
         if !list.is_empty() {
             return list;
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        deadline.tick(Duration::from_millis(50), reply.text).await;
     }
-    panic!("no webhook delivery recorded for {job_id}");
 }
 
 fn states(job: &Value) -> Vec<&str> {
     job["transitions"].as_array().unwrap().iter().filter_map(|t| t["state"].as_str()).collect()
+}
+
+/// A demo job of `api`'s principal (300 items of 100 ms, spanning stage invocations), once it
+/// is seen running.
+async fn running_job(api: &Api, callback: Option<&str>) -> String {
+    let mut body = json!({"type": "demo", "params": {"items": 300, "item_ms": 100}});
+    if let Some(url) = callback {
+        body["callback_url"] = json!(url);
+    }
+    let job_id = api.submit(&body).await;
+    api.wait_for(&job_id, "running", |j| {
+        j["status"] == "running" && j["progress"]["items_done"].as_u64().unwrap_or(0) >= 3
+    })
+    .await;
+    job_id
+}
+
+/// `POST /jobs/{id}/cancel` with `reason` while a fault plan denies the write of the flag the
+/// worker watches, the plan turned off before anything can fail (the tests of this binary
+/// cancel too: call it on the [`CANCELS`] turn); asserts the write was denied, once, and the
+/// client answered 500.
+async fn cancel_with_the_flag_denied(api: &Api, job_id: &str, reason: &str) {
+    // Only the cancellation's flag write says this: the worker's progress writes are
+    // `PutItem`s, and no other update sets the flag.
+    let faults = Faults::install(&json!({"deny": {"operation": "dynamodb:UpdateItem",
+        "contains": "SET cancel_requested_at"}}))
+    .await;
+    // Straight to the API, not through `Api::send`: it fails a test on any 5xx, and this one
+    // is expected.
+    let answer = reqwest::Client::new()
+        .post(format!("{}/jobs/{job_id}/cancel", api.base))
+        .bearer_auth(api.token.as_deref().expect("a principal's token"))
+        .json(&json!({"reason": reason}))
+        .send()
+        .await;
+    let injected = faults.clear().await;
+    let answer = answer.expect("the cancel request reaches the API");
+    assert_eq!(answer.status(), 500, "{:?}", answer.text().await);
+    assert_eq!(injected["injected"]["denied"], 1, "{injected}");
 }
 
 /// The owner cancels a running job whose worker has died (it will never see the request):
@@ -83,14 +126,7 @@ async fn a_cancelled_job_whose_worker_died_is_ended_cancelled_by_the_reaper() {
     let owner = principal("cancel-zombie");
     let api = Api::new(&owner);
     let callback = receiver().await;
-    let job_id = api
-        .submit(&json!({"type": "demo", "params": {"items": 300, "item_ms": 100},
-            "callback_url": callback}))
-        .await;
-    api.wait_for(&job_id, "running", |j| {
-        j["status"] == "running" && j["progress"]["items_done"].as_u64().unwrap_or(0) >= 3
-    })
-    .await;
+    let job_id = running_job(&api, Some(&callback)).await;
     let lease = kill(&job_id).await.lease.expect("a running job's lease");
     {
         let _turn = CANCELS.lock().await;
@@ -109,16 +145,10 @@ async fn a_cancelled_job_whose_worker_died_is_ended_cancelled_by_the_reaper() {
             reply.text
         );
     }
-    // The reaper acts once the heartbeat is 10 s old.
-    let mut job = Value::Null;
-    for _ in 0..240 {
-        fire("reaper").await;
-        job = api.get(&format!("/jobs/{job_id}")).await.json;
-        if job["status"] != "running" {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    // The reaper acts once the heartbeat is stale.
+    let limit = HEARTBEAT_TIMEOUT * 10;
+    let job =
+        fire_until(&api, &job_id, "reaper", "the end", limit, |j| j["status"] != "running").await;
     assert_eq!(job["status"], "cancelled", "{job}");
     assert_eq!(job["attempt"], 1, "not re-dispatched: {job}");
     assert!(job.get("error").is_none_or(Value::is_null), "{job}");
@@ -151,35 +181,10 @@ async fn a_retried_cancel_sets_the_flag_the_first_one_failed_to_write() {
     stack();
     let owner = principal("cancel-retry");
     let api = Api::new(&owner);
-    let job_id =
-        api.submit(&json!({"type": "demo", "params": {"items": 300, "item_ms": 100}})).await;
-    api.wait_for(&job_id, "running", |j| {
-        j["status"] == "running" && j["progress"]["items_done"].as_u64().unwrap_or(0) >= 3
-    })
-    .await;
-    let http = reqwest::Client::new();
-    let faults = format!("{}/_local/faults", stack().stack.api_url);
+    let job_id = running_job(&api, None).await;
     {
         let _turn = CANCELS.lock().await;
-        // Only the cancellation's flag write says this: the worker's progress writes are
-        // `PutItem`s, and no other update sets the flag.
-        let plan = json!({"deny": {"operation": "dynamodb:UpdateItem",
-            "contains": "SET cancel_requested_at"}});
-        assert_eq!(http.post(&faults).json(&plan).send().await.unwrap().status(), 200);
-        // Straight to the API, not through `Api::send`: it fails a test on any 5xx, and
-        // this one is expected.
-        let first = http
-            .post(format!("{}/jobs/{job_id}/cancel", api.base))
-            .bearer_auth(api.token.as_deref().expect("a principal's token"))
-            .json(&json!({"reason": "first try"}))
-            .send()
-            .await;
-        // The plan goes before anything can fail: the other test cancels too.
-        let injected: Value = http.get(&faults).send().await.unwrap().json().await.unwrap();
-        assert_eq!(http.post(&faults).json(&json!({})).send().await.unwrap().status(), 200);
-        let first = first.expect("the cancel request reaches the API");
-        assert_eq!(first.status(), 500, "{:?}", first.text().await);
-        assert_eq!(injected["injected"]["denied"], 1, "{injected}");
+        cancel_with_the_flag_denied(&api, &job_id, "first try").await;
         let record = store().await.job(&job_id).await.unwrap().unwrap();
         assert_eq!(record.status, JobStatus::Running);
         assert!(record.cancellation.is_some(), "the job record took the request: {record:?}");
@@ -213,27 +218,10 @@ async fn a_cancel_whose_flag_was_never_written_is_honoured_by_the_next_invocatio
     stack();
     let owner = principal("cancel-unflagged");
     let api = Api::new(&owner);
-    let job_id =
-        api.submit(&json!({"type": "demo", "params": {"items": 300, "item_ms": 100}})).await;
-    api.wait_for(&job_id, "running", |j| {
-        j["status"] == "running" && j["progress"]["items_done"].as_u64().unwrap_or(0) >= 3
-    })
-    .await;
-    let http = reqwest::Client::new();
-    let faults = format!("{}/_local/faults", stack().stack.api_url);
+    let job_id = running_job(&api, None).await;
     {
         let _turn = CANCELS.lock().await;
-        let plan = json!({"deny": {"operation": "dynamodb:UpdateItem",
-            "contains": "SET cancel_requested_at"}});
-        assert_eq!(http.post(&faults).json(&plan).send().await.unwrap().status(), 200);
-        let only = http
-            .post(format!("{}/jobs/{job_id}/cancel", api.base))
-            .bearer_auth(api.token.as_deref().expect("a principal's token"))
-            .json(&json!({"reason": "only try"}))
-            .send()
-            .await;
-        assert_eq!(http.post(&faults).json(&json!({})).send().await.unwrap().status(), 200);
-        assert_eq!(only.expect("the cancel request reaches the API").status(), 500);
+        cancel_with_the_flag_denied(&api, &job_id, "only try").await;
     }
     let progress = Aws::new().await.progress_record(&job_id).await;
     assert!(progress.cancel_requested_at.is_none(), "the flag was written: {progress:?}");

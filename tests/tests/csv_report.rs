@@ -27,6 +27,9 @@ async fn a_report_equals_an_independent_computation() {
     let job = api.wait_terminal(&job_id, TIMEOUT).await;
     assert_eq!(job["status"], "succeeded", "{job}");
     assert_eq!(job["progress"]["stages_total"], 3);
+    // The kind's summary beside the result, recorded with the success.
+    assert_eq!(job["summary"]["rows_scanned"], 5_000, "{job}");
+    assert_eq!(job["progress"]["unit"], "bytes", "its kind counts the input's bytes");
     let stages: Vec<String> = Aws::new().await.scheduled_tasks(&job_id).await;
     // All three stages in one task call: every state entered is billed, none per stage.
     assert_eq!(stages, ["Run"], "{stages:?}");
@@ -130,12 +133,13 @@ async fn scanning_is_measured() {
     assert_eq!(report["rows_scanned"], 200_000);
 }
 
-/// An input that was never uploaded fails the job at once, with the reason, rather than being
-/// retried as a transient error. In AWS this needs the stage to be allowed to list the bucket:
-/// S3 answers a HEAD of a missing key with 403 (not 404) to a caller that may not, and the
-/// local edge answers the same way.
+/// An input named but never uploaded is refused at submission like someone else's (404,
+/// nothing created); one that is gone by the time the job runs fails the job at once, with the
+/// reason, rather than being retried as a transient error. In AWS the latter needs the stage to
+/// be allowed to list the bucket: S3 answers a HEAD of a missing key with 403 (not 404) to a
+/// caller that may not, and the local edge answers the same way.
 #[tokio::test]
-async fn an_input_that_was_never_uploaded_fails_the_job_at_once() {
+async fn an_input_that_is_not_there_is_refused_at_submission_or_fails_the_job_at_once() {
     let api = Api::new(&principal("never-uploaded"));
     let reply = api
         .post_json(
@@ -145,8 +149,36 @@ async fn an_input_that_was_never_uploaded_fails_the_job_at_once() {
         .await;
     assert_eq!(reply.status, 201, "{}", reply.text);
     let input = reply.json["input"].as_str().unwrap().to_owned();
-    let job_id = api.submit(&report_params(&input, "json")).await;
+    let refused = api.post_json("/jobs", &report_params(&input, "json")).await;
+    assert_eq!(refused.status, 404, "{}", refused.text);
+    assert_eq!(refused.json["type"], "/problems/upload-not-found");
+    assert_eq!(api.get("/jobs").await.json["jobs"], json!([]), "nothing created");
+
+    // Uploaded, accepted, then gone before the job starts (its start is delayed).
+    let input = api.upload("gone.csv", "text/csv", b"a,b\n1,2\n".to_vec()).await;
+    let mut delayed = report_params(&input, "json");
+    delayed["delay_seconds"] = json!(10);
+    let job_id = api.submit(&delayed).await;
+    let view = api.get(&format!("/jobs/{job_id}")).await.json;
+    let not_before: chrono::DateTime<chrono::Utc> =
+        view["not_before"].as_str().expect("a delayed job shows its start").parse().unwrap();
+    Aws::new()
+        .await
+        .s3
+        .delete_object()
+        .bucket(longhaul_tests::harness().stack.resource("DataBucket"))
+        .key(&input)
+        .send()
+        .await
+        .expect("the upload is deleted");
+    let deleted = chrono::Utc::now();
     let job = api.wait_terminal(&job_id, TIMEOUT).await;
+    // Only a deletion done before the job's start proves the point: on a machine too loaded
+    // to delete within the delay, the job may have read its input first.
+    if deleted >= not_before {
+        eprintln!("the deletion came after the job's start; nothing to check: {job}");
+        return;
+    }
     assert_eq!(job["status"], "failed", "{job}");
     assert_eq!(job["error"]["code"], "Job.Fatal", "{job}");
     assert!(job["error"]["message"].as_str().unwrap().contains("does not exist"), "{job}");

@@ -8,7 +8,8 @@
 use std::time::Duration;
 
 use futures::StreamExt;
-use longhaul_tests::{Api, harness_with_registry, principal};
+use longhaul_tests::kinds::{KindName, Sleeper};
+use longhaul_tests::{Api, Faults, harness_with_registry, principal};
 use longhaul_worker::{
     Cadence, Checkpoint, JobKind, KindError, Policy, PublicMessage, Registry, StageContext,
     StageOutcome,
@@ -73,18 +74,6 @@ impl JobKind for Forger {
         &["forge"]
     }
 
-    fn validate(&self, _: &ForgerParams) -> Result<(), String> {
-        Ok(())
-    }
-
-    fn inputs(&self, _: &ForgerParams) -> Vec<String> {
-        Vec::new()
-    }
-
-    fn policy(&self) -> Policy {
-        Policy::default()
-    }
-
     async fn run_stage(
         &self,
         _: &mut dyn StageContext,
@@ -95,48 +84,13 @@ impl JobKind for Forger {
     }
 }
 
-/// A kind for a downstream that takes one job at a time: its policy's `concurrency_limit` is
-/// 1 (and its retry budget 5), so its jobs run one after another whoever submits them.
-#[derive(Debug, Clone, Copy)]
+/// `serial`: a kind for a downstream that takes one job at a time: its policy's
+/// `concurrency_limit` is 1 (and its retry budget 5), so its jobs run one after another
+/// whoever submits them. Its one stage works `millis`.
 struct Serial;
 
-/// The params of `serial`: how long its one stage works.
-#[derive(Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-struct SerialParams {
-    millis: u64,
-}
-
-impl JobKind for Serial {
+impl KindName for Serial {
     const NAME: &'static str = "serial";
-    type Params = SerialParams;
-
-    fn stages(&self) -> &'static [&'static str] {
-        &["work"]
-    }
-
-    fn validate(&self, params: &SerialParams) -> Result<(), String> {
-        if params.millis > 60_000 { Err("millis is at most 60000".into()) } else { Ok(()) }
-    }
-
-    fn inputs(&self, _: &SerialParams) -> Vec<String> {
-        Vec::new()
-    }
-
-    fn policy(&self) -> Policy {
-        Policy { concurrency_limit: Some(1), max_attempts: 5, ..Policy::default() }
-    }
-
-    async fn run_stage(
-        &self,
-        ctx: &mut dyn StageContext,
-        params: &SerialParams,
-    ) -> Result<StageOutcome, KindError> {
-        ctx.pause(Duration::from_millis(params.millis), 0, Some(1)).await?;
-        ctx.progress(1, Some(1)).await?;
-        let result = ctx.write_result("done.txt", "text/plain", b"done".to_vec()).await?;
-        Ok(StageOutcome::Finished(result))
-    }
 }
 
 /// Two stages and nothing else: a stage boundary to aim a fault at (its second stage's name
@@ -155,18 +109,6 @@ impl JobKind for TwoStep {
 
     fn stages(&self) -> &'static [&'static str] {
         &["first_step", "second_step"]
-    }
-
-    fn validate(&self, _: &TwoStepParams) -> Result<(), String> {
-        Ok(())
-    }
-
-    fn inputs(&self, _: &TwoStepParams) -> Vec<String> {
-        Vec::new()
-    }
-
-    fn policy(&self) -> Policy {
-        Policy::default()
     }
 
     async fn run_stage(
@@ -267,7 +209,7 @@ fn registry() -> Registry {
         .kinds_of(&longhaul_jobs::registry())
         .kind(WordCount)
         .kind(Forger)
-        .kind(Serial)
+        .kind(Sleeper::<Serial>::new().concurrency_limit(1).max_attempts(5))
         .kind(TwoStep)
         .build()
         .expect("word_count's name is its own")
@@ -431,32 +373,19 @@ async fn the_kinds_policy_is_stored_on_the_job() {
 #[tokio::test]
 async fn a_cancel_at_a_stage_boundary_ends_the_job_cancelled() {
     let api = api("custom-boundary-cancel");
-    let faults = format!("{}/_local/faults", longhaul_tests::harness().stack.api_url);
     // Hold the boundary write (the progress record moving to `second_step`) for 4 s. (Only
     // an invocation holding the job's lease pauses; the edge learns a claim's lease from its
     // journal of writes, hence `journal`.)
-    let plan = json!({"pause_functions": ["StageFunction"], "pause_before_call": 1.0,
-        "pause_ms": 4000, "max_pauses": 1, "journal": true,
-        "pause_only": {"operation": "dynamodb:PutItem", "contains": "second_step"}});
-    let http = reqwest::Client::new();
-    assert_eq!(http.post(&faults).json(&plan).send().await.unwrap().status(), 200);
+    let faults = Faults::install(&json!({"pause_functions": ["StageFunction"],
+        "pause_before_call": 1.0, "pause_ms": 4000, "max_pauses": 1, "journal": true,
+        "pause_only": {"operation": "dynamodb:PutItem", "contains": "second_step"}}))
+    .await;
     let job_id = api.submit(&json!({"type": "two_step", "params": {}})).await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let counts: Value = http.get(&faults).send().await.unwrap().json().await.unwrap();
-        if counts["injected"]["paused"].as_u64().unwrap_or(0) >= 1 {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the boundary write never paused: {counts}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    faults.wait_paused(&api, &job_id).await;
     let reply = api.send("DELETE", &format!("/jobs/{job_id}"), None, &[]).await;
     assert_eq!(reply.status, 202, "{}", reply.text);
     let job = api.wait_terminal(&job_id, Duration::from_secs(60)).await;
-    http.post(&faults).json(&json!({})).send().await.unwrap();
+    faults.clear().await;
     assert_eq!(job["status"], "cancelled", "{job}");
     assert!(job.get("error").is_none(), "a cancellation is not a failure: {job}");
     longhaul_tests::assert_counted_once("JobsCancelled", &job_id).await;

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use longhaul_job_demo::DemoResult;
-use longhaul_tests::{Api, Aws, Harness, harness_with, principal};
+use longhaul_tests::{Api, Aws, Deadline, Harness, harness_with, principal};
 use serde_json::{Value, json};
 
 const CHECKPOINT_ITEMS: u64 = 10;
@@ -25,19 +25,18 @@ fn stack() -> &'static Harness {
     ])
 }
 
+/// [`Api::wait_for`], failing at once if the job ends before `pred` holds.
 async fn wait_for(api: &Api, job_id: &str, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
-    for _ in 0..1200 {
-        let job = api.get(&format!("/jobs/{job_id}")).await.json;
-        if pred(&job) {
-            return job;
+    api.wait_for(job_id, what, |job| {
+        pred(job) || {
+            assert!(
+                !matches!(job["status"].as_str(), Some("succeeded" | "failed" | "cancelled")),
+                "ended before {what}: {job}"
+            );
+            false
         }
-        assert!(
-            !matches!(job["status"].as_str(), Some("succeeded" | "failed" | "cancelled")),
-            "ended before {what}: {job}"
-        );
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("job {job_id}: timed out waiting for {what}");
+    })
+    .await
 }
 
 async fn executions_of(aws: &Aws, job_id: &str) -> Vec<String> {
@@ -245,7 +244,8 @@ async fn stale_leases_and_duplicate_executions_change_nothing() {
         serde_json::from_slice::<DemoResult>(&api.result(&job_id).await).unwrap(),
         DemoResult::expected(60)
     );
-    for _ in 0..200 {
+    let deadline = Deadline::new("the duplicate execution to end", TIMEOUT);
+    loop {
         let described = aws
             .sfn
             .describe_execution()
@@ -261,9 +261,8 @@ async fn stale_leases_and_duplicate_executions_change_nothing() {
             );
             return;
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        deadline.tick(Duration::from_millis(50), described.status().as_str()).await;
     }
-    panic!("the duplicate execution never ended");
 }
 
 #[tokio::test]

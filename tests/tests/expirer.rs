@@ -10,16 +10,18 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::AttributeValue;
 use longhaul_aws::jobs::{JobRecord, JobStore, status_bucket};
 use longhaul_domain::{JobStatus, format_rfc3339};
-use longhaul_tests::{Api, Aws, Harness, harness_with, principal};
+use longhaul_tests::{Api, Aws, Deadline, Harness, harness_with, principal};
 use serde_json::{Value, json};
 
 const TIMEOUT: Duration = Duration::from_secs(120);
+/// How long a succeeded job's result is kept.
+const RESULT_TTL: Duration = Duration::from_secs(3);
 const RETENTION_SECONDS: i64 = 86_400;
 
 fn stack() -> &'static Harness {
     harness_with(&[
         ("LONGHAUL_EXPIRER_PAGE", "2"),
-        ("LONGHAUL_RESULT_TTL_SECONDS", "3"),
+        ("LONGHAUL_RESULT_TTL_SECONDS", RESULT_TTL.as_secs().to_string().as_str()),
         ("LONGHAUL_RECORD_RETENTION_SECONDS", "86400"),
     ])
 }
@@ -160,17 +162,17 @@ async fn a_run_that_died_mid_expiry_leaves_410_and_the_next_run_finishes_the_job
     set_faults(&json!({"crash_functions": ["ExpirerFunction"], "crash_after_call": 1.0,
         "max_crashes_per_job": 1, "crash_only": {"operation": "s3:DeleteObject", "contains": job_id}}))
     .await;
+    // Its result is due once its TTL has passed. (The plan goes before anything can fail.)
+    let deadline = Deadline::new("the expirer to reach the job", RESULT_TTL * 40);
     let mut crashed = false;
-    for _ in 0..80 {
-        let (status, _) = fire_expirer().await;
-        if status != 200 {
-            crashed = true;
-            break;
+    while !crashed && !deadline.passed() {
+        crashed = fire_expirer().await.0 != 200;
+        if !crashed {
+            tokio::time::sleep(Duration::from_millis(250)).await;
         }
-        tokio::time::sleep(Duration::from_millis(250)).await;
     }
     let injected = set_faults(&json!({})).await;
-    assert!(crashed, "the expirer never reached the job: {injected}");
+    assert!(crashed, "the expirer never reached the job in {:?}: {injected}", RESULT_TTL * 40);
     assert_eq!(
         injected["injected"]["crash_sites"],
         json!({"ExpirerFunction s3:DeleteObject after": 1}),

@@ -9,9 +9,9 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Utc};
 use longhaul_aws::slots::Pool;
+use longhaul_tests::kinds::{KindName, Sleeper};
 use longhaul_tests::{Api, Aws, Harness, fire, harness_with_registry, principal};
-use longhaul_worker::{JobKind, KindError, Policy, Registry, StageContext, StageOutcome};
-use serde::Deserialize;
+use longhaul_worker::Registry;
 use serde_json::{Value, json};
 
 const LIMIT: usize = 2;
@@ -20,59 +20,22 @@ fn stack() -> &'static Harness {
     harness_with_registry(
         Registry::builder()
             .kinds_of(&longhaul_jobs::registry())
-            .kind(OneAtATime)
+            .kind(
+                Sleeper::<OneAtATime>::new().longest(Duration::from_secs(600)).concurrency_limit(1),
+            )
             .build()
             .expect("one_at_a_time's name is its own"),
         &[("LONGHAUL_TENANT_MAX_RUNNING", "2"), ("ENABLED_JOB_TYPES", "demo,one_at_a_time")],
     )
 }
 
-/// A kind for a downstream that takes one job at a time, whoever submits it: its policy's
-/// `concurrency_limit` is 1, so all tenants' jobs of it share one kind pool.
-#[derive(Debug, Clone, Copy)]
+/// `one_at_a_time`: a kind for a downstream that takes one job at a time, whoever submits it
+/// (its policy's `concurrency_limit` is 1, so all tenants' jobs of it share one kind pool). Its
+/// one stage works `millis`; `n` only makes one request differ from the next.
 struct OneAtATime;
 
-/// The params of `one_at_a_time`: how long its one stage works, and a number that makes one
-/// request differ from the next.
-#[derive(Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-struct OneAtATimeParams {
-    millis: u64,
-    /// Only makes the request differ.
-    #[serde(rename = "n")]
-    _n: u64,
-}
-
-impl JobKind for OneAtATime {
+impl KindName for OneAtATime {
     const NAME: &'static str = "one_at_a_time";
-    type Params = OneAtATimeParams;
-
-    fn stages(&self) -> &'static [&'static str] {
-        &["work"]
-    }
-
-    fn validate(&self, params: &OneAtATimeParams) -> Result<(), String> {
-        if params.millis > 600_000 { Err("millis is at most 600000".into()) } else { Ok(()) }
-    }
-
-    fn inputs(&self, _: &OneAtATimeParams) -> Vec<String> {
-        Vec::new()
-    }
-
-    fn policy(&self) -> Policy {
-        Policy { concurrency_limit: Some(1), ..Policy::default() }
-    }
-
-    async fn run_stage(
-        &self,
-        ctx: &mut dyn StageContext,
-        params: &OneAtATimeParams,
-    ) -> Result<StageOutcome, KindError> {
-        ctx.pause(Duration::from_millis(params.millis), 0, Some(1)).await?;
-        ctx.progress(1, Some(1)).await?;
-        let result = ctx.write_result("done.txt", "text/plain", b"done".to_vec()).await?;
-        Ok(StageOutcome::Finished(result))
-    }
 }
 
 /// A demo job of about `seconds` s; `n` makes it a different request (derived idempotency

@@ -20,7 +20,7 @@ use longhaul_domain::JobStatus;
 use longhaul_job_demo::DemoResult;
 use longhaul_local::faults::{FaultCounts, FaultPlan, JournalEntry};
 use longhaul_tests::csvgen::{Gen, csv_bytes, expected, rows_match};
-use longhaul_tests::{Api, Aws, Harness, harness_with, principal};
+use longhaul_tests::{Api, Aws, Deadline, Harness, harness_with, principal};
 use serde_json::{Value, json};
 
 /// Jobs in the run. The default proves every property below in a few minutes of CI on two
@@ -136,10 +136,14 @@ fn spec(i: usize, input: &str) -> Value {
 }
 
 /// Submits with an Idempotency-Key, retrying (same key) through crashes and throttling, as
-/// a well-behaved client does; returns the job id.
+/// a well-behaved client does; returns the job id. (A submission that crashed between its
+/// writes leaves its key in flight, `409`, for `IN_FLIGHT_WINDOW`: retries go on for several
+/// windows.)
 async fn submit(http: &reqwest::Client, token: &str, i: usize, input: &str) -> String {
     let key = format!("fault-run-{i}");
-    for _ in 0..30 {
+    let deadline =
+        Deadline::new(format!("submission {i} to be accepted"), ::submit::IN_FLIGHT_WINDOW * 6);
+    loop {
         let response = http
             .post(format!("{}/jobs", stack().stack.api_url))
             .bearer_auth(token)
@@ -154,11 +158,12 @@ async fn submit(http: &reqwest::Client, token: &str, i: usize, input: &str) -> S
             200 | 202 => return body["job_id"].as_str().expect("job_id").to_owned(),
             // A crashed or throttled submission (502/503), or a replay of a request still in
             // flight (409): retry with the same key.
-            409 | 429 | 500..=599 => tokio::time::sleep(Duration::from_millis(200)).await,
+            409 | 429 | 500..=599 => {
+                deadline.tick(Duration::from_millis(200), format!("{status} {body}")).await;
+            }
             _ => panic!("submission {i} refused with {status}: {body}"),
         }
     }
-    panic!("submission {i} never accepted");
 }
 
 async fn set_plan(plan: &FaultPlan) -> Value {

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use longhaul_job_demo::DemoResult;
 use longhaul_local::template::Template;
+use longhaul_tests::Deadline;
 use serde_json::{Value, json};
 
 const JOBS: u64 = 24;
@@ -51,16 +52,19 @@ impl Host {
             .spawn()
             .expect("starting the host");
         self.child = Some(child);
-        for _ in 0..600 {
+        // Up when it answers; a host that exited fails at once, one still starting is waited for.
+        let deadline = Deadline::new("the host to come up", BUDGET);
+        loop {
             if reqwest::get(format!("{}/_local/aws-calls", self.api))
                 .await
                 .is_ok_and(|r| r.status().is_success())
             {
                 return;
             }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            let exited = self.child.as_mut().expect("started").try_wait().expect("the host");
+            assert!(exited.is_none(), "the host exited while starting: {exited:?}");
+            deadline.tick(Duration::from_millis(100), "no answer").await;
         }
-        panic!("the host did not come up");
     }
 
     fn kill(&mut self) {
@@ -120,15 +124,15 @@ async fn jobs_survive_a_sigkill_of_the_functions_host() {
     }
 
     // Kill the host while jobs are mid-run (some running with checkpoints, some queued).
-    let mut running = 0;
-    for _ in 0..300 {
+    let deadline = Deadline::new("four jobs running at once", BUDGET);
+    let running = loop {
         let (_, list) = get(&http, &token, format!("{}/jobs?status=running", host.api)).await;
-        running = list["jobs"].as_array().map_or(0, Vec::len);
+        let running = list["jobs"].as_array().map_or(0, Vec::len);
         if running >= 4 {
-            break;
+            break running;
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        deadline.tick(Duration::from_millis(100), format!("{running} running")).await;
+    };
     assert!(running >= 4, "jobs were running when the host was killed");
     host.kill();
     assert!(

@@ -2,7 +2,7 @@
 //! kinds with their stages, params schema and policy, and `POST /jobs` validates through the
 //! same registry (an unknown kind is a 422 naming the enabled ones).
 
-use longhaul_tests::{Api, principal};
+use longhaul_tests::{Api, harness, principal};
 use serde_json::{Value, json};
 
 #[tokio::test]
@@ -10,10 +10,21 @@ async fn job_types_lists_the_enabled_kinds_with_a_usable_params_schema() {
     let api = Api::new(&principal("job-types"));
     let reply = api.get("/job-types").await;
     assert_eq!(reply.status, 200, "{}", reply.text);
+    // Exactly the catalog's kinds the stack's `EnabledJobTypes` enables, in the catalog's
+    // order, each as its code describes it: stages, params schema, policy.
+    let catalog = longhaul_jobs::registry();
+    let enabled = &harness().stack.template.parameters["EnabledJobTypes"];
+    let expected = catalog.enabled(&catalog.enabled_names(Some(enabled)).unwrap()).describe();
+    assert_eq!(reply.json, expected, "EnabledJobTypes {enabled:?}");
+    // Which is every kind the catalog registers: the template's default (`*`) is every kind
+    // but the opt-in `demo`, which the local stack adds.
     let kinds = reply.json["job_types"].as_array().expect("a list").clone();
     let names: Vec<&str> = kinds.iter().filter_map(|k| k["type"].as_str()).collect();
-    // The local stack enables every shipped kind (the template leaves `demo` off by default).
-    assert_eq!(names, ["demo", "csv_report", "archive"]);
+    let default = catalog.default_names();
+    assert!(["csv_report", "archive"].iter().all(|k| default.contains(k)), "{default:?}");
+    for kind in default.into_iter().chain(["demo"]) {
+        assert!(names.contains(&kind), "{kind} is not listed: {names:?}");
+    }
     let kind = |name: &str| kinds.iter().find(|k| k["type"] == name).unwrap().clone();
     assert_eq!(kind("csv_report")["stages"], json!(["scan", "render", "publish"]));
     assert_eq!(kind("demo")["stages"], json!(["process"]));

@@ -17,11 +17,15 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use lambda_http::tracing::subscriber as tracing_subscriber;
-use longhaul_tests::{Api, Aws, Harness, fire, harness_with, principal};
+use longhaul_tests::{Api, Aws, Deadline, Harness, fire_until, harness_with, principal};
 use serde_json::{Value, json};
 use tracing_subscriber::util::SubscriberInitExt;
 
 const TIMEOUT: Duration = Duration::from_secs(120);
+/// When a worker's heartbeat is stale (the reaper then judges it dead).
+const HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long a succeeded job's result is kept.
+const RESULT_TTL: Duration = Duration::from_secs(3);
 
 /// The crates whose lines are the functions' own (the handlers and the adapters they call).
 const FUNCTION_CRATES: &[&str] = &[
@@ -92,10 +96,10 @@ fn stack() -> &'static Harness {
     harness_with(&[
         ("LONGHAUL_ALLOW_INSECURE_CALLBACKS", "1"),
         ("LONGHAUL_STREAM_POLL_MS", "100"),
-        ("LONGHAUL_HEARTBEAT_TIMEOUT_SECONDS", "3"),
+        ("LONGHAUL_HEARTBEAT_TIMEOUT_SECONDS", HEARTBEAT_TIMEOUT.as_secs().to_string().as_str()),
         ("LONGHAUL_HEARTBEAT_INTERVAL_SECONDS", "1"),
         ("LONGHAUL_STALL_SECONDS", "30"),
-        ("LONGHAUL_RESULT_TTL_SECONDS", "3"),
+        ("LONGHAUL_RESULT_TTL_SECONDS", RESULT_TTL.as_secs().to_string().as_str()),
         ("LONGHAUL_MAX_ATTEMPTS", "3"),
     ])
 }
@@ -181,13 +185,9 @@ async fn params_job(run: &Mutex<Run>) {
     let result = api.get(&format!("/jobs/{job_id}/result")).await;
     assert_eq!(result.status, 303);
     let result_signature = signature(result.header("location").unwrap());
-    for _ in 0..120 {
-        fire("expirer").await;
-        if api.get(&format!("/jobs/{job_id}")).await.json["status"] == "expired" {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    // Expired once its result's TTL has passed.
+    fire_until(&api, &job_id, "expirer", "expiry", RESULT_TTL * 40, |j| j["status"] == "expired")
+        .await;
     assert_eq!(api.get(&format!("/jobs/{job_id}")).await.json["status"], "expired");
     let mut run = run.lock().unwrap();
     run.owners.insert(job_id, owner);
@@ -226,13 +226,14 @@ async fn webhook_job(run: &Mutex<Run>) {
         .into_owned();
     let events = read_stream(&events_url).await;
     assert!(events.contains("\"status\":\"succeeded\""), "{events}");
-    for _ in 0..200 {
+    let deadline = Deadline::new(format!("a delivered webhook of {job_id}"), TIMEOUT);
+    loop {
         let deliveries =
             api.get(&format!("/jobs/{job_id}/deliveries")).await.json["deliveries"].clone();
         if deliveries.as_array().is_some_and(|d| d.iter().any(|d| d["outcome"] == "delivered")) {
             break;
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        deadline.tick(Duration::from_millis(100), deliveries).await;
     }
     let mut run = run.lock().unwrap();
     run.owners.insert(job_id, owner);
@@ -277,13 +278,9 @@ async fn zombie_job(run: &Mutex<Run>) {
     let crash =
         format!("{}/_local/functions/StageFunction/crash?job_id={job_id}", stack().stack.api_url);
     reqwest::Client::new().post(crash).send().await.unwrap();
-    for _ in 0..120 {
-        fire("reaper").await;
-        if api.get(&format!("/jobs/{job_id}")).await.json["attempt"] == 2 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    // Re-dispatched once its heartbeat is stale.
+    let limit = HEARTBEAT_TIMEOUT * 20;
+    fire_until(&api, &job_id, "reaper", "re-dispatch", limit, |j| j["attempt"] == 2).await;
     let job = api.wait_terminal(&job_id, TIMEOUT).await;
     assert_eq!(
         (job["status"].as_str(), job["attempt"].as_u64()),

@@ -40,8 +40,8 @@ async fn put_running(jobs: &JobStore, owner: &str) -> String {
     let execution = format!("{}-seeded", job.job_id);
     jobs.transition(
         TransitionRequest::new(&job.job_id, &[JobStatus::Pending], JobStatus::Queued, "dispatched")
-            .set("execution", AttributeValue::S(execution.clone()))
-            .set("dispatches", AttributeValue::N("1".into()))
+            .set("execution", &execution)
+            .set("dispatches", 1)
             .indexed_at(now),
     )
     .await

@@ -13,7 +13,7 @@ use longhaul_aws::queue::WebhookMessage;
 use longhaul_domain::webhooks::SecretString;
 use longhaul_domain::{JobStatus, Transition};
 use longhaul_tests::{
-    Api, Aws, Harness, assert_counted_once, harness_with, metric_points, principal,
+    Api, Aws, Deadline, Harness, assert_counted_once, harness_with, metric_points, principal,
 };
 use serde_json::{Value, json};
 
@@ -100,28 +100,31 @@ fn callback(mode: &str) -> (String, String) {
     (format!("http://{}/{mode}/{key}", receiver().0), key)
 }
 
+/// What the receiver got for `key`, once it got `at_least` requests (the job has ended; its
+/// retries are a second apart).
 async fn received(key: &str, at_least: usize) -> Vec<Received> {
-    for _ in 0..600 {
+    let deadline = Deadline::new(format!("{at_least} requests received for {key}"), TIMEOUT);
+    loop {
         let got = receiver().1.lock().unwrap().get(key).cloned().unwrap_or_default();
         if got.len() >= at_least {
             return got;
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        deadline.tick(Duration::from_millis(50), format!("{} requests", got.len())).await;
     }
-    panic!("the receiver did not get {at_least} requests for {key}");
 }
 
+/// The job's recorded deliveries, once there are `at_least`.
 async fn deliveries(api: &Api, job_id: &str, at_least: usize) -> Vec<Value> {
-    for _ in 0..600 {
+    let deadline = Deadline::new(format!("{at_least} deliveries recorded for {job_id}"), TIMEOUT);
+    loop {
         let reply = api.get(&format!("/jobs/{job_id}/deliveries")).await;
         assert_eq!(reply.status, 200, "{}", reply.text);
         let list = reply.json["deliveries"].as_array().unwrap().clone();
         if list.len() >= at_least {
             return list;
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        deadline.tick(Duration::from_millis(50), reply.text).await;
     }
-    panic!("fewer than {at_least} deliveries recorded for {job_id}");
 }
 
 async fn secrets(api: &Api) -> Vec<String> {
@@ -194,7 +197,9 @@ async fn failures_are_retried_with_the_same_id_then_dead_lettered() {
     assert!(metric_points("WebhookDelivered", &job_id, 0).await.is_empty());
     let aws = Aws::new().await;
     let dlq = stack().stack.resource("WebhookDeadLetterQueue");
-    for _ in 0..100 {
+    let deadline =
+        Deadline::new("the exhausted delivery in the webhook dead-letter queue", TIMEOUT);
+    loop {
         let messages = aws
             .sqs
             .receive_message()
@@ -208,8 +213,10 @@ async fn failures_are_retried_with_the_same_id_then_dead_lettered() {
         if messages.messages().iter().any(|m| m.body().is_some_and(|b| b.contains(&job_id))) {
             return;
         }
+        // (The receive itself waits a second.)
+        let others = format!("{} other messages", messages.messages().len());
+        deadline.tick(Duration::ZERO, others).await;
     }
-    panic!("the exhausted delivery is not in the webhook dead-letter queue");
 }
 
 #[tokio::test]

@@ -5,10 +5,11 @@ use reqwest::{StatusCode, header};
 use serde_json::json;
 use tokio::io::AsyncWriteExt;
 
-use crate::api::{Api, Problem};
+use crate::api::Api;
 use crate::cli::ResultArgs;
 use crate::error::{CliError, Exit};
 use crate::output::Output;
+use crate::problem::Problem;
 
 /// Downloads the result to `-o FILE` (or stdout). With `--json` and `-o`, prints
 /// `{"job_id", "file", "bytes"}`; `--json` without `-o` is a usage error (stdout is the data).

@@ -7,10 +7,11 @@ use reqwest::Method;
 use serde_json::{Value, json};
 use tokio::io::AsyncReadExt;
 
-use crate::api::{Api, Problem};
+use crate::api::Api;
 use crate::cli::Upload;
 use crate::error::{CliError, Exit};
 use crate::output::Output;
+use crate::problem::Problem;
 
 /// Bytes read from the file per chunk of the upload.
 const CHUNK: usize = 256 * 1024;

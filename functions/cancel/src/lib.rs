@@ -14,10 +14,13 @@ use lambda_http::http::{StatusCode, header};
 use lambda_http::{Body, Request, Response};
 use longhaul_aws::api::{Problem, json_response, path_job_id, principal, wrong_status};
 use longhaul_aws::config::{ConfigError, Vars};
+use std::sync::Arc;
+
 use longhaul_aws::executions::{Executions, execution_name};
 use longhaul_aws::jobs::{CancelOutcome, JobRecord, JobStore, StoreError};
 use longhaul_aws::logs;
 use longhaul_aws::metrics;
+use longhaul_aws::ports::{JobCancellation, JobExecutions, JobReads};
 use longhaul_domain::{Cancellation, JobStatus, now_rfc3339};
 use serde::Deserialize;
 use serde_json::json;
@@ -50,25 +53,31 @@ impl Config {
     }
 }
 
-/// What the handler needs, built once per sandbox.
+/// What the function needs of the job table: to read a job and to cancel it.
+pub trait Jobs: JobReads + JobCancellation {}
+impl<T: JobReads + JobCancellation> Jobs for T {}
+
+/// What the handler needs, built once per sandbox: its ports.
 #[derive(Debug, Clone)]
 pub struct Deps {
     /// The job table.
-    pub jobs: JobStore,
-    /// The job state machine.
-    pub executions: Executions,
+    pub jobs: Arc<dyn Jobs>,
+    /// The job state machine's executions, which a cancellation stops.
+    pub executions: Arc<dyn JobExecutions>,
 }
 
 impl Deps {
-    /// Builds the adapters from one SDK configuration.
+    /// Builds the AWS adapters from one SDK configuration.
     pub fn new(sdk: &aws_config::SdkConfig, config: &Config) -> Self {
         Deps {
-            jobs: JobStore::new(aws_sdk_dynamodb::Client::new(sdk), config.table.clone())
-                .retaining(config.record_retention),
-            executions: Executions::new(
+            jobs: Arc::new(
+                JobStore::new(aws_sdk_dynamodb::Client::new(sdk), config.table.clone())
+                    .retaining(config.record_retention),
+            ),
+            executions: Arc::new(Executions::new(
                 aws_sdk_sfn::Client::new(sdk),
                 config.state_machine_arn.clone(),
-            ),
+            )),
         }
     }
 }
@@ -167,3 +176,6 @@ fn accepted(job: &JobRecord) -> Response<Body> {
         .insert(header::LOCATION, location.parse().expect("job ids are header-safe"));
     response
 }
+
+#[cfg(test)]
+mod tests;

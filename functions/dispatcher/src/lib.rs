@@ -17,12 +17,16 @@
 //! conditional on its start having come, and a message that arrives before it (the reaper's,
 //! sent up to 15 minutes early, or a redelivery) is sent again with the remaining delay.
 
+use std::sync::Arc;
+
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
-use aws_sdk_dynamodb::types::AttributeValue;
 use longhaul_aws::config::{ConfigError, Vars};
 use longhaul_aws::executions::{Executions, StartOutcome, execution_name};
 use longhaul_aws::jobs::{JobRecord, JobStore, StoreError, TransitionRequest};
 use longhaul_aws::logs;
+use longhaul_aws::ports::{
+    DispatchQueue, JobDispatchMarks, JobExecutions, JobReads, JobTransitions, SlotPools,
+};
 use longhaul_aws::queue::DispatchMessage;
 use longhaul_aws::slots::{Admitter, Pool, pools_of};
 use longhaul_aws::workers::Workers;
@@ -60,30 +64,39 @@ impl Config {
     }
 }
 
-/// What the handler needs, built once per sandbox.
+/// What the function needs of the job table: to read a job, to move it on, and to mark it
+/// waiting.
+pub trait Jobs: JobReads + JobTransitions + JobDispatchMarks {}
+impl<T: JobReads + JobTransitions + JobDispatchMarks> Jobs for T {}
+
+/// What the handler needs, built once per sandbox: its ports.
 #[derive(Debug, Clone)]
 pub struct Deps {
     /// The job table.
-    pub jobs: JobStore,
+    pub jobs: Arc<dyn Jobs>,
     /// The job state machine.
-    pub executions: Executions,
-    /// Running slots, waiting lists and the intake queue (to delay an early message again,
-    /// and to wake waiting jobs when a dispatch gives slots back).
-    pub admitter: Admitter,
+    pub executions: Arc<dyn JobExecutions>,
+    /// Running slots and waiting lists (which wake waiting jobs when a dispatch gives slots
+    /// back).
+    pub slots: Arc<dyn SlotPools>,
+    /// The intake queue, to delay an early message again.
+    pub intake: Arc<dyn DispatchQueue>,
     /// The configuration.
     pub config: Config,
 }
 
 impl Deps {
-    /// Builds the adapters from one SDK configuration.
+    /// Builds the AWS adapters from one SDK configuration.
     pub fn new(sdk: &aws_config::SdkConfig, config: &Config) -> Self {
+        let admitter = Admitter::new(sdk, &config.table, &config.intake_queue_url);
         Deps {
-            jobs: JobStore::new(aws_sdk_dynamodb::Client::new(sdk), config.table.clone()),
-            executions: Executions::new(
+            jobs: Arc::new(JobStore::new(aws_sdk_dynamodb::Client::new(sdk), config.table.clone())),
+            executions: Arc::new(Executions::new(
                 aws_sdk_sfn::Client::new(sdk),
                 config.state_machine_arn.clone(),
-            ),
-            admitter: Admitter::new(sdk, &config.table, &config.intake_queue_url),
+            )),
+            intake: Arc::new(admitter.intake.clone()),
+            slots: Arc::new(admitter),
             config: config.clone(),
         }
     }
@@ -199,14 +212,14 @@ pub async fn dispatch(deps: &Deps, job_id: &str) -> Result<(), DispatchError> {
     if waited {
         let position = waiting_sort_key(job.priority, &job.created_at.to_rfc3339(), job_id);
         for (pool, _) in &pools {
-            deps.admitter.slots.leave_waiting(pool, &job.owner, &position).await?;
+            deps.slots.leave_waiting(pool, &job.owner, &position).await?;
         }
     }
     let name = execution_name(job_id, 1);
     let request =
         TransitionRequest::new(job_id, &[JobStatus::Pending], JobStatus::Queued, "dispatched")
-            .set("execution", AttributeValue::S(name.clone()))
-            .set("dispatches", AttributeValue::N("1".into()))
+            .set("execution", &name)
+            .set("dispatches", 1)
             .remove("waiting")
             .due(&format_rfc3339(now));
     let job = match deps.jobs.transition(request).await {
@@ -284,7 +297,7 @@ async fn delay_again(
     let delay = schedule::sqs_delay(start_at, now).max(1);
     tracing::info!(start_at = %format_rfc3339(start_at), delay, "before the job's start; delayed again");
     let message = DispatchMessage { job_id: job.job_id.to_string() };
-    deps.admitter.intake.send_delayed(&message, delay, &job.owner).await?;
+    deps.intake.send_delayed(&message, delay, &job.owner).await?;
     Ok(())
 }
 
@@ -308,7 +321,7 @@ async fn take_slot(
     (pool, limit): &(Pool, u32),
     now: chrono::DateTime<chrono::Utc>,
 ) -> Result<Slot, DispatchError> {
-    let slots = &deps.admitter.slots;
+    let slots = &deps.slots;
     if slots.acquire(pool, *limit, &job.job_id).await? {
         return Ok(Slot::Taken { waited: false });
     }
@@ -335,10 +348,13 @@ async fn take_slot(
 /// Gives `job_id`'s slots of `pools` back, admitting whoever waits for them.
 async fn give_back(deps: &Deps, job_id: &str, pools: &[&(Pool, u32)]) -> Result<(), DispatchError> {
     for (pool, limit) in pools {
-        deps.admitter.release(pool, *limit, &[job_id.to_owned()]).await?;
+        deps.slots.release(pool, *limit, &[job_id.to_owned()]).await?;
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests;
 
 #[cfg(test)]
 mod lost_dispatch_tests {

@@ -40,6 +40,7 @@ use longhaul_aws::config::{ConfigError, Vars};
 use longhaul_aws::jobs::{JobStore, JobView, ProgressRecord};
 use longhaul_aws::limits::{SlotError, StreamLease, StreamSlots};
 use longhaul_aws::logs;
+use longhaul_aws::ports::{JobReads, SigningKey, StreamCaps};
 use longhaul_aws::secrets::SecretKey;
 use longhaul_domain::progress::ProgressView;
 use longhaul_domain::{JobStatus, stream_token};
@@ -112,35 +113,35 @@ impl Config {
     }
 }
 
-/// What the handler needs, built once per sandbox.
+/// What the handler needs, built once per sandbox: its ports and settings.
 #[derive(Debug, Clone)]
 pub struct Deps {
     /// The job table (read only).
-    pub jobs: JobStore,
+    pub jobs: Arc<dyn JobReads>,
     /// The open-stream caps (leases in the job table).
-    pub slots: StreamSlots,
+    pub slots: Arc<dyn StreamCaps>,
     /// The key stream tokens are signed with.
-    pub token_key: SecretKey,
+    pub token_key: Arc<dyn SigningKey>,
     /// Settings.
     pub config: Config,
 }
 
 impl Deps {
-    /// Builds the adapters from one SDK configuration.
+    /// Builds the AWS adapters from one SDK configuration.
     pub fn new(sdk: &aws_config::SdkConfig, config: &Config) -> Self {
         Deps {
-            jobs: JobStore::new(aws_sdk_dynamodb::Client::new(sdk), config.table.clone()),
-            slots: StreamSlots::new(
+            jobs: Arc::new(JobStore::new(aws_sdk_dynamodb::Client::new(sdk), config.table.clone())),
+            slots: Arc::new(StreamSlots::new(
                 aws_sdk_dynamodb::Client::new(sdk),
                 config.table.clone(),
                 config.max_streams_per_job,
                 config.max_streams_per_tenant,
                 config.max_streams,
-            ),
-            token_key: SecretKey::new(
+            )),
+            token_key: Arc::new(SecretKey::new(
                 aws_sdk_secretsmanager::Client::new(sdk),
                 config.token_secret_arn.clone(),
-            ),
+            )),
             config: config.clone(),
         }
     }
@@ -378,6 +379,7 @@ fn progress_data(view: &JobView, shown: ProgressView) -> serde_json::Value {
     let mut data = serde_json::to_value(shown).expect("progress views serialise");
     data["job_id"] = json!(view.job.job_id);
     data["status"] = json!(view.job.status);
+    data["unit"] = view.job.progress_unit().into();
     data
 }
 
@@ -472,47 +474,4 @@ async fn poll(mut st: State) -> Option<(Bytes, State)> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn parsed(value: &[u8]) -> Result<u64, StatusCode> {
-        let mut headers = HeaderMap::new();
-        headers.insert("last-event-id", HeaderValue::from_bytes(value).unwrap());
-        last_event_id(&headers).map_err(|p| p.status)
-    }
-
-    #[test]
-    fn last_event_id_accepts_event_ids_and_treats_blank_as_absent() {
-        assert_eq!(last_event_id(&HeaderMap::new()), Ok(0));
-        assert_eq!(parsed(b""), Ok(0));
-        assert_eq!(parsed(b"   "), Ok(0));
-        assert_eq!(parsed(b"0"), Ok(0));
-        assert_eq!(parsed(b" 42 "), Ok(42));
-        assert_eq!(parsed(b"007"), Ok(7));
-        assert_eq!(parsed(b"18446744073709551614"), Ok(u64::MAX - 1));
-    }
-
-    #[test]
-    fn last_event_id_refuses_anything_else_with_400() {
-        let huge = "9".repeat(10_000);
-        for value in [
-            "-1",
-            "+1",
-            "1.5",
-            "1e3",
-            "0x10",
-            "abc",
-            "5 5",
-            "5,6",
-            "\u{663}",
-            "١٢٣",
-            "18446744073709551615",
-            "18446744073709551616",
-            "-9223372036854775808",
-            huge.as_str(),
-        ] {
-            assert_eq!(parsed(value.as_bytes()), Err(StatusCode::BAD_REQUEST), "{value:?}");
-        }
-        assert_eq!(parsed(b"\xff\xfe"), Err(StatusCode::BAD_REQUEST), "not text");
-    }
-}
+mod tests;

@@ -17,17 +17,17 @@
 //! `LONGHAUL_EXPIRER_BUDGET_SECONDS` (240) after it started and [`PAGE_MARGIN`] before the
 //! Lambda deadline. What is left is the oldest of what remains, and the next run starts there.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use longhaul_aws::config::{ConfigError, Vars};
-use longhaul_aws::jobs::{
-    Item, JobStore, RecordRetention, STATUS_SHARDS, StoreError, TransitionRequest,
-};
+use longhaul_aws::jobs::{JobStore, RecordRetention, STATUS_SHARDS, StoreError, TransitionRequest};
 use longhaul_aws::logs;
 use longhaul_aws::metrics::{self, Metric};
 use longhaul_aws::objects::ObjectStore;
+use longhaul_aws::ports::{IndexEntry, JobRetention, JobTransitions, ObjectCleanup, StatusIndex};
 use longhaul_domain::{JobStatus, Timestamp, format_rfc3339};
 use serde::Serialize;
 use tracing::Instrument;
@@ -70,24 +70,34 @@ impl Config {
     }
 }
 
-/// What the handler needs, built once per sandbox.
+/// What the function needs of the job table: to page through the status index, to expire a
+/// job, and to mark an expired job's records for deletion.
+pub trait Jobs: StatusIndex + JobTransitions + JobRetention {}
+impl<T: StatusIndex + JobTransitions + JobRetention> Jobs for T {}
+
+/// What the handler needs, built once per sandbox: its ports and settings.
 #[derive(Debug, Clone)]
 pub struct Deps {
     /// The job table.
-    pub jobs: JobStore,
+    pub jobs: Arc<dyn Jobs>,
     /// Results and checkpoints.
-    pub objects: ObjectStore,
+    pub objects: Arc<dyn ObjectCleanup>,
     /// Settings.
     pub config: Config,
 }
 
 impl Deps {
-    /// Builds the adapters from one SDK configuration.
+    /// Builds the AWS adapters from one SDK configuration.
     pub fn new(sdk: &aws_config::SdkConfig, config: &Config) -> Self {
         Deps {
-            jobs: JobStore::new(aws_sdk_dynamodb::Client::new(sdk), config.table.clone())
-                .retaining(config.record_retention),
-            objects: ObjectStore::new(aws_sdk_s3::Client::new(sdk), config.bucket.clone()),
+            jobs: Arc::new(
+                JobStore::new(aws_sdk_dynamodb::Client::new(sdk), config.table.clone())
+                    .retaining(config.record_retention),
+            ),
+            objects: Arc::new(ObjectStore::new(
+                aws_sdk_s3::Client::new(sdk),
+                config.bucket.clone(),
+            )),
             config: config.clone(),
         }
     }
@@ -229,8 +239,8 @@ async fn sweep_shard(
         report.pages += 1;
         // Each job leaves the bucket once handled; the cursor steps over those that could not
         // be (an unreadable entry, a failed call), so they never hold the others up.
-        let outcomes: Vec<Report> = futures::stream::iter(page.items)
-            .map(|item| handle_entry(deps, sweep, item))
+        let outcomes: Vec<Report> = futures::stream::iter(page.entries)
+            .map(|entry| handle_entry(deps, sweep, entry))
             .buffer_unordered(IN_FLIGHT)
             .collect()
             .await;
@@ -244,23 +254,21 @@ async fn sweep_shard(
     }
 }
 
-/// An index entry's job id and sort key (both are index keys, so any projection holds them).
-fn entry_of(item: &Item) -> Option<(String, String)> {
-    let get = |name: &str| item.get(name).and_then(|v| v.as_s().ok());
-    let job_id = get("pk")?.strip_prefix("JOB#")?.to_owned();
-    Some((job_id, get("gsi2sk")?.clone()))
-}
-
-/// Handles one entry; what happened, counted.
-async fn handle_entry(deps: &Deps, sweep: Sweep, item: Item) -> Report {
+/// Handles one entry (its job id and sort key are read from its keys alone, so any
+/// projection holds them); what happened, counted.
+async fn handle_entry(deps: &Deps, sweep: Sweep, entry: Result<IndexEntry, StoreError>) -> Report {
     let mut report = Report::default();
-    let Some((job_id, at)) = entry_of(&item) else {
-        tracing::error!(
-            bucket = sweep.bucket(),
-            "a status-index entry without a job id or sort key; skipped"
-        );
-        report.errors += 1;
-        return report;
+    let IndexEntry { job_id, at, .. } = match entry {
+        Ok(entry) => entry,
+        Err(err) => {
+            tracing::error!(
+                error = %err,
+                bucket = sweep.bucket(),
+                "a status-index entry without a job id or sort key; skipped"
+            );
+            report.errors += 1;
+            return report;
+        }
     };
     // In the job's `job` span (see `longhaul_aws::logs`); the rest of it once the record is read.
     let span = logs::job_span(Some(&job_id), None, None);
@@ -335,32 +343,4 @@ async fn finish(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_run_stops_at_its_budget_or_before_the_deadline_whichever_is_sooner() {
-        let t = Instant::now();
-        let min = |m: u64| Duration::from_secs(60 * m);
-        // The budget is sooner.
-        assert_eq!(stop_at(t, t + min(5), min(4)), t + min(4));
-        // The deadline (less the page margin) is sooner.
-        assert_eq!(stop_at(t, t + min(2), min(4)), t + min(2) - PAGE_MARGIN);
-        // A deadline closer than the margin: no page is started.
-        assert_eq!(stop_at(t, t + Duration::from_secs(10), min(4)), t);
-    }
-
-    #[test]
-    fn an_entry_is_read_from_its_keys_alone() {
-        use aws_sdk_dynamodb::types::AttributeValue::S;
-        let item: Item = [
-            ("pk".to_owned(), S("JOB#j1".into())),
-            ("sk".to_owned(), S("JOB".into())),
-            ("gsi2sk".to_owned(), S("2025-01-01T00:00:00.000Z".into())),
-        ]
-        .into();
-        assert_eq!(entry_of(&item), Some(("j1".into(), "2025-01-01T00:00:00.000Z".into())));
-        let foreign: Item = [("pk".to_owned(), S("SWEEP#x".into()))].into();
-        assert_eq!(entry_of(&foreign), None);
-    }
-}
+mod tests;

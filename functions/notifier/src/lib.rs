@@ -16,10 +16,13 @@
 //! to the same dead-letter queue (docs/runbook.md#notifier-dead-letters). A retried batch may
 //! queue an event twice; receivers deduplicate by `webhook-id`.
 
+use std::sync::Arc;
+
 use aws_lambda_events::dynamodb::{Event, EventRecord};
 use aws_lambda_events::streams::DynamoDbEventResponse;
 use longhaul_aws::config::{ConfigError, Vars};
 use longhaul_aws::logs;
+use longhaul_aws::ports::{DeadLetters, WebhookDispatch};
 use longhaul_aws::queue::{DeadLetterQueue, WebhookMessage, WebhookQueue};
 pub use longhaul_aws::streams::RecordError;
 use longhaul_aws::streams::{failure_at, job_end};
@@ -49,22 +52,22 @@ impl Config {
     }
 }
 
-/// What the handler needs, built once per sandbox.
+/// What the handler needs, built once per sandbox: its ports.
 #[derive(Debug, Clone)]
 pub struct Deps {
     /// The webhook queue.
-    pub webhooks: WebhookQueue,
+    pub webhooks: Arc<dyn WebhookDispatch>,
     /// Records that cannot be read.
-    pub dead_letters: DeadLetterQueue,
+    pub dead_letters: Arc<dyn DeadLetters>,
 }
 
 impl Deps {
-    /// Builds the adapter from one SDK configuration.
+    /// Builds the AWS adapters from one SDK configuration.
     pub fn new(sdk: &aws_config::SdkConfig, config: &Config) -> Self {
         let sqs = aws_sdk_sqs::Client::new(sdk);
         Deps {
-            webhooks: WebhookQueue::new(sqs.clone(), config.webhook_queue_url.clone()),
-            dead_letters: DeadLetterQueue::new(sqs, config.dead_letter_url.clone()),
+            webhooks: Arc::new(WebhookQueue::new(sqs.clone(), config.webhook_queue_url.clone())),
+            dead_letters: Arc::new(DeadLetterQueue::new(sqs, config.dead_letter_url.clone())),
         }
     }
 }
@@ -178,90 +181,4 @@ async fn queue<'a>(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::{Value, json};
-
-    /// The sample in `events/` (a job's move from `running` to `succeeded`), changed by `edit`.
-    fn record(edit: impl FnOnce(&mut Value)) -> EventRecord {
-        let text = include_str!("../../../events/notifier.json");
-        let mut event: Value = serde_json::from_str(text).unwrap();
-        let mut record = event["Records"][0].take();
-        edit(&mut record);
-        serde_json::from_value(record).unwrap()
-    }
-
-    #[test]
-    fn a_job_moving_into_a_terminal_status_is_its_first_delivery() {
-        let end = ended(&record(|_| {})).unwrap().unwrap();
-        assert_eq!(
-            end.message,
-            WebhookMessage {
-                job_id: "01a201ea-fb15-7355-87ef-3777d21385c6".into(),
-                status: JobStatus::Succeeded,
-                attempt: 1,
-                not_before: 0
-            }
-        );
-        assert_eq!((end.owner.as_str(), end.attempt), ("alice", 1));
-        for status in ["failed", "cancelled"] {
-            let end = ended(&record(|r| r["dynamodb"]["NewImage"]["status"]["S"] = json!(status)))
-                .unwrap()
-                .unwrap();
-            assert_eq!(end.message.status.as_str(), status);
-        }
-    }
-
-    /// A named change to the sample record.
-    type Case = (&'static str, Box<dyn FnOnce(&mut Value)>);
-
-    #[test]
-    fn every_other_change_is_not_an_end() {
-        let cases: [Case; 6] = [
-            (
-                "no callback",
-                Box::new(|r| {
-                    drop(r["dynamodb"]["NewImage"].as_object_mut().unwrap().remove("callback_url"))
-                }),
-            ),
-            (
-                "still running",
-                Box::new(|r| r["dynamodb"]["NewImage"]["status"]["S"] = json!("running")),
-            ),
-            (
-                "already ended",
-                Box::new(|r| r["dynamodb"]["OldImage"]["status"]["S"] = json!("cancelled")),
-            ),
-            (
-                "expired",
-                Box::new(|r| {
-                    r["dynamodb"]["OldImage"]["status"]["S"] = json!("succeeded");
-                    r["dynamodb"]["NewImage"]["status"]["S"] = json!("expired");
-                }),
-            ),
-            ("an insert", Box::new(|r| r["eventName"] = json!("INSERT"))),
-            ("another item", Box::new(|r| r["dynamodb"]["Keys"]["sk"]["S"] = json!("PROGRESS"))),
-        ];
-        for (case, edit) in cases {
-            assert_eq!(ended(&record(edit)).unwrap(), None, "{case}");
-        }
-    }
-
-    #[test]
-    fn a_stream_without_old_images_or_an_unreadable_image_is_an_error() {
-        let no_old = record(|r| drop(r["dynamodb"].as_object_mut().unwrap().remove("OldImage")));
-        assert!(matches!(ended(&no_old), Err(RecordError::NoOldImage)));
-        let unreadable = record(|r| r["dynamodb"]["NewImage"]["status"]["S"] = json!("on-fire"));
-        assert!(matches!(ended(&unreadable), Err(RecordError::Unreadable(_))));
-    }
-
-    #[test]
-    fn the_failure_names_the_record_to_resume_from() {
-        let response = failure_at(&record(|_| {}));
-        assert_eq!(response.batch_item_failures.len(), 1);
-        assert_eq!(
-            response.batch_item_failures[0].item_identifier.as_deref(),
-            Some("1100000000017454423010")
-        );
-    }
-}
+mod tests;

@@ -19,29 +19,40 @@
 //!   the requester's reason, its partial results deleted, as its stage would have ended it.
 //!
 //! One file per sweep, as River has one per maintenance service: [`pending`], [`queued`],
-//! [`running`], [`waiting`] (the pools of jobs waiting for a running slot).
+//! [`running`], [`waiting`] (the pools of jobs waiting for a running slot); the buckets they
+//! sweep are a [`Bucket`].
 //!
 //! Every run sweeps each bucket to its end, within a time budget (see [`sweep`]); every
 //! action is a conditional write (status and lease), so two reapers running at once never act
 //! twice on one job.
+//!
+//! The handler works through ports ([`Deps`]): the AWS adapters in Lambda, the in-memory ones
+//! of `longhaul-memory` in its unit tests (`tests.rs`).
 
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
+mod bucket;
 mod pending;
 mod queued;
 mod running;
 mod sweep;
 mod waiting;
 
+pub use bucket::{Bucket, UnknownBucket};
+pub use sweep::{Clock, SystemClock};
+
 use chrono::{DateTime, Utc};
 use longhaul_aws::config::{ConfigError, ResultTtl, Vars};
 use longhaul_aws::executions::Executions;
-use longhaul_aws::jobs::{
-    JobEntry, JobStore, RecordRetention, StoreError, TransitionRequest, WAITING_BUCKET,
-};
+use longhaul_aws::jobs::{JobEntry, JobStore, RecordRetention, StoreError, TransitionRequest};
 use longhaul_aws::logs;
 use longhaul_aws::metrics::{self, Metric};
 use longhaul_aws::objects::ObjectStore;
+use longhaul_aws::ports::{
+    DispatchQueue, JobAttempts, JobExecutions, JobReads, JobReaping, JobTransitions, ObjectCleanup,
+    SlotPools, StatusIndex, SweepCursors,
+};
 use longhaul_aws::queue::IntakeQueue;
 use longhaul_aws::slots::Admitter;
 use longhaul_domain::reaper::Thresholds;
@@ -128,40 +139,63 @@ impl Config {
     }
 }
 
-/// What the handler needs, built once per sandbox.
+/// What the reaper needs of the job table: to read a job (with its progress) and move it, to
+/// take an ended or re-dispatched attempt's progress record from its lease
+/// ([`JobAttempts::revoke_progress`]), its own moves ([`JobReaping`]), and to page through the
+/// status index from where the last run stopped.
+pub trait Jobs:
+    JobReads + JobTransitions + JobAttempts + JobReaping + StatusIndex + SweepCursors
+{
+}
+
+impl<T> Jobs for T where
+    T: JobReads + JobTransitions + JobAttempts + JobReaping + StatusIndex + SweepCursors
+{
+}
+
+/// What the handler needs, built once per sandbox: its ports and settings.
 #[derive(Debug, Clone)]
 pub struct Deps {
     /// The job table.
-    pub jobs: JobStore,
+    pub jobs: Arc<dyn Jobs>,
     /// Results and checkpoints.
-    pub objects: ObjectStore,
-    /// The intake queue.
-    pub intake: IntakeQueue,
+    pub objects: Arc<dyn ObjectCleanup>,
+    /// The intake queue (re-enqueued pending jobs, and waiting jobs whose limit is off).
+    pub intake: Arc<dyn DispatchQueue>,
     /// The job state machine.
-    pub executions: Executions,
+    pub executions: Arc<dyn JobExecutions>,
+    /// Running slots and waiting lists (the reconciliation of waiting jobs' pools); the jobs
+    /// it admits are woken through the same intake queue.
+    pub slots: Arc<dyn SlotPools>,
+    /// What a run's time budget is measured by.
+    pub clock: Arc<dyn Clock>,
     /// Settings.
     pub config: Config,
-    /// Running slots and waiting lists (the reconciliation of waiting jobs' pools).
-    pub admitter: Admitter,
 }
 
 impl Deps {
-    /// Builds the adapters from one SDK configuration.
+    /// Builds the AWS adapters from one SDK configuration.
     pub fn new(sdk: &aws_config::SdkConfig, config: &Config) -> Self {
         Deps {
-            jobs: JobStore::new(aws_sdk_dynamodb::Client::new(sdk), config.table.clone())
-                .retaining(config.record_retention),
-            objects: ObjectStore::new(aws_sdk_s3::Client::new(sdk), config.bucket.clone()),
-            intake: IntakeQueue::new(
+            jobs: Arc::new(
+                JobStore::new(aws_sdk_dynamodb::Client::new(sdk), config.table.clone())
+                    .retaining(config.record_retention),
+            ),
+            objects: Arc::new(ObjectStore::new(
+                aws_sdk_s3::Client::new(sdk),
+                config.bucket.clone(),
+            )),
+            intake: Arc::new(IntakeQueue::new(
                 aws_sdk_sqs::Client::new(sdk),
                 config.intake_queue_url.clone(),
-            ),
-            executions: Executions::new(
+            )),
+            executions: Arc::new(Executions::new(
                 aws_sdk_sfn::Client::new(sdk),
                 config.state_machine_arn.clone(),
-            ),
+            )),
+            slots: Arc::new(Admitter::new(sdk, &config.table, &config.intake_queue_url)),
+            clock: Arc::new(SystemClock),
             config: config.clone(),
-            admitter: Admitter::new(sdk, &config.table, &config.intake_queue_url),
         }
     }
 
@@ -208,10 +242,10 @@ pub struct Report {
     pub admitted: u32,
     /// Waiting jobs put back in a waiting list they were missing from.
     pub waiting_restored: u32,
-    /// Live jobs by status at the start of the run (`pending`, `queued`, `running`), also
-    /// emitted as the `ActiveJobs` gauge (dimension `Status`) for the dashboard. A status
-    /// that could not be counted is missing (and counted in `errors`).
-    pub active: std::collections::BTreeMap<String, u64>,
+    /// Live jobs by bucket at the start of the run (`pending`, `waiting`, `queued`,
+    /// `running`), also emitted as the `ActiveJobs` gauge (dimension `Status`) for the
+    /// dashboard. A bucket that could not be counted is missing (and counted in `errors`).
+    pub active: std::collections::BTreeMap<Bucket, u64>,
 }
 
 impl Report {
@@ -235,10 +269,6 @@ impl Report {
         self.active.extend(other.active);
     }
 }
-
-/// The live buckets the `ActiveJobs` gauge reports (the status index's): the statuses, and
-/// `waiting` for the `pending` jobs that wait for a running slot.
-pub const ACTIVE_STATUSES: [&str; 4] = ["pending", "waiting", "queued", "running"];
 
 /// A run failed as a whole (it is retried at the next tick).
 #[derive(Debug, thiserror::Error)]
@@ -276,14 +306,14 @@ pub async fn handle(deps: &Deps, now: DateTime<Utc>) -> Result<Report, ReaperErr
     let grace = |d: Duration| at(now - chrono::Duration::from_std(d).unwrap_or_default());
     // The reaper runs every minute anyway: it is the one place that can afford to count the
     // live jobs for the dashboard's "active jobs by status" (a count query per shard).
-    for status in ACTIVE_STATUSES {
-        match deps.jobs.count_bucket(status).await {
+    for bucket in Bucket::ALL {
+        match deps.jobs.count_bucket(bucket.as_str()).await {
             Ok(count) => {
-                metrics::emit_status(Metric::ActiveJobs, count as f64, status);
-                report.active.insert(status.to_owned(), count);
+                metrics::emit_status(Metric::ActiveJobs, count as f64, bucket.as_str());
+                report.active.insert(bucket, count);
             }
             Err(err) => {
-                tracing::error!(error = %err, status, "counting the live jobs failed");
+                tracing::error!(error = %err, status = bucket.as_str(), "counting the live jobs failed");
                 report.errors += 1;
             }
         }
@@ -292,7 +322,7 @@ pub async fn handle(deps: &Deps, now: DateTime<Utc>) -> Result<Report, ReaperErr
     // handled in its `job` span (see `longhaul_aws::logs`). One job that cannot be handled (an
     // item this version cannot read, an AWS call that failed) is logged, counted and left for
     // the next run: failing the whole run would hold every job behind it up.
-    let deadline = Instant::now() + deps.config.budget;
+    let deadline = deps.clock.now() + deps.config.budget;
     let cursors = match deps.jobs.sweep_cursors().await {
         Ok(cursors) => cursors,
         Err(err) => {
@@ -307,8 +337,13 @@ pub async fn handle(deps: &Deps, now: DateTime<Utc>) -> Result<Report, ReaperErr
         grace(deps.config.queued_grace),
         at(now + chrono::Duration::seconds(1)),
     );
-    let pending =
-        sweep::sweep(deps, "pending", &pending_before, deadline, &cursors, |jobs| async move {
+    let pending = sweep::sweep(
+        deps,
+        Bucket::Pending,
+        &pending_before,
+        deadline,
+        &cursors,
+        |jobs| async move {
             let mut report = Report::default();
             for job in jobs {
                 let span = logs::span_of(&job);
@@ -318,9 +353,10 @@ pub async fn handle(deps: &Deps, now: DateTime<Utc>) -> Result<Report, ReaperErr
                 counted(result, &span, &mut report);
             }
             report
-        });
+        },
+    );
     let queued =
-        sweep::sweep(deps, "queued", &queued_before, deadline, &cursors, |jobs| async move {
+        sweep::sweep(deps, Bucket::Queued, &queued_before, deadline, &cursors, |jobs| async move {
             let mut report = Report::default();
             for job in jobs {
                 let span = logs::span_of(&job);
@@ -330,13 +366,15 @@ pub async fn handle(deps: &Deps, now: DateTime<Utc>) -> Result<Report, ReaperErr
             }
             report
         });
-    let running = sweep::sweep(deps, "running", &running_before, deadline, &cursors, |jobs| {
-        running::running_page(deps, now, jobs)
-    });
+    let running =
+        sweep::sweep(deps, Bucket::Running, &running_before, deadline, &cursors, |jobs| {
+            running::running_page(deps, now, jobs)
+        });
     let reconciled = waiting::Reconciled::default();
-    let waiting = sweep::sweep(deps, WAITING_BUCKET, &running_before, deadline, &cursors, |jobs| {
-        waiting::waiting_page(deps, jobs, &reconciled)
-    });
+    let waiting =
+        sweep::sweep(deps, Bucket::Waiting, &running_before, deadline, &cursors, |jobs| {
+            waiting::waiting_page(deps, jobs, &reconciled)
+        });
     let (pending, queued, running, waiting) = tokio::join!(pending, queued, running, waiting);
     for swept in [pending, queued, running, waiting] {
         report.merge(swept);
@@ -345,9 +383,12 @@ pub async fn handle(deps: &Deps, now: DateTime<Utc>) -> Result<Report, ReaperErr
     Ok(report)
 }
 
-/// The job record an index returned, or `None` (logged and counted) if it cannot be read.
-fn readable(item: longhaul_aws::jobs::Item, report: &mut Report) -> Option<JobEntry> {
-    match JobStore::entry_from(item) {
+/// The job an index entry holds, or `None` (logged and counted) if it cannot be read.
+fn readable(
+    entry: Result<longhaul_aws::ports::IndexEntry, StoreError>,
+    report: &mut Report,
+) -> Option<JobEntry> {
+    match entry.and_then(|entry| entry.job) {
         Ok(job) => Some(job),
         Err(err) => {
             tracing::error!(error = %err, "a job record in the status index cannot be read; skipped");
@@ -389,7 +430,7 @@ async fn fail(
 ) -> Result<(), StoreError> {
     let mut request =
         TransitionRequest::new(&job.job_id, from, JobStatus::Failed, error.message.clone())
-            .set("error", serde_dynamo::to_attribute_value(&error).expect("errors serialise"));
+            .set("error", &error);
     if let Some(lease) = lease {
         request = request.fenced(lease);
     }
@@ -429,5 +470,8 @@ async fn stop_execution(deps: &Deps, job: &JobEntry, cause: &str) {
 }
 
 async fn tidy(deps: &Deps, job_id: &str, ended: JobStatus) -> Result<(), ReaperError> {
-    Ok(longhaul_aws::tidy_after_end(&deps.objects, job_id, ended).await?)
+    Ok(longhaul_aws::tidy_after_end(&*deps.objects, job_id, ended).await?)
 }
+
+#[cfg(test)]
+mod tests;

@@ -49,7 +49,7 @@ pub(crate) async fn lost_pending(
     // `now + interval − grace` is next due in `interval`.
     let next_look = now + chrono::Duration::from_std(interval).unwrap_or_default()
         - chrono::Duration::from_std(deps.config.pending_grace).unwrap_or_default();
-    match deps.jobs.count_enqueue(&job.job_id, &at(next_look)).await {
+    match deps.jobs.count_enqueue(&job.job_id, Timestamp::from(next_look)).await {
         Ok(record) => {
             let message = DispatchMessage { job_id: job.job_id.to_string() };
             match record.not_before.map(Timestamp::as_datetime).filter(|start| *start > now) {
@@ -59,7 +59,9 @@ pub(crate) async fn lost_pending(
                     let delay = schedule::sqs_delay(start, now);
                     deps.intake.send_delayed(&message, delay, &record.owner).await?;
                     if start > next_look {
-                        raced(deps.jobs.defer_pending_look(&job.job_id, &at(start)).await, report)?;
+                        let deferred =
+                            deps.jobs.defer_pending_look(&job.job_id, Timestamp::from(start)).await;
+                        raced(deferred, report)?;
                     }
                     tracing::info!(delay, "delayed job coming due; enqueued for its start");
                 }

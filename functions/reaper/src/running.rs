@@ -5,7 +5,6 @@
 
 use crate::*;
 
-use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Utc};
 use longhaul_aws::executions::execution_name;
 use longhaul_aws::jobs::{JobEntry, ProgressRecord, TransitionRequest};
@@ -91,7 +90,7 @@ async fn running(
     match action(verdict, view.job.cancellation.as_ref()) {
         Action::Leave => Ok(()),
         Action::FlagStalled => {
-            let result = deps.jobs.mark_stalled(job_id, &lease, Some(&at(now))).await;
+            let result = deps.jobs.mark_stalled(job_id, &lease, Some(Timestamp::from(now))).await;
             if result.is_ok() {
                 metrics::count(Metric::StalledJobs, &job);
                 tracing::warn!("progress stalled while heartbeating");
@@ -238,7 +237,7 @@ async fn zombie(
                 format!("{reason}; its result was already stored"),
             )
             .fenced(lease)
-            .set("result_key", AttributeValue::S(key))
+            .set("result_key", key)
             .indexed_at(at(expires));
             let result = deps.jobs.transition(request).await;
             if let Ok(ended) = &result {
@@ -265,8 +264,8 @@ async fn zombie(
                 ),
             )
             .fenced(lease)
-            .set("execution", AttributeValue::S(next.clone()))
-            .set("dispatches", AttributeValue::N((job.dispatches.max(1) + 1).to_string()));
+            .set("execution", &next)
+            .set("dispatches", job.dispatches.max(1) + 1);
             let result = deps.jobs.transition(request).await.map(|_| ());
             if result.is_ok() {
                 stop_execution(deps, job, "superseded by a re-dispatch").await;

@@ -144,8 +144,7 @@ pub(crate) async fn waiting_page(
         .collect();
     let answers: Vec<(Listed, bool)> = futures::stream::iter(checks(&jobs))
         .map(|check| async move {
-            let answer =
-                deps.admitter.slots.is_waiting(&check.pool, &check.owner, &check.position).await;
+            let answer = deps.slots.is_waiting(&check.pool, &check.owner, &check.position).await;
             // A read that failed counts as missing: the job is read and put back, which is
             // idempotent.
             let found = answer.unwrap_or_else(|err| {
@@ -192,7 +191,7 @@ pub(crate) async fn waiting_page(
 /// Gives a tenant whose jobs wait in kind pool `pool` its place in the ring back if it lost
 /// it (its jobs there would never be admitted): two reads when all is well.
 async fn seat(deps: &Deps, pool: &Pool, owner: &str) -> Result<(), ReaperError> {
-    match deps.admitter.slots.seat(pool, owner).await? {
+    match deps.slots.seat(pool, owner).await? {
         Seat::Seated => {}
         Seat::Joined => {
             tracing::warn!(pool = ?pool, owner, "a tenant with waiting jobs had no place in its kind pool's ring; it joined")
@@ -227,7 +226,7 @@ async fn still_waiting(
         its_pools.into_iter().find(|(pool, _)| pool.reason() == waiting.reason)
     else {
         let message = DispatchMessage { job_id: job.job_id.to_string() };
-        deps.admitter.intake.send(&message, &job.owner).await?;
+        deps.intake.send(&message, &job.owner).await?;
         report.admitted += 1;
         tracing::info!(reason = ?waiting.reason, "waits for a limit that is off now; woken");
         return Ok(());
@@ -235,7 +234,7 @@ async fn still_waiting(
     let position = waiting_sort_key(job.priority, &job.created_at.to_rfc3339(), &job.job_id);
     tracing::warn!(pool = ?pool, "a waiting job was missing from its waiting list; put back");
     report.waiting_restored += 1;
-    deps.admitter.slots.enter_waiting(&pool, &position, &job.job_id, &job.owner).await?;
+    deps.slots.enter_waiting(&pool, &position, &job.job_id, &job.owner).await?;
     if !pools.iter().any(|(p, _)| *p == pool) {
         pools.push((pool, limit));
     }
@@ -250,7 +249,7 @@ async fn reconcile(
     limit: u32,
     report: &mut Report,
 ) -> Result<(), ReaperError> {
-    let holders = deps.admitter.slots.holders(pool).await?;
+    let holders = deps.slots.holders(pool).await?;
     let mut ended = Vec::new();
     for job_id in &holders {
         // A pending holder is being dispatched (or its dispatch died, and the pending sweep
@@ -265,9 +264,9 @@ async fn reconcile(
     } else {
         tracing::warn!(pool = ?pool, jobs = ?ended, "slots held by jobs that ended; given back");
         report.slots_reclaimed += ended.len() as u32;
-        deps.admitter.slots.release(pool, &ended).await?
+        deps.slots.give_back(pool, &ended).await?
     };
-    report.admitted += deps.admitter.admit(pool, limit, held).await? as u32;
+    report.admitted += deps.slots.admit(pool, limit, held).await? as u32;
     Ok(())
 }
 

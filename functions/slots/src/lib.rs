@@ -17,10 +17,13 @@
 //! it): a slot it held is found by the reaper's reconciliation, which gives back slots held by
 //! jobs that ended.
 
+use std::sync::Arc;
+
 use aws_lambda_events::dynamodb::{Event, EventRecord};
 use aws_lambda_events::streams::DynamoDbEventResponse;
 use longhaul_aws::config::{ConfigError, Vars};
 use longhaul_aws::logs;
+use longhaul_aws::ports::SlotPools;
 use longhaul_aws::slots::{Admitter, pools_of};
 pub use longhaul_aws::streams::RecordError;
 use longhaul_aws::streams::{failure_at, job_end};
@@ -51,20 +54,20 @@ impl Config {
     }
 }
 
-/// What the handler needs, built once per sandbox.
+/// What the handler needs, built once per sandbox: its port.
 #[derive(Debug, Clone)]
 pub struct Deps {
-    /// Slots, waiting lists, the intake queue.
-    pub admitter: Admitter,
+    /// Slots and waiting lists (which wake waiting jobs through the intake queue).
+    pub slots: Arc<dyn SlotPools>,
     /// The configuration.
     pub config: Config,
 }
 
 impl Deps {
-    /// Builds the adapters from one SDK configuration.
+    /// Builds the AWS adapter from one SDK configuration.
     pub fn new(sdk: &aws_config::SdkConfig, config: &Config) -> Self {
         Deps {
-            admitter: Admitter::new(sdk, &config.table, &config.intake_queue_url),
+            slots: Arc::new(Admitter::new(sdk, &config.table, &config.intake_queue_url)),
             config: config.clone(),
         }
     }
@@ -149,59 +152,13 @@ pub async fn free(deps: &Deps, job: &EndedJob) -> Result<(), longhaul_aws::AwsEr
         // Only a job that ended while it waited (a cancel) is in a list: every other end
         // would pay a delete of nothing.
         if job.waiting.is_some() {
-            deps.admitter.slots.leave_waiting(pool, &job.owner, &position).await?;
+            deps.slots.leave_waiting(pool, &job.owner, &position).await?;
         }
-        deps.admitter.release(pool, *limit, std::slice::from_ref(&job.job_id)).await?;
+        deps.slots.release(pool, *limit, std::slice::from_ref(&job.job_id)).await?;
     }
     tracing::info!(status = %job.status, pools = pools.len(), "the job's slots are given back");
     Ok(())
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::{Value, json};
-
-    /// The notifier's sample (a job's move from `running` to `succeeded`), changed by `edit`.
-    fn record(edit: impl FnOnce(&mut Value)) -> EventRecord {
-        let text = include_str!("../../../events/notifier.json");
-        let mut event: Value = serde_json::from_str(text).unwrap();
-        let mut record = event["Records"][0].take();
-        record["dynamodb"]["NewImage"]["created_at"] = json!({"S": "2026-11-24T09:00:00.000Z"});
-        edit(&mut record);
-        serde_json::from_value(record).unwrap()
-    }
-
-    #[test]
-    fn every_end_frees_slots_with_or_without_a_callback() {
-        let job = ended(&record(|_| {})).unwrap().unwrap();
-        assert_eq!(job.job_id, "01a201ea-fb15-7355-87ef-3777d21385c6");
-        assert_eq!((job.owner.as_str(), job.priority), ("alice", Priority::Normal));
-        let no_callback = record(|r| {
-            r["dynamodb"]["NewImage"].as_object_mut().unwrap().remove("callback_url");
-            r["dynamodb"]["NewImage"]["status"]["S"] = json!("cancelled");
-            r["dynamodb"]["NewImage"]["priority"] = json!({"S": "high"});
-            r["dynamodb"]["NewImage"]["policy"] = json!({"M": {"concurrency_limit": {"N": "3"}}});
-        });
-        let job = ended(&no_callback).unwrap().unwrap();
-        assert_eq!(
-            (job.status, job.priority, job.policy.and_then(|p| p.concurrency_limit)),
-            (JobStatus::Cancelled, Priority::High, Some(3))
-        );
-    }
-
-    #[test]
-    fn other_changes_free_nothing() {
-        let still = record(|r| r["dynamodb"]["NewImage"]["status"]["S"] = json!("queued"));
-        assert_eq!(ended(&still).unwrap(), None);
-        let expired = record(|r| {
-            r["dynamodb"]["OldImage"]["status"]["S"] = json!("succeeded");
-            r["dynamodb"]["NewImage"]["status"]["S"] = json!("expired");
-        });
-        assert_eq!(ended(&expired).unwrap(), None);
-        let progress = record(|r| r["dynamodb"]["Keys"]["sk"]["S"] = json!("PROGRESS"));
-        assert_eq!(ended(&progress).unwrap(), None);
-        let no_old = record(|r| drop(r["dynamodb"].as_object_mut().unwrap().remove("OldImage")));
-        assert!(matches!(ended(&no_old), Err(RecordError::NoOldImage)));
-    }
-}
+mod tests;

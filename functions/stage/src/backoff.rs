@@ -16,9 +16,8 @@ use longhaul_aws::queue::DispatchMessage;
 use longhaul_domain::policy::JobPolicy;
 use longhaul_domain::retry::{self, Backoff, FailureClass};
 use longhaul_domain::{JobError, JobStatus, Timestamp, schedule};
-use serde_dynamo::to_attribute_value;
 
-use crate::error::end_refused;
+use crate::stage_error::end_refused;
 use crate::{Deps, StageError, TaskLease, store_failed};
 
 /// When the job's next attempt starts: its backoff was scheduled.
@@ -79,10 +78,10 @@ pub async fn schedule_retry(
     .fenced(&lease.token)
     // A cancellation that landed since `job` was read is honoured now, not at the next claim.
     .unless_cancelled()
-    .set("execution", to_attribute_value(&next).expect("strings serialise"))
-    .set("dispatches", to_attribute_value(next_dispatch).expect("numbers serialise"))
-    .set("retry_at", to_attribute_value(retry_at).expect("timestamps serialise"))
-    .set("last_error", to_attribute_value(error).expect("errors serialise"))
+    .set("execution", &next)
+    .set("dispatches", next_dispatch)
+    .set("retry_at", retry_at)
+    .set("last_error", error)
     // Indexed at its start: the reaper's lost-dispatch sweep looks at it only from then on.
     .indexed_at(retry_at.to_rfc3339());
     let queued = match deps.jobs.transition(request).await {

@@ -7,9 +7,9 @@
 //! `continue`, `continue_as_new`, `cancelled` or `done`), `fail` (record why) and
 //! `continue_as_new` (start the next execution of a long job before the history limit).
 //!
-//! Step Functions bills every state entered, so one `work` call does what once took the
-//! `Claim`, `Start`, `Run`, `StageBoundary` and `Complete` states: a job's happy path enters
-//! three states (`Run`, `Next?`, `Succeeded`) whatever its number of stages.
+//! Step Functions bills every state entered, so one `work` call claims, crosses stage
+//! boundaries and completes, rather than a state for each of those steps: a job's happy path
+//! enters three states (`Run`, `Next?`, `Succeeded`) whatever its number of stages.
 //!
 //! A running job is cancelled cooperatively: the stage learns of it when its next progress
 //! write is refused, deletes partial results and ends the job `cancelled` with the reason.
@@ -17,9 +17,11 @@
 //! Errors carry stable names the state machine matches: `Job.Retryable` (retried with
 //! backoff), `Job.Fatal` (fails the job), `Job.LeaseLost` (another attempt owns the job: stop
 //! with no further side effects), `Job.NotClaimable` (the job is not waiting to run). What a
-//! failure tells the job's owner is kept apart from what the log is told ([`failure`]): the
-//! state machine, and so the job record and its webhook, only ever gets the former.
+//! failure tells the job's owner is kept apart from what the log is told
+//! ([`failure_message`]): the state machine, and so the job record and its webhook, only ever
+//! gets the former.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use longhaul_aws::config::{ConfigError, ResultTtl, Vars};
@@ -28,6 +30,9 @@ use longhaul_aws::jobs::{JobStore, Lease, StoreError, TransitionRequest};
 use longhaul_aws::logs;
 use longhaul_aws::metrics;
 use longhaul_aws::objects::{ObjectStore, result_key};
+use longhaul_aws::ports::{
+    DispatchQueue, JobAttempts, JobExecutions, JobReads, JobTransitions, MultipartUploads, Objects,
+};
 use longhaul_aws::queue::IntakeQueue;
 use longhaul_domain::{Cancellation, JobStatus};
 use longhaul_worker::Registry;
@@ -36,15 +41,18 @@ use tracing::Instrument;
 
 pub mod backoff;
 pub mod engine;
-pub mod error;
-mod fail;
-pub mod failure;
+pub mod failure_message;
 mod multipart;
+mod record_failure;
+pub mod stage_error;
 pub mod wire;
 mod work;
 
-pub use error::StageError;
-pub(crate) use error::{fenced, store_failed};
+#[cfg(test)]
+mod tests;
+
+pub use stage_error::StageError;
+pub(crate) use stage_error::{fenced, store_failed};
 pub use wire::{Next, Recorded, RunOutput, StageInput, StateError, TaskLease, WorkState};
 
 /// The function's configuration.
@@ -121,13 +129,23 @@ impl Config {
     }
 }
 
-/// What the handler needs, built once per sandbox.
+/// What the stage needs of the job table: to read a job, move its status, and make its
+/// attempts' own writes (claim, progress, fenced marks).
+pub trait Jobs: JobReads + JobTransitions + JobAttempts {}
+impl<T: JobReads + JobTransitions + JobAttempts> Jobs for T {}
+
+/// What the stage needs of the bucket: objects by key (and deleted by prefix), and results
+/// uploaded in parts.
+pub trait Bucket: Objects + MultipartUploads {}
+impl<T: Objects + MultipartUploads> Bucket for T {}
+
+/// What the handler needs, built once per sandbox: its ports and settings.
 #[derive(Debug, Clone)]
 pub struct Deps {
     /// The job table.
-    pub jobs: JobStore,
-    /// Results and checkpoints.
-    pub objects: ObjectStore,
+    pub jobs: Arc<dyn Jobs>,
+    /// Results, checkpoints and inputs.
+    pub objects: Arc<dyn Bucket>,
     /// Stop this long before the deadline.
     pub margin: Duration,
     /// Least time between progress writes.
@@ -141,13 +159,13 @@ pub struct Deps {
     /// `run` invocations per execution.
     pub runs_per_execution: u32,
     /// The job state machine (to continue as a new execution).
-    pub executions: Executions,
+    pub executions: Arc<dyn JobExecutions>,
     /// Result retention.
     pub result_ttl: ResultTtl,
     /// The job kinds this worker runs.
     pub registry: Registry,
     /// Where a job goes to start its next attempt after a backoff.
-    pub intake: IntakeQueue,
+    pub intake: Arc<dyn DispatchQueue>,
     /// The deployment's backoff step between attempts, if it sets one for every job.
     pub retry_delay: Option<Duration>,
     /// The deployment's override of every job's attempt budget.
@@ -155,28 +173,33 @@ pub struct Deps {
 }
 
 impl Deps {
-    /// Builds the adapters from one SDK configuration.
+    /// Builds the AWS adapters from one SDK configuration.
     pub fn new(sdk: &aws_config::SdkConfig, config: &Config) -> Self {
         Deps {
-            jobs: JobStore::new(aws_sdk_dynamodb::Client::new(sdk), config.table.clone())
-                .retaining(config.record_retention),
-            objects: ObjectStore::new(aws_sdk_s3::Client::new(sdk), config.bucket.clone()),
+            jobs: Arc::new(
+                JobStore::new(aws_sdk_dynamodb::Client::new(sdk), config.table.clone())
+                    .retaining(config.record_retention),
+            ),
+            objects: Arc::new(ObjectStore::new(
+                aws_sdk_s3::Client::new(sdk),
+                config.bucket.clone(),
+            )),
             margin: config.margin,
             progress_interval: config.progress_interval,
             heartbeat_interval: config.heartbeat_interval,
             checkpoint_items: config.checkpoint_items.map(|n| n.max(1)),
             checkpoint_interval: config.checkpoint_interval,
             runs_per_execution: config.runs_per_execution.max(1),
-            executions: Executions::new(
+            executions: Arc::new(Executions::new(
                 aws_sdk_sfn::Client::new(sdk),
                 config.state_machine_arn.clone(),
-            ),
+            )),
             result_ttl: config.result_ttl.clone(),
             registry: longhaul_jobs::registry(),
-            intake: IntakeQueue::new(
+            intake: Arc::new(IntakeQueue::new(
                 aws_sdk_sqs::Client::new(sdk),
                 config.intake_queue_url.clone(),
-            ),
+            )),
             retry_delay: config.retry_delay,
             max_attempts: config.max_attempts,
         }
@@ -242,7 +265,8 @@ async fn task(
         }
         StageInput::Fail { job_id, state, execution, error } => {
             let recorded =
-                fail::record_failure(deps, &job_id, state, execution.as_deref(), error).await?;
+                record_failure::record_failure(deps, &job_id, state, execution.as_deref(), error)
+                    .await?;
             Ok(serde_json::to_value(recorded).expect("answers serialise"))
         }
     }
@@ -310,7 +334,7 @@ async fn end_job(deps: &Deps, request: TransitionRequest, lease: &Lease) -> Resu
         {
             *job
         }
-        Err(err) => return Err(error::end_refused(err, &lease.token)),
+        Err(err) => return Err(stage_error::end_refused(err, &lease.token)),
     };
     logs::record_principal(&tracing::Span::current(), &job.owner);
     metrics::emit_end(&job);
@@ -323,7 +347,7 @@ pub(crate) async fn tidy_after_end(
     job_id: &str,
     ended: JobStatus,
 ) -> Result<(), StageError> {
-    longhaul_aws::tidy_after_end(&deps.objects, job_id, ended)
+    longhaul_aws::tidy_after_end(&*deps.objects, job_id, ended)
         .await
-        .map_err(|e| StageError::retryable(failure::CHECKPOINT_FAILED, e))
+        .map_err(|e| StageError::retryable(failure_message::CHECKPOINT_FAILED, e))
 }

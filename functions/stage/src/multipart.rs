@@ -16,7 +16,7 @@ use longhaul_worker::context::{check_part_number, check_parts, check_result_name
 use longhaul_worker::{KindError, PublicMessage, ResultRef, ResultUpload, UploadedPart};
 
 use crate::engine::Ctx;
-use crate::failure::{RESULT_NOT_STORED, aws_failure};
+use crate::failure_message::{RESULT_NOT_STORED, aws_failure};
 
 /// Whose an upload read back from a checkpoint is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -128,6 +128,9 @@ pub struct RunOutput {
     /// no read).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result_ttl_seconds: Option<u64>,
+    /// When done: the summary the kind finished with, recorded with the success.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<serde_json::Value>,
 }
 
 /// What `work` answers: the state machine's `Next?` choice reads it.

@@ -12,7 +12,7 @@ use longhaul_domain::JobStatus;
 use longhaul_worker::{Cadence, StageOutcome};
 
 use crate::engine::{Ctx, KindRun};
-use crate::failure::{Failure, PublicMessage};
+use crate::failure_message::{Failure, PublicMessage};
 use crate::wire::{Next, RunOutput, TaskLease};
 use crate::{Deps, StageError, end_job, finish_cancellation, store_failed};
 
@@ -85,8 +85,12 @@ async fn complete(
         "result stored",
     )
     .fenced(&lease.token)
-    .set("result_key", aws_sdk_dynamodb::types::AttributeValue::S(result_key))
+    .set("result_key", result_key)
     .indexed_at(longhaul_domain::format_rfc3339(expires));
+    let request = match &run.summary {
+        Some(summary) => request.set("summary", summary),
+        None => request,
+    };
     end_job(deps, request, lease).await?;
     tracing::info!("succeeded");
     Ok(())
@@ -169,6 +173,7 @@ async fn run(
         loops,
         result_key,
         result_ttl_seconds: None,
+        summary: None,
     };
     match outcome {
         // The owner cancelled and the stage stopped as asked (having saved its final
@@ -208,6 +213,7 @@ async fn run(
             }
             Ok(RunOutput {
                 result_ttl_seconds: Some(deps.result_ttl.of(result_retention).as_secs()),
+                summary: result.summary().cloned(),
                 ..output(Next::Done, Some(result.location().to_owned()), ctx.stage)
             })
         }

@@ -12,7 +12,7 @@
 //!
 //! An unknown id and another tenant's id read the same (404), so job ids leak nothing.
 
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use lambda_http::http::{HeaderValue, Method, StatusCode, header};
@@ -22,6 +22,7 @@ use longhaul_aws::config::{ConfigError, Vars};
 use longhaul_aws::jobs::{JobEntry, JobStore, JobView, ListError, ListFilter, ProgressRecord};
 use longhaul_aws::logs;
 use longhaul_aws::objects::ObjectStore;
+use longhaul_aws::ports::{DeliveryLog, JobListing, JobReads, ObjectLinks, SigningKey};
 use longhaul_aws::secrets::SecretKey;
 use longhaul_domain::progress::ProgressView;
 use longhaul_domain::{JobStatus, stream_token};
@@ -111,17 +112,22 @@ impl Config {
     }
 }
 
-/// What the handler needs, built once per sandbox.
+/// What the function needs of the job table: to read a job, list an owner's jobs and read
+/// a job's webhook deliveries (never to write).
+pub trait Jobs: JobReads + JobListing + DeliveryLog {}
+impl<T: JobReads + JobListing + DeliveryLog> Jobs for T {}
+
+/// What the handler needs, built once per sandbox: its ports and settings.
 #[derive(Clone)]
 pub struct Deps {
     /// The job table (read only).
-    pub jobs: JobStore,
-    /// Results (read only).
-    pub objects: ObjectStore,
+    pub jobs: Arc<dyn Jobs>,
+    /// Links to results (read only).
+    pub objects: Arc<dyn ObjectLinks>,
     /// Base URL of the live progress stream.
     pub events_url: String,
     /// Signs stream tokens.
-    pub stream_token_key: SecretKey,
+    pub stream_token_key: Arc<dyn SigningKey>,
     /// How long a stream link lives, seconds.
     pub stream_token_ttl_seconds: i64,
     /// The enabled job kinds (`GET /job-types`).
@@ -129,16 +135,19 @@ pub struct Deps {
 }
 
 impl Deps {
-    /// Builds the adapters from one SDK configuration.
+    /// Builds the AWS adapters from one SDK configuration.
     pub fn new(sdk: &aws_config::SdkConfig, config: &Config) -> Self {
         Deps {
-            jobs: JobStore::new(aws_sdk_dynamodb::Client::new(sdk), config.table.clone()),
-            objects: ObjectStore::new(aws_sdk_s3::Client::new(sdk), config.bucket.clone()),
+            jobs: Arc::new(JobStore::new(aws_sdk_dynamodb::Client::new(sdk), config.table.clone())),
+            objects: Arc::new(ObjectStore::new(
+                aws_sdk_s3::Client::new(sdk),
+                config.bucket.clone(),
+            )),
             events_url: config.events_url.clone(),
-            stream_token_key: SecretKey::new(
+            stream_token_key: Arc::new(SecretKey::new(
                 aws_sdk_secretsmanager::Client::new(sdk),
                 config.stream_token_secret_arn.clone(),
-            ),
+            )),
             stream_token_ttl_seconds: config.stream_token_ttl_seconds,
             registry: longhaul_jobs::registry().enabled(&config.enabled_job_types),
         }
@@ -404,6 +413,8 @@ pub fn render(view: &JobView) -> serde_json::Value {
         "finished_at": job.finished_at,
         "transitions": job.transitions,
     });
+    // What the numbers count, as the job's kind says.
+    body["progress"]["unit"] = job.progress_unit().into();
     if let Some(error) = &job.error {
         body["error"] = json!({ "code": error.code, "message": error.message });
     }
@@ -420,6 +431,10 @@ pub fn render(view: &JobView) -> serde_json::Value {
     if job.status == JobStatus::Succeeded {
         // Not once expired: the result is gone (`/result` answers 410).
         body["result_url"] = format!("/jobs/{}/result", job.job_id).into();
+    }
+    if let Some(summary) = &job.summary {
+        // The kind's small outcome beside the result; kept when the result expires.
+        body["summary"] = summary.clone();
     }
     if let Some(retry_of) = &job.retry_of {
         body["retry_of"] = retry_of.clone().into();
@@ -453,3 +468,6 @@ pub fn render(view: &JobView) -> serde_json::Value {
     }
     body
 }
+
+#[cfg(test)]
+mod tests;

@@ -3,6 +3,7 @@
 //! own uploads (checked at submission from the key alone). The caller declares the file's
 //! size, at most `LONGHAUL_MAX_UPLOAD_BYTES`, and the URL signs it: S3 takes no other length.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use lambda_http::http::StatusCode;
@@ -10,6 +11,7 @@ use lambda_http::{Body, Request, Response};
 use longhaul_aws::api::{Problem, json_body, json_response, principal};
 use longhaul_aws::config::{ConfigError, Vars};
 use longhaul_aws::objects::ObjectStore;
+use longhaul_aws::ports::UploadLinks;
 use longhaul_domain::uploads::{upload_key, validate_filename};
 use serde::Deserialize;
 use serde_json::json;
@@ -45,20 +47,23 @@ impl Config {
     }
 }
 
-/// What the handler needs, built once per sandbox.
+/// What the handler needs, built once per sandbox: its port and its limit.
 #[derive(Debug, Clone)]
 pub struct Deps {
-    /// The bucket (presigning only; this function writes nothing itself).
-    pub objects: ObjectStore,
+    /// The bucket's upload links (presigning only; this function writes nothing itself).
+    pub objects: Arc<dyn UploadLinks>,
     /// The largest file accepted.
     pub max_upload_bytes: u64,
 }
 
 impl Deps {
-    /// Builds the adapters from one SDK configuration.
+    /// Builds the AWS adapter from one SDK configuration.
     pub fn new(sdk: &aws_config::SdkConfig, config: &Config) -> Self {
         Deps {
-            objects: ObjectStore::new(aws_sdk_s3::Client::new(sdk), config.bucket.clone()),
+            objects: Arc::new(ObjectStore::new(
+                aws_sdk_s3::Client::new(sdk),
+                config.bucket.clone(),
+            )),
             max_upload_bytes: config.max_upload_bytes,
         }
     }
@@ -141,3 +146,6 @@ async fn create(deps: &Deps, request: &Request) -> Result<Response<Body>, Proble
         }),
     ))
 }
+
+#[cfg(test)]
+mod tests;

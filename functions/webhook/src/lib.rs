@@ -25,6 +25,7 @@ use longhaul_aws::config::{ConfigError, Vars};
 use longhaul_aws::jobs::{DeliveryRecord, JobStore};
 use longhaul_aws::logs;
 use longhaul_aws::metrics::{self, Metric};
+use longhaul_aws::ports::{DeliveryLog, JobReads, WebhookDispatch, WebhookSecrets};
 use longhaul_aws::queue::{WebhookMessage, WebhookQueue};
 use longhaul_domain::callback::{CallbackPolicy, Host, check_address, parse_callback_url};
 use longhaul_domain::webhooks::{DeliveryOutcome, RetrySchedule, event_type, message_id, sign};
@@ -109,15 +110,20 @@ impl Config {
     }
 }
 
-/// What the handler needs, built once per sandbox.
+/// What the function needs of the job table: to read a job, its owner's signing secrets, and
+/// to record each delivery attempt.
+pub trait Jobs: JobReads + WebhookSecrets + DeliveryLog {}
+impl<T: JobReads + WebhookSecrets + DeliveryLog> Jobs for T {}
+
+/// What the handler needs, built once per sandbox: its ports, settings and resolver.
 #[derive(Clone)]
 pub struct Deps {
     /// The job table (jobs, secrets, delivery records).
-    pub jobs: JobStore,
+    pub jobs: Arc<dyn Jobs>,
     /// The webhook queue (retries).
-    pub queue: WebhookQueue,
+    pub queue: Arc<dyn WebhookDispatch>,
     /// The webhook dead-letter queue.
-    pub dead_letters: WebhookQueue,
+    pub dead_letters: Arc<dyn WebhookDispatch>,
     /// Settings.
     pub config: Config,
     /// Callback host resolution.
@@ -147,7 +153,7 @@ pub fn tls_config() -> Result<rustls::ClientConfig, ConfigError> {
 }
 
 impl Deps {
-    /// Builds the adapters from one SDK configuration.
+    /// Builds the AWS adapters from one SDK configuration.
     pub fn new(
         sdk: &aws_config::SdkConfig,
         config: &Config,
@@ -156,10 +162,12 @@ impl Deps {
         longhaul_aws::sdk::install_tls_provider();
         let sqs = aws_sdk_sqs::Client::new(sdk);
         Ok(Deps {
-            jobs: JobStore::new(aws_sdk_dynamodb::Client::new(sdk), config.table.clone())
-                .retaining(config.record_retention),
-            queue: WebhookQueue::new(sqs.clone(), config.queue_url.clone()),
-            dead_letters: WebhookQueue::new(sqs, config.dead_letter_url.clone()),
+            jobs: Arc::new(
+                JobStore::new(aws_sdk_dynamodb::Client::new(sdk), config.table.clone())
+                    .retaining(config.record_retention),
+            ),
+            queue: Arc::new(WebhookQueue::new(sqs.clone(), config.queue_url.clone())),
+            dead_letters: Arc::new(WebhookQueue::new(sqs, config.dead_letter_url.clone())),
             config: config.clone(),
             resolver,
             tls: Arc::new(tls_config()?),
@@ -226,6 +234,9 @@ pub async fn process(deps: &Deps, message: &WebhookMessage) -> Result<(), String
     });
     if message.status == JobStatus::Succeeded {
         payload["result_url"] = format!("/jobs/{}/result", job.job_id).into();
+        if let Some(summary) = &job.summary {
+            payload["summary"] = summary.clone();
+        }
     }
     if let Some(error) = &job.error {
         payload["error"] = json!({ "code": error.code, "message": error.message });
@@ -374,3 +385,6 @@ async fn deliver(
     }
     Ok(status)
 }
+
+#[cfg(test)]
+mod tests;

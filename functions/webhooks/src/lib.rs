@@ -9,6 +9,7 @@
 //! winner's. Secrets are [`SecretString`](longhaul_domain::webhooks::SecretString)s, exposed
 //! here only to be returned to their owner.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use lambda_http::http::{HeaderValue, StatusCode, header};
@@ -16,6 +17,7 @@ use lambda_http::{Body, Request, Response};
 use longhaul_aws::api::{Problem, json_response, principal, route_key};
 use longhaul_aws::config::{ConfigError, Vars};
 use longhaul_aws::jobs::{JobStore, MAX_ACTIVE_SECRETS, Rotation, SecretsRecord};
+use longhaul_aws::ports::WebhookSecrets;
 use longhaul_domain::webhooks::ExposeSecret;
 use longhaul_domain::{format_rfc3339, now_rfc3339};
 use serde_json::json;
@@ -37,17 +39,19 @@ impl Config {
     }
 }
 
-/// What the handler needs, built once per sandbox.
+/// What the handler needs, built once per sandbox: its port.
 #[derive(Debug, Clone)]
 pub struct Deps {
-    /// The job table (secret records).
-    pub jobs: JobStore,
+    /// The job table's webhook secret records.
+    pub jobs: Arc<dyn WebhookSecrets>,
 }
 
 impl Deps {
-    /// Builds the adapters from one SDK configuration.
+    /// Builds the AWS adapter from one SDK configuration.
     pub fn new(sdk: &aws_config::SdkConfig, config: &Config) -> Self {
-        Deps { jobs: JobStore::new(aws_sdk_dynamodb::Client::new(sdk), config.table.clone()) }
+        Deps {
+            jobs: Arc::new(JobStore::new(aws_sdk_dynamodb::Client::new(sdk), config.table.clone())),
+        }
     }
 }
 
@@ -116,49 +120,4 @@ fn render(record: &SecretsRecord) -> serde_json::Value {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use longhaul_aws::jobs::WebhookSecret;
-
-    fn secret(at: &str) -> WebhookSecret {
-        WebhookSecret::generate(at).unwrap()
-    }
-
-    fn exposed(record: &SecretsRecord) -> Vec<String> {
-        record.secrets.iter().map(|s| s.secret.expose_secret().to_owned()).collect()
-    }
-
-    /// Three rotations within a day: never more than two secrets, the newest first, the
-    /// previous one kept until its overlap ends, the oldest retired.
-    #[test]
-    fn a_third_secret_within_the_overlap_retires_the_oldest() {
-        let first = SecretsRecord { version: 1, secrets: vec![secret("2026-01-01T00:00:00Z")] };
-        let second =
-            first.rotated(secret("2026-01-01T01:00:00Z"), "2026-01-01T01:00:00Z", "2026-01-02T01");
-        assert_eq!(second.version, 2);
-        assert_eq!(exposed(&second)[1], exposed(&first)[0]);
-        assert_eq!(second.secrets[1].expires_at.as_deref(), Some("2026-01-02T01"));
-        let third =
-            second.rotated(secret("2026-01-01T02:00:00Z"), "2026-01-01T02:00:00Z", "2026-01-02T02");
-        assert_eq!(third.version, 3);
-        assert_eq!(third.secrets.len(), MAX_ACTIVE_SECRETS);
-        assert_eq!(exposed(&third)[1], exposed(&second)[0], "the previous one overlaps");
-        assert!(!exposed(&third).contains(&exposed(&first)[0]), "the oldest is retired");
-        assert_eq!(third.active("2026-01-01T02:00:00Z").len(), 2);
-        assert_eq!(third.active("2026-01-02T03").len(), 1, "the overlap ends");
-        // Once the overlap is over, a rotation keeps the one secret that still signs.
-        let later = third.rotated(secret("2026-01-03"), "2026-01-03", "2026-01-04");
-        assert_eq!(exposed(&later)[1], exposed(&third)[0]);
-    }
-
-    #[test]
-    fn a_rotations_debug_output_shows_no_secret() {
-        let record =
-            SecretsRecord { version: 1, secrets: vec![secret("t")] }.rotated(secret("u"), "u", "v");
-        let text = format!("{:?}", Rotation::Rotated(record.clone()));
-        for secret in exposed(&record) {
-            assert!(!text.contains(&secret), "{text}");
-        }
-        assert!(text.contains("REDACTED"), "{text}");
-    }
-}
+mod tests;

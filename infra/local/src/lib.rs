@@ -11,21 +11,14 @@
 //! Every resource and trigger is derived from `template.yaml`, so what runs here is what
 //! deploys. Function code is unaware of all this: it reads the standard SDK configuration.
 
-pub mod edge;
-pub mod emulator;
-pub mod event_sources;
-pub mod faults;
-pub mod filter;
-pub mod hosted;
-pub mod http_api;
-pub mod iam;
-pub mod jwt;
-pub mod model;
-pub mod operations;
-pub mod provision;
-pub mod schedules;
-pub mod streams;
-pub mod template;
+pub mod checks;
+pub mod hosting;
+pub mod stack;
+pub mod triggers;
+
+// The paths other crates (the end-to-end tests, the benchmarks) name.
+pub use checks::{faults, iam};
+pub use stack::{emulator, model, template};
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
@@ -34,6 +27,9 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use aws_config::{BehaviorVersion, Region, SdkConfig};
+use hosting::{edge, hosted, http_api, jwt};
+use stack::provision;
+use triggers::{event_sources, schedules, streams};
 
 pub use emulator::Lifetime;
 

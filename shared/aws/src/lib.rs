@@ -12,6 +12,7 @@ pub mod limits;
 pub mod logs;
 pub mod metrics;
 pub mod objects;
+pub mod ports;
 pub mod queue;
 pub mod redact;
 pub mod sdk;
@@ -135,7 +136,7 @@ pub fn condition_refused<E: ProvideErrorMetadata, R>(err: &SdkError<E, R>) -> bo
 /// rule deletes them after the records' retention (30 days). The job left the running index
 /// in the write that ended it.
 pub async fn tidy_after_end(
-    objects: &objects::ObjectStore,
+    objects: &(impl ports::ObjectCleanup + ?Sized),
     job_id: &str,
     ended: longhaul_domain::JobStatus,
 ) -> Result<(), jobs::StoreError> {

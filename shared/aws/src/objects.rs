@@ -37,6 +37,11 @@ pub fn checkpoint_key(job_id: &str, stage: &str, seq: u64, attempt: u32) -> Stri
     format!("{}{stage}/{seq:020}.a{attempt}.{}.json", checkpoints_prefix(job_id), &unique[..12])
 }
 
+/// A read of an object from an offset ([`ObjectStore::stream_from`]): its bytes in order, in the
+/// chunks they arrive in; a read that broke off yields its error and ends.
+pub type ObjectChunks =
+    std::pin::Pin<Box<dyn futures::Stream<Item = Result<bytes::Bytes, AwsError>> + Send>>;
+
 /// Why [`ObjectStore::put_new`] wrote nothing.
 #[derive(Debug, thiserror::Error)]
 pub enum PutNewError {
@@ -180,8 +185,9 @@ impl ObjectStore {
     }
 
     /// Streams `key` from byte `offset` to its end (one ranged GET; the body is read as it
-    /// arrives, never held whole).
-    pub async fn stream_from(&self, key: &str, offset: u64) -> Result<ByteStream, AwsError> {
+    /// arrives, never held whole), in the chunks the SDK's body yields them.
+    pub async fn stream_from(&self, key: &str, offset: u64) -> Result<ObjectChunks, AwsError> {
+        let context = format!("get s3://{}/{key} from byte {offset}", self.bucket);
         let output = self
             .client
             .get_object()
@@ -190,10 +196,20 @@ impl ObjectStore {
             .range(format!("bytes={offset}-"))
             .send()
             .await
-            .map_err(|e| {
-                AwsError::service(format!("get s3://{}/{key} from byte {offset}", self.bucket), e)
-            })?;
-        Ok(output.body)
+            .map_err(|e| AwsError::service(context.clone(), e))?;
+        // The SDK's body as a plain stream of chunks; after an error it ends.
+        let chunks = futures::stream::unfold(Some(output.body), move |body| {
+            let context = context.clone();
+            async move {
+                let mut body = body?;
+                match body.try_next().await {
+                    Ok(Some(chunk)) => Some((Ok(chunk), Some(body))),
+                    Ok(None) => None,
+                    Err(err) => Some((Err(AwsError::new(context, err)), None)),
+                }
+            }
+        });
+        Ok(Box::pin(chunks))
     }
 
     /// The first key under `prefix`, if any.

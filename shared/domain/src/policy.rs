@@ -49,10 +49,17 @@ pub struct JobPolicy {
     /// before it was stored get the default, a minute.
     #[serde(default = "default_retry_delay")]
     pub retry_delay_seconds: u64,
+    /// What its stages' progress counts (`items`, `bytes`, …), as its kind declared it.
+    #[serde(default = "default_progress_unit")]
+    pub progress_unit: String,
 }
 
 fn default_retry_delay() -> u64 {
     60
+}
+
+fn default_progress_unit() -> String {
+    "items".into()
 }
 
 impl Default for JobPolicy {
@@ -69,6 +76,7 @@ impl Default for JobPolicy {
             concurrency_limit: None,
             worker: SHARED_WORKER.into(),
             retry_delay_seconds: default_retry_delay(),
+            progress_unit: default_progress_unit(),
         }
     }
 }

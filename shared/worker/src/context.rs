@@ -21,20 +21,52 @@ pub trait Checkpoint: Serialize + DeserializeOwned + Send + Sync {
     const VERSION: u32;
 }
 
+/// Largest [`ResultRef::with_summary`], serialised: a summary is shown with the job and sent
+/// in its webhook, not a second result.
+pub const MAX_SUMMARY_BYTES: usize = 4 * 1024;
+
 /// A result the framework stored, keyed by the attempt: only the framework makes one, so a
 /// stage can only finish with a result of its own attempt.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ResultRef(String);
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResultRef {
+    location: String,
+    summary: Option<serde_json::Value>,
+}
 
 impl ResultRef {
     /// For hosts: the stored result's location (opaque to kinds).
     pub fn from_host(location: String) -> Self {
-        ResultRef(location)
+        ResultRef { location, summary: None }
     }
 
     /// For hosts: the stored result's location.
     pub fn location(&self) -> &str {
-        &self.0
+        &self.location
+    }
+
+    /// The result with a small structured outcome beside it — a count of invalid lines, the
+    /// rows written — shown as the job's `summary` on `GET /jobs/{id}` and in its terminal
+    /// webhook. At most [`MAX_SUMMARY_BYTES`] serialised; a larger one is a fatal error (a
+    /// bug of the kind, not of the job's input).
+    pub fn with_summary(mut self, summary: impl serde::Serialize) -> Result<Self, KindError> {
+        let summary = serde_json::to_value(summary).map_err(|e| {
+            KindError::fatal(PublicMessage::fixed("the job's summary does not serialise"))
+                .because(e)
+        })?;
+        let size = summary.to_string().len();
+        if size > MAX_SUMMARY_BYTES {
+            return Err(KindError::fatal(PublicMessage::fixed(
+                "the job's summary is larger than the framework allows",
+            ))
+            .because(format!("a summary of {size} bytes; at most {MAX_SUMMARY_BYTES}")));
+        }
+        self.summary = Some(summary);
+        Ok(self)
+    }
+
+    /// The summary given with [`ResultRef::with_summary`], if any.
+    pub fn summary(&self) -> Option<&serde_json::Value> {
+        self.summary.as_ref()
     }
 }
 

@@ -83,12 +83,14 @@ pub mod registry;
 pub mod testing;
 
 pub use context::{
-    ByteStream, Checkpoint, MAX_PARTS, MAX_RESULT_NAME_BYTES, MIN_PART_SIZE, ResultRef,
-    ResultUpload, StageContext, StageOutcome, StagedFile, UploadedPart, is_result_name,
+    ByteStream, Checkpoint, MAX_PARTS, MAX_RESULT_NAME_BYTES, MAX_SUMMARY_BYTES, MIN_PART_SIZE,
+    ResultRef, ResultUpload, StageContext, StageOutcome, StagedFile, UploadedPart, is_result_name,
 };
 pub use message::{ErrorClass, KindError, PublicMessage};
 pub use policy::{Cadence, Policy, SHARED_WORKER};
-pub use registry::{DynKind, JobKind, ParamsError, Registry, RegistryBuilder, RegistryError};
+pub use registry::{
+    DynKind, EVERY_KIND, JobKind, ParamsError, Registry, RegistryBuilder, RegistryError,
+};
 
 /// Re-exported so kinds derive `JsonSchema` against the same version as the registry.
 pub use schemars;

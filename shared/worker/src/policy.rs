@@ -8,7 +8,7 @@ use serde::Serialize;
 pub const SHARED_WORKER: &str = "StageFunction";
 
 /// How the framework treats a kind's jobs. Start from [`Policy::default`] and change what the
-/// kind needs; a deployment may override some values (see the README's configuration table).
+/// kind needs; a deployment may override some values (see the settings in docs/operations.md).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Policy {
     /// Attempts before a job whose worker keeps dying fails.
@@ -33,6 +33,10 @@ pub struct Policy {
     /// full jitter). A deployment may set it for every kind (`RetryBaseDelaySeconds`).
     #[serde(rename = "retry_delay_seconds", serialize_with = "seconds")]
     pub retry_delay: Duration,
+    /// What a stage's `done` and `total` count (`items`, `bytes`, `lines`, …): shown as the
+    /// job's `progress.unit` so that a client can label the numbers. The percentage is `done`
+    /// of `total` whatever they count, and the checkpoint cadence's `items` counts the same.
+    pub progress_unit: &'static str,
 }
 
 /// Checkpoint every `items` items or every `interval`, whichever comes first.
@@ -48,7 +52,7 @@ pub struct Cadence {
 impl Default for Policy {
     /// Three attempts a minute's backoff step apart (1, 5, 15 minutes), a day's runtime,
     /// 15-minute stages, results kept a week, a checkpoint every 1,000 items or minute, no
-    /// concurrency limit, the shared stage function.
+    /// concurrency limit, the shared stage function, progress counted in `items`.
     fn default() -> Self {
         Policy {
             max_attempts: 3,
@@ -59,6 +63,7 @@ impl Default for Policy {
             concurrency_limit: None,
             worker: SHARED_WORKER,
             retry_delay: Duration::from_secs(60),
+            progress_unit: "items",
         }
     }
 }

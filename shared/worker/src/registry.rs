@@ -155,10 +155,17 @@ pub enum RegistryError {
     Unknown(String, String),
 }
 
+/// In a deployment's `ENABLED_JOB_TYPES`, every kind but the opt-in ones
+/// ([`RegistryBuilder::opt_in_kind`]): what the template enables by default, so that a kind
+/// added to the catalog is enabled without a template change.
+pub const EVERY_KIND: &str = "*";
+
 /// The kinds a deployment runs. Built once at start-up; cheap to clone.
 #[derive(Clone, Default)]
 pub struct Registry {
     kinds: Vec<Arc<dyn DynKind>>,
+    /// The names of the kinds [`EVERY_KIND`] leaves out.
+    opt_in: BTreeSet<&'static str>,
 }
 
 impl std::fmt::Debug for Registry {
@@ -171,6 +178,7 @@ impl std::fmt::Debug for Registry {
 #[derive(Default)]
 pub struct RegistryBuilder {
     kinds: Vec<Arc<dyn DynKind>>,
+    opt_in: BTreeSet<&'static str>,
 }
 
 impl RegistryBuilder {
@@ -180,10 +188,20 @@ impl RegistryBuilder {
         self
     }
 
+    /// Registers `kind` as opt-in: a deployment runs it only when its `ENABLED_JOB_TYPES`
+    /// names it, [`EVERY_KIND`] leaves it out (e.g. a diagnostic kind anyone could hold
+    /// workers with).
+    pub fn opt_in_kind<K: JobKind>(mut self, kind: K) -> Self {
+        self.opt_in.insert(K::NAME);
+        self.kind(kind)
+    }
+
     /// Registers every kind of `registry` (e.g. the shipped catalog, to add kinds of one's
-    /// own beside it); a name both hold fails at [`RegistryBuilder::build`].
+    /// own beside it), opt-in ones as opt-in; a name both hold fails at
+    /// [`RegistryBuilder::build`].
     pub fn kinds_of(mut self, registry: &Registry) -> Self {
         self.kinds.extend(registry.kinds.iter().cloned());
+        self.opt_in.extend(&registry.opt_in);
         self
     }
 
@@ -204,7 +222,7 @@ impl RegistryBuilder {
                 return Err(RegistryError::BadWeights(kind.name()));
             }
         }
-        Ok(Registry { kinds: self.kinds })
+        Ok(Registry { kinds: self.kinds, opt_in: self.opt_in })
     }
 }
 
@@ -246,17 +264,31 @@ impl Registry {
             .filter(|k| enabled.iter().any(|n| n.as_ref() == k.name()))
             .cloned()
             .collect();
-        Ok(Registry { kinds })
+        Ok(Registry { kinds, opt_in: self.opt_in.clone() })
     }
 
-    /// The names in a deployment's `ENABLED_JOB_TYPES` (comma-separated; unset: every kind),
-    /// each a registered kind's.
+    /// The kinds [`EVERY_KIND`] enables: all but the opt-in ones, in registration order.
+    pub fn default_names(&self) -> Vec<&'static str> {
+        self.names().into_iter().filter(|n| !self.opt_in.contains(n)).collect()
+    }
+
+    /// The names in a deployment's `ENABLED_JOB_TYPES`, each a registered kind's, once:
+    /// comma-separated kind names and [`EVERY_KIND`] (`*`, the kinds of
+    /// [`Registry::default_names`]), e.g. `*`, `demo,*` or `csv_report`. Unset: every kind,
+    /// opt-in ones too.
     pub fn enabled_names(&self, list: Option<&str>) -> Result<Vec<String>, RegistryError> {
         let Some(list) = list else {
             return Ok(self.names().into_iter().map(str::to_owned).collect());
         };
-        let names: Vec<String> =
-            list.split(',').map(str::trim).filter(|n| !n.is_empty()).map(str::to_owned).collect();
+        let mut names: Vec<String> = Vec::new();
+        for item in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+            let expanded = if item == EVERY_KIND { self.default_names() } else { vec![item] };
+            for name in expanded {
+                if !names.iter().any(|n| n == name) {
+                    names.push(name.to_owned());
+                }
+            }
+        }
         self.only(&names)?;
         Ok(names)
     }
@@ -266,7 +298,7 @@ impl Registry {
     pub fn enabled(&self, enabled: &[String]) -> Registry {
         let kinds =
             self.kinds.iter().filter(|k| enabled.iter().any(|n| n == k.name())).cloned().collect();
-        Registry { kinds }
+        Registry { kinds, opt_in: self.opt_in.clone() }
     }
 
     /// The kinds as `GET /job-types` lists them.
@@ -361,6 +393,31 @@ mod tests {
         assert_eq!(entry["params_schema"]["properties"]["n"]["type"], "integer");
         assert_eq!(entry["policy"]["max_runtime_seconds"], 86_400);
         assert_eq!(entry["policy"]["worker"], "StageFunction");
+    }
+
+    #[test]
+    fn every_kind_enables_all_but_the_opt_in_ones() {
+        let registry = Registry::builder().opt_in_kind(Weighed(&[])).kind(A).build().unwrap();
+        assert_eq!(registry.names(), ["weighed", "a"]);
+        assert_eq!(registry.default_names(), ["a"]);
+        assert_eq!(registry.enabled_names(Some("*")).unwrap(), ["a"]);
+        assert_eq!(registry.enabled_names(Some(" * ")).unwrap(), ["a"]);
+        // An opt-in kind is enabled by naming it; each name once.
+        assert_eq!(registry.enabled_names(Some("weighed,*")).unwrap(), ["weighed", "a"]);
+        assert_eq!(registry.enabled_names(Some("*,a,weighed,weighed")).unwrap(), ["a", "weighed"]);
+        // A list still restricts; unset still means every kind.
+        assert_eq!(registry.enabled_names(Some("weighed")).unwrap(), ["weighed"]);
+        assert_eq!(registry.enabled_names(None).unwrap(), ["weighed", "a"]);
+        assert!(registry.enabled_names(Some("*,c")).is_err());
+        assert!(registry.enabled_names(Some("a*")).is_err());
+        // Opt-in stays opt-in in a registry built from another, and once filtered.
+        assert_eq!(Registry::builder().kinds_of(&registry).build().unwrap().default_names(), ["a"]);
+        assert_eq!(registry.only(&["a", "weighed"]).unwrap().default_names(), ["a"]);
+        // A kind added later is in `*` with no change to the list.
+        let base = Registry::builder().kind(A).build().unwrap();
+        let extended = Registry::builder().kinds_of(&base).kind(Weighed(&[])).build().unwrap();
+        assert_eq!(base.enabled_names(Some("*")).unwrap(), ["a"]);
+        assert_eq!(extended.enabled_names(Some("*")).unwrap(), ["a", "weighed"]);
     }
 
     #[test]

@@ -47,7 +47,7 @@ impl JobStore {
                 JobStatus::Cancelled,
                 reason.clone(),
             )
-            .set("cancellation", value.clone());
+            .set("cancellation", cancellation);
             let current = match self.transition(request).await {
                 Ok(job) => return Ok(CancelOutcome::Cancelled(Box::new(job))),
                 Err(StoreError::Conflict { current: Some(job) })
@@ -125,9 +125,8 @@ impl JobStore {
     /// running index in the same write), then hands the progress record to it. Idempotent per
     /// execution: if this execution already holds the job (the claim's response was lost and
     /// the state machine retried it), the existing lease is returned and the hand-over is
-    /// done again — the first call may have died between the two writes (fault injection
-    /// found exactly that). If nothing retries it, the reaper judges the lease by its claim
-    /// time: no hand-over, no heartbeat.
+    /// done again — the first call may have died between the two writes. If nothing retries
+    /// it, the reaper judges the lease by its claim time: no hand-over, no heartbeat.
     pub async fn claim(
         &self,
         job_id: &str,
@@ -140,7 +139,7 @@ impl JobStore {
             JobStatus::Running,
             "claimed by a stage",
         )
-        .set("lease", s(&token));
+        .set("lease", &token);
         match self.claim_update(request, execution).await {
             Ok(job) => {
                 let lease = Lease { attempt: job.attempt, token };
@@ -189,7 +188,7 @@ impl JobStore {
         for (i, (name, value)) in request.set.into_iter().enumerate() {
             update.push_str(&format!(", #s{i} = :s{i}"));
             names.insert(format!("#s{i}"), name);
-            values.insert(format!(":s{i}"), value);
+            values.insert(format!(":s{i}"), transition::attribute_value(value));
         }
         // The claimed job enters the running bucket in this same write: if the claim dies
         // before handing the progress record over, the reaper still finds the job.

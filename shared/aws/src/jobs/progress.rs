@@ -66,8 +66,9 @@ pub struct ProgressRecord {
     /// When `pct` or `items_done` last changed (heartbeats alone do not change it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress_changed_at: Option<Timestamp>,
-    /// The attempt whose lease owns this record (absent in records older than the field): a
-    /// hand-over to an earlier attempt is refused.
+    /// The attempt whose lease owns this record (absent while no attempt holds it, e.g. a
+    /// record seeded for a retry: any attempt may take it): a hand-over to an earlier attempt
+    /// is refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attempt: Option<u32>,
 }
@@ -85,6 +86,25 @@ impl ProgressRecord {
             items_total: self.items_total,
             eta_seconds: self.eta_seconds,
         })
+    }
+}
+
+impl ProgressRecord {
+    /// This record as a retry `job_id` starts from ([`JobStore::seed_progress`]): its stage
+    /// and checkpoint pointer, under a lease no attempt holds, as of now.
+    pub fn seeded_for(&self, job_id: &str) -> ProgressRecord {
+        let now = Timestamp::now();
+        ProgressRecord {
+            seq: 0,
+            lease: format!("resumed:{job_id}"),
+            heartbeat_at: now,
+            updated_at: now,
+            progress_changed_at: Some(now),
+            eta_seconds: None,
+            cancel_requested_at: None,
+            attempt: None,
+            ..self.clone()
+        }
     }
 }
 
@@ -141,8 +161,8 @@ impl JobStore {
     /// pointer, under a lease no attempt holds), so that the attempt's progress and checkpoint
     /// writes are refused from now on. The reaper does this *before* re-dispatching a zombie:
     /// otherwise a worker declared dead but alive could go on writing progress while the job
-    /// was queued again or claimed by the next attempt (until that claim's hand-over), as the
-    /// fault checker's paused workers did. A record that `lease` does not hold is left alone.
+    /// was queued again or claimed by the next attempt (until that claim's hand-over). A
+    /// record that `lease` does not hold is left alone.
     pub async fn revoke_progress(&self, job_id: &str, lease: &str) -> Result<(), StoreError> {
         let revoked = self
             .client
@@ -176,18 +196,7 @@ impl JobStore {
         job_id: &str,
         from: &ProgressRecord,
     ) -> Result<(), StoreError> {
-        let now = Timestamp::now();
-        let seeded = ProgressRecord {
-            seq: 0,
-            lease: format!("resumed:{job_id}"),
-            heartbeat_at: now,
-            updated_at: now,
-            progress_changed_at: Some(now),
-            eta_seconds: None,
-            cancel_requested_at: None,
-            attempt: None,
-            ..from.clone()
-        };
+        let seeded = from.seeded_for(job_id);
         let mut item = to_item(&seeded);
         item.extend(Self::progress_key(job_id));
         item.insert("expires_at".into(), self.retention.ttl_from_now());
@@ -208,13 +217,14 @@ impl JobStore {
 
     /// Hands the progress record to a new attempt: its lease and a fresh heartbeat, keeping
     /// the stage and checkpoint pointer a previous attempt left (so a re-dispatched job
-    /// resumes where it was) and any cancellation request. (Progress records written before
-    /// the running index moved to the job record leave the index here.)
+    /// resumes where it was) and any cancellation request. The write also removes any
+    /// status-index keys (`gsi2pk`, `gsi2sk`) from the record: the running index is on the job
+    /// record, and a progress record must never be an entry of it.
     ///
     /// Refused (a conflict) if a later attempt already holds the record: a claimer delayed
     /// between its two writes while the reaper re-dispatched the job must not take the
-    /// record back from the attempt that claimed it since (the fault checker's paused
-    /// workers did exactly that, and the newer attempt's progress writes were then refused).
+    /// record back from the attempt that claimed it since, or the newer attempt's progress
+    /// writes would be refused and the stale claimer's accepted.
     pub(super) async fn take_progress(
         &self,
         job_id: &str,

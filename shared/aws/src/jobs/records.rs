@@ -100,6 +100,10 @@ pub struct JobRecord {
     /// Why the job's last failed attempt failed (the job goes on: this is not its `error`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<JobError>,
+    /// The small structured outcome its kind finished with, beside the result (at most
+    /// `longhaul_worker::MAX_SUMMARY_BYTES`); only on a succeeded job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<serde_json::Value>,
 }
 
 /// Where a retry took over from the job it retries (`POST /jobs/{id}/retry`).
@@ -122,6 +126,13 @@ impl JobRecord {
     /// Its policy; a record from before policies were stored gets the default policy.
     pub fn policy_or_default(&self) -> JobPolicy {
         self.policy.clone().unwrap_or_default()
+    }
+
+    /// What its progress counts (`items`, `bytes`, …), as its kind declared it.
+    pub fn progress_unit(&self) -> String {
+        self.policy
+            .as_ref()
+            .map_or_else(|| JobPolicy::default().progress_unit, |p| p.progress_unit.clone())
     }
 }
 
@@ -156,6 +167,7 @@ impl std::fmt::Debug for JobRecord {
             .field("enqueues", &self.enqueues)
             .field("stalled_at", &self.stalled_at)
             .field("not_before", &self.not_before)
+            .field("summary", &redacted(self.summary.is_some()))
             .finish()
     }
 }

@@ -20,8 +20,8 @@ pub struct TransitionRequest {
     pub reason: String,
     /// When set, the change applies only while this lease holds.
     pub fence: Option<String>,
-    /// Further attributes to set in the same write.
-    pub set: Vec<(String, AttributeValue)>,
+    /// Further attributes of the record to set in the same write, as their serialised values.
+    pub set: Vec<(String, serde_json::Value)>,
     /// The status index's sort key for the new status (default: now); for `succeeded` it is
     /// when the result expires.
     pub index_at: Option<String>,
@@ -84,11 +84,17 @@ impl TransitionRequest {
         self
     }
 
-    /// Also sets `name` to `value`.
-    pub fn set(mut self, name: &str, value: AttributeValue) -> Self {
+    /// Also sets the record's attribute `name` to `value`.
+    pub fn set(mut self, name: &str, value: impl serde::Serialize) -> Self {
+        let value = serde_json::to_value(value).expect("record attributes serialise");
         self.set.push((name.to_owned(), value));
         self
     }
+}
+
+/// A value of [`TransitionRequest::set`] as DynamoDB stores it.
+pub(super) fn attribute_value(value: serde_json::Value) -> AttributeValue {
+    serde_dynamo::to_attribute_value(value).expect("JSON values are attribute values")
 }
 
 impl JobStore {
@@ -121,7 +127,7 @@ impl JobStore {
         for (i, (name, value)) in request.set.into_iter().enumerate() {
             update.push_str(&format!(", #s{i} = :s{i}"));
             names.insert(format!("#s{i}"), name);
-            values.insert(format!(":s{i}"), value);
+            values.insert(format!(":s{i}"), attribute_value(value));
         }
         let mut removed: Vec<String> = Vec::new();
         // Out of its owner's backlog once it runs or ends (a job back in `queued` after an

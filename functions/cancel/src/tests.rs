@@ -1,0 +1,189 @@
+//! The handler over in-memory adapters: every path and every refusal.
+
+use super::*;
+
+use longhaul_aws::jobs::{ProgressRecord, TransitionRequest};
+use longhaul_aws::ports::{JobCreation, JobTransitions};
+use longhaul_domain::Timestamp;
+use longhaul_memory::api::{ApiRequest, json_of};
+use longhaul_memory::contract::pending_job;
+use longhaul_memory::{MemoryExecutions, MemoryJobStore};
+
+struct World {
+    jobs: Arc<MemoryJobStore>,
+    executions: Arc<MemoryExecutions>,
+    deps: Deps,
+}
+
+fn world() -> World {
+    let jobs = Arc::new(MemoryJobStore::new());
+    let executions = Arc::new(MemoryExecutions::new());
+    let deps = Deps { jobs: jobs.clone(), executions: executions.clone() };
+    World { jobs, executions, deps }
+}
+
+impl World {
+    async fn job(&self, owner: &str, status: JobStatus) -> String {
+        let job = pending_job(owner, Timestamp::now());
+        let id = job.job_id.to_string();
+        self.jobs.put_job(&job).await.unwrap();
+        let mut at = JobStatus::Pending;
+        for next in [JobStatus::Queued, JobStatus::Running, JobStatus::Succeeded] {
+            if at == status {
+                break;
+            }
+            let mut request = TransitionRequest::new(&id, &[at], next, "arranged");
+            if next == JobStatus::Queued {
+                request = request.set("execution", &id);
+                self.executions.start(&id, &json!({})).await.unwrap();
+            }
+            if next == JobStatus::Running {
+                request = request.set("lease", "lease-1").set("attempt", 1);
+            }
+            self.jobs.transition(request).await.unwrap();
+            at = next;
+        }
+        id
+    }
+
+    async fn cancel(
+        &self,
+        owner: &str,
+        id: &str,
+        body: Option<serde_json::Value>,
+    ) -> Response<Body> {
+        let mut request =
+            ApiRequest::new("POST", &format!("/jobs/{id}/cancel"), owner).param("id", id);
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        handle(&self.deps, request.build()).await
+    }
+
+    async fn status(&self, id: &str) -> JobStatus {
+        self.jobs.job(id).await.unwrap().unwrap().status
+    }
+}
+
+#[tokio::test]
+async fn a_pending_job_is_cancelled_at_once_with_who_and_why() {
+    let w = world();
+    let id = w.job("alice", JobStatus::Pending).await;
+    let response = w.cancel("alice", &id, Some(json!({"reason": "changed my mind"}))).await;
+    assert_eq!(response.status(), 202);
+    assert_eq!(response.headers()["location"], format!("/jobs/{id}").as_str());
+    let body = json_of(&response);
+    assert_eq!(body["status"], "cancelled");
+    assert_eq!(body["cancellation"]["requested_by"], "alice");
+    assert_eq!(body["cancellation"]["reason"], "changed my mind");
+    let job = w.jobs.job(&id).await.unwrap().unwrap();
+    assert_eq!(job.status, JobStatus::Cancelled);
+    assert!(job.transitions.last().unwrap().reason.contains("changed my mind"));
+    assert!(w.executions.started().is_empty(), "a job never queued has no execution to stop");
+}
+
+#[tokio::test]
+async fn a_queued_jobs_execution_is_stopped() {
+    let w = world();
+    let id = w.job("alice", JobStatus::Queued).await;
+    let response = w.cancel("alice", &id, None).await;
+    assert_eq!(response.status(), 202);
+    assert_eq!(w.status(&id).await, JobStatus::Cancelled);
+    let started = w.executions.started();
+    assert_eq!(started[0].status, "ABORTED", "{started:?}");
+    assert_eq!(started[0].stopped_because.as_deref(), Some("cancelled by its owner"));
+}
+
+#[tokio::test]
+async fn a_failed_stop_leaves_the_job_cancelled() {
+    let w = world();
+    let id = w.job("alice", JobStatus::Queued).await;
+    w.executions.set_unavailable(true);
+    let response = w.cancel("alice", &id, None).await;
+    assert_eq!(response.status(), 202, "the execution's claim will be refused");
+    assert_eq!(w.status(&id).await, JobStatus::Cancelled);
+}
+
+#[tokio::test]
+async fn a_running_job_gets_a_request_its_stage_sees_and_a_repeat_keeps_the_first() {
+    let w = world();
+    let id = w.job("alice", JobStatus::Running).await;
+    w.jobs.put_progress(&id, ProgressRecord { lease: "lease-1".into(), ..Default::default() });
+    let first = w.cancel("alice", &id, Some(json!({"reason": "first"}))).await;
+    assert_eq!(first.status(), 202);
+    let body = json_of(&first);
+    assert_eq!(body["status"], "running", "the stage stops at its next progress write");
+    assert_eq!(body["cancellation"]["reason"], "first");
+    let flag = w.jobs.progress(&id).unwrap().cancel_requested_at;
+    assert!(flag.is_some(), "the progress record is flagged");
+    let again = w.cancel("alice", &id, Some(json!({"reason": "second"}))).await;
+    assert_eq!(again.status(), 202);
+    assert_eq!(json_of(&again)["cancellation"]["reason"], "first", "the first request stands");
+    assert_eq!(w.jobs.progress(&id).unwrap().cancel_requested_at, flag);
+    assert_eq!(w.status(&id).await, JobStatus::Running);
+}
+
+#[tokio::test]
+async fn a_terminal_job_is_a_conflict_naming_its_status() {
+    let w = world();
+    let id = w.job("alice", JobStatus::Succeeded).await;
+    let response = w.cancel("alice", &id, None).await;
+    assert_eq!(response.status(), 409);
+    let problem = json_of(&response);
+    assert_eq!(problem["status_now"], "succeeded");
+    assert_eq!(w.status(&id).await, JobStatus::Succeeded);
+}
+
+#[tokio::test]
+async fn another_tenants_job_and_unknown_ids_read_the_same_404() {
+    let w = world();
+    let id = w.job("alice", JobStatus::Pending).await;
+    for (who, target) in
+        [("mallory", id.as_str()), ("alice", "01J00000000000000000000000"), ("alice", "nope")]
+    {
+        let response = w.cancel(who, target, None).await;
+        assert_eq!(response.status(), 404, "{who} {target}");
+        assert_eq!(json_of(&response)["status"], 404);
+    }
+    assert_eq!(w.status(&id).await, JobStatus::Pending, "nothing changed");
+}
+
+#[tokio::test]
+async fn bad_bodies_are_refused_and_change_nothing() {
+    let w = world();
+    let id = w.job("alice", JobStatus::Pending).await;
+    let long = "x".repeat(MAX_REASON_CHARS + 1);
+    for body in [json!({"reason": long}), json!({"why": "unknown field"}), json!({"reason": 5})] {
+        let response = w.cancel("alice", &id, Some(body.clone())).await;
+        assert_eq!(response.status(), 400, "{body}");
+    }
+    let not_json = ApiRequest::new("POST", "/", "alice")
+        .param("id", &id)
+        .header("content-type", "text/plain")
+        .raw_body(b"stop");
+    let response = handle(&w.deps, not_json.build()).await;
+    assert!(response.status().is_client_error(), "{}", response.status());
+    assert_eq!(w.status(&id).await, JobStatus::Pending);
+}
+
+#[tokio::test]
+async fn a_request_without_a_principal_is_401() {
+    let w = world();
+    let id = w.job("alice", JobStatus::Pending).await;
+    let request = ApiRequest::new("POST", "/", "alice").anonymous().param("id", &id);
+    assert_eq!(handle(&w.deps, request.build()).await.status(), 401);
+    assert_eq!(w.status(&id).await, JobStatus::Pending);
+}
+
+#[tokio::test]
+async fn a_failing_table_is_a_500_that_names_nothing_inside() {
+    let w = world();
+    let id = w.job("alice", JobStatus::Pending).await;
+    w.jobs.set_unavailable(true);
+    let response = w.cancel("alice", &id, None).await;
+    assert_eq!(response.status(), 500);
+    let text = String::from_utf8_lossy(response.body().as_ref()).to_string();
+    assert!(!text.contains("unavailable") && !text.contains("cancel job"), "{text}");
+    w.jobs.set_unavailable(false);
+    assert_eq!(w.status(&id).await, JobStatus::Pending);
+}

@@ -1,0 +1,511 @@
+//! The handler over in-memory adapters: every path of a dispatch message, the limits that
+//! make a job wait, the races a dispatch can lose, and the failures SQS retries.
+
+use super::*;
+
+use std::sync::Mutex;
+
+use async_trait::async_trait;
+use aws_lambda_events::sqs::SqsMessage;
+use longhaul_aws::jobs::JobView;
+use longhaul_aws::ports::{JobCreation, Warm};
+use longhaul_aws::workers::Workers;
+use longhaul_domain::admission::{WaitReason, waiting_sort_key};
+use longhaul_domain::policy::JobPolicy;
+use longhaul_memory::contract::pending_job;
+use longhaul_memory::{MemoryDispatchQueue, MemoryExecutions, MemoryJobStore, MemorySlotPools};
+use serde_json::json;
+
+const STAGE_ARN: &str = "arn:aws:lambda:us-east-1:123456789012:function:longhaul-StageFunction";
+
+fn config(tenant_max_running: u32) -> Config {
+    Config {
+        table: "jobs".into(),
+        state_machine_arn: "arn:aws:states:us-east-1:123456789012:stateMachine:job".into(),
+        intake_queue_url: "https://sqs.memory.invalid/intake".into(),
+        tenant_max_running,
+        workers: Workers::parse(&format!(r#"{{"StageFunction": "{STAGE_ARN}"}}"#)).unwrap(),
+    }
+}
+
+/// Something another message, the cancel function or the state machine does to the job
+/// between two of the dispatcher's steps.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Race {
+    /// Its owner cancels it.
+    Cancel,
+    /// A duplicate message queues it first.
+    Queue,
+    /// A duplicate message queues it and its execution claims it.
+    Run,
+}
+
+/// Where a [`Race`] cuts in.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Before {
+    /// The `pending → queued` write.
+    Queueing,
+    /// The `waiting` mark.
+    MarkingWaiting,
+}
+
+/// The memory job table, with a race that cuts in once before one of the dispatcher's writes.
+#[derive(Debug)]
+struct Racing {
+    store: Arc<MemoryJobStore>,
+    race: Mutex<Option<(Before, Race)>>,
+}
+
+impl Racing {
+    async fn cut_in(&self, at: Before, job_id: &str) {
+        let race = {
+            let mut race = self.race.lock().unwrap();
+            match *race {
+                Some((before, what)) if before == at => race.take().map(|_| what),
+                _ => None,
+            }
+        };
+        let Some(race) = race else { return };
+        let steps: &[(JobStatus, JobStatus)] = match race {
+            Race::Cancel => &[(JobStatus::Pending, JobStatus::Cancelled)],
+            Race::Queue => &[(JobStatus::Pending, JobStatus::Queued)],
+            Race::Run => {
+                &[(JobStatus::Pending, JobStatus::Queued), (JobStatus::Queued, JobStatus::Running)]
+            }
+        };
+        for (from, to) in steps {
+            let mut request = TransitionRequest::new(job_id, &[*from], *to, "raced");
+            if *to == JobStatus::Queued {
+                request = request.set("execution", execution_name(job_id, 1)).set("dispatches", 1);
+            }
+            self.store.transition(request).await.unwrap();
+        }
+    }
+}
+
+#[async_trait]
+impl Warm for Racing {}
+
+#[async_trait]
+impl JobReads for Racing {
+    async fn job(&self, job_id: &str) -> Result<Option<JobRecord>, StoreError> {
+        self.store.job(job_id).await
+    }
+    async fn view(&self, job_id: &str) -> Result<Option<JobView>, StoreError> {
+        self.store.view(job_id).await
+    }
+}
+
+#[async_trait]
+impl JobTransitions for Racing {
+    async fn transition(&self, request: TransitionRequest) -> Result<JobRecord, StoreError> {
+        self.cut_in(Before::Queueing, &request.job_id).await;
+        self.store.transition(request).await
+    }
+}
+
+#[async_trait]
+impl JobDispatchMarks for Racing {
+    async fn mark_waiting(
+        &self,
+        job_id: &str,
+        waiting: &longhaul_domain::admission::Waiting,
+    ) -> Result<JobRecord, StoreError> {
+        self.cut_in(Before::MarkingWaiting, job_id).await;
+        self.store.mark_waiting(job_id, waiting).await
+    }
+}
+
+struct World {
+    jobs: Arc<MemoryJobStore>,
+    racing: Arc<Racing>,
+    executions: Arc<MemoryExecutions>,
+    slots: Arc<MemorySlotPools>,
+    queue: Arc<MemoryDispatchQueue>,
+    deps: Deps,
+}
+
+/// A tenant may run `tenant_max_running` jobs at once (0: no limit).
+fn world(tenant_max_running: u32) -> World {
+    let jobs = Arc::new(MemoryJobStore::new());
+    let racing = Arc::new(Racing { store: jobs.clone(), race: Mutex::new(None) });
+    let executions = Arc::new(MemoryExecutions::new());
+    let queue = Arc::new(MemoryDispatchQueue::new());
+    let slots = Arc::new(MemorySlotPools::new(queue.clone()));
+    let deps = Deps {
+        jobs: racing.clone(),
+        executions: executions.clone(),
+        slots: slots.clone(),
+        intake: queue.clone(),
+        config: config(tenant_max_running),
+    };
+    World { jobs, racing, executions, slots, queue, deps }
+}
+
+fn message(id: &str, body: &str) -> SqsMessage {
+    let mut message = SqsMessage::default();
+    message.message_id = Some(id.to_owned());
+    message.body = Some(body.to_owned());
+    message
+}
+
+fn dispatch_body(job_id: &str) -> String {
+    serde_json::to_string(&DispatchMessage { job_id: job_id.to_owned() }).unwrap()
+}
+
+fn tenant(owner: &str) -> Pool {
+    Pool::Tenant(owner.to_owned())
+}
+
+fn position(job: &JobRecord) -> String {
+    waiting_sort_key(job.priority, &job.created_at.to_rfc3339(), job.job_id.as_str())
+}
+
+impl World {
+    /// A pending job of `owner`, as submit writes it, changed by `edit`.
+    async fn job_with(&self, owner: &str, edit: impl FnOnce(&mut JobRecord)) -> JobRecord {
+        let mut job = pending_job(owner, Timestamp::now());
+        edit(&mut job);
+        self.jobs.put_job(&job).await.unwrap();
+        job
+    }
+
+    async fn job(&self, owner: &str) -> JobRecord {
+        self.job_with(owner, |_| {}).await
+    }
+
+    /// Delivers one batch; answers the ids of the messages SQS is to retry.
+    async fn deliver(&self, messages: Vec<SqsMessage>) -> Vec<String> {
+        let mut event = SqsEvent::default();
+        event.records = messages;
+        let response = handle(&self.deps, event).await;
+        response.batch_item_failures.into_iter().map(|f| f.item_identifier).collect()
+    }
+
+    /// Delivers each job's dispatch message (message ids `m-<job id>`) in one batch.
+    async fn dispatch(&self, jobs: &[&JobRecord]) -> Vec<String> {
+        let messages = jobs
+            .iter()
+            .map(|job| message(&format!("m-{}", job.job_id), &dispatch_body(job.job_id.as_str())))
+            .collect();
+        self.deliver(messages).await
+    }
+
+    async fn record(&self, job: &JobRecord) -> JobRecord {
+        self.jobs.job(job.job_id.as_str()).await.unwrap().unwrap()
+    }
+
+    /// The names of the executions started, in order.
+    fn started(&self) -> Vec<String> {
+        self.executions.started().into_iter().map(|e| e.name).collect()
+    }
+
+    async fn holders(&self, pool: &Pool) -> Vec<String> {
+        self.slots.holders(pool).await.unwrap()
+    }
+
+    async fn waiting(&self, pool: &Pool, owner: &str) -> Vec<String> {
+        let list = self.slots.first_waiting(pool, owner, 100).await.unwrap();
+        list.into_iter().map(|e| e.job_id).collect()
+    }
+
+    /// The job ids of the dispatch messages sent (wake-ups and delays), in order.
+    fn sent(&self) -> Vec<String> {
+        self.queue.sent().into_iter().map(|(m, _, _)| m.job_id).collect()
+    }
+
+    fn race(&self, before: Before, race: Race) {
+        *self.racing.race.lock().unwrap() = Some((before, race));
+    }
+}
+
+#[tokio::test]
+async fn a_queued_message_starts_one_execution_and_a_redelivery_no_second() {
+    let w = world(50);
+    let job = w.job("alice").await;
+    let id = job.job_id.to_string();
+    assert!(w.dispatch(&[&job]).await.is_empty());
+    let record = w.record(&job).await;
+    assert_eq!(record.status, JobStatus::Queued);
+    assert_eq!(record.execution.as_deref(), Some(execution_name(&id, 1).as_str()));
+    assert_eq!(record.dispatches, 1);
+    assert!(record.waiting.is_none());
+    let started = w.executions.started();
+    assert_eq!(started.len(), 1);
+    assert_eq!(started[0].name, execution_name(&id, 1));
+    assert_eq!(started[0].input, json!({"job_id": id, "worker_arn": STAGE_ARN}));
+    assert_eq!(w.holders(&tenant("alice")).await, [id.as_str()], "it holds its tenant's slot");
+
+    // Redelivered, alone and twice in one batch: the same execution, never a second.
+    assert!(w.dispatch(&[&job]).await.is_empty());
+    let twice = vec![message("r1", &dispatch_body(&id)), message("r2", &dispatch_body(&id))];
+    assert!(w.deliver(twice).await.is_empty());
+    assert_eq!(w.started(), [execution_name(&id, 1)]);
+    assert_eq!(w.record(&job).await.dispatches, 1);
+    assert_eq!(w.holders(&tenant("alice")).await, [id], "one slot, however many messages");
+}
+
+#[tokio::test]
+async fn two_copies_of_a_new_jobs_message_in_one_batch_start_one_execution() {
+    let w = world(50);
+    let job = w.job("alice").await;
+    let id = job.job_id.to_string();
+    let copies = vec![message("c1", &dispatch_body(&id)), message("c2", &dispatch_body(&id))];
+    assert!(w.deliver(copies).await.is_empty());
+    assert_eq!(w.started(), [execution_name(&id, 1)]);
+    assert_eq!(w.record(&job).await.status, JobStatus::Queued);
+    assert_eq!(w.holders(&tenant("alice")).await, [id]);
+}
+
+#[tokio::test]
+async fn a_tenant_at_its_running_limit_waits_without_an_execution_until_a_slot_frees() {
+    let w = world(1);
+    let first = w.job("alice").await;
+    let second = w.job("alice").await;
+    let other = w.job("bob").await;
+    assert!(w.dispatch(&[&first]).await.is_empty());
+    assert!(w.dispatch(&[&second, &other]).await.is_empty());
+
+    let waiting = w.record(&second).await;
+    assert_eq!(waiting.status, JobStatus::Pending);
+    let mark = waiting.waiting.expect("marked waiting");
+    assert_eq!((mark.reason, mark.limit), (WaitReason::TenantLimit, 1));
+    assert_eq!(mark.position, position(&second));
+    assert_eq!(w.waiting(&tenant("alice"), "alice").await, [second.job_id.to_string()]);
+    assert_eq!(w.holders(&tenant("alice")).await, [first.job_id.to_string()]);
+    let started = w.started();
+    assert!(!started.contains(&execution_name(second.job_id.as_str(), 1)), "{started:?}");
+    assert_eq!(w.record(&other).await.status, JobStatus::Queued, "another tenant is not held up");
+
+    // The first job ends: its slot goes back (the slots function) and the second is woken.
+    let woken = w.slots.release(&tenant("alice"), 1, &[first.job_id.to_string()]).await.unwrap();
+    assert_eq!(woken, 1);
+    assert_eq!(w.sent(), [second.job_id.to_string()]);
+    assert!(w.waiting(&tenant("alice"), "alice").await.is_empty());
+    assert!(w.dispatch(&[&second]).await.is_empty());
+    let record = w.record(&second).await;
+    assert_eq!(record.status, JobStatus::Queued);
+    assert!(record.waiting.is_none(), "the mark goes with the wait");
+    assert!(w.started().contains(&execution_name(second.job_id.as_str(), 1)));
+    assert_eq!(w.holders(&tenant("alice")).await, [second.job_id.to_string()]);
+}
+
+#[tokio::test]
+async fn a_kind_at_its_limit_makes_a_job_wait_and_gives_its_tenant_slot_back() {
+    let w = world(5);
+    let limited = |job: &mut JobRecord| {
+        job.policy = Some(JobPolicy { concurrency_limit: Some(1), ..JobPolicy::default() });
+    };
+    let first = w.job_with("alice", limited).await;
+    let second = w.job_with("bob", limited).await;
+    let kind = Pool::Kind(first.job_type.clone());
+    assert!(w.dispatch(&[&first]).await.is_empty());
+    assert!(w.dispatch(&[&second]).await.is_empty());
+
+    let record = w.record(&second).await;
+    assert_eq!(record.status, JobStatus::Pending);
+    let mark = record.waiting.expect("marked waiting");
+    assert_eq!((mark.reason, mark.limit), (WaitReason::KindLimit, 1));
+    assert_eq!(w.waiting(&kind, "bob").await, [second.job_id.to_string()]);
+    assert_eq!(w.slots.ring(&kind), ["bob"], "its tenant takes a place in the kind's ring");
+    assert!(w.holders(&tenant("bob")).await.is_empty(), "the tenant slot it took went back");
+    assert_eq!(w.holders(&kind).await, [first.job_id.to_string()]);
+    assert_eq!(w.started(), [execution_name(first.job_id.as_str(), 1)]);
+
+    // The kind's slot frees: bob's turn.
+    assert_eq!(w.slots.release(&kind, 1, &[first.job_id.to_string()]).await.unwrap(), 1);
+    assert!(w.dispatch(&[&second]).await.is_empty());
+    assert_eq!(w.record(&second).await.status, JobStatus::Queued);
+    assert_eq!(w.holders(&tenant("bob")).await, [second.job_id.to_string()]);
+}
+
+#[tokio::test]
+async fn a_job_that_moved_on_or_is_gone_is_not_started() {
+    let w = world(50);
+    let mut moved_on = Vec::new();
+    for status in
+        [JobStatus::Running, JobStatus::Succeeded, JobStatus::Failed, JobStatus::Cancelled]
+    {
+        let job = pending_job("alice", Timestamp::now());
+        w.jobs.put_record(JobRecord { status, ..job.clone() });
+        moved_on.push(job);
+    }
+    let gone = pending_job("alice", Timestamp::now());
+    let all: Vec<&JobRecord> = moved_on.iter().chain([&gone]).collect();
+    assert!(w.dispatch(&all).await.is_empty(), "nothing to retry: the messages are done");
+    assert!(w.started().is_empty());
+    assert!(w.holders(&tenant("alice")).await.is_empty(), "no slot taken");
+    for job in &moved_on {
+        assert_eq!(w.record(job).await.transitions, job.transitions, "untouched");
+    }
+    assert!(w.jobs.job(gone.job_id.as_str()).await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn a_job_cancelled_while_it_waits_for_a_slot_leaves_the_list() {
+    let w = world(1);
+    let first = w.job("alice").await;
+    let second = w.job("alice").await;
+    assert!(w.dispatch(&[&first]).await.is_empty());
+    w.race(Before::MarkingWaiting, Race::Cancel);
+    assert!(w.dispatch(&[&second]).await.is_empty());
+    assert_eq!(w.record(&second).await.status, JobStatus::Cancelled);
+    assert!(w.waiting(&tenant("alice"), "alice").await.is_empty(), "it waits for nothing");
+    assert_eq!(w.started(), [execution_name(first.job_id.as_str(), 1)]);
+    assert_eq!(w.holders(&tenant("alice")).await, [first.job_id.to_string()]);
+}
+
+#[tokio::test]
+async fn a_job_cancelled_while_it_took_its_slots_gives_them_back_to_who_waits() {
+    let w = world(1);
+    let job = w.job("alice").await;
+    let waiter = w.job("alice").await;
+    w.slots
+        .enter_waiting(&tenant("alice"), &position(&waiter), waiter.job_id.as_str(), "alice")
+        .await
+        .unwrap();
+    w.race(Before::Queueing, Race::Cancel);
+    assert!(w.dispatch(&[&job]).await.is_empty());
+    assert_eq!(w.record(&job).await.status, JobStatus::Cancelled);
+    assert!(w.started().is_empty());
+    assert!(w.holders(&tenant("alice")).await.is_empty(), "its slot went back");
+    assert_eq!(w.sent(), [waiter.job_id.to_string()], "and the waiting job was woken");
+}
+
+#[tokio::test]
+async fn a_message_that_lost_the_race_to_queue_starts_the_same_execution() {
+    let w = world(50);
+    let job = w.job("alice").await;
+    let id = job.job_id.to_string();
+    w.race(Before::Queueing, Race::Queue);
+    assert!(w.dispatch(&[&job]).await.is_empty());
+    assert_eq!(w.started(), [execution_name(&id, 1)], "started under the winner's name");
+    assert_eq!(w.holders(&tenant("alice")).await, [id.as_str()], "the slot stays the job's");
+    // The winner's own start then finds it there.
+    assert!(w.dispatch(&[&job]).await.is_empty());
+    assert_eq!(w.started(), [execution_name(&id, 1)]);
+}
+
+#[tokio::test]
+async fn a_duplicate_that_finds_the_job_running_keeps_its_slots_and_starts_nothing() {
+    let w = world(50);
+    let job = w.job("alice").await;
+    let id = job.job_id.to_string();
+    w.race(Before::Queueing, Race::Run);
+    assert!(w.dispatch(&[&job]).await.is_empty());
+    assert!(w.started().is_empty(), "the execution that runs it is the winner's");
+    assert_eq!(w.holders(&tenant("alice")).await, [id], "a running job's slot is not freed");
+    assert!(w.sent().is_empty());
+}
+
+#[tokio::test]
+async fn a_message_before_its_jobs_start_is_sent_again_with_the_remaining_delay() {
+    let w = world(50);
+    let start = Timestamp::from(chrono::Utc::now() + chrono::Duration::seconds(120));
+    let delayed = w.job_with("alice", |job| job.not_before = Some(start)).await;
+    assert!(w.dispatch(&[&delayed]).await.is_empty());
+    let sent = w.queue.sent();
+    assert_eq!(sent.len(), 1);
+    assert_eq!((sent[0].0.job_id.as_str(), sent[0].2.as_str()), (delayed.job_id.as_str(), "alice"));
+    assert!((110..=120).contains(&sent[0].1), "delay {}", sent[0].1);
+    assert_eq!(w.record(&delayed).await.status, JobStatus::Pending);
+    assert!(w.started().is_empty());
+    assert!(w.holders(&tenant("alice")).await.is_empty(), "no slot held while it waits");
+
+    // A queued job waiting out its backoff likewise.
+    let retry_at = Timestamp::from(chrono::Utc::now() + chrono::Duration::seconds(60));
+    let backing_off = pending_job("alice", Timestamp::now());
+    w.jobs.put_record(JobRecord {
+        status: JobStatus::Queued,
+        retry_at: Some(retry_at),
+        execution: Some("attempt-2".into()),
+        ..backing_off.clone()
+    });
+    assert!(w.dispatch(&[&backing_off]).await.is_empty());
+    let sent = w.queue.sent();
+    assert_eq!(sent.len(), 2);
+    assert!((50..=60).contains(&sent[1].1), "delay {}", sent[1].1);
+    assert!(w.started().is_empty());
+}
+
+#[tokio::test]
+async fn a_queued_job_is_started_again_under_its_own_execution_name() {
+    let w = world(50);
+    let job = pending_job("alice", Timestamp::now());
+    let past = Timestamp::from(chrono::Utc::now() - chrono::Duration::seconds(1));
+    w.jobs.put_record(JobRecord {
+        status: JobStatus::Queued,
+        execution: Some("job-2".into()),
+        retry_at: Some(past),
+        ..job.clone()
+    });
+    assert!(w.dispatch(&[&job]).await.is_empty());
+    assert_eq!(w.started(), ["job-2"]);
+}
+
+#[tokio::test]
+async fn a_malformed_message_is_retried_alone() {
+    let w = world(50);
+    let job = w.job("alice").await;
+    let batch =
+        vec![message("poison", "not json"), message("good", &dispatch_body(job.job_id.as_str()))];
+    assert_eq!(w.deliver(batch).await, ["poison"]);
+    assert_eq!(w.record(&job).await.status, JobStatus::Queued);
+    assert_eq!(w.started().len(), 1);
+}
+
+#[tokio::test]
+async fn a_failing_job_table_fails_every_message_and_loses_none() {
+    let w = world(50);
+    let (a, b) = (w.job("alice").await, w.job("bob").await);
+    w.jobs.set_unavailable(true);
+    let mut failed = w.dispatch(&[&a, &b]).await;
+    failed.sort();
+    let mut expected = [format!("m-{}", a.job_id), format!("m-{}", b.job_id)];
+    expected.sort();
+    assert_eq!(failed, expected, "both retried");
+    assert!(w.started().is_empty());
+    w.jobs.set_unavailable(false);
+    assert!(w.dispatch(&[&a, &b]).await.is_empty(), "the retry dispatches them");
+    assert_eq!(w.started().len(), 2);
+}
+
+#[tokio::test]
+async fn a_failing_slot_store_fails_the_message_and_starts_nothing() {
+    let w = world(50);
+    let job = w.job("alice").await;
+    w.slots.set_unavailable(true);
+    assert_eq!(w.dispatch(&[&job]).await, [format!("m-{}", job.job_id)]);
+    assert_eq!(w.record(&job).await.status, JobStatus::Pending, "not queued without its slot");
+    assert!(w.started().is_empty());
+    w.slots.set_unavailable(false);
+    assert!(w.dispatch(&[&job]).await.is_empty());
+    assert_eq!(w.started().len(), 1);
+}
+
+#[tokio::test]
+async fn a_failed_start_is_retried_and_starts_the_job_once() {
+    let w = world(50);
+    let job = w.job("alice").await;
+    w.executions.set_unavailable(true);
+    assert_eq!(w.dispatch(&[&job]).await, [format!("m-{}", job.job_id)]);
+    // Queued, holding its slot: the retried message starts it (and the reaper would too).
+    assert_eq!(w.record(&job).await.status, JobStatus::Queued);
+    assert_eq!(w.holders(&tenant("alice")).await, [job.job_id.to_string()]);
+    w.executions.set_unavailable(false);
+    assert!(w.dispatch(&[&job]).await.is_empty());
+    assert!(w.dispatch(&[&job]).await.is_empty());
+    assert_eq!(w.started(), [execution_name(job.job_id.as_str(), 1)]);
+}
+
+#[tokio::test]
+async fn a_delay_the_queue_refuses_is_retried() {
+    let w = world(50);
+    let start = Timestamp::from(chrono::Utc::now() + chrono::Duration::seconds(120));
+    let delayed = w.job_with("alice", |job| job.not_before = Some(start)).await;
+    w.queue.set_unavailable(true);
+    assert_eq!(w.dispatch(&[&delayed]).await, [format!("m-{}", delayed.job_id)]);
+    w.queue.set_unavailable(false);
+    assert!(w.dispatch(&[&delayed]).await.is_empty());
+    assert_eq!(w.sent(), [delayed.job_id.to_string()]);
+}

@@ -1,0 +1,202 @@
+//! A stage's checkpoints: saved as new objects and made current by a fenced progress write,
+//! resumed from, carried to the next stage, and given up when they cannot be continued.
+
+use super::*;
+
+impl Ctx<'_> {
+    /// Saves `state` as the stage's checkpoint and makes it current (fenced).
+    pub async fn checkpoint<T: Serialize>(
+        &mut self,
+        version: u32,
+        state: &T,
+        done: u64,
+        total: Option<u64>,
+    ) -> Result<(), StageError> {
+        let key = checkpoint_key(&self.job.job_id, self.stage, self.seq + 1, self.lease.attempt);
+        let body = serde_json::to_vec(&Checkpoint {
+            schema_version: version,
+            stage: self.stage.to_owned(),
+            attempt: self.lease.attempt,
+            written_at: now_rfc3339(),
+            items_done: Some(done),
+            state,
+        })
+        .expect("checkpoints serialise");
+        self.deps.objects.put_new(&key, body, "application/json").await.map_err(|e| match e {
+            // The key is new by construction: only another writer of this very key (none
+            // exists) could have been first. Refuse to go on rather than trust either object.
+            PutNewError::Exists(key) => StageError::LeaseLost(format!("checkpoint {key} exists")),
+            PutNewError::Aws(e) => {
+                StageError::from(failure_message::aws_failure(CHECKPOINT_FAILED, &e))
+            }
+        })?;
+        if !self.cancelled {
+            self.checkpoint_key = Some(key.clone());
+            match self.write(done, total).await {
+                Ok(()) => {
+                    self.last_checkpoint = (Instant::now(), done);
+                    return Ok(());
+                }
+                // Cancelled while it was saved: it becomes the final checkpoint, below.
+                Err(StageError::Cancelled) => {}
+                Err(err) => return Err(err),
+            }
+        }
+        // The attempt's final checkpoint, after its owner cancelled: made current by the one
+        // write a cancelled attempt may still make, so a retry resumes from here.
+        self.seq += 1;
+        let items_done = done.max(self.floor_done);
+        self.deps
+            .jobs
+            .record_final_checkpoint(
+                &self.job.job_id,
+                &self.lease.token,
+                FinalCheckpoint {
+                    seq: self.seq,
+                    stage: self.stage,
+                    stage_index: self.stage_index,
+                    checkpoint_key: &key,
+                    items_done,
+                },
+            )
+            .await
+            .map_err(refused)?;
+        self.checkpoint_key = Some(key);
+        self.last_checkpoint = (Instant::now(), done);
+        tracing::info!(items_done, "final checkpoint of the cancelled attempt saved");
+        Ok(())
+    }
+
+    /// Whether the current checkpoint is this stage's own (written by an earlier invocation of
+    /// this stage), not the previous stage's output carried across the boundary. Told by its
+    /// key, so the common case costs no read.
+    pub fn has_own_checkpoint(&self) -> bool {
+        let own = format!(
+            "{}{}/",
+            longhaul_aws::objects::checkpoints_prefix(&self.job.job_id),
+            self.stage
+        );
+        self.checkpoint_key.as_deref().is_some_and(|key| key.starts_with(&own))
+    }
+
+    /// The previous stage's final checkpoint, which this stage starts from (the progress record
+    /// keeps pointing at it across the stage boundary). A version mismatch here cannot be
+    /// healed by restarting this stage, so it fails the job with a clear reason (the object's
+    /// key goes to the log only: our storage layout is not the client's business).
+    pub async fn carried<T: DeserializeOwned>(
+        &mut self,
+        stage: &str,
+        version: u32,
+    ) -> Result<T, StageError> {
+        let public =
+            |what: &str| PublicMessage::domain(format!("the {stage} stage's output {what}"));
+        let key = self
+            .checkpoint_key
+            .clone()
+            .ok_or_else(|| StageError::Fatal(Failure::new(public("is missing"))))?;
+        let bytes = self
+            .deps
+            .objects
+            .get(&key)
+            .await
+            .map_err(|e| StageError::retryable(CHECKPOINT_FAILED, e))?
+            .ok_or_else(|| StageError::fatal(public("is missing"), format!("no object {key}")))?;
+        let checkpoint: Checkpoint<T> = serde_json::from_slice(&bytes)
+            .ok()
+            .filter(|c: &Checkpoint<T>| c.schema_version == version && c.stage == stage)
+            .ok_or_else(|| {
+                StageError::fatal(
+                    public(&format!("is not of schema version {version}")),
+                    format!("object {key}"),
+                )
+            })?;
+        Ok(checkpoint.state)
+    }
+
+    /// The stage's current checkpoint, if there is one of schema `version`. A checkpoint of
+    /// another version is not consumed: the stage restarts (logged).
+    pub async fn resume<T: DeserializeOwned>(
+        &mut self,
+        version: u32,
+    ) -> Result<Option<T>, StageError> {
+        let Some(key) = self.checkpoint_key.clone() else { return Ok(None) };
+        let Some(bytes) = self
+            .deps
+            .objects
+            .get(&key)
+            .await
+            .map_err(|e| StageError::retryable(CHECKPOINT_FAILED, e))?
+        else {
+            tracing::warn!(key, "the current checkpoint is missing; restarting the stage");
+            return Ok(None);
+        };
+        #[derive(Deserialize)]
+        struct Header {
+            schema_version: u32,
+            stage: String,
+        }
+        let unreadable = PublicMessage::fixed("a checkpoint of the job is unreadable");
+        let header: Header = serde_json::from_slice(&bytes)
+            .map_err(|e| StageError::fatal(unreadable.clone(), format!("checkpoint {key}: {e}")))?;
+        if header.stage != self.stage {
+            // The previous stage's output, carried across the boundary: nothing to resume.
+            return Ok(None);
+        }
+        if header.schema_version != version {
+            tracing::warn!(
+                key,
+                found = header.schema_version,
+                expected = version,
+                "checkpoint schema version mismatch; restarting the stage instead of consuming it"
+            );
+            self.floor_done = 0;
+            self.last_done = 0;
+            return Ok(None);
+        }
+        let checkpoint: Checkpoint<T> = serde_json::from_slice(&bytes).map_err(|e| {
+            StageError::fatal(
+                unreadable,
+                format!("checkpoint {key} does not match its schema version {version}: {e}"),
+            )
+        })?;
+        tracing::info!(stage = self.stage, key, "resuming from checkpoint");
+        // The item cadence counts from the checkpoint resumed, so a resumed stage is not due
+        // a checkpoint at once; the time cadence counts from this invocation's start.
+        if let Some(done) = checkpoint.items_done {
+            self.last_checkpoint.1 = done;
+        }
+        Ok(Some(checkpoint.state))
+    }
+
+    /// The checkpoint this attempt started from is not one it can go on from (a retry's
+    /// checkpoint naming the retried job's result upload, which this job may not continue):
+    /// the stage starts over, and says so — the job no longer claims `resumed_from`, and the
+    /// progress bar goes back to the stage's start instead of staying at the retried job's
+    /// count.
+    pub(crate) async fn start_over(&mut self) -> Result<(), StageError> {
+        self.deps
+            .jobs
+            .forget_resume(&self.job.job_id, &self.lease.token)
+            .await
+            .map_err(crate::stage_error::fenced)?;
+        tracing::info!(
+            stage = self.stage,
+            "the retried job's checkpoint cannot be continued: the stage starts over"
+        );
+        self.floor_done = 0;
+        self.last_done = 0;
+        self.last_pct = 0.0;
+        self.checkpoint_key = None;
+        self.write(0, None).await
+    }
+
+    /// Moves the progress record to the next stage (the stage boundary). The checkpoint
+    /// pointer is kept: the finished stage's last checkpoint is the next stage's input.
+    pub async fn advance(&mut self, next_stage: &'static str) -> Result<(), StageError> {
+        self.stage_index += 1;
+        self.stage = next_stage;
+        self.floor_done = 0;
+        self.last_done = 0;
+        self.write(0, None).await
+    }
+}

@@ -1,0 +1,329 @@
+//! The stage engine: what every job type's stages share — the deadline, lease-fenced
+//! progress with heartbeats and an ETA, and checkpoints that a crashed or continued
+//! invocation resumes from.
+//!
+//! Checkpoints are written as new objects (`checkpoints/<job>/<stage>/<seq>.json`) and then
+//! made current by a progress write that carries their key; that write is conditional on the
+//! lease, so a stale attempt may leave an orphan object behind but can never make a newer
+//! checkpoint unreachable. Every checkpoint carries a `schema_version`: one that does not match
+//! the stage's current version is never consumed — the stage restarts from its beginning,
+//! with a warning in the log.
+
+use std::time::{Duration, Instant};
+
+use futures::future::{BoxFuture, FutureExt};
+use longhaul_aws::jobs::{FinalCheckpoint, JobRecord, Lease, ProgressRecord, ProgressRefused};
+use longhaul_aws::objects::result_key;
+use longhaul_aws::objects::{PutNewError, checkpoint_key};
+use longhaul_domain::progress::{ETA_WINDOW_SECONDS, Position, ThroughputWindow, weighted_pct};
+use longhaul_domain::uploads::owns_upload;
+use longhaul_domain::{Timestamp, now_rfc3339};
+use longhaul_worker::context::check_result_name;
+use longhaul_worker::{
+    ByteStream, Cadence, KindError, ResultRef, ResultUpload, StageContext, StagedFile, UploadedPart,
+};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use crate::failure_message::{self, CHECKPOINT_FAILED, Failure, PublicMessage};
+use crate::{Deps, StageError};
+
+mod checkpoints;
+mod context;
+mod kind_errors;
+
+/// A checkpoint object.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Checkpoint<T> {
+    /// The version of the stage's state schema that wrote it.
+    pub schema_version: u32,
+    /// The stage it belongs to.
+    pub stage: String,
+    /// The attempt that wrote it.
+    pub attempt: u32,
+    /// When.
+    pub written_at: String,
+    /// The stage's count of items done that it was saved at: where the item cadence of the
+    /// invocation that resumes from it counts from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub items_done: Option<u64>,
+    /// The stage's state.
+    pub state: T,
+}
+
+/// One invocation's view of its stage.
+pub struct Ctx<'a> {
+    /// Adapters and settings.
+    pub deps: &'a Deps,
+    /// The job as read at the start of the invocation.
+    pub job: &'a JobRecord,
+    /// The attempt's lease.
+    pub lease: &'a Lease,
+    /// The stage's name.
+    pub stage: &'static str,
+    /// 1-based index of the stage.
+    pub stage_index: u32,
+    /// How many stages the job type has.
+    pub stages_total: u32,
+    stop_at: Instant,
+    seq: u64,
+    last_write: Instant,
+    last_pct: f64,
+    floor_done: u64,
+    /// The count the kind reported at this invocation's last write: a resumed attempt redoing
+    /// the work since its checkpoint (below `floor_done`, so the record does not move) is
+    /// still progressing, and the reaper's stall check must see it.
+    last_done: u64,
+    /// The count and total of the last progress write (what a heartbeat repeats).
+    last_reported: (u64, Option<u64>),
+    checkpoint_key: Option<String>,
+    /// Recent progress, for the ETA; `started` is its clock's zero.
+    throughput: ThroughputWindow,
+    started: Instant,
+    last_checkpoint: (Instant, u64),
+    changed_at: Option<Timestamp>,
+    /// The uploads the kind declared it reads (the only ones it may read).
+    inputs: Vec<String>,
+    /// The checkpoint cadence: the deployment's override, else the kind's.
+    cadence: Cadence,
+    /// How much of the job each stage is (empty: the same).
+    weights: &'static [u32],
+    /// Whether a write was refused because the owner cancelled: from then on the stage is
+    /// asked to stop (`deadline_near`), its next checkpoint is the attempt's final one, and any
+    /// further progress write fails with `Job.Cancelled`.
+    cancelled: bool,
+}
+
+impl<'a> Ctx<'a> {
+    /// The context of stage `stage_index` (1-based) of `stages`, continuing from `progress`.
+    pub fn new(
+        deps: &'a Deps,
+        job: &'a JobRecord,
+        lease: &'a Lease,
+        stages: &[&'static str],
+        progress: &ProgressRecord,
+        deadline: Instant,
+        kind: &KindRun,
+    ) -> Self {
+        let stage_index = progress.stage_index.clamp(1, stages.len() as u32);
+        let same_stage = progress.stage_index == stage_index;
+        Ctx {
+            deps,
+            job,
+            lease,
+            stage: stages[stage_index as usize - 1],
+            stage_index,
+            stages_total: stages.len() as u32,
+            stop_at: deadline.checked_sub(deps.margin).unwrap_or_else(Instant::now),
+            seq: progress.seq,
+            last_write: Instant::now(),
+            last_pct: progress.pct,
+            floor_done: if same_stage { progress.items_done } else { 0 },
+            last_done: 0,
+            last_reported: (0, None),
+            checkpoint_key: if same_stage { progress.checkpoint_key.clone() } else { None },
+            throughput: ThroughputWindow::new(ETA_WINDOW_SECONDS),
+            started: Instant::now(),
+            last_checkpoint: (Instant::now(), 0),
+            changed_at: progress.progress_changed_at,
+            inputs: kind.inputs.clone(),
+            cadence: Cadence {
+                items: deps.checkpoint_items.unwrap_or(kind.cadence.items).max(1),
+                interval: deps.checkpoint_interval.unwrap_or(kind.cadence.interval),
+            },
+            weights: kind.weights,
+            cancelled: false,
+        }
+    }
+
+    /// The job's id.
+    pub fn job_id(&self) -> &str {
+        &self.job.job_id
+    }
+
+    /// Whether the stage must stop now (checkpoint and return `Paused`): Lambda would stop the
+    /// invocation within the configured margin.
+    pub fn deadline_near(&self) -> bool {
+        self.cancelled || Instant::now() >= self.stop_at
+    }
+
+    /// Whether a checkpoint is due: every `checkpoint_items` items or `checkpoint_interval`,
+    /// whichever comes first.
+    pub fn checkpoint_due(&self, items_done: u64) -> bool {
+        self.cancelled
+            || items_done.saturating_sub(self.last_checkpoint.1) >= self.cadence.items
+            || self.last_checkpoint.0.elapsed() >= self.cadence.interval
+    }
+
+    /// Reports progress: at most one write per progress interval (2 s by default — what a
+    /// progress bar needs, and each write is a billed DynamoDB write), which also serves as
+    /// the heartbeat. Writing on every whole percent as well, as this once did, cost a 10 s
+    /// job about a hundred writes instead of five (`make bench` measured it).
+    ///
+    /// The write that finds the job cancelled does not fail: it asks the stage to stop
+    /// ([`Ctx::deadline_near`]), so that a kind that checkpoints and pauses there saves where
+    /// it got to — a retry of the cancelled job resumes from that. A kind that goes on
+    /// regardless fails with `Job.Cancelled` at its next progress report.
+    pub async fn progress(&mut self, done: u64, total: Option<u64>) -> Result<(), StageError> {
+        let since = self.last_write.elapsed();
+        if since >= self.deps.progress_interval || since >= self.deps.heartbeat_interval {
+            return self.write_unless_cancelled(done, total).await;
+        }
+        Ok(())
+    }
+
+    /// Writes a heartbeat if one is due (for work that makes no countable progress for a while);
+    /// a cancellation found is handled as in [`Ctx::progress`].
+    pub async fn heartbeat(&mut self, done: u64, total: Option<u64>) -> Result<(), StageError> {
+        if self.last_write.elapsed() >= self.deps.heartbeat_interval {
+            return self.write_unless_cancelled(done, total).await;
+        }
+        Ok(())
+    }
+
+    /// A progress write from the kind: `Job.Cancelled` once the stage was asked to stop for a
+    /// cancellation; the write that finds it asks and succeeds.
+    async fn write_unless_cancelled(
+        &mut self,
+        done: u64,
+        total: Option<u64>,
+    ) -> Result<(), StageError> {
+        if self.cancelled {
+            return Err(StageError::Cancelled);
+        }
+        match self.write(done, total).await {
+            Err(StageError::Cancelled) => {
+                tracing::info!("cancellation seen; the stage is asked to checkpoint and stop");
+                Ok(())
+            }
+            other => other,
+        }
+    }
+
+    /// Whether the owner's cancellation was seen.
+    pub fn cancelled(&self) -> bool {
+        self.cancelled
+    }
+
+    fn pct(&self, done: u64, total: Option<u64>) -> f64 {
+        let position = Position {
+            stage_index: self.stage_index,
+            stages_total: self.stages_total,
+            done,
+            total,
+        };
+        weighted_pct(position, self.weights, self.last_pct)
+    }
+
+    /// Writes the progress record now (monotonic: never below what was reported before).
+    async fn write(&mut self, done: u64, total: Option<u64>) -> Result<(), StageError> {
+        let pct = self.pct(done, total);
+        let now = Instant::now();
+        // ETA from the throughput of about the last minute; none until 10 % is done.
+        let eta = self.throughput.observe(now.duration_since(self.started).as_secs_f64(), pct);
+        self.seq += 1;
+        let stamp = Timestamp::now();
+        let items_done = done.max(self.floor_done);
+        // (A count above the floor is above the last count too: the floor is never below it.)
+        if pct > self.last_pct || done > self.last_done || self.changed_at.is_none() {
+            self.changed_at = Some(stamp);
+        }
+        let record = ProgressRecord {
+            pct,
+            stage: self.stage.to_owned(),
+            stage_index: self.stage_index,
+            stages_total: self.stages_total,
+            items_done,
+            items_total: total,
+            eta_seconds: eta,
+            seq: self.seq,
+            heartbeat_at: stamp,
+            updated_at: stamp,
+            lease: self.lease.token.clone(),
+            checkpoint_key: self.checkpoint_key.clone(),
+            cancel_requested_at: None,
+            progress_changed_at: self.changed_at,
+            attempt: Some(self.lease.attempt),
+        };
+        let written = self.deps.jobs.record_progress(&self.job.job_id, &record).await;
+        if let Err(ProgressRefused::Cancelled) = &written {
+            self.cancelled = true;
+        }
+        written.map_err(refused)?;
+        self.last_write = now;
+        self.last_pct = pct;
+        self.floor_done = record.items_done;
+        self.last_done = done;
+        self.last_reported = (done, total);
+        Ok(())
+    }
+
+    /// Awaits `call` (one long AWS call, such as completing a large multipart upload) while
+    /// writing heartbeats at the heartbeat interval, at the progress last reported, so the
+    /// reaper does not take the waiting stage for a zombie. A cancellation seen meanwhile is
+    /// handled as in [`Ctx::progress`] (the call still runs to its end).
+    pub async fn heartbeating<T>(
+        &mut self,
+        call: impl Future<Output = T>,
+    ) -> Result<T, StageError> {
+        let step = self.deps.heartbeat_interval.max(Duration::from_millis(1));
+        let (done, total) = self.last_reported;
+        tokio::pin!(call);
+        loop {
+            tokio::select! {
+                out = &mut call => return Ok(out),
+                () = tokio::time::sleep(step) => match self.heartbeat(done, total).await {
+                    Ok(()) => {}
+                    Err(StageError::Cancelled) => {} // the stage stops after the call
+                    Err(err) => return Err(err),
+                },
+            }
+        }
+    }
+
+    /// Sleeps `duration` in short steps, heartbeating while it waits.
+    pub async fn pause(
+        &mut self,
+        duration: Duration,
+        done: u64,
+        total: Option<u64>,
+    ) -> Result<(), StageError> {
+        if self.cancelled {
+            return Err(StageError::Cancelled);
+        }
+        let step =
+            self.deps.heartbeat_interval.min(Duration::from_secs(5)).max(Duration::from_millis(1));
+        let end = Instant::now() + duration;
+        while let Some(left) = end.checked_duration_since(Instant::now()).filter(|d| !d.is_zero()) {
+            tokio::time::sleep(left.min(step)).await;
+            self.heartbeat(done, total).await?;
+            if self.cancelled {
+                break; // asked to stop: the kind checkpoints and pauses
+            }
+        }
+        Ok(())
+    }
+}
+
+fn refused(err: ProgressRefused) -> StageError {
+    match err {
+        ProgressRefused::Cancelled => StageError::Cancelled,
+        ProgressRefused::LeaseLost => StageError::LeaseLost("another attempt holds the job".into()),
+        ProgressRefused::Stale { seq } => {
+            StageError::LeaseLost(format!("a duplicate worker already recorded progress {seq}"))
+        }
+        ProgressRefused::Store(err) => crate::store_failed(err),
+    }
+}
+
+/// What the engine needs to know of the job's kind.
+#[derive(Debug, Clone)]
+pub struct KindRun {
+    /// The uploads the job's params name (already owner-checked at submit; checked again on
+    /// every read).
+    pub inputs: Vec<String>,
+    /// The kind's checkpoint cadence.
+    pub cadence: Cadence,
+    /// The kind's stage weights ([`longhaul_worker::JobKind::stage_weights`]).
+    pub weights: &'static [u32],
+}

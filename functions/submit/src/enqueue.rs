@@ -1,0 +1,30 @@
+//! Handing a written job to the dispatcher: its message on the intake queue.
+
+use longhaul_aws::jobs::JobRecord;
+use longhaul_aws::queue::DispatchMessage;
+use longhaul_domain::{Timestamp, schedule};
+
+use crate::Deps;
+
+/// Enqueues the job. A failure here leaves the job `pending`: it is already durable, and the
+/// reaper re-enqueues pending jobs that were never dispatched, so the client still gets 202.
+///
+/// A delayed job's message is delayed until its start when SQS can hold it that long (15
+/// minutes); a later start is not enqueued now: the reaper enqueues it 15 minutes before
+/// (its pending index entry is keyed then — `longhaul_domain::schedule`).
+pub(crate) async fn enqueue(deps: &Deps, job: &JobRecord) {
+    let now = chrono::Utc::now();
+    let start = job.not_before.map(Timestamp::as_datetime);
+    let delay = match start {
+        Some(at) if (at - now).num_seconds() > schedule::MAX_SQS_DELAY_SECONDS => {
+            tracing::info!(not_before = %at, "delayed; the reaper enqueues it when due");
+            return;
+        }
+        Some(at) => schedule::sqs_delay(at, now),
+        None => 0,
+    };
+    let message = DispatchMessage { job_id: job.job_id.to_string() };
+    if let Err(err) = deps.intake.send_delayed(&message, delay, &job.owner).await {
+        tracing::error!(error = %err, "enqueueing failed; the job stays pending for the reaper");
+    }
+}

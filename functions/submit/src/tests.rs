@@ -1,0 +1,620 @@
+//! The handler over in-memory adapters: every path of `POST /jobs` and `POST /jobs/{id}/retry`,
+//! every refusal, and what a failing table or queue leaves.
+
+use super::*;
+
+use longhaul_aws::jobs::JobRecord;
+use longhaul_domain::{JobId, JobStatus, Timestamp};
+use serde_json::json;
+
+/// A job record as submit writes it, in `status`.
+pub(crate) fn job_in(status: JobStatus) -> JobRecord {
+    let now = Timestamp::now().to_rfc3339();
+    serde_json::from_value(json!({
+        "job_id": JobId::new(),
+        "owner": "alice",
+        "type": "demo",
+        "params": {"items": 1},
+        "status": status,
+        "attempt": 0,
+        "idempotency_key": "order-42",
+        "fingerprint": "f",
+        "created_at": now,
+        "updated_at": now,
+        "transitions": [],
+    }))
+    .unwrap()
+}
+
+use std::sync::Arc;
+
+use lambda_http::http::header;
+use longhaul_aws::jobs::{IdempotencyRecord, ListFilter, ProgressRecord};
+use longhaul_aws::ports::{JobCreation, JobListing, JobReads};
+use longhaul_domain::fingerprint::{retry_idempotency_key, submission_fingerprint};
+use longhaul_domain::uploads::owner_prefix;
+use longhaul_memory::api::{ApiRequest, json_of};
+use longhaul_memory::{MemoryDispatchQueue, MemoryJobStore, MemoryObjects, MemoryRateLimits};
+use serde_json::Value;
+
+struct World {
+    jobs: Arc<MemoryJobStore>,
+    limits: Arc<MemoryRateLimits>,
+    queue: Arc<MemoryDispatchQueue>,
+    uploads: Arc<MemoryObjects>,
+    deps: Deps,
+}
+
+/// `per_minute` submissions a minute per tenant, at most `max_pending` jobs not yet running;
+/// the demo and CSV report kinds enabled.
+fn world_limited(per_minute: u32, max_pending: usize) -> World {
+    let jobs = Arc::new(MemoryJobStore::new());
+    let limits = Arc::new(MemoryRateLimits::new(per_minute));
+    let queue = Arc::new(MemoryDispatchQueue::new());
+    let uploads = Arc::new(MemoryObjects::new());
+    let deps = Deps {
+        jobs: jobs.clone(),
+        limiter: limits.clone(),
+        intake: queue.clone(),
+        uploads: uploads.clone(),
+        idempotency_ttl: std::time::Duration::from_secs(86_400),
+        registry: longhaul_jobs::registry().enabled(&["demo".into(), "csv_report".into()]),
+        callbacks: longhaul_domain::callback::CallbackPolicy { allow_insecure: false },
+        policy_overrides: Default::default(),
+        max_pending,
+    };
+    World { jobs, limits, queue, uploads, deps }
+}
+
+fn world() -> World {
+    world_limited(600, 10_000)
+}
+
+fn demo() -> Value {
+    json!({"type": "demo", "params": {"items": 1}})
+}
+
+fn problem_type(response: &Response<Body>) -> String {
+    assert_eq!(
+        response.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()),
+        Some("application/problem+json"),
+        "a problem"
+    );
+    json_of(response)["type"].as_str().unwrap_or_default().to_owned()
+}
+
+fn header_of<'r>(response: &'r Response<Body>, name: &str) -> Option<&'r str> {
+    response.headers().get(name).and_then(|v| v.to_str().ok())
+}
+
+impl World {
+    async fn post(&self, owner: &str, body: &Value, key: Option<&str>) -> Response<Body> {
+        let mut request = ApiRequest::new("POST", "/jobs", owner).route("POST /jobs").json(body);
+        if let Some(key) = key {
+            request = request.header("idempotency-key", key);
+        }
+        handle(&self.deps, request.build()).await
+    }
+
+    async fn retry(&self, owner: &str, job_id: &str, body: Option<Value>) -> Response<Body> {
+        let mut request = ApiRequest::new("POST", &format!("/jobs/{job_id}/retry"), owner)
+            .route("POST /jobs/{id}/retry")
+            .param("id", job_id);
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        handle(&self.deps, request.build()).await
+    }
+
+    /// Submits `body` and answers the new job's id (asserting the 202).
+    async fn submitted(&self, owner: &str, body: &Value, key: Option<&str>) -> String {
+        let response = self.post(owner, body, key).await;
+        assert_eq!(response.status(), 202, "{}", json_of(&response));
+        json_of(&response)["job_id"].as_str().unwrap().to_owned()
+    }
+
+    async fn record(&self, job_id: &str) -> JobRecord {
+        self.jobs.job(job_id).await.unwrap().expect("the job is written")
+    }
+
+    /// Sets the job's status as it stands (what its run did meanwhile).
+    async fn set_status(&self, job_id: &str, status: JobStatus) {
+        let record = self.record(job_id).await;
+        self.jobs.put_record(JobRecord { status, ..record });
+    }
+
+    /// The ids of `owner`'s jobs, newest first.
+    async fn jobs_of(&self, owner: &str) -> Vec<String> {
+        let (page, _) = self.jobs.list(owner, &ListFilter::default(), 100, None).await.unwrap();
+        page.into_iter().map(|entry| entry.job_id.to_string()).collect()
+    }
+
+    /// The jobs enqueued: id, delay, owner.
+    fn enqueued(&self) -> Vec<(String, u32, String)> {
+        self.queue.sent().into_iter().map(|(m, delay, owner)| (m.job_id, delay, owner)).collect()
+    }
+
+    async fn key(&self, owner: &str, key: &str) -> Option<IdempotencyRecord> {
+        self.jobs.idempotency(owner, key).await.unwrap()
+    }
+}
+
+#[tokio::test]
+async fn a_new_job_is_accepted_written_once_and_enqueued() {
+    let w = world();
+    let response = w.post("alice", &demo(), None).await;
+    assert_eq!(response.status(), 202);
+    let body = json_of(&response);
+    let id = body["job_id"].as_str().unwrap().to_owned();
+    let location = format!("/jobs/{id}");
+    assert_eq!(header_of(&response, "location"), Some(location.as_str()));
+    assert_eq!(header_of(&response, "retry-after"), Some("2"));
+    assert_eq!(header_of(&response, "cache-control"), Some("no-store"));
+    assert!(response.headers().get(IDEMPOTENT_REPLAYED).is_none());
+    assert_eq!(
+        (body["status"].as_str(), body["status_url"].as_str()),
+        (Some("pending"), Some(location.as_str()))
+    );
+
+    let job = w.record(&id).await;
+    assert_eq!((job.owner.as_str(), job.job_type.as_str()), ("alice", "demo"));
+    assert_eq!(
+        (job.status, job.attempt, job.params.clone()),
+        (JobStatus::Pending, 0, json!({"items": 1}))
+    );
+    assert_eq!(
+        job.policy,
+        Some(stored_policy(w.deps.registry.get("demo").unwrap(), &Default::default()))
+    );
+    assert!(job.not_before.is_none() && job.retry_of.is_none() && job.callback_url.is_none());
+    assert_eq!(w.jobs_of("alice").await, [id.as_str()], "written once");
+    assert_eq!(w.enqueued(), [(id.clone(), 0, "alice".to_owned())], "enqueued at once");
+    let key = w.key("alice", &job.idempotency_key).await.expect("its derived key is claimed");
+    assert_eq!(key.job_id, id);
+}
+
+#[tokio::test]
+async fn a_delayed_start_is_enqueued_with_its_delay_or_left_to_the_reaper() {
+    let w = world();
+    let soon = w
+        .submitted(
+            "alice",
+            &json!({"type": "demo", "params": {"items": 1}, "delay_seconds": 120}),
+            None,
+        )
+        .await;
+    let job = w.record(&soon).await;
+    let start = job.not_before.expect("its start is stored").as_datetime();
+    let ahead = (start - chrono::Utc::now()).num_seconds();
+    assert!((110..=120).contains(&ahead), "{ahead}");
+    let sent = w.enqueued();
+    assert_eq!((sent[0].0.as_str(), sent[0].2.as_str()), (soon.as_str(), "alice"));
+    assert!((110..=120).contains(&sent[0].1), "delayed by {}", sent[0].1);
+
+    // Beyond what SQS can hold (15 minutes): not enqueued now; the reaper enqueues it when due.
+    let later = w
+        .submitted(
+            "alice",
+            &json!({"type": "demo", "params": {"items": 1}, "delay_seconds": 3600}),
+            None,
+        )
+        .await;
+    assert!(w.record(&later).await.not_before.is_some());
+    assert_eq!(w.enqueued().len(), 1, "only the first");
+}
+
+#[tokio::test]
+async fn a_replay_answers_200_with_the_same_job_and_counts_nothing() {
+    // One submission a minute: a replay that were charged would be refused.
+    let w = world_limited(1, 10_000);
+    let first = w.post("alice", &demo(), Some("order-42")).await;
+    assert_eq!(first.status(), 202);
+    let id = json_of(&first)["job_id"].as_str().unwrap().to_owned();
+    for _ in 0..2 {
+        let again = w.post("alice", &demo(), Some("order-42")).await;
+        assert_eq!(again.status(), 200);
+        assert_eq!(header_of(&again, "idempotent-replayed"), Some("true"));
+        assert_eq!(json_of(&again)["job_id"], id.as_str());
+        assert_eq!(header_of(&again, "location"), Some(format!("/jobs/{id}").as_str()));
+    }
+    assert_eq!(w.jobs_of("alice").await, [id.as_str()]);
+    assert_eq!(w.enqueued().len(), 1, "enqueued once");
+    // The same request without a key is replayed by its derived key (another tenant's is not).
+    let unkeyed = world();
+    let id = unkeyed.submitted("alice", &demo(), None).await;
+    let again = unkeyed.post("alice", &demo(), None).await;
+    assert_eq!(
+        (again.status().as_u16(), json_of(&again)["job_id"].as_str()),
+        (200, Some(id.as_str()))
+    );
+    let bobs = unkeyed.submitted("bob", &demo(), None).await;
+    assert_ne!(bobs, id);
+}
+
+#[tokio::test]
+async fn the_same_key_for_another_request_is_422_and_changes_nothing() {
+    let w = world();
+    let id = w.submitted("alice", &demo(), Some("order-42")).await;
+    let other = json!({"type": "demo", "params": {"items": 2}});
+    let response = w.post("alice", &other, Some("order-42")).await;
+    assert_eq!(response.status(), 422);
+    assert_eq!(problem_type(&response), "/problems/idempotency-key-reused");
+    assert_eq!(w.jobs_of("alice").await, [id.as_str()]);
+    assert_eq!(w.key("alice", "order-42").await.unwrap().job_id, id, "the key names the first");
+    assert_eq!(w.enqueued().len(), 1);
+}
+
+#[tokio::test]
+async fn a_key_claimed_by_a_request_still_in_flight_is_409_and_one_left_behind_is_finished() {
+    let w = world();
+    let fingerprint = submission_fingerprint("demo", &json!({"items": 1}), None);
+    let claim = |job_id: &JobId, created_at: chrono::DateTime<chrono::Utc>| IdempotencyRecord {
+        job_id: job_id.to_string(),
+        fingerprint: fingerprint.clone(),
+        created_at: Timestamp::from(created_at).to_rfc3339(),
+        expires_at: chrono::Utc::now().timestamp() + 3600,
+    };
+    let young = JobId::new();
+    w.jobs.claim_key("alice", "young", &claim(&young, chrono::Utc::now()), None).await.unwrap();
+    let response = w.post("alice", &demo(), Some("young")).await;
+    assert_eq!(response.status(), 409);
+    assert_eq!(problem_type(&response), "/problems/request-in-flight");
+    assert_eq!(header_of(&response, "retry-after"), Some("1"));
+    assert!(w.jobs_of("alice").await.is_empty());
+    assert!(w.enqueued().is_empty());
+
+    // A claim older than the window whose job was never written: this request finishes it,
+    // under the recorded id and creation time.
+    let claimed_at = chrono::Utc::now() - chrono::Duration::seconds(60);
+    let old = JobId::new();
+    w.jobs.claim_key("alice", "old", &claim(&old, claimed_at), None).await.unwrap();
+    let response = w.post("alice", &demo(), Some("old")).await;
+    assert_eq!(response.status(), 202);
+    assert_eq!(json_of(&response)["job_id"], old.as_str());
+    let job = w.record(old.as_str()).await;
+    assert_eq!(job.created_at.to_rfc3339(), Timestamp::from(claimed_at).to_rfc3339());
+    assert_eq!(w.enqueued(), [(old.to_string(), 0, "alice".to_owned())]);
+}
+
+#[tokio::test]
+async fn a_failed_or_cancelled_jobs_key_is_taken_by_a_new_job() {
+    let w = world();
+    for ended in [JobStatus::Failed, JobStatus::Cancelled] {
+        let first = w.submitted("alice", &demo(), Some("order-42")).await;
+        w.set_status(&first, ended).await;
+        let second = w.submitted("alice", &demo(), Some("order-42")).await;
+        assert_ne!(first, second, "{ended:?}");
+        assert_eq!(w.key("alice", "order-42").await.unwrap().job_id, second);
+        w.set_status(&second, ended).await;
+    }
+    assert_eq!(w.enqueued().len(), 4);
+}
+
+#[tokio::test]
+async fn a_failed_job_is_retried_as_a_new_job_linked_to_it_once() {
+    let w = world();
+    let failed = w
+        .submitted(
+            "alice",
+            &json!({"type": "demo", "params": {"items": 3}, "priority": "high"}),
+            None,
+        )
+        .await;
+    w.set_status(&failed, JobStatus::Failed).await;
+    let response = w.retry("alice", &failed, None).await;
+    assert_eq!(response.status(), 202);
+    let body = json_of(&response);
+    assert_eq!(body["retry_of"], failed.as_str());
+    let retried = body["job_id"].as_str().unwrap().to_owned();
+    let job = w.record(&retried).await;
+    assert_eq!(job.retry_of.as_deref(), Some(failed.as_str()));
+    assert_eq!((job.params.clone(), job.priority.as_str()), (json!({"items": 3}), "high"));
+    assert_eq!(job.idempotency_key, retry_idempotency_key(&failed));
+    assert!(job.resumed_from.is_none(), "it left no checkpoint: from the start");
+    assert_eq!(w.enqueued().last().unwrap().0, retried);
+
+    let again = w.retry("alice", &failed, None).await;
+    assert_eq!(again.status(), 200, "the same retry, replayed");
+    assert_eq!(header_of(&again, "idempotent-replayed"), Some("true"));
+    assert_eq!(json_of(&again)["job_id"], retried.as_str());
+    assert_eq!(w.jobs_of("alice").await.len(), 2);
+}
+
+#[tokio::test]
+async fn a_retry_resumes_from_the_checkpoint_unless_asked_to_start_over() {
+    let w = world();
+    let checkpointed = |w: &World, id: &str| {
+        w.jobs.put_progress(
+            id,
+            ProgressRecord {
+                stage: "work".into(),
+                items_done: 7,
+                checkpoint_key: Some(format!("checkpoints/{id}/1")),
+                ..Default::default()
+            },
+        )
+    };
+    let first = w.submitted("alice", &demo(), Some("a")).await;
+    w.set_status(&first, JobStatus::Cancelled).await;
+    checkpointed(&w, &first);
+    let resumed =
+        json_of(&w.retry("alice", &first, None).await)["job_id"].as_str().unwrap().to_owned();
+    let job = w.record(&resumed).await;
+    let from = job.resumed_from.expect("resumed");
+    assert_eq!((from.job_id.as_str(), from.items_done), (first.as_str(), 7));
+    let seeded = w.jobs.progress(&resumed).expect("its progress is seeded");
+    assert_eq!(seeded.checkpoint_key, Some(format!("checkpoints/{first}/1")));
+
+    let second = w.submitted("alice", &demo(), Some("b")).await;
+    w.set_status(&second, JobStatus::Failed).await;
+    checkpointed(&w, &second);
+    let response = w.retry("alice", &second, Some(json!({"from": "start"}))).await;
+    let fresh = json_of(&response)["job_id"].as_str().unwrap().to_owned();
+    assert!(w.record(&fresh).await.resumed_from.is_none());
+    assert!(w.jobs.progress(&fresh).is_none());
+}
+
+#[tokio::test]
+async fn a_retry_is_refused_for_a_job_not_ended_in_failure_and_for_others_jobs() {
+    let w = world();
+    let job = w.submitted("alice", &demo(), None).await;
+    for status in [JobStatus::Pending, JobStatus::Running, JobStatus::Succeeded] {
+        w.set_status(&job, status).await;
+        let response = w.retry("alice", &job, None).await;
+        assert_eq!(response.status(), 409, "{status:?}");
+        assert_eq!(json_of(&response)["status_now"], status.to_string());
+    }
+    w.set_status(&job, JobStatus::Failed).await;
+    for (who, target) in
+        [("mallory", job.as_str()), ("alice", "01J00000000000000000000000"), ("alice", "nope")]
+    {
+        let response = w.retry(who, target, None).await;
+        assert_eq!(response.status(), 404, "{who} {target}");
+    }
+    let response = w.retry("alice", &job, Some(json!({"from": "the middle"}))).await;
+    assert_eq!(response.status(), 400);
+    assert_eq!(problem_type(&response), "/problems/bad-request");
+    assert_eq!(w.jobs_of("alice").await, [job.as_str()], "no retry written");
+    assert!(w.key("alice", &retry_idempotency_key(&job)).await.is_none(), "no key claimed");
+    assert!(w.jobs_of("mallory").await.is_empty());
+    assert_eq!(w.enqueued().len(), 1);
+}
+
+#[tokio::test]
+async fn a_retry_of_a_kind_switched_off_since_is_422_and_writes_nothing() {
+    let mut w = world();
+    let failed = w.submitted("alice", &demo(), None).await;
+    w.set_status(&failed, JobStatus::Failed).await;
+    w.deps.registry = longhaul_jobs::registry().enabled(&["csv_report".into()]);
+    let response = w.retry("alice", &failed, None).await;
+    assert_eq!(response.status(), 422);
+    assert_eq!(problem_type(&response), "/problems/unknown-job-type");
+    assert_eq!(w.jobs_of("alice").await.len(), 1);
+    assert!(w.key("alice", &retry_idempotency_key(&failed)).await.is_none());
+}
+
+#[tokio::test]
+async fn the_rate_limit_refuses_with_retry_after_and_writes_nothing() {
+    let w = world_limited(1, 10_000);
+    let id = w.submitted("alice", &demo(), None).await;
+    let other = json!({"type": "demo", "params": {"items": 2}});
+    let response = w.post("alice", &other, Some("second")).await;
+    assert_eq!(response.status(), 429);
+    assert_eq!(problem_type(&response), "/problems/rate-limited");
+    let retry_after: u64 = header_of(&response, "retry-after").unwrap().parse().unwrap();
+    assert!((1..=60).contains(&retry_after), "{retry_after}");
+    assert_eq!(w.jobs_of("alice").await, [id]);
+    assert!(w.key("alice", "second").await.is_none(), "its key is given back");
+    assert_eq!(w.enqueued().len(), 1);
+    // A retry is a submission too.
+    let failed = w.jobs_of("alice").await.remove(0);
+    w.set_status(&failed, JobStatus::Failed).await;
+    assert_eq!(w.retry("alice", &failed, None).await.status(), 429);
+    assert!(w.key("alice", &retry_idempotency_key(&failed)).await.is_none());
+    // Another tenant has its own.
+    assert_eq!(w.post("bob", &other, None).await.status(), 202);
+}
+
+#[tokio::test]
+async fn a_full_backlog_refuses_with_backlog_full_before_charging_the_rate() {
+    let w = world_limited(2, 1);
+    let first = w.submitted("alice", &demo(), None).await;
+    let other = json!({"type": "demo", "params": {"items": 2}});
+    let response = w.post("alice", &other, Some("second")).await;
+    assert_eq!(response.status(), 429);
+    assert_eq!(problem_type(&response), "/problems/backlog-full");
+    assert_eq!(header_of(&response, "retry-after"), Some("60"));
+    assert_eq!(json_of(&response)["max_pending"], 1);
+    assert_eq!(w.jobs_of("alice").await, [first.as_str()]);
+    assert!(w.key("alice", "second").await.is_none());
+    assert_eq!(w.enqueued().len(), 1);
+    // Once the first runs there is room; the refusal was not charged (two a minute).
+    w.set_status(&first, JobStatus::Running).await;
+    assert_eq!(w.post("alice", &other, Some("second")).await.status(), 202);
+}
+
+#[tokio::test]
+async fn every_bad_input_is_a_problem_that_changes_nothing() {
+    let w = world();
+    let with = |edit: &dyn Fn(&mut Value)| {
+        let mut body = demo();
+        edit(&mut body);
+        body
+    };
+    let someone_elses = format!("{}0123/in.csv", owner_prefix("mallory"));
+    let cases: Vec<(&str, Value, u16, &str)> = vec![
+        ("unknown field", with(&|b| b["bogus"] = json!(1)), 400, "bad-request"),
+        ("unknown type", json!({"type": "nope"}), 422, "unknown-job-type"),
+        ("disabled type", json!({"type": "archive", "params": {}}), 422, "unknown-job-type"),
+        ("params refused", json!({"type": "demo", "params": {"items": 0}}), 422, "invalid-params"),
+        (
+            "params of the wrong shape",
+            json!({"type": "demo", "params": {"items": "many"}}),
+            422,
+            "invalid-params",
+        ),
+        (
+            "someone else's upload",
+            json!({"type": "csv_report", "params": {"input": someone_elses, "metrics": [{"op": "count"}]}}),
+            404,
+            "upload-not-found",
+        ),
+        (
+            "callback not https",
+            with(&|b| b["callback_url"] = json!("http://203.0.113.7/hook")),
+            422,
+            "invalid-callback-url",
+        ),
+        (
+            "callback to a private address",
+            with(&|b| b["callback_url"] = json!("https://10.0.0.1/hook")),
+            422,
+            "invalid-callback-url",
+        ),
+        (
+            "callback not a URL",
+            with(&|b| b["callback_url"] = json!("not a url")),
+            422,
+            "invalid-callback-url",
+        ),
+        ("unknown priority", with(&|b| b["priority"] = json!("urgent")), 422, "invalid-priority"),
+        ("priority not a name", with(&|b| b["priority"] = json!(1)), 422, "invalid-priority"),
+        ("negative delay", with(&|b| b["delay_seconds"] = json!(-5)), 422, "invalid-start"),
+        (
+            "delay and start both",
+            with(&|b| {
+                b["delay_seconds"] = json!(5);
+                b["not_before"] = json!("2030-01-01T00:00:00Z")
+            }),
+            422,
+            "invalid-start",
+        ),
+        ("start not a time", with(&|b| b["not_before"] = json!("tomorrow")), 422, "invalid-start"),
+    ];
+    for (what, body, status, slug) in cases {
+        let response = w.post("alice", &body, Some("k")).await;
+        assert_eq!(response.status(), status, "{what}: {}", json_of(&response));
+        assert_eq!(problem_type(&response), format!("/problems/{slug}"), "{what}");
+    }
+    let request = |build: &dyn Fn(ApiRequest) -> ApiRequest| {
+        build(ApiRequest::new("POST", "/jobs", "alice").route("POST /jobs")).build()
+    };
+    let raw: Vec<(&str, Request, u16)> = vec![
+        (
+            "not JSON",
+            request(&|r| r.header("content-type", "application/json").raw_body(b"{")),
+            400,
+        ),
+        (
+            "not a JSON body",
+            request(&|r| r.header("content-type", "text/plain").raw_body(b"{}")),
+            415,
+        ),
+        (
+            "too large",
+            request(&|r| {
+                r.json(&json!({"type": "demo", "params": {"pad": "x".repeat(MAX_BODY_BYTES)}}))
+            }),
+            413,
+        ),
+        (
+            "a key too long",
+            request(&|r| r.json(&demo()).header("idempotency-key", &"k".repeat(MAX_KEY_LEN + 1))),
+            400,
+        ),
+        (
+            "a key with spaces",
+            request(&|r| r.json(&demo()).header("idempotency-key", "a key")),
+            400,
+        ),
+        ("no principal", request(&|r| r.json(&demo()).anonymous()), 401),
+    ];
+    for (what, request, status) in raw {
+        let response = handle(&w.deps, request).await;
+        assert_eq!(response.status(), status, "{what}: {}", json_of(&response));
+        problem_type(&response);
+    }
+    assert!(w.jobs_of("alice").await.is_empty(), "no job");
+    assert!(w.key("alice", "k").await.is_none(), "no key left claimed");
+    assert!(w.enqueued().is_empty(), "nothing enqueued");
+}
+
+#[tokio::test]
+async fn a_failing_table_is_a_500_that_names_nothing_and_writes_nothing() {
+    let w = world();
+    w.jobs.set_unavailable(true);
+    let response = w.post("alice", &demo(), Some("k")).await;
+    assert_eq!(response.status(), 500);
+    assert_eq!(problem_type(&response), "/problems/internal");
+    assert!(!json_of(&response).to_string().contains("unavailable"), "nothing inside is named");
+    w.jobs.set_unavailable(false);
+    assert!(w.jobs_of("alice").await.is_empty());
+    assert!(w.key("alice", "k").await.is_none());
+    assert!(w.enqueued().is_empty());
+    assert_eq!(w.post("alice", &demo(), Some("k")).await.status(), 202, "the retry goes through");
+}
+
+#[tokio::test]
+async fn a_failing_rate_limiter_is_a_500_that_gives_its_key_back() {
+    let w = world();
+    w.limits.set_unavailable(true);
+    let response = w.post("alice", &demo(), Some("k")).await;
+    assert_eq!(response.status(), 500);
+    assert!(w.jobs_of("alice").await.is_empty());
+    assert!(w.key("alice", "k").await.is_none());
+    assert!(w.enqueued().is_empty());
+    w.limits.set_unavailable(false);
+    assert_eq!(w.post("alice", &demo(), Some("k")).await.status(), 202);
+}
+
+#[tokio::test]
+async fn a_failed_enqueue_still_accepts_the_job_and_leaves_it_pending_for_the_reaper() {
+    let w = world();
+    w.queue.set_unavailable(true);
+    let response = w.post("alice", &demo(), Some("k")).await;
+    assert_eq!(response.status(), 202, "the job is durable: the answer is settled");
+    let id = json_of(&response)["job_id"].as_str().unwrap().to_owned();
+    assert!(w.enqueued().is_empty());
+    // What the reaper's pending sweep finds it by: pending, never dispatched, in the backlog.
+    let job = w.record(&id).await;
+    assert_eq!((job.status, job.dispatches, job.enqueues), (JobStatus::Pending, 0, 0));
+    let pending = ListFilter { status: Some(JobStatus::Pending), job_type: None };
+    let (listed, _) = w.jobs.list("alice", &pending, 10, None).await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(w.jobs.backlog("alice", 10).await.unwrap(), 1);
+    // A replay answers with it, and enqueues nothing either.
+    w.queue.set_unavailable(false);
+    let again = w.post("alice", &demo(), Some("k")).await;
+    assert_eq!(
+        (again.status().as_u16(), json_of(&again)["job_id"].as_str()),
+        (200, Some(id.as_str()))
+    );
+    assert!(w.enqueued().is_empty());
+}
+
+#[tokio::test]
+async fn an_upload_of_ones_own_that_is_not_there_is_404_like_anyone_elses() {
+    let w = world();
+    let own = format!("{}0123/in.csv", owner_prefix("alice"));
+    let body =
+        json!({"type": "csv_report", "params": {"input": own, "metrics": [{"op": "count"}]}});
+    let response = w.post("alice", &body, Some("k1")).await;
+    assert_eq!(response.status(), 404, "named but never uploaded");
+    assert_eq!(problem_type(&response), "/problems/upload-not-found");
+    assert!(w.jobs_of("alice").await.is_empty(), "nothing written");
+    assert!(w.key("alice", "k1").await.is_none(), "no key claimed");
+    assert!(w.enqueued().is_empty());
+
+    // Once the file is there, the same request is accepted.
+    w.uploads.insert(&own, b"a,b\n1,2\n", "text/csv");
+    assert_eq!(w.post("alice", &body, Some("k1")).await.status(), 202);
+    assert_eq!(w.jobs_of("alice").await.len(), 1);
+
+    // A bucket that cannot answer is a 500 naming nothing, and nothing is written.
+    w.uploads.set_unavailable(true);
+    let response = w.post("alice", &body, Some("k2")).await;
+    assert_eq!(response.status(), 500);
+    let text = String::from_utf8_lossy(response.body().as_ref()).to_string();
+    assert!(!text.contains("unavailable") && !text.contains("upload"), "{text}");
+    assert_eq!(w.jobs_of("alice").await.len(), 1);
+}

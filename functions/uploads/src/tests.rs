@@ -1,0 +1,169 @@
+//! The handler over the in-memory bucket: the link it hands out and every refusal.
+
+use super::*;
+
+use longhaul_domain::uploads::{owner_prefix, owns_upload};
+use longhaul_memory::MemoryObjects;
+use longhaul_memory::api::{ApiRequest, json_of};
+
+const MAX: u64 = 1_000;
+
+struct World {
+    objects: Arc<MemoryObjects>,
+    deps: Deps,
+}
+
+fn world() -> World {
+    let objects = Arc::new(MemoryObjects::new());
+    let deps = Deps { objects: objects.clone(), max_upload_bytes: MAX };
+    World { objects, deps }
+}
+
+impl World {
+    async fn upload(&self, owner: &str, body: serde_json::Value) -> Response<Body> {
+        handle(&self.deps, ApiRequest::new("POST", "/uploads", owner).json(&body).build()).await
+    }
+}
+
+fn csv(size: u64) -> serde_json::Value {
+    json!({"filename": "data.csv", "content_type": "text/csv", "size_bytes": size})
+}
+
+fn problem_type(response: &Response<Body>) -> String {
+    json_of(response)["type"].as_str().unwrap_or_default().to_owned()
+}
+
+#[tokio::test]
+async fn a_valid_request_gets_a_put_link_under_the_callers_own_prefix() {
+    let w = world();
+    let before = chrono::Utc::now();
+    let response = w.upload("alice", csv(11)).await;
+    assert_eq!(response.status(), 201);
+    let body = json_of(&response);
+    let input = body["input"].as_str().unwrap();
+    assert!(input.starts_with(&owner_prefix("alice")), "{input}");
+    assert!(input.ends_with("/data.csv"), "{input}");
+    assert!(owns_upload("alice", input), "a job of alice's may name it");
+    assert!(!owns_upload("mallory", input), "no one else's may");
+    assert_eq!(body["method"], "PUT");
+    let url = body["upload_url"].as_str().unwrap();
+    assert!(url.contains(&format!("/{input}?")), "the link writes the input's key: {url}");
+    assert!(url.contains("X-Amz-Expires=900"), "{url}");
+    assert_eq!(body["headers"]["content-type"], "text/csv", "the signed type is sent");
+    assert!(body["headers"].get("content-length").is_none(), "clients set the length");
+    assert_eq!(body["size_bytes"], 11);
+    let expires: chrono::DateTime<chrono::Utc> =
+        body["expires_at"].as_str().unwrap().parse().unwrap();
+    let lifetime = expires - before;
+    assert!(
+        (chrono::Duration::minutes(14)..=chrono::Duration::minutes(16)).contains(&lifetime),
+        "{lifetime}"
+    );
+    assert!(w.objects.keys().is_empty(), "presigning writes nothing");
+}
+
+#[tokio::test]
+async fn each_request_gets_a_key_of_its_own() {
+    let w = world();
+    let first = json_of(&w.upload("alice", csv(1)).await)["input"].clone();
+    let second = json_of(&w.upload("alice", csv(1)).await)["input"].clone();
+    assert_ne!(first, second);
+    let bob = json_of(&w.upload("bob", csv(1)).await)["input"].as_str().unwrap().to_owned();
+    assert!(bob.starts_with(&owner_prefix("bob")) && !owns_upload("alice", &bob), "{bob}");
+}
+
+#[tokio::test]
+async fn a_content_type_with_parameters_is_signed_as_given() {
+    let w = world();
+    let body =
+        json!({"filename": "a.txt", "content_type": "text/plain; charset=utf-8", "size_bytes": 3});
+    let response = w.upload("alice", body).await;
+    assert_eq!(response.status(), 201);
+    assert_eq!(json_of(&response)["headers"]["content-type"], "text/plain; charset=utf-8");
+}
+
+#[tokio::test]
+async fn the_largest_upload_is_accepted_and_one_byte_more_is_not() {
+    let w = world();
+    assert_eq!(w.upload("alice", csv(MAX)).await.status(), 201);
+    assert_eq!(w.upload("alice", csv(0)).await.status(), 201, "an empty file is a file");
+    let response = w.upload("alice", csv(MAX + 1)).await;
+    assert_eq!(response.status(), 422);
+    assert_eq!(problem_type(&response), "/problems/upload-too-large");
+    assert!(json_of(&response)["detail"].as_str().unwrap().contains(&MAX.to_string()));
+}
+
+#[tokio::test]
+async fn bad_file_names_are_refused() {
+    let w = world();
+    let long = "x".repeat(256);
+    for name in ["", ".", "..", "a/b.csv", "a\\b.csv", "a\nb", long.as_str()] {
+        let body = json!({"filename": name, "content_type": "text/csv", "size_bytes": 1});
+        let response = w.upload("alice", body).await;
+        assert_eq!(response.status(), 422, "{name:?}");
+        assert_eq!(problem_type(&response), "/problems/invalid-filename", "{name:?}");
+    }
+}
+
+#[tokio::test]
+async fn bad_content_types_are_refused() {
+    let w = world();
+    let long = format!("text/{}", "x".repeat(251));
+    for content_type in ["", "csv", "a/", "text/ csv", "text/çsv", long.as_str()] {
+        let body = json!({"filename": "a.csv", "content_type": content_type, "size_bytes": 1});
+        let response = w.upload("alice", body).await;
+        assert_eq!(response.status(), 422, "{content_type:?}");
+        assert_eq!(problem_type(&response), "/problems/invalid-content-type", "{content_type:?}");
+    }
+}
+
+#[tokio::test]
+async fn bodies_that_do_not_match_the_schema_are_400() {
+    let w = world();
+    for body in [
+        json!({"filename": "a.csv", "content_type": "text/csv"}),
+        json!({"filename": "a.csv", "content_type": "text/csv", "size_bytes": 1, "acl": "public"}),
+        json!({"filename": "a.csv", "content_type": "text/csv", "size_bytes": -1}),
+        json!({"filename": "a.csv", "content_type": "text/csv", "size_bytes": "1"}),
+        json!({"filename": 5, "content_type": "text/csv", "size_bytes": 1}),
+        json!(["a.csv"]),
+    ] {
+        let response = w.upload("alice", body.clone()).await;
+        assert_eq!(response.status(), 400, "{body}");
+        assert_eq!(problem_type(&response), "/problems/bad-request", "{body}");
+    }
+}
+
+#[tokio::test]
+async fn what_is_not_a_json_body_is_refused() {
+    let w = world();
+    let not_json = ApiRequest::new("POST", "/uploads", "alice")
+        .header("content-type", "application/json")
+        .raw_body(b"{not json");
+    assert_eq!(handle(&w.deps, not_json.build()).await.status(), 400);
+    let text = ApiRequest::new("POST", "/uploads", "alice")
+        .header("content-type", "text/plain")
+        .raw_body(csv(1).to_string().as_bytes());
+    assert_eq!(handle(&w.deps, text.build()).await.status(), 415);
+    let big = json!({"filename": "a.csv", "content_type": "text/csv", "size_bytes": 1,
+        "padding": "x".repeat(MAX_BODY_BYTES)});
+    assert_eq!(w.upload("alice", big).await.status(), 413);
+}
+
+#[tokio::test]
+async fn a_request_without_a_principal_is_401() {
+    let w = world();
+    let request = ApiRequest::new("POST", "/uploads", "alice").anonymous().json(&csv(1));
+    assert_eq!(handle(&w.deps, request.build()).await.status(), 401);
+}
+
+#[tokio::test]
+async fn a_failing_presigner_is_a_500_that_names_nothing_inside() {
+    let w = world();
+    w.objects.set_unavailable(true);
+    let response = w.upload("alice", csv(1)).await;
+    assert_eq!(response.status(), 500);
+    let text = String::from_utf8_lossy(response.body().as_ref()).to_string();
+    assert!(!text.contains("unavailable") && !text.contains("presign"), "{text}");
+    assert!(!text.contains("uploads/"), "no key leaks: {text}");
+}

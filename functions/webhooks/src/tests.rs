@@ -1,0 +1,229 @@
+//! The handler over the in-memory job table: reading and rotating secrets, and every refusal;
+//! and the secret records' own rules.
+
+use super::*;
+
+use async_trait::async_trait;
+use lambda_http::Body;
+use longhaul_aws::jobs::{StoreError, WebhookSecret};
+use longhaul_aws::ports::Warm;
+use longhaul_memory::MemoryJobStore;
+use longhaul_memory::api::{ApiRequest, json_of};
+
+fn secret(at: &str) -> WebhookSecret {
+    WebhookSecret::generate(at).unwrap()
+}
+
+fn exposed(record: &SecretsRecord) -> Vec<String> {
+    record.secrets.iter().map(|s| s.secret.expose_secret().to_owned()).collect()
+}
+
+/// Three rotations within a day: never more than two secrets, the newest first, the
+/// previous one kept until its overlap ends, the oldest retired.
+#[test]
+fn a_third_secret_within_the_overlap_retires_the_oldest() {
+    let first = SecretsRecord { version: 1, secrets: vec![secret("2026-01-01T00:00:00Z")] };
+    let second =
+        first.rotated(secret("2026-01-01T01:00:00Z"), "2026-01-01T01:00:00Z", "2026-01-02T01");
+    assert_eq!(second.version, 2);
+    assert_eq!(exposed(&second)[1], exposed(&first)[0]);
+    assert_eq!(second.secrets[1].expires_at.as_deref(), Some("2026-01-02T01"));
+    let third =
+        second.rotated(secret("2026-01-01T02:00:00Z"), "2026-01-01T02:00:00Z", "2026-01-02T02");
+    assert_eq!(third.version, 3);
+    assert_eq!(third.secrets.len(), MAX_ACTIVE_SECRETS);
+    assert_eq!(exposed(&third)[1], exposed(&second)[0], "the previous one overlaps");
+    assert!(!exposed(&third).contains(&exposed(&first)[0]), "the oldest is retired");
+    assert_eq!(third.active("2026-01-01T02:00:00Z").len(), 2);
+    assert_eq!(third.active("2026-01-02T03").len(), 1, "the overlap ends");
+    // Once the overlap is over, a rotation keeps the one secret that still signs.
+    let later = third.rotated(secret("2026-01-03"), "2026-01-03", "2026-01-04");
+    assert_eq!(exposed(&later)[1], exposed(&third)[0]);
+}
+
+#[test]
+fn a_rotations_debug_output_shows_no_secret() {
+    let record =
+        SecretsRecord { version: 1, secrets: vec![secret("t")] }.rotated(secret("u"), "u", "v");
+    let text = format!("{:?}", Rotation::Rotated(record.clone()));
+    for secret in exposed(&record) {
+        assert!(!text.contains(&secret), "{text}");
+    }
+    assert!(text.contains("REDACTED"), "{text}");
+}
+
+// The handler.
+
+struct World {
+    jobs: Arc<MemoryJobStore>,
+    deps: Deps,
+}
+
+fn world() -> World {
+    let jobs = Arc::new(MemoryJobStore::new());
+    World { deps: Deps { jobs: jobs.clone() }, jobs }
+}
+
+async fn get(deps: &Deps, owner: &str) -> Response<Body> {
+    let request = ApiRequest::new("GET", "/webhooks/secret", owner).route("GET /webhooks/secret");
+    handle(deps, request.build()).await
+}
+
+async fn rotate(deps: &Deps, owner: &str) -> Response<Body> {
+    let request = ApiRequest::new("POST", "/webhooks/secret/rotate", owner)
+        .route("POST /webhooks/secret/rotate");
+    handle(deps, request.build()).await
+}
+
+/// The secrets of an answer, newest first, with when each stops signing.
+fn secrets(response: &Response<Body>) -> Vec<(String, Option<String>)> {
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["cache-control"], "no-store", "secrets are never cached");
+    json_of(response)["secrets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            assert!(s["created_at"].is_string(), "{s}");
+            (s["secret"].as_str().unwrap().to_owned(), s["expires_at"].as_str().map(str::to_owned))
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn the_first_read_creates_a_secret_and_later_reads_show_it() {
+    let w = world();
+    let first = secrets(&get(&w.deps, "alice").await);
+    assert_eq!(first.len(), 1);
+    assert_eq!(first[0].1, None, "the only secret does not expire");
+    assert!(!first[0].0.is_empty());
+    assert_eq!(secrets(&get(&w.deps, "alice").await), first, "the same secret every time");
+    let bob = secrets(&get(&w.deps, "bob").await);
+    assert_ne!(bob[0].0, first[0].0, "each tenant has a secret of its own");
+}
+
+#[tokio::test]
+async fn a_rotation_signs_with_a_new_secret_and_keeps_the_old_one_for_a_day() {
+    let w = world();
+    let old = secrets(&get(&w.deps, "alice").await)[0].0.clone();
+    let before = chrono::Utc::now();
+    let rotated = secrets(&rotate(&w.deps, "alice").await);
+    assert_eq!(rotated.len(), 2);
+    assert_ne!(rotated[0].0, old, "the new secret comes first");
+    assert_eq!(rotated[0].1, None);
+    assert_eq!(rotated[1].0, old, "the old one keeps signing");
+    let until: chrono::DateTime<chrono::Utc> = rotated[1].1.as_deref().unwrap().parse().unwrap();
+    let overlap = until - before;
+    assert!(
+        (chrono::Duration::hours(24) - chrono::Duration::seconds(1)
+            ..=chrono::Duration::hours(24) + chrono::Duration::minutes(1))
+            .contains(&overlap),
+        "{overlap}"
+    );
+    assert_eq!(secrets(&get(&w.deps, "alice").await), rotated, "a read shows the rotation");
+    assert_eq!(secrets(&get(&w.deps, "bob").await).len(), 1, "other tenants are untouched");
+}
+
+#[tokio::test]
+async fn a_rotation_on_first_use_creates_the_secret_it_rotates() {
+    let w = world();
+    let rotated = secrets(&rotate(&w.deps, "alice").await);
+    assert_eq!(rotated.len(), 2);
+}
+
+#[tokio::test]
+async fn a_third_rotation_within_a_day_retires_the_oldest() {
+    let w = world();
+    let first = secrets(&get(&w.deps, "alice").await)[0].0.clone();
+    let second = secrets(&rotate(&w.deps, "alice").await)[0].0.clone();
+    let third = secrets(&rotate(&w.deps, "alice").await);
+    assert_eq!(third.len(), MAX_ACTIVE_SECRETS);
+    assert_eq!(third[1].0, second, "the previous one overlaps");
+    assert!(third.iter().all(|(s, _)| *s != first), "the oldest no longer signs");
+}
+
+#[tokio::test]
+async fn a_secret_past_its_overlap_is_not_shown() {
+    let w = world();
+    let old = secrets(&get(&w.deps, "alice").await)[0].0.clone();
+    // A rotation whose overlap has ended.
+    w.jobs.rotate_webhook_secret("alice", "2000-01-01T00:00:00.000Z").await.unwrap();
+    let now = secrets(&get(&w.deps, "alice").await);
+    assert_eq!(now.len(), 1);
+    assert_ne!(now[0].0, old);
+}
+
+/// A table on which every rotation loses to one stored at the same time.
+#[derive(Debug)]
+struct Raced(Arc<MemoryJobStore>);
+
+#[async_trait]
+impl Warm for Raced {}
+
+#[async_trait]
+impl WebhookSecrets for Raced {
+    async fn webhook_secrets(&self, owner: &str) -> Result<SecretsRecord, StoreError> {
+        self.0.webhook_secrets(owner).await
+    }
+
+    async fn rotate_webhook_secret(
+        &self,
+        owner: &str,
+        overlap_until: &str,
+    ) -> Result<Rotation, StoreError> {
+        // The other rotation is stored between this one's read and its write.
+        match self.0.rotate_webhook_secret(owner, overlap_until).await? {
+            Rotation::Rotated(winner) => Ok(Rotation::Lost(winner)),
+            lost => Ok(lost),
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_rotation_that_loses_a_race_is_409_and_hands_out_no_secret() {
+    let jobs = Arc::new(MemoryJobStore::new());
+    let deps = Deps { jobs: Arc::new(Raced(jobs.clone())) };
+    let response = rotate(&deps, "alice").await;
+    assert_eq!(response.status(), 409);
+    let problem = json_of(&response);
+    assert_eq!(problem["type"], "/problems/rotation-conflict");
+    let winner = exposed(&jobs.webhook_secrets("alice").await.unwrap());
+    let text = String::from_utf8_lossy(response.body().as_ref()).to_string();
+    for secret in &winner {
+        assert!(!text.contains(secret.as_str()), "no secret in a conflict: {text}");
+    }
+    let shown: Vec<String> = secrets(&get(&deps, "alice").await).into_iter().map(|s| s.0).collect();
+    assert_eq!(shown, winner, "a read shows the winner's secrets");
+}
+
+#[tokio::test]
+async fn a_request_without_a_principal_is_401_and_creates_nothing() {
+    let w = world();
+    for request in [
+        ApiRequest::new("GET", "/webhooks/secret", "alice").route("GET /webhooks/secret"),
+        ApiRequest::new("POST", "/webhooks/secret/rotate", "alice")
+            .route("POST /webhooks/secret/rotate"),
+    ] {
+        let response = handle(&w.deps, request.anonymous().build()).await;
+        assert_eq!(response.status(), 401);
+    }
+    w.jobs.set_unavailable(true);
+    // Nothing was read or written: the failing table was never asked.
+    let request = ApiRequest::new("GET", "/webhooks/secret", "alice").route("GET /webhooks/secret");
+    assert_eq!(handle(&w.deps, request.anonymous().build()).await.status(), 401);
+}
+
+#[tokio::test]
+async fn a_failing_table_is_a_500_that_names_nothing_inside() {
+    let w = world();
+    let old = secrets(&get(&w.deps, "alice").await);
+    w.jobs.set_unavailable(true);
+    for response in [get(&w.deps, "alice").await, rotate(&w.deps, "alice").await] {
+        assert_eq!(response.status(), 500);
+        let text = String::from_utf8_lossy(response.body().as_ref()).to_string();
+        assert!(!text.contains("unavailable") && !text.contains("webhook secrets"), "{text}");
+        assert!(!text.contains(old[0].0.as_str()), "{text}");
+    }
+    w.jobs.set_unavailable(false);
+    assert_eq!(secrets(&get(&w.deps, "alice").await), old, "nothing was rotated");
+}

@@ -1,0 +1,90 @@
+//! Names an AWS request `service:Operation` (the call meter's and the fault plan's key), from
+//! its signature and protocol. A leaf: the edge counts by it, the fault plan aims by it.
+
+use axum::http::{HeaderMap, Method};
+
+use crate::checks::iam::Credential;
+
+/// Names an AWS request `service:Operation`: from `X-Amz-Target` for JSON protocols
+/// (DynamoDB, SQS, Step Functions), from the method and path for S3's REST protocol.
+pub fn classify(method: &Method, uri: &axum::http::Uri, headers: &HeaderMap) -> String {
+    let service = Credential::of(uri, headers).map_or_else(|| "unknown".into(), |c| c.service);
+    if let Some(target) = headers.get("x-amz-target").and_then(|v| v.to_str().ok()) {
+        let operation = target.rsplit('.').next().unwrap_or(target);
+        return format!("{service}:{operation}");
+    }
+    if service == "s3" {
+        return format!("s3:{}", s3_operation(method, uri, headers));
+    }
+    format!("{service}:{} {}", method, uri.path())
+}
+
+fn s3_operation(method: &Method, uri: &axum::http::Uri, headers: &HeaderMap) -> &'static str {
+    let segments: Vec<&str> = uri.path().trim_start_matches('/').splitn(2, '/').collect();
+    let has_key = segments.len() == 2 && !segments[1].is_empty();
+    let query = uri.query().unwrap_or_default();
+    let has =
+        |name: &str| query.split('&').any(|kv| kv == name || kv.starts_with(&format!("{name}=")));
+    match (method.as_str(), has_key) {
+        ("GET", true) if has("uploadId") => "ListParts",
+        ("GET", true) => "GetObject",
+        ("HEAD", true) => "HeadObject",
+        ("PUT", true) if has("partNumber") => "UploadPart",
+        ("PUT", true) if headers.contains_key("x-amz-copy-source") => "CopyObject",
+        ("PUT", true) => "PutObject",
+        ("DELETE", true) if has("uploadId") => "AbortMultipartUpload",
+        ("DELETE", true) => "DeleteObject",
+        ("POST", true) if has("uploads") => "CreateMultipartUpload",
+        ("POST", true) if has("uploadId") => "CompleteMultipartUpload",
+        ("POST", false) if has("delete") => "DeleteObjects",
+        ("GET", false) if has("list-type") => "ListObjectsV2",
+        ("GET", false) => "ListObjects",
+        ("HEAD", false) => "HeadBucket",
+        ("PUT", false) => "CreateBucket",
+        ("DELETE", false) => "DeleteBucket",
+        _ => "Other",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classification() {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            "authorization",
+            "AWS4-HMAC-SHA256 Credential=test/20261122/us-east-1/dynamodb/aws4_request, SignedHeaders=x".parse().unwrap(),
+        );
+        headers.insert("x-amz-target", "DynamoDB_20120810.PutItem".parse().unwrap());
+        assert_eq!(classify(&Method::POST, &"/".parse().unwrap(), &headers), "dynamodb:PutItem");
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            "authorization",
+            "AWS4-HMAC-SHA256 Credential=test/20261122/us-east-1/s3/aws4_request, SignedHeaders=x"
+                .parse()
+                .unwrap(),
+        );
+        assert_eq!(
+            classify(&Method::PUT, &"/bucket/results/x".parse().unwrap(), &headers),
+            "s3:PutObject"
+        );
+        assert_eq!(
+            classify(&Method::GET, &"/bucket/k?x-id=GetObject".parse().unwrap(), &headers),
+            "s3:GetObject"
+        );
+        assert_eq!(
+            classify(&Method::GET, &"/bucket?list-type=2".parse().unwrap(), &headers),
+            "s3:ListObjectsV2"
+        );
+        assert_eq!(
+            classify(
+                &Method::GET,
+                &"/bucket/k?x-id=ListParts&uploadId=u".parse().unwrap(),
+                &headers
+            ),
+            "s3:ListParts"
+        );
+    }
+}

@@ -1,0 +1,145 @@
+//! The running-slot pools and their waiting lists, as a port: what the dispatcher, the slots
+//! function and the reaper need of [`Admitter`] (the rules and the item layout are
+//! [`crate::slots`]).
+
+use async_trait::async_trait;
+
+use super::Warm;
+use crate::AwsError;
+use crate::slots::{Admitter, Pool, Seat, WaitingEntry};
+
+/// Running-job slots of tenant and kind pools, their waiting lists, and the admission of
+/// waiting jobs (a kind pool's tenants in turn, through its ring).
+///
+/// Slots: [`acquire`](SlotPools::acquire) refuses a full pool and is idempotent for a job that
+/// holds one; [`give_back`](SlotPools::give_back) is idempotent and frees only the slots the
+/// jobs named hold. Waiting lists are read in admission order (priority, then submission
+/// time: the position's key order). [`admit`](SlotPools::admit) only *wakes* a job: it sends
+/// the job's dispatch message to the intake queue (the adapter's own) and takes it out of its
+/// list; the dispatcher takes the slot.
+#[async_trait]
+pub trait SlotPools: Warm {
+    /// Takes a slot of `pool` (of `limit`) for `job_id`: `true` if the job holds one now (also
+    /// when it already did), `false` if the pool is full (nothing changes). A pool no job
+    /// holds gives its first slot whatever `limit` says.
+    async fn acquire(&self, pool: &Pool, limit: u32, job_id: &str) -> Result<bool, AwsError>;
+
+    /// Gives back the slots of `pool` that `job_ids` hold (none held: nothing changes), waking
+    /// no one; answers how many holders the pool has afterwards.
+    async fn give_back(&self, pool: &Pool, job_ids: &[String]) -> Result<usize, AwsError>;
+
+    /// The jobs that hold a slot of `pool` (a consistent read; in no particular order).
+    async fn holders(&self, pool: &Pool) -> Result<Vec<String>, AwsError>;
+
+    /// Puts `job_id` of `owner` in its waiting list of `pool` at `position`
+    /// ([`longhaul_domain::admission::waiting_sort_key`]); in a kind pool, makes sure the
+    /// tenant has a place in the ring (at the back if it had none). Idempotent, both.
+    async fn enter_waiting(
+        &self,
+        pool: &Pool,
+        position: &str,
+        job_id: &str,
+        owner: &str,
+    ) -> Result<(), AwsError>;
+
+    /// Takes the entry at `position` out of `owner`'s waiting list of `pool` (idempotent). A
+    /// kind pool's ring keeps the tenant's place: the next admission that finds its list empty
+    /// takes the place out.
+    async fn leave_waiting(&self, pool: &Pool, owner: &str, position: &str)
+    -> Result<(), AwsError>;
+
+    /// Whether `owner`'s waiting list of `pool` holds `position`.
+    async fn is_waiting(&self, pool: &Pool, owner: &str, position: &str) -> Result<bool, AwsError>;
+
+    /// The first `n` entries of `owner`'s waiting list of `pool`, in admission order.
+    async fn first_waiting(
+        &self,
+        pool: &Pool,
+        owner: &str,
+        n: usize,
+    ) -> Result<Vec<WaitingEntry>, AwsError>;
+
+    /// Makes sure `owner`, whose jobs wait in kind pool `pool`, has its place in the ring
+    /// (the reaper's check): [`Seat::Seated`] if it had, [`Seat::Joined`] if it had none and
+    /// joined at the back, [`Seat::Restored`] if its member named a place that was missing.
+    async fn seat(&self, pool: &Pool, owner: &str) -> Result<Seat, AwsError>;
+
+    /// Wakes as many waiting jobs of `pool` as its free slots (`limit` less `held`) can take,
+    /// each with a dispatch message, and takes them out of their lists; answers how many. A
+    /// tenant pool wakes its first jobs in list order; a kind pool one job per turn of its
+    /// ring (the tenant served least recently goes first, then to the back; a tenant whose
+    /// list is empty leaves the ring).
+    async fn admit(&self, pool: &Pool, limit: u32, held: usize) -> Result<usize, AwsError>;
+
+    /// Gives back `job_ids`' slots of `pool` and wakes as many waiting jobs as are free;
+    /// answers how many were woken.
+    async fn release(
+        &self,
+        pool: &Pool,
+        limit: u32,
+        job_ids: &[String],
+    ) -> Result<usize, AwsError> {
+        let held = self.give_back(pool, job_ids).await?;
+        self.admit(pool, limit, held).await
+    }
+}
+
+// The DynamoDB adapter: the admitter's slot store and its intake queue.
+
+#[async_trait]
+impl Warm for Admitter {}
+
+#[async_trait]
+impl SlotPools for Admitter {
+    async fn acquire(&self, pool: &Pool, limit: u32, job_id: &str) -> Result<bool, AwsError> {
+        self.slots.acquire(pool, limit, job_id).await
+    }
+    async fn give_back(&self, pool: &Pool, job_ids: &[String]) -> Result<usize, AwsError> {
+        self.slots.release(pool, job_ids).await
+    }
+    async fn holders(&self, pool: &Pool) -> Result<Vec<String>, AwsError> {
+        self.slots.holders(pool).await
+    }
+    async fn enter_waiting(
+        &self,
+        pool: &Pool,
+        position: &str,
+        job_id: &str,
+        owner: &str,
+    ) -> Result<(), AwsError> {
+        self.slots.enter_waiting(pool, position, job_id, owner).await
+    }
+    async fn leave_waiting(
+        &self,
+        pool: &Pool,
+        owner: &str,
+        position: &str,
+    ) -> Result<(), AwsError> {
+        self.slots.leave_waiting(pool, owner, position).await
+    }
+    async fn is_waiting(&self, pool: &Pool, owner: &str, position: &str) -> Result<bool, AwsError> {
+        self.slots.is_waiting(pool, owner, position).await
+    }
+    async fn first_waiting(
+        &self,
+        pool: &Pool,
+        owner: &str,
+        n: usize,
+    ) -> Result<Vec<WaitingEntry>, AwsError> {
+        self.slots.first_waiting(pool, owner, n).await
+    }
+    async fn seat(&self, pool: &Pool, owner: &str) -> Result<Seat, AwsError> {
+        self.slots.seat(pool, owner).await
+    }
+    async fn admit(&self, pool: &Pool, limit: u32, held: usize) -> Result<usize, AwsError> {
+        Admitter::admit(self, pool, limit, held).await
+    }
+    async fn release(
+        &self,
+        pool: &Pool,
+        limit: u32,
+        job_ids: &[String],
+    ) -> Result<usize, AwsError> {
+        Admitter::release(self, pool, limit, job_ids).await
+    }
+}

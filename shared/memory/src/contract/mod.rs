@@ -1,0 +1,25 @@
+//! The ports' contracts, each a test that runs against any adapter of its port: this crate's
+//! unit tests run them on the in-memory adapters, `tests/tests/contracts.rs` on the AWS
+//! adapters against the local stack. What the handlers rely on is written here once, so the
+//! two kinds of adapter cannot drift.
+//!
+//! Every contract works on ids and owners of its own (fresh ones), so it runs beside other
+//! tests on a shared table, queue or bucket.
+
+mod attempts;
+mod jobs;
+mod links;
+mod objects;
+mod reaping;
+mod slots;
+mod streams;
+mod sweeps;
+
+pub use attempts::*;
+pub use jobs::*;
+pub use links::*;
+pub use objects::*;
+pub use reaping::*;
+pub use slots::*;
+pub use streams::*;
+pub use sweeps::*;

@@ -1,0 +1,244 @@
+//! The slot pools' contract: a full pool refuses a slot and a holder takes its own again; a
+//! slot is given back once; waiting lists read in priority, then submission order, and an
+//! entry is there once; admission wakes a tenant pool's first jobs, and a kind pool's tenants
+//! in turn (the one served least recently first), each woken job out of its list and sent its
+//! dispatch message; a tenant with no job left leaves the ring; the reaper's seat check puts
+//! back a tenant that has none.
+
+use std::time::Duration;
+
+use longhaul_aws::ports::SlotPools;
+use longhaul_aws::slots::{Pool, Seat};
+use longhaul_domain::JobId;
+use longhaul_domain::admission::{Priority, waiting_sort_key};
+
+/// A name no other test uses.
+fn fresh(what: &str) -> String {
+    format!("contract-{what}-{}", JobId::new())
+}
+
+fn sorted(mut ids: Vec<String>) -> Vec<String> {
+    ids.sort();
+    ids
+}
+
+/// A waiting job of `owner`: its id and its position.
+struct Waiter {
+    job_id: String,
+    position: String,
+}
+
+impl Waiter {
+    /// A job submitted `second` seconds into a fixed minute, at `priority`.
+    fn new(priority: Priority, second: u32) -> Self {
+        let job_id = JobId::new().to_string();
+        let created_at = format!("2026-11-24T10:00:{second:02}.000Z");
+        let position = waiting_sort_key(priority, &created_at, &job_id);
+        Waiter { job_id, position }
+    }
+
+    async fn enter(&self, slots: &impl SlotPools, pool: &Pool, owner: &str) {
+        slots.enter_waiting(pool, &self.position, &self.job_id, owner).await.unwrap();
+    }
+
+    async fn waits(&self, slots: &impl SlotPools, pool: &Pool, owner: &str) -> bool {
+        slots.is_waiting(pool, owner, &self.position).await.unwrap()
+    }
+}
+
+/// Lets the clock move on, so that ring places written one after the other are served in
+/// that order (places of the same millisecond are ordered by tenant).
+async fn tick() {
+    tokio::time::sleep(Duration::from_millis(5)).await;
+}
+
+/// Runs every clause on `slots`; `woken` answers the job ids of the dispatch messages its
+/// admissions sent so far (in any order; ids of other tests may be among them).
+pub async fn slot_pools(slots: &impl SlotPools, woken: impl AsyncFn() -> Vec<String>) {
+    slots_are_taken_and_given_back(slots).await;
+    waiting_lists_keep_their_order(slots).await;
+    a_tenant_pool_admits_in_list_order(slots, &woken).await;
+    a_kind_pool_admits_tenants_in_turn(slots, &woken).await;
+    a_tenant_without_waiting_jobs_leaves_the_ring(slots, &woken).await;
+}
+
+async fn slots_are_taken_and_given_back(slots: &impl SlotPools) {
+    let pool = Pool::Tenant(fresh("holder"));
+    let [a, b, c] = [0; 3].map(|_| JobId::new().to_string());
+    assert!(slots.holders(&pool).await.unwrap().is_empty(), "a new pool has no holder");
+    assert!(slots.acquire(&pool, 2, &a).await.unwrap());
+    assert!(slots.acquire(&pool, 2, &b).await.unwrap());
+    assert!(!slots.acquire(&pool, 2, &c).await.unwrap(), "a full pool refuses");
+    let both = sorted(vec![a.clone(), b.clone()]);
+    assert_eq!(sorted(slots.holders(&pool).await.unwrap()), both, "a refusal changes nothing");
+    assert!(slots.acquire(&pool, 2, &a).await.unwrap(), "a holder takes its own slot again");
+    assert_eq!(sorted(slots.holders(&pool).await.unwrap()), both, "and holds one");
+
+    assert_eq!(slots.give_back(&pool, std::slice::from_ref(&a)).await.unwrap(), 1);
+    assert_eq!(slots.give_back(&pool, std::slice::from_ref(&a)).await.unwrap(), 1, "once");
+    assert_eq!(
+        slots.give_back(&pool, std::slice::from_ref(&c)).await.unwrap(),
+        1,
+        "a job that holds no slot frees none"
+    );
+    assert_eq!(slots.give_back(&pool, &[]).await.unwrap(), 1, "nothing given back: a read");
+    assert!(slots.acquire(&pool, 2, &c).await.unwrap(), "the slot given back is free");
+    assert_eq!(slots.give_back(&pool, &[b.clone(), c.clone()]).await.unwrap(), 0);
+    assert!(slots.holders(&pool).await.unwrap().is_empty());
+
+    let untouched = Pool::Kind(fresh("untouched"));
+    assert_eq!(slots.give_back(&untouched, std::slice::from_ref(&a)).await.unwrap(), 0);
+    // The condition lets the first job into a pool no one holds, whatever its limit (pools
+    // of limit 0 are never built: 0 is "no limit").
+    assert!(slots.acquire(&untouched, 0, &a).await.unwrap());
+    assert!(!slots.acquire(&untouched, 0, &b).await.unwrap());
+    assert_eq!(slots.give_back(&untouched, std::slice::from_ref(&a)).await.unwrap(), 0);
+}
+
+async fn waiting_lists_keep_their_order(slots: &impl SlotPools) {
+    let owner = fresh("waiting");
+    let pool = Pool::Tenant(owner.clone());
+    let low = Waiter::new(Priority::Low, 0);
+    let late = Waiter::new(Priority::Normal, 2);
+    let high = Waiter::new(Priority::High, 3);
+    let early = Waiter::new(Priority::Normal, 1);
+    for waiter in [&low, &late, &high, &early] {
+        waiter.enter(slots, &pool, &owner).await;
+    }
+    late.enter(slots, &pool, &owner).await; // again: still one entry
+    let list = slots.first_waiting(&pool, &owner, 10).await.unwrap();
+    let order: Vec<&str> = list.iter().map(|e| e.job_id.as_str()).collect();
+    let expected = [&high, &early, &late, &low].map(|w| w.job_id.as_str());
+    assert_eq!(order, expected, "priority first, then submission time");
+    for (entry, waiter) in list.iter().zip([&high, &early, &late, &low]) {
+        assert_eq!(
+            (entry.position.as_str(), entry.owner.as_str()),
+            (waiter.position.as_str(), owner.as_str())
+        );
+    }
+    let first: Vec<String> = slots
+        .first_waiting(&pool, &owner, 2)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.job_id)
+        .collect();
+    assert_eq!(first, [high.job_id.clone(), early.job_id.clone()]);
+    assert!(slots.first_waiting(&pool, &owner, 0).await.unwrap().is_empty());
+
+    assert!(late.waits(slots, &pool, &owner).await);
+    assert!(!Waiter::new(Priority::Normal, 9).waits(slots, &pool, &owner).await);
+    slots.leave_waiting(&pool, &owner, &late.position).await.unwrap();
+    assert!(!late.waits(slots, &pool, &owner).await, "left");
+    slots.leave_waiting(&pool, &owner, &late.position).await.unwrap(); // again: nothing to do
+    assert_eq!(slots.first_waiting(&pool, &owner, 10).await.unwrap().len(), 3);
+    let other = fresh("other");
+    assert!(
+        slots.first_waiting(&Pool::Tenant(other.clone()), &other, 10).await.unwrap().is_empty()
+    );
+
+    // A kind pool keeps one list per tenant.
+    let kind = Pool::Kind(fresh("lists"));
+    let (alice, bob) = (fresh("alice"), fresh("bob"));
+    let (of_alice, of_bob) = (Waiter::new(Priority::Normal, 0), Waiter::new(Priority::High, 0));
+    of_alice.enter(slots, &kind, &alice).await;
+    of_bob.enter(slots, &kind, &bob).await;
+    let alices = slots.first_waiting(&kind, &alice, 10).await.unwrap();
+    assert_eq!(
+        alices.iter().map(|e| e.job_id.as_str()).collect::<Vec<_>>(),
+        [of_alice.job_id.as_str()]
+    );
+    assert!(!of_bob.waits(slots, &kind, &alice).await, "bob's job is not in alice's list");
+    assert!(of_bob.waits(slots, &kind, &bob).await);
+    assert_eq!(slots.seat(&kind, &alice).await.unwrap(), Seat::Seated, "entering joined the ring");
+}
+
+async fn a_tenant_pool_admits_in_list_order(
+    slots: &impl SlotPools,
+    woken: &impl AsyncFn() -> Vec<String>,
+) {
+    let owner = fresh("admit");
+    let pool = Pool::Tenant(owner.clone());
+    let waiters = [1, 2, 3].map(|s| Waiter::new(Priority::Normal, s));
+    for waiter in &waiters {
+        waiter.enter(slots, &pool, &owner).await;
+    }
+    assert_eq!(slots.admit(&pool, 3, 3).await.unwrap(), 0, "no slot free: no one woken");
+    assert_eq!(slots.admit(&pool, 3, 5).await.unwrap(), 0, "more held than the limit");
+    for waiter in &waiters {
+        assert!(waiter.waits(slots, &pool, &owner).await);
+    }
+    assert_eq!(slots.admit(&pool, 3, 1).await.unwrap(), 2, "two slots free");
+    let sent = woken().await;
+    for waiter in &waiters[..2] {
+        assert!(sent.contains(&waiter.job_id), "{} woken", waiter.job_id);
+        assert!(!waiter.waits(slots, &pool, &owner).await, "a woken job leaves its list");
+    }
+    assert!(!sent.contains(&waiters[2].job_id), "the third waits on");
+    assert!(waiters[2].waits(slots, &pool, &owner).await);
+
+    // Giving a slot back wakes who waits for it.
+    let holder = JobId::new().to_string();
+    assert!(slots.acquire(&pool, 1, &holder).await.unwrap());
+    assert_eq!(slots.release(&pool, 1, std::slice::from_ref(&holder)).await.unwrap(), 1);
+    assert!(slots.holders(&pool).await.unwrap().is_empty());
+    assert!(woken().await.contains(&waiters[2].job_id));
+    assert!(slots.first_waiting(&pool, &owner, 10).await.unwrap().is_empty());
+    assert_eq!(slots.admit(&pool, 1, 0).await.unwrap(), 0, "an empty list wakes no one");
+}
+
+async fn a_kind_pool_admits_tenants_in_turn(
+    slots: &impl SlotPools,
+    woken: &impl AsyncFn() -> Vec<String>,
+) {
+    let kind = Pool::Kind(fresh("turns"));
+    let id = JobId::new();
+    // Of the same length, `a-…` before `b-…`: a tie in the ring's time goes to the first.
+    let (a, b) = (format!("contract-a-{id}"), format!("contract-b-{id}"));
+    let of_a = [1, 2, 3].map(|s| Waiter::new(Priority::Normal, s));
+    for waiter in &of_a {
+        waiter.enter(slots, &kind, &a).await;
+    }
+    tick().await;
+    let of_b = Waiter::new(Priority::High, 0);
+    of_b.enter(slots, &kind, &b).await;
+    tick().await;
+
+    assert_eq!(slots.admit(&kind, 1, 0).await.unwrap(), 1);
+    let sent = woken().await;
+    assert!(sent.contains(&of_a[0].job_id), "the tenant that joined first goes first");
+    assert!(!sent.contains(&of_b.job_id), "b's turn is next, however high its priority");
+    assert!(!of_a[0].waits(slots, &kind, &a).await);
+    tick().await;
+
+    assert_eq!(slots.admit(&kind, 1, 0).await.unwrap(), 1);
+    let sent = woken().await;
+    assert!(sent.contains(&of_b.job_id), "a went to the back: b's turn");
+    assert!(!sent.contains(&of_a[1].job_id));
+    tick().await;
+
+    // b has no job left: it left the ring with its last, and a takes every turn.
+    assert_eq!(slots.admit(&kind, 3, 0).await.unwrap(), 2, "only two jobs wait");
+    let sent = woken().await;
+    assert!(sent.contains(&of_a[1].job_id) && sent.contains(&of_a[2].job_id));
+    assert!(slots.first_waiting(&kind, &a, 10).await.unwrap().is_empty());
+    assert_eq!(slots.admit(&kind, 3, 0).await.unwrap(), 0, "no one waits");
+    assert_eq!(slots.seat(&kind, &b).await.unwrap(), Seat::Joined, "b had left the ring");
+    assert_eq!(slots.seat(&kind, &a).await.unwrap(), Seat::Joined, "a left with its last job");
+    assert_eq!(slots.seat(&kind, &a).await.unwrap(), Seat::Seated, "and has a place now");
+}
+
+async fn a_tenant_without_waiting_jobs_leaves_the_ring(
+    slots: &impl SlotPools,
+    woken: &impl AsyncFn() -> Vec<String>,
+) {
+    let kind = Pool::Kind(fresh("empty"));
+    let owner = fresh("gone");
+    let waiter = Waiter::new(Priority::Normal, 0);
+    waiter.enter(slots, &kind, &owner).await;
+    slots.leave_waiting(&kind, &owner, &waiter.position).await.unwrap(); // cancelled, say
+    assert_eq!(slots.seat(&kind, &owner).await.unwrap(), Seat::Seated, "the place stays");
+    assert_eq!(slots.admit(&kind, 1, 0).await.unwrap(), 0, "its turn wakes no one");
+    assert!(!woken().await.contains(&waiter.job_id));
+    assert_eq!(slots.seat(&kind, &owner).await.unwrap(), Seat::Joined, "it had left the ring");
+}

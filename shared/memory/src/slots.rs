@@ -1,0 +1,427 @@
+//! Running-slot pools, waiting lists and kind pools' rings in memory, item for item as
+//! `longhaul_aws::slots` keeps them in the job table: a pool's holders set, each waiting list
+//! in key order, and a ring's `MEMBER#` items (the truth about a tenant's place) beside its
+//! `RING#` places (the order to read them in). Every step the DynamoDB adapter takes in one
+//! request is one step under the lock here, in the same order, so a failure half-way (the
+//! intake queue refusing a wake-up) leaves what the DynamoDB adapter leaves.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use async_trait::async_trait;
+use longhaul_aws::AwsError;
+use longhaul_aws::ports::{DispatchQueue, SlotPools, Warm};
+use longhaul_aws::queue::DispatchMessage;
+use longhaul_aws::slots::{Pool, RingChange, Seat, Turn, WaitingEntry};
+use longhaul_domain::admission::{free_slots, job_of_waiting_key, ring_key};
+use longhaul_domain::format_rfc3339;
+
+use crate::Outage;
+
+/// Most ring places one admission passes without waking a job (as the DynamoDB adapter).
+const MAX_EMPTY_TURNS: usize = 10;
+
+/// A tenant's `MEMBER#` item: the place it names, and when the tenant was served.
+#[derive(Debug, Clone)]
+struct Member {
+    ring: String,
+    served: String,
+}
+
+/// A `RING#` place: its tenant and when it was served.
+#[derive(Debug, Clone)]
+struct Place {
+    owner: String,
+    served: String,
+}
+
+/// The slot items, by the partition keys the table uses.
+#[derive(Debug, Default)]
+struct Items {
+    /// A pool's holders, by [`Pool::holders_pk`].
+    holders: BTreeMap<String, BTreeSet<String>>,
+    /// Waiting lists, by [`Pool::waiting_list_pk`]: position → owner.
+    lists: BTreeMap<String, BTreeMap<String, String>>,
+    /// A kind pool's members, by [`Pool::waiting_pk`], then tenant.
+    members: BTreeMap<String, BTreeMap<String, Member>>,
+    /// A kind pool's ring places, by [`Pool::waiting_pk`], then [`ring_key`].
+    places: BTreeMap<String, BTreeMap<String, Place>>,
+}
+
+impl Items {
+    fn first_waiting(&self, pool: &Pool, owner: &str, n: usize) -> Vec<WaitingEntry> {
+        let Some(list) = self.lists.get(&pool.waiting_list_pk(owner)) else { return Vec::new() };
+        list.iter()
+            .take(n.min(1_000))
+            .filter_map(|(position, owner)| {
+                Some(WaitingEntry {
+                    position: position.clone(),
+                    job_id: job_of_waiting_key(position)?.to_owned(),
+                    owner: owner.clone(),
+                })
+            })
+            .collect()
+    }
+
+    /// Takes `position` out of the list: whether it was there.
+    fn claim_waiting(&mut self, pool: &Pool, owner: &str, position: &str) -> bool {
+        self.lists
+            .get_mut(&pool.waiting_list_pk(owner))
+            .is_some_and(|list| list.remove(position).is_some())
+    }
+
+    fn put_place(&mut self, pool: &Pool, owner: &str, served: &str) -> String {
+        let key = ring_key(served, owner);
+        let place = Place { owner: owner.to_owned(), served: served.to_owned() };
+        self.places.entry(pool.waiting_pk()).or_default().insert(key.clone(), place);
+        key
+    }
+
+    fn member(&self, pool: &Pool, owner: &str) -> Option<&Member> {
+        self.members.get(&pool.waiting_pk())?.get(owner)
+    }
+
+    fn put_member(&mut self, pool: &Pool, owner: &str, served: &str) {
+        let member = Member { ring: ring_key(served, owner), served: served.to_owned() };
+        self.members.entry(pool.waiting_pk()).or_default().insert(owner.to_owned(), member);
+    }
+
+    fn join_ring(&mut self, pool: &Pool, owner: &str) -> RingChange {
+        if self.member(pool, owner).is_some() {
+            return RingChange::Raced;
+        }
+        let served = format_rfc3339(chrono::Utc::now());
+        self.put_member(pool, owner, &served);
+        self.put_place(pool, owner, &served);
+        RingChange::Done
+    }
+
+    fn first_turn(&self, pool: &Pool) -> Option<Turn> {
+        let (key, place) = self.places.get(&pool.waiting_pk())?.first_key_value()?;
+        Some(Turn { key: key.clone(), owner: place.owner.clone(), served: place.served.clone() })
+    }
+
+    /// The tenant of `turn` moves to the back (its new place), unless its member names
+    /// another place; the place read is deleted either way.
+    fn take_turn(&mut self, pool: &Pool, turn: &Turn) -> Option<String> {
+        let now = chrono::Utc::now();
+        let served = chrono::DateTime::parse_from_rfc3339(&turn.served)
+            .map(|at| at.to_utc() + chrono::Duration::milliseconds(1))
+            .map_or(now, |after| after.max(now));
+        let served = format_rfc3339(served);
+        let names_it = self.member(pool, &turn.owner).is_some_and(|m| m.ring == turn.key);
+        let back = names_it.then(|| {
+            self.put_member(pool, &turn.owner, &served);
+            self.put_place(pool, &turn.owner, &served)
+        });
+        self.delete_place(pool, &turn.key);
+        back
+    }
+
+    fn delete_place(&mut self, pool: &Pool, key: &str) {
+        if let Some(places) = self.places.get_mut(&pool.waiting_pk()) {
+            places.remove(key);
+        }
+    }
+
+    /// Takes `owner` out of the ring unless its place is no longer `place`; a tenant found
+    /// waiting after joins again.
+    fn leave_ring(&mut self, pool: &Pool, owner: &str, place: &str) {
+        if self.member(pool, owner).is_none_or(|m| m.ring != place) {
+            return;
+        }
+        if let Some(members) = self.members.get_mut(&pool.waiting_pk()) {
+            members.remove(owner);
+        }
+        self.delete_place(pool, place);
+        if !self.first_waiting(pool, owner, 1).is_empty() {
+            self.join_ring(pool, owner);
+        }
+    }
+}
+
+/// The slot pools in memory, waking jobs through `intake` as the admitter wakes them through
+/// the intake queue.
+#[derive(Debug)]
+pub struct MemorySlotPools {
+    items: Mutex<Items>,
+    intake: Arc<dyn DispatchQueue>,
+    outage: Outage,
+}
+
+impl MemorySlotPools {
+    /// No slot held, no job waiting; woken jobs' messages go to `intake`.
+    pub fn new(intake: Arc<dyn DispatchQueue>) -> Self {
+        MemorySlotPools { items: Mutex::default(), intake, outage: Outage::default() }
+    }
+
+    /// While `down`, every call fails as an unavailable table does.
+    pub fn set_unavailable(&self, down: bool) {
+        self.outage.set(down);
+    }
+
+    /// The tenants of kind pool `pool`'s ring, in turn order (whose turn it is first).
+    pub fn ring(&self, pool: &Pool) -> Vec<String> {
+        let items = self.items();
+        let places = items.places.get(&pool.waiting_pk());
+        places.into_iter().flatten().map(|(_, place)| place.owner.clone()).collect()
+    }
+
+    /// Deletes `owner`'s place in `pool`'s ring and keeps its member (a test's arrangement of
+    /// a crash between the two writes, which the reaper's [`SlotPools::seat`] repairs).
+    pub fn lose_place(&self, pool: &Pool, owner: &str) {
+        let mut items = self.items();
+        if let Some(member) = items.member(pool, owner).cloned() {
+            items.delete_place(pool, &member.ring);
+        }
+    }
+
+    fn items(&self) -> MutexGuard<'_, Items> {
+        self.items.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    async fn wake(&self, entry: &WaitingEntry) -> Result<(), AwsError> {
+        let message = DispatchMessage { job_id: entry.job_id.clone() };
+        self.intake.send(&message, &entry.owner).await
+    }
+
+    /// The first `free` jobs of a tenant pool's list: each is sent its message, then leaves
+    /// the list.
+    async fn admit_in_order(
+        &self,
+        pool: &Pool,
+        owner: &str,
+        free: usize,
+    ) -> Result<usize, AwsError> {
+        let waiting = self.items().first_waiting(pool, owner, free);
+        for entry in &waiting {
+            self.wake(entry).await?;
+            self.items().claim_waiting(pool, owner, &entry.position);
+        }
+        Ok(waiting.len())
+    }
+
+    /// `free` jobs of a kind pool, one per turn of its ring.
+    async fn admit_by_turns(&self, pool: &Pool, free: usize) -> Result<usize, AwsError> {
+        let (mut admitted, mut passed) = (0, 0);
+        while admitted < free && passed < MAX_EMPTY_TURNS {
+            let (turn, place, entry, last) = {
+                let mut items = self.items();
+                let Some(turn) = items.first_turn(pool) else { break };
+                let Some(place) = items.take_turn(pool, &turn) else {
+                    passed += 1;
+                    continue;
+                };
+                let waiting = items.first_waiting(pool, &turn.owner, 2);
+                let Some(entry) = waiting.first().cloned() else {
+                    items.leave_ring(pool, &turn.owner, &place);
+                    passed += 1;
+                    continue;
+                };
+                let claimed = items.claim_waiting(pool, &turn.owner, &entry.position);
+                (turn, place, claimed.then_some(entry), waiting.len() == 1)
+            };
+            if let Some(entry) = entry {
+                self.wake(&entry).await?;
+                admitted += 1;
+            }
+            if last {
+                self.items().leave_ring(pool, &turn.owner, &place);
+            }
+        }
+        Ok(admitted)
+    }
+}
+
+#[async_trait]
+impl Warm for MemorySlotPools {}
+
+#[async_trait]
+impl SlotPools for MemorySlotPools {
+    async fn acquire(&self, pool: &Pool, limit: u32, job_id: &str) -> Result<bool, AwsError> {
+        self.outage.check(&format!("take a slot for job {job_id}"))?;
+        let mut items = self.items();
+        let holders = items.holders.entry(pool.holders_pk()).or_default();
+        // `attribute_not_exists(holders) OR size(holders) < :limit OR contains(holders, :id)`
+        // (an empty set is no attribute in DynamoDB).
+        let room = holders.is_empty() || holders.len() < limit as usize || holders.contains(job_id);
+        if room {
+            holders.insert(job_id.to_owned());
+        }
+        Ok(room)
+    }
+
+    async fn give_back(&self, pool: &Pool, job_ids: &[String]) -> Result<usize, AwsError> {
+        self.outage.check("give back slots")?;
+        let mut items = self.items();
+        let holders = items.holders.entry(pool.holders_pk()).or_default();
+        for job_id in job_ids {
+            holders.remove(job_id);
+        }
+        Ok(holders.len())
+    }
+
+    async fn holders(&self, pool: &Pool) -> Result<Vec<String>, AwsError> {
+        self.outage.check("read a pool's slot holders")?;
+        let items = self.items();
+        Ok(items.holders.get(&pool.holders_pk()).into_iter().flatten().cloned().collect())
+    }
+
+    async fn enter_waiting(
+        &self,
+        pool: &Pool,
+        position: &str,
+        job_id: &str,
+        owner: &str,
+    ) -> Result<(), AwsError> {
+        self.outage.check(&format!("put job {job_id} in a waiting list"))?;
+        let mut items = self.items();
+        let list = items.lists.entry(pool.waiting_list_pk(owner)).or_default();
+        list.insert(position.to_owned(), owner.to_owned());
+        if matches!(pool, Pool::Kind(_)) {
+            items.join_ring(pool, owner);
+        }
+        Ok(())
+    }
+
+    async fn leave_waiting(
+        &self,
+        pool: &Pool,
+        owner: &str,
+        position: &str,
+    ) -> Result<(), AwsError> {
+        self.outage.check(&format!("take {position} out of a waiting list"))?;
+        self.items().claim_waiting(pool, owner, position);
+        Ok(())
+    }
+
+    async fn is_waiting(&self, pool: &Pool, owner: &str, position: &str) -> Result<bool, AwsError> {
+        self.outage.check("read a waiting-list item")?;
+        let items = self.items();
+        Ok(items.lists.get(&pool.waiting_list_pk(owner)).is_some_and(|l| l.contains_key(position)))
+    }
+
+    async fn first_waiting(
+        &self,
+        pool: &Pool,
+        owner: &str,
+        n: usize,
+    ) -> Result<Vec<WaitingEntry>, AwsError> {
+        self.outage.check("read a waiting list")?;
+        Ok(self.items().first_waiting(pool, owner, n))
+    }
+
+    async fn seat(&self, pool: &Pool, owner: &str) -> Result<Seat, AwsError> {
+        self.outage.check("read a tenant's place in a ring")?;
+        let mut items = self.items();
+        let Some(member) = items.member(pool, owner).cloned() else {
+            return Ok(match items.join_ring(pool, owner) {
+                RingChange::Done => Seat::Joined,
+                RingChange::Raced => Seat::Seated,
+            });
+        };
+        if items.places.get(&pool.waiting_pk()).is_some_and(|p| p.contains_key(&member.ring)) {
+            return Ok(Seat::Seated);
+        }
+        items.put_place(pool, owner, &member.served);
+        Ok(Seat::Restored)
+    }
+
+    async fn admit(&self, pool: &Pool, limit: u32, held: usize) -> Result<usize, AwsError> {
+        let free = free_slots(limit, held);
+        if free == 0 {
+            return Ok(0); // no request made: nothing to fail
+        }
+        self.outage.check("admit waiting jobs")?;
+        match pool {
+            Pool::Tenant(owner) => self.admit_in_order(pool, owner, free).await,
+            Pool::Kind(_) => self.admit_by_turns(pool, free).await,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::MemoryDispatchQueue;
+    use longhaul_domain::admission::{Priority, waiting_sort_key};
+
+    fn pools() -> (Arc<MemoryDispatchQueue>, MemorySlotPools) {
+        let queue = Arc::new(MemoryDispatchQueue::new());
+        let slots = MemorySlotPools::new(queue.clone());
+        (queue, slots)
+    }
+
+    fn position(job_id: &str) -> String {
+        waiting_sort_key(Priority::Normal, "2026-11-24T10:00:00.000Z", job_id)
+    }
+
+    #[tokio::test]
+    async fn the_memory_slot_pools_keep_the_slot_pools_contract() {
+        let (queue, slots) = pools();
+        let woken = async || queue.sent().into_iter().map(|(m, _, _)| m.job_id).collect();
+        crate::contract::slot_pools(&slots, woken).await;
+    }
+
+    #[tokio::test]
+    async fn a_woken_job_is_sent_to_its_owners_group_at_once() {
+        let (queue, slots) = pools();
+        let pool = Pool::Tenant("alice".into());
+        slots.enter_waiting(&pool, &position("j1"), "j1", "alice").await.unwrap();
+        assert_eq!(slots.admit(&pool, 1, 0).await.unwrap(), 1);
+        let sent = queue.sent();
+        assert_eq!(sent.len(), 1);
+        assert_eq!((sent[0].0.job_id.as_str(), sent[0].1, sent[0].2.as_str()), ("j1", 0, "alice"));
+    }
+
+    #[tokio::test]
+    async fn a_lost_ring_place_is_restored_by_the_seat_check() {
+        let (_, slots) = pools();
+        let kind = Pool::Kind("demo".into());
+        slots.enter_waiting(&kind, &position("j1"), "j1", "alice").await.unwrap();
+        assert_eq!(slots.ring(&kind), ["alice"]);
+        slots.lose_place(&kind, "alice");
+        assert!(slots.ring(&kind).is_empty());
+        assert_eq!(slots.admit(&kind, 1, 0).await.unwrap(), 0, "no place: no turn");
+        assert_eq!(slots.seat(&kind, "alice").await.unwrap(), Seat::Restored);
+        assert_eq!(slots.ring(&kind), ["alice"]);
+        assert_eq!(slots.seat(&kind, "alice").await.unwrap(), Seat::Seated);
+        assert_eq!(slots.admit(&kind, 1, 0).await.unwrap(), 1, "its turn comes again");
+    }
+
+    #[tokio::test]
+    async fn a_refused_wake_up_leaves_what_the_dynamodb_adapter_leaves() {
+        // A tenant pool sends before the job leaves its list: the job waits on in it.
+        let (queue, slots) = pools();
+        let pool = Pool::Tenant("alice".into());
+        slots.enter_waiting(&pool, &position("j1"), "j1", "alice").await.unwrap();
+        queue.set_unavailable(true);
+        assert!(slots.admit(&pool, 1, 0).await.is_err());
+        assert!(slots.is_waiting(&pool, "alice", &position("j1")).await.unwrap());
+        // A kind pool claims the job first (of two admitters, one wakes it): it is out of its
+        // list, waiting outside it for the reaper to put it back.
+        let kind = Pool::Kind("demo".into());
+        slots.enter_waiting(&kind, &position("j2"), "j2", "bob").await.unwrap();
+        assert!(slots.admit(&kind, 1, 0).await.is_err());
+        assert!(!slots.is_waiting(&kind, "bob", &position("j2")).await.unwrap());
+        assert_eq!(slots.ring(&kind), ["bob"], "its turn was taken; it leaves at the next");
+        queue.set_unavailable(false);
+        assert_eq!(slots.admit(&kind, 1, 0).await.unwrap(), 0);
+        assert!(slots.ring(&kind).is_empty());
+    }
+
+    #[tokio::test]
+    async fn an_unavailable_store_fails_every_call_but_an_admission_with_no_room() {
+        let (_, slots) = pools();
+        let pool = Pool::Tenant("alice".into());
+        slots.set_unavailable(true);
+        assert!(slots.acquire(&pool, 1, "j1").await.is_err());
+        assert!(slots.give_back(&pool, &[]).await.is_err());
+        assert!(slots.enter_waiting(&pool, &position("j1"), "j1", "alice").await.is_err());
+        assert!(slots.admit(&pool, 1, 0).await.is_err());
+        assert_eq!(slots.admit(&pool, 1, 1).await.unwrap(), 0, "no slot free: no request");
+        slots.set_unavailable(false);
+        assert!(slots.holders(&pool).await.unwrap().is_empty(), "nothing changed");
+        assert!(slots.first_waiting(&pool, "alice", 10).await.unwrap().is_empty());
+    }
+}

@@ -1,0 +1,116 @@
+//! The ports' contracts on the AWS adapters: the same test `longhaul-memory` runs on its
+//! in-memory adapters ([`longhaul_memory::contract`]), here on the DynamoDB adapter against the
+//! local stack's table — so what a handler's unit test relies on is what DynamoDB does.
+
+use longhaul_tests::job_store;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_dynamodb_job_store_keeps_the_job_table_contract() {
+    longhaul_memory::contract::job_table(&job_store().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_dynamodb_stream_slots_keep_the_stream_caps_contract() {
+    let dynamodb = longhaul_tests::Aws::new().await.dynamodb;
+    let table = longhaul_tests::harness().stack.resource("JobsTable");
+    longhaul_memory::contract::stream_slots(|per_job, per_tenant, per_deployment| {
+        longhaul_aws::limits::StreamSlots::new(
+            dynamodb.clone(),
+            table.clone(),
+            per_job,
+            per_tenant,
+            per_deployment,
+        )
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_dynamodb_admitter_keeps_the_slot_pools_contract() {
+    use longhaul_aws::queue::{DispatchMessage, IntakeQueue};
+    use longhaul_aws::slots::{Admitter, SlotStore};
+    let aws = longhaul_tests::Aws::new().await;
+    let table = longhaul_tests::harness().stack.resource("JobsTable");
+    // Wake-ups go to a queue of this test's own, which no dispatcher drains.
+    let queue = aws
+        .sqs
+        .create_queue()
+        .queue_name(format!("contract-intake-{}", uuid::Uuid::new_v4()))
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap();
+    let admitter = Admitter {
+        slots: SlotStore::new(aws.dynamodb.clone(), table),
+        intake: IntakeQueue::new(aws.sqs.clone(), queue.clone()),
+    };
+    let received = std::sync::Mutex::new(Vec::<String>::new());
+    let woken = async || {
+        loop {
+            let output = aws
+                .sqs
+                .receive_message()
+                .queue_url(&queue)
+                .max_number_of_messages(10)
+                .send()
+                .await
+                .unwrap();
+            if output.messages().is_empty() {
+                break;
+            }
+            for message in output.messages() {
+                let body: DispatchMessage =
+                    serde_json::from_str(message.body().unwrap_or_default()).unwrap();
+                received.lock().unwrap().push(body.job_id);
+                let receipt = message.receipt_handle().unwrap_or_default();
+                aws.sqs
+                    .delete_message()
+                    .queue_url(&queue)
+                    .receipt_handle(receipt)
+                    .send()
+                    .await
+                    .unwrap();
+            }
+        }
+        received.lock().unwrap().clone()
+    };
+    longhaul_memory::contract::slot_pools(&admitter, woken).await;
+    aws.sqs.delete_queue().queue_url(&queue).send().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_dynamodb_job_store_keeps_the_status_index_contract() {
+    longhaul_memory::contract::status_index(&job_store().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_s3_object_store_keeps_the_upload_links_contract() {
+    let objects = longhaul_aws::objects::ObjectStore::new(
+        longhaul_tests::Aws::new().await.s3,
+        longhaul_tests::harness().stack.resource("DataBucket"),
+    );
+    longhaul_memory::contract::upload_links(&objects).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_dynamodb_job_store_keeps_the_attempts_contract() {
+    longhaul_memory::contract::job_attempts(&job_store().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_s3_object_store_keeps_the_objects_contract() {
+    // Through the edge, as the functions call S3: it names moto's `ListParts` answer as S3 does.
+    let stack = &longhaul_tests::harness().stack;
+    let sdk = longhaul_local::sdk_config(&stack.edge_url).await;
+    let objects = longhaul_aws::objects::ObjectStore::new(
+        aws_sdk_s3::Client::new(&sdk),
+        stack.resource("DataBucket"),
+    );
+    longhaul_memory::contract::objects(&objects).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_dynamodb_job_store_keeps_the_reaping_contract() {
+    longhaul_memory::contract::job_reaping(&job_store().await).await;
+}
