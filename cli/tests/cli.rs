@@ -282,8 +282,14 @@ async fn watch_in_a_terminal_draws_the_bar_to_100_percent() {
     use portable_pty::{CommandBuilder, PtySize, native_pty_system};
 
     let me = user("cli-pty");
-    let job_id =
-        me.api.submit(&json!({"type": "demo", "params": {"items": 20, "item_ms": 100}})).await;
+    // Its start is delayed, so that watch (started next) connects while the job is still
+    // pending: a loaded machine may take a while to start a process, never eight seconds.
+    let job_id = me
+        .api
+        .submit(
+            &json!({"type": "demo", "params": {"items": 20, "item_ms": 100}, "delay_seconds": 8}),
+        )
+        .await;
     let live = me.api.get(&format!("/jobs/{job_id}")).await.json;
     assert!(live["events_url"].is_string(), "a live job links its stream: {live}");
     let pty = native_pty_system();
@@ -329,9 +335,12 @@ async fn watch_in_a_terminal_draws_the_bar_to_100_percent() {
 
 #[tokio::test]
 async fn watch_falls_back_to_polling_when_the_stream_is_refused() {
+    use tokio::io::{AsyncBufReadExt, BufReader};
     let me = user("cli-poll");
+    // A job that runs until the test cancels it: what watch sees does not depend on how fast
+    // the machine is.
     let job_id =
-        me.api.submit(&json!({"type": "demo", "params": {"items": 20, "item_ms": 100}})).await;
+        me.api.submit(&json!({"type": "demo", "params": {"items": 3000, "item_ms": 100}})).await;
     let live = me.api.get(&format!("/jobs/{job_id}")).await.json;
     let url = live["events_url"].as_str().expect("a live job links its stream").to_owned();
     // Hold every stream slot of the job (LONGHAUL_MAX_STREAMS_PER_JOB, 5): the next is a 429.
@@ -341,14 +350,41 @@ async fn watch_falls_back_to_polling_when_the_stream_is_refused() {
         assert_eq!(stream.status(), 200);
         held.push(stream);
     }
-    let watched = run(&me.token, &["watch", "-v", &job_id]).await;
-    assert_eq!(code(&watched), 0, "{}", stderr(&watched));
-    assert!(stdout(&watched).contains(&format!("job {job_id} succeeded")));
-    let note = stderr(&watched);
+    let mut watcher = command(&me.token, &["watch", "-v", &job_id])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("longhaul runs");
+    let mut lines = BufReader::new(watcher.stderr.take().unwrap()).lines();
+    let mut note = String::new();
+    // Until watch has fallen back and polled once (a deadline only against a hang).
+    let polled = tokio::time::timeout(Duration::from_secs(120), async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            note.push_str(&line);
+            note.push('\n');
+            if line.contains("polling: next in ") {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    assert!(matches!(polled, Ok(true)), "watch fell back to polling: {note}");
+    let cancel = me.api.post_json(&format!("/jobs/{job_id}/cancel"), &json!({})).await;
+    assert_eq!(cancel.status, 202, "{}", cancel.text);
+    while let Some(line) = lines.next_line().await.unwrap() {
+        note.push_str(&line);
+        note.push('\n');
+    }
+    let watched = tokio::time::timeout(Duration::from_secs(120), watcher.wait_with_output())
+        .await
+        .expect("watch ends once the job does")
+        .unwrap();
+    assert_eq!(code(&watched), 3, "a cancelled job: {note}");
+    assert!(stdout(&watched).contains(&format!("job {job_id} cancelled")), "{note}");
     assert!(note.contains("live stream unavailable") && note.contains("(HTTP 429)"), "{note}");
     assert!(note.contains("polling instead"), "{note}");
     // At the pace the status answers ask for (`Retry-After`), never faster than a second.
-    assert!(note.contains("polling: next in "), "{note}");
     assert!(!note.contains("polling: next in 0s"), "{note}");
     drop(held);
 }

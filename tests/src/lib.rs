@@ -643,14 +643,11 @@ pub async fn fire_until(
     }
 }
 
-/// A `pending` `demo` job record of `owner`, accepted at `created_at` (as stored), as submit
-/// stores it — for tests that seed the table directly
-/// ([`longhaul_memory::contract::pending_job`], with the creation time's text kept as given).
+/// A `pending` `demo` job record of `owner`, accepted at `created_at`, as submit stores it —
+/// for tests that seed the table directly ([`longhaul_memory::contract::pending_job`]).
 pub fn seeded_job(owner: &str, created_at: String) -> longhaul_aws::jobs::JobRecord {
     let at: longhaul_domain::Timestamp = created_at.parse().expect("a seeded job's creation time");
-    let mut job = longhaul_memory::contract::pending_job(owner, at);
-    job.transitions[0].at = created_at;
-    job
+    longhaul_memory::contract::pending_job(owner, at)
 }
 
 /// The job table's adapter, on this binary's stack (direct to the emulator, uncounted).

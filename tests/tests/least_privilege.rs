@@ -30,7 +30,7 @@ async fn the_webhook_function_writes_deliveries_and_never_job_records() {
         webhook_id: format!("msg_{job_id}"),
         event: "job.succeeded".into(),
         attempt: 1,
-        at: longhaul_domain::now_rfc3339(),
+        at: longhaul_domain::Timestamp::now(),
         status_code: Some(204),
         latency_ms: 3,
         error: None,

@@ -80,7 +80,7 @@ async fn a_rotation_from_a_stale_read_is_refused_and_the_winner_kept() {
     let owner = principal("stale-rotation");
     let jobs = store().await;
     let read = jobs.webhook_secrets(&owner).await.unwrap();
-    let until = "2999-01-01T00:00:00Z";
+    let until: longhaul_domain::Timestamp = "2999-01-01T00:00:00Z".parse().unwrap();
     let Rotation::Rotated(winner) =
         jobs.rotate_webhook_secret_from(&owner, &read, until).await.unwrap()
     else {

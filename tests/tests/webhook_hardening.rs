@@ -78,7 +78,7 @@ async fn job_with_callback(jobs: &JobStore, url: &str) -> String {
         "job_id": job_id, "owner": principal("tenant"), "type": "demo", "params": {"items": 1},
         "status": "succeeded", "attempt": 1, "idempotency_key": "k", "fingerprint": "f",
         "callback_url": url, "created_at": now, "updated_at": now, "finished_at": now,
-        "transitions": [Transition { state: JobStatus::Succeeded, at: now.clone(), reason: "test".into() }],
+        "transitions": [Transition { state: JobStatus::Succeeded, at: now.parse().unwrap(), reason: "test".into() }],
     }))
     .unwrap();
     jobs.put_job(&record).await.unwrap();

@@ -286,7 +286,7 @@ async fn an_end_whose_ender_queued_nothing_is_still_delivered() {
         "job_id": job_id, "owner": owner, "type": "demo", "params": {"items": 1}, "status": "running",
         "attempt": 1, "lease": "lease-1", "idempotency_key": "k", "fingerprint": "f", "callback_url": url,
         "created_at": now, "updated_at": now, "started_at": now,
-        "transitions": [Transition { state: JobStatus::Running, at: now.clone(), reason: "test".into() }],
+        "transitions": [Transition { state: JobStatus::Running, at: now.parse().unwrap(), reason: "test".into() }],
     }))
     .unwrap();
     jobs.put_job(&record).await.unwrap();
@@ -345,7 +345,7 @@ async fn delivery_rechecks_dns_and_refuses_private_addresses() {
         "job_id": job_id, "owner": owner, "type": "demo", "params": {"items": 1}, "status": "succeeded",
         "attempt": 1, "idempotency_key": "k", "fingerprint": "f", "callback_url": "https://partner.example.com/hook",
         "created_at": now, "updated_at": now, "finished_at": now,
-        "transitions": [Transition { state: JobStatus::Succeeded, at: now.clone(), reason: "test".into() }],
+        "transitions": [Transition { state: JobStatus::Succeeded, at: now.parse().unwrap(), reason: "test".into() }],
     }))
     .unwrap();
     jobs.put_job(&record).await.unwrap();

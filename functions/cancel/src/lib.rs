@@ -21,7 +21,7 @@ use longhaul_aws::jobs::{CancelOutcome, JobRecord, JobStore, StoreError};
 use longhaul_aws::logs;
 use longhaul_aws::metrics;
 use longhaul_aws::ports::{JobCancellation, JobExecutions, JobReads};
-use longhaul_domain::{Cancellation, JobStatus, now_rfc3339};
+use longhaul_domain::{Cancellation, JobStatus, Timestamp};
 use serde::Deserialize;
 use serde_json::json;
 use tracing::Instrument;
@@ -128,7 +128,7 @@ async fn cancel(deps: &Deps, request: &Request) -> Result<Response<Body>, Proble
         return Err(wrong_status(job.status, format!("The job is already {}.", job.status)));
     }
     let cancellation =
-        Cancellation { requested_at: now_rfc3339(), requested_by: owner, reason: body.reason };
+        Cancellation { requested_at: Timestamp::now(), requested_by: owner, reason: body.reason };
     let job = match deps.jobs.cancel(&job_id, &cancellation).await {
         Ok(CancelOutcome::Cancelled(job)) => {
             if job.transitions.iter().any(|t| t.state == JobStatus::Queued) {

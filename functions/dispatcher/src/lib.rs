@@ -327,8 +327,7 @@ async fn take_slot(
     }
     let position = waiting_sort_key(job.priority, &job.created_at.to_rfc3339(), &job.job_id);
     slots.enter_waiting(pool, &position, &job.job_id, &job.owner).await?;
-    let waiting =
-        Waiting { reason: pool.reason(), limit: *limit, since: format_rfc3339(now), position };
+    let waiting = Waiting { reason: pool.reason(), limit: *limit, since: now.into(), position };
     match deps.jobs.mark_waiting(&job.job_id, &waiting).await {
         Ok(_) => {}
         Err(StoreError::Conflict { current }) => {

@@ -305,7 +305,7 @@ mod tests {
 
     fn cancellation() -> Cancellation {
         Cancellation {
-            requested_at: "2025-01-01T00:00:00Z".into(),
+            requested_at: "2025-01-01T00:00:00Z".parse().unwrap(),
             requested_by: "alice".into(),
             reason: Some("wrong input".into()),
         }

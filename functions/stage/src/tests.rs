@@ -285,7 +285,7 @@ fn lease_of(output: &Value) -> TaskLease {
 
 fn owners_cancellation() -> Cancellation {
     Cancellation {
-        requested_at: Timestamp::now().to_rfc3339(),
+        requested_at: Timestamp::now(),
         requested_by: "alice".into(),
         reason: Some("not needed".into()),
     }

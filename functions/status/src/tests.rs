@@ -77,7 +77,7 @@ impl World {
                     request = request.set(
                         "cancellation",
                         Cancellation {
-                            requested_at: Timestamp::now().to_rfc3339(),
+                            requested_at: Timestamp::now(),
                             requested_by: owner.into(),
                             reason: Some("no longer needed".into()),
                         },
@@ -328,7 +328,7 @@ async fn optional_fields_show_only_while_they_apply() {
     job.waiting = Some(Waiting {
         reason: WaitReason::TenantLimit,
         limit: 2,
-        since: Timestamp::now().to_rfc3339(),
+        since: Timestamp::now(),
         position: "p".into(),
     });
     w.jobs.put_record(job);
@@ -607,7 +607,7 @@ async fn deliveries_are_listed_oldest_first() {
         webhook_id: format!("msg_{id}"),
         event: "job.succeeded".into(),
         attempt,
-        at: Timestamp::now().to_rfc3339(),
+        at: Timestamp::now(),
         status_code: Some(if attempt == 1 { 500 } else { 200 }),
         latency_ms: 12,
         error: None,

@@ -82,7 +82,7 @@ pub(crate) async fn create(deps: &Deps, new: &NewJob<'_>) -> Result<Response<Bod
         let record = IdempotencyRecord {
             job_id: job.job_id.to_string(),
             fingerprint: new.fingerprint.to_owned(),
-            created_at: job.created_at.to_rfc3339(),
+            created_at: job.created_at,
             expires_at: chrono::Utc::now().timestamp() + deps.idempotency_ttl.as_secs() as i64,
         };
         let existing =
@@ -104,7 +104,7 @@ pub(crate) async fn create(deps: &Deps, new: &NewJob<'_>) -> Result<Response<Bod
         }
         logs::record_job_id(&tracing::Span::current(), &existing.job_id);
         let found = deps.jobs.job(&existing.job_id).await.map_err(internal)?;
-        let claimed_recently = existing.created_at.parse().is_ok_and(is_recent);
+        let claimed_recently = is_recent(existing.created_at);
         match key_taken(new.key, found, claimed_recently) {
             KeyTaken::InFlight => return Err(in_flight()),
             KeyTaken::Replay(job) => {
@@ -114,15 +114,15 @@ pub(crate) async fn create(deps: &Deps, new: &NewJob<'_>) -> Result<Response<Bod
             KeyTaken::Replace(job_id) => replacing = Some(job_id),
             KeyTaken::Abandoned => {
                 // The request that claimed the key never wrote its job: finish it.
-                // The key's record names the job and its creation time; either unreadable
-                // is a corrupt record, not a default.
+                // The key's record names the job and its creation time (an unreadable id is
+                // a corrupt record, not a default).
                 let corrupt = |err: &dyn std::fmt::Display| {
                     tracing::error!(error = %err, "an unreadable idempotency record");
                     Problem::internal()
                 };
                 let job_id = existing.job_id.parse().map_err(|e| corrupt(&e))?;
                 let mut job = resumable(deps, new_job(deps, new, job_id), new).await;
-                job.created_at = existing.created_at.parse().map_err(|e| corrupt(&e))?;
+                job.created_at = existing.created_at;
                 logs::current_job(&job);
                 match deps.jobs.put_job(&job).await {
                     Ok(()) => {

@@ -39,7 +39,7 @@ pub(crate) fn new_job(deps: &Deps, new: &NewJob<'_>, job_id: JobId) -> JobRecord
         result_key: None,
         transitions: vec![Transition {
             state: JobStatus::Pending,
-            at: now.to_rfc3339(),
+            at: now,
             reason: "submitted".into(),
         }],
         injected_failures: 0,

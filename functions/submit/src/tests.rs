@@ -251,7 +251,7 @@ async fn a_key_claimed_by_a_request_still_in_flight_is_409_and_one_left_behind_i
     let claim = |job_id: &JobId, created_at: chrono::DateTime<chrono::Utc>| IdempotencyRecord {
         job_id: job_id.to_string(),
         fingerprint: fingerprint.clone(),
-        created_at: Timestamp::from(created_at).to_rfc3339(),
+        created_at: Timestamp::from(created_at),
         expires_at: chrono::Utc::now().timestamp() + 3600,
     };
     let young = JobId::new();

@@ -29,7 +29,7 @@ use longhaul_aws::ports::{DeliveryLog, JobReads, WebhookDispatch, WebhookSecrets
 use longhaul_aws::queue::{WebhookMessage, WebhookQueue};
 use longhaul_domain::callback::{CallbackPolicy, Host, check_address, parse_callback_url};
 use longhaul_domain::webhooks::{DeliveryOutcome, RetrySchedule, event_type, message_id, sign};
-use longhaul_domain::{JobStatus, Timestamp, now_rfc3339};
+use longhaul_domain::{JobStatus, Timestamp};
 use serde_json::json;
 use tracing::Instrument;
 
@@ -244,7 +244,7 @@ pub async fn process(deps: &Deps, message: &WebhookMessage) -> Result<(), String
     let body = serde_json::to_vec(&payload).expect("payloads serialise");
     let secrets = deps.jobs.webhook_secrets(&job.owner).await.map_err(|e| e.to_string())?;
     let signature = secrets
-        .active(&now_rfc3339())
+        .active(Timestamp::now())
         .iter()
         .filter_map(|s| sign(&s.secret, &webhook_id, now, &body).ok())
         .collect::<Vec<_>>()
@@ -263,7 +263,7 @@ pub async fn process(deps: &Deps, message: &WebhookMessage) -> Result<(), String
         webhook_id: webhook_id.clone(),
         event: event.to_owned(),
         attempt: message.attempt,
-        at: now_rfc3339(),
+        at: Timestamp::now(),
         status_code,
         latency_ms,
         error,

@@ -331,9 +331,8 @@ async fn during_a_rotation_the_old_and_the_new_secret_both_sign() {
     let w = world();
     let partner = Partner::start(Answer::Status(200)).await;
     let old = w.jobs.webhook_secrets(OWNER).await.unwrap().secrets[0].secret.clone();
-    let overlap_until = (chrono::Utc::now() + chrono::Duration::hours(1))
-        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
-    w.jobs.rotate_webhook_secret(OWNER, &overlap_until).await.unwrap();
+    let overlap_until = Timestamp::from(chrono::Utc::now() + chrono::Duration::hours(1));
+    w.jobs.rotate_webhook_secret(OWNER, overlap_until).await.unwrap();
     let new = w.jobs.webhook_secrets(OWNER).await.unwrap().secrets[0].secret.clone();
     let job = w.ended(JobStatus::Cancelled, Some(&partner.url("/hook")));
     process(&w.deps, &message(&job, 1)).await.unwrap();

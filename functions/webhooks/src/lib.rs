@@ -18,8 +18,8 @@ use longhaul_aws::api::{Problem, json_response, principal, route_key};
 use longhaul_aws::config::{ConfigError, Vars};
 use longhaul_aws::jobs::{JobStore, MAX_ACTIVE_SECRETS, Rotation, SecretsRecord};
 use longhaul_aws::ports::WebhookSecrets;
+use longhaul_domain::Timestamp;
 use longhaul_domain::webhooks::ExposeSecret;
-use longhaul_domain::{format_rfc3339, now_rfc3339};
 use serde_json::json;
 
 /// How long a rotated-out secret keeps signing.
@@ -75,7 +75,7 @@ async fn secrets(deps: &Deps, request: &Request) -> Result<Response<Body>, Probl
         Some("POST /webhooks/secret/rotate") => {
             let until = chrono::Utc::now()
                 + chrono::Duration::from_std(ROTATION_OVERLAP).expect("a day fits");
-            match deps.jobs.rotate_webhook_secret(&owner, &format_rfc3339(until)).await {
+            match deps.jobs.rotate_webhook_secret(&owner, until.into()).await {
                 Ok(Rotation::Rotated(record)) => record,
                 Ok(Rotation::Lost(_)) => {
                     tracing::info!("a concurrent rotation won; this one was not stored");
@@ -105,7 +105,7 @@ fn rotation_conflict() -> Problem {
 /// The body of both routes. The one place a secret is exposed outside signing: to its owner.
 fn render(record: &SecretsRecord) -> serde_json::Value {
     let secrets: Vec<_> = record
-        .active(&now_rfc3339())
+        .active(Timestamp::now())
         .into_iter()
         .take(MAX_ACTIVE_SECRETS)
         .map(|s| {

@@ -10,8 +10,12 @@ use longhaul_aws::ports::Warm;
 use longhaul_memory::MemoryJobStore;
 use longhaul_memory::api::{ApiRequest, json_of};
 
+fn t(text: &str) -> Timestamp {
+    text.parse().expect("a test time")
+}
+
 fn secret(at: &str) -> WebhookSecret {
-    WebhookSecret::generate(at).unwrap()
+    WebhookSecret::generate(t(at)).unwrap()
 }
 
 fn exposed(record: &SecretsRecord) -> Vec<String> {
@@ -23,28 +27,42 @@ fn exposed(record: &SecretsRecord) -> Vec<String> {
 #[test]
 fn a_third_secret_within_the_overlap_retires_the_oldest() {
     let first = SecretsRecord { version: 1, secrets: vec![secret("2026-01-01T00:00:00Z")] };
-    let second =
-        first.rotated(secret("2026-01-01T01:00:00Z"), "2026-01-01T01:00:00Z", "2026-01-02T01");
+    let second = first.rotated(
+        secret("2026-01-01T01:00:00Z"),
+        t("2026-01-01T01:00:00Z"),
+        t("2026-01-02T01:00:00Z"),
+    );
     assert_eq!(second.version, 2);
     assert_eq!(exposed(&second)[1], exposed(&first)[0]);
-    assert_eq!(second.secrets[1].expires_at.as_deref(), Some("2026-01-02T01"));
-    let third =
-        second.rotated(secret("2026-01-01T02:00:00Z"), "2026-01-01T02:00:00Z", "2026-01-02T02");
+    assert_eq!(second.secrets[1].expires_at, Some(t("2026-01-02T01:00:00Z")));
+    let third = second.rotated(
+        secret("2026-01-01T02:00:00Z"),
+        t("2026-01-01T02:00:00Z"),
+        t("2026-01-02T02:00:00Z"),
+    );
     assert_eq!(third.version, 3);
     assert_eq!(third.secrets.len(), MAX_ACTIVE_SECRETS);
     assert_eq!(exposed(&third)[1], exposed(&second)[0], "the previous one overlaps");
     assert!(!exposed(&third).contains(&exposed(&first)[0]), "the oldest is retired");
-    assert_eq!(third.active("2026-01-01T02:00:00Z").len(), 2);
-    assert_eq!(third.active("2026-01-02T03").len(), 1, "the overlap ends");
+    assert_eq!(third.active(t("2026-01-01T02:00:00Z")).len(), 2);
+    assert_eq!(third.active(t("2026-01-02T03:00:00Z")).len(), 1, "the overlap ends");
     // Once the overlap is over, a rotation keeps the one secret that still signs.
-    let later = third.rotated(secret("2026-01-03"), "2026-01-03", "2026-01-04");
+    let later = third.rotated(
+        secret("2026-01-03T00:00:00Z"),
+        t("2026-01-03T00:00:00Z"),
+        t("2026-01-04T00:00:00Z"),
+    );
     assert_eq!(exposed(&later)[1], exposed(&third)[0]);
 }
 
 #[test]
 fn a_rotations_debug_output_shows_no_secret() {
-    let record =
-        SecretsRecord { version: 1, secrets: vec![secret("t")] }.rotated(secret("u"), "u", "v");
+    let record = SecretsRecord { version: 1, secrets: vec![secret("2026-01-01T00:00:00Z")] }
+        .rotated(
+            secret("2026-01-01T01:00:00Z"),
+            t("2026-01-01T01:00:00Z"),
+            t("2026-01-02T00:00:00Z"),
+        );
     let text = format!("{:?}", Rotation::Rotated(record.clone()));
     for secret in exposed(&record) {
         assert!(!text.contains(&secret), "{text}");
@@ -147,7 +165,10 @@ async fn a_secret_past_its_overlap_is_not_shown() {
     let w = world();
     let old = secrets(&get(&w.deps, "alice").await)[0].0.clone();
     // A rotation whose overlap has ended.
-    w.jobs.rotate_webhook_secret("alice", "2000-01-01T00:00:00.000Z").await.unwrap();
+    w.jobs
+        .rotate_webhook_secret("alice", "2000-01-01T00:00:00.000Z".parse().unwrap())
+        .await
+        .unwrap();
     let now = secrets(&get(&w.deps, "alice").await);
     assert_eq!(now.len(), 1);
     assert_ne!(now[0].0, old);
@@ -169,7 +190,7 @@ impl WebhookSecrets for Raced {
     async fn rotate_webhook_secret(
         &self,
         owner: &str,
-        overlap_until: &str,
+        overlap_until: Timestamp,
     ) -> Result<Rotation, StoreError> {
         // The other rotation is stored between this one's read and its write.
         match self.0.rotate_webhook_secret(owner, overlap_until).await? {

@@ -208,7 +208,7 @@ mod tests {
         );
         let secret = crate::jobs::WebhookSecret {
             secret: "whsec_SECRET".into(),
-            created_at: "t".into(),
+            created_at: longhaul_domain::Timestamp::now(),
             expires_at: None,
         };
         assert!(!format!("{secret:?}").contains("whsec_SECRET"));

@@ -106,8 +106,8 @@ pub struct Waiting {
     pub reason: WaitReason,
     /// The limit's value when the job was refused.
     pub limit: u32,
-    /// When it started waiting (RFC 3339, as stored).
-    pub since: String,
+    /// When it started waiting.
+    pub since: crate::Timestamp,
     /// Its key in the waiting list ([`waiting_sort_key`]).
     pub position: String,
 }

@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
 
+use crate::Timestamp;
 use crate::status::JobStatus;
 
 /// A job's identity: a UUIDv7 (so ids sort by creation time), held in its canonical
@@ -85,8 +86,8 @@ pub struct InvalidJobId;
 pub struct Transition {
     /// The state entered.
     pub state: JobStatus,
-    /// When (RFC 3339, UTC).
-    pub at: String,
+    /// When.
+    pub at: Timestamp,
     /// Why, in words a person can act on.
     pub reason: String,
 }
@@ -94,8 +95,8 @@ pub struct Transition {
 /// A cancellation request: who asked, when and why.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Cancellation {
-    /// When (RFC 3339, UTC).
-    pub requested_at: String,
+    /// When.
+    pub requested_at: Timestamp,
     /// The principal that asked.
     pub requested_by: String,
     /// The reason they gave, if any.
@@ -222,7 +223,7 @@ mod tests {
     #[test]
     fn a_cancellation_reads_in_the_log_as_who_and_why() {
         let mut c = Cancellation {
-            requested_at: "2026-11-24T18:00:00.000Z".into(),
+            requested_at: "2026-11-24T18:00:00.000Z".parse().unwrap(),
             requested_by: "alice".into(),
             reason: Some("the partner is down".into()),
         };

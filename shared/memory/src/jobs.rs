@@ -16,7 +16,7 @@ use longhaul_aws::ports::{
 };
 use longhaul_domain::admission::Waiting;
 use longhaul_domain::cursor::{self, ListPosition};
-use longhaul_domain::{Cancellation, JobStatus, Timestamp, Transition, now_rfc3339};
+use longhaul_domain::{Cancellation, JobStatus, Timestamp, Transition};
 
 use crate::Outage;
 
@@ -137,11 +137,7 @@ impl Table {
         let mut next = with_attributes(job, request.set, &request.remove)?;
         next.status = request.to;
         next.updated_at = now;
-        next.transitions.push(Transition {
-            state: request.to,
-            at: now.to_rfc3339(),
-            reason: request.reason,
-        });
+        next.transitions.push(Transition { state: request.to, at: now, reason: request.reason });
         if request.to.is_terminal() {
             next.finished_at = Some(now);
         }
@@ -222,14 +218,11 @@ impl JobCancellation for MemoryJobStore {
             table.jobs.insert(job_id.to_owned(), job.clone());
             job
         };
-        let requested_at = job.cancellation.as_ref().map(|c| c.requested_at.clone());
+        let requested_at = job.cancellation.as_ref().map(|c| c.requested_at);
         if let (Some(progress), Some(at)) = (table.progress.get_mut(job_id), requested_at)
             && progress.cancel_requested_at.is_none()
         {
-            progress.cancel_requested_at = Some(at.parse().map_err(|_| StoreError::Corrupt {
-                key: format!("JOB#{job_id}"),
-                reason: format!("cancellation time {at:?} is not a timestamp"),
-            })?);
+            progress.cancel_requested_at = Some(at);
         }
         Ok(CancelOutcome::Requested(Box::new(job)))
     }
@@ -382,7 +375,7 @@ impl JobDispatchMarks for MemoryJobStore {
         job.waiting = Some(waiting.clone());
         job.updated_at = Timestamp::now();
         let job = job.clone();
-        table.index.waiting(job_id, &waiting.since);
+        table.index.waiting(job_id, &waiting.since.to_rfc3339());
         Ok(job)
     }
 }
@@ -396,7 +389,7 @@ impl WebhookSecrets for MemoryJobStore {
             return Ok(record.clone());
         }
         let record =
-            SecretsRecord { version: 1, secrets: vec![WebhookSecret::generate(&now_rfc3339())?] };
+            SecretsRecord { version: 1, secrets: vec![WebhookSecret::generate(Timestamp::now())?] };
         table.secrets.insert(owner.to_owned(), record.clone());
         Ok(record)
     }
@@ -404,11 +397,11 @@ impl WebhookSecrets for MemoryJobStore {
     async fn rotate_webhook_secret(
         &self,
         owner: &str,
-        overlap_until: &str,
+        overlap_until: Timestamp,
     ) -> Result<Rotation, StoreError> {
         let read = self.webhook_secrets(owner).await?;
-        let now = now_rfc3339();
-        let record = read.rotated(WebhookSecret::generate(&now)?, &now, overlap_until);
+        let now = Timestamp::now();
+        let record = read.rotated(WebhookSecret::generate(now)?, now, overlap_until);
         let mut table = self.lock();
         let current = table.secrets.get(owner).cloned().unwrap_or_default();
         if current.version != read.version {

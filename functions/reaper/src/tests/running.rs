@@ -28,7 +28,7 @@ impl World {
 
 fn cancellation() -> Cancellation {
     Cancellation {
-        requested_at: "2026-11-24T10:00:00.000Z".into(),
+        requested_at: "2026-11-24T10:00:00.000Z".parse().unwrap(),
         requested_by: OWNER.into(),
         reason: Some("wrong input".into()),
     }

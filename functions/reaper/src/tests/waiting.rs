@@ -54,7 +54,7 @@ impl World {
         let id = job.job_id.to_string();
         let position = waiting_sort_key(job.priority, &job.created_at.to_rfc3339(), &id);
         let waiting =
-            Waiting { reason, limit: 1, since: at(self.ago(240)), position: position.clone() };
+            Waiting { reason, limit: 1, since: self.ago(240).into(), position: position.clone() };
         self.jobs.mark_waiting(&id, &waiting).await.expect("a pending job waits");
         if let Some(pool) = pool {
             self.slots.enter_waiting(pool, &position, &id, OWNER).await.expect("listed");

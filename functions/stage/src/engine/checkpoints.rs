@@ -17,7 +17,7 @@ impl Ctx<'_> {
             schema_version: version,
             stage: self.stage.to_owned(),
             attempt: self.lease.attempt,
-            written_at: now_rfc3339(),
+            written_at: Timestamp::now(),
             items_done: Some(done),
             state,
         })

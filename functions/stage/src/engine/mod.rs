@@ -15,9 +15,9 @@ use futures::future::{BoxFuture, FutureExt};
 use longhaul_aws::jobs::{FinalCheckpoint, JobRecord, Lease, ProgressRecord, ProgressRefused};
 use longhaul_aws::objects::result_key;
 use longhaul_aws::objects::{PutNewError, checkpoint_key};
+use longhaul_domain::Timestamp;
 use longhaul_domain::progress::{ETA_WINDOW_SECONDS, Position, ThroughputWindow, weighted_pct};
 use longhaul_domain::uploads::owns_upload;
-use longhaul_domain::{Timestamp, now_rfc3339};
 use longhaul_worker::context::check_result_name;
 use longhaul_worker::{
     ByteStream, Cadence, KindError, ResultRef, ResultUpload, StageContext, StagedFile, UploadedPart,
@@ -42,7 +42,7 @@ pub struct Checkpoint<T> {
     /// The attempt that wrote it.
     pub attempt: u32,
     /// When.
-    pub written_at: String,
+    pub written_at: Timestamp,
     /// The stage's count of items done that it was saved at: where the item cadence of the
     /// invocation that resumes from it counts from.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -15,8 +15,8 @@ pub struct IdempotencyRecord {
     pub job_id: String,
     /// The request fingerprint that created it.
     pub fingerprint: String,
-    /// When the key was claimed (RFC 3339).
-    pub created_at: String,
+    /// When the key was claimed.
+    pub created_at: longhaul_domain::Timestamp,
     /// Epoch seconds at which the record stops naming its job: from then on the key is free
     /// (see [`JobStore::claim_key`]), whether or not DynamoDB TTL has deleted the record yet.
     pub expires_at: i64,

@@ -103,7 +103,11 @@ impl JobStore {
     /// is conditional on the absence of. Idempotent: a flag already set keeps its time. A
     /// job without a progress record yet (claimed, not handed over) has nothing to flag: its
     /// stage reads the job record's cancellation before its first write.
-    async fn flag_cancellation(&self, job_id: &str, requested_at: &str) -> Result<(), StoreError> {
+    async fn flag_cancellation(
+        &self,
+        job_id: &str,
+        requested_at: &Timestamp,
+    ) -> Result<(), StoreError> {
         let flagged = self
             .client
             .update_item()
@@ -111,7 +115,7 @@ impl JobStore {
             .set_key(Some(Self::progress_key(job_id).into_iter().collect()))
             .update_expression("SET cancel_requested_at = if_not_exists(cancel_requested_at, :at)")
             .condition_expression("attribute_exists(pk)")
-            .expression_attribute_values(":at", s(requested_at))
+            .expression_attribute_values(":at", s(requested_at.to_rfc3339()))
             .send()
             .await;
         match flagged {
@@ -168,7 +172,8 @@ impl JobStore {
         execution: &str,
     ) -> Result<JobRecord, StoreError> {
         // The claim is a transition that also counts the attempt and stamps the first start.
-        let now = now_rfc3339();
+        let at = Timestamp::now();
+        let now = at.to_rfc3339();
         let mut names = HashMap::from([
             ("#status".to_owned(), "status".to_owned()),
             ("#attempt".to_owned(), "attempt".to_owned()),
@@ -178,7 +183,7 @@ impl JobStore {
             (":from".to_owned(), s(JobStatus::Queued.as_str())),
             (":now".to_owned(), s(&now)),
             (":one".to_owned(), AttributeValue::N("1".into())),
-            (":t".to_owned(), transition_value(request.to, &request.reason, &now)),
+            (":t".to_owned(), transition_value(request.to, &request.reason, at)),
             (":execution".to_owned(), s(execution)),
         ]);
         let mut update = String::from(
@@ -309,7 +314,7 @@ impl JobStore {
                 serde_dynamo::to_attribute_value(waiting).expect("a wait always serialises"),
             ),
             (":bucket".to_owned(), s(status_bucket(WAITING_BUCKET, job_id))),
-            (":since".to_owned(), s(&waiting.since)),
+            (":since".to_owned(), s(waiting.since.to_rfc3339())),
         ]);
         self.update_job(
             job_id,

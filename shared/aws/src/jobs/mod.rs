@@ -43,7 +43,7 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
-use longhaul_domain::{JobStatus, Transition, TransitionError, now_rfc3339};
+use longhaul_domain::{JobStatus, Timestamp, Transition, TransitionError, now_rfc3339};
 use serde::Serialize;
 
 use crate::AwsError;
@@ -132,13 +132,9 @@ fn from_item<T: serde::de::DeserializeOwned>(item: Item) -> Result<T, StoreError
     serde_dynamo::from_item(item).map_err(|e| StoreError::Corrupt { key, reason: e.to_string() })
 }
 
-fn transition_value(state: JobStatus, reason: &str, at: &str) -> AttributeValue {
-    serde_dynamo::to_attribute_value(vec![Transition {
-        state,
-        at: at.to_owned(),
-        reason: reason.to_owned(),
-    }])
-    .expect("transitions always serialise")
+fn transition_value(state: JobStatus, reason: &str, at: Timestamp) -> AttributeValue {
+    serde_dynamo::to_attribute_value(vec![Transition { state, at, reason: reason.to_owned() }])
+        .expect("transitions always serialise")
 }
 
 impl JobStore {

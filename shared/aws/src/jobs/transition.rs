@@ -5,7 +5,7 @@ use super::*;
 use std::collections::HashMap;
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use longhaul_domain::{JobStatus, now_rfc3339};
+use longhaul_domain::JobStatus;
 
 /// A conditional status change.
 #[derive(Debug, Clone)]
@@ -105,7 +105,8 @@ impl JobStore {
         for from in &request.from {
             from.transition(request.to)?;
         }
-        let now = now_rfc3339();
+        let at = Timestamp::now();
+        let now = at.to_rfc3339();
         let mut update = String::from(
             "SET #status = :to, updated_at = :now, transitions = list_append(transitions, :t)",
         );
@@ -113,7 +114,7 @@ impl JobStore {
         let mut values = HashMap::from([
             (":to".to_owned(), s(request.to.as_str())),
             (":now".to_owned(), s(&now)),
-            (":t".to_owned(), transition_value(request.to, &request.reason, &now)),
+            (":t".to_owned(), transition_value(request.to, &request.reason, at)),
         ]);
         if request.to.is_terminal() {
             update.push_str(", finished_at = :now");

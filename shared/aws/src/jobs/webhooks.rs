@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
-use longhaul_domain::now_rfc3339;
+use longhaul_domain::Timestamp;
 use serde::{Deserialize, Serialize};
 
 use crate::AwsError;
@@ -37,10 +37,10 @@ pub struct WebhookSecret {
     #[serde(serialize_with = "expose_secret", deserialize_with = "secret_string")]
     pub secret: SecretString,
     /// When it was made.
-    pub created_at: String,
+    pub created_at: Timestamp,
     /// When a rotated-out secret stops signing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub expires_at: Option<String>,
+    pub expires_at: Option<Timestamp>,
 }
 
 pub(super) fn expose_secret<S: serde::Serializer>(
@@ -58,30 +58,35 @@ pub(super) fn secret_string<'de, D: serde::Deserializer<'de>>(
 
 impl WebhookSecret {
     /// A fresh secret from the OS random generator, made now.
-    pub fn generate(now: &str) -> Result<Self, StoreError> {
+    pub fn generate(now: Timestamp) -> Result<Self, StoreError> {
         let secret = longhaul_domain::webhooks::generate_secret()
             .map_err(|e| AwsError::new("generate a webhook secret", e))?;
-        Ok(WebhookSecret { secret, created_at: now.to_owned(), expires_at: None })
+        Ok(WebhookSecret { secret, created_at: now, expires_at: None })
     }
 }
 
 impl SecretsRecord {
     /// The secrets that sign now.
-    pub fn active(&self, now: &str) -> Vec<&WebhookSecret> {
-        self.secrets.iter().filter(|s| s.expires_at.as_deref().is_none_or(|at| at > now)).collect()
+    pub fn active(&self, now: Timestamp) -> Vec<&WebhookSecret> {
+        self.secrets.iter().filter(|s| s.expires_at.is_none_or(|at| at > now)).collect()
     }
 
     /// The record after rotating in `new` at `now`: `new` signs from now on, the newest
     /// active secret keeps signing until `overlap_until` (or its earlier expiry), and every
     /// other one — expired, or the older of two still in their overlap — is retired, so at
     /// most [`MAX_ACTIVE_SECRETS`] remain.
-    pub fn rotated(&self, new: WebhookSecret, now: &str, overlap_until: &str) -> SecretsRecord {
+    pub fn rotated(
+        &self,
+        new: WebhookSecret,
+        now: Timestamp,
+        overlap_until: Timestamp,
+    ) -> SecretsRecord {
         let mut secrets = vec![new];
         if let Some(previous) = self.active(now).first() {
             let mut previous = (*previous).clone();
             previous.expires_at = Some(match previous.expires_at {
-                Some(at) if at.as_str() < overlap_until => at,
-                _ => overlap_until.to_owned(),
+                Some(at) if at < overlap_until => at,
+                _ => overlap_until,
             });
             secrets.push(previous);
         }
@@ -113,7 +118,7 @@ pub struct DeliveryRecord {
     /// 1-based attempt number.
     pub attempt: u32,
     /// When it was made.
-    pub at: String,
+    pub at: longhaul_domain::Timestamp,
     /// The receiver's status code, if it answered.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status_code: Option<u16>,
@@ -156,7 +161,7 @@ impl JobStore {
             return from_item(item);
         }
         let record =
-            SecretsRecord { version: 1, secrets: vec![WebhookSecret::generate(&now_rfc3339())?] };
+            SecretsRecord { version: 1, secrets: vec![WebhookSecret::generate(Timestamp::now())?] };
         let mut item = to_item(&record);
         item.extend(secrets_key(owner));
         let put = self
@@ -191,7 +196,7 @@ impl JobStore {
     pub async fn rotate_webhook_secret(
         &self,
         owner: &str,
-        overlap_until: &str,
+        overlap_until: Timestamp,
     ) -> Result<Rotation, StoreError> {
         let current = self.webhook_secrets(owner).await?;
         self.rotate_webhook_secret_from(owner, &current, overlap_until).await
@@ -204,10 +209,10 @@ impl JobStore {
         &self,
         owner: &str,
         read: &SecretsRecord,
-        overlap_until: &str,
+        overlap_until: Timestamp,
     ) -> Result<Rotation, StoreError> {
-        let now = now_rfc3339();
-        let record = read.rotated(WebhookSecret::generate(&now)?, &now, overlap_until);
+        let now = Timestamp::now();
+        let record = read.rotated(WebhookSecret::generate(now)?, now, overlap_until);
         let mut item = to_item(&record);
         item.extend(secrets_key(owner));
         let put = self

@@ -146,7 +146,7 @@ pub trait WebhookSecrets: Warm {
     async fn rotate_webhook_secret(
         &self,
         owner: &str,
-        overlap_until: &str,
+        overlap_until: longhaul_domain::Timestamp,
     ) -> Result<Rotation, StoreError>;
 }
 
@@ -332,7 +332,7 @@ impl WebhookSecrets for JobStore {
     async fn rotate_webhook_secret(
         &self,
         owner: &str,
-        overlap_until: &str,
+        overlap_until: longhaul_domain::Timestamp,
     ) -> Result<Rotation, StoreError> {
         JobStore::rotate_webhook_secret(self, owner, overlap_until).await
     }

@@ -200,7 +200,7 @@ async fn progress_writes_are_fenced_and_say_why_not(store: &impl AttemptTable) {
 
     let job = store.job(&id).await.unwrap().unwrap();
     let asked = Cancellation {
-        requested_at: Timestamp::now().to_rfc3339(),
+        requested_at: Timestamp::now(),
         requested_by: job.owner.clone(),
         reason: None,
     };
@@ -227,7 +227,7 @@ async fn a_cancelled_attempt_records_its_final_checkpoint(store: &impl AttemptTa
     let (lease, job) = store.claim(&id, "exec-1").await.unwrap();
     store.record_progress(&id, &written(&lease, 3, 2, 5)).await.unwrap();
     let asked = Cancellation {
-        requested_at: Timestamp::now().to_rfc3339(),
+        requested_at: Timestamp::now(),
         requested_by: job.owner.clone(),
         reason: Some("contract".into()),
     };

@@ -62,7 +62,7 @@ pub fn pending_job(owner: &str, created_at: Timestamp) -> JobRecord {
         result_key: None,
         transitions: vec![Transition {
             state: JobStatus::Pending,
-            at: created_at.to_rfc3339(),
+            at: created_at,
             reason: "submitted".into(),
         }],
         injected_failures: 0,
@@ -224,7 +224,7 @@ async fn transitions_are_conditional(store: &impl JobTable) {
 
 fn cancellation(owner: &str) -> Cancellation {
     Cancellation {
-        requested_at: Timestamp::now().to_rfc3339(),
+        requested_at: Timestamp::now(),
         requested_by: owner.to_owned(),
         reason: Some("contract".into()),
     }
@@ -265,8 +265,8 @@ async fn cancellation_follows_the_status(store: &impl JobTable) {
     assert_eq!(repeated.cancellation.as_ref(), Some(&first), "the first request stands");
     let flagged = store.view(&run_id).await.unwrap().unwrap().progress.unwrap();
     assert_eq!(
-        flagged.cancel_requested_at.map(|t| t.to_rfc3339()),
-        Some(first.requested_at.parse::<Timestamp>().unwrap().to_rfc3339()),
+        flagged.cancel_requested_at,
+        Some(first.requested_at),
         "the progress record is flagged with the first request's time"
     );
 }
@@ -328,7 +328,7 @@ async fn idempotency_keys_are_taken_once(store: &impl JobTable) {
     let record = |job: &str, expires_at: i64| IdempotencyRecord {
         job_id: job.to_owned(),
         fingerprint: "f".into(),
-        created_at: Timestamp::now().to_rfc3339(),
+        created_at: Timestamp::now(),
         expires_at,
     };
     let first = record("job-1", now + 3600);
@@ -387,7 +387,7 @@ async fn waiting_marks_only_a_pending_job(store: &impl JobTable) {
     let waiting = Waiting {
         reason: WaitReason::TenantLimit,
         limit: 2,
-        since: Timestamp::now().to_rfc3339(),
+        since: Timestamp::now(),
         position: "p".into(),
     };
     let marked = store.mark_waiting(job.job_id.as_str(), &waiting).await.unwrap();
@@ -405,7 +405,7 @@ async fn deliveries_and_secrets_are_kept(store: &impl JobTable) {
         webhook_id: format!("msg_{job}"),
         event: "job.succeeded".into(),
         attempt,
-        at: Timestamp::now().to_rfc3339(),
+        at: Timestamp::now(),
         status_code: Some(500),
         latency_ms: 3,
         error: None,
@@ -422,8 +422,8 @@ async fn deliveries_and_secrets_are_kept(store: &impl JobTable) {
     let again = store.webhook_secrets(&owner).await.unwrap();
     assert_eq!(first.version, again.version, "created once");
     assert_eq!(first.secrets.len(), 1);
-    let until = (Utc::now() + Span::hours(1)).to_rfc3339();
-    match store.rotate_webhook_secret(&owner, &until).await.unwrap() {
+    let until = Timestamp::from(Utc::now() + Span::hours(1));
+    match store.rotate_webhook_secret(&owner, until).await.unwrap() {
         Rotation::Rotated(record) => {
             assert_eq!(record.version, first.version + 1);
             assert_eq!(record.secrets.len(), 2, "the old secret overlaps the new");

@@ -147,12 +147,8 @@ async fn a_re_enqueue_is_counted_and_looks_again_later(store: &impl ReapedTable)
 
     // A waiting job's entry stays in `waiting`: the write moves the sort key only.
     let waits = created(store, "enqueue-waiting").await.job_id.to_string();
-    let waiting = Waiting {
-        reason: WaitReason::TenantLimit,
-        limit: 1,
-        since: far(4).to_rfc3339(),
-        position: "p".into(),
-    };
+    let waiting =
+        Waiting { reason: WaitReason::TenantLimit, limit: 1, since: far(4), position: "p".into() };
     store.mark_waiting(&waits, &waiting).await.expect("a pending job waits");
     store.count_enqueue(&waits, far(5)).await.expect("a waiting job is pending");
     assert_eq!(entry_in(store, "waiting", &waits).await, Some(far(5).to_rfc3339()));

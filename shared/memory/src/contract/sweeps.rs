@@ -146,7 +146,7 @@ async fn an_entry_follows_its_job(store: &impl SweptTable) {
     let waiting = Waiting {
         reason: WaitReason::TenantLimit,
         limit: 1,
-        since: since.clone(),
+        since: since.parse().unwrap(),
         position: "p".into(),
     };
     store.mark_waiting(&id, &waiting).await.expect("a pending job waits");
