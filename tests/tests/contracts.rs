@@ -1,6 +1,7 @@
-//! The ports' contracts on the AWS adapters: the same test `longhaul-memory` runs on its
-//! in-memory adapters ([`longhaul_memory::contract`]), here on the DynamoDB adapter against the
-//! local stack's table — so what a handler's unit test relies on is what DynamoDB does.
+//! The ports' contracts on the AWS adapters: the same tests `longhaul-memory` runs on its
+//! in-memory adapters ([`longhaul_memory::contract`]), here on the DynamoDB, S3, SQS and Step
+//! Functions adapters against the local stack — so what a handler's unit test relies on is
+//! what the services do.
 
 use longhaul_tests::job_store;
 
@@ -113,4 +114,36 @@ async fn the_s3_object_store_keeps_the_objects_contract() {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_dynamodb_job_store_keeps_the_reaping_contract() {
     longhaul_memory::contract::job_reaping(&job_store().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_step_functions_executions_keep_the_executions_contract() {
+    // A state machine of this test's own that waits (nothing ends its executions meanwhile).
+    let aws = longhaul_tests::Aws::new().await;
+    let definition = serde_json::json!({
+        "StartAt": "Wait",
+        "States": {"Wait": {"Type": "Wait", "Seconds": 3600, "End": true}}
+    });
+    let arn = aws
+        .sfn
+        .create_state_machine()
+        .name(format!("contract-{}", uuid::Uuid::new_v4()))
+        .definition(definition.to_string())
+        .role_arn("arn:aws:iam::123456789012:role/contract")
+        .send()
+        .await
+        .unwrap()
+        .state_machine_arn;
+    let executions = longhaul_aws::executions::Executions::new(aws.sfn.clone(), arn);
+    longhaul_memory::contract::executions(&executions).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_dynamodb_submission_limiter_keeps_the_rate_limit_contract() {
+    let limiter = longhaul_aws::limits::SubmissionLimiter::new(
+        longhaul_tests::Aws::new().await.dynamodb,
+        longhaul_tests::harness().stack.resource("JobsTable"),
+        2,
+    );
+    longhaul_memory::contract::rate_limits(&limiter).await;
 }

@@ -62,6 +62,16 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn the_memory_executions_keep_the_executions_contract() {
+        contract::executions(&MemoryExecutions::new()).await;
+    }
+
+    #[tokio::test]
+    async fn the_memory_rate_limits_keep_the_rate_limit_contract() {
+        contract::rate_limits(&MemoryRateLimits::new(2)).await;
+    }
+
+    #[tokio::test]
     async fn the_memory_objects_keep_the_objects_contract() {
         contract::objects(&MemoryObjects::new()).await;
     }
