@@ -33,6 +33,9 @@
 //! which checks the place of every tenant with waiting jobs once a run. No transaction: a
 //! cancelled one would cost as much as the writes, and the local emulator's rollback of one
 //! loses the table's stream.
+//!
+//! One file over 600 lines on purpose: the pools' holders, waiting lists and rings are written
+//! together by conditional writes whose conditions must be read side by side.
 
 use std::collections::HashMap;
 

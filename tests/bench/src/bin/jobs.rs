@@ -21,6 +21,9 @@
 //! Run: `cargo run --profile bench-local -p longhaul-bench --bin jobs` (needs `make venv`).
 //! `LONGHAUL_JOBS_SUBMITS` (default 300), `LONGHAUL_JOBS_LATENCY` (default 20) and
 //! `LONGHAUL_JOBS_PER_SCENARIO` (default 3) size the runs.
+//!
+//! One file of ~1,500 lines on purpose: a benchmark is one scenario read top to bottom (run,
+//! count, price, write the section), and its steps are used nowhere else.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write as _;

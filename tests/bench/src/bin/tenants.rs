@@ -20,6 +20,9 @@
 //! carries a fresh `Idempotency-Key`, so identical requests are separate jobs.
 //!
 //! Run: `cargo run --profile bench-local -p longhaul-bench --bin tenants` (needs `make venv`).
+//!
+//! One file over 600 lines on purpose: a benchmark is one scenario read top to bottom, and its
+//! steps are used nowhere else.
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

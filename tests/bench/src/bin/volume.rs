@@ -33,6 +33,9 @@
 //! Knobs: `LONGHAUL_VOLUME_NS` (comma-separated), `LONGHAUL_VOLUME_REAPER_PAGE` (default: the
 //! function's own default), `LONGHAUL_VOLUME_EXPIRER_PAGE` (likewise), `LONGHAUL_VOLUME_MAX_RUNS`
 //! (30).
+//!
+//! One file of ~2,000 lines on purpose: a benchmark is one scenario read top to bottom (seed,
+//! run, measure, write the section), and its steps are used nowhere else.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write as _;

@@ -1,0 +1,174 @@
+//! SDK clients on the emulator, and what tests read or arrange through them.
+
+use super::*;
+
+/// SDK clients talking to the emulator directly (uncounted).
+pub struct Aws {
+    /// DynamoDB.
+    pub dynamodb: aws_sdk_dynamodb::Client,
+    /// S3.
+    pub s3: aws_sdk_s3::Client,
+    /// SQS.
+    pub sqs: aws_sdk_sqs::Client,
+    /// Step Functions.
+    pub sfn: aws_sdk_sfn::Client,
+}
+
+impl Aws {
+    /// Clients for the shared stack's emulator.
+    pub async fn new() -> Self {
+        let config = harness().stack.emulator_sdk_config().await;
+        Aws {
+            dynamodb: aws_sdk_dynamodb::Client::new(&config),
+            s3: aws_sdk_s3::Client::new(&config),
+            sqs: aws_sdk_sqs::Client::new(&config),
+            sfn: aws_sdk_sfn::Client::new(&config),
+        }
+    }
+
+    /// Every item in the job table that belongs to `owner` (job, progress and idempotency
+    /// records), by a full scan — fine for a test table.
+    pub async fn items_of(
+        &self,
+        owner: &str,
+    ) -> Vec<std::collections::HashMap<String, aws_sdk_dynamodb::types::AttributeValue>> {
+        use aws_sdk_dynamodb::types::AttributeValue;
+        let table = harness().stack.resource("JobsTable");
+        let mut items = Vec::new();
+        let mut start = None;
+        loop {
+            let page = self
+                .dynamodb
+                .scan()
+                .table_name(&table)
+                .filter_expression("#owner = :owner OR begins_with(pk, :idem)")
+                .expression_attribute_names("#owner", "owner")
+                .expression_attribute_values(":owner", AttributeValue::S(owner.to_owned()))
+                .expression_attribute_values(
+                    ":idem",
+                    // The idempotency records' prefix, as the store writes it (`IDEM#<len>:<owner>#`).
+                    AttributeValue::S(longhaul_aws::jobs::idempotency_pk(owner, "")),
+                )
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .expect("scan");
+            items.extend(page.items.unwrap_or_default());
+            start = page.last_evaluated_key;
+            if start.is_none() {
+                return items;
+            }
+        }
+    }
+
+    /// Marks the job `expired` straight in the table, as the expirer's transition would (for
+    /// tests of what clients see of an expired job, without running the expirer).
+    pub async fn mark_expired(&self, job_id: &str) {
+        use aws_sdk_dynamodb::types::AttributeValue;
+        self.dynamodb
+            .update_item()
+            .table_name(harness().stack.resource("JobsTable"))
+            .key("pk", AttributeValue::S(format!("JOB#{job_id}")))
+            .key("sk", AttributeValue::S("JOB".into()))
+            .update_expression("SET #s = :expired")
+            .expression_attribute_names("#s", "status")
+            .expression_attribute_values(":expired", AttributeValue::S("expired".into()))
+            .send()
+            .await
+            .expect("mark the job expired");
+    }
+
+    /// The job's progress record, straight from the table.
+    pub async fn progress_record(&self, job_id: &str) -> longhaul_aws::jobs::ProgressRecord {
+        use aws_sdk_dynamodb::types::AttributeValue;
+        let item = self
+            .dynamodb
+            .get_item()
+            .table_name(harness().stack.resource("JobsTable"))
+            .key("pk", AttributeValue::S(format!("JOB#{job_id}")))
+            .key("sk", AttributeValue::S("PROGRESS".into()))
+            .consistent_read(true)
+            .send()
+            .await
+            .expect("get progress")
+            .item
+            .expect("a progress record");
+        serde_dynamo::from_item(item).expect("a valid progress record")
+    }
+
+    /// Keys of the objects under `prefix` in the data bucket.
+    pub async fn keys(&self, prefix: &str) -> Vec<String> {
+        let page = self
+            .s3
+            .list_objects_v2()
+            .bucket(harness().stack.resource("DataBucket"))
+            .prefix(prefix)
+            .send()
+            .await
+            .expect("list");
+        page.contents().iter().filter_map(|o| o.key().map(str::to_owned)).collect()
+    }
+
+    fn execution_arn(job_id: &str) -> String {
+        harness().stack.resource("JobStateMachine").replace(":stateMachine:", ":execution:")
+            + ":"
+            + job_id
+    }
+
+    async fn history(&self, job_id: &str) -> Vec<aws_sdk_sfn::types::HistoryEvent> {
+        let history = self
+            .sfn
+            .get_execution_history()
+            .execution_arn(Self::execution_arn(job_id))
+            .max_results(1000)
+            .send()
+            .await
+            .expect("execution history");
+        history.events().to_vec()
+    }
+
+    /// The names of the states whose Lambda task was scheduled, in order, for the job's
+    /// first execution (the task states invoke the job's worker through the Lambda
+    /// integration, `lambda:invoke`: a `TaskScheduled` event of resource type `lambda`).
+    pub async fn scheduled_tasks(&self, job_id: &str) -> Vec<String> {
+        let mut state = String::new();
+        let mut out = Vec::new();
+        for event in self.history(job_id).await {
+            if let Some(entered) = event.state_entered_event_details() {
+                state = entered.name().to_owned();
+            }
+            let lambda_task =
+                event.task_scheduled_event_details().is_some_and(|t| t.resource_type() == "lambda");
+            if event.r#type().as_str() == "LambdaFunctionScheduled" || lambda_task {
+                out.push(state.clone());
+            }
+        }
+        out
+    }
+
+    /// The names of the states the job's first execution entered (each one a billed state
+    /// transition), once the execution has ended.
+    pub async fn states_entered(&self, job_id: &str) -> Vec<String> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let execution = self
+                .sfn
+                .describe_execution()
+                .execution_arn(Self::execution_arn(job_id))
+                .send()
+                .await
+                .expect("execution");
+            if execution.status().as_str() != "RUNNING" {
+                break;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "execution of {job_id} still running");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let history = self.history(job_id).await;
+        history
+            .iter()
+            .filter_map(|e| e.state_entered_event_details())
+            .map(|d| d.name().to_owned())
+            .collect()
+    }
+}
