@@ -1,4 +1,5 @@
-//! Links that write: a presigned PUT a client uploads one file with.
+//! Links to the bucket's objects as the API hands them out: a presigned GET of a result, a
+//! presigned PUT a client uploads one file with.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -36,5 +37,19 @@ impl UploadLinks for ObjectStore {
         expires_in: Duration,
     ) -> Result<(String, BTreeMap<String, String>), AwsError> {
         ObjectStore::presign_put(self, key, content_type, content_length, expires_in).await
+    }
+}
+
+/// The bucket's objects as the API hands them out: links, not bytes.
+#[async_trait]
+pub trait ObjectLinks: Warm {
+    /// A link that reads `key` for `expires_in`.
+    async fn presign_get(&self, key: &str, expires_in: Duration) -> Result<String, AwsError>;
+}
+
+#[async_trait]
+impl ObjectLinks for ObjectStore {
+    async fn presign_get(&self, key: &str, expires_in: Duration) -> Result<String, AwsError> {
+        ObjectStore::presign_get(self, key, expires_in).await
     }
 }

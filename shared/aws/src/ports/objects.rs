@@ -3,7 +3,7 @@
 
 use async_trait::async_trait;
 
-use super::{ObjectCleanup, Warm};
+use super::Warm;
 use crate::AwsError;
 use crate::objects::{ObjectChunks, ObjectHead, ObjectStore, PutNewError, StoredPart};
 
@@ -134,5 +134,31 @@ impl MultipartUploads for ObjectStore {
     }
     async fn completed_from(&self, key: &str, parts: &[StoredPart]) -> Result<bool, AwsError> {
         ObjectStore::completed_from(self, key, parts).await
+    }
+}
+
+/// Deleting objects by prefix (a job's checkpoints, an expired job's result and inputs).
+#[async_trait]
+pub trait ObjectCleanup: Warm {
+    /// Deletes every object under `prefix`; how many there were.
+    async fn delete_prefix(&self, prefix: &str) -> Result<usize, AwsError>;
+    /// The first key under `prefix`, if any.
+    async fn first_key(&self, prefix: &str) -> Result<Option<String>, AwsError>;
+}
+
+#[async_trait]
+impl Warm for ObjectStore {
+    async fn warm(&self) {
+        ObjectStore::warm(self).await
+    }
+}
+
+#[async_trait]
+impl ObjectCleanup for ObjectStore {
+    async fn delete_prefix(&self, prefix: &str) -> Result<usize, AwsError> {
+        ObjectStore::delete_prefix(self, prefix).await
+    }
+    async fn first_key(&self, prefix: &str) -> Result<Option<String>, AwsError> {
+        ObjectStore::first_key(self, prefix).await
     }
 }

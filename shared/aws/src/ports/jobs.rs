@@ -1,0 +1,178 @@
+//! The job table as the functions use it: reading a job, changing its status, cancelling,
+//! listing, creating, marking a wait.
+
+use async_trait::async_trait;
+use longhaul_domain::Cancellation;
+use longhaul_domain::admission::Waiting;
+
+use super::Warm;
+use crate::jobs::{
+    CancelOutcome, IdempotencyRecord, JobEntry, JobRecord, JobStore, JobView, ListError,
+    ListFilter, ProgressRecord, StoreError, TransitionRequest,
+};
+
+/// Reading one job.
+#[async_trait]
+pub trait JobReads: Warm {
+    /// The job record, or `None` if there is no such job.
+    async fn job(&self, job_id: &str) -> Result<Option<JobRecord>, StoreError>;
+    /// The job with its progress, read together, or `None` if there is no such job.
+    async fn view(&self, job_id: &str) -> Result<Option<JobView>, StoreError>;
+}
+
+/// Changing a job's status: one conditional write ([`TransitionRequest`]) that refuses with
+/// [`StoreError::Conflict`] carrying the record as it is when its condition does not hold.
+#[async_trait]
+pub trait JobTransitions: Warm {
+    /// Applies the change and returns the record as it is afterwards.
+    async fn transition(&self, request: TransitionRequest) -> Result<JobRecord, StoreError>;
+}
+
+/// An owner's cancellation of a job ([`JobStore::cancel`] says what it does in each status).
+#[async_trait]
+pub trait JobCancellation: Warm {
+    /// Cancels a pending or queued job at once, or records the request for a running one.
+    async fn cancel(
+        &self,
+        job_id: &str,
+        cancellation: &Cancellation,
+    ) -> Result<CancelOutcome, StoreError>;
+}
+
+/// An owner's listing of their jobs.
+#[async_trait]
+pub trait JobListing: Warm {
+    /// A page of `owner`'s jobs, newest first, and the cursor of the next page (`None` at the
+    /// end). A cursor that is not one this listing issued to `owner` is
+    /// [`ListError::InvalidCursor`].
+    async fn list(
+        &self,
+        owner: &str,
+        filter: &ListFilter,
+        limit: usize,
+        cursor: Option<&str>,
+    ) -> Result<(Vec<JobEntry>, Option<String>), ListError>;
+}
+
+/// Creating a job: its idempotency key, its record, its seeded progress, and the owner's
+/// backlog that bounds how many may wait.
+#[async_trait]
+pub trait JobCreation: Warm {
+    /// Claims `owner`'s idempotency `key` for `record`; [`StoreError::KeyTaken`] with the
+    /// existing record if it is taken — unless it is taken by the job `replacing` names.
+    async fn claim_key(
+        &self,
+        owner: &str,
+        key: &str,
+        record: &IdempotencyRecord,
+        replacing: Option<&str>,
+    ) -> Result<(), StoreError>;
+    /// Gives `key` back, if it is still held for `job_id`.
+    async fn release_key(&self, owner: &str, key: &str, job_id: &str) -> Result<(), StoreError>;
+    /// The record of `owner`'s idempotency `key`, if claimed.
+    async fn idempotency(
+        &self,
+        owner: &str,
+        key: &str,
+    ) -> Result<Option<IdempotencyRecord>, StoreError>;
+    /// Writes a new job record; a record with its id already there is a conflict.
+    async fn put_job(&self, job: &JobRecord) -> Result<(), StoreError>;
+    /// Gives a retry the progress of the job it retries.
+    async fn seed_progress(&self, job_id: &str, from: &ProgressRecord) -> Result<(), StoreError>;
+    /// How many of `owner`'s jobs have not run yet, counted up to `at_most`.
+    async fn backlog(&self, owner: &str, at_most: usize) -> Result<usize, StoreError>;
+}
+
+/// Marks the dispatcher sets on a job it cannot start yet.
+#[async_trait]
+pub trait JobDispatchMarks: Warm {
+    /// Records why a queued job waits for a running slot (and since when).
+    async fn mark_waiting(&self, job_id: &str, waiting: &Waiting) -> Result<JobRecord, StoreError>;
+}
+
+#[async_trait]
+impl Warm for JobStore {
+    async fn warm(&self) {
+        JobStore::warm(self).await
+    }
+}
+
+#[async_trait]
+impl JobReads for JobStore {
+    async fn job(&self, job_id: &str) -> Result<Option<JobRecord>, StoreError> {
+        JobStore::job(self, job_id).await
+    }
+    async fn view(&self, job_id: &str) -> Result<Option<JobView>, StoreError> {
+        JobStore::view(self, job_id).await
+    }
+}
+
+#[async_trait]
+impl JobTransitions for JobStore {
+    async fn transition(&self, request: TransitionRequest) -> Result<JobRecord, StoreError> {
+        JobStore::transition(self, request).await
+    }
+}
+
+#[async_trait]
+impl JobCancellation for JobStore {
+    async fn cancel(
+        &self,
+        job_id: &str,
+        cancellation: &Cancellation,
+    ) -> Result<CancelOutcome, StoreError> {
+        JobStore::cancel(self, job_id, cancellation).await
+    }
+}
+
+#[async_trait]
+impl JobListing for JobStore {
+    async fn list(
+        &self,
+        owner: &str,
+        filter: &ListFilter,
+        limit: usize,
+        cursor: Option<&str>,
+    ) -> Result<(Vec<JobEntry>, Option<String>), ListError> {
+        JobStore::list(self, owner, filter, limit, cursor).await
+    }
+}
+
+#[async_trait]
+impl JobCreation for JobStore {
+    async fn claim_key(
+        &self,
+        owner: &str,
+        key: &str,
+        record: &IdempotencyRecord,
+        replacing: Option<&str>,
+    ) -> Result<(), StoreError> {
+        JobStore::claim_key(self, owner, key, record, replacing).await
+    }
+    async fn release_key(&self, owner: &str, key: &str, job_id: &str) -> Result<(), StoreError> {
+        JobStore::release_key(self, owner, key, job_id).await
+    }
+    async fn idempotency(
+        &self,
+        owner: &str,
+        key: &str,
+    ) -> Result<Option<IdempotencyRecord>, StoreError> {
+        JobStore::idempotency(self, owner, key).await
+    }
+    async fn put_job(&self, job: &JobRecord) -> Result<(), StoreError> {
+        JobStore::put_job(self, job).await
+    }
+    async fn seed_progress(&self, job_id: &str, from: &ProgressRecord) -> Result<(), StoreError> {
+        JobStore::seed_progress(self, job_id, from).await
+    }
+    async fn backlog(&self, owner: &str, at_most: usize) -> Result<usize, StoreError> {
+        JobStore::backlog(self, owner, at_most).await
+    }
+}
+
+#[async_trait]
+impl JobDispatchMarks for JobStore {
+    async fn mark_waiting(&self, job_id: &str, waiting: &Waiting) -> Result<JobRecord, StoreError> {
+        JobStore::mark_waiting(self, job_id, waiting).await
+    }
+}
