@@ -147,3 +147,57 @@ async fn the_dynamodb_submission_limiter_keeps_the_rate_limit_contract() {
     );
     longhaul_memory::contract::rate_limits(&limiter).await;
 }
+
+/// A standard queue of the test's own (no function drains it), and a drain of `n` of its
+/// messages' bodies (waiting while they come; a deadline only against a hang).
+async fn own_queue(sqs: &aws_sdk_sqs::Client) -> String {
+    sqs.create_queue()
+        .queue_name(format!("contract-{}", uuid::Uuid::new_v4()))
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap()
+}
+
+async fn drain(sqs: &aws_sdk_sqs::Client, url: &str, n: usize) -> Vec<serde_json::Value> {
+    let deadline =
+        longhaul_tests::Deadline::new(format!("{n} messages"), std::time::Duration::from_secs(120));
+    let mut bodies = Vec::new();
+    while bodies.len() < n {
+        let output = sqs
+            .receive_message()
+            .queue_url(url)
+            .max_number_of_messages(10)
+            .wait_time_seconds(1)
+            .send()
+            .await
+            .unwrap();
+        for message in output.messages() {
+            bodies.push(serde_json::from_str(message.body().unwrap()).unwrap());
+            sqs.delete_message()
+                .queue_url(url)
+                .receipt_handle(message.receipt_handle().unwrap())
+                .send()
+                .await
+                .unwrap();
+        }
+        deadline.tick(std::time::Duration::ZERO, bodies.len()).await;
+    }
+    bodies
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_sqs_queues_keep_the_queue_contracts() {
+    use longhaul_aws::queue::{DeadLetterQueue, IntakeQueue, WebhookQueue};
+    let sqs = longhaul_tests::Aws::new().await.sqs;
+    let url = own_queue(&sqs).await;
+    let intake = IntakeQueue::new(sqs.clone(), url.clone());
+    longhaul_memory::contract::dispatch_queue(&intake, async |n| drain(&sqs, &url, n).await).await;
+    let url = own_queue(&sqs).await;
+    let webhooks = WebhookQueue::new(sqs.clone(), url.clone());
+    longhaul_memory::contract::webhook_queue(&webhooks, async |n| drain(&sqs, &url, n).await).await;
+    let url = own_queue(&sqs).await;
+    let dead = DeadLetterQueue::new(sqs.clone(), url.clone());
+    longhaul_memory::contract::dead_letters(&dead, async |n| drain(&sqs, &url, n).await).await;
+}

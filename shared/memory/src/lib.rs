@@ -62,6 +62,40 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn the_memory_queues_keep_the_queue_contracts() {
+        let intake = MemoryDispatchQueue::new();
+        contract::dispatch_queue(&intake, async |_| {
+            intake
+                .sent()
+                .iter()
+                .map(|(message, _, _)| serde_json::to_value(message).unwrap())
+                .collect()
+        })
+        .await;
+        let webhooks = MemoryWebhookQueue::new();
+        contract::webhook_queue(&webhooks, async |_| {
+            webhooks
+                .sent()
+                .iter()
+                .map(|(message, _)| serde_json::to_value(message).unwrap())
+                .collect()
+        })
+        .await;
+        let dead = MemoryDeadLetters::new();
+        contract::dead_letters(&dead, async |_| dead.kept()).await;
+    }
+
+    #[tokio::test]
+    async fn the_memory_intake_queue_refuses_a_delay_sqs_refuses() {
+        use longhaul_aws::ports::DispatchQueue;
+        let intake = MemoryDispatchQueue::new();
+        let message = longhaul_aws::queue::DispatchMessage { job_id: "j".into() };
+        let refused = intake.send_delayed(&message, 901, "o").await.unwrap_err();
+        assert_eq!(refused.refusal, Some(longhaul_aws::Refusal::Invalid));
+        assert!(intake.sent().is_empty(), "nothing sent");
+    }
+
+    #[tokio::test]
     async fn the_memory_executions_keep_the_executions_contract() {
         contract::executions(&MemoryExecutions::new()).await;
     }
