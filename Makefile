@@ -5,7 +5,7 @@ VENV ?= .venv
 SUB ?= alice
 export LONGHAUL_VENV := $(abspath $(VENV))
 
-.PHONY: dev test test-unit lint lint-tools token stop venv build-tools build bench-tools bench bench-jobs bench-faults bench-volume bench-tenants clean-local
+.PHONY: dev test test-unit lint lint-tools token stop venv build-tools build bench-tools bench bench-jobs bench-faults bench-volume bench-tenants bench-build bench-coldstart clean-local
 
 ## Start the whole system locally (API on http://127.0.0.1:3000). Ctrl-C stops it.
 dev: venv
@@ -78,6 +78,7 @@ bench: venv bench-tools
 	rm -rf target/bench
 	cargo run --release -p longhaul-bench --bin csvscan
 	cargo run --release -p longhaul-bench --bin coldstart
+	cargo run --release -p longhaul-bench --bin buildtime
 	cargo run --profile bench-local -p longhaul-bench --bin jobs
 	cargo run --profile bench-local -p longhaul-bench --bin volume > target/volume-stdout.log
 	cargo run --profile bench-local -p longhaul-bench --bin tenants
@@ -105,6 +106,18 @@ bench-volume: venv
 ## tenants' queue wait (tenant limit 10; LONGHAUL_TENANTS_* to resize), a few minutes.
 bench-tenants: venv
 	cargo run --profile bench-local -p longhaul-bench --bin tenants
+	tests/bench/assemble
+
+## Re-measure only the build-time section: `make build` from a clean checkout of HEAD (several
+## minutes; run it on a quiet machine — the section records the load average).
+bench-build: venv
+	cargo run --release -p longhaul-bench --bin buildtime
+	tests/bench/assemble
+
+## Re-measure only the cold-start section: the one Lambda binary's init as each function,
+## against a bare lambda_runtime binary.
+bench-coldstart:
+	cargo run --release -p longhaul-bench --bin coldstart
 	tests/bench/assemble
 
 clean-local:

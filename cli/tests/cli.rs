@@ -126,7 +126,7 @@ async fn a_cancelled_job_exits_3_from_watch() {
     me.api.wait_for(&job_id, "running", |j| j["status"] == "running").await;
     let cancel = run(&me.token, &["cancel", &job_id, "--reason", "cli test"]).await;
     assert_eq!(code(&cancel), 0);
-    assert!(stdout(&cancel).contains(&job_id));
+    assert!(stdout(&cancel).contains(job_id.as_str()));
     let watched =
         tokio::time::timeout(Duration::from_secs(60), watcher).await.unwrap().unwrap().unwrap();
     assert_eq!(code(&watched), 3, "{}", stderr(&watched));
@@ -141,7 +141,7 @@ async fn a_cancelled_job_exits_3_from_watch() {
     let retried = run(&me.token, &["retry", &job_id]).await;
     assert_eq!(code(&retried), 0);
     let new_id = stdout(&retried).trim().to_owned();
-    assert_ne!(new_id, job_id);
+    assert_ne!(new_id, job_id.as_str());
     assert_eq!(me.api.get(&format!("/jobs/{new_id}")).await.json["retry_of"], job_id.as_str());
     let cancel = run(&me.token, &["cancel", &new_id]).await;
     assert_eq!(code(&cancel), 0);
@@ -213,7 +213,8 @@ async fn upload_then_run_a_job_on_it_and_download_the_result() {
     let submitted =
         run(&me.token, &["--json", "submit", "csv_report", "--params", &params, "--wait"]).await;
     assert_eq!(code(&submitted), 0);
-    let job_id = json_out(&submitted)["job_id"].as_str().unwrap().to_owned();
+    let job_id: longhaul_tests::JobId =
+        json_out(&submitted)["job_id"].as_str().unwrap().parse().unwrap();
 
     let file = dir.path().join("report.json");
     let got = run(&me.token, &["result", &job_id, "-o", file.to_str().unwrap()]).await;
@@ -256,7 +257,7 @@ async fn read_commands_print_json_for_scripts() {
     assert_eq!(all["jobs"].as_array().unwrap().len(), 2);
     let text = run(&me.token, &["ls", "--status", "succeeded"]).await;
     assert!(stdout(&text).starts_with("ID "), "{}", stdout(&text));
-    assert!(stdout(&text).contains(&first));
+    assert!(stdout(&text).contains(first.as_str()));
 
     let status = json_out(&run(&me.token, &["--json", "status", &first]).await);
     assert_eq!(

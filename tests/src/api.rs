@@ -3,8 +3,8 @@
 use super::*;
 
 /// A unique principal, so tests never see each other's jobs.
-pub fn principal(label: &str) -> String {
-    format!("{label}-{}", uuid::Uuid::new_v4().simple())
+pub fn principal(label: &str) -> Owner {
+    format!("{label}-{}", uuid::Uuid::new_v4().simple()).parse().expect("a test's principal")
 }
 
 /// An API client acting as one principal.
@@ -104,10 +104,10 @@ impl Api {
     }
 
     /// Submits a job and returns its id (asserting 202).
-    pub async fn submit(&self, body: &Value) -> String {
+    pub async fn submit(&self, body: &Value) -> JobId {
         let reply = self.post_json("/jobs", body).await;
         assert_eq!(reply.status, 202, "submit: {}", reply.text);
-        reply.json["job_id"].as_str().expect("job_id").to_owned()
+        reply.json["job_id"].as_str().expect("job_id").parse().expect("a job id")
     }
 
     /// `POST /jobs` with `body` and the `Idempotency-Key` `key`; the reply as it is (no status
@@ -134,7 +134,7 @@ impl Api {
     }
 
     /// Downloads a succeeded job's result through `GET /jobs/{id}/result` (303 → S3).
-    pub async fn result(&self, job_id: &str) -> Vec<u8> {
+    pub async fn result(&self, job_id: &JobId) -> Vec<u8> {
         let reply = self.get(&format!("/jobs/{job_id}/result")).await;
         assert_eq!(reply.status, 303, "{}", reply.text);
         let download =
@@ -145,7 +145,12 @@ impl Api {
 
     /// Polls `GET /jobs/{id}` until `pred` holds for the job's JSON (or panics, naming `what`
     /// it waited for, once nothing about the job has moved for a minute); returns that JSON.
-    pub async fn wait_for(&self, job_id: &str, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+    pub async fn wait_for(
+        &self,
+        job_id: &JobId,
+        what: &str,
+        pred: impl Fn(&Value) -> bool,
+    ) -> Value {
         let mut watch = Movement::new(Duration::from_secs(60));
         loop {
             let job = self.get(&format!("/jobs/{job_id}")).await.json;
@@ -164,7 +169,7 @@ impl Api {
     /// Polls the job until it is terminal; panics once nothing about it has moved (status,
     /// attempt, progress, transitions) for `still_for`. A job that keeps working is waited
     /// for however slow the machine is; one that is stuck fails the test.
-    pub async fn wait_terminal(&self, job_id: &str, still_for: Duration) -> Value {
+    pub async fn wait_terminal(&self, job_id: &JobId, still_for: Duration) -> Value {
         let mut watch = Movement::new(still_for);
         loop {
             let reply = self.get(&format!("/jobs/{job_id}")).await;

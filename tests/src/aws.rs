@@ -30,7 +30,7 @@ impl Aws {
     /// records), by a full scan — fine for a test table.
     pub async fn items_of(
         &self,
-        owner: &str,
+        owner: &Owner,
     ) -> Vec<std::collections::HashMap<String, aws_sdk_dynamodb::types::AttributeValue>> {
         use aws_sdk_dynamodb::types::AttributeValue;
         let table = harness().stack.resource("JobsTable");
@@ -43,7 +43,7 @@ impl Aws {
                 .table_name(&table)
                 .filter_expression("#owner = :owner OR begins_with(pk, :idem)")
                 .expression_attribute_names("#owner", "owner")
-                .expression_attribute_values(":owner", AttributeValue::S(owner.to_owned()))
+                .expression_attribute_values(":owner", AttributeValue::S(owner.to_string()))
                 .expression_attribute_values(
                     ":idem",
                     // The idempotency records' prefix, as the store writes it (`IDEM#<len>:<owner>#`).
@@ -63,7 +63,7 @@ impl Aws {
 
     /// Marks the job `expired` straight in the table, as the expirer's transition would (for
     /// tests of what clients see of an expired job, without running the expirer).
-    pub async fn mark_expired(&self, job_id: &str) {
+    pub async fn mark_expired(&self, job_id: &JobId) {
         use aws_sdk_dynamodb::types::AttributeValue;
         self.dynamodb
             .update_item()
@@ -79,7 +79,7 @@ impl Aws {
     }
 
     /// The job's progress record, straight from the table.
-    pub async fn progress_record(&self, job_id: &str) -> longhaul_aws::jobs::ProgressRecord {
+    pub async fn progress_record(&self, job_id: &JobId) -> longhaul_aws::jobs::ProgressRecord {
         use aws_sdk_dynamodb::types::AttributeValue;
         let item = self
             .dynamodb
@@ -109,17 +109,17 @@ impl Aws {
         page.contents().iter().filter_map(|o| o.key().map(str::to_owned)).collect()
     }
 
-    fn execution_arn(job_id: &str) -> String {
+    fn execution_arn(execution: &str) -> String {
         harness().stack.resource("JobStateMachine").replace(":stateMachine:", ":execution:")
             + ":"
-            + job_id
+            + execution
     }
 
-    async fn history(&self, job_id: &str) -> Vec<aws_sdk_sfn::types::HistoryEvent> {
+    async fn history(&self, execution: &str) -> Vec<aws_sdk_sfn::types::HistoryEvent> {
         let history = self
             .sfn
             .get_execution_history()
-            .execution_arn(Self::execution_arn(job_id))
+            .execution_arn(Self::execution_arn(execution))
             .max_results(1000)
             .send()
             .await
@@ -127,13 +127,14 @@ impl Aws {
         history.events().to_vec()
     }
 
-    /// The names of the states whose Lambda task was scheduled, in order, for the job's
-    /// first execution (the task states invoke the job's worker through the Lambda
-    /// integration, `lambda:invoke`: a `TaskScheduled` event of resource type `lambda`).
-    pub async fn scheduled_tasks(&self, job_id: &str) -> Vec<String> {
+    /// The names of the states whose Lambda task was scheduled, in order, in `execution` (a
+    /// job's first execution is named by its id). The task states invoke the job's worker
+    /// through the Lambda integration, `lambda:invoke`: a `TaskScheduled` event of resource
+    /// type `lambda`.
+    pub async fn scheduled_tasks(&self, execution: &str) -> Vec<String> {
         let mut state = String::new();
         let mut out = Vec::new();
-        for event in self.history(job_id).await {
+        for event in self.history(execution).await {
             if let Some(entered) = event.state_entered_event_details() {
                 state = entered.name().to_owned();
             }
@@ -146,25 +147,25 @@ impl Aws {
         out
     }
 
-    /// The names of the states the job's first execution entered (each one a billed state
-    /// transition), once the execution has ended.
-    pub async fn states_entered(&self, job_id: &str) -> Vec<String> {
+    /// The names of the states `execution` entered (each one a billed state transition), once
+    /// it has ended (a job's first execution is named by its id).
+    pub async fn states_entered(&self, execution: &str) -> Vec<String> {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
         loop {
-            let execution = self
+            let described = self
                 .sfn
                 .describe_execution()
-                .execution_arn(Self::execution_arn(job_id))
+                .execution_arn(Self::execution_arn(execution))
                 .send()
                 .await
                 .expect("execution");
-            if execution.status().as_str() != "RUNNING" {
+            if described.status().as_str() != "RUNNING" {
                 break;
             }
-            assert!(tokio::time::Instant::now() < deadline, "execution of {job_id} still running");
+            assert!(tokio::time::Instant::now() < deadline, "execution {execution} still running");
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        let history = self.history(job_id).await;
+        let history = self.history(execution).await;
         history
             .iter()
             .filter_map(|e| e.state_entered_event_details())

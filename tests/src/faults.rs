@@ -41,7 +41,7 @@ impl Faults {
     /// Waits until the plan has paused an invocation (`injected.paused` ≥ 1) while the job
     /// `job_id` of `api` goes on; panics if the job ends first (it ran on without its pause),
     /// or once nothing about it moved for a minute. Answers the counts.
-    pub async fn wait_paused(&self, api: &Api, job_id: &str) -> Value {
+    pub async fn wait_paused(&self, api: &Api, job_id: &JobId) -> Value {
         let mut watch = Movement::new(Duration::from_secs(60));
         loop {
             let injected = self.injected().await;

@@ -18,6 +18,8 @@ mod waits;
 pub use api::*;
 pub use aws::*;
 pub use faults::*;
+/// What the tests name jobs and principals by (the domain's types).
+pub use longhaul_domain::{JobId, Owner};
 pub use stack::*;
 pub use waits::*;
 
@@ -115,7 +117,7 @@ pub fn assert_no_access_denied() {
 /// The EMF data points of metric `name` about job `job_id` that this binary's functions
 /// emitted, once there are at least `at_least` (a function may record a job's new state a
 /// moment before it emits the metric; this waits up to 30 s, then returns what there is).
-pub async fn metric_points(name: &str, job_id: &str, at_least: usize) -> Vec<Value> {
+pub async fn metric_points(name: &str, job_id: &JobId, at_least: usize) -> Vec<Value> {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
         let points: Vec<Value> = harness()
@@ -123,7 +125,7 @@ pub async fn metric_points(name: &str, job_id: &str, at_least: usize) -> Vec<Val
             .metrics
             .parsed()
             .into_iter()
-            .filter(|line| line["job_id"] == job_id && line.get(name).is_some())
+            .filter(|line| line["job_id"] == job_id.as_str() && line.get(name).is_some())
             .collect();
         if points.len() >= at_least || tokio::time::Instant::now() >= deadline {
             return points;
@@ -133,7 +135,7 @@ pub async fn metric_points(name: &str, job_id: &str, at_least: usize) -> Vec<Val
 }
 
 /// Asserts the functions counted `name` for job `job_id` exactly once.
-pub async fn assert_counted_once(name: &str, job_id: &str) {
+pub async fn assert_counted_once(name: &str, job_id: &JobId) {
     let points = metric_points(name, job_id, 1).await;
     assert_eq!(points.len(), 1, "{name} for {job_id}: {points:?}");
     assert_eq!(points[0][name], 1.0, "{:?}", points[0]);

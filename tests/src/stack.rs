@@ -19,7 +19,7 @@ pub async fn fire(schedule: &str) -> Value {
 /// limit derived, with a wide margin, from the thresholds the schedule waits out).
 pub async fn fire_until(
     api: &Api,
-    job_id: &str,
+    job_id: &JobId,
     schedule: &str,
     what: &str,
     limit: Duration,
@@ -38,7 +38,7 @@ pub async fn fire_until(
 
 /// A `pending` `demo` job record of `owner`, accepted at `created_at`, as submit stores it —
 /// for tests that seed the table directly ([`longhaul_memory::contract::pending_job`]).
-pub fn seeded_job(owner: &str, created_at: String) -> longhaul_aws::jobs::JobRecord {
+pub fn seeded_job(owner: &Owner, created_at: String) -> longhaul_aws::jobs::JobRecord {
     let at: longhaul_domain::Timestamp = created_at.parse().expect("a seeded job's creation time");
     longhaul_memory::contract::pending_job(owner, at)
 }
@@ -53,7 +53,7 @@ pub async fn job_store() -> longhaul_aws::jobs::JobStore {
 
 /// The job's worker dies: its execution is stopped and its stage invocation killed, so its
 /// heartbeats stop (what the reaper calls a zombie). Returns the job as it was.
-pub async fn kill_worker(job_id: &str) -> longhaul_aws::jobs::JobRecord {
+pub async fn kill_worker(job_id: &JobId) -> longhaul_aws::jobs::JobRecord {
     let job = job_store().await.job(job_id).await.unwrap().expect("the job exists");
     let machine = harness().stack.resource("JobStateMachine");
     let arn = format!(

@@ -1,6 +1,7 @@
 //! The job API's HTTP contract against the local stack. Every response these tests receive is
 //! also checked against docs/openapi.json by the harness.
 
+use longhaul_domain::JobId;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
@@ -120,7 +121,7 @@ async fn a_key_whose_job_failed_starts_a_new_job() {
     let key = [("idempotency-key", "nightly-export")];
     let body = fatal_demo().to_string().into_bytes();
     let first = api.send("POST", "/jobs", Some(("application/json", body.clone())), &key).await;
-    let failed_id = first.json["job_id"].as_str().unwrap().to_owned();
+    let failed_id = first.json["job_id"].as_str().unwrap().parse::<JobId>().unwrap();
     assert_eq!(api.wait_terminal(&failed_id, JOB_TIMEOUT).await["status"], "failed");
     assert_counted_once("JobsFailed", &failed_id).await;
     let second = api.send("POST", "/jobs", Some(("application/json", body)), &key).await;
@@ -313,8 +314,8 @@ async fn resubmitting_a_request_whose_job_expired_starts_a_new_job_unless_the_ke
         let body = body.to_string().into_bytes();
         async move { api.send("POST", "/jobs", Some(("application/json", body)), headers).await }
     };
-    let derived = send(&[]).await.json["job_id"].as_str().unwrap().to_owned();
-    let keyed = send(KEY).await.json["job_id"].as_str().unwrap().to_owned();
+    let derived = send(&[]).await.json["job_id"].as_str().unwrap().parse::<JobId>().unwrap();
+    let keyed = send(KEY).await.json["job_id"].as_str().unwrap().parse::<JobId>().unwrap();
     let aws = Aws::new().await;
     for id in [&derived, &keyed] {
         assert_eq!(api.wait_terminal(id, JOB_TIMEOUT).await["status"], "succeeded");
@@ -354,7 +355,7 @@ async fn uploads_are_presigned_under_the_callers_own_prefix() {
     assert!(signed.split(';').any(|h| h == "content-length"), "content-length is signed: {signed}");
     assert_eq!(reply.json["size_bytes"], csv.len());
     assert!(longhaul_domain::uploads::owns_upload(&who, &input), "{input}");
-    assert!(!input.contains(&who), "the key does not reveal the principal");
+    assert!(!input.contains(who.as_str()), "the key does not reveal the principal");
     let mut put = reqwest::Client::new().put(reply.json["upload_url"].as_str().unwrap()).body(csv);
     for (name, value) in reply.json["headers"].as_object().unwrap() {
         put = put.header(name, value.as_str().unwrap());
@@ -407,7 +408,7 @@ async fn a_failed_job_is_retried_as_a_new_linked_job() {
     assert_eq!(api.wait_terminal(&failed, JOB_TIMEOUT).await["status"], "failed");
     let reply = api.send("POST", &format!("/jobs/{failed}/retry"), None, &[]).await;
     assert_eq!(reply.status, 202, "{}", reply.text);
-    let retry_id = reply.json["job_id"].as_str().unwrap().to_owned();
+    let retry_id = reply.json["job_id"].as_str().unwrap().parse::<JobId>().unwrap();
     assert_ne!(retry_id, failed);
     assert_eq!(reply.json["retry_of"], failed.as_str());
     assert_eq!(reply.header("location"), Some(format!("/jobs/{retry_id}").as_str()));

@@ -3,6 +3,7 @@
 //! retry of a job whose type this deployment no longer accepts. Every response the API
 //! answers here is also checked against docs/openapi.json by the harness.
 
+use longhaul_domain::JobId;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
@@ -39,12 +40,12 @@ fn b64url(bytes: &[u8]) -> String {
     out
 }
 
-fn job_ids(reply: &longhaul_tests::Reply) -> Vec<String> {
+fn job_ids(reply: &longhaul_tests::Reply) -> Vec<JobId> {
     reply.json["jobs"]
         .as_array()
         .unwrap_or_else(|| panic!("a job list: {}", reply.text))
         .iter()
-        .map(|j| j["job_id"].as_str().unwrap().to_owned())
+        .map(|j| j["job_id"].as_str().unwrap().parse().unwrap())
         .collect()
 }
 

@@ -4,6 +4,7 @@
 //! finished parts again (counted at the edge: the stack's per-function count of
 //! `s3:UploadPart` calls).
 
+use longhaul_domain::JobId;
 use std::collections::BTreeMap;
 use std::io::{Cursor, Read};
 use std::time::Duration;
@@ -77,7 +78,7 @@ async fn parts_uploaded(api: &Api) -> u64 {
 /// Runs an archive job of `inputs` under the fault plan `plan`: installs it, submits the job,
 /// waits for its end and turns faults off. Answers the job's id, its end and what the plan
 /// injected.
-async fn archive_under(api: &Api, plan: Value, inputs: &[String]) -> (String, Value, Value) {
+async fn archive_under(api: &Api, plan: Value, inputs: &[String]) -> (JobId, Value, Value) {
     let faults = Faults::install(&plan).await;
     let job_id = api.submit(&json!({"type": "archive", "params": {"inputs": inputs}})).await;
     let job = api.wait_terminal(&job_id, TIMEOUT).await;
@@ -118,7 +119,7 @@ async fn another_principals_upload_is_refused_and_nothing_is_created() {
         .await;
     assert!(matches!(reply.status, 404 | 422), "{}", reply.text);
     assert_eq!(reply.json["type"], "/problems/upload-not-found", "{}", reply.text);
-    assert!(!reply.text.contains(&owner), "{}", reply.text);
+    assert!(!reply.text.contains(owner.as_str()), "{}", reply.text);
     let jobs = api.get("/jobs").await;
     assert_eq!(jobs.json["jobs"], json!([]), "{}", jobs.text);
     assert!(
@@ -213,7 +214,7 @@ async fn a_retry_that_cannot_use_the_checkpoint_does_not_claim_it_resumed() {
 
     let retry = api.send("POST", &format!("/jobs/{job_id}/retry"), None, &[]).await;
     assert_eq!(retry.status, 202, "{}", retry.text);
-    let retry_id = retry.json["job_id"].as_str().unwrap().to_owned();
+    let retry_id = retry.json["job_id"].as_str().unwrap().parse::<JobId>().unwrap();
     let done = api.wait_terminal(&retry_id, TIMEOUT).await;
     assert_eq!(done["status"], "succeeded", "{done}");
     assert_entries(&api.result(&retry_id).await, &expected);

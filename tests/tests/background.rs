@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use longhaul_aws::jobs::{JobRecord, JobStore, ProgressRecord, ProgressRefused, TransitionRequest};
-use longhaul_domain::{JobStatus, format_rfc3339};
+use longhaul_domain::{JobId, JobStatus, format_rfc3339};
 use longhaul_job_demo::DemoResult;
 use longhaul_tests::{
     Api, Aws, Deadline, Harness, assert_counted_once, fire, harness_with, metric_points, principal,
@@ -42,7 +42,7 @@ fn stack() -> &'static Harness {
 /// for up to four times the longest threshold here, the stall grace).
 async fn fire_until(
     api: &Api,
-    job_id: &str,
+    job_id: &JobId,
     schedule: &str,
     what: &str,
     done: impl Fn(&Value) -> bool,
@@ -55,7 +55,7 @@ async fn store() -> JobStore {
 }
 
 /// The worker dies (see [`longhaul_tests::kill_worker`]).
-async fn kill(job_id: &str) -> JobRecord {
+async fn kill(job_id: &JobId) -> JobRecord {
     longhaul_tests::kill_worker(job_id).await
 }
 
@@ -384,7 +384,7 @@ async fn a_superseded_execution_cannot_claim_the_job() {
 
 /// Ends a job a test claimed by hand (nothing runs it), so the reaper, fired by the other
 /// tests of this binary, does not re-dispatch it into real executions while they run.
-async fn end(jobs: &JobStore, job_id: &str, lease: &str) {
+async fn end(jobs: &JobStore, job_id: &JobId, lease: &str) {
     jobs.transition(
         TransitionRequest::new(job_id, &[JobStatus::Running], JobStatus::Failed, "test over")
             .fenced(lease),
@@ -437,7 +437,7 @@ async fn a_checkpoint_object_is_never_overwritten() {
     stack();
     let aws = Aws::new().await;
     let objects = ObjectStore::new(aws.s3.clone(), stack().stack.resource("DataBucket"));
-    let job = uuid::Uuid::new_v4().to_string();
+    let job = JobId::new();
     let key = checkpoint_key(&job, "scan", 7, 1);
     assert_ne!(key, checkpoint_key(&job, "scan", 7, 1), "every checkpoint key is new");
     objects.put_new(&key, b"first".to_vec(), "application/json").await.unwrap();
@@ -820,7 +820,7 @@ async fn an_unreadable_job_record_does_not_hold_up_the_reaper() {
     let jobs = store().await;
     let aws = Aws::new().await;
     let table = stack().stack.resource("JobsTable");
-    let key = |job_id: &str| {
+    let key = |job_id: &JobId| {
         [
             ("pk".to_owned(), AttributeValue::S(longhaul_aws::jobs::job_pk(job_id))),
             ("sk".to_owned(), AttributeValue::S(longhaul_aws::jobs::JOB_SK.into())),

@@ -3,6 +3,7 @@
 //! with `Retry-After` and write nothing, until one of its jobs runs or ends. Other tenants are
 //! not counted against it.
 
+use longhaul_domain::Owner;
 use longhaul_tests::{Api, Aws, Harness, Reply, harness_with, principal};
 use serde_json::{Value, json};
 
@@ -27,7 +28,7 @@ fn assert_backlog_full(reply: &Reply) {
 }
 
 /// The job records of `owner` (every item that is one).
-async fn job_records(owner: &str) -> usize {
+async fn job_records(owner: &Owner) -> usize {
     let items = Aws::new().await.items_of(owner).await;
     items.iter().filter(|item| item["sk"].as_s().is_ok_and(|sk| sk == "JOB")).count()
 }

@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use longhaul_aws::jobs::{JobRecord, JobStore};
-use longhaul_domain::JobStatus;
+use longhaul_domain::{JobId, JobStatus};
 use longhaul_tests::{
     Api, Aws, Deadline, Faults, Harness, assert_counted_once, fire_until, harness_with,
     metric_points, principal,
@@ -43,7 +43,7 @@ async fn store() -> JobStore {
 }
 
 /// The worker dies (see [`longhaul_tests::kill_worker`]).
-async fn kill(job_id: &str) -> JobRecord {
+async fn kill(job_id: &JobId) -> JobRecord {
     longhaul_tests::kill_worker(job_id).await
 }
 
@@ -60,7 +60,7 @@ async fn receiver() -> String {
 
 /// The job's recorded webhook deliveries, once there is at least one (the job has ended: its
 /// first delivery is due at once).
-async fn deliveries(api: &Api, job_id: &str) -> Vec<Value> {
+async fn deliveries(api: &Api, job_id: &JobId) -> Vec<Value> {
     let deadline = Deadline::new(format!("a webhook delivery recorded for {job_id}"), TIMEOUT);
     loop {
         let reply = api.get(&format!("/jobs/{job_id}/deliveries")).await;
@@ -79,7 +79,7 @@ fn states(job: &Value) -> Vec<&str> {
 
 /// A demo job of `api`'s principal (300 items of 100 ms, spanning stage invocations), once it
 /// is seen running.
-async fn running_job(api: &Api, callback: Option<&str>) -> String {
+async fn running_job(api: &Api, callback: Option<&str>) -> JobId {
     let mut body = json!({"type": "demo", "params": {"items": 300, "item_ms": 100}});
     if let Some(url) = callback {
         body["callback_url"] = json!(url);
@@ -96,7 +96,7 @@ async fn running_job(api: &Api, callback: Option<&str>) -> String {
 /// worker watches, the plan turned off before anything can fail (the tests of this binary
 /// cancel too: call it on the [`CANCELS`] turn); asserts the write was denied, once, and the
 /// client answered 500.
-async fn cancel_with_the_flag_denied(api: &Api, job_id: &str, reason: &str) {
+async fn cancel_with_the_flag_denied(api: &Api, job_id: &JobId, reason: &str) {
     // Only the cancellation's flag write says this: the worker's progress writes are
     // `PutItem`s, and no other update sets the flag.
     let faults = Faults::install(&json!({"deny": {"operation": "dynamodb:UpdateItem",

@@ -10,6 +10,7 @@
 //! clients coming back at once would keep the emulator's queue as long as it was). What is
 //! asserted holds however fast the machine is.
 
+use longhaul_domain::JobId;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -104,7 +105,8 @@ async fn a_thousand_identical_requests_make_one_job() {
         *by_status.entry(answer.status).or_default() += 1;
         match answer.status {
             200 | 202 => {
-                let job_id = answer.json["job_id"].as_str().expect("a job_id").to_owned();
+                let job_id =
+                    answer.json["job_id"].as_str().expect("a job_id").parse::<JobId>().unwrap();
                 let location = format!("/jobs/{job_id}");
                 assert_eq!(answer.header("location"), Some(location.as_str()));
                 // A 202 created the job; every other answer naming it is a replay.

@@ -3,6 +3,7 @@
 //! Functions adapters against the local stack — so what a handler's unit test relies on is
 //! what the services do.
 
+use longhaul_domain::JobId;
 use longhaul_tests::job_store;
 
 #[tokio::test(flavor = "multi_thread")]
@@ -46,7 +47,7 @@ async fn the_dynamodb_admitter_keeps_the_slot_pools_contract() {
         slots: SlotStore::new(aws.dynamodb.clone(), table),
         intake: IntakeQueue::new(aws.sqs.clone(), queue.clone()),
     };
-    let received = std::sync::Mutex::new(Vec::<String>::new());
+    let received = std::sync::Mutex::new(Vec::<JobId>::new());
     let woken = async || {
         loop {
             let output = aws
@@ -200,4 +201,37 @@ async fn the_sqs_queues_keep_the_queue_contracts() {
     let url = own_queue(&sqs).await;
     let dead = DeadLetterQueue::new(sqs.clone(), url.clone());
     longhaul_memory::contract::dead_letters(&dead, async |n| drain(&sqs, &url, n).await).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_secrets_manager_key_keeps_the_signing_key_contract() {
+    use longhaul_aws::secrets::SecretKey;
+    let config = longhaul_tests::harness().stack.emulator_sdk_config().await;
+    let client = aws_sdk_secretsmanager::Client::new(&config);
+    // Secrets of this test's own, named (a name reads as its ARN does).
+    let create = async |name: &str, value: &str| {
+        client.create_secret().name(name).secret_string(value).send().await.unwrap();
+    };
+    let name = |label: &str| format!("contract-{label}-{}", uuid::Uuid::new_v4());
+    let (key, other, later) = (name("key"), name("other"), name("later"));
+    let secret = uuid::Uuid::new_v4().to_string();
+    create(&key, &secret).await;
+    create(&other, &uuid::Uuid::new_v4().to_string()).await;
+    let reader = |name: &str| SecretKey::new(client.clone(), name.to_owned());
+    let unreadable = reader(&later);
+    longhaul_memory::contract::signing_key(
+        &secret,
+        &reader(&key),
+        &reader(&key),
+        &reader(&other),
+        &unreadable,
+        async || create(&later, "written-late").await,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn the_system_clock_keeps_the_clock_contract() {
+    // No service behind it: the machine's clock is the clock's only adapter.
+    longhaul_memory::contract::clock(&longhaul_aws::ports::SystemClock).await;
 }

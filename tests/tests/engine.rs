@@ -3,6 +3,7 @@
 //! 10 items, and a new execution every 3 runs — so continuation, crashes and resumption
 //! happen within seconds. Its own test binary, so these settings touch no other test.
 
+use longhaul_domain::JobId;
 use std::time::Duration;
 
 use longhaul_job_demo::DemoResult;
@@ -26,7 +27,7 @@ fn stack() -> &'static Harness {
 }
 
 /// [`Api::wait_for`], failing at once if the job ends before `pred` holds.
-async fn wait_for(api: &Api, job_id: &str, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+async fn wait_for(api: &Api, job_id: &JobId, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
     api.wait_for(job_id, what, |job| {
         pred(job) || {
             assert!(
@@ -39,7 +40,7 @@ async fn wait_for(api: &Api, job_id: &str, what: &str, pred: impl Fn(&Value) -> 
     .await
 }
 
-async fn executions_of(aws: &Aws, job_id: &str) -> Vec<String> {
+async fn executions_of(aws: &Aws, job_id: &JobId) -> Vec<String> {
     let machine = stack().stack.resource("JobStateMachine");
     let list = aws
         .sfn
@@ -52,7 +53,7 @@ async fn executions_of(aws: &Aws, job_id: &str) -> Vec<String> {
     list.executions()
         .iter()
         .map(|e| e.name().to_owned())
-        .filter(|n| n.starts_with(job_id))
+        .filter(|n| n.starts_with(job_id.as_str()))
         .collect()
 }
 
@@ -450,7 +451,7 @@ async fn a_retry_resumes_from_the_cancelled_jobs_last_checkpoint() {
 
     let retried = api.post_json(&format!("/jobs/{job_id}/retry"), &json!({})).await;
     assert_eq!(retried.status, 202, "{}", retried.text);
-    let retry_id = retried.json["job_id"].as_str().unwrap().to_owned();
+    let retry_id = retried.json["job_id"].as_str().unwrap().parse::<JobId>().unwrap();
     let done = api.wait_terminal(&retry_id, TIMEOUT).await;
     assert_eq!(done["status"], "succeeded", "{done}");
     assert_eq!(done["retry_of"], job_id.as_str());
@@ -477,7 +478,8 @@ async fn a_retry_resumes_from_the_cancelled_jobs_last_checkpoint() {
     assert_eq!(bad.status, 400, "{}", bad.text);
     let over = api.post_json(&format!("/jobs/{other}/retry"), &json!({"from": "start"})).await;
     assert_eq!(over.status, 202, "{}", over.text);
-    let over = api.wait_terminal(over.json["job_id"].as_str().unwrap(), TIMEOUT).await;
+    let over =
+        api.wait_terminal(&over.json["job_id"].as_str().unwrap().parse().unwrap(), TIMEOUT).await;
     assert_eq!(over["status"], "succeeded", "{over}");
     assert!(over.get("resumed_from").is_none(), "started over: {over}");
 }

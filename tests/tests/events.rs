@@ -197,7 +197,7 @@ async fn bad_stream_tokens_are_refused_before_any_database_read() {
         parts.join(".")
     };
     let (expires, mac) = (parts[0], parts[parts.len() - 1]);
-    let mallory = stream_token::issue(b"any", &job_id, "mallory", 0);
+    let mallory = stream_token::issue(b"any", &job_id, &"mallory".parse().unwrap(), 0);
     let mallory_part = mallory.split('.').nth(1).unwrap();
     let flipped_mac = format!("{}{}", if mac.starts_with('A') { "B" } else { "A" }, &mac[1..]);
     let extended = (expires.parse::<i64>().unwrap() + 3600).to_string();
@@ -213,8 +213,11 @@ async fn bad_stream_tokens_are_refused_before_any_database_read() {
         (base.to_owned(), Some(with_part(parts.len() - 1, ""))),
         (base.to_owned(), Some(stream_token::issue(b"not-the-key", &job_id, &owner, now + 600))),
         (base.to_owned(), Some(stream_token::issue(secret, &job_id, &owner, now - 60))),
-        (base.replace(&job_id, &other_job), Some(token.clone())),
-        (base.replace(&job_id, "01a201ea-fb15-7355-87ef-3777d21385c6"), Some(token.clone())),
+        (base.replace(job_id.as_str(), &other_job), Some(token.clone())),
+        (
+            base.replace(job_id.as_str(), "01a201ea-fb15-7355-87ef-3777d21385c6"),
+            Some(token.clone()),
+        ),
     ];
     for garbage in [
         "garbage",
@@ -255,9 +258,11 @@ async fn bad_stream_tokens_are_refused_before_any_database_read() {
 
     // Authentic tokens do read: the job, whose owner must be the token's (a token the key
     // signed for someone else opens nothing) — and the meter does see the function's reads.
-    let (status, content_type, _) =
-        get(with_token(base, Some(&stream_token::issue(secret, &job_id, "mallory", now + 600))))
-            .await;
+    let (status, content_type, _) = get(with_token(
+        base,
+        Some(&stream_token::issue(secret, &job_id, &"mallory".parse().unwrap(), now + 600)),
+    ))
+    .await;
     assert_eq!((status, content_type.as_str()), (404, "application/problem+json"));
     let (status, content_type, _) = get(with_token(base, Some(&token))).await;
     assert_eq!((status, content_type.as_str()), (200, "text/event-stream"));

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use longhaul_aws::jobs::{JobRecord, JobStore, status_bucket};
-use longhaul_domain::{JobStatus, format_rfc3339};
+use longhaul_domain::{JobId, JobStatus, Owner, format_rfc3339};
 use longhaul_tests::{Api, Aws, Deadline, Harness, harness_with, principal};
 use serde_json::{Value, json};
 
@@ -58,7 +58,7 @@ async fn store() -> JobStore {
 }
 
 /// A job's record (`sk` = `JOB` or `PROGRESS`) as stored, index keys and TTL included.
-async fn raw(job_id: &str, sk: &str) -> HashMap<String, AttributeValue> {
+async fn raw(job_id: &JobId, sk: &str) -> HashMap<String, AttributeValue> {
     Aws::new()
         .await
         .dynamodb
@@ -85,13 +85,13 @@ fn assert_ttl(item: &HashMap<String, AttributeValue>, from: chrono::DateTime<chr
     assert!((ttl - expected).abs() <= 120, "expires_at {ttl}, expected about {expected}");
 }
 
-fn record(owner: &str, status: JobStatus) -> JobRecord {
+fn record(owner: &Owner, status: JobStatus) -> JobRecord {
     let at = format_rfc3339(chrono::Utc::now() - chrono::Duration::hours(1));
     JobRecord { status, ..longhaul_tests::seeded_job(owner, at) }
 }
 
 /// Stores a succeeded job whose result expires at `expires` (indexed as the stage leaves it).
-async fn put_succeeded(owner: &str, expires: chrono::DateTime<chrono::Utc>) -> String {
+async fn put_succeeded(owner: &Owner, expires: chrono::DateTime<chrono::Utc>) -> JobId {
     let job = record(owner, JobStatus::Succeeded);
     let mut item: HashMap<String, AttributeValue> = serde_dynamo::to_item(&job).unwrap();
     item.insert("pk".into(), AttributeValue::S(format!("JOB#{}", job.job_id)));
@@ -107,7 +107,7 @@ async fn put_succeeded(owner: &str, expires: chrono::DateTime<chrono::Utc>) -> S
         .send()
         .await
         .unwrap();
-    job.job_id.into()
+    job.job_id
 }
 
 #[tokio::test]
@@ -222,7 +222,7 @@ async fn failed_and_cancelled_jobs_get_their_ttl_in_the_write_that_ends_them() {
     assert!(reply.status < 300, "{} {}", reply.status, reply.text);
 
     for (job_id, status) in
-        [(&failed, "failed"), (&running, "cancelled"), (&pending.job_id.to_string(), "cancelled")]
+        [(&failed, "failed"), (&running, "cancelled"), (&pending.job_id.clone(), "cancelled")]
     {
         let job = api.wait_terminal(job_id, TIMEOUT).await;
         assert_eq!(job["status"], status, "{job}");

@@ -4,6 +4,7 @@
 //! kind's limit is shared fairly, tenants taking turns whatever their priorities; a slot is
 //! given back however a job ends, and the reaper reconciles one that leaked.
 
+use longhaul_domain::Owner;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
@@ -54,7 +55,7 @@ fn at(job: &Value, field: &str) -> DateTime<Utc> {
 }
 
 /// The jobs holding a slot of `owner`'s pool, straight from the table.
-async fn holders(aws: &Aws, owner: &str) -> Vec<String> {
+async fn holders(aws: &Aws, owner: &Owner) -> Vec<String> {
     let item = aws
         .dynamodb
         .get_item()
@@ -73,7 +74,7 @@ async fn holders(aws: &Aws, owner: &str) -> Vec<String> {
 
 /// Waits until no job of `owner` holds a slot (slots are given back by the stream consumer,
 /// a moment after the job's end).
-async fn no_slots_held(aws: &Aws, owner: &str) {
+async fn no_slots_held(aws: &Aws, owner: &Owner) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
         let held = holders(aws, owner).await;
@@ -314,7 +315,7 @@ async fn the_reaper_gives_back_slots_of_jobs_that_ended_and_starts_who_waits() {
 /// The owner's waiting list, straight from the table: (job id, item).
 async fn waiting_list(
     aws: &Aws,
-    owner: &str,
+    owner: &Owner,
 ) -> Vec<(String, std::collections::HashMap<String, AttributeValue>)> {
     let listed = aws
         .dynamodb
@@ -323,7 +324,7 @@ async fn waiting_list(
         .key_condition_expression("pk = :pk")
         .expression_attribute_values(
             ":pk",
-            AttributeValue::S(Pool::Tenant(owner.to_owned()).waiting_pk()),
+            AttributeValue::S(Pool::Tenant(owner.clone()).waiting_pk()),
         )
         .consistent_read(true)
         .send()
@@ -356,7 +357,7 @@ async fn the_reaper_puts_back_a_lost_waiting_list_entry_and_leaves_the_others_al
     let table = stack().stack.resource("JobsTable");
     for (job_id, item) in waiting_list(&aws, &owner).await {
         let key = [("pk", item["pk"].clone()), ("sk", item["sk"].clone())];
-        if job_id == kept {
+        if job_id == kept.as_str() {
             // Marked: a rewrite of the entry would drop the mark.
             let mut update = aws.dynamodb.update_item().table_name(&table);
             for (name, value) in key {
@@ -368,7 +369,7 @@ async fn the_reaper_puts_back_a_lost_waiting_list_entry_and_leaves_the_others_al
                 .send()
                 .await
                 .unwrap();
-        } else if job_id == lost {
+        } else if job_id == lost.as_str() {
             let mut delete = aws.dynamodb.delete_item().table_name(&table);
             for (name, value) in key {
                 delete = delete.key(name, value);

@@ -16,7 +16,7 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::AttributeValue;
 use futures::StreamExt;
 use longhaul_aws::jobs::JobRecord;
-use longhaul_domain::JobStatus;
+use longhaul_domain::{JobId, JobStatus, Owner};
 use longhaul_job_demo::DemoResult;
 use longhaul_local::faults::{FaultCounts, FaultPlan, JournalEntry};
 use longhaul_tests::csvgen::{Gen, csv_bytes, expected, rows_match};
@@ -187,7 +187,7 @@ async fn local<T: serde::de::DeserializeOwned>(path: &str) -> T {
 }
 
 /// Every job record of `owner`, by job id (a scan of the emulator's table: uncounted).
-async fn jobs_of(aws: &Aws, owner: &str) -> HashMap<String, JobRecord> {
+async fn jobs_of(aws: &Aws, owner: &Owner) -> HashMap<JobId, JobRecord> {
     let mut jobs = HashMap::new();
     let mut start = None;
     loop {
@@ -197,7 +197,7 @@ async fn jobs_of(aws: &Aws, owner: &str) -> HashMap<String, JobRecord> {
             .table_name(stack().stack.resource("JobsTable"))
             .filter_expression("#owner = :owner AND sk = :job")
             .expression_attribute_names("#owner", "owner")
-            .expression_attribute_values(":owner", AttributeValue::S(owner.to_owned()))
+            .expression_attribute_values(":owner", AttributeValue::S(owner.to_string()))
             .expression_attribute_values(":job", AttributeValue::S("JOB".into()))
             .consistent_read(true)
             .set_exclusive_start_key(start)
@@ -206,7 +206,7 @@ async fn jobs_of(aws: &Aws, owner: &str) -> HashMap<String, JobRecord> {
             .expect("scan");
         for item in page.items.unwrap_or_default() {
             let job: JobRecord = serde_dynamo::from_item(item).expect("a valid job record");
-            jobs.insert(job.job_id.to_string(), job);
+            jobs.insert(job.job_id.clone(), job);
         }
         start = page.last_evaluated_key;
         if start.is_none() {
@@ -298,7 +298,7 @@ struct Progress {
 }
 
 impl Progress {
-    fn of(records: &HashMap<String, JobRecord>) -> Self {
+    fn of(records: &HashMap<JobId, JobRecord>) -> Self {
         Progress {
             jobs: records.len(),
             ended: records.values().filter(|j| j.status.is_terminal()).count(),
@@ -482,7 +482,7 @@ async fn every_job_ends_exactly_once_and_correctly_under_injected_faults() {
     assert_eq!(records.len(), jobs, "jobs in the table vs jobs submitted");
     let mut wrong = Vec::new();
     for (job_id, job) in &records {
-        let Some(&i) = expected_jobs.get(job_id) else {
+        let Some(&i) = expected_jobs.get(job_id.as_str()) else {
             wrong.push(format!("{job_id}: a job nobody submitted"));
             continue;
         };

@@ -24,7 +24,7 @@ async fn the_webhook_function_writes_deliveries_and_never_job_records() {
     let table = stack.resource("JobsTable");
     let sdk = longhaul_local::sdk_config(&stack.edge_url).await;
     let webhook = aws_sdk_dynamodb::Client::new(&function_identity(&sdk, "WebhookFunction"));
-    let job_id = longhaul_domain::JobId::new().to_string();
+    let job_id = longhaul_domain::JobId::new();
 
     let delivery = DeliveryRecord {
         webhook_id: format!("msg_{job_id}"),

@@ -10,6 +10,7 @@
 //! dispatcher, stage, status, uploads, webhooks, the notifier, the webhook deliverer, cancel, the SSE
 //! stream, the reaper and the expirer) with recognisable secret values, and reads the lines.
 
+use longhaul_domain::JobId;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -179,7 +180,7 @@ async fn params_job(run: &Mutex<Run>) {
         )
         .await;
     assert_eq!(reply.status, 202, "{}", reply.text);
-    let job_id = reply.json["job_id"].as_str().unwrap().to_owned();
+    let job_id = reply.json["job_id"].as_str().unwrap().parse::<JobId>().unwrap();
     let job = api.wait_terminal(&job_id, TIMEOUT).await;
     assert_eq!(job["status"], "succeeded", "{job}");
     let result = api.get(&format!("/jobs/{job_id}/result")).await;
@@ -190,7 +191,7 @@ async fn params_job(run: &Mutex<Run>) {
         .await;
     assert_eq!(api.get(&format!("/jobs/{job_id}")).await.json["status"], "expired");
     let mut run = run.lock().unwrap();
-    run.owners.insert(job_id, owner);
+    run.owners.insert(job_id.to_string(), owner.to_string());
     run.secrets.insert("a params value (column name)", column);
     run.secrets.insert("a params value (upload file name)", file);
     run.secrets.insert("an Idempotency-Key", key);
@@ -236,7 +237,7 @@ async fn webhook_job(run: &Mutex<Run>) {
         deadline.tick(Duration::from_millis(100), deliveries).await;
     }
     let mut run = run.lock().unwrap();
-    run.owners.insert(job_id, owner);
+    run.owners.insert(job_id.to_string(), owner.to_string());
     run.secrets.insert("a webhook signing secret", first);
     run.secrets.insert("a rotated-in webhook signing secret", second);
     run.secrets.insert("a callback URL's token", callback_token);
@@ -255,7 +256,7 @@ async fn cancelled_job(run: &Mutex<Run>) {
         api.post_json(&format!("/jobs/{job_id}/cancel"), &json!({"reason": "not needed"})).await;
     assert_eq!(reply.status, 202, "{}", reply.text);
     assert_eq!(api.wait_terminal(&job_id, TIMEOUT).await["status"], "cancelled");
-    run.lock().unwrap().owners.insert(job_id, owner);
+    run.lock().unwrap().owners.insert(job_id.to_string(), owner.to_string());
 }
 
 /// A job whose worker dies: the reaper re-dispatches it and attempt 2 finishes it.
@@ -287,7 +288,7 @@ async fn zombie_job(run: &Mutex<Run>) {
         (Some("succeeded"), Some(2)),
         "{job}"
     );
-    run.lock().unwrap().owners.insert(job_id, owner);
+    run.lock().unwrap().owners.insert(job_id.to_string(), owner.to_string());
 }
 
 /// A captured line's `job` span (the current span), if any.

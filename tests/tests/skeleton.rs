@@ -2,6 +2,7 @@
 //! Functions (the real ASL) → stage → S3 → succeeded; retries, failures, auth, bad input,
 //! and the AWS call meter.
 
+use longhaul_domain::JobId;
 use std::time::Duration;
 
 use longhaul_job_demo::DemoResult;
@@ -26,7 +27,7 @@ async fn a_demo_job_runs_to_success_with_its_result_in_s3() {
         .post_json("/jobs", &json!({"type": "demo", "params": {"items": 25, "item_ms": 5}}))
         .await;
     assert_eq!(reply.status, 202, "{}", reply.text);
-    let job_id = reply.json["job_id"].as_str().unwrap().to_owned();
+    let job_id = reply.json["job_id"].as_str().unwrap().parse::<JobId>().unwrap();
     assert_eq!(uuid::Uuid::parse_str(&job_id).unwrap().get_version_num(), 7);
     assert_eq!(reply.header("location"), Some(format!("/jobs/{job_id}").as_str()));
     assert!(reply.header("retry-after").is_some());
@@ -196,12 +197,15 @@ async fn cancelling_a_running_job_saves_a_final_checkpoint_that_a_retry_resumes_
 
     let retried = api.post_json(&format!("/jobs/{job_id}/retry"), &json!({})).await;
     assert_eq!(retried.status, 202, "{}", retried.text);
-    let done = api.wait_terminal(retried.json["job_id"].as_str().unwrap(), JOB_TIMEOUT).await;
+    let retried_id: JobId = retried.json["job_id"].as_str().unwrap().parse().unwrap();
+    let done = api.wait_terminal(&retried_id, JOB_TIMEOUT).await;
     assert_eq!(done["status"], "succeeded", "{done}");
     assert_eq!(done["resumed_from"]["items_done"], stopped_at, "{done}");
     assert_eq!(
-        serde_json::from_slice::<DemoResult>(&api.result(done["job_id"].as_str().unwrap()).await)
-            .unwrap(),
+        serde_json::from_slice::<DemoResult>(
+            &api.result(&done["job_id"].as_str().unwrap().parse().unwrap()).await
+        )
+        .unwrap(),
         DemoResult::expected(400)
     );
 }

@@ -1,6 +1,7 @@
 //! The live progress stream (SSE) served through the events function's URL, with reads every
 //! 100 ms and keep-alive comments every second.
 
+use longhaul_domain::JobId;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -94,7 +95,7 @@ async fn read_raw(
     (status, content_type, events)
 }
 
-async fn events_url(api: &Api, job_id: &str) -> String {
+async fn events_url(api: &Api, job_id: &JobId) -> String {
     let job = api.get(&format!("/jobs/{job_id}")).await.json;
     job["events_url"].as_str().expect("a live job has an events_url").to_owned()
 }
@@ -168,7 +169,7 @@ async fn streams_are_tenant_scoped() {
     let other_job =
         owner.submit(&json!({"type": "demo", "params": {"items": 41, "item_ms": 50}})).await;
     for bad in [
-        url.replace(&job_id, &other_job),
+        url.replace(job_id.as_str(), &other_job),
         url.split("?token=").next().unwrap().to_owned(),
         format!("{}?token=1.AAAA", url.split("?token=").next().unwrap()),
     ] {
@@ -237,7 +238,7 @@ fn last_progress(events: &[Event]) -> Value {
 
 /// Streams `job_id` (delayed, so its stream is open before it starts) to its end; returns its
 /// events and then its `GET /jobs/{id}`.
-async fn stream_to_the_end(api: &Api, job_id: &str) -> (Vec<Event>, Value) {
+async fn stream_to_the_end(api: &Api, job_id: &JobId) -> (Vec<Event>, Value) {
     let url = events_url(api, job_id).await;
     let (status, _, events) =
         read(&url, None, |events| events.iter().any(|e| e.kind == "status")).await;

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use longhaul_aws::jobs::{JobStore, TransitionRequest, status_bucket};
-use longhaul_domain::{JobStatus, format_rfc3339};
+use longhaul_domain::{JobId, JobStatus, Owner, format_rfc3339};
 use longhaul_tests::{Api, Aws, Harness, fire, harness_with, principal, seeded_job};
 use serde_json::{Value, json};
 
@@ -30,7 +30,7 @@ async fn store() -> JobStore {
 /// Stores a job as a stage leaves it after claiming it (its execution, which nothing runs,
 /// named `<id>-seeded`), and returns its id. Every such job is in shard 0 of the running
 /// bucket, so that a page of two holds only two of them.
-async fn put_running(jobs: &JobStore, owner: &str) -> String {
+async fn put_running(jobs: &JobStore, owner: &Owner) -> JobId {
     let now = format_rfc3339(chrono::Utc::now());
     let mut job = seeded_job(owner, now.clone());
     while status_bucket("running", &job.job_id) != "running#0" {
@@ -47,11 +47,11 @@ async fn put_running(jobs: &JobStore, owner: &str) -> String {
     .await
     .unwrap();
     jobs.claim(&job.job_id, &execution).await.unwrap();
-    job.job_id.into()
+    job.job_id
 }
 
 /// A long job that is alive: its heartbeat and progress are fresh for as long as the test runs.
-async fn keep_alive(job_id: &str) {
+async fn keep_alive(job_id: &JobId) {
     Aws::new()
         .await
         .dynamodb

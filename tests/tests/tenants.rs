@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use longhaul_aws::jobs::{JobRecord, JobStore};
-use longhaul_domain::format_rfc3339;
+use longhaul_domain::{JobId, format_rfc3339};
 use longhaul_tests::{Api, Aws, Deadline, Harness, Reply, harness_with, principal};
 use serde_json::{Value, json};
 
@@ -56,7 +56,7 @@ async fn submissions_beyond_the_tenants_rate_are_429_and_write_nothing() {
     for i in 0..SUBMISSIONS_PER_MINUTE {
         let reply = api.submit_with_key(&long_job(), &format!("k{i}")).await;
         assert_eq!(reply.status, 202, "{}", reply.text);
-        accepted.push(reply.json["job_id"].as_str().unwrap().to_owned());
+        accepted.push(reply.json["job_id"].as_str().unwrap().parse::<JobId>().unwrap());
     }
     let before = aws.items_of(&owner).await.len();
 
@@ -87,7 +87,7 @@ async fn submissions_beyond_the_tenants_rate_are_429_and_write_nothing() {
     let replay = api.submit_with_key(&long_job(), "k0").await;
     assert_eq!(replay.status, 200, "{}", replay.text);
     assert_eq!(replay.header("idempotent-replayed"), Some("true"));
-    assert_eq!(replay.json["job_id"], accepted[0]);
+    assert_eq!(replay.json["job_id"], accepted[0].as_str());
 
     // A retry is a submission too: over the limit it is refused, nothing written.
     let cancelled = api.post_json(&format!("/jobs/{}/cancel", accepted[1]), &json!({})).await;
@@ -122,7 +122,7 @@ async fn open_stream(url: &str) -> reqwest::Response {
         .expect("request")
 }
 
-async fn events_url(api: &Api, job_id: &str) -> String {
+async fn events_url(api: &Api, job_id: &JobId) -> String {
     let job = api.get(&format!("/jobs/{job_id}")).await.json;
     job["events_url"].as_str().expect("a live job has an events_url").to_owned()
 }
@@ -238,6 +238,19 @@ fn time(value: &Value) -> chrono::DateTime<chrono::Utc> {
     chrono::DateTime::parse_from_rfc3339(value.as_str().expect("a timestamp")).unwrap().to_utc()
 }
 
+/// Asserts that `job` (as `GET /jobs/{id}` shows it, once it ran) stayed `pending` until its
+/// stored start: its own history says so — every transition to another state is at or after
+/// it — whatever the machine's speed, which a read made "before the start" cannot promise.
+fn assert_pending_until_its_start(job: &Value) {
+    let start = time(&job["not_before"]);
+    let transitions = job["transitions"].as_array().expect("its transitions");
+    assert_eq!(transitions[0]["state"], "pending", "submitted pending: {job}");
+    assert!(transitions.iter().any(|t| t["state"] == "queued"), "it was dispatched: {job}");
+    for transition in transitions.iter().filter(|t| t["state"] != "pending") {
+        assert!(time(&transition["at"]) >= start, "left pending before its start: {job}");
+    }
+}
+
 #[tokio::test]
 async fn a_delayed_job_waits_pending_until_its_start_then_runs() {
     stack();
@@ -255,21 +268,10 @@ async fn a_delayed_job_waits_pending_until_its_start_then_runs() {
         not_before >= submitted + delay - second && not_before <= accepted + delay + second,
         "{job}"
     );
-    tokio::time::sleep(Duration::from_secs(10)).await;
-    let waiting = api.get(&format!("/jobs/{job_id}")).await.json;
-    // Only a read that completed before the start can say the job must still wait (on a
-    // loaded machine the sleep and the read may end after it); the start itself is checked
-    // below whatever the machine's speed.
-    if chrono::Utc::now() < not_before {
-        assert_eq!(
-            (waiting["status"].as_str(), waiting["attempt"].as_u64()),
-            (Some("pending"), Some(0)),
-            "{waiting}"
-        );
-    }
     let done = api.wait_terminal(&job_id, Duration::from_secs(60)).await;
     assert_eq!(done["status"], "succeeded", "{done}");
     assert!(time(&done["started_at"]) >= not_before, "started before its start: {done}");
+    assert_pending_until_its_start(&done);
     assert_eq!(done["not_before"], job["not_before"], "shown for the job's whole life");
 }
 
@@ -342,7 +344,7 @@ async fn the_reaper_enqueues_a_due_delayed_job_for_its_start_and_the_dispatcher_
     // Accepted two days ago (past LONGHAUL_MAX_PENDING_SECONDS: it must not fail for that).
     let created = format_rfc3339(chrono::Utc::now() - chrono::Duration::days(2));
     // Far enough ahead that the reaper's run and the early message's handling are normally
-    // over before it; the "still pending" check below is made only if its read was.
+    // over before it (the check below holds whether they are or not).
     let start = chrono::Utc::now() + chrono::Duration::seconds(20);
     let job = JobRecord {
         params: json!({"items": 1}),
@@ -377,16 +379,12 @@ async fn the_reaper_enqueues_a_due_delayed_job_for_its_start_and_the_dispatcher_
         .await
         .unwrap();
     assert_eq!(reply.status(), 200);
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let waiting = api.get(&format!("/jobs/{}", job.job_id)).await.json;
-    if chrono::Utc::now() < start {
-        assert_eq!(waiting["status"], "pending", "{waiting}");
-    } else {
-        eprintln!("the machine took past the start to get here: the pending check is skipped");
-    }
     let done = api.wait_terminal(&job.job_id, Duration::from_secs(60)).await;
     assert_eq!(done["status"], "succeeded", "{done}");
     assert!(time(&done["started_at"]) >= start, "started early: {done}");
+    // The early message and the reaper's were both handled before the start or not: either
+    // way the job's history shows it left `pending` only at its start.
+    assert_pending_until_its_start(&done);
 }
 
 /// `demo` is off in a deployment by default (anyone could hold workers with it) and on in the

@@ -71,9 +71,9 @@ impl webhook::Resolver for Hanging {
 }
 
 /// A finished job of its own owner whose callback is `url`.
-async fn job_with_callback(jobs: &JobStore, url: &str) -> String {
+async fn job_with_callback(jobs: &JobStore, url: &str) -> longhaul_domain::JobId {
     let now = longhaul_domain::now_rfc3339();
-    let job_id = longhaul_domain::JobId::new().to_string();
+    let job_id = longhaul_domain::JobId::new();
     let record: longhaul_aws::jobs::JobRecord = serde_json::from_value(json!({
         "job_id": job_id, "owner": principal("tenant"), "type": "demo", "params": {"items": 1},
         "status": "succeeded", "attempt": 1, "idempotency_key": "k", "fingerprint": "f",

@@ -11,7 +11,7 @@ use axum::http::{HeaderMap, StatusCode};
 use longhaul_aws::jobs::{JobStore, TransitionRequest};
 use longhaul_aws::queue::WebhookMessage;
 use longhaul_domain::webhooks::SecretString;
-use longhaul_domain::{JobStatus, Transition};
+use longhaul_domain::{JobId, JobStatus, Transition};
 use longhaul_tests::{
     Api, Aws, Deadline, Harness, assert_counted_once, harness_with, metric_points, principal,
 };
@@ -114,7 +114,7 @@ async fn received(key: &str, at_least: usize) -> Vec<Received> {
 }
 
 /// The job's recorded deliveries, once there are `at_least`.
-async fn deliveries(api: &Api, job_id: &str, at_least: usize) -> Vec<Value> {
+async fn deliveries(api: &Api, job_id: &JobId, at_least: usize) -> Vec<Value> {
     let deadline = Deadline::new(format!("{at_least} deliveries recorded for {job_id}"), TIMEOUT);
     loop {
         let reply = api.get(&format!("/jobs/{job_id}/deliveries")).await;
@@ -210,7 +210,8 @@ async fn failures_are_retried_with_the_same_id_then_dead_lettered() {
             .send()
             .await
             .unwrap();
-        if messages.messages().iter().any(|m| m.body().is_some_and(|b| b.contains(&job_id))) {
+        if messages.messages().iter().any(|m| m.body().is_some_and(|b| b.contains(job_id.as_str())))
+        {
             return;
         }
         // (The receive itself waits a second.)
@@ -281,7 +282,7 @@ async fn an_end_whose_ender_queued_nothing_is_still_delivered() {
         JobStore::new(aws_sdk_dynamodb::Client::new(&sdk), stack().stack.resource("JobsTable"));
     let (url, key) = callback("ok");
     let now = longhaul_domain::now_rfc3339();
-    let job_id = longhaul_domain::JobId::new().to_string();
+    let job_id = longhaul_domain::JobId::new();
     let record: longhaul_aws::jobs::JobRecord = serde_json::from_value(json!({
         "job_id": job_id, "owner": owner, "type": "demo", "params": {"items": 1}, "status": "running",
         "attempt": 1, "lease": "lease-1", "idempotency_key": "k", "fingerprint": "f", "callback_url": url,
@@ -340,7 +341,7 @@ async fn delivery_rechecks_dns_and_refuses_private_addresses() {
         JobStore::new(aws_sdk_dynamodb::Client::new(&sdk), stack().stack.resource("JobsTable"));
     // A job whose callback host resolved to a public address when it was submitted.
     let now = longhaul_domain::now_rfc3339();
-    let job_id = longhaul_domain::JobId::new().to_string();
+    let job_id = longhaul_domain::JobId::new();
     let record: longhaul_aws::jobs::JobRecord = serde_json::from_value(json!({
         "job_id": job_id, "owner": owner, "type": "demo", "params": {"items": 1}, "status": "succeeded",
         "attempt": 1, "idempotency_key": "k", "fingerprint": "f", "callback_url": "https://partner.example.com/hook",

@@ -5,6 +5,7 @@
 //! shared stage function instead of waiting forever. The stage's deadline is ~1 s per
 //! invocation and every run continues in a new execution, so a job spans several of both.
 
+use longhaul_domain::JobId;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
@@ -75,19 +76,19 @@ fn api(label: &str) -> Api {
 }
 
 /// The functions that ran the job's invocations, and how many invocations there were.
-fn functions_of(job_id: &str) -> (BTreeSet<String>, usize) {
+fn functions_of(job_id: &JobId) -> (BTreeSet<String>, usize) {
     let stack = &harness().stack;
     let runs: Vec<_> = stack
         .invocations
         .snapshot()
         .into_iter()
-        .filter(|i| i.job_id.as_deref() == Some(job_id))
+        .filter(|i| i.job_id.as_deref() == Some(job_id.as_str()))
         .collect();
     (runs.iter().map(|i| i.function.clone()).collect(), runs.len())
 }
 
 /// The job's executions (the first and those it continued in).
-async fn executions_of(job_id: &str) -> usize {
+async fn executions_of(job_id: &JobId) -> usize {
     let stack = &harness().stack;
     let list = Aws::new()
         .await
@@ -98,7 +99,7 @@ async fn executions_of(job_id: &str) -> usize {
         .send()
         .await
         .unwrap();
-    list.executions().iter().filter(|e| e.name().starts_with(job_id)).count()
+    list.executions().iter().filter(|e| e.name().starts_with(job_id.as_str())).count()
 }
 
 fn set(names: &[&str]) -> BTreeSet<String> {

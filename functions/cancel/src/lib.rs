@@ -10,6 +10,8 @@
 //! what stops the worker. Should the worker die before it sees the flag, the reaper ends the
 //! job `cancelled` with the same reason.
 
+pub mod lambda;
+
 use lambda_http::http::{StatusCode, header};
 use lambda_http::{Body, Request, Response};
 use longhaul_aws::api::{Problem, json_response, path_job_id, principal, wrong_status};
@@ -94,7 +96,7 @@ struct CancelBody {
 /// Runs in a `job` span ([`logs`]): the principal from the token, the job id from the path,
 /// the attempt once the job is read.
 pub async fn handle(deps: &Deps, request: Request) -> Response<Body> {
-    let span = logs::job_span(None, None, principal(&request).as_deref());
+    let span = logs::job_span(None, None, principal(&request).as_ref());
     cancel(deps, &request).instrument(span).await.unwrap_or_else(Problem::into_response)
 }
 
@@ -118,7 +120,7 @@ fn body(request: &Request) -> Result<CancelBody, Problem> {
 
 async fn cancel(deps: &Deps, request: &Request) -> Result<Response<Body>, Problem> {
     let owner = principal(request).ok_or_else(Problem::unauthorized)?;
-    let job_id = path_job_id(request)?.to_string();
+    let job_id = path_job_id(request)?;
     logs::record_job_id(&tracing::Span::current(), &job_id);
     let body = body(request)?;
     let job = deps.jobs.job(&job_id).await.map_err(internal)?;

@@ -4,10 +4,10 @@ use super::*;
 
 use longhaul_aws::jobs::{ProgressRecord, TransitionRequest};
 use longhaul_aws::ports::{JobCreation, JobTransitions};
-use longhaul_domain::Timestamp;
+use longhaul_domain::{JobId, Owner, Timestamp};
 use longhaul_memory::api::{ApiRequest, json_of};
 use longhaul_memory::contract::pending_job;
-use longhaul_memory::{MemoryExecutions, MemoryJobStore};
+use longhaul_memory::{MemoryExecutions, MemoryJobStore, owner};
 
 struct World {
     jobs: Arc<MemoryJobStore>,
@@ -23,9 +23,9 @@ fn world() -> World {
 }
 
 impl World {
-    async fn job(&self, owner: &str, status: JobStatus) -> String {
+    async fn job(&self, owner: &Owner, status: JobStatus) -> JobId {
         let job = pending_job(owner, Timestamp::now());
-        let id = job.job_id.to_string();
+        let id = job.job_id.clone();
         self.jobs.put_job(&job).await.unwrap();
         let mut at = JobStatus::Pending;
         for next in [JobStatus::Queued, JobStatus::Running, JobStatus::Succeeded] {
@@ -46,21 +46,23 @@ impl World {
         id
     }
 
+    /// `POST /jobs/{id}/cancel` as API Gateway passes it: the path's id and the token's
+    /// principal as sent.
     async fn cancel(
         &self,
-        owner: &str,
+        principal: &str,
         id: &str,
         body: Option<serde_json::Value>,
     ) -> Response<Body> {
         let mut request =
-            ApiRequest::new("POST", &format!("/jobs/{id}/cancel"), owner).param("id", id);
+            ApiRequest::new("POST", &format!("/jobs/{id}/cancel"), principal).param("id", id);
         if let Some(body) = body {
             request = request.json(&body);
         }
         handle(&self.deps, request.build()).await
     }
 
-    async fn status(&self, id: &str) -> JobStatus {
+    async fn status(&self, id: &JobId) -> JobStatus {
         self.jobs.job(id).await.unwrap().unwrap().status
     }
 }
@@ -68,7 +70,7 @@ impl World {
 #[tokio::test]
 async fn a_pending_job_is_cancelled_at_once_with_who_and_why() {
     let w = world();
-    let id = w.job("alice", JobStatus::Pending).await;
+    let id = w.job(&owner("alice"), JobStatus::Pending).await;
     let response = w.cancel("alice", &id, Some(json!({"reason": "changed my mind"}))).await;
     assert_eq!(response.status(), 202);
     assert_eq!(response.headers()["location"], format!("/jobs/{id}").as_str());
@@ -85,7 +87,7 @@ async fn a_pending_job_is_cancelled_at_once_with_who_and_why() {
 #[tokio::test]
 async fn a_queued_jobs_execution_is_stopped() {
     let w = world();
-    let id = w.job("alice", JobStatus::Queued).await;
+    let id = w.job(&owner("alice"), JobStatus::Queued).await;
     let response = w.cancel("alice", &id, None).await;
     assert_eq!(response.status(), 202);
     assert_eq!(w.status(&id).await, JobStatus::Cancelled);
@@ -97,7 +99,7 @@ async fn a_queued_jobs_execution_is_stopped() {
 #[tokio::test]
 async fn a_failed_stop_leaves_the_job_cancelled() {
     let w = world();
-    let id = w.job("alice", JobStatus::Queued).await;
+    let id = w.job(&owner("alice"), JobStatus::Queued).await;
     w.executions.set_unavailable(true);
     let response = w.cancel("alice", &id, None).await;
     assert_eq!(response.status(), 202, "the execution's claim will be refused");
@@ -107,7 +109,7 @@ async fn a_failed_stop_leaves_the_job_cancelled() {
 #[tokio::test]
 async fn a_running_job_gets_a_request_its_stage_sees_and_a_repeat_keeps_the_first() {
     let w = world();
-    let id = w.job("alice", JobStatus::Running).await;
+    let id = w.job(&owner("alice"), JobStatus::Running).await;
     w.jobs.put_progress(&id, ProgressRecord { lease: "lease-1".into(), ..Default::default() });
     let first = w.cancel("alice", &id, Some(json!({"reason": "first"}))).await;
     assert_eq!(first.status(), 202);
@@ -126,7 +128,7 @@ async fn a_running_job_gets_a_request_its_stage_sees_and_a_repeat_keeps_the_firs
 #[tokio::test]
 async fn a_terminal_job_is_a_conflict_naming_its_status() {
     let w = world();
-    let id = w.job("alice", JobStatus::Succeeded).await;
+    let id = w.job(&owner("alice"), JobStatus::Succeeded).await;
     let response = w.cancel("alice", &id, None).await;
     assert_eq!(response.status(), 409);
     let problem = json_of(&response);
@@ -137,7 +139,7 @@ async fn a_terminal_job_is_a_conflict_naming_its_status() {
 #[tokio::test]
 async fn another_tenants_job_and_unknown_ids_read_the_same_404() {
     let w = world();
-    let id = w.job("alice", JobStatus::Pending).await;
+    let id = w.job(&owner("alice"), JobStatus::Pending).await;
     for (who, target) in
         [("mallory", id.as_str()), ("alice", "01J00000000000000000000000"), ("alice", "nope")]
     {
@@ -151,7 +153,7 @@ async fn another_tenants_job_and_unknown_ids_read_the_same_404() {
 #[tokio::test]
 async fn bad_bodies_are_refused_and_change_nothing() {
     let w = world();
-    let id = w.job("alice", JobStatus::Pending).await;
+    let id = w.job(&owner("alice"), JobStatus::Pending).await;
     let long = "x".repeat(MAX_REASON_CHARS + 1);
     for body in [json!({"reason": long}), json!({"why": "unknown field"}), json!({"reason": 5})] {
         let response = w.cancel("alice", &id, Some(body.clone())).await;
@@ -169,7 +171,7 @@ async fn bad_bodies_are_refused_and_change_nothing() {
 #[tokio::test]
 async fn a_request_without_a_principal_is_401() {
     let w = world();
-    let id = w.job("alice", JobStatus::Pending).await;
+    let id = w.job(&owner("alice"), JobStatus::Pending).await;
     let request = ApiRequest::new("POST", "/", "alice").anonymous().param("id", &id);
     assert_eq!(handle(&w.deps, request.build()).await.status(), 401);
     assert_eq!(w.status(&id).await, JobStatus::Pending);
@@ -178,7 +180,7 @@ async fn a_request_without_a_principal_is_401() {
 #[tokio::test]
 async fn a_failing_table_is_a_500_that_names_nothing_inside() {
     let w = world();
-    let id = w.job("alice", JobStatus::Pending).await;
+    let id = w.job(&owner("alice"), JobStatus::Pending).await;
     w.jobs.set_unavailable(true);
     let response = w.cancel("alice", &id, None).await;
     assert_eq!(response.status(), 500);

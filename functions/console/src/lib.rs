@@ -8,6 +8,8 @@
 //! served by the same HTTP API as the jobs API, so it calls the API same-origin. The routes
 //! carry no authorizer: the files are public; everything they do needs the caller's token.
 
+pub mod lambda;
+
 use lambda_http::http::{HeaderValue, StatusCode, header};
 use lambda_http::{Body, Request, Response};
 use longhaul_aws::api::Problem;

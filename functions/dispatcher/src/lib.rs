@@ -17,6 +17,8 @@
 //! conditional on its start having come, and a message that arrives before it (the reaper's,
 //! sent up to 15 minutes early, or a redelivery) is sent again with the remaining delay.
 
+pub mod lambda;
+
 use std::sync::Arc;
 
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
@@ -31,7 +33,7 @@ use longhaul_aws::queue::DispatchMessage;
 use longhaul_aws::slots::{Admitter, Pool, pools_of};
 use longhaul_aws::workers::Workers;
 use longhaul_domain::admission::{Waiting, waiting_sort_key};
-use longhaul_domain::{JobStatus, Timestamp, format_rfc3339, schedule};
+use longhaul_domain::{JobId, JobStatus, Timestamp, format_rfc3339, schedule};
 use tracing::Instrument;
 
 /// The function's configuration.
@@ -151,7 +153,7 @@ async fn dispatch_record(deps: &Deps, record: &SqsMessage) -> Result<(), Dispatc
 /// Takes the job's running slots, moves it to `queued` and starts its execution;
 /// idempotent. A job whose tenant or kind is at its limit waits instead (see
 /// [`take_slot`]). Records the job's attempt and principal in the current `job` span.
-pub async fn dispatch(deps: &Deps, job_id: &str) -> Result<(), DispatchError> {
+pub async fn dispatch(deps: &Deps, job_id: &JobId) -> Result<(), DispatchError> {
     let now = chrono::Utc::now();
     let Some(job) = deps.jobs.job(job_id).await? else {
         tracing::error!("dispatch message for a job that does not exist; dropping it");
@@ -296,7 +298,7 @@ async fn delay_again(
 ) -> Result<(), DispatchError> {
     let delay = schedule::sqs_delay(start_at, now).max(1);
     tracing::info!(start_at = %format_rfc3339(start_at), delay, "before the job's start; delayed again");
-    let message = DispatchMessage { job_id: job.job_id.to_string() };
+    let message = DispatchMessage { job_id: job.job_id.clone() };
     deps.intake.send_delayed(&message, delay, &job.owner).await?;
     Ok(())
 }
@@ -345,9 +347,13 @@ async fn take_slot(
 }
 
 /// Gives `job_id`'s slots of `pools` back, admitting whoever waits for them.
-async fn give_back(deps: &Deps, job_id: &str, pools: &[&(Pool, u32)]) -> Result<(), DispatchError> {
+async fn give_back(
+    deps: &Deps,
+    job_id: &JobId,
+    pools: &[&(Pool, u32)],
+) -> Result<(), DispatchError> {
     for (pool, limit) in pools {
-        deps.slots.release(pool, *limit, &[job_id.to_owned()]).await?;
+        deps.slots.release(pool, *limit, std::slice::from_ref(job_id)).await?;
     }
     Ok(())
 }

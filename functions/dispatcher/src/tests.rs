@@ -2,6 +2,7 @@
 //! make a job wait, the races a dispatch can lose, and the failures SQS retries.
 
 use super::*;
+use longhaul_domain::Owner;
 
 use std::sync::Mutex;
 
@@ -13,7 +14,9 @@ use longhaul_aws::workers::Workers;
 use longhaul_domain::admission::{WaitReason, waiting_sort_key};
 use longhaul_domain::policy::JobPolicy;
 use longhaul_memory::contract::pending_job;
-use longhaul_memory::{MemoryDispatchQueue, MemoryExecutions, MemoryJobStore, MemorySlotPools};
+use longhaul_memory::{
+    MemoryDispatchQueue, MemoryExecutions, MemoryJobStore, MemorySlotPools, owner,
+};
 use serde_json::json;
 
 const STAGE_ARN: &str = "arn:aws:lambda:us-east-1:123456789012:function:longhaul-StageFunction";
@@ -57,7 +60,7 @@ struct Racing {
 }
 
 impl Racing {
-    async fn cut_in(&self, at: Before, job_id: &str) {
+    async fn cut_in(&self, at: Before, job_id: &JobId) {
         let race = {
             let mut race = self.race.lock().unwrap();
             match *race {
@@ -88,10 +91,10 @@ impl Warm for Racing {}
 
 #[async_trait]
 impl JobReads for Racing {
-    async fn job(&self, job_id: &str) -> Result<Option<JobRecord>, StoreError> {
+    async fn job(&self, job_id: &JobId) -> Result<Option<JobRecord>, StoreError> {
         self.store.job(job_id).await
     }
-    async fn view(&self, job_id: &str) -> Result<Option<JobView>, StoreError> {
+    async fn view(&self, job_id: &JobId) -> Result<Option<JobView>, StoreError> {
         self.store.view(job_id).await
     }
 }
@@ -108,7 +111,7 @@ impl JobTransitions for Racing {
 impl JobDispatchMarks for Racing {
     async fn mark_waiting(
         &self,
-        job_id: &str,
+        job_id: &JobId,
         waiting: &longhaul_domain::admission::Waiting,
     ) -> Result<JobRecord, StoreError> {
         self.cut_in(Before::MarkingWaiting, job_id).await;
@@ -149,28 +152,28 @@ fn message(id: &str, body: &str) -> SqsMessage {
     message
 }
 
-fn dispatch_body(job_id: &str) -> String {
-    serde_json::to_string(&DispatchMessage { job_id: job_id.to_owned() }).unwrap()
+fn dispatch_body(job_id: &JobId) -> String {
+    serde_json::to_string(&DispatchMessage { job_id: job_id.clone() }).unwrap()
 }
 
-fn tenant(owner: &str) -> Pool {
-    Pool::Tenant(owner.to_owned())
+fn tenant(name: &str) -> Pool {
+    Pool::Tenant(owner(name))
 }
 
 fn position(job: &JobRecord) -> String {
-    waiting_sort_key(job.priority, &job.created_at.to_rfc3339(), job.job_id.as_str())
+    waiting_sort_key(job.priority, &job.created_at.to_rfc3339(), &job.job_id)
 }
 
 impl World {
     /// A pending job of `owner`, as submit writes it, changed by `edit`.
-    async fn job_with(&self, owner: &str, edit: impl FnOnce(&mut JobRecord)) -> JobRecord {
+    async fn job_with(&self, owner: &Owner, edit: impl FnOnce(&mut JobRecord)) -> JobRecord {
         let mut job = pending_job(owner, Timestamp::now());
         edit(&mut job);
         self.jobs.put_job(&job).await.unwrap();
         job
     }
 
-    async fn job(&self, owner: &str) -> JobRecord {
+    async fn job(&self, owner: &Owner) -> JobRecord {
         self.job_with(owner, |_| {}).await
     }
 
@@ -186,13 +189,13 @@ impl World {
     async fn dispatch(&self, jobs: &[&JobRecord]) -> Vec<String> {
         let messages = jobs
             .iter()
-            .map(|job| message(&format!("m-{}", job.job_id), &dispatch_body(job.job_id.as_str())))
+            .map(|job| message(&format!("m-{}", job.job_id), &dispatch_body(&job.job_id)))
             .collect();
         self.deliver(messages).await
     }
 
     async fn record(&self, job: &JobRecord) -> JobRecord {
-        self.jobs.job(job.job_id.as_str()).await.unwrap().unwrap()
+        self.jobs.job(&job.job_id).await.unwrap().unwrap()
     }
 
     /// The names of the executions started, in order.
@@ -200,17 +203,17 @@ impl World {
         self.executions.started().into_iter().map(|e| e.name).collect()
     }
 
-    async fn holders(&self, pool: &Pool) -> Vec<String> {
+    async fn holders(&self, pool: &Pool) -> Vec<JobId> {
         self.slots.holders(pool).await.unwrap()
     }
 
-    async fn waiting(&self, pool: &Pool, owner: &str) -> Vec<String> {
+    async fn waiting(&self, pool: &Pool, owner: &Owner) -> Vec<JobId> {
         let list = self.slots.first_waiting(pool, owner, 100).await.unwrap();
         list.into_iter().map(|e| e.job_id).collect()
     }
 
     /// The job ids of the dispatch messages sent (wake-ups and delays), in order.
-    fn sent(&self) -> Vec<String> {
+    fn sent(&self) -> Vec<JobId> {
         self.queue.sent().into_iter().map(|(m, _, _)| m.job_id).collect()
     }
 
@@ -222,8 +225,8 @@ impl World {
 #[tokio::test]
 async fn a_queued_message_starts_one_execution_and_a_redelivery_no_second() {
     let w = world(50);
-    let job = w.job("alice").await;
-    let id = job.job_id.to_string();
+    let job = w.job(&owner("alice")).await;
+    let id = job.job_id.clone();
     assert!(w.dispatch(&[&job]).await.is_empty());
     let record = w.record(&job).await;
     assert_eq!(record.status, JobStatus::Queued);
@@ -248,8 +251,8 @@ async fn a_queued_message_starts_one_execution_and_a_redelivery_no_second() {
 #[tokio::test]
 async fn two_copies_of_a_new_jobs_message_in_one_batch_start_one_execution() {
     let w = world(50);
-    let job = w.job("alice").await;
-    let id = job.job_id.to_string();
+    let job = w.job(&owner("alice")).await;
+    let id = job.job_id.clone();
     let copies = vec![message("c1", &dispatch_body(&id)), message("c2", &dispatch_body(&id))];
     assert!(w.deliver(copies).await.is_empty());
     assert_eq!(w.started(), [execution_name(&id, 1)]);
@@ -260,9 +263,9 @@ async fn two_copies_of_a_new_jobs_message_in_one_batch_start_one_execution() {
 #[tokio::test]
 async fn a_tenant_at_its_running_limit_waits_without_an_execution_until_a_slot_frees() {
     let w = world(1);
-    let first = w.job("alice").await;
-    let second = w.job("alice").await;
-    let other = w.job("bob").await;
+    let first = w.job(&owner("alice")).await;
+    let second = w.job(&owner("alice")).await;
+    let other = w.job(&owner("bob")).await;
     assert!(w.dispatch(&[&first]).await.is_empty());
     assert!(w.dispatch(&[&second, &other]).await.is_empty());
 
@@ -271,23 +274,24 @@ async fn a_tenant_at_its_running_limit_waits_without_an_execution_until_a_slot_f
     let mark = waiting.waiting.expect("marked waiting");
     assert_eq!((mark.reason, mark.limit), (WaitReason::TenantLimit, 1));
     assert_eq!(mark.position, position(&second));
-    assert_eq!(w.waiting(&tenant("alice"), "alice").await, [second.job_id.to_string()]);
-    assert_eq!(w.holders(&tenant("alice")).await, [first.job_id.to_string()]);
+    assert_eq!(w.waiting(&tenant("alice"), &owner("alice")).await, [second.job_id.as_str()]);
+    assert_eq!(w.holders(&tenant("alice")).await, [first.job_id.as_str()]);
     let started = w.started();
-    assert!(!started.contains(&execution_name(second.job_id.as_str(), 1)), "{started:?}");
+    assert!(!started.contains(&execution_name(&second.job_id, 1)), "{started:?}");
     assert_eq!(w.record(&other).await.status, JobStatus::Queued, "another tenant is not held up");
 
     // The first job ends: its slot goes back (the slots function) and the second is woken.
-    let woken = w.slots.release(&tenant("alice"), 1, &[first.job_id.to_string()]).await.unwrap();
+    let woken =
+        w.slots.release(&tenant("alice"), 1, std::slice::from_ref(&first.job_id)).await.unwrap();
     assert_eq!(woken, 1);
-    assert_eq!(w.sent(), [second.job_id.to_string()]);
-    assert!(w.waiting(&tenant("alice"), "alice").await.is_empty());
+    assert_eq!(w.sent(), [second.job_id.as_str()]);
+    assert!(w.waiting(&tenant("alice"), &owner("alice")).await.is_empty());
     assert!(w.dispatch(&[&second]).await.is_empty());
     let record = w.record(&second).await;
     assert_eq!(record.status, JobStatus::Queued);
     assert!(record.waiting.is_none(), "the mark goes with the wait");
-    assert!(w.started().contains(&execution_name(second.job_id.as_str(), 1)));
-    assert_eq!(w.holders(&tenant("alice")).await, [second.job_id.to_string()]);
+    assert!(w.started().contains(&execution_name(&second.job_id, 1)));
+    assert_eq!(w.holders(&tenant("alice")).await, [second.job_id.as_str()]);
 }
 
 #[tokio::test]
@@ -296,8 +300,8 @@ async fn a_kind_at_its_limit_makes_a_job_wait_and_gives_its_tenant_slot_back() {
     let limited = |job: &mut JobRecord| {
         job.policy = Some(JobPolicy { concurrency_limit: Some(1), ..JobPolicy::default() });
     };
-    let first = w.job_with("alice", limited).await;
-    let second = w.job_with("bob", limited).await;
+    let first = w.job_with(&owner("alice"), limited).await;
+    let second = w.job_with(&owner("bob"), limited).await;
     let kind = Pool::Kind(first.job_type.clone());
     assert!(w.dispatch(&[&first]).await.is_empty());
     assert!(w.dispatch(&[&second]).await.is_empty());
@@ -306,17 +310,17 @@ async fn a_kind_at_its_limit_makes_a_job_wait_and_gives_its_tenant_slot_back() {
     assert_eq!(record.status, JobStatus::Pending);
     let mark = record.waiting.expect("marked waiting");
     assert_eq!((mark.reason, mark.limit), (WaitReason::KindLimit, 1));
-    assert_eq!(w.waiting(&kind, "bob").await, [second.job_id.to_string()]);
+    assert_eq!(w.waiting(&kind, &owner("bob")).await, [second.job_id.as_str()]);
     assert_eq!(w.slots.ring(&kind), ["bob"], "its tenant takes a place in the kind's ring");
     assert!(w.holders(&tenant("bob")).await.is_empty(), "the tenant slot it took went back");
-    assert_eq!(w.holders(&kind).await, [first.job_id.to_string()]);
-    assert_eq!(w.started(), [execution_name(first.job_id.as_str(), 1)]);
+    assert_eq!(w.holders(&kind).await, [first.job_id.as_str()]);
+    assert_eq!(w.started(), [execution_name(&first.job_id, 1)]);
 
     // The kind's slot frees: bob's turn.
-    assert_eq!(w.slots.release(&kind, 1, &[first.job_id.to_string()]).await.unwrap(), 1);
+    assert_eq!(w.slots.release(&kind, 1, std::slice::from_ref(&first.job_id)).await.unwrap(), 1);
     assert!(w.dispatch(&[&second]).await.is_empty());
     assert_eq!(w.record(&second).await.status, JobStatus::Queued);
-    assert_eq!(w.holders(&tenant("bob")).await, [second.job_id.to_string()]);
+    assert_eq!(w.holders(&tenant("bob")).await, [second.job_id.as_str()]);
 }
 
 #[tokio::test]
@@ -326,11 +330,11 @@ async fn a_job_that_moved_on_or_is_gone_is_not_started() {
     for status in
         [JobStatus::Running, JobStatus::Succeeded, JobStatus::Failed, JobStatus::Cancelled]
     {
-        let job = pending_job("alice", Timestamp::now());
+        let job = pending_job(&owner("alice"), Timestamp::now());
         w.jobs.put_record(JobRecord { status, ..job.clone() });
         moved_on.push(job);
     }
-    let gone = pending_job("alice", Timestamp::now());
+    let gone = pending_job(&owner("alice"), Timestamp::now());
     let all: Vec<&JobRecord> = moved_on.iter().chain([&gone]).collect();
     assert!(w.dispatch(&all).await.is_empty(), "nothing to retry: the messages are done");
     assert!(w.started().is_empty());
@@ -338,30 +342,30 @@ async fn a_job_that_moved_on_or_is_gone_is_not_started() {
     for job in &moved_on {
         assert_eq!(w.record(job).await.transitions, job.transitions, "untouched");
     }
-    assert!(w.jobs.job(gone.job_id.as_str()).await.unwrap().is_none());
+    assert!(w.jobs.job(&gone.job_id).await.unwrap().is_none());
 }
 
 #[tokio::test]
 async fn a_job_cancelled_while_it_waits_for_a_slot_leaves_the_list() {
     let w = world(1);
-    let first = w.job("alice").await;
-    let second = w.job("alice").await;
+    let first = w.job(&owner("alice")).await;
+    let second = w.job(&owner("alice")).await;
     assert!(w.dispatch(&[&first]).await.is_empty());
     w.race(Before::MarkingWaiting, Race::Cancel);
     assert!(w.dispatch(&[&second]).await.is_empty());
     assert_eq!(w.record(&second).await.status, JobStatus::Cancelled);
-    assert!(w.waiting(&tenant("alice"), "alice").await.is_empty(), "it waits for nothing");
-    assert_eq!(w.started(), [execution_name(first.job_id.as_str(), 1)]);
-    assert_eq!(w.holders(&tenant("alice")).await, [first.job_id.to_string()]);
+    assert!(w.waiting(&tenant("alice"), &owner("alice")).await.is_empty(), "it waits for nothing");
+    assert_eq!(w.started(), [execution_name(&first.job_id, 1)]);
+    assert_eq!(w.holders(&tenant("alice")).await, [first.job_id.as_str()]);
 }
 
 #[tokio::test]
 async fn a_job_cancelled_while_it_took_its_slots_gives_them_back_to_who_waits() {
     let w = world(1);
-    let job = w.job("alice").await;
-    let waiter = w.job("alice").await;
+    let job = w.job(&owner("alice")).await;
+    let waiter = w.job(&owner("alice")).await;
     w.slots
-        .enter_waiting(&tenant("alice"), &position(&waiter), waiter.job_id.as_str(), "alice")
+        .enter_waiting(&tenant("alice"), &position(&waiter), &waiter.job_id, &owner("alice"))
         .await
         .unwrap();
     w.race(Before::Queueing, Race::Cancel);
@@ -369,14 +373,14 @@ async fn a_job_cancelled_while_it_took_its_slots_gives_them_back_to_who_waits() 
     assert_eq!(w.record(&job).await.status, JobStatus::Cancelled);
     assert!(w.started().is_empty());
     assert!(w.holders(&tenant("alice")).await.is_empty(), "its slot went back");
-    assert_eq!(w.sent(), [waiter.job_id.to_string()], "and the waiting job was woken");
+    assert_eq!(w.sent(), [waiter.job_id.as_str()], "and the waiting job was woken");
 }
 
 #[tokio::test]
 async fn a_message_that_lost_the_race_to_queue_starts_the_same_execution() {
     let w = world(50);
-    let job = w.job("alice").await;
-    let id = job.job_id.to_string();
+    let job = w.job(&owner("alice")).await;
+    let id = job.job_id.clone();
     w.race(Before::Queueing, Race::Queue);
     assert!(w.dispatch(&[&job]).await.is_empty());
     assert_eq!(w.started(), [execution_name(&id, 1)], "started under the winner's name");
@@ -389,8 +393,8 @@ async fn a_message_that_lost_the_race_to_queue_starts_the_same_execution() {
 #[tokio::test]
 async fn a_duplicate_that_finds_the_job_running_keeps_its_slots_and_starts_nothing() {
     let w = world(50);
-    let job = w.job("alice").await;
-    let id = job.job_id.to_string();
+    let job = w.job(&owner("alice")).await;
+    let id = job.job_id.clone();
     w.race(Before::Queueing, Race::Run);
     assert!(w.dispatch(&[&job]).await.is_empty());
     assert!(w.started().is_empty(), "the execution that runs it is the winner's");
@@ -402,7 +406,7 @@ async fn a_duplicate_that_finds_the_job_running_keeps_its_slots_and_starts_nothi
 async fn a_message_before_its_jobs_start_is_sent_again_with_the_remaining_delay() {
     let w = world(50);
     let start = Timestamp::from(chrono::Utc::now() + chrono::Duration::seconds(120));
-    let delayed = w.job_with("alice", |job| job.not_before = Some(start)).await;
+    let delayed = w.job_with(&owner("alice"), |job| job.not_before = Some(start)).await;
     assert!(w.dispatch(&[&delayed]).await.is_empty());
     let sent = w.queue.sent();
     assert_eq!(sent.len(), 1);
@@ -414,7 +418,7 @@ async fn a_message_before_its_jobs_start_is_sent_again_with_the_remaining_delay(
 
     // A queued job waiting out its backoff likewise.
     let retry_at = Timestamp::from(chrono::Utc::now() + chrono::Duration::seconds(60));
-    let backing_off = pending_job("alice", Timestamp::now());
+    let backing_off = pending_job(&owner("alice"), Timestamp::now());
     w.jobs.put_record(JobRecord {
         status: JobStatus::Queued,
         retry_at: Some(retry_at),
@@ -431,7 +435,7 @@ async fn a_message_before_its_jobs_start_is_sent_again_with_the_remaining_delay(
 #[tokio::test]
 async fn a_queued_job_is_started_again_under_its_own_execution_name() {
     let w = world(50);
-    let job = pending_job("alice", Timestamp::now());
+    let job = pending_job(&owner("alice"), Timestamp::now());
     let past = Timestamp::from(chrono::Utc::now() - chrono::Duration::seconds(1));
     w.jobs.put_record(JobRecord {
         status: JobStatus::Queued,
@@ -446,9 +450,8 @@ async fn a_queued_job_is_started_again_under_its_own_execution_name() {
 #[tokio::test]
 async fn a_malformed_message_is_retried_alone() {
     let w = world(50);
-    let job = w.job("alice").await;
-    let batch =
-        vec![message("poison", "not json"), message("good", &dispatch_body(job.job_id.as_str()))];
+    let job = w.job(&owner("alice")).await;
+    let batch = vec![message("poison", "not json"), message("good", &dispatch_body(&job.job_id))];
     assert_eq!(w.deliver(batch).await, ["poison"]);
     assert_eq!(w.record(&job).await.status, JobStatus::Queued);
     assert_eq!(w.started().len(), 1);
@@ -457,7 +460,7 @@ async fn a_malformed_message_is_retried_alone() {
 #[tokio::test]
 async fn a_failing_job_table_fails_every_message_and_loses_none() {
     let w = world(50);
-    let (a, b) = (w.job("alice").await, w.job("bob").await);
+    let (a, b) = (w.job(&owner("alice")).await, w.job(&owner("bob")).await);
     w.jobs.set_unavailable(true);
     let mut failed = w.dispatch(&[&a, &b]).await;
     failed.sort();
@@ -473,7 +476,7 @@ async fn a_failing_job_table_fails_every_message_and_loses_none() {
 #[tokio::test]
 async fn a_failing_slot_store_fails_the_message_and_starts_nothing() {
     let w = world(50);
-    let job = w.job("alice").await;
+    let job = w.job(&owner("alice")).await;
     w.slots.set_unavailable(true);
     assert_eq!(w.dispatch(&[&job]).await, [format!("m-{}", job.job_id)]);
     assert_eq!(w.record(&job).await.status, JobStatus::Pending, "not queued without its slot");
@@ -486,26 +489,26 @@ async fn a_failing_slot_store_fails_the_message_and_starts_nothing() {
 #[tokio::test]
 async fn a_failed_start_is_retried_and_starts_the_job_once() {
     let w = world(50);
-    let job = w.job("alice").await;
+    let job = w.job(&owner("alice")).await;
     w.executions.set_unavailable(true);
     assert_eq!(w.dispatch(&[&job]).await, [format!("m-{}", job.job_id)]);
     // Queued, holding its slot: the retried message starts it (and the reaper would too).
     assert_eq!(w.record(&job).await.status, JobStatus::Queued);
-    assert_eq!(w.holders(&tenant("alice")).await, [job.job_id.to_string()]);
+    assert_eq!(w.holders(&tenant("alice")).await, [job.job_id.as_str()]);
     w.executions.set_unavailable(false);
     assert!(w.dispatch(&[&job]).await.is_empty());
     assert!(w.dispatch(&[&job]).await.is_empty());
-    assert_eq!(w.started(), [execution_name(job.job_id.as_str(), 1)]);
+    assert_eq!(w.started(), [execution_name(&job.job_id, 1)]);
 }
 
 #[tokio::test]
 async fn a_delay_the_queue_refuses_is_retried() {
     let w = world(50);
     let start = Timestamp::from(chrono::Utc::now() + chrono::Duration::seconds(120));
-    let delayed = w.job_with("alice", |job| job.not_before = Some(start)).await;
+    let delayed = w.job_with(&owner("alice"), |job| job.not_before = Some(start)).await;
     w.queue.set_unavailable(true);
     assert_eq!(w.dispatch(&[&delayed]).await, [format!("m-{}", delayed.job_id)]);
     w.queue.set_unavailable(false);
     assert!(w.dispatch(&[&delayed]).await.is_empty());
-    assert_eq!(w.sent(), [delayed.job_id.to_string()]);
+    assert_eq!(w.sent(), [delayed.job_id.as_str()]);
 }

@@ -25,6 +25,8 @@
 //! longest duration; the stream gives it back when it ends (or its client goes away), and a
 //! crashed invocation's lease simply expires.
 
+pub mod lambda;
+
 use std::convert::Infallible;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -43,7 +45,7 @@ use longhaul_aws::logs;
 use longhaul_aws::ports::{JobReads, SigningKey, StreamCaps};
 use longhaul_aws::secrets::SecretKey;
 use longhaul_domain::progress::ProgressView;
-use longhaul_domain::{JobStatus, stream_token};
+use longhaul_domain::{JobId, JobStatus, stream_token};
 use secrecy::ExposeSecret;
 use serde_json::json;
 use tracing::Instrument;
@@ -170,8 +172,7 @@ pub async fn handle(deps: Arc<Deps>, request: Request) -> Response<EventBody> {
         Ok((view, after, lease)) => {
             span.in_scope(|| tracing::info!(last_event_id = after, "stream opened"));
             let slot = Slot { deps: deps.clone(), lease: Some(lease) };
-            let stream =
-                stream(deps, view.job.job_id.to_string(), view.job.attempt, after, span, slot);
+            let stream = stream(deps, view.job.job_id.clone(), view.job.attempt, after, span, slot);
             let mut response = Response::new(body(stream));
             let headers = response.headers_mut();
             headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
@@ -188,9 +189,7 @@ async fn open(deps: &Deps, request: &Request) -> Result<(JobView, u64, StreamLea
     // Function URLs have no routes (and no path parameters): the path is ours to read.
     let job_id =
         match request.uri().path().trim_matches('/').split('/').collect::<Vec<_>>().as_slice() {
-            ["jobs", id, "events"] => {
-                id.parse::<longhaul_domain::JobId>().map_err(|_| Problem::not_found())?.to_string()
-            }
+            ["jobs", id, "events"] => id.parse::<JobId>().map_err(|_| Problem::not_found())?,
             _ => return Err(Problem::not_found()),
         };
     logs::record_job_id(&tracing::Span::current(), &job_id);
@@ -327,7 +326,7 @@ fn event(id: u64, kind: &str, data: &serde_json::Value) -> Bytes {
 /// Where a stream is.
 struct State {
     deps: Arc<Deps>,
-    job_id: String,
+    job_id: JobId,
     /// The attempt the span shows.
     attempt: u32,
     /// The request's `job` span: every poll runs in it.
@@ -348,7 +347,7 @@ struct State {
 /// The events of one job after event id `after`.
 fn stream(
     deps: Arc<Deps>,
-    job_id: String,
+    job_id: JobId,
     attempt: u32,
     after: u64,
     span: tracing::Span,

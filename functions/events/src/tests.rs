@@ -13,10 +13,10 @@ use http_body_util::BodyExt;
 use longhaul_aws::AwsError;
 use longhaul_aws::jobs::JobRecord;
 use longhaul_aws::ports::Warm;
-use longhaul_domain::{JobError, Timestamp};
+use longhaul_domain::{JobError, Owner, Timestamp};
 use longhaul_memory::api::ApiRequest;
 use longhaul_memory::contract::pending_job;
-use longhaul_memory::{MemoryJobStore, MemorySigningKey, MemoryStreamSlots};
+use longhaul_memory::{MemoryJobStore, MemorySigningKey, MemoryStreamSlots, owner};
 use secrecy::SecretString;
 use serde_json::Value;
 
@@ -88,13 +88,19 @@ impl Warm for Table {}
 
 #[async_trait]
 impl JobReads for Table {
-    async fn job(&self, job_id: &str) -> Result<Option<JobRecord>, longhaul_aws::jobs::StoreError> {
+    async fn job(
+        &self,
+        job_id: &JobId,
+    ) -> Result<Option<JobRecord>, longhaul_aws::jobs::StoreError> {
         self.reads.fetch_add(1, Ordering::SeqCst);
         let job = self.store.job(job_id).await?;
         Ok(job.filter(|_| !self.gone.load(Ordering::SeqCst)))
     }
 
-    async fn view(&self, job_id: &str) -> Result<Option<JobView>, longhaul_aws::jobs::StoreError> {
+    async fn view(
+        &self,
+        job_id: &JobId,
+    ) -> Result<Option<JobView>, longhaul_aws::jobs::StoreError> {
         self.reads.fetch_add(1, Ordering::SeqCst);
         let view = self.store.view(job_id).await?;
         Ok(view.filter(|_| !self.gone.load(Ordering::SeqCst)))
@@ -164,7 +170,7 @@ fn now() -> i64 {
 }
 
 /// A token for `owner`'s `job_id`, valid for ten minutes.
-fn token(job_id: &str, owner: &str) -> String {
+fn token(job_id: &JobId, owner: &Owner) -> String {
     stream_token::issue(KEY.as_bytes(), job_id, owner, now() + 600)
 }
 
@@ -180,13 +186,13 @@ fn get(path: &str, token: Option<&str>, last_event_id: Option<&str>) -> Request 
     request.build()
 }
 
-fn events_path(job_id: &str) -> String {
+fn events_path(job_id: &JobId) -> String {
     format!("/jobs/{job_id}/events")
 }
 
 impl World {
     /// A running job of `owner`, without progress yet.
-    fn running(&self, owner: &str) -> JobRecord {
+    fn running(&self, owner: &Owner) -> JobRecord {
         let mut job = pending_job(owner, Timestamp::now());
         job.status = JobStatus::Running;
         job.attempt = 1;
@@ -207,7 +213,7 @@ impl World {
             lease: "lease-1".into(),
             ..Default::default()
         };
-        self.table.store.put_progress(job.job_id.as_str(), record);
+        self.table.store.put_progress(&job.job_id, record);
     }
 
     /// The job ends `status` (a failure with its error).
@@ -223,8 +229,8 @@ impl World {
 
     /// Opens `owner`'s stream of `job` from `last_event_id`.
     async fn open(&self, job: &JobRecord, last_event_id: Option<&str>) -> Response<EventBody> {
-        let owner = job.owner.as_str();
-        let id = job.job_id.as_str();
+        let owner = &job.owner;
+        let id = &job.job_id;
         handle(self.deps.clone(), get(&events_path(id), Some(&token(id, owner)), last_event_id))
             .await
     }
@@ -243,7 +249,7 @@ impl World {
 
     /// The job's open streams, as its slot item counts them.
     fn open_streams(&self, job: &JobRecord) -> usize {
-        self.slots.open_of_job(&job.owner, job.job_id.as_str())
+        self.slots.open_of_job(&job.owner, &job.job_id)
     }
 
     /// Waits until the job's open streams are `count` (a dropped stream gives its slot back
@@ -310,7 +316,7 @@ async fn problem(response: Response<EventBody>) -> (StatusCode, HeaderMap, Value
 #[tokio::test]
 async fn a_valid_token_streams_the_progress_then_the_full_bar_and_the_end() {
     let w = world();
-    let job = w.running(ALICE);
+    let job = w.running(&owner(ALICE));
     w.progress(&job, 1, 1);
     let mut sse = w.stream(&job, None).await;
     let first = sse.event().await;
@@ -322,7 +328,7 @@ async fn a_valid_token_streams_the_progress_then_the_full_bar_and_the_end() {
         (Some(1), Some(10.0))
     );
     assert_eq!(w.open_streams(&job), 1, "the stream holds a slot");
-    assert_eq!(w.slots.open_of_tenant(ALICE), 1);
+    assert_eq!(w.slots.open_of_tenant(&owner(ALICE)), 1);
     assert_eq!(w.slots.open_in_deployment(), 1);
 
     w.progress(&job, 2, 5);
@@ -356,7 +362,7 @@ async fn a_valid_token_streams_the_progress_then_the_full_bar_and_the_end() {
 #[tokio::test]
 async fn a_job_that_failed_or_was_cancelled_ends_with_its_status_alone() {
     let w = world();
-    let failed = w.running(ALICE);
+    let failed = w.running(&owner(ALICE));
     w.progress(&failed, 3, 4);
     w.end(&failed, JobStatus::Failed);
     let mut sse = w.stream(&failed, None).await;
@@ -367,7 +373,7 @@ async fn a_job_that_failed_or_was_cancelled_ends_with_its_status_alone() {
         json!({"job_id": failed.job_id, "status": "failed", "error": {"code": "Job.Fatal", "message": "bad row"}})
     );
     sse.end().await;
-    let cancelled = w.running(ALICE);
+    let cancelled = w.running(&owner(ALICE));
     w.end(&cancelled, JobStatus::Cancelled);
     let mut sse = w.stream(&cancelled, None).await;
     let end = sse.event().await;
@@ -380,7 +386,7 @@ async fn a_job_that_failed_or_was_cancelled_ends_with_its_status_alone() {
 #[tokio::test]
 async fn last_event_id_resumes_after_what_the_client_has_and_never_repeats_it() {
     let w = world_with(Config { keepalive: Duration::from_millis(10), ..config() });
-    let job = w.running(ALICE);
+    let job = w.running(&owner(ALICE));
     w.progress(&job, 5, 5);
     // Behind: the latest state at once (ids are progress sequence numbers; states between
     // are not replayed).
@@ -407,7 +413,7 @@ async fn last_event_id_resumes_after_what_the_client_has_and_never_repeats_it() 
 #[tokio::test]
 async fn a_bad_last_event_id_is_400_before_any_read() {
     let w = world();
-    let job = w.running(ALICE);
+    let job = w.running(&owner(ALICE));
     for bad in ["-1", "abc", "18446744073709551615"] {
         let (status, _, body) = problem(w.open(&job, Some(bad)).await).await;
         assert_eq!(status, 400, "{bad}");
@@ -419,11 +425,11 @@ async fn a_bad_last_event_id_is_400_before_any_read() {
 #[tokio::test]
 async fn a_missing_forged_expired_or_other_jobs_token_is_401_before_any_read() {
     let w = world();
-    let job = w.running(ALICE);
-    let other = w.running(ALICE);
-    let id = job.job_id.as_str();
+    let job = w.running(&owner(ALICE));
+    let other = w.running(&owner(ALICE));
+    let id = &job.job_id;
     let path = events_path(id);
-    let valid = token(id, ALICE);
+    let valid = token(id, &owner(ALICE));
     let (expires, rest) = valid.split_once('.').unwrap();
     let extended = format!("{}.{rest}", expires.parse::<i64>().unwrap() + 3_600);
     let refused = [
@@ -431,8 +437,8 @@ async fn a_missing_forged_expired_or_other_jobs_token_is_401_before_any_read() {
         Some(String::new()),
         Some("garbage".to_owned()),
         Some(extended),
-        Some(stream_token::issue(b"not-the-key", id, ALICE, now() + 600)),
-        Some(token(other.job_id.as_str(), ALICE)),
+        Some(stream_token::issue(b"not-the-key", id, &owner(ALICE), now() + 600)),
+        Some(token(&other.job_id, &owner(ALICE))),
         Some(format!("{valid}x")),
         Some("A".repeat(6_000)),
     ];
@@ -448,7 +454,7 @@ async fn a_missing_forged_expired_or_other_jobs_token_is_401_before_any_read() {
         assert!(detail.contains("missing or invalid"), "{bad:?}: {detail}");
         assert!(!detail.contains(&valid), "never echoes a token");
     }
-    let expired = stream_token::issue(KEY.as_bytes(), id, ALICE, now() - 60);
+    let expired = stream_token::issue(KEY.as_bytes(), id, &owner(ALICE), now() - 60);
     let (status, _, body) =
         problem(handle(w.deps.clone(), get(&path, Some(&expired), None)).await).await;
     assert_eq!(status, 401);
@@ -463,16 +469,18 @@ async fn a_missing_forged_expired_or_other_jobs_token_is_401_before_any_read() {
 #[tokio::test]
 async fn paths_that_name_no_job_stream_are_404_before_any_read() {
     let w = world();
-    let job = w.running(ALICE);
-    let id = job.job_id.as_str();
+    let job = w.running(&owner(ALICE));
+    let id = &job.job_id;
     for path in [
         format!("/jobs/{id}"),
         "/jobs/not-a-job/events".to_owned(),
         format!("/jobs/{id}/events/more"),
         "/".to_owned(),
     ] {
-        let (status, _, _) =
-            problem(handle(w.deps.clone(), get(&path, Some(&token(id, ALICE)), None)).await).await;
+        let (status, _, _) = problem(
+            handle(w.deps.clone(), get(&path, Some(&token(id, &owner(ALICE))), None)).await,
+        )
+        .await;
         assert_eq!(status, 404, "{path}");
     }
     assert_eq!((w.table.reads(), w.slots.acquires()), (0, 0));
@@ -481,16 +489,20 @@ async fn paths_that_name_no_job_stream_are_404_before_any_read() {
 #[tokio::test]
 async fn an_authentic_token_opens_nothing_of_a_job_that_is_gone_or_someone_elses() {
     let w = world();
-    let job = w.running(ALICE);
-    let id = job.job_id.as_str();
+    let job = w.running(&owner(ALICE));
+    let id = &job.job_id;
     // The key signed a token naming mallory for alice's job: the record's owner decides.
-    let mallory = stream_token::issue(KEY.as_bytes(), id, "mallory", now() + 600);
+    let mallory = stream_token::issue(KEY.as_bytes(), id, &owner("mallory"), now() + 600);
     let (status, _, _) =
         problem(handle(w.deps.clone(), get(&events_path(id), Some(&mallory), None)).await).await;
     assert_eq!(status, 404);
-    let never = pending_job(ALICE, Timestamp::now()).job_id.to_string();
+    let never = pending_job(&owner(ALICE), Timestamp::now()).job_id.clone();
     let (status, _, _) = problem(
-        handle(w.deps.clone(), get(&events_path(&never), Some(&token(&never, ALICE)), None)).await,
+        handle(
+            w.deps.clone(),
+            get(&events_path(&never), Some(&token(&never, &owner(ALICE))), None),
+        )
+        .await,
     )
     .await;
     assert_eq!(status, 404, "reads the same as someone else's");
@@ -500,7 +512,7 @@ async fn an_authentic_token_opens_nothing_of_a_job_that_is_gone_or_someone_elses
 
 #[tokio::test]
 async fn a_key_table_or_slot_failure_is_a_500_that_names_nothing_inside() {
-    let job_of = |w: &World| w.running(ALICE);
+    let job_of = |w: &World| w.running(&owner(ALICE));
     let inside = |body: &Value| {
         let text = body.to_string();
         assert!(
@@ -512,9 +524,10 @@ async fn a_key_table_or_slot_failure_is_a_500_that_names_nothing_inside() {
     let w = world();
     let job = job_of(&w);
     let deps = Arc::new(Deps { token_key: Arc::new(NoKey), ..(*w.deps).clone() });
-    let id = job.job_id.as_str();
+    let id = &job.job_id;
     let (status, _, body) =
-        problem(handle(deps, get(&events_path(id), Some(&token(id, ALICE)), None)).await).await;
+        problem(handle(deps, get(&events_path(id), Some(&token(id, &owner(ALICE))), None)).await)
+            .await;
     assert_eq!(status, 500);
     inside(&body);
     assert_eq!((w.table.reads(), w.slots.acquires()), (0, 0));
@@ -540,7 +553,8 @@ async fn a_key_table_or_slot_failure_is_a_500_that_names_nothing_inside() {
 #[tokio::test]
 async fn a_full_job_tenant_or_deployment_is_429_with_retry_after_and_a_freed_slot_reopens() {
     let w = world();
-    let [one, two, three] = [w.running(ALICE), w.running(ALICE), w.running(ALICE)];
+    let [one, two, three] =
+        [w.running(&owner(ALICE)), w.running(&owner(ALICE)), w.running(&owner(ALICE))];
     let refusal = |response| async move {
         let (status, headers, body) = problem(response).await;
         assert_eq!(
@@ -561,7 +575,7 @@ async fn a_full_job_tenant_or_deployment_is_429_with_retry_after_and_a_freed_slo
     let detail = refusal(w.open(&three, None).await).await;
     assert!(detail.starts_with("This tenant already has 3"), "{detail}");
     assert_eq!(w.open_streams(&three), 0, "the refused stream holds nothing");
-    let bob = [w.running("bob"), w.running("bob")];
+    let bob = [w.running(&owner("bob")), w.running(&owner("bob"))];
     let _held_bob = w.stream(&bob[0], None).await;
     let _held_bob_too = w.stream(&bob[0], None).await;
     let detail = refusal(w.open(&bob[1], None).await).await;
@@ -575,7 +589,7 @@ async fn a_full_job_tenant_or_deployment_is_429_with_retry_after_and_a_freed_slo
 #[tokio::test]
 async fn an_idle_stream_sends_keepalives() {
     let w = world_with(Config { keepalive: Duration::from_millis(10), ..config() });
-    let job = w.running(ALICE);
+    let job = w.running(&owner(ALICE));
     w.progress(&job, 1, 1);
     let mut sse = w.stream(&job, None).await;
     assert_eq!(sse.event().await.id, 1);
@@ -589,7 +603,7 @@ async fn an_idle_stream_sends_keepalives() {
 #[tokio::test]
 async fn a_stream_ends_at_its_time_limit_for_the_client_to_reconnect() {
     let w = world_with(Config { max_duration: Duration::from_millis(20), ..config() });
-    let job = w.running(ALICE);
+    let job = w.running(&owner(ALICE));
     let mut sse = w.stream(&job, None).await;
     assert_eq!(
         sse.chunk().await.as_deref(),
@@ -602,19 +616,19 @@ async fn a_stream_ends_at_its_time_limit_for_the_client_to_reconnect() {
 #[tokio::test]
 async fn a_client_that_goes_away_gives_its_slot_back() {
     let w = world();
-    let job = w.running(ALICE);
+    let job = w.running(&owner(ALICE));
     let sse = w.stream(&job, None).await;
     assert_eq!(w.open_streams(&job), 1);
     drop(sse);
     w.until_open_streams(&job, 0).await;
-    assert_eq!(w.slots.open_of_tenant(ALICE), 0);
+    assert_eq!(w.slots.open_of_tenant(&owner(ALICE)), 0);
     assert_eq!(w.slots.open_in_deployment(), 0);
 }
 
 #[tokio::test]
 async fn a_stream_outlives_failing_reads_and_ends_when_its_job_is_gone() {
     let w = world();
-    let job = w.running(ALICE);
+    let job = w.running(&owner(ALICE));
     w.progress(&job, 1, 1);
     let mut sse = w.stream(&job, None).await;
     assert_eq!(sse.event().await.id, 1);

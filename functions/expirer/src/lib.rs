@@ -17,6 +17,8 @@
 //! `LONGHAUL_EXPIRER_BUDGET_SECONDS` (240) after it started and [`PAGE_MARGIN`] before the
 //! Lambda deadline. What is left is the oldest of what remains, and the next run starts there.
 
+pub mod lambda;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -27,8 +29,10 @@ use longhaul_aws::jobs::{JobStore, RecordRetention, STATUS_SHARDS, StoreError, T
 use longhaul_aws::logs;
 use longhaul_aws::metrics::{self, Metric};
 use longhaul_aws::objects::ObjectStore;
-use longhaul_aws::ports::{IndexEntry, JobRetention, JobTransitions, ObjectCleanup, StatusIndex};
-use longhaul_domain::{JobStatus, Timestamp, format_rfc3339};
+use longhaul_aws::ports::{
+    Clock, IndexEntry, JobRetention, JobTransitions, ObjectCleanup, StatusIndex, SystemClock,
+};
+use longhaul_domain::{JobId, JobStatus, Timestamp, format_rfc3339};
 use serde::Serialize;
 use tracing::Instrument;
 
@@ -82,6 +86,8 @@ pub struct Deps {
     pub jobs: Arc<dyn Jobs>,
     /// Results and checkpoints.
     pub objects: Arc<dyn ObjectCleanup>,
+    /// What time it is: a run's time ([`run`]) and what its budget is measured by.
+    pub clock: Arc<dyn Clock>,
     /// Settings.
     pub config: Config,
 }
@@ -98,6 +104,7 @@ impl Deps {
                 aws_sdk_s3::Client::new(sdk),
                 config.bucket.clone(),
             )),
+            clock: Arc::new(SystemClock),
             config: config.clone(),
         }
     }
@@ -183,13 +190,21 @@ impl Sweep {
     }
 }
 
-/// One run at `now`, to stop starting pages by `deadline` (the Lambda deadline) or its budget.
+/// One run at the time of [`Deps::clock`]: [`handle`] at its `now`.
+pub async fn run(deps: &Deps, deadline: Instant) -> Result<Report, ExpirerError> {
+    handle(deps, deps.clock.now(), deadline).await
+}
+
+/// One run at `now` (what is due is what expired strictly before it), to stop starting pages
+/// by `deadline` (the Lambda deadline) or its budget, both measured by [`Deps::clock`]'s
+/// instant (`deadline` is one of its instants: the machine's in Lambda,
+/// [`deadline_from_epoch_ms`]).
 pub async fn handle(
     deps: &Deps,
     now: DateTime<Utc>,
     deadline: Instant,
 ) -> Result<Report, ExpirerError> {
-    let stop = stop_at(Instant::now(), deadline, deps.config.budget);
+    let stop = stop_at(deps.clock.instant(), deadline, deps.config.budget);
     let before = format_rfc3339(now);
     let mut report = Report::default();
     let mut failed = None;
@@ -221,7 +236,7 @@ async fn sweep_shard(
     let mut report = Report::default();
     let mut start = None;
     loop {
-        if Instant::now() >= stop {
+        if deps.clock.instant() >= stop {
             report.budget_spent = true;
             return (report, None);
         }
@@ -298,7 +313,7 @@ async fn handle_entry(deps: &Deps, sweep: Sweep, entry: Result<IndexEntry, Store
 
 /// Expires one succeeded job whose retention passed (a job that changed meanwhile is skipped),
 /// then finishes it.
-async fn expire(deps: &Deps, job_id: &str, report: &mut Report) -> Result<(), ExpirerError> {
+async fn expire(deps: &Deps, job_id: &JobId, report: &mut Report) -> Result<(), ExpirerError> {
     let request = TransitionRequest::new(
         job_id,
         &[JobStatus::Succeeded],
@@ -317,7 +332,7 @@ async fn expire(deps: &Deps, job_id: &str, report: &mut Report) -> Result<(), Ex
     tracing::info!("expired: result retention passed");
     report.expired += 1;
     // Set by the transition that made it `expired`.
-    let expired_at = job.finished_at.unwrap_or_else(Timestamp::now);
+    let expired_at = job.finished_at.unwrap_or_else(|| deps.clock.now().into());
     finish(deps, job_id, expired_at, report).await
 }
 
@@ -325,7 +340,7 @@ async fn expire(deps: &Deps, job_id: &str, report: &mut Report) -> Result<(), Ex
 /// for TTL `record_retention` after `expired_at` and takes it out of the index.
 async fn finish(
     deps: &Deps,
-    job_id: &str,
+    job_id: &JobId,
     expired_at: Timestamp,
     report: &mut Report,
 ) -> Result<(), ExpirerError> {

@@ -2,12 +2,13 @@
 //! pages, and how it stops.
 
 use super::*;
+use longhaul_domain::JobId;
 
 use chrono::Duration as Span;
 use longhaul_aws::jobs::ProgressRecord;
 use longhaul_aws::ports::{JobCreation, JobReads};
 use longhaul_memory::contract::{pending_job, shard_of};
-use longhaul_memory::{MemoryJobStore, MemoryObjects};
+use longhaul_memory::{ManualClock, MemoryJobStore, MemoryObjects, owner};
 
 #[test]
 fn a_run_stops_at_its_budget_or_before_the_deadline_whichever_is_sooner() {
@@ -24,6 +25,8 @@ fn a_run_stops_at_its_budget_or_before_the_deadline_whichever_is_sooner() {
 struct World {
     jobs: Arc<MemoryJobStore>,
     objects: Arc<MemoryObjects>,
+    /// The run's clock: standing still at the time the world was made, unless a test moves it.
+    clock: Arc<ManualClock>,
     deps: Deps,
 }
 
@@ -42,10 +45,15 @@ fn world() -> World {
 }
 
 fn world_of(config: Config) -> World {
+    world_with(config, ManualClock::new())
+}
+
+fn world_with(config: Config, clock: ManualClock) -> World {
     let jobs = Arc::new(MemoryJobStore::new());
     let objects = Arc::new(MemoryObjects::new());
-    let deps = Deps { jobs: jobs.clone(), objects: objects.clone(), config };
-    World { jobs, objects, deps }
+    let clock = Arc::new(clock);
+    let deps = Deps { jobs: jobs.clone(), objects: objects.clone(), clock: clock.clone(), config };
+    World { jobs, objects, clock, deps }
 }
 
 /// Shards a run sweeps: every shard of the `expired` bucket, then of the `succeeded` one.
@@ -62,14 +70,14 @@ fn deadline() -> Instant {
 impl World {
     /// A succeeded job whose result expires at `expires`, in shard `shard` if given, with a
     /// result, a checkpoint and a progress record.
-    async fn succeeded(&self, expires: DateTime<Utc>, shard: Option<u32>) -> String {
+    async fn succeeded(&self, expires: DateTime<Utc>, shard: Option<u32>) -> JobId {
         let job = loop {
-            let job = pending_job("alice", Timestamp::now());
-            if shard.is_none_or(|s| shard_of(job.job_id.as_str()) == s) {
+            let job = pending_job(&owner("alice"), Timestamp::now());
+            if shard.is_none_or(|s| shard_of(&job.job_id) == s) {
                 break job;
             }
         };
-        let id = job.job_id.to_string();
+        let id = job.job_id.clone();
         self.jobs.put_job(&job).await.unwrap();
         let steps = [
             (JobStatus::Pending, JobStatus::Queued),
@@ -95,7 +103,7 @@ impl World {
     }
 
     /// A job an earlier run expired at `expired` without finishing the follow-up.
-    async fn unfinished(&self, expired: DateTime<Utc>) -> String {
+    async fn unfinished(&self, expired: DateTime<Utc>) -> JobId {
         let id = self.succeeded(Utc::now() - Span::days(1), None).await;
         let request =
             TransitionRequest::new(&id, &[JobStatus::Succeeded], JobStatus::Expired, "earlier")
@@ -108,12 +116,12 @@ impl World {
         handle(&self.deps, Utc::now(), deadline()).await.expect("the run succeeds")
     }
 
-    async fn status(&self, id: &str) -> JobStatus {
+    async fn status(&self, id: &JobId) -> JobStatus {
         self.jobs.job(id).await.unwrap().unwrap().status
     }
 
-    fn objects_of(&self, id: &str) -> Vec<String> {
-        self.objects.keys().into_iter().filter(|k| k.contains(id)).collect()
+    fn objects_of(&self, id: &JobId) -> Vec<String> {
+        self.objects.keys().into_iter().filter(|k| k.contains(id.as_str())).collect()
     }
 }
 
@@ -232,7 +240,7 @@ async fn a_job_that_changed_or_went_meanwhile_is_skipped() {
     let mut job = w.jobs.job(&id).await.unwrap().unwrap();
     job.status = JobStatus::Expired;
     w.jobs.put_record(job);
-    let gone = pending_job("alice", Timestamp::now()).job_id.to_string();
+    let gone = pending_job(&owner("alice"), Timestamp::now()).job_id.clone();
     w.jobs.put_index_entry(&gone, "succeeded", &at(Utc::now() - Span::hours(1)));
     let report = w.run().await;
     assert_eq!((report.expired, report.finished, report.errors), (0, 0, 0));
@@ -294,4 +302,49 @@ async fn an_unreadable_index_fails_the_run_and_changes_nothing() {
     w.jobs.set_unavailable(false);
     assert_eq!(w.status(&id).await, JobStatus::Succeeded);
     assert_eq!(w.objects_of(&id).len(), 2);
+}
+
+#[tokio::test]
+async fn a_result_is_expired_once_the_clock_passes_its_expiry() {
+    let w = world();
+    let expires = w.clock.now() + Span::hours(1);
+    let id = w.succeeded(expires, None).await;
+    // A run at the clock's time, with the Lambda deadline as far ahead of it as ever (the
+    // deadline is an instant: of the clock's, which the test moves, not the machine's).
+    let expired = async || {
+        let report = run(&w.deps, w.clock.instant() + Duration::from_secs(900)).await.unwrap();
+        assert!(!report.budget_spent && report.pages >= SWEEPS, "every shard read: {report:?}");
+        report.expired
+    };
+    assert_eq!(expired().await, 0, "an hour early");
+    w.clock.advance(Duration::from_secs(3600) - Duration::from_millis(1));
+    assert_eq!(expired().await, 0, "a millisecond early");
+    w.clock.set(expires);
+    assert_eq!(expired().await, 0, "due strictly before the run's time");
+    assert_eq!(w.status(&id).await, JobStatus::Succeeded);
+    w.clock.advance(Duration::from_millis(1));
+    assert_eq!(expired().await, 1, "a millisecond past its expiry");
+    assert_eq!(w.status(&id).await, JobStatus::Expired);
+}
+
+#[tokio::test]
+async fn a_run_stops_starting_pages_once_its_clock_passes_the_budget() {
+    // Each reading of the clock is a second later, and the budget is 1.5 s: the first check
+    // before a page (a second after the run's start) passes, every later one is past it —
+    // whichever shard reads first, the run reads one page in all.
+    let config = Config { budget: Duration::from_millis(1_500), ..config(1) };
+    let w = world_with(config, ManualClock::new().stepping(Duration::from_secs(1)));
+    let due = Utc::now() - Span::hours(1);
+    let ids = [w.succeeded(due, Some(0)).await, w.succeeded(due, Some(1)).await];
+    let report = w.run().await;
+    assert!(report.budget_spent);
+    assert_eq!(report.pages, 1, "{report:?}");
+    // The next run, with time to spare (a clock that stands still), does the rest.
+    let rested = Deps { clock: Arc::new(ManualClock::new()), ..w.deps.clone() };
+    let next = handle(&rested, Utc::now(), deadline()).await.unwrap();
+    assert!(!next.budget_spent);
+    assert_eq!(report.expired + next.expired, 2);
+    for id in &ids {
+        assert_eq!(w.status(id).await, JobStatus::Expired);
+    }
 }

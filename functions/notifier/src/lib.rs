@@ -16,6 +16,8 @@
 //! to the same dead-letter queue (docs/runbook.md#notifier-dead-letters). A retried batch may
 //! queue an event twice; receivers deduplicate by `webhook-id`.
 
+pub mod lambda;
+
 use std::sync::Arc;
 
 use aws_lambda_events::dynamodb::{Event, EventRecord};
@@ -26,8 +28,8 @@ use longhaul_aws::ports::{DeadLetters, WebhookDispatch};
 use longhaul_aws::queue::{DeadLetterQueue, WebhookMessage, WebhookQueue};
 pub use longhaul_aws::streams::RecordError;
 use longhaul_aws::streams::{failure_at, job_end};
-use longhaul_domain::JobStatus;
 use longhaul_domain::webhooks::event_type;
+use longhaul_domain::{JobId, JobStatus, Owner};
 use serde::Deserialize;
 
 /// Most messages one `SendMessageBatch` takes.
@@ -75,8 +77,8 @@ impl Deps {
 /// The fields of a job record's image this function reads.
 #[derive(Debug, Deserialize)]
 struct JobImage {
-    job_id: String,
-    owner: String,
+    job_id: JobId,
+    owner: Owner,
     status: JobStatus,
     attempt: u32,
     #[serde(default)]
@@ -89,7 +91,7 @@ pub struct Ended {
     /// The first delivery attempt of the job's terminal event.
     pub message: WebhookMessage,
     /// The job's owner (for the log lines about it).
-    pub owner: String,
+    pub owner: Owner,
     /// The job's attempt when it ended (for the log lines about it).
     pub attempt: u32,
 }

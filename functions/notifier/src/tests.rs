@@ -29,7 +29,7 @@ fn a_job_moving_into_a_terminal_status_is_its_first_delivery() {
     assert_eq!(
         end.message,
         WebhookMessage {
-            job_id: "01a201ea-fb15-7355-87ef-3777d21385c6".into(),
+            job_id: "01a201ea-fb15-7355-87ef-3777d21385c6".parse().unwrap(),
             status: JobStatus::Succeeded,
             attempt: 1,
             not_before: 0
@@ -106,14 +106,14 @@ fn the_failure_names_the_record_to_resume_from() {
 #[derive(Debug, Default)]
 struct Sqs {
     queue: MemoryWebhookQueue,
-    refused: Mutex<HashSet<String>>,
+    refused: Mutex<HashSet<JobId>>,
     /// The size of each batch request.
     batches: Mutex<Vec<usize>>,
 }
 
 impl Sqs {
-    fn refuse(&self, job_id: &str) {
-        self.refused.lock().unwrap().insert(job_id.to_owned());
+    fn refuse(&self, job_id: &JobId) {
+        self.refused.lock().unwrap().insert(job_id.clone());
     }
 
     fn accept_all(&self) {
@@ -121,7 +121,7 @@ impl Sqs {
     }
 
     /// The jobs whose first delivery was queued, in order.
-    fn queued(&self) -> Vec<String> {
+    fn queued(&self) -> Vec<JobId> {
         self.queue
             .sent()
             .into_iter()
@@ -171,8 +171,8 @@ fn world() -> World {
 }
 
 /// Job `n`'s id.
-fn job(n: u64) -> String {
-    format!("01a201ea-fb15-7355-87ef-{n:012}")
+fn job(n: u64) -> JobId {
+    format!("01a201ea-fb15-7355-87ef-{n:012}").parse().unwrap()
 }
 
 /// Stream record `n`: job `n` moving from `running` to `status`, with a callback, changed by
@@ -267,14 +267,14 @@ async fn an_entry_the_queue_refuses_is_where_the_stream_resumes_and_nothing_is_l
     // The rest of its request went in (a retry may queue them twice: receivers deduplicate by
     // webhook-id); the records after that request were not tried.
     let first = w.sqs.queued();
-    let expected: Vec<String> = [1, 2, 3, 5, 6, 8, 9, 10].into_iter().map(job).collect();
+    let expected: Vec<JobId> = [1, 2, 3, 5, 6, 8, 9, 10].into_iter().map(job).collect();
     assert_eq!(first, expected);
     assert_eq!(*w.sqs.batches.lock().unwrap(), [10], "the batch stopped at the failed request");
     // Lambda retries from the named record: then every end has been queued at least once.
     w.sqs.accept_all();
     let retried = handle(&w.deps, batch(records[3..].to_vec())).await;
     assert!(failures(&retried).is_empty());
-    let queued: HashSet<String> = w.sqs.queued().into_iter().collect();
+    let queued: HashSet<JobId> = w.sqs.queued().into_iter().collect();
     assert_eq!(queued, (1..=14).map(job).collect::<HashSet<_>>(), "no end is lost");
     assert!(w.dead_letters.kept().is_empty(), "a queue failure is retried, not dead-lettered");
 }

@@ -29,6 +29,8 @@
 //! The handler works through ports ([`Deps`]): the AWS adapters in Lambda, the in-memory ones
 //! of `longhaul-memory` in its unit tests (`tests.rs`).
 
+pub mod lambda;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -40,7 +42,7 @@ mod sweep;
 mod waiting;
 
 pub use bucket::{Bucket, UnknownBucket};
-pub use sweep::{Clock, SystemClock};
+pub use longhaul_aws::ports::{Clock, SystemClock};
 
 use chrono::{DateTime, Utc};
 use longhaul_aws::config::{ConfigError, ResultTtl, Vars};
@@ -56,7 +58,7 @@ use longhaul_aws::ports::{
 use longhaul_aws::queue::IntakeQueue;
 use longhaul_aws::slots::Admitter;
 use longhaul_domain::reaper::Thresholds;
-use longhaul_domain::{ErrorCode, JobError, JobStatus, format_rfc3339};
+use longhaul_domain::{ErrorCode, JobError, JobId, JobStatus, format_rfc3339};
 use serde::Serialize;
 use tracing::Instrument;
 
@@ -322,7 +324,7 @@ pub async fn handle(deps: &Deps, now: DateTime<Utc>) -> Result<Report, ReaperErr
     // handled in its `job` span (see `longhaul_aws::logs`). One job that cannot be handled (an
     // item this version cannot read, an AWS call that failed) is logged, counted and left for
     // the next run: failing the whole run would hold every job behind it up.
-    let deadline = deps.clock.now() + deps.config.budget;
+    let deadline = deps.clock.instant() + deps.config.budget;
     let cursors = match deps.jobs.sweep_cursors().await {
         Ok(cursors) => cursors,
         Err(err) => {
@@ -453,7 +455,7 @@ async fn fail(
 /// Takes the progress record from the lease of a job the reaper just ended: its worker may be
 /// alive (a job timed out while working, a zombie that was only slow), and its progress and
 /// checkpoint writes must be refused from now on, as a re-dispatch's are.
-async fn revoke(deps: &Deps, job_id: &str, lease: &str) {
+async fn revoke(deps: &Deps, job_id: &JobId, lease: &str) {
     if let Err(err) = deps.jobs.revoke_progress(job_id, lease).await {
         // The job's end is recorded; a write the old worker still makes changes nothing of it.
         tracing::warn!(error = %err, "revoking the ended job's progress record failed");
@@ -469,7 +471,7 @@ async fn stop_execution(deps: &Deps, job: &JobEntry, cause: &str) {
     }
 }
 
-async fn tidy(deps: &Deps, job_id: &str, ended: JobStatus) -> Result<(), ReaperError> {
+async fn tidy(deps: &Deps, job_id: &JobId, ended: JobStatus) -> Result<(), ReaperError> {
     Ok(longhaul_aws::tidy_after_end(&*deps.objects, job_id, ended).await?)
 }
 

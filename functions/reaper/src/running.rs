@@ -12,14 +12,14 @@ use longhaul_aws::logs;
 use longhaul_aws::metrics::{self, Metric};
 use longhaul_aws::objects::result_key;
 use longhaul_domain::reaper::{Rescue, Running, Verdict, judge, rescue};
-use longhaul_domain::{Cancellation, ErrorCode, JobError, JobStatus, Timestamp};
+use longhaul_domain::{Cancellation, ErrorCode, JobError, JobId, JobStatus, Timestamp};
 use tracing::Instrument;
 
 /// Judges a page of running jobs from what the index holds and their progress records (one
 /// batch read), and handles, from a fresh consistent read, only those that do not look healthy.
 pub(crate) async fn running_page(deps: &Deps, now: DateTime<Utc>, jobs: Vec<JobEntry>) -> Report {
     let mut report = Report::default();
-    let ids: Vec<String> = jobs.iter().map(|job| job.job_id.to_string()).collect();
+    let ids: Vec<JobId> = jobs.iter().map(|job| job.job_id.clone()).collect();
     let progress = match deps.jobs.progress_records(&ids).await {
         Ok(progress) => Some(progress),
         Err(err) => {
@@ -30,7 +30,7 @@ pub(crate) async fn running_page(deps: &Deps, now: DateTime<Utc>, jobs: Vec<JobE
     };
     for job in jobs {
         if let Some(progress) = &progress
-            && let Some((_, state)) = running_state(&job, progress.get(job.job_id.as_str()), deps)
+            && let Some((_, state)) = running_state(&job, progress.get(&job.job_id), deps)
             && matches!(judge(now, &state, &deps.config.thresholds), Verdict::Healthy)
         {
             continue;
@@ -76,7 +76,7 @@ fn running_state(
 async fn running(
     deps: &Deps,
     now: DateTime<Utc>,
-    job_id: &str,
+    job_id: &JobId,
     report: &mut Report,
 ) -> Result<(), ReaperError> {
     // The index is eventually consistent: judge the job and its progress as they are now.
@@ -191,7 +191,7 @@ async fn cancel(
     cancellation: &Cancellation,
     why: &str,
 ) -> Result<(), StoreError> {
-    let job_id = job.job_id.as_str();
+    let job_id = &job.job_id;
     deps.objects.delete_prefix(&result_key(job_id, "")).await?;
     let request = TransitionRequest::new(
         job_id,
@@ -219,7 +219,7 @@ async fn zombie(
     reason: String,
     report: &mut Report,
 ) -> Result<(), ReaperError> {
-    let job_id = job.job_id.as_str();
+    let job_id = &job.job_id;
     let result_key = deps.objects.first_key(&format!("results/{job_id}/{}/", job.attempt)).await?;
     let max_attempts = deps.max_attempts(job);
     let outcome = match rescue(result_key.is_some(), job.attempt, max_attempts) {
@@ -306,7 +306,7 @@ mod tests {
     fn cancellation() -> Cancellation {
         Cancellation {
             requested_at: "2025-01-01T00:00:00Z".parse().unwrap(),
-            requested_by: "alice".into(),
+            requested_by: "alice".parse().unwrap(),
             reason: Some("wrong input".into()),
         }
     }

@@ -22,26 +22,9 @@ use longhaul_aws::ports::SweepCursor;
 
 use crate::{Bucket, Deps, Report, readable};
 
-/// The monotonic clock a run's time budget is measured by (what time it is for the jobs, the
-/// run's `now`, is the handler's argument).
-pub trait Clock: Send + Sync + std::fmt::Debug {
-    /// The current instant.
-    fn now(&self) -> Instant;
-}
-
-/// The machine's monotonic clock.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct SystemClock;
-
-impl Clock for SystemClock {
-    fn now(&self) -> Instant {
-        Instant::now()
-    }
-}
-
 /// Sweeps every shard of status-index bucket `bucket` (entries whose sort key is before
 /// `before`) at once, handing each page's readable entries to `handle_page`, until every
-/// shard is done or `deadline` (by [`Deps::clock`]) has passed. `cursors` are the saved starts
+/// shard is done or `deadline` (by [`Deps::clock`]'s instant) has passed. `cursors` are the saved starts
 /// of unfinished sweeps (see [`longhaul_aws::ports::SweepCursors`]).
 pub(crate) async fn sweep<'a, F, Fut>(
     deps: &'a Deps,
@@ -61,7 +44,7 @@ where
         let mut start = resumed.clone();
         let mut report = Report::default();
         loop {
-            if deps.clock.now() >= deadline {
+            if deps.clock.instant() >= deadline {
                 // Out of time: the next run starts where this one stopped.
                 report.unfinished += 1;
                 tracing::warn!(sweep = name, "the run's budget ran out; the next run resumes here");

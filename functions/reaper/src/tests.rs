@@ -4,7 +4,7 @@
 //! reported rather than lost.
 //!
 //! Nothing here depends on the machine's speed: records are backdated from the run's `now`
-//! instead of waiting for time to pass, and a run's budget is measured by a [`TestClock`] that
+//! instead of waiting for time to pass, and a run's budget is measured by a [`ManualClock`] that
 //! stands still (or steps a fixed amount at each reading), never by the machine's clock.
 
 mod pending;
@@ -15,8 +15,6 @@ mod waiting;
 use super::*;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::Instant;
 
 use chrono::Duration as Span;
 use longhaul_aws::config::Vars;
@@ -26,7 +24,8 @@ use longhaul_aws::ports::{JobCreation, JobExecutions};
 use longhaul_domain::{ErrorCode, JobId, JobStatus, Timestamp};
 use longhaul_memory::contract::{pending_job, shard_of};
 use longhaul_memory::{
-    MemoryDispatchQueue, MemoryExecutions, MemoryJobStore, MemoryObjects, MemorySlotPools,
+    ManualClock, MemoryDispatchQueue, MemoryExecutions, MemoryJobStore, MemoryObjects,
+    MemorySlotPools, owner,
 };
 
 /// The owner of the tests' jobs.
@@ -35,35 +34,11 @@ const OWNER: &str = "alice";
 /// The lease of the tests' running jobs.
 const LEASE: &str = "lease-1";
 
-/// A run's clock: it stands still, or each reading is `step` later than the one before.
-#[derive(Debug)]
-struct TestClock {
-    start: Instant,
-    step: Duration,
-    readings: AtomicU32,
-}
-
-impl TestClock {
-    fn frozen() -> Self {
-        TestClock::stepping(Duration::ZERO)
-    }
-
-    fn stepping(step: Duration) -> Self {
-        TestClock { start: Instant::now(), step, readings: AtomicU32::new(0) }
-    }
-}
-
-impl Clock for TestClock {
-    fn now(&self) -> Instant {
-        self.start + self.step * self.readings.fetch_add(1, Ordering::SeqCst)
-    }
-}
-
 /// A fresh job id whose status-index entries are in shard `shard`.
 fn id_in_shard(shard: u32) -> JobId {
     loop {
         let id = JobId::new();
-        if shard_of(id.as_str()) == shard {
+        if shard_of(&id) == shard {
             return id;
         }
     }
@@ -102,14 +77,15 @@ struct World {
 }
 
 fn world() -> World {
-    world_with(&[], TestClock::frozen())
+    world_with(&[], ManualClock::new())
 }
 
 fn world_of(vars: &[(&str, &str)]) -> World {
-    world_with(vars, TestClock::frozen())
+    world_with(vars, ManualClock::new())
 }
 
-fn world_with(vars: &[(&str, &str)], clock: TestClock) -> World {
+/// A run's clock stands still, or (`ManualClock::stepping`) each reading is a step later.
+fn world_with(vars: &[(&str, &str)], clock: ManualClock) -> World {
     let jobs = Arc::new(MemoryJobStore::new());
     let objects = Arc::new(MemoryObjects::new());
     let intake = Arc::new(MemoryDispatchQueue::new());
@@ -162,18 +138,18 @@ impl World {
     /// A job submitted `seconds` ago, `edit`ed, stored as submit stores it (indexed in
     /// `pending` at its creation, or as its start says).
     async fn submitted_with(&self, seconds: i64, edit: impl FnOnce(&mut JobRecord)) -> JobRecord {
-        let mut job = pending_job(OWNER, self.at_ago(seconds));
+        let mut job = pending_job(&owner(OWNER), self.at_ago(seconds));
         edit(&mut job);
         self.jobs.put_job(&job).await.expect("a new job is stored");
         job
     }
 
-    async fn submitted(&self, seconds: i64) -> String {
-        self.submitted_with(seconds, |_| {}).await.job_id.to_string()
+    async fn submitted(&self, seconds: i64) -> JobId {
+        self.submitted_with(seconds, |_| {}).await.job_id.clone()
     }
 
     /// A job dispatched `seconds` ago (its `dispatches`-th execution), not claimed yet.
-    async fn queued(&self, seconds: i64, dispatches: u32) -> String {
+    async fn queued(&self, seconds: i64, dispatches: u32) -> JobId {
         let id = self.submitted(seconds + 1).await;
         let request =
             TransitionRequest::new(&id, &[JobStatus::Pending], JobStatus::Queued, "dispatched")
@@ -191,13 +167,13 @@ impl World {
         how: &Running,
         shard: Option<u32>,
         edit: impl FnOnce(&mut JobRecord),
-    ) -> String {
-        let mut job = pending_job(OWNER, self.at_ago(how.started + 60));
+    ) -> JobId {
+        let mut job = pending_job(&owner(OWNER), self.at_ago(how.started + 60));
         if let Some(shard) = shard {
             job.job_id = id_in_shard(shard);
         }
         self.jobs.put_job(&job).await.expect("a new job is stored");
-        let id = job.job_id.to_string();
+        let id = job.job_id.clone();
         let execution = execution_name(&id, how.attempt);
         let started = self.at_ago(how.started);
         job.status = JobStatus::Running;
@@ -233,7 +209,7 @@ impl World {
         id
     }
 
-    async fn running(&self, how: &Running) -> String {
+    async fn running(&self, how: &Running) -> JobId {
         self.running_with(how, None, |_| {}).await
     }
 
@@ -247,12 +223,12 @@ impl World {
         handle(&self.deps, now).await.expect("a run reports, it does not fail")
     }
 
-    async fn job(&self, id: &str) -> JobRecord {
+    async fn job(&self, id: &JobId) -> JobRecord {
         self.jobs.job(id).await.unwrap().expect("the job is there")
     }
 
     /// The message of the job's failure, which must have code `code`.
-    async fn failure(&self, id: &str, code: ErrorCode) -> String {
+    async fn failure(&self, id: &JobId, code: ErrorCode) -> String {
         let job = self.job(id).await;
         assert_eq!(job.status, JobStatus::Failed, "{id} failed");
         let error = job.error.expect("a failure says why");
@@ -261,7 +237,7 @@ impl World {
     }
 
     /// The job's status-index entry: its bucket (without the shard) and sort key.
-    fn entry(&self, id: &str) -> Option<(String, String)> {
+    fn entry(&self, id: &JobId) -> Option<(String, String)> {
         self.jobs.index_entry(id).map(|(bucket, at)| {
             let kind = bucket.rsplit_once('#').map(|(kind, _)| kind.to_owned());
             (kind.expect("a bucket names its shard"), at)
@@ -274,7 +250,7 @@ impl World {
     }
 
     /// The jobs sent to the intake queue so far, with their delays.
-    fn sent(&self) -> Vec<(String, u32)> {
+    fn sent(&self) -> Vec<(JobId, u32)> {
         self.intake.sent().into_iter().map(|(m, delay, _)| (m.job_id, delay)).collect()
     }
 }
@@ -331,7 +307,7 @@ async fn a_run_out_of_budget_saves_where_it_stopped_and_the_next_goes_on_from_th
     // entry, and never the 17 it takes to reach its end (16 entries, then an empty page).
     let mut world = world_with(
         &[("LONGHAUL_REAPER_PAGE", "1"), ("LONGHAUL_REAPER_BUDGET_SECONDS", "17")],
-        TestClock::stepping(Duration::from_secs(1)),
+        ManualClock::new().stepping(Duration::from_secs(1)),
     );
     let shard = 0;
     let mut zombies = Vec::new();

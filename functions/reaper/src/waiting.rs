@@ -30,8 +30,8 @@ use longhaul_aws::jobs::JobEntry;
 use longhaul_aws::logs;
 use longhaul_aws::queue::DispatchMessage;
 use longhaul_aws::slots::{Pool, Seat, pools_of};
-use longhaul_domain::JobStatus;
 use longhaul_domain::admission::waiting_sort_key;
+use longhaul_domain::{JobStatus, Owner};
 use tracing::Instrument;
 
 use crate::{Deps, ReaperError, Report, counted};
@@ -45,7 +45,7 @@ const CHECKS_AT_ONCE: usize = 16;
 #[derive(Debug, Default)]
 pub(crate) struct Reconciled {
     done: Mutex<HashSet<Pool>>,
-    seated: Mutex<HashSet<(Pool, String)>>,
+    seated: Mutex<HashSet<(Pool, Owner)>>,
 }
 
 impl Reconciled {
@@ -59,7 +59,7 @@ impl Reconciled {
 
     /// `true` the first time `owner`'s place in `pool`'s ring is claimed for a check in this
     /// run.
-    fn claim_seat(&self, pool: &Pool, owner: &str) -> bool {
+    fn claim_seat(&self, pool: &Pool, owner: &Owner) -> bool {
         self.seated
             .lock()
             .expect("the set of checked ring places is never poisoned")
@@ -75,7 +75,7 @@ struct Listed {
     /// The job's index in its page.
     job: usize,
     pool: Pool,
-    owner: String,
+    owner: Owner,
     position: String,
 }
 
@@ -103,7 +103,7 @@ fn checks(jobs: &[(JobEntry, Vec<(Pool, u32)>)]) -> Vec<Listed> {
 fn seats_to_check<'a>(
     found: impl IntoIterator<Item = &'a Listed>,
     reconciled: &Reconciled,
-) -> Vec<(Pool, String)> {
+) -> Vec<(Pool, Owner)> {
     found
         .into_iter()
         .filter(|listed| matches!(listed.pool, Pool::Kind(_)))
@@ -163,7 +163,7 @@ pub(crate) async fn waiting_page(
     let found = answers.iter().filter(|(_, found)| *found).map(|(check, _)| check);
     for (pool, owner) in seats_to_check(found, reconciled) {
         if let Err(err) = seat(deps, &pool, &owner).await {
-            tracing::error!(error = %err, pool = ?pool, owner, "checking a tenant's place in a kind pool's ring failed; the next run tries again");
+            tracing::error!(error = %err, pool = ?pool, owner = owner.as_str(), "checking a tenant's place in a kind pool's ring failed; the next run tries again");
             report.errors += 1;
         }
     }
@@ -190,14 +190,14 @@ pub(crate) async fn waiting_page(
 
 /// Gives a tenant whose jobs wait in kind pool `pool` its place in the ring back if it lost
 /// it (its jobs there would never be admitted): two reads when all is well.
-async fn seat(deps: &Deps, pool: &Pool, owner: &str) -> Result<(), ReaperError> {
+async fn seat(deps: &Deps, pool: &Pool, owner: &Owner) -> Result<(), ReaperError> {
     match deps.slots.seat(pool, owner).await? {
         Seat::Seated => {}
         Seat::Joined => {
-            tracing::warn!(pool = ?pool, owner, "a tenant with waiting jobs had no place in its kind pool's ring; it joined")
+            tracing::warn!(pool = ?pool, owner = owner.as_str(), "a tenant with waiting jobs had no place in its kind pool's ring; it joined")
         }
         Seat::Restored => {
-            tracing::warn!(pool = ?pool, owner, "a tenant's place in its kind pool's ring was missing; written again")
+            tracing::warn!(pool = ?pool, owner = owner.as_str(), "a tenant's place in its kind pool's ring was missing; written again")
         }
     }
     Ok(())
@@ -225,7 +225,7 @@ async fn still_waiting(
     let Some((pool, limit)) =
         its_pools.into_iter().find(|(pool, _)| pool.reason() == waiting.reason)
     else {
-        let message = DispatchMessage { job_id: job.job_id.to_string() };
+        let message = DispatchMessage { job_id: job.job_id.clone() };
         deps.intake.send(&message, &job.owner).await?;
         report.admitted += 1;
         tracing::info!(reason = ?waiting.reason, "waits for a limit that is off now; woken");
@@ -314,11 +314,11 @@ mod tests {
         let checks = checks(&jobs);
         assert_eq!(checks.len(), page * 2, "one read per job and pool (tenant, kind)");
         let last = checks.last().expect("checks");
-        assert_eq!((last.job, last.owner.as_str()), (page - 1, "backlog"));
+        assert_eq!((last.job, &last.owner), (page - 1, &"backlog".parse().unwrap()));
         assert!(last.position.ends_with(jobs[page - 1].0.job_id.as_str()), "{last:?}");
         let reconciled = Reconciled::default();
         let seats = seats_to_check(&checks, &reconciled);
-        assert_eq!(seats, [(Pool::Kind("demo".into()), "backlog".to_owned())]);
+        assert_eq!(seats, [(Pool::Kind("demo".into()), "backlog".parse().unwrap())]);
         assert_eq!(seats_to_check(&checks, &reconciled), [], "once a run");
     }
 

@@ -17,6 +17,8 @@
 //! it): a slot it held is found by the reaper's reconciliation, which gives back slots held by
 //! jobs that ended.
 
+pub mod lambda;
+
 use std::sync::Arc;
 
 use aws_lambda_events::dynamodb::{Event, EventRecord};
@@ -27,8 +29,8 @@ use longhaul_aws::ports::SlotPools;
 use longhaul_aws::slots::{Admitter, pools_of};
 pub use longhaul_aws::streams::RecordError;
 use longhaul_aws::streams::{failure_at, job_end};
-use longhaul_domain::JobStatus;
 use longhaul_domain::admission::{Priority, waiting_sort_key};
+use longhaul_domain::{JobId, JobStatus, Owner};
 use serde::Deserialize;
 use tracing::Instrument;
 
@@ -77,9 +79,9 @@ impl Deps {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct EndedJob {
     /// The job.
-    pub job_id: String,
+    pub job_id: JobId,
     /// Its tenant.
-    pub owner: String,
+    pub owner: Owner,
     /// Its kind.
     #[serde(rename = "type")]
     pub job_type: String,

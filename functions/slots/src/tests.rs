@@ -2,9 +2,10 @@
 //! back, whom it wakes, and what a failure leaves for the stream's retry.
 
 use super::*;
+use longhaul_domain::Owner;
 
 use longhaul_aws::slots::Pool;
-use longhaul_memory::{MemoryDispatchQueue, MemorySlotPools};
+use longhaul_memory::{MemoryDispatchQueue, MemorySlotPools, job_named, owner};
 use serde_json::{Value, json};
 
 /// The notifier's sample (a job's move from `running` to `succeeded`), changed by `edit`.
@@ -71,8 +72,8 @@ fn world(tenant_max_running: u32) -> World {
     World { slots: slots.clone(), queue, deps: Deps { slots, config } }
 }
 
-fn tenant(owner: &str) -> Pool {
-    Pool::Tenant(owner.to_owned())
+fn tenant(name: &str) -> Pool {
+    Pool::Tenant(owner(name))
 }
 
 fn kind() -> Pool {
@@ -80,13 +81,18 @@ fn kind() -> Pool {
 }
 
 /// Jobs submitted at the same time wait in the order of their ids.
-fn position(job_id: &str) -> String {
+fn position(job_id: &JobId) -> String {
     waiting_sort_key(Priority::Normal, "2026-11-24T09:00:00.000Z", job_id)
 }
 
 /// The stream record of `job_id` of `owner` ending `succeeded`, at `sequence`, with the
 /// kind's limit on its policy; changed by `edit`.
-fn end_of(job_id: &str, owner: &str, sequence: &str, edit: impl FnOnce(&mut Value)) -> EventRecord {
+fn end_of(
+    job_id: &JobId,
+    owner: &Owner,
+    sequence: &str,
+    edit: impl FnOnce(&mut Value),
+) -> EventRecord {
     record(|r| {
         r["dynamodb"]["Keys"]["pk"] = json!({"S": format!("JOB#{job_id}")});
         for image in ["NewImage", "OldImage"] {
@@ -109,25 +115,25 @@ impl World {
         response.batch_item_failures.into_iter().filter_map(|f| f.item_identifier).collect()
     }
 
-    async fn holds(&self, pool: &Pool, job_id: &str, limit: u32) {
+    async fn holds(&self, pool: &Pool, job_id: &JobId, limit: u32) {
         assert!(self.slots.acquire(pool, limit, job_id).await.unwrap());
     }
 
-    async fn waits(&self, pool: &Pool, job_id: &str, owner: &str) {
+    async fn waits(&self, pool: &Pool, job_id: &JobId, owner: &Owner) {
         self.slots.enter_waiting(pool, &position(job_id), job_id, owner).await.unwrap();
     }
 
-    async fn holders(&self, pool: &Pool) -> Vec<String> {
+    async fn holders(&self, pool: &Pool) -> Vec<JobId> {
         self.slots.holders(pool).await.unwrap()
     }
 
-    async fn waiting(&self, pool: &Pool, owner: &str) -> Vec<String> {
+    async fn waiting(&self, pool: &Pool, owner: &Owner) -> Vec<JobId> {
         let list = self.slots.first_waiting(pool, owner, 100).await.unwrap();
         list.into_iter().map(|e| e.job_id).collect()
     }
 
     /// The jobs woken, in order, with their message's owner.
-    fn woken(&self) -> Vec<(String, String)> {
+    fn woken(&self) -> Vec<(JobId, Owner)> {
         self.queue.sent().into_iter().map(|(m, _, owner)| (m.job_id, owner)).collect()
     }
 }
@@ -135,75 +141,81 @@ impl World {
 #[tokio::test]
 async fn an_end_gives_back_the_tenant_and_kind_slots_and_wakes_who_waits_for_each() {
     let w = world(1);
-    w.holds(&tenant("alice"), "done", 1).await;
-    w.holds(&kind(), "done", KIND_LIMIT).await;
-    w.waits(&tenant("alice"), "alices-next", "alice").await;
-    w.waits(&kind(), "bobs-next", "bob").await;
-    assert!(w.stream(vec![end_of("done", "alice", "1", |_| {})]).await.is_empty());
+    w.holds(&tenant("alice"), &job_named("done"), 1).await;
+    w.holds(&kind(), &job_named("done"), KIND_LIMIT).await;
+    w.waits(&tenant("alice"), &job_named("alices-next"), &owner("alice")).await;
+    w.waits(&kind(), &job_named("bobs-next"), &owner("bob")).await;
+    assert!(
+        w.stream(vec![end_of(&job_named("done"), &owner("alice"), "1", |_| {})]).await.is_empty()
+    );
     assert!(w.holders(&tenant("alice")).await.is_empty());
     assert!(w.holders(&kind()).await.is_empty());
     assert_eq!(
         w.woken(),
-        [("alices-next".into(), "alice".into()), ("bobs-next".into(), "bob".into())],
+        [(job_named("alices-next"), owner("alice")), (job_named("bobs-next"), owner("bob"))],
         "each pool wakes its next job, in its owner's message group"
     );
-    assert!(w.waiting(&tenant("alice"), "alice").await.is_empty());
-    assert!(w.waiting(&kind(), "bob").await.is_empty());
+    assert!(w.waiting(&tenant("alice"), &owner("alice")).await.is_empty());
+    assert!(w.waiting(&kind(), &owner("bob")).await.is_empty());
 }
 
 #[tokio::test]
 async fn a_job_without_a_kind_limit_frees_only_its_tenant_slot() {
     let w = world(2);
-    w.holds(&tenant("alice"), "done", 2).await;
-    w.holds(&kind(), "other", KIND_LIMIT).await;
-    let end = end_of("done", "alice", "1", |r| {
+    w.holds(&tenant("alice"), &job_named("done"), 2).await;
+    w.holds(&kind(), &job_named("other"), KIND_LIMIT).await;
+    let end = end_of(&job_named("done"), &owner("alice"), "1", |r| {
         r["dynamodb"]["NewImage"].as_object_mut().unwrap().remove("policy");
     });
     assert!(w.stream(vec![end]).await.is_empty());
     assert!(w.holders(&tenant("alice")).await.is_empty());
-    assert_eq!(w.holders(&kind()).await, ["other"], "the kind pool is not its");
+    assert_eq!(w.holders(&kind()).await, [job_named("other")], "the kind pool is not its");
 }
 
 #[tokio::test]
 async fn a_job_cancelled_while_it_waited_leaves_its_lists_and_frees_no_one_elses_slot() {
     let w = world(1);
-    w.holds(&tenant("alice"), "running", 1).await;
-    w.waits(&tenant("alice"), "cancelled", "alice").await;
-    w.waits(&tenant("alice"), "next", "alice").await;
-    let end = end_of("cancelled", "alice", "1", |r| {
+    w.holds(&tenant("alice"), &job_named("running"), 1).await;
+    w.waits(&tenant("alice"), &job_named("cancelled"), &owner("alice")).await;
+    w.waits(&tenant("alice"), &job_named("next"), &owner("alice")).await;
+    let end = end_of(&job_named("cancelled"), &owner("alice"), "1", |r| {
         r["dynamodb"]["NewImage"]["status"]["S"] = json!("cancelled");
         r["dynamodb"]["NewImage"]["waiting"] = json!({"M": {"reason": {"S": "tenant_limit"}}});
     });
     assert!(w.stream(vec![end]).await.is_empty());
-    assert_eq!(w.waiting(&tenant("alice"), "alice").await, ["next"], "out of the list");
-    assert_eq!(w.holders(&tenant("alice")).await, ["running"]);
+    assert_eq!(
+        w.waiting(&tenant("alice"), &owner("alice")).await,
+        [job_named("next")],
+        "out of the list"
+    );
+    assert_eq!(w.holders(&tenant("alice")).await, [job_named("running")]);
     assert!(w.woken().is_empty(), "no slot freed: no one woken");
 }
 
 #[tokio::test]
 async fn changes_that_are_not_ends_free_nothing() {
     let w = world(1);
-    w.holds(&tenant("alice"), "busy", 1).await;
-    w.waits(&tenant("alice"), "next", "alice").await;
-    let queued = end_of("busy", "alice", "1", |r| {
+    w.holds(&tenant("alice"), &job_named("busy"), 1).await;
+    w.waits(&tenant("alice"), &job_named("next"), &owner("alice")).await;
+    let queued = end_of(&job_named("busy"), &owner("alice"), "1", |r| {
         r["dynamodb"]["NewImage"]["status"]["S"] = json!("queued");
     });
-    let progress = end_of("busy", "alice", "2", |r| {
+    let progress = end_of(&job_named("busy"), &owner("alice"), "2", |r| {
         r["dynamodb"]["Keys"]["sk"]["S"] = json!("PROGRESS");
     });
     assert!(w.stream(vec![queued, progress]).await.is_empty());
-    assert_eq!(w.holders(&tenant("alice")).await, ["busy"]);
+    assert_eq!(w.holders(&tenant("alice")).await, [job_named("busy")]);
     assert!(w.woken().is_empty());
 }
 
 #[tokio::test]
 async fn an_unreadable_record_is_skipped_and_the_batch_goes_on() {
     let w = world(1);
-    w.holds(&tenant("alice"), "done", 1).await;
-    let unreadable = end_of("lost", "alice", "1", |r| {
+    w.holds(&tenant("alice"), &job_named("done"), 1).await;
+    let unreadable = end_of(&job_named("lost"), &owner("alice"), "1", |r| {
         r["dynamodb"].as_object_mut().unwrap().remove("OldImage");
     });
-    let end = end_of("done", "alice", "2", |_| {});
+    let end = end_of(&job_named("done"), &owner("alice"), "2", |_| {});
     assert!(w.stream(vec![unreadable, end]).await.is_empty(), "no retry would change it");
     assert!(w.holders(&tenant("alice")).await.is_empty(), "the next record was handled");
 }
@@ -211,13 +223,18 @@ async fn an_unreadable_record_is_skipped_and_the_batch_goes_on() {
 #[tokio::test]
 async fn a_failing_store_reports_the_first_record_and_its_retry_frees_every_slot() {
     let w = world(1);
-    w.holds(&tenant("alice"), "a", 1).await;
-    w.holds(&tenant("bob"), "b", 1).await;
-    let batch = || vec![end_of("a", "alice", "10", |_| {}), end_of("b", "bob", "11", |_| {})];
+    w.holds(&tenant("alice"), &job_named("a"), 1).await;
+    w.holds(&tenant("bob"), &job_named("b"), 1).await;
+    let batch = || {
+        vec![
+            end_of(&job_named("a"), &owner("alice"), "10", |_| {}),
+            end_of(&job_named("b"), &owner("bob"), "11", |_| {}),
+        ]
+    };
     w.slots.set_unavailable(true);
     assert_eq!(w.stream(batch()).await, ["10"], "the shard resumes from the first");
     w.slots.set_unavailable(false);
-    assert_eq!(w.holders(&tenant("alice")).await, ["a"], "nothing was given back");
+    assert_eq!(w.holders(&tenant("alice")).await, [job_named("a")], "nothing was given back");
     assert!(w.stream(batch()).await.is_empty());
     assert!(w.holders(&tenant("alice")).await.is_empty());
     assert!(w.holders(&tenant("bob")).await.is_empty());
@@ -226,34 +243,42 @@ async fn a_failing_store_reports_the_first_record_and_its_retry_frees_every_slot
 #[tokio::test]
 async fn a_wake_up_the_queue_refuses_is_retried_from_its_record_and_loses_no_one() {
     let w = world(1);
-    w.holds(&tenant("alice"), "a", 1).await;
-    w.holds(&tenant("bob"), "b", 1).await;
-    w.waits(&tenant("bob"), "bobs-next", "bob").await;
+    w.holds(&tenant("alice"), &job_named("a"), 1).await;
+    w.holds(&tenant("bob"), &job_named("b"), 1).await;
+    w.waits(&tenant("bob"), &job_named("bobs-next"), &owner("bob")).await;
     w.queue.set_unavailable(true);
-    let first = end_of("a", "alice", "10", |_| {});
-    let second = end_of("b", "bob", "11", |_| {});
+    let first = end_of(&job_named("a"), &owner("alice"), "10", |_| {});
+    let second = end_of(&job_named("b"), &owner("bob"), "11", |_| {});
     assert_eq!(w.stream(vec![first, second.clone()]).await, ["11"]);
     assert!(w.holders(&tenant("alice")).await.is_empty(), "the first record was done");
-    assert_eq!(w.waiting(&tenant("bob"), "bob").await, ["bobs-next"], "still in its list");
+    assert_eq!(
+        w.waiting(&tenant("bob"), &owner("bob")).await,
+        [job_named("bobs-next")],
+        "still in its list"
+    );
     w.queue.set_unavailable(false);
     assert!(w.stream(vec![second]).await.is_empty());
-    assert_eq!(w.woken(), [("bobs-next".into(), "bob".into())]);
-    assert!(w.waiting(&tenant("bob"), "bob").await.is_empty());
+    assert_eq!(w.woken(), [(job_named("bobs-next"), owner("bob"))]);
+    assert!(w.waiting(&tenant("bob"), &owner("bob")).await.is_empty());
 }
 
 #[tokio::test]
 async fn a_retried_end_gives_back_nothing_twice() {
     let w = world(2);
-    w.holds(&tenant("alice"), "done", 2).await;
-    w.holds(&tenant("alice"), "still-running", 2).await;
-    w.waits(&tenant("alice"), "w1", "alice").await;
-    w.waits(&tenant("alice"), "w2", "alice").await;
-    let end = || vec![end_of("done", "alice", "1", |_| {})];
+    w.holds(&tenant("alice"), &job_named("done"), 2).await;
+    w.holds(&tenant("alice"), &job_named("still-running"), 2).await;
+    w.waits(&tenant("alice"), &job_named("w1"), &owner("alice")).await;
+    w.waits(&tenant("alice"), &job_named("w2"), &owner("alice")).await;
+    let end = || vec![end_of(&job_named("done"), &owner("alice"), "1", |_| {})];
     assert!(w.stream(end()).await.is_empty());
-    assert_eq!(w.holders(&tenant("alice")).await, ["still-running"]);
-    assert_eq!(w.woken(), [("w1".into(), "alice".into())]);
+    assert_eq!(w.holders(&tenant("alice")).await, [job_named("still-running")]);
+    assert_eq!(w.woken(), [(job_named("w1"), owner("alice"))]);
     assert!(w.stream(end()).await.is_empty());
-    assert_eq!(w.holders(&tenant("alice")).await, ["still-running"], "its slot is not freed again");
+    assert_eq!(
+        w.holders(&tenant("alice")).await,
+        [job_named("still-running")],
+        "its slot is not freed again"
+    );
     // The pool still has a free slot (the woken job has not taken it yet), so the repeat
     // wakes the next job too: the dispatcher gives the slot to one of them and sends the
     // other back to wait.

@@ -114,7 +114,7 @@ pub async fn schedule_retry(
 /// dispatcher delays an early message again).
 async fn enqueue(deps: &Deps, job: &JobRecord, retry_at: Timestamp) -> Result<(), StageError> {
     let delay = schedule::sqs_delay(retry_at.as_datetime(), Utc::now());
-    let message = DispatchMessage { job_id: job.job_id.to_string() };
+    let message = DispatchMessage { job_id: job.job_id.clone() };
     deps.intake.send_delayed(&message, delay, &job.owner).await.map_err(StageError::from)
 }
 

@@ -21,6 +21,8 @@
 //! ([`failure_message`]): the state machine, and so the job record and its webhook, only ever
 //! gets the former.
 
+pub mod lambda;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -34,7 +36,7 @@ use longhaul_aws::ports::{
     DispatchQueue, JobAttempts, JobExecutions, JobReads, JobTransitions, MultipartUploads, Objects,
 };
 use longhaul_aws::queue::IntakeQueue;
-use longhaul_domain::{Cancellation, JobStatus};
+use longhaul_domain::{Cancellation, JobId, JobStatus};
 use longhaul_worker::Registry;
 use serde_json::json;
 use tracing::Instrument;
@@ -222,19 +224,23 @@ pub async fn handle(
     input: StageInput,
     deadline: Instant,
 ) -> Result<serde_json::Value, StageError> {
-    let with_lease = |job_id: &str, lease: Option<&TaskLease>| {
-        logs::job_span(
-            Some(job_id),
-            lease.map(|l| l.attempt),
-            lease.and_then(|l| l.principal.as_deref()),
-        )
+    let (job_id, lease) = match &input {
+        StageInput::Work { job_id, state, .. } => (job_id, state.lease.as_ref()),
+        StageInput::Fail { job_id, state, .. } => (job_id, state.lease.as_ref()),
+        StageInput::ContinueAsNew { job_id, lease, .. } => (job_id, Some(lease)),
     };
-    let span = match &input {
-        StageInput::Work { job_id, state, .. } => with_lease(job_id, state.lease.as_ref()),
-        StageInput::Fail { job_id, state, .. } => with_lease(job_id, state.lease.as_ref()),
-        StageInput::ContinueAsNew { job_id, lease, .. } => with_lease(job_id, Some(lease)),
+    // The state machine copies the id from the execution's input: one that is not a job id
+    // names no job, and is answered as a missing job is ([`no_such_job`]).
+    let job_id = job_id.parse::<JobId>().ok();
+    let span = logs::job_span(
+        job_id.as_ref(),
+        lease.map(|l| l.attempt),
+        lease.and_then(|l| l.principal.as_ref()),
+    );
+    let result = match &job_id {
+        Some(job_id) => task(deps, job_id, input, deadline).instrument(span.clone()).await,
+        None => span.in_scope(|| no_such_job(input)),
     };
-    let result = task(deps, input, deadline).instrument(span.clone()).await;
     // lambda_runtime logs a handler's error too, but after this span closed (a line about the
     // job without its id, attempt and principal): the stage's own line is the one that counts,
     // and main.rs drops the runtime's (`logs::init_subscriber`).
@@ -246,28 +252,50 @@ pub async fn handle(
 
 async fn task(
     deps: &Deps,
+    job_id: &JobId,
     input: StageInput,
     deadline: Instant,
 ) -> Result<serde_json::Value, StageError> {
     match input {
-        StageInput::Work { job_id, execution, state } => {
+        StageInput::Work { execution, state, .. } => {
             let lease = match state.lease {
                 Some(lease) => lease,
-                None => work::claim(deps, &job_id, &execution).await?,
+                None => work::claim(deps, job_id, &execution).await?,
             };
             let loops = state.run.map_or(0, |run| run.loops) + 1;
-            let output = work::work(deps, &job_id, &lease, loops, deadline).await?;
+            let output = work::work(deps, job_id, &lease, loops, deadline).await?;
             Ok(json!({ "job_id": job_id, "lease": lease, "run": output }))
         }
-        StageInput::ContinueAsNew { job_id, lease, worker_arn } => {
-            let name = continue_as_new(deps, &job_id, &lease, worker_arn).await?;
+        StageInput::ContinueAsNew { lease, worker_arn, .. } => {
+            let name = continue_as_new(deps, job_id, &lease, worker_arn).await?;
             Ok(json!({ "execution": name }))
         }
-        StageInput::Fail { job_id, state, execution, error } => {
+        StageInput::Fail { state, execution, error, .. } => {
             let recorded =
-                record_failure::record_failure(deps, &job_id, state, execution.as_deref(), error)
+                record_failure::record_failure(deps, job_id, state, execution.as_deref(), error)
                     .await?;
             Ok(serde_json::to_value(recorded).expect("answers serialise"))
+        }
+    }
+}
+
+/// The answer to a task whose `job_id` is not a job id: what a job that does not exist gets
+/// (no job is read or written) — a claim finds it missing, a continuation's fenced write is
+/// refused, and a failure is nothing this execution holds.
+fn no_such_job(input: StageInput) -> Result<serde_json::Value, StageError> {
+    match input {
+        StageInput::Work { job_id, .. } => {
+            Err(StageError::NotClaimable(format!("job {job_id} is missing")))
+        }
+        StageInput::ContinueAsNew { .. } => {
+            Err(StageError::LeaseLost("progress write refused".into()))
+        }
+        StageInput::Fail { error, .. } => {
+            tracing::warn!(
+                error = error.error,
+                "the execution failed before holding the job; nothing recorded"
+            );
+            Ok(serde_json::to_value(Recorded::Unrecorded).expect("answers serialise"))
         }
     }
 }
@@ -276,7 +304,7 @@ async fn task(
 /// one's history limit; answers its name.
 async fn continue_as_new(
     deps: &Deps,
-    job_id: &str,
+    job_id: &JobId,
     lease: &TaskLease,
     worker_arn: Option<String>,
 ) -> Result<String, StageError> {
@@ -297,7 +325,7 @@ async fn continue_as_new(
 /// record is read for it: the request landed after that read).
 async fn finish_cancellation(
     deps: &Deps,
-    job_id: &str,
+    job_id: &JobId,
     lease: &Lease,
     known: Option<&Cancellation>,
 ) -> Result<(), StageError> {
@@ -344,7 +372,7 @@ async fn end_job(deps: &Deps, request: TransitionRequest, lease: &Lease) -> Resu
 /// After a job ended (see [`longhaul_aws::tidy_after_end`]).
 pub(crate) async fn tidy_after_end(
     deps: &Deps,
-    job_id: &str,
+    job_id: &JobId,
     ended: JobStatus,
 ) -> Result<(), StageError> {
     longhaul_aws::tidy_after_end(&*deps.objects, job_id, ended)

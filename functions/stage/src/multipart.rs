@@ -130,12 +130,12 @@ impl Ctx<'_> {
                     .await;
                 match aborted {
                     Ok(()) => tracing::info!(
-                        job_id = self.job_id(),
+                        job_id = self.job_id().as_str(),
                         upload_attempt = upload.attempt(),
                         "the result upload of an earlier attempt was aborted; the stage starts it over"
                     ),
                     Err(err) => tracing::warn!(
-                        job_id = self.job_id(),
+                        job_id = self.job_id().as_str(),
                         upload_attempt = upload.attempt(),
                         error = %err,
                         "the result upload of an earlier attempt could not be aborted (the bucket's lifecycle rule will)"
@@ -151,7 +151,7 @@ impl Ctx<'_> {
             }
             Owner::Other => {
                 tracing::warn!(
-                    job_id = self.job_id(),
+                    job_id = self.job_id().as_str(),
                     upload_attempt = upload.attempt(),
                     location = upload.location(),
                     "a checkpoint names a result upload that is not this job's or is a later attempt's; not continued"

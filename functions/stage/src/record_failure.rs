@@ -4,7 +4,7 @@
 
 use longhaul_aws::jobs::{JobRecord, Lease, TransitionRequest};
 use longhaul_aws::logs;
-use longhaul_domain::{JobError, JobStatus};
+use longhaul_domain::{JobError, JobId, JobStatus};
 
 use crate::wire::{Recorded, StateError, TaskLease, WorkState};
 use crate::{
@@ -15,7 +15,7 @@ use crate::{
 /// `state`, or the job's if this `execution` holds it).
 pub(crate) async fn record_failure(
     deps: &Deps,
-    job_id: &str,
+    job_id: &JobId,
     state: WorkState,
     execution: Option<&str>,
     error: StateError,
@@ -73,7 +73,7 @@ pub(crate) async fn record_failure(
 /// Neither applies once the owner asked to cancel ([`StageError::Cancelled`]).
 async fn end_attempt(
     deps: &Deps,
-    job_id: &str,
+    job_id: &JobId,
     job: Option<&JobRecord>,
     lease: &TaskLease,
     job_error: JobError,

@@ -15,7 +15,9 @@ use longhaul_aws::ports::{JobCancellation, JobCreation};
 use longhaul_domain::{Cancellation, Timestamp};
 use longhaul_job_demo::{Demo, DemoResult};
 use longhaul_memory::contract::pending_job;
-use longhaul_memory::{MemoryDispatchQueue, MemoryExecutions, MemoryJobStore, MemoryObjects};
+use longhaul_memory::{
+    MemoryDispatchQueue, MemoryExecutions, MemoryJobStore, MemoryObjects, owner,
+};
 use longhaul_worker::{Checkpoint, JobKind, KindError, PublicMessage, StageContext, StageOutcome};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -189,13 +191,13 @@ fn world_with(configure: impl FnOnce(&mut Deps)) -> World {
 impl World {
     /// A job of `kind` with `params`, queued and dispatched to its first execution (named as
     /// the job, as the dispatcher names it).
-    async fn queued(&self, kind: &str, params: Value) -> String {
+    async fn queued(&self, kind: &str, params: Value) -> JobId {
         let job = JobRecord {
             job_type: kind.to_owned(),
             params,
-            ..pending_job("alice", Timestamp::now())
+            ..pending_job(&owner("alice"), Timestamp::now())
         };
-        let id = job.job_id.to_string();
+        let id = job.job_id.clone();
         self.jobs.put_job(&job).await.unwrap();
         let queue = TransitionRequest::new(&id, &[JobStatus::Pending], JobStatus::Queued, "queued")
             .set("execution", &id)
@@ -207,7 +209,7 @@ impl World {
     /// The `Run` task of `execution` with the execution's state `state` (`$`).
     async fn run(
         &self,
-        id: &str,
+        id: &JobId,
         execution: &str,
         state: Value,
         deadline: Instant,
@@ -217,7 +219,7 @@ impl World {
     }
 
     /// The first `Run` of the job's first execution: its state is the execution's input.
-    async fn first_run(&self, id: &str, deadline: Instant) -> Result<Value, StageError> {
+    async fn first_run(&self, id: &JobId, deadline: Instant) -> Result<Value, StageError> {
         self.run(id, id, json!({"job_id": id, "worker_arn": WORKER}), deadline).await
     }
 
@@ -225,7 +227,7 @@ impl World {
     /// state's input with the error at `$.error`, and the error is as Lambda reports it.
     async fn record_failure(
         &self,
-        id: &str,
+        id: &JobId,
         execution: &str,
         mut state: Value,
         err: StageError,
@@ -240,13 +242,13 @@ impl World {
         handle(&self.deps, serde_json::from_value(input).unwrap(), far()).await
     }
 
-    async fn job(&self, id: &str) -> JobRecord {
+    async fn job(&self, id: &JobId) -> JobRecord {
         self.jobs.job(id).await.unwrap().expect("the job exists")
     }
 
     /// The job's error, once it failed: its code and message (also its last transition's
     /// reason).
-    async fn failed_with(&self, id: &str) -> (String, String) {
+    async fn failed_with(&self, id: &JobId) -> (String, String) {
         let job = self.job(id).await;
         assert_eq!(job.status, JobStatus::Failed);
         let error = job.error.expect("why it failed");
@@ -254,7 +256,7 @@ impl World {
         (error.code, error.message)
     }
 
-    fn progress(&self, id: &str) -> ProgressRecord {
+    fn progress(&self, id: &JobId) -> ProgressRecord {
         self.jobs.progress(id).expect("a progress record")
     }
 
@@ -271,11 +273,11 @@ impl World {
     }
 }
 
-fn checkpoints(id: &str) -> String {
+fn checkpoints(id: &JobId) -> String {
     longhaul_aws::objects::checkpoints_prefix(id)
 }
 
-fn results(id: &str) -> String {
+fn results(id: &JobId) -> String {
     result_key(id, "")
 }
 
@@ -286,7 +288,7 @@ fn lease_of(output: &Value) -> TaskLease {
 fn owners_cancellation() -> Cancellation {
     Cancellation {
         requested_at: Timestamp::now(),
-        requested_by: "alice".into(),
+        requested_by: owner("alice"),
         reason: Some("not needed".into()),
     }
 }
@@ -299,7 +301,7 @@ async fn a_claimed_job_runs_to_success_with_its_result_and_no_checkpoints_left()
     assert_eq!(out["run"]["next"], "done");
     assert_eq!(out["job_id"], id.as_str());
     let lease = lease_of(&out);
-    assert_eq!((lease.attempt, lease.principal.as_deref()), (1, Some("alice")));
+    assert_eq!((lease.attempt, lease.principal.as_ref()), (1, Some(&owner("alice"))));
     let key = format!("results/{id}/1/result.json");
     assert_eq!(out["run"]["result_key"], key.as_str());
     assert_eq!(out["run"]["result_ttl_seconds"], ResultTtl::DEFAULT.as_secs());
@@ -379,6 +381,31 @@ async fn a_repeated_claim_of_the_execution_gets_its_lease_and_a_superseded_one_n
         .expect_err("a superseded execution does not claim the job");
     assert_eq!(err.name(), "Job.NotClaimable");
     assert_eq!(w.job(&id).await, before, "and changes nothing");
+}
+
+#[tokio::test]
+async fn a_task_naming_no_job_id_is_answered_as_a_missing_jobs() {
+    let w = world();
+    let missing = JobId::new();
+    let lease = json!({"attempt": 1, "token": "t"});
+    for job_id in [json!(missing), json!("no-such-job")] {
+        let ops = [
+            json!({"op": "work", "job_id": job_id, "execution": "e", "state": {}}),
+            json!({"op": "continue_as_new", "job_id": job_id, "lease": lease, "worker_arn": WORKER}),
+            json!({"op": "fail", "job_id": job_id, "execution": "e",
+                "error": {"Error": "Job.Fatal", "Cause": "{}"}}),
+        ];
+        let answers: Vec<Result<Value, &str>> = futures::future::join_all(ops.map(|op| async {
+            handle(&w.deps, serde_json::from_value(op).unwrap(), far()).await.map_err(|e| e.name())
+        }))
+        .await;
+        assert_eq!(
+            answers,
+            [Err("Job.NotClaimable"), Err("Job.LeaseLost"), Ok(json!({"next": "unrecorded"}))],
+            "{job_id}"
+        );
+    }
+    assert!(w.executions.started().is_empty(), "nothing started");
 }
 
 #[tokio::test]

@@ -2,6 +2,7 @@
 //! execution's state) and what they get back (the run's `next`, the recorded failure).
 
 use longhaul_aws::jobs::Lease;
+use longhaul_domain::Owner;
 use serde::{Deserialize, Serialize};
 
 impl StageInput {
@@ -51,7 +52,7 @@ pub struct WorkState {
 pub enum StageInput {
     /// Claim the job if needed, work through its stages, record success.
     Work {
-        /// The job.
+        /// The job (its id as the state machine passes it: [`crate::handle`] parses it).
         job_id: String,
         /// The execution's name (claims are idempotent per execution).
         execution: String,
@@ -100,7 +101,7 @@ pub struct TaskLease {
     pub lease: Lease,
     /// The job's owner, for log context only (never for authorization).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub principal: Option<String>,
+    pub principal: Option<Owner>,
 }
 
 impl std::ops::Deref for TaskLease {

@@ -8,7 +8,7 @@ use longhaul_aws::jobs::{Lease, StoreError, TransitionRequest};
 use longhaul_aws::logs;
 use longhaul_aws::metrics::{self, Metric};
 use longhaul_aws::objects::result_key;
-use longhaul_domain::JobStatus;
+use longhaul_domain::{JobId, JobStatus};
 use longhaul_worker::{Cadence, StageOutcome};
 
 use crate::engine::{Ctx, KindRun};
@@ -19,7 +19,7 @@ use crate::{Deps, StageError, end_job, finish_cancellation, store_failed};
 /// `queued → running` for `execution` (idempotent per execution), minting the lease.
 pub(crate) async fn claim(
     deps: &Deps,
-    job_id: &str,
+    job_id: &JobId,
     execution: &str,
 ) -> Result<TaskLease, StageError> {
     let (lease, job) = deps.jobs.claim(job_id, execution).await.map_err(|err| match err {
@@ -43,7 +43,7 @@ pub(crate) async fn claim(
 /// are crossed within the invocation, and success is recorded here, not in a state of its own.
 pub(crate) async fn work(
     deps: &Deps,
-    job_id: &str,
+    job_id: &JobId,
     lease: &TaskLease,
     loops: u32,
     deadline: Instant,
@@ -65,7 +65,7 @@ pub(crate) async fn work(
 /// `running → succeeded` with the result `run` stored (fenced).
 async fn complete(
     deps: &Deps,
-    job_id: &str,
+    job_id: &JobId,
     lease: &Lease,
     run: &RunOutput,
 ) -> Result<(), StageError> {
@@ -98,7 +98,7 @@ async fn complete(
 
 async fn run(
     deps: &Deps,
-    job_id: &str,
+    job_id: &JobId,
     lease: &TaskLease,
     loops: u32,
     deadline: Instant,

@@ -12,6 +12,8 @@
 //!
 //! An unknown id and another tenant's id read the same (404), so job ids leak nothing.
 
+pub mod lambda;
+
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
@@ -183,7 +185,7 @@ impl std::fmt::Debug for Deps {
 /// Runs in a `job` span ([`logs`]): the principal from the token; the job id, attempt and
 /// owner once the caller's job is read (a listing is about no one job).
 pub async fn handle(deps: &Deps, request: Request) -> Response<Body> {
-    let span = logs::job_span(None, None, principal(&request).as_deref());
+    let span = logs::job_span(None, None, principal(&request).as_ref());
     async {
         let result = match route_key(&request).as_deref() {
             Some("GET /openapi.json") => Ok(openapi()),
@@ -237,8 +239,8 @@ fn fallback(method: &Method, path: &str) -> Problem {
 async fn owned_view(deps: &Deps, request: &Request) -> Result<JobView, Problem> {
     let owner = principal(request).ok_or_else(Problem::unauthorized)?;
     let job_id = path_job_id(request)?;
-    logs::record_job_id(&tracing::Span::current(), job_id.as_ref());
-    let view = deps.jobs.view(job_id.as_ref()).await.map_err(|err| {
+    logs::record_job_id(&tracing::Span::current(), &job_id);
+    let view = deps.jobs.view(&job_id).await.map_err(|err| {
         tracing::error!(error = %err, "reading the job failed");
         Problem::internal()
     })?;
@@ -437,7 +439,7 @@ pub fn render(view: &JobView) -> serde_json::Value {
         body["summary"] = summary.clone();
     }
     if let Some(retry_of) = &job.retry_of {
-        body["retry_of"] = retry_of.clone().into();
+        body["retry_of"] = retry_of.as_str().into();
     }
     if let Some(resumed) = &job.resumed_from {
         // A retry that started from the retried job's last checkpoint.

@@ -8,10 +8,10 @@ use longhaul_aws::jobs::{DeliveryRecord, JobRecord, ResumedFrom, TransitionReque
 use longhaul_aws::ports::{DeliveryLog, JobCreation, JobReads, JobTransitions, Warm};
 use longhaul_domain::admission::{Priority, WaitReason, Waiting};
 use longhaul_domain::webhooks::DeliveryOutcome;
-use longhaul_domain::{Cancellation, JobError, Timestamp};
+use longhaul_domain::{Cancellation, JobError, JobId, Owner, Timestamp};
 use longhaul_memory::api::{ApiRequest, json_of};
 use longhaul_memory::contract::pending_job;
-use longhaul_memory::{MemoryJobStore, MemoryObjects, MemorySigningKey};
+use longhaul_memory::{MemoryJobStore, MemoryObjects, MemorySigningKey, nth_job, owner};
 use secrecy::SecretString;
 
 const KEY: &str = "stream-token-key";
@@ -44,9 +44,9 @@ fn at(seconds_ago: i64) -> Timestamp {
 impl World {
     /// A job of `owner`'s, created `age` seconds ago, brought to `status` the way the other
     /// functions bring it there.
-    async fn job_aged(&self, owner: &str, status: JobStatus, age: i64) -> String {
+    async fn job_aged(&self, owner: &Owner, status: JobStatus, age: i64) -> JobId {
         let job = pending_job(owner, at(age));
-        let id = job.job_id.to_string();
+        let id = job.job_id.clone();
         self.jobs.put_job(&job).await.unwrap();
         let path: &[JobStatus] = match status {
             JobStatus::Pending => &[],
@@ -78,7 +78,7 @@ impl World {
                         "cancellation",
                         Cancellation {
                             requested_at: Timestamp::now(),
-                            requested_by: owner.into(),
+                            requested_by: owner.clone(),
                             reason: Some("no longer needed".into()),
                         },
                     )
@@ -91,11 +91,11 @@ impl World {
         id
     }
 
-    async fn job(&self, owner: &str, status: JobStatus) -> String {
+    async fn job(&self, owner: &Owner, status: JobStatus) -> JobId {
         self.job_aged(owner, status, 60).await
     }
 
-    async fn record(&self, id: &str) -> JobRecord {
+    async fn record(&self, id: &JobId) -> JobRecord {
         self.jobs.job(id).await.unwrap().unwrap()
     }
 
@@ -103,12 +103,12 @@ impl World {
         handle(&self.deps, request.build()).await
     }
 
-    async fn get(&self, owner: &str, id: &str) -> Response<Body> {
-        self.call(get_job(owner, id)).await
+    async fn get(&self, principal: &str, id: &str) -> Response<Body> {
+        self.call(get_job(principal, id)).await
     }
 
-    async fn list(&self, owner: &str, query: &[(&str, &str)]) -> Response<Body> {
-        let mut request = ApiRequest::new("GET", "/jobs", owner).route("GET /jobs");
+    async fn list(&self, principal: &str, query: &[(&str, &str)]) -> Response<Body> {
+        let mut request = ApiRequest::new("GET", "/jobs", principal).route("GET /jobs");
         for (name, value) in query {
             request = request.query(name, value);
         }
@@ -116,13 +116,17 @@ impl World {
     }
 }
 
-fn get_job(owner: &str, id: &str) -> ApiRequest {
-    ApiRequest::new("GET", &format!("/jobs/{id}"), owner).route("GET /jobs/{id}").param("id", id)
+/// `GET /jobs/{id}` as API Gateway passes it: the token's principal and the path's id as sent
+/// (so are [`on_job`]'s and [`World::list`]'s).
+fn get_job(principal: &str, id: &str) -> ApiRequest {
+    ApiRequest::new("GET", &format!("/jobs/{id}"), principal)
+        .route("GET /jobs/{id}")
+        .param("id", id)
 }
 
-fn on_job(route: &str, owner: &str, id: &str) -> ApiRequest {
+fn on_job(route: &str, principal: &str, id: &str) -> ApiRequest {
     let path = route.trim_start_matches("GET ").replace("{id}", id);
-    ApiRequest::new("GET", &path, owner).route(route).param("id", id)
+    ApiRequest::new("GET", &path, principal).route(route).param("id", id)
 }
 
 fn header<'a>(response: &'a Response<Body>, name: &str) -> Option<&'a str> {
@@ -139,7 +143,7 @@ fn problem_type(response: &Response<Body>) -> String {
 async fn a_live_job_is_not_cached_says_when_to_poll_and_links_its_stream() {
     let w = world();
     for status in [JobStatus::Pending, JobStatus::Queued, JobStatus::Running] {
-        let id = w.job("alice", status).await;
+        let id = w.job(&owner("alice"), status).await;
         let response = w.get("alice", &id).await;
         assert_eq!(response.status(), 200, "{status}");
         assert_eq!(header(&response, "cache-control"), Some("no-store"));
@@ -160,7 +164,7 @@ async fn a_live_job_is_not_cached_says_when_to_poll_and_links_its_stream() {
         assert_eq!(grant.owner, "alice");
         assert!((now + STREAM_TOKEN_TTL_SECONDS - grant.expires).abs() <= 2, "15 minutes");
         assert!(
-            stream_token::verify(KEY.as_bytes(), token, "another-job", now).is_err(),
+            stream_token::verify(KEY.as_bytes(), token, &JobId::new(), now).is_err(),
             "the link is for this job only"
         );
         // A live job is never answered 304, whatever the client holds.
@@ -173,7 +177,7 @@ async fn a_live_job_is_not_cached_says_when_to_poll_and_links_its_stream() {
 async fn the_stream_links_lifetime_is_configurable() {
     let mut w = world();
     w.deps.stream_token_ttl_seconds = 5;
-    let id = w.job("alice", JobStatus::Running).await;
+    let id = w.job(&owner("alice"), JobStatus::Running).await;
     let view = json_of(&w.get("alice", &id).await);
     let token = view["events_url"].as_str().unwrap().rsplit("token=").next().unwrap().to_owned();
     let now = chrono::Utc::now().timestamp();
@@ -184,7 +188,7 @@ async fn the_stream_links_lifetime_is_configurable() {
 #[tokio::test]
 async fn a_running_jobs_view_shows_its_last_progress_write() {
     let w = world();
-    let id = w.job("alice", JobStatus::Running).await;
+    let id = w.job(&owner("alice"), JobStatus::Running).await;
     let before = json_of(&w.get("alice", &id).await);
     assert_eq!(before["progress"]["pct"], 0.0, "no write yet: unknown");
     assert!(before["progress"]["stage"].is_null());
@@ -224,7 +228,7 @@ async fn a_running_jobs_view_shows_its_last_progress_write() {
 #[tokio::test]
 async fn a_terminal_job_is_cacheable_by_its_etag_and_revalidates_to_304() {
     let w = world();
-    let id = w.job("alice", JobStatus::Succeeded).await;
+    let id = w.job(&owner("alice"), JobStatus::Succeeded).await;
     w.jobs.put_progress(
         &id,
         ProgressRecord { pct: 90.0, items_done: 9, items_total: Some(10), ..Default::default() },
@@ -258,7 +262,7 @@ async fn a_terminal_job_is_cacheable_by_its_etag_and_revalidates_to_304() {
 #[tokio::test]
 async fn failed_cancelled_and_expired_views_say_how_the_job_ended() {
     let w = world();
-    let failed = w.job("alice", JobStatus::Failed).await;
+    let failed = w.job(&owner("alice"), JobStatus::Failed).await;
     w.jobs.put_progress(
         &failed,
         ProgressRecord { pct: 20.0, eta_seconds: Some(9), ..Default::default() },
@@ -268,14 +272,14 @@ async fn failed_cancelled_and_expired_views_say_how_the_job_ended() {
     assert!(view["progress"]["eta"].is_null(), "it will not complete");
     assert_eq!(view["progress"]["pct"], 20.0);
 
-    let cancelled = w.job("alice", JobStatus::Cancelled).await;
+    let cancelled = w.job(&owner("alice"), JobStatus::Cancelled).await;
     let response = w.get("alice", &cancelled).await;
     assert!(header(&response, "etag").is_some());
     let view = json_of(&response);
     assert_eq!(view["cancellation"]["requested_by"], "alice");
     assert_eq!(view["cancellation"]["reason"], "no longer needed");
 
-    let expired = w.job("alice", JobStatus::Expired).await;
+    let expired = w.job(&owner("alice"), JobStatus::Expired).await;
     let view = json_of(&w.get("alice", &expired).await);
     assert_eq!(view["status"], "expired");
     assert!(view.get("result_url").is_none(), "the result is gone");
@@ -291,16 +295,14 @@ async fn failed_cancelled_and_expired_views_say_how_the_job_ended() {
 #[tokio::test]
 async fn optional_fields_show_only_while_they_apply() {
     let w = world();
-    let id = w.job("alice", JobStatus::Queued).await;
+    let id = w.job(&owner("alice"), JobStatus::Queued).await;
     let mut job = w.record(&id).await;
     job.retry_at = Some(at(-30));
     job.last_error = Some(JobError { code: "Job.Retryable".into(), message: "timeout".into() });
-    job.retry_of = Some("01J00000000000000000000000".into());
-    job.resumed_from = Some(ResumedFrom {
-        job_id: "01J00000000000000000000000".into(),
-        stage: "render".into(),
-        items_done: 7,
-    });
+    let retried = nth_job(1);
+    job.retry_of = Some(retried.clone());
+    job.resumed_from =
+        Some(ResumedFrom { job_id: retried.clone(), stage: "render".into(), items_done: 7 });
     job.callback_url = Some("https://hooks.example/done".into());
     job.not_before = Some(at(-3600));
     job.priority = Priority::High;
@@ -308,7 +310,7 @@ async fn optional_fields_show_only_while_they_apply() {
     let view = json_of(&w.get("alice", &id).await);
     assert_eq!(view["retry_at"], job.retry_at.unwrap().to_string());
     assert_eq!(view["last_error"], json!({"code": "Job.Retryable", "message": "timeout"}));
-    assert_eq!(view["retry_of"], "01J00000000000000000000000");
+    assert_eq!(view["retry_of"], retried.as_str());
     assert_eq!(view["resumed_from"], json!({"stage": "render", "items_done": 7}));
     assert_eq!(view["callback_url"], "https://hooks.example/done");
     assert_eq!(view["not_before"], job.not_before.unwrap().to_string());
@@ -323,7 +325,7 @@ async fn optional_fields_show_only_while_they_apply() {
     let view = json_of(&w.get("alice", &id).await);
     assert!(view.get("retry_at").is_none() && view.get("last_error").is_none(), "{view}");
 
-    let pending = w.job("alice", JobStatus::Pending).await;
+    let pending = w.job(&owner("alice"), JobStatus::Pending).await;
     let mut job = w.record(&pending).await;
     job.waiting = Some(Waiting {
         reason: WaitReason::TenantLimit,
@@ -347,7 +349,7 @@ const JOB_ROUTES: [&str; 3] =
 #[tokio::test]
 async fn another_tenants_job_and_unknown_ids_read_the_same_404() {
     let w = world();
-    let id = w.job("alice", JobStatus::Succeeded).await;
+    let id = w.job(&owner("alice"), JobStatus::Succeeded).await;
     for route in JOB_ROUTES {
         for (who, target) in
             [("mallory", id.as_str()), ("alice", "01J00000000000000000000000"), ("alice", "nope")]
@@ -364,19 +366,29 @@ async fn another_tenants_job_and_unknown_ids_read_the_same_404() {
 #[tokio::test]
 async fn a_request_without_a_principal_is_401() {
     let w = world();
-    let id = w.job("alice", JobStatus::Succeeded).await;
+    let id = w.job(&owner("alice"), JobStatus::Succeeded).await;
     for route in JOB_ROUTES {
         let response = w.call(on_job(route, "alice", &id).anonymous()).await;
         assert_eq!(response.status(), 401, "{route}");
     }
     let list = ApiRequest::new("GET", "/jobs", "alice").route("GET /jobs").anonymous();
     assert_eq!(w.call(list).await.status(), 401);
+    // A principal that is no owner (empty, a control character, too long) is no principal:
+    // the same problem, whoever the job's owner is.
+    let anonymous = json_of(&w.call(get_job("alice", &id).anonymous()).await);
+    let too_long = "a".repeat(Owner::MAX_BYTES + 1);
+    for principal in ["", "alice\u{7}", too_long.as_str()] {
+        let response = w.call(get_job(principal, &id)).await;
+        assert_eq!(response.status(), 401, "{principal:?}");
+        assert_eq!(json_of(&response), anonymous, "{principal:?}");
+        assert_eq!(w.list(principal, &[]).await.status(), 401, "{principal:?}");
+    }
 }
 
 #[tokio::test]
 async fn a_failing_table_is_a_500_that_names_nothing_inside() {
     let w = world();
-    let id = w.job("alice", JobStatus::Succeeded).await;
+    let id = w.job(&owner("alice"), JobStatus::Succeeded).await;
     w.jobs.set_unavailable(true);
     let mut responses = Vec::new();
     for route in JOB_ROUTES {
@@ -412,23 +424,23 @@ impl SigningKey for Unreadable {
 async fn an_unreadable_stream_key_fails_a_live_view_but_not_a_terminal_one() {
     let mut w = world();
     w.deps.stream_token_key = Arc::new(Unreadable);
-    let live = w.job("alice", JobStatus::Running).await;
+    let live = w.job(&owner("alice"), JobStatus::Running).await;
     let response = w.get("alice", &live).await;
     assert_eq!(response.status(), 500);
     let text = String::from_utf8_lossy(response.body().as_ref()).to_string();
     assert!(!text.contains("secret"), "{text}");
-    let done = w.job("alice", JobStatus::Succeeded).await;
+    let done = w.job(&owner("alice"), JobStatus::Succeeded).await;
     assert_eq!(w.get("alice", &done).await.status(), 200, "a terminal job links no stream");
 }
 
 // GET /jobs
 
-fn ids_of(response: &Response<Body>) -> Vec<String> {
+fn ids_of(response: &Response<Body>) -> Vec<JobId> {
     json_of(response)["jobs"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|j| j["job_id"].as_str().unwrap().to_owned())
+        .map(|j| j["job_id"].as_str().unwrap().parse().unwrap())
         .collect()
 }
 
@@ -437,16 +449,16 @@ async fn the_listing_is_the_callers_jobs_newest_first_paged_to_its_end() {
     let w = world();
     let mut ids = Vec::new();
     for age in (1..=5).rev() {
-        ids.push(w.job_aged("alice", JobStatus::Pending, age * 10).await);
+        ids.push(w.job_aged(&owner("alice"), JobStatus::Pending, age * 10).await);
     }
-    w.job("bob", JobStatus::Pending).await;
-    let newest_first: Vec<String> = ids.iter().rev().cloned().collect();
+    w.job(&owner("bob"), JobStatus::Pending).await;
+    let newest_first: Vec<JobId> = ids.iter().rev().cloned().collect();
 
     let first = w.list("alice", &[("limit", "2")]).await;
     assert_eq!(first.status(), 200);
     assert_eq!(header(&first, "cache-control"), Some("no-store"));
     let summary = &json_of(&first)["jobs"][0];
-    assert_eq!(summary["job_id"], newest_first[0]);
+    assert_eq!(summary["job_id"], newest_first[0].as_str());
     assert_eq!(summary["type"], "demo");
     assert_eq!(summary["status"], "pending");
     assert_eq!(summary["status_url"], format!("/jobs/{}", newest_first[0]));
@@ -475,7 +487,7 @@ async fn the_listing_is_the_callers_jobs_newest_first_paged_to_its_end() {
 async fn a_page_holds_twenty_jobs_unless_asked_otherwise() {
     let w = world();
     for age in 0..(DEFAULT_PAGE as i64 + 1) {
-        w.job_aged("alice", JobStatus::Pending, age + 1).await;
+        w.job_aged(&owner("alice"), JobStatus::Pending, age + 1).await;
     }
     let page = w.list("alice", &[]).await;
     assert_eq!(ids_of(&page).len(), DEFAULT_PAGE);
@@ -489,8 +501,8 @@ async fn a_page_holds_twenty_jobs_unless_asked_otherwise() {
 #[tokio::test]
 async fn the_listing_filters_by_status_and_type() {
     let w = world();
-    let queued = w.job("alice", JobStatus::Queued).await;
-    let pending = w.job("alice", JobStatus::Pending).await;
+    let queued = w.job(&owner("alice"), JobStatus::Queued).await;
+    let pending = w.job(&owner("alice"), JobStatus::Pending).await;
     let mut report = w.record(&pending).await;
     report.job_type = "csv_report".into();
     w.jobs.put_record(report);
@@ -514,9 +526,9 @@ async fn the_listing_filters_by_status_and_type() {
 #[tokio::test]
 async fn bad_query_values_are_400() {
     let w = world();
-    w.job("alice", JobStatus::Pending).await;
-    w.job("bob", JobStatus::Pending).await;
-    w.job("bob", JobStatus::Pending).await;
+    w.job(&owner("alice"), JobStatus::Pending).await;
+    w.job(&owner("bob"), JobStatus::Pending).await;
+    w.job(&owner("bob"), JobStatus::Pending).await;
     let bobs = w.list("bob", &[("limit", "1")]).await;
     let bobs_cursor = json_of(&bobs)["next_cursor"].as_str().unwrap().to_owned();
     let too_many = (MAX_PAGE + 1).to_string();
@@ -545,7 +557,7 @@ async fn bad_query_values_are_400() {
 #[tokio::test]
 async fn a_succeeded_jobs_result_is_a_303_to_a_fresh_link() {
     let w = world();
-    let id = w.job("alice", JobStatus::Succeeded).await;
+    let id = w.job(&owner("alice"), JobStatus::Succeeded).await;
     let response = w.call(on_job("GET /jobs/{id}/result", "alice", &id)).await;
     assert_eq!(response.status(), 303);
     let location = header(&response, "location").unwrap();
@@ -565,17 +577,17 @@ async fn a_result_that_is_not_there_is_409_or_410() {
         JobStatus::Failed,
         JobStatus::Cancelled,
     ] {
-        let id = w.job("alice", status).await;
+        let id = w.job(&owner("alice"), status).await;
         let response = w.call(on_job("GET /jobs/{id}/result", "alice", &id)).await;
         assert_eq!(response.status(), 409, "{status}");
         assert_eq!(json_of(&response)["status_now"], status.as_str());
     }
-    let expired = w.job("alice", JobStatus::Expired).await;
+    let expired = w.job(&owner("alice"), JobStatus::Expired).await;
     let response = w.call(on_job("GET /jobs/{id}/result", "alice", &expired)).await;
     assert_eq!(response.status(), 410);
     assert_eq!(problem_type(&response), "/problems/result-expired");
     // A succeeded job without a result key (a record this version did not write).
-    let odd = w.job("alice", JobStatus::Succeeded).await;
+    let odd = w.job(&owner("alice"), JobStatus::Succeeded).await;
     let mut job = w.record(&odd).await;
     job.result_key = None;
     w.jobs.put_record(job);
@@ -587,7 +599,7 @@ async fn a_result_that_is_not_there_is_409_or_410() {
 #[tokio::test]
 async fn a_failing_presigner_is_a_500() {
     let w = world();
-    let id = w.job("alice", JobStatus::Succeeded).await;
+    let id = w.job(&owner("alice"), JobStatus::Succeeded).await;
     w.objects.set_unavailable(true);
     let response = w.call(on_job("GET /jobs/{id}/result", "alice", &id)).await;
     assert_eq!(response.status(), 500);
@@ -599,7 +611,7 @@ async fn a_failing_presigner_is_a_500() {
 #[tokio::test]
 async fn deliveries_are_listed_oldest_first() {
     let w = world();
-    let id = w.job("alice", JobStatus::Succeeded).await;
+    let id = w.job(&owner("alice"), JobStatus::Succeeded).await;
     let empty = w.call(on_job("GET /jobs/{id}/deliveries", "alice", &id)).await;
     assert_eq!(empty.status(), 200);
     assert_eq!(json_of(&empty), json!({"job_id": id, "deliveries": []}));
@@ -690,7 +702,7 @@ async fn another_method_on_a_known_path_is_405_with_allow_and_anything_else_404(
 #[tokio::test]
 async fn a_kinds_summary_shows_beside_the_result() {
     let w = world();
-    let id = w.job("alice", JobStatus::Succeeded).await;
+    let id = w.job(&owner("alice"), JobStatus::Succeeded).await;
     let view = json_of(&w.get("alice", &id).await);
     assert!(view.get("summary").is_none(), "no summary unless the kind gave one: {view}");
     let mut job = w.jobs.job(&id).await.unwrap().unwrap();
@@ -703,7 +715,7 @@ async fn a_kinds_summary_shows_beside_the_result() {
 #[tokio::test]
 async fn progress_says_what_its_numbers_count() {
     let w = world();
-    let id = w.job("alice", JobStatus::Running).await;
+    let id = w.job(&owner("alice"), JobStatus::Running).await;
     let view = json_of(&w.get("alice", &id).await);
     assert_eq!(view["progress"]["unit"], "items", "the default unit: {view}");
     let mut job = w.jobs.job(&id).await.unwrap().unwrap();

@@ -11,7 +11,7 @@ use longhaul_aws::logs;
 use longhaul_aws::metrics::{self, Metric};
 use longhaul_domain::admission::Priority;
 use longhaul_domain::fingerprint::is_derived_key;
-use longhaul_domain::{JobId, JobStatus, Timestamp};
+use longhaul_domain::{JobId, JobStatus, Owner, Timestamp};
 use longhaul_worker::DynKind;
 
 use crate::Deps;
@@ -19,6 +19,7 @@ use crate::enqueue::enqueue;
 use crate::limits::{charge, within_backlog};
 use crate::record::new_job;
 use crate::response::{accepted, internal};
+use crate::submission::uploads_present;
 
 /// How long a claimed idempotency key whose job record is not written yet counts as "the
 /// original request is still being processed" (→ `409`). After it, the claimant is taken for
@@ -28,29 +29,34 @@ pub const IN_FLIGHT_WINDOW: Duration = Duration::from_secs(10);
 
 /// What a submission asks for, validated.
 pub(crate) struct NewJob<'a> {
-    pub(crate) owner: &'a str,
+    pub(crate) owner: &'a Owner,
     pub(crate) kind: &'a dyn DynKind,
     pub(crate) params: &'a serde_json::Value,
     pub(crate) callback_url: &'a Option<String>,
     pub(crate) key: &'a str,
     pub(crate) fingerprint: &'a str,
-    pub(crate) retry_of: Option<&'a str>,
+    pub(crate) retry_of: Option<&'a JobId>,
     /// A delayed start (as stored), or `None` to start at once.
     pub(crate) not_before: Option<Timestamp>,
     /// Its order among the owner's waiting jobs.
     pub(crate) priority: Priority,
     /// A retry from the retried job's last checkpoint: that job, and its progress record.
-    pub(crate) resume: Option<(String, ProgressRecord)>,
+    pub(crate) resume: Option<(JobId, ProgressRecord)>,
+    /// The uploads its params read (each one of the owner's), checked to exist only by the
+    /// request that creates the job ([`uploads_present`]).
+    pub(crate) inputs: &'a [String],
 }
 
-/// A retry that resumes gets, before its record is written (and so before it can be
-/// dispatched), the progress record of the job it retries (`JobCreation::seed_progress`). If
-/// that write fails, it runs from the start, and its record says so (no `resumed_from`).
+/// A retry that resumes gets, once it holds its idempotency key and before its record is
+/// written (and so before it can be dispatched), the progress record of the job it retries
+/// (`JobCreation::seed_progress`). If that write fails, it runs from the start, and its record
+/// says so (no `resumed_from`). Seeded only by the request that writes the job: a request that
+/// finds the key taken seeds nothing (a seed for a job never written would be an orphan).
 async fn resumable(deps: &Deps, mut job: JobRecord, new: &NewJob<'_>) -> JobRecord {
     if let Some((from, progress)) = &new.resume
         && let Err(err) = deps.jobs.seed_progress(&job.job_id, progress).await
     {
-        tracing::warn!(error = %err, retry_of = from, "seeding the retry's progress failed; it runs from the start");
+        tracing::warn!(error = %err, retry_of = from.as_str(), "seeding the retry's progress failed; it runs from the start");
         job.resumed_from = None;
     }
     job
@@ -77,17 +83,17 @@ pub(crate) async fn create(deps: &Deps, new: &NewJob<'_>) -> Result<Response<Bod
     let mut replacing: Option<JobId> = None;
     // A reused key races at most a few times (another request replacing the same failed job).
     for _ in 0..4 {
-        let job = resumable(deps, new_job(deps, new, JobId::new()), new).await;
+        let job = new_job(deps, new, JobId::new());
         logs::current_job(&job);
         let record = IdempotencyRecord {
-            job_id: job.job_id.to_string(),
+            job_id: job.job_id.clone(),
             fingerprint: new.fingerprint.to_owned(),
             created_at: job.created_at,
             expires_at: chrono::Utc::now().timestamp() + deps.idempotency_ttl.as_secs() as i64,
         };
         let existing =
-            match deps.jobs.claim_key(new.owner, new.key, &record, replacing.as_deref()).await {
-                Ok(()) => return create_claimed(deps, new, &job).await,
+            match deps.jobs.claim_key(new.owner, new.key, &record, replacing.as_ref()).await {
+                Ok(()) => return create_claimed(deps, new, job).await,
                 Err(StoreError::KeyTaken(existing)) => existing,
                 Err(StoreError::Conflict { .. }) => {
                     replacing = None; // the record we meant to replace expired: claim afresh
@@ -121,6 +127,9 @@ pub(crate) async fn create(deps: &Deps, new: &NewJob<'_>) -> Result<Response<Bod
                     Problem::internal()
                 };
                 let job_id = existing.job_id.parse().map_err(|e| corrupt(&e))?;
+                // Its uploads are checked as the request that claimed the key would have; one
+                // that is gone is refused (the claim stays, the next request finds it again).
+                uploads_present(deps, new.inputs).await?;
                 let mut job = resumable(deps, new_job(deps, new, job_id), new).await;
                 job.created_at = existing.created_at;
                 logs::current_job(&job);
@@ -182,31 +191,41 @@ fn key_taken(key: &str, job: Option<JobRecord>, claimed_recently: bool) -> KeyTa
     }
 }
 
-/// Creates the job whose key this request has just claimed: charges the tenant's submission
-/// rate, writes the job record, enqueues it and answers `202`.
+/// Creates the job whose key this request has just claimed: checks that its uploads exist,
+/// charges the tenant's submission rate, seeds a resumed retry's progress, writes the job
+/// record, enqueues it and answers `202`.
 ///
-/// The charge comes before the job's write, not beside it: once the job record exists,
-/// requests with the same key answer with it ([`KeyTaken::Replay`]), so it must not be
-/// written by a request that may still be refused. Refused, the request gives its claim back
-/// (only if it still names this request's job) and has written nothing else.
+/// The checks and the charge come before the job's write, not beside it: once the job record
+/// exists, requests with the same key answer with it ([`KeyTaken::Replay`]), so it must not
+/// be written by a request that may still be refused. Refused, the request gives its claim
+/// back (only if it still names this request's job) and has written nothing else. They come
+/// after the claim, so that a replay (which finds the key taken) answers as the original did
+/// without them: no HEAD of an upload it no longer needs, which may be gone by then.
 async fn create_claimed(
     deps: &Deps,
     new: &NewJob<'_>,
-    job: &JobRecord,
+    job: JobRecord,
 ) -> Result<Response<Body>, Problem> {
-    let admitted = match within_backlog(deps, new.owner).await {
-        Ok(()) => charge(deps, new.owner).await,
-        Err(refused) => Err(refused),
-    };
+    let admitted = async {
+        uploads_present(deps, new.inputs).await?;
+        within_backlog(deps, new.owner).await?;
+        charge(deps, new.owner).await
+    }
+    .await;
     if let Err(refused) = admitted {
         deps.jobs.release_key(new.owner, new.key, &job.job_id).await.map_err(internal)?;
         return Err(refused);
     }
+    let job = &resumable(deps, job, new).await;
     match deps.jobs.put_job(job).await {
         Ok(()) => {
             metrics::count(Metric::JobsSubmitted, job);
             // Never the params, the callback URL or the idempotency key (see `longhaul_aws::logs`).
-            tracing::info!(job_type = job.job_type, retry_of = job.retry_of, "submitted");
+            tracing::info!(
+                job_type = job.job_type,
+                retry_of = job.retry_of.as_ref().map(JobId::as_str),
+                "submitted"
+            );
             enqueue(deps, job).await;
             Ok(accepted(StatusCode::ACCEPTED, job, false))
         }
@@ -292,7 +311,7 @@ mod tests {
             );
         }
         let expired = job_in(JobStatus::Expired);
-        let derived = derived_idempotency_key("alice", "f");
+        let derived = derived_idempotency_key(&"alice".parse().unwrap(), "f");
         assert_eq!(
             key_taken(&derived, Some(expired.clone()), false),
             KeyTaken::Replace(expired.job_id.clone())

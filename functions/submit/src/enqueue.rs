@@ -13,7 +13,7 @@ use crate::Deps;
 /// minutes); a later start is not enqueued now: the reaper enqueues it 15 minutes before
 /// (its pending index entry is keyed then — `longhaul_domain::schedule`).
 pub(crate) async fn enqueue(deps: &Deps, job: &JobRecord) {
-    let now = chrono::Utc::now();
+    let now = deps.clock.now();
     let start = job.not_before.map(Timestamp::as_datetime);
     let delay = match start {
         Some(at) if (at - now).num_seconds() > schedule::MAX_SQS_DELAY_SECONDS => {
@@ -23,7 +23,7 @@ pub(crate) async fn enqueue(deps: &Deps, job: &JobRecord) {
         Some(at) => schedule::sqs_delay(at, now),
         None => 0,
     };
-    let message = DispatchMessage { job_id: job.job_id.to_string() };
+    let message = DispatchMessage { job_id: job.job_id.clone() };
     if let Err(err) = deps.intake.send_delayed(&message, delay, &job.owner).await {
         tracing::error!(error = %err, "enqueueing failed; the job stays pending for the reaper");
     }

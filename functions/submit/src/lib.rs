@@ -14,6 +14,8 @@
 //! (backlog cap and rate), `record` (the new job's record), `enqueue` (its dispatch message),
 //! `response` (the answers).
 
+pub mod lambda;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,7 +25,9 @@ use longhaul_aws::jobs::JobStore;
 use longhaul_aws::limits::SubmissionLimiter;
 use longhaul_aws::logs;
 use longhaul_aws::objects::ObjectStore;
-use longhaul_aws::ports::{DispatchQueue, JobCreation, JobReads, RateLimits, UploadPresence};
+use longhaul_aws::ports::{
+    Clock, DispatchQueue, JobCreation, JobReads, RateLimits, SystemClock, UploadPresence,
+};
 use longhaul_aws::queue::IntakeQueue;
 use longhaul_domain::callback::CallbackPolicy;
 use longhaul_domain::policy::PolicyOverrides;
@@ -82,6 +86,8 @@ pub struct Deps {
     pub policy_overrides: PolicyOverrides,
     /// Jobs one principal may have not yet running (0: no cap).
     pub max_pending: usize,
+    /// What time it is: what a delayed start counts from, and how long its message waits.
+    pub clock: Arc<dyn Clock>,
 }
 
 impl Deps {
@@ -107,6 +113,7 @@ impl Deps {
             callbacks: CallbackPolicy { allow_insecure: config.allow_insecure_callbacks },
             max_pending: config.max_pending,
             policy_overrides: config.policy_overrides.clone(),
+            clock: Arc::new(SystemClock),
         }
     }
 }
@@ -116,7 +123,7 @@ impl Deps {
 /// Runs in a `job` span ([`logs`]): the principal from the token, the job id once minted (or
 /// found under the idempotency key) and its attempt — 0 for a job that has not run yet.
 pub async fn handle(deps: &Deps, request: Request) -> Response<Body> {
-    let span = logs::job_span(None, None, principal(&request).as_deref());
+    let span = logs::job_span(None, None, principal(&request).as_ref());
     async {
         let result = match route_key(&request).as_deref() {
             Some("POST /jobs/{id}/retry") => retry(deps, &request).await,

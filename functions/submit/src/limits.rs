@@ -3,6 +3,7 @@
 use lambda_http::http::{StatusCode, header};
 use longhaul_aws::api::Problem;
 use longhaul_aws::limits::Admission;
+use longhaul_domain::Owner;
 
 use crate::Deps;
 use crate::response::internal;
@@ -13,7 +14,7 @@ pub const BACKLOG_RETRY_AFTER_SECONDS: u64 = 60;
 
 /// Refuses (`429`) a submission of `owner` whose jobs not yet running are at the cap; checked
 /// before the rate is charged, so a refused submission writes nothing.
-pub(crate) async fn within_backlog(deps: &Deps, owner: &str) -> Result<(), Problem> {
+pub(crate) async fn within_backlog(deps: &Deps, owner: &Owner) -> Result<(), Problem> {
     if deps.max_pending == 0 {
         return Ok(());
     }
@@ -40,7 +41,7 @@ pub(crate) async fn within_backlog(deps: &Deps, owner: &str) -> Result<(), Probl
 }
 
 /// Counts a submission of `owner` against its per-minute limit, or refuses it (`429`).
-pub(crate) async fn charge(deps: &Deps, owner: &str) -> Result<(), Problem> {
+pub(crate) async fn charge(deps: &Deps, owner: &Owner) -> Result<(), Problem> {
     match deps.limiter.charge(owner).await {
         Ok(Admission::Admitted) => Ok(()),
         Ok(Admission::Limited { retry_after }) => {

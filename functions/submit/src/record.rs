@@ -21,7 +21,7 @@ pub(crate) fn new_job(deps: &Deps, new: &NewJob<'_>, job_id: JobId) -> JobRecord
     let now = Timestamp::now();
     JobRecord {
         job_id,
-        owner: new.owner.to_owned(),
+        owner: new.owner.clone(),
         job_type: new.kind.name().to_owned(),
         params: new.params.clone(),
         status: JobStatus::Pending,
@@ -43,7 +43,7 @@ pub(crate) fn new_job(deps: &Deps, new: &NewJob<'_>, job_id: JobId) -> JobRecord
             reason: "submitted".into(),
         }],
         injected_failures: 0,
-        retry_of: new.retry_of.map(str::to_owned),
+        retry_of: new.retry_of.cloned(),
         cancellation: None,
         continuations: 0,
         dispatches: 0,

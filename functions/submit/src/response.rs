@@ -22,7 +22,7 @@ pub(crate) fn accepted(status: StatusCode, job: &JobRecord, replay: bool) -> Res
         "created_at": job.created_at,
     });
     if let Some(retry_of) = &job.retry_of {
-        body["retry_of"] = retry_of.clone().into();
+        body["retry_of"] = retry_of.as_str().into();
     }
     let mut response = json_response(status, &body);
     let headers = response.headers_mut();

@@ -18,7 +18,7 @@ use crate::{Deps, MAX_BODY_BYTES};
 /// answers with the job the first retry created (unless that one failed too).
 pub(crate) async fn retry(deps: &Deps, request: &Request) -> Result<Response<Body>, Problem> {
     let owner = principal(request).ok_or_else(Problem::unauthorized)?;
-    let job_id = path_job_id(request)?.to_string();
+    let job_id = path_job_id(request)?;
     // Until the new job is minted, the lines are about the one being retried.
     logs::record_job_id(&tracing::Span::current(), &job_id);
     let from = retry_from(request)?;
@@ -55,6 +55,9 @@ pub(crate) async fn retry(deps: &Deps, request: &Request) -> Result<Response<Bod
             .progress
             .filter(|p| from == RetryFrom::Checkpoint && p.checkpoint_key.is_some())
             .map(|p| (job_id.clone(), p)),
+        // The retried job's inputs are not checked again (as before the presence check
+        // moved into `create`): a retry whose upload is gone fails when its stage reads it.
+        inputs: &[],
     };
     create(deps, &new).await
 }

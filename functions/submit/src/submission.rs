@@ -3,11 +3,11 @@
 use lambda_http::http::StatusCode;
 use lambda_http::{Body, Request, Response};
 use longhaul_aws::api::{Problem, json_body, principal};
-use longhaul_domain::Timestamp;
 use longhaul_domain::admission::Priority;
 use longhaul_domain::fingerprint::{derived_idempotency_key, fingerprint, submission_fingerprint};
 use longhaul_domain::schedule;
 use longhaul_domain::uploads::owns_upload;
+use longhaul_domain::{Owner, Timestamp};
 use serde::Deserialize;
 use serde_json::json;
 
@@ -50,7 +50,9 @@ pub(crate) async fn submit(deps: &Deps, request: &Request) -> Result<Response<Bo
             Problem::bad_request(format!("The body does not match the job submission schema: {e}"))
         })?;
     let (kind, inputs) = check_spec(deps, &body.job_type, &body.params)?;
-    check_uploads(deps, &owner, &inputs).await?;
+    // Whether they are there is checked only by the request that creates the job (`create`):
+    // a replay answers as the original did, without a HEAD.
+    owns_uploads(&owner, &inputs)?;
     let callback_url = match &body.callback_url {
         Some(url) => Some(validate_callback_url(url, &deps.callbacks).await?),
         None => None,
@@ -58,7 +60,7 @@ pub(crate) async fn submit(deps: &Deps, request: &Request) -> Result<Response<Bo
     let not_before = schedule::not_before(
         body.delay_seconds.as_ref(),
         body.not_before.as_deref(),
-        chrono::Utc::now(),
+        deps.clock.now(),
     )
     .map_err(|e| Problem::unprocessable("invalid-start", "Invalid delayed start", e.to_string()))?;
     let priority = match &body.priority {
@@ -117,34 +119,40 @@ pub(crate) async fn submit(deps: &Deps, request: &Request) -> Result<Response<Bo
         not_before: not_before.map(Timestamp::from),
         priority,
         resume: None,
+        inputs: &inputs,
     };
     create(deps, &new).await
 }
 
-/// Every upload the job's params name is one of `owner`'s and exists: one that is not there
-/// is refused as one of someone else's is — the same 404, nothing written — instead of a job
-/// accepted only to fail when its stage reads it. One HEAD request per input.
-pub(crate) async fn check_uploads(
-    deps: &Deps,
-    owner: &str,
-    inputs: &[String],
-) -> Result<(), Problem> {
-    let not_found = || {
-        Problem::new(
-            StatusCode::NOT_FOUND,
-            "upload-not-found",
-            "Upload not found",
-            "The job's params name an upload that is not one of yours, or that was never uploaded; create one with POST /uploads and PUT the file to its URL.",
-        )
-    };
-    // Someone else's upload reads exactly like one that does not exist.
+/// The answer to a job whose params name an upload that is someone else's or is not there:
+/// the same 404 for both.
+fn upload_not_found() -> Problem {
+    Problem::new(
+        StatusCode::NOT_FOUND,
+        "upload-not-found",
+        "Upload not found",
+        "The job's params name an upload that is not one of yours, or that was never uploaded; create one with POST /uploads and PUT the file to its URL.",
+    )
+}
+
+/// Every upload the job's params name is one of `owner`'s (no request): someone else's upload
+/// reads exactly like one that does not exist ([`uploads_present`]).
+fn owns_uploads(owner: &Owner, inputs: &[String]) -> Result<(), Problem> {
     if inputs.iter().any(|input| !owns_upload(owner, input)) {
-        return Err(not_found());
+        return Err(upload_not_found());
     }
+    Ok(())
+}
+
+/// Every upload a new job's params name exists: one that is not there is refused as one of
+/// someone else's is — the same 404, nothing written — instead of a job accepted only to fail
+/// when its stage reads it. One HEAD request per input, made only by the request that is
+/// about to create the job (see `create`), never by a replay.
+pub(crate) async fn uploads_present(deps: &Deps, inputs: &[String]) -> Result<(), Problem> {
     for input in inputs {
         match deps.uploads.exists(input).await {
             Ok(true) => {}
-            Ok(false) => return Err(not_found()),
+            Ok(false) => return Err(upload_not_found()),
             Err(err) => {
                 tracing::error!(error = %err, "checking an upload failed");
                 return Err(Problem::internal());

@@ -4,7 +4,7 @@
 use super::*;
 
 use longhaul_aws::jobs::JobRecord;
-use longhaul_domain::{JobId, JobStatus, Timestamp};
+use longhaul_domain::{JobId, JobStatus, Owner, Timestamp};
 use serde_json::json;
 
 /// A job record as submit writes it, in `status`.
@@ -34,7 +34,9 @@ use longhaul_aws::ports::{JobCreation, JobListing, JobReads};
 use longhaul_domain::fingerprint::{retry_idempotency_key, submission_fingerprint};
 use longhaul_domain::uploads::owner_prefix;
 use longhaul_memory::api::{ApiRequest, json_of};
-use longhaul_memory::{MemoryDispatchQueue, MemoryJobStore, MemoryObjects, MemoryRateLimits};
+use longhaul_memory::{
+    ManualClock, MemoryDispatchQueue, MemoryJobStore, MemoryObjects, MemoryRateLimits, owner,
+};
 use serde_json::Value;
 
 struct World {
@@ -42,6 +44,8 @@ struct World {
     limits: Arc<MemoryRateLimits>,
     queue: Arc<MemoryDispatchQueue>,
     uploads: Arc<MemoryObjects>,
+    /// The handler's clock: standing still at the time the world was made, unless moved.
+    clock: Arc<ManualClock>,
     deps: Deps,
 }
 
@@ -52,6 +56,7 @@ fn world_limited(per_minute: u32, max_pending: usize) -> World {
     let limits = Arc::new(MemoryRateLimits::new(per_minute));
     let queue = Arc::new(MemoryDispatchQueue::new());
     let uploads = Arc::new(MemoryObjects::new());
+    let clock = Arc::new(ManualClock::new());
     let deps = Deps {
         jobs: jobs.clone(),
         limiter: limits.clone(),
@@ -62,8 +67,9 @@ fn world_limited(per_minute: u32, max_pending: usize) -> World {
         callbacks: longhaul_domain::callback::CallbackPolicy { allow_insecure: false },
         policy_overrides: Default::default(),
         max_pending,
+        clock: clock.clone(),
     };
-    World { jobs, limits, queue, uploads, deps }
+    World { jobs, limits, queue, uploads, clock, deps }
 }
 
 fn world() -> World {
@@ -88,18 +94,21 @@ fn header_of<'r>(response: &'r Response<Body>, name: &str) -> Option<&'r str> {
 }
 
 impl World {
-    async fn post(&self, owner: &str, body: &Value, key: Option<&str>) -> Response<Body> {
-        let mut request = ApiRequest::new("POST", "/jobs", owner).route("POST /jobs").json(body);
+    /// `POST /jobs` from `principal`, as API Gateway passes it.
+    async fn post(&self, principal: &str, body: &Value, key: Option<&str>) -> Response<Body> {
+        let mut request =
+            ApiRequest::new("POST", "/jobs", principal).route("POST /jobs").json(body);
         if let Some(key) = key {
             request = request.header("idempotency-key", key);
         }
         handle(&self.deps, request.build()).await
     }
 
-    async fn retry(&self, owner: &str, job_id: &str, body: Option<Value>) -> Response<Body> {
-        let mut request = ApiRequest::new("POST", &format!("/jobs/{job_id}/retry"), owner)
+    /// `POST /jobs/{id}/retry` from `principal`, with the path's id as sent.
+    async fn retry(&self, principal: &str, id: &str, body: Option<Value>) -> Response<Body> {
+        let mut request = ApiRequest::new("POST", &format!("/jobs/{id}/retry"), principal)
             .route("POST /jobs/{id}/retry")
-            .param("id", job_id);
+            .param("id", id);
         if let Some(body) = body {
             request = request.json(&body);
         }
@@ -107,35 +116,55 @@ impl World {
     }
 
     /// Submits `body` and answers the new job's id (asserting the 202).
-    async fn submitted(&self, owner: &str, body: &Value, key: Option<&str>) -> String {
-        let response = self.post(owner, body, key).await;
+    async fn submitted(&self, principal: &str, body: &Value, key: Option<&str>) -> JobId {
+        let response = self.post(principal, body, key).await;
         assert_eq!(response.status(), 202, "{}", json_of(&response));
-        json_of(&response)["job_id"].as_str().unwrap().to_owned()
+        json_of(&response)["job_id"].as_str().unwrap().parse().unwrap()
     }
 
-    async fn record(&self, job_id: &str) -> JobRecord {
+    async fn record(&self, job_id: &JobId) -> JobRecord {
         self.jobs.job(job_id).await.unwrap().expect("the job is written")
     }
 
     /// Sets the job's status as it stands (what its run did meanwhile).
-    async fn set_status(&self, job_id: &str, status: JobStatus) {
+    async fn set_status(&self, job_id: &JobId, status: JobStatus) {
         let record = self.record(job_id).await;
         self.jobs.put_record(JobRecord { status, ..record });
     }
 
     /// The ids of `owner`'s jobs, newest first.
-    async fn jobs_of(&self, owner: &str) -> Vec<String> {
+    async fn jobs_of(&self, owner: &Owner) -> Vec<JobId> {
         let (page, _) = self.jobs.list(owner, &ListFilter::default(), 100, None).await.unwrap();
-        page.into_iter().map(|entry| entry.job_id.to_string()).collect()
+        page.into_iter().map(|entry| entry.job_id).collect()
     }
 
     /// The jobs enqueued: id, delay, owner.
-    fn enqueued(&self) -> Vec<(String, u32, String)> {
+    fn enqueued(&self) -> Vec<(JobId, u32, Owner)> {
         self.queue.sent().into_iter().map(|(m, delay, owner)| (m.job_id, delay, owner)).collect()
     }
 
-    async fn key(&self, owner: &str, key: &str) -> Option<IdempotencyRecord> {
+    async fn key(&self, owner: &Owner, key: &str) -> Option<IdempotencyRecord> {
         self.jobs.idempotency(owner, key).await.unwrap()
+    }
+
+    /// Leaves the job a checkpoint of its `work` stage, 7 items in: what a retry resumes from.
+    fn checkpointed(&self, id: &JobId) {
+        self.jobs.put_progress(
+            id,
+            ProgressRecord {
+                stage: "work".into(),
+                items_done: 7,
+                checkpoint_key: Some(format!("checkpoints/{id}/1")),
+                ..Default::default()
+            },
+        )
+    }
+
+    /// The jobs that have a progress record, in order.
+    fn with_progress(&self) -> Vec<JobId> {
+        let mut ids = self.jobs.progress_ids();
+        ids.sort();
+        ids
     }
 }
 
@@ -145,7 +174,7 @@ async fn a_new_job_is_accepted_written_once_and_enqueued() {
     let response = w.post("alice", &demo(), None).await;
     assert_eq!(response.status(), 202);
     let body = json_of(&response);
-    let id = body["job_id"].as_str().unwrap().to_owned();
+    let id = body["job_id"].as_str().unwrap().parse::<JobId>().unwrap();
     let location = format!("/jobs/{id}");
     assert_eq!(header_of(&response, "location"), Some(location.as_str()));
     assert_eq!(header_of(&response, "retry-after"), Some("2"));
@@ -167,9 +196,10 @@ async fn a_new_job_is_accepted_written_once_and_enqueued() {
         Some(stored_policy(w.deps.registry.get("demo").unwrap(), &Default::default()))
     );
     assert!(job.not_before.is_none() && job.retry_of.is_none() && job.callback_url.is_none());
-    assert_eq!(w.jobs_of("alice").await, [id.as_str()], "written once");
-    assert_eq!(w.enqueued(), [(id.clone(), 0, "alice".to_owned())], "enqueued at once");
-    let key = w.key("alice", &job.idempotency_key).await.expect("its derived key is claimed");
+    assert_eq!(w.jobs_of(&owner("alice")).await, [id.as_str()], "written once");
+    assert_eq!(w.enqueued(), [(id.clone(), 0, owner("alice"))], "enqueued at once");
+    let key =
+        w.key(&owner("alice"), &job.idempotency_key).await.expect("its derived key is claimed");
     assert_eq!(key.job_id, id);
 }
 
@@ -209,7 +239,7 @@ async fn a_replay_answers_200_with_the_same_job_and_counts_nothing() {
     let w = world_limited(1, 10_000);
     let first = w.post("alice", &demo(), Some("order-42")).await;
     assert_eq!(first.status(), 202);
-    let id = json_of(&first)["job_id"].as_str().unwrap().to_owned();
+    let id = json_of(&first)["job_id"].as_str().unwrap().parse::<JobId>().unwrap();
     for _ in 0..2 {
         let again = w.post("alice", &demo(), Some("order-42")).await;
         assert_eq!(again.status(), 200);
@@ -217,7 +247,7 @@ async fn a_replay_answers_200_with_the_same_job_and_counts_nothing() {
         assert_eq!(json_of(&again)["job_id"], id.as_str());
         assert_eq!(header_of(&again, "location"), Some(format!("/jobs/{id}").as_str()));
     }
-    assert_eq!(w.jobs_of("alice").await, [id.as_str()]);
+    assert_eq!(w.jobs_of(&owner("alice")).await, [id.as_str()]);
     assert_eq!(w.enqueued().len(), 1, "enqueued once");
     // The same request without a key is replayed by its derived key (another tenant's is not).
     let unkeyed = world();
@@ -239,8 +269,12 @@ async fn the_same_key_for_another_request_is_422_and_changes_nothing() {
     let response = w.post("alice", &other, Some("order-42")).await;
     assert_eq!(response.status(), 422);
     assert_eq!(problem_type(&response), "/problems/idempotency-key-reused");
-    assert_eq!(w.jobs_of("alice").await, [id.as_str()]);
-    assert_eq!(w.key("alice", "order-42").await.unwrap().job_id, id, "the key names the first");
+    assert_eq!(w.jobs_of(&owner("alice")).await, [id.as_str()]);
+    assert_eq!(
+        w.key(&owner("alice"), "order-42").await.unwrap().job_id,
+        id,
+        "the key names the first"
+    );
     assert_eq!(w.enqueued().len(), 1);
 }
 
@@ -249,31 +283,34 @@ async fn a_key_claimed_by_a_request_still_in_flight_is_409_and_one_left_behind_i
     let w = world();
     let fingerprint = submission_fingerprint("demo", &json!({"items": 1}), None);
     let claim = |job_id: &JobId, created_at: chrono::DateTime<chrono::Utc>| IdempotencyRecord {
-        job_id: job_id.to_string(),
+        job_id: job_id.clone(),
         fingerprint: fingerprint.clone(),
         created_at: Timestamp::from(created_at),
         expires_at: chrono::Utc::now().timestamp() + 3600,
     };
     let young = JobId::new();
-    w.jobs.claim_key("alice", "young", &claim(&young, chrono::Utc::now()), None).await.unwrap();
+    w.jobs
+        .claim_key(&owner("alice"), "young", &claim(&young, chrono::Utc::now()), None)
+        .await
+        .unwrap();
     let response = w.post("alice", &demo(), Some("young")).await;
     assert_eq!(response.status(), 409);
     assert_eq!(problem_type(&response), "/problems/request-in-flight");
     assert_eq!(header_of(&response, "retry-after"), Some("1"));
-    assert!(w.jobs_of("alice").await.is_empty());
+    assert!(w.jobs_of(&owner("alice")).await.is_empty());
     assert!(w.enqueued().is_empty());
 
     // A claim older than the window whose job was never written: this request finishes it,
     // under the recorded id and creation time.
     let claimed_at = chrono::Utc::now() - chrono::Duration::seconds(60);
     let old = JobId::new();
-    w.jobs.claim_key("alice", "old", &claim(&old, claimed_at), None).await.unwrap();
+    w.jobs.claim_key(&owner("alice"), "old", &claim(&old, claimed_at), None).await.unwrap();
     let response = w.post("alice", &demo(), Some("old")).await;
     assert_eq!(response.status(), 202);
     assert_eq!(json_of(&response)["job_id"], old.as_str());
-    let job = w.record(old.as_str()).await;
+    let job = w.record(&old).await;
     assert_eq!(job.created_at.to_rfc3339(), Timestamp::from(claimed_at).to_rfc3339());
-    assert_eq!(w.enqueued(), [(old.to_string(), 0, "alice".to_owned())]);
+    assert_eq!(w.enqueued(), [(old.clone(), 0, owner("alice"))]);
 }
 
 #[tokio::test]
@@ -284,7 +321,7 @@ async fn a_failed_or_cancelled_jobs_key_is_taken_by_a_new_job() {
         w.set_status(&first, ended).await;
         let second = w.submitted("alice", &demo(), Some("order-42")).await;
         assert_ne!(first, second, "{ended:?}");
-        assert_eq!(w.key("alice", "order-42").await.unwrap().job_id, second);
+        assert_eq!(w.key(&owner("alice"), "order-42").await.unwrap().job_id, second);
         w.set_status(&second, ended).await;
     }
     assert_eq!(w.enqueued().len(), 4);
@@ -305,7 +342,7 @@ async fn a_failed_job_is_retried_as_a_new_job_linked_to_it_once() {
     assert_eq!(response.status(), 202);
     let body = json_of(&response);
     assert_eq!(body["retry_of"], failed.as_str());
-    let retried = body["job_id"].as_str().unwrap().to_owned();
+    let retried = body["job_id"].as_str().unwrap().parse::<JobId>().unwrap();
     let job = w.record(&retried).await;
     assert_eq!(job.retry_of.as_deref(), Some(failed.as_str()));
     assert_eq!((job.params.clone(), job.priority.as_str()), (json!({"items": 3}), "high"));
@@ -317,28 +354,20 @@ async fn a_failed_job_is_retried_as_a_new_job_linked_to_it_once() {
     assert_eq!(again.status(), 200, "the same retry, replayed");
     assert_eq!(header_of(&again, "idempotent-replayed"), Some("true"));
     assert_eq!(json_of(&again)["job_id"], retried.as_str());
-    assert_eq!(w.jobs_of("alice").await.len(), 2);
+    assert_eq!(w.jobs_of(&owner("alice")).await.len(), 2);
 }
 
 #[tokio::test]
 async fn a_retry_resumes_from_the_checkpoint_unless_asked_to_start_over() {
     let w = world();
-    let checkpointed = |w: &World, id: &str| {
-        w.jobs.put_progress(
-            id,
-            ProgressRecord {
-                stage: "work".into(),
-                items_done: 7,
-                checkpoint_key: Some(format!("checkpoints/{id}/1")),
-                ..Default::default()
-            },
-        )
-    };
     let first = w.submitted("alice", &demo(), Some("a")).await;
     w.set_status(&first, JobStatus::Cancelled).await;
-    checkpointed(&w, &first);
-    let resumed =
-        json_of(&w.retry("alice", &first, None).await)["job_id"].as_str().unwrap().to_owned();
+    w.checkpointed(&first);
+    let resumed = json_of(&w.retry("alice", &first, None).await)["job_id"]
+        .as_str()
+        .unwrap()
+        .parse::<JobId>()
+        .unwrap();
     let job = w.record(&resumed).await;
     let from = job.resumed_from.expect("resumed");
     assert_eq!((from.job_id.as_str(), from.items_done), (first.as_str(), 7));
@@ -347,9 +376,9 @@ async fn a_retry_resumes_from_the_checkpoint_unless_asked_to_start_over() {
 
     let second = w.submitted("alice", &demo(), Some("b")).await;
     w.set_status(&second, JobStatus::Failed).await;
-    checkpointed(&w, &second);
+    w.checkpointed(&second);
     let response = w.retry("alice", &second, Some(json!({"from": "start"}))).await;
-    let fresh = json_of(&response)["job_id"].as_str().unwrap().to_owned();
+    let fresh = json_of(&response)["job_id"].as_str().unwrap().parse::<JobId>().unwrap();
     assert!(w.record(&fresh).await.resumed_from.is_none());
     assert!(w.jobs.progress(&fresh).is_none());
 }
@@ -374,9 +403,9 @@ async fn a_retry_is_refused_for_a_job_not_ended_in_failure_and_for_others_jobs()
     let response = w.retry("alice", &job, Some(json!({"from": "the middle"}))).await;
     assert_eq!(response.status(), 400);
     assert_eq!(problem_type(&response), "/problems/bad-request");
-    assert_eq!(w.jobs_of("alice").await, [job.as_str()], "no retry written");
-    assert!(w.key("alice", &retry_idempotency_key(&job)).await.is_none(), "no key claimed");
-    assert!(w.jobs_of("mallory").await.is_empty());
+    assert_eq!(w.jobs_of(&owner("alice")).await, [job.as_str()], "no retry written");
+    assert!(w.key(&owner("alice"), &retry_idempotency_key(&job)).await.is_none(), "no key claimed");
+    assert!(w.jobs_of(&owner("mallory")).await.is_empty());
     assert_eq!(w.enqueued().len(), 1);
 }
 
@@ -389,8 +418,8 @@ async fn a_retry_of_a_kind_switched_off_since_is_422_and_writes_nothing() {
     let response = w.retry("alice", &failed, None).await;
     assert_eq!(response.status(), 422);
     assert_eq!(problem_type(&response), "/problems/unknown-job-type");
-    assert_eq!(w.jobs_of("alice").await.len(), 1);
-    assert!(w.key("alice", &retry_idempotency_key(&failed)).await.is_none());
+    assert_eq!(w.jobs_of(&owner("alice")).await.len(), 1);
+    assert!(w.key(&owner("alice"), &retry_idempotency_key(&failed)).await.is_none());
 }
 
 #[tokio::test]
@@ -403,14 +432,14 @@ async fn the_rate_limit_refuses_with_retry_after_and_writes_nothing() {
     assert_eq!(problem_type(&response), "/problems/rate-limited");
     let retry_after: u64 = header_of(&response, "retry-after").unwrap().parse().unwrap();
     assert!((1..=60).contains(&retry_after), "{retry_after}");
-    assert_eq!(w.jobs_of("alice").await, [id]);
-    assert!(w.key("alice", "second").await.is_none(), "its key is given back");
+    assert_eq!(w.jobs_of(&owner("alice")).await, [id]);
+    assert!(w.key(&owner("alice"), "second").await.is_none(), "its key is given back");
     assert_eq!(w.enqueued().len(), 1);
     // A retry is a submission too.
-    let failed = w.jobs_of("alice").await.remove(0);
+    let failed = w.jobs_of(&owner("alice")).await.remove(0);
     w.set_status(&failed, JobStatus::Failed).await;
     assert_eq!(w.retry("alice", &failed, None).await.status(), 429);
-    assert!(w.key("alice", &retry_idempotency_key(&failed)).await.is_none());
+    assert!(w.key(&owner("alice"), &retry_idempotency_key(&failed)).await.is_none());
     // Another tenant has its own.
     assert_eq!(w.post("bob", &other, None).await.status(), 202);
 }
@@ -425,8 +454,8 @@ async fn a_full_backlog_refuses_with_backlog_full_before_charging_the_rate() {
     assert_eq!(problem_type(&response), "/problems/backlog-full");
     assert_eq!(header_of(&response, "retry-after"), Some("60"));
     assert_eq!(json_of(&response)["max_pending"], 1);
-    assert_eq!(w.jobs_of("alice").await, [first.as_str()]);
-    assert!(w.key("alice", "second").await.is_none());
+    assert_eq!(w.jobs_of(&owner("alice")).await, [first.as_str()]);
+    assert!(w.key(&owner("alice"), "second").await.is_none());
     assert_eq!(w.enqueued().len(), 1);
     // Once the first runs there is room; the refusal was not charged (two a minute).
     w.set_status(&first, JobStatus::Running).await;
@@ -441,7 +470,7 @@ async fn every_bad_input_is_a_problem_that_changes_nothing() {
         edit(&mut body);
         body
     };
-    let someone_elses = format!("{}0123/in.csv", owner_prefix("mallory"));
+    let someone_elses = format!("{}0123/in.csv", owner_prefix(&owner("mallory")));
     let cases: Vec<(&str, Value, u16, &str)> = vec![
         ("unknown field", with(&|b| b["bogus"] = json!(1)), 400, "bad-request"),
         ("unknown type", json!({"type": "nope"}), 422, "unknown-job-type"),
@@ -534,8 +563,8 @@ async fn every_bad_input_is_a_problem_that_changes_nothing() {
         assert_eq!(response.status(), status, "{what}: {}", json_of(&response));
         problem_type(&response);
     }
-    assert!(w.jobs_of("alice").await.is_empty(), "no job");
-    assert!(w.key("alice", "k").await.is_none(), "no key left claimed");
+    assert!(w.jobs_of(&owner("alice")).await.is_empty(), "no job");
+    assert!(w.key(&owner("alice"), "k").await.is_none(), "no key left claimed");
     assert!(w.enqueued().is_empty(), "nothing enqueued");
 }
 
@@ -548,8 +577,8 @@ async fn a_failing_table_is_a_500_that_names_nothing_and_writes_nothing() {
     assert_eq!(problem_type(&response), "/problems/internal");
     assert!(!json_of(&response).to_string().contains("unavailable"), "nothing inside is named");
     w.jobs.set_unavailable(false);
-    assert!(w.jobs_of("alice").await.is_empty());
-    assert!(w.key("alice", "k").await.is_none());
+    assert!(w.jobs_of(&owner("alice")).await.is_empty());
+    assert!(w.key(&owner("alice"), "k").await.is_none());
     assert!(w.enqueued().is_empty());
     assert_eq!(w.post("alice", &demo(), Some("k")).await.status(), 202, "the retry goes through");
 }
@@ -560,8 +589,8 @@ async fn a_failing_rate_limiter_is_a_500_that_gives_its_key_back() {
     w.limits.set_unavailable(true);
     let response = w.post("alice", &demo(), Some("k")).await;
     assert_eq!(response.status(), 500);
-    assert!(w.jobs_of("alice").await.is_empty());
-    assert!(w.key("alice", "k").await.is_none());
+    assert!(w.jobs_of(&owner("alice")).await.is_empty());
+    assert!(w.key(&owner("alice"), "k").await.is_none());
     assert!(w.enqueued().is_empty());
     w.limits.set_unavailable(false);
     assert_eq!(w.post("alice", &demo(), Some("k")).await.status(), 202);
@@ -573,15 +602,15 @@ async fn a_failed_enqueue_still_accepts_the_job_and_leaves_it_pending_for_the_re
     w.queue.set_unavailable(true);
     let response = w.post("alice", &demo(), Some("k")).await;
     assert_eq!(response.status(), 202, "the job is durable: the answer is settled");
-    let id = json_of(&response)["job_id"].as_str().unwrap().to_owned();
+    let id = json_of(&response)["job_id"].as_str().unwrap().parse::<JobId>().unwrap();
     assert!(w.enqueued().is_empty());
     // What the reaper's pending sweep finds it by: pending, never dispatched, in the backlog.
     let job = w.record(&id).await;
     assert_eq!((job.status, job.dispatches, job.enqueues), (JobStatus::Pending, 0, 0));
     let pending = ListFilter { status: Some(JobStatus::Pending), job_type: None };
-    let (listed, _) = w.jobs.list("alice", &pending, 10, None).await.unwrap();
+    let (listed, _) = w.jobs.list(&owner("alice"), &pending, 10, None).await.unwrap();
     assert_eq!(listed.len(), 1);
-    assert_eq!(w.jobs.backlog("alice", 10).await.unwrap(), 1);
+    assert_eq!(w.jobs.backlog(&owner("alice"), 10).await.unwrap(), 1);
     // A replay answers with it, and enqueues nothing either.
     w.queue.set_unavailable(false);
     let again = w.post("alice", &demo(), Some("k")).await;
@@ -595,20 +624,20 @@ async fn a_failed_enqueue_still_accepts_the_job_and_leaves_it_pending_for_the_re
 #[tokio::test]
 async fn an_upload_of_ones_own_that_is_not_there_is_404_like_anyone_elses() {
     let w = world();
-    let own = format!("{}0123/in.csv", owner_prefix("alice"));
+    let own = format!("{}0123/in.csv", owner_prefix(&owner("alice")));
     let body =
         json!({"type": "csv_report", "params": {"input": own, "metrics": [{"op": "count"}]}});
     let response = w.post("alice", &body, Some("k1")).await;
     assert_eq!(response.status(), 404, "named but never uploaded");
     assert_eq!(problem_type(&response), "/problems/upload-not-found");
-    assert!(w.jobs_of("alice").await.is_empty(), "nothing written");
-    assert!(w.key("alice", "k1").await.is_none(), "no key claimed");
+    assert!(w.jobs_of(&owner("alice")).await.is_empty(), "nothing written");
+    assert!(w.key(&owner("alice"), "k1").await.is_none(), "no key claimed");
     assert!(w.enqueued().is_empty());
 
     // Once the file is there, the same request is accepted.
     w.uploads.insert(&own, b"a,b\n1,2\n", "text/csv");
     assert_eq!(w.post("alice", &body, Some("k1")).await.status(), 202);
-    assert_eq!(w.jobs_of("alice").await.len(), 1);
+    assert_eq!(w.jobs_of(&owner("alice")).await.len(), 1);
 
     // A bucket that cannot answer is a 500 naming nothing, and nothing is written.
     w.uploads.set_unavailable(true);
@@ -616,5 +645,110 @@ async fn an_upload_of_ones_own_that_is_not_there_is_404_like_anyone_elses() {
     assert_eq!(response.status(), 500);
     let text = String::from_utf8_lossy(response.body().as_ref()).to_string();
     assert!(!text.contains("unavailable") && !text.contains("upload"), "{text}");
-    assert_eq!(w.jobs_of("alice").await.len(), 1);
+    assert_eq!(w.jobs_of(&owner("alice")).await.len(), 1);
+}
+
+#[tokio::test]
+async fn a_replay_checks_no_upload_and_answers_as_the_original_after_it_is_deleted() {
+    use longhaul_aws::ports::ObjectCleanup;
+    let w = world();
+    let own = format!("{}0123/in.csv", owner_prefix(&owner("alice")));
+    w.uploads.insert(&own, b"a,b\n1,2\n", "text/csv");
+    let body =
+        json!({"type": "csv_report", "params": {"input": own, "metrics": [{"op": "count"}]}});
+    let id = w.submitted("alice", &body, Some("k")).await;
+    assert_eq!(w.uploads.heads(), 1, "the request that creates the job checks its upload");
+    let again = w.post("alice", &body, Some("k")).await;
+    assert_eq!(
+        (again.status().as_u16(), json_of(&again)["job_id"].as_str()),
+        (200, Some(id.as_str()))
+    );
+    assert_eq!(w.uploads.heads(), 1, "a replay makes no HEAD");
+
+    // The owner deletes the input once the job has read it: a replay still answers with the
+    // job, as the original request did — not 404 — and asks nothing of the bucket.
+    w.uploads.delete_prefix(&own).await.unwrap();
+    let replay = w.post("alice", &body, Some("k")).await;
+    assert_eq!(replay.status(), 200, "{}", json_of(&replay));
+    assert_eq!(header_of(&replay, "idempotent-replayed"), Some("true"));
+    assert_eq!(json_of(&replay)["job_id"], id.as_str());
+    assert_eq!(w.uploads.heads(), 1, "no HEAD");
+    // A new request for it is checked, refused, and gives its key back.
+    let other = w.post("alice", &body, Some("k2")).await;
+    assert_eq!(other.status(), 404);
+    assert_eq!(problem_type(&other), "/problems/upload-not-found");
+    assert_eq!(w.uploads.heads(), 2);
+    assert!(w.key(&owner("alice"), "k2").await.is_none(), "its key is given back");
+    assert_eq!(w.jobs_of(&owner("alice")).await, [id.as_str()]);
+    assert_eq!(w.enqueued().len(), 1);
+}
+
+#[tokio::test]
+async fn a_refused_or_replayed_resuming_retry_seeds_no_progress() {
+    // Two submissions a minute: the original and its first retry.
+    let w = world_limited(2, 10_000);
+    let first = w.submitted("alice", &demo(), Some("a")).await;
+    w.set_status(&first, JobStatus::Failed).await;
+    w.checkpointed(&first);
+    let retried = w.retry("alice", &first, None).await;
+    assert_eq!(retried.status(), 202);
+    let retried = json_of(&retried)["job_id"].as_str().unwrap().parse::<JobId>().unwrap();
+    assert!(w.jobs.progress(&retried).is_some(), "the retry resumes from the checkpoint");
+    let mut expected = vec![first.clone(), retried.clone()];
+    expected.sort();
+    assert_eq!(w.with_progress(), expected);
+
+    // Replayed: answered with the retry, and no progress seeded for a job never written.
+    let again = w.retry("alice", &first, None).await;
+    assert_eq!(again.status(), 200);
+    assert_eq!(json_of(&again)["job_id"], retried.as_str());
+    assert_eq!(w.with_progress(), expected, "a replay seeds nothing");
+
+    // Refused (the minute's submissions are used): it seeds nothing either.
+    w.set_status(&retried, JobStatus::Failed).await;
+    w.checkpointed(&retried);
+    let refused = w.retry("alice", &retried, None).await;
+    assert_eq!(refused.status(), 429);
+    assert_eq!(w.with_progress(), expected, "a refused retry seeds nothing");
+}
+
+#[tokio::test]
+async fn a_delayed_start_counts_from_the_handlers_clock_to_the_second() {
+    use chrono::TimeZone;
+    let w = world();
+    // Not the machine's time: what the handler decides by is its clock.
+    let now = chrono::Utc.with_ymd_and_hms(2030, 1, 1, 12, 0, 0).unwrap();
+    w.clock.set(now);
+    let at =
+        |seconds: i64| longhaul_domain::format_rfc3339(now + chrono::Duration::seconds(seconds));
+    let start = |extra: Value| {
+        let mut body = json!({"type": "demo", "params": {"items": 1}});
+        body.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        body
+    };
+    let cases = [
+        ("a delay", start(json!({"delay_seconds": 120})), Some(120), Some(120)),
+        ("a start within SQS's reach", start(json!({"not_before": at(900)})), Some(900), Some(900)),
+        ("a start beyond it: the reaper's", start(json!({"not_before": at(901)})), Some(901), None),
+        ("a start just past: at once", start(json!({"not_before": at(-60)})), None, Some(0)),
+    ];
+    for (what, body, ahead, delay) in cases {
+        let sent = w.enqueued().len();
+        let id = w.submitted("alice", &body, None).await;
+        let stored = w.record(&id).await.not_before.map(|at| at.as_datetime());
+        assert_eq!(stored, ahead.map(|s| now + chrono::Duration::seconds(s)), "{what}");
+        let enqueued = w.enqueued();
+        match delay {
+            Some(delay) => assert_eq!(enqueued[sent..], [(id, delay, owner("alice"))], "{what}"),
+            None => assert_eq!(enqueued.len(), sent, "{what}: not enqueued now"),
+        }
+    }
+    let past = w.post("alice", &start(json!({"not_before": at(-61)})), None).await;
+    assert_eq!(past.status(), 422, "further in the past than the tolerance");
+    assert_eq!(problem_type(&past), "/problems/invalid-start");
+    // Ten minutes later by the clock, a start ten minutes after `now` is due: at once.
+    w.clock.advance(std::time::Duration::from_secs(600));
+    let due = w.submitted("alice", &start(json!({"not_before": at(600)})), None).await;
+    assert_eq!(w.record(&due).await.not_before, None);
+    assert_eq!(w.enqueued().last(), Some(&(due, 0, owner("alice"))));
 }

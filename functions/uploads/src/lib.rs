@@ -3,6 +3,8 @@
 //! own uploads (checked at submission from the key alone). The caller declares the file's
 //! size, at most `LONGHAUL_MAX_UPLOAD_BYTES`, and the URL signs it: S3 takes no other length.
 
+pub mod lambda;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -83,7 +85,7 @@ struct UploadBody {
 /// belongs to no job yet (no `job_id`, no `attempt`).
 pub async fn handle(deps: &Deps, request: Request) -> Response<Body> {
     use tracing::Instrument;
-    let span = longhaul_aws::logs::job_span(None, None, principal(&request).as_deref());
+    let span = longhaul_aws::logs::job_span(None, None, principal(&request).as_ref());
     create(deps, &request).instrument(span).await.unwrap_or_else(Problem::into_response)
 }
 

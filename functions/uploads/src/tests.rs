@@ -3,8 +3,8 @@
 use super::*;
 
 use longhaul_domain::uploads::{owner_prefix, owns_upload};
-use longhaul_memory::MemoryObjects;
 use longhaul_memory::api::{ApiRequest, json_of};
+use longhaul_memory::{MemoryObjects, owner};
 
 const MAX: u64 = 1_000;
 
@@ -20,8 +20,9 @@ fn world() -> World {
 }
 
 impl World {
-    async fn upload(&self, owner: &str, body: serde_json::Value) -> Response<Body> {
-        handle(&self.deps, ApiRequest::new("POST", "/uploads", owner).json(&body).build()).await
+    /// `POST /uploads` from `principal`, as API Gateway passes it.
+    async fn upload(&self, principal: &str, body: serde_json::Value) -> Response<Body> {
+        handle(&self.deps, ApiRequest::new("POST", "/uploads", principal).json(&body).build()).await
     }
 }
 
@@ -41,10 +42,10 @@ async fn a_valid_request_gets_a_put_link_under_the_callers_own_prefix() {
     assert_eq!(response.status(), 201);
     let body = json_of(&response);
     let input = body["input"].as_str().unwrap();
-    assert!(input.starts_with(&owner_prefix("alice")), "{input}");
+    assert!(input.starts_with(&owner_prefix(&owner("alice"))), "{input}");
     assert!(input.ends_with("/data.csv"), "{input}");
-    assert!(owns_upload("alice", input), "a job of alice's may name it");
-    assert!(!owns_upload("mallory", input), "no one else's may");
+    assert!(owns_upload(&owner("alice"), input), "a job of alice's may name it");
+    assert!(!owns_upload(&owner("mallory"), input), "no one else's may");
     assert_eq!(body["method"], "PUT");
     let url = body["upload_url"].as_str().unwrap();
     assert!(url.contains(&format!("/{input}?")), "the link writes the input's key: {url}");
@@ -69,7 +70,10 @@ async fn each_request_gets_a_key_of_its_own() {
     let second = json_of(&w.upload("alice", csv(1)).await)["input"].clone();
     assert_ne!(first, second);
     let bob = json_of(&w.upload("bob", csv(1)).await)["input"].as_str().unwrap().to_owned();
-    assert!(bob.starts_with(&owner_prefix("bob")) && !owns_upload("alice", &bob), "{bob}");
+    assert!(
+        bob.starts_with(&owner_prefix(&owner("bob"))) && !owns_upload(&owner("alice"), &bob),
+        "{bob}"
+    );
 }
 
 #[tokio::test]

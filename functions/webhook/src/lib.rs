@@ -15,6 +15,8 @@
 //!   takes as long as its slowest delivery (≤ 12 s by default), not their sum, and one slow
 //!   partner cannot time the function out and have SQS redeliver everyone else's webhooks.
 
+pub mod lambda;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -25,7 +27,9 @@ use longhaul_aws::config::{ConfigError, Vars};
 use longhaul_aws::jobs::{DeliveryRecord, JobStore};
 use longhaul_aws::logs;
 use longhaul_aws::metrics::{self, Metric};
-use longhaul_aws::ports::{DeliveryLog, JobReads, WebhookDispatch, WebhookSecrets};
+use longhaul_aws::ports::{
+    Clock, DeliveryLog, JobReads, SystemClock, WebhookDispatch, WebhookSecrets,
+};
 use longhaul_aws::queue::{WebhookMessage, WebhookQueue};
 use longhaul_domain::callback::{CallbackPolicy, Host, check_address, parse_callback_url};
 use longhaul_domain::webhooks::{DeliveryOutcome, RetrySchedule, event_type, message_id, sign};
@@ -128,18 +132,17 @@ pub struct Deps {
     pub config: Config,
     /// Callback host resolution.
     pub resolver: Arc<dyn Resolver>,
+    /// What time it is: whether a message is due, when its retry is, which secrets sign.
+    pub clock: Arc<dyn Clock>,
     tls: Arc<rustls::ClientConfig>,
 }
 
-/// The TLS configuration of deliveries: rustls with ring and the system's roots.
+/// The TLS configuration of deliveries: rustls with ring and Mozilla's root certificates,
+/// compiled in (`webpki-roots`: the set the system stores of Debian and Amazon Linux are made
+/// from, already in the form rustls uses — reading and decoding the system store took more
+/// than half of this function's init; BENCHMARKS.md, "Cold start").
 pub fn tls_config() -> Result<rustls::ClientConfig, ConfigError> {
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in rustls_native_certs::load_native_certs().certs {
-        // A certificate the store cannot use is skipped, as every TLS client does.
-        if let Err(err) = roots.add(cert) {
-            tracing::debug!(error = %err, "skipping an unusable root certificate");
-        }
-    }
+    let roots = rustls::RootCertStore::from_iter(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     Ok(rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
@@ -170,6 +173,7 @@ impl Deps {
             dead_letters: Arc::new(WebhookQueue::new(sqs, config.dead_letter_url.clone())),
             config: config.clone(),
             resolver,
+            clock: Arc::new(SystemClock),
             tls: Arc::new(tls_config()?),
         })
     }
@@ -212,7 +216,8 @@ async fn process_record(deps: &Deps, record: &SqsMessage) -> Result<(), String> 
 /// One delivery attempt (or a hop of a long delay). Records the job's attempt and principal
 /// in the current `job` span.
 pub async fn process(deps: &Deps, message: &WebhookMessage) -> Result<(), String> {
-    let now = chrono::Utc::now().timestamp();
+    let at = deps.clock.now();
+    let now = at.timestamp();
     if message.not_before > now {
         let wait = (message.not_before - now) as u64;
         return deps.queue.send(message, wait).await.map_err(|e| e.to_string());
@@ -244,7 +249,7 @@ pub async fn process(deps: &Deps, message: &WebhookMessage) -> Result<(), String
     let body = serde_json::to_vec(&payload).expect("payloads serialise");
     let secrets = deps.jobs.webhook_secrets(&job.owner).await.map_err(|e| e.to_string())?;
     let signature = secrets
-        .active(Timestamp::now())
+        .active(at.into())
         .iter()
         .filter_map(|s| sign(&s.secret, &webhook_id, now, &body).ok())
         .collect::<Vec<_>>()

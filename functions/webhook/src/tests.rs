@@ -17,7 +17,7 @@ use longhaul_aws::jobs::{DeliveryRecord, JobRecord, RecordRetention};
 use longhaul_domain::webhooks::verify;
 use longhaul_domain::{JobError, JobStatus, Timestamp};
 use longhaul_memory::contract::pending_job;
-use longhaul_memory::{MemoryJobStore, MemoryWebhookQueue};
+use longhaul_memory::{ManualClock, MemoryJobStore, MemoryWebhookQueue, owner};
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
@@ -188,6 +188,9 @@ struct World {
     queue: Arc<MemoryWebhookQueue>,
     dead_letters: Arc<MemoryWebhookQueue>,
     dns: Arc<Dns>,
+    /// The deliverer's clock: standing still at the time the world was made, unless a test
+    /// moves it.
+    clock: Arc<ManualClock>,
     deps: Deps,
 }
 
@@ -196,15 +199,17 @@ fn world_with(config: Config, lookup: Lookup) -> World {
     let queue = Arc::new(MemoryWebhookQueue::new());
     let dead_letters = Arc::new(MemoryWebhookQueue::new());
     let dns = Dns::answering(lookup);
+    let clock = Arc::new(ManualClock::new());
     let deps = Deps {
         jobs: jobs.clone(),
         queue: queue.clone(),
         dead_letters: dead_letters.clone(),
         config,
         resolver: dns.clone(),
+        clock: clock.clone(),
         tls: Arc::new(tls_config().unwrap()),
     };
-    World { jobs, queue, dead_letters, dns, deps }
+    World { jobs, queue, dead_letters, dns, clock, deps }
 }
 
 /// The partner's host resolves to the local partner.
@@ -215,7 +220,7 @@ fn world() -> World {
 impl World {
     /// A job of [`OWNER`] that ended `status`, with `callback` (as submit stored it).
     fn ended(&self, status: JobStatus, callback: Option<&str>) -> JobRecord {
-        let mut job = pending_job(OWNER, Timestamp::now());
+        let mut job = pending_job(&owner(OWNER), Timestamp::now());
         job.status = status;
         job.attempt = 1;
         job.callback_url = callback.map(str::to_owned);
@@ -228,7 +233,7 @@ impl World {
     }
 
     async fn deliveries(&self, job: &JobRecord) -> Vec<DeliveryRecord> {
-        self.jobs.deliveries(job.job_id.as_str()).await.unwrap()
+        self.jobs.deliveries(&job.job_id).await.unwrap()
     }
 
     /// The one attempt recorded for `job`.
@@ -249,11 +254,14 @@ impl World {
 }
 
 fn message(job: &JobRecord, attempt: u32) -> WebhookMessage {
-    WebhookMessage { job_id: job.job_id.to_string(), status: job.status, attempt, not_before: 0 }
+    WebhookMessage { job_id: job.job_id.clone(), status: job.status, attempt, not_before: 0 }
 }
 
-fn now() -> i64 {
-    chrono::Utc::now().timestamp()
+impl World {
+    /// The deliverer's time, in epoch seconds (what `not_before` and signatures are in).
+    fn now(&self) -> i64 {
+        self.clock.now().timestamp()
+    }
 }
 
 #[tokio::test]
@@ -261,7 +269,6 @@ async fn a_2xx_is_delivered_once_signed_to_the_checked_address_and_recorded() {
     let w = world();
     let partner = Partner::start(Answer::Status(204)).await;
     let job = w.ended(JobStatus::Succeeded, Some(&partner.url("/hooks/longhaul?t=1")));
-    let before = now();
     process(&w.deps, &message(&job, 1)).await.unwrap();
 
     let received = partner.received();
@@ -275,10 +282,10 @@ async fn a_2xx_is_delivered_once_signed_to_the_checked_address_and_recorded() {
     assert_eq!(request.headers["content-type"], "application/json");
     assert_eq!(request.headers["user-agent"], "longhaul-webhooks/1");
     let id = &request.headers["webhook-id"];
-    assert_eq!(id, &message_id(job.job_id.as_str(), JobStatus::Succeeded));
+    assert_eq!(id, &message_id(&job.job_id, JobStatus::Succeeded));
     let timestamp: i64 = request.headers["webhook-timestamp"].parse().unwrap();
-    assert!((before..=now()).contains(&timestamp), "signed now: {timestamp}");
-    let secrets = w.jobs.webhook_secrets(OWNER).await.unwrap();
+    assert_eq!(timestamp, w.now(), "signed at the time it is sent");
+    let secrets = w.jobs.webhook_secrets(&owner(OWNER)).await.unwrap();
     let signature = &request.headers["webhook-signature"];
     assert!(verify(&secrets.secrets[0].secret, id, timestamp, &request.body, signature));
     assert!(!verify(&secrets.secrets[0].secret, id, timestamp + 1, &request.body, signature));
@@ -330,10 +337,10 @@ async fn a_failed_jobs_event_carries_its_error_and_no_result_link() {
 async fn during_a_rotation_the_old_and_the_new_secret_both_sign() {
     let w = world();
     let partner = Partner::start(Answer::Status(200)).await;
-    let old = w.jobs.webhook_secrets(OWNER).await.unwrap().secrets[0].secret.clone();
+    let old = w.jobs.webhook_secrets(&owner(OWNER)).await.unwrap().secrets[0].secret.clone();
     let overlap_until = Timestamp::from(chrono::Utc::now() + chrono::Duration::hours(1));
-    w.jobs.rotate_webhook_secret(OWNER, overlap_until).await.unwrap();
-    let new = w.jobs.webhook_secrets(OWNER).await.unwrap().secrets[0].secret.clone();
+    w.jobs.rotate_webhook_secret(&owner(OWNER), overlap_until).await.unwrap();
+    let new = w.jobs.webhook_secrets(&owner(OWNER)).await.unwrap().secrets[0].secret.clone();
     let job = w.ended(JobStatus::Cancelled, Some(&partner.url("/hook")));
     process(&w.deps, &message(&job, 1)).await.unwrap();
     let request = &partner.received()[0];
@@ -343,7 +350,8 @@ async fn during_a_rotation_the_old_and_the_new_secret_both_sign() {
     for secret in [&old, &new] {
         assert!(verify(secret, id, timestamp, &request.body, signature));
     }
-    let stranger = w.jobs.webhook_secrets("mallory").await.unwrap().secrets[0].secret.clone();
+    let stranger =
+        w.jobs.webhook_secrets(&owner("mallory")).await.unwrap().secrets[0].secret.clone();
     assert!(!verify(&stranger, id, timestamp, &request.body, signature), "another tenant's key");
 }
 
@@ -352,7 +360,6 @@ async fn a_5xx_is_retried_after_the_schedules_delay_with_the_same_webhook_id() {
     let w = world();
     let partner = Partner::start(Answer::Status(503)).await;
     let job = w.ended(JobStatus::Succeeded, Some(&partner.url("/hook")));
-    let before = now();
     process(&w.deps, &message(&job, 1)).await.unwrap();
     let attempt = w.attempt(&job).await;
     assert_eq!((attempt.status_code, attempt.outcome), (Some(503), DeliveryOutcome::Retrying));
@@ -360,7 +367,7 @@ async fn a_5xx_is_retried_after_the_schedules_delay_with_the_same_webhook_id() {
     assert_eq!(sent.len(), 1);
     let (next, delay) = &sent[0];
     assert_eq!((next.attempt, *delay), (2, 5), "attempt 2 after the schedule's first delay");
-    assert!((before + 5..=now() + 5).contains(&next.not_before), "{next:?}");
+    assert_eq!(next.not_before, w.now() + 5, "{next:?}");
     assert_eq!((next.job_id.as_str(), next.status), (job.job_id.as_str(), job.status));
     // Attempt 2 fails too: attempt 3 after the second delay, recorded beside the first.
     process(&w.deps, &WebhookMessage { not_before: 0, ..next.clone() }).await.unwrap();
@@ -506,7 +513,7 @@ async fn a_lookup_that_fails_hangs_or_finds_nothing_is_a_failed_attempt() {
 async fn a_delay_longer_than_a_hop_is_waited_out_without_reading_the_job() {
     let w = world();
     let job = w.ended(JobStatus::Succeeded, Some("http://partner.example.com/hook"));
-    let later = WebhookMessage { not_before: now() + 3_600, ..message(&job, 4) };
+    let later = WebhookMessage { not_before: w.now() + 3_600, ..message(&job, 4) };
     // The table is down: a hop does not read it.
     w.jobs.set_unavailable(true);
     process(&w.deps, &later).await.unwrap();
@@ -522,12 +529,39 @@ async fn a_delay_longer_than_a_hop_is_waited_out_without_reading_the_job() {
 }
 
 #[tokio::test]
+async fn a_delay_within_a_hop_is_waited_out_exactly_then_the_message_is_delivered() {
+    let w = world();
+    let job = w.ended(JobStatus::Succeeded, Some("http://partner.example.com/hook"));
+    // The table is down: a hop does not read it.
+    w.jobs.set_unavailable(true);
+    // Up to SQS's 15 minutes, a message waits exactly the rest of its delay, in one hop;
+    // beyond them, 15 minutes at a time.
+    for (ahead, delay) in [(1, 1), (300, 300), (899, 899), (900, 900), (901, 900)] {
+        let soon = WebhookMessage { not_before: w.now() + ahead, ..message(&job, 4) };
+        process(&w.deps, &soon).await.unwrap();
+        assert_eq!(w.queue.sent().last(), Some(&(soon, delay)), "{ahead} s ahead");
+    }
+    // Come back when due (a second early: one more hop, of that second), it is no longer
+    // held: it reads the job (here a table that is down, an error SQS redelivers).
+    let soon = WebhookMessage { not_before: w.now() + 300, ..message(&job, 4) };
+    w.clock.advance(Duration::from_secs(299));
+    process(&w.deps, &soon).await.unwrap();
+    assert_eq!(w.queue.sent().last(), Some(&(soon.clone(), 1)));
+    w.clock.advance(Duration::from_secs(1));
+    let hops = w.queue.sent().len();
+    assert!(process(&w.deps, &soon).await.is_err(), "due: the job is read");
+    assert_eq!(w.queue.sent().len(), hops, "no hop when due");
+    w.jobs.set_unavailable(false);
+    assert!(w.deliveries(&job).await.is_empty(), "no attempt while the table was down");
+}
+
+#[tokio::test]
 async fn a_job_that_is_gone_or_sends_no_webhook_is_dropped() {
     let w = world();
     let partner = Partner::start(Answer::Status(204)).await;
-    let gone = pending_job(OWNER, Timestamp::now());
+    let gone = pending_job(&owner(OWNER), Timestamp::now());
     let gone = WebhookMessage {
-        job_id: gone.job_id.to_string(),
+        job_id: gone.job_id.clone(),
         status: JobStatus::Succeeded,
         attempt: 1,
         not_before: 0,
@@ -565,7 +599,7 @@ async fn failures_of_the_table_or_the_queues_are_errors_for_sqs_to_redeliver() {
     assert!(process(&w.deps, &message(&job, 3)).await.is_err());
     assert_eq!(w.attempt(&job).await.outcome, DeliveryOutcome::DeadLettered);
     // A hop that cannot be queued.
-    let later = WebhookMessage { not_before: now() + 3_600, ..message(&job, 2) };
+    let later = WebhookMessage { not_before: w.now() + 3_600, ..message(&job, 2) };
     assert!(process(&w.deps, &later).await.is_err());
 }
 

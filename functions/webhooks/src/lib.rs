@@ -9,6 +9,8 @@
 //! winner's. Secrets are [`SecretString`](longhaul_domain::webhooks::SecretString)s, exposed
 //! here only to be returned to their owner.
 
+pub mod lambda;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,7 +19,7 @@ use lambda_http::{Body, Request, Response};
 use longhaul_aws::api::{Problem, json_response, principal, route_key};
 use longhaul_aws::config::{ConfigError, Vars};
 use longhaul_aws::jobs::{JobStore, MAX_ACTIVE_SECRETS, Rotation, SecretsRecord};
-use longhaul_aws::ports::WebhookSecrets;
+use longhaul_aws::ports::{Clock, SystemClock, WebhookSecrets};
 use longhaul_domain::Timestamp;
 use longhaul_domain::webhooks::ExposeSecret;
 use serde_json::json;
@@ -39,11 +41,13 @@ impl Config {
     }
 }
 
-/// What the handler needs, built once per sandbox: its port.
+/// What the handler needs, built once per sandbox: its ports.
 #[derive(Debug, Clone)]
 pub struct Deps {
     /// The job table's webhook secret records.
     pub jobs: Arc<dyn WebhookSecrets>,
+    /// What time it is: when a rotation's overlap ends, which secrets are still shown.
+    pub clock: Arc<dyn Clock>,
 }
 
 impl Deps {
@@ -51,6 +55,7 @@ impl Deps {
     pub fn new(sdk: &aws_config::SdkConfig, config: &Config) -> Self {
         Deps {
             jobs: Arc::new(JobStore::new(aws_sdk_dynamodb::Client::new(sdk), config.table.clone())),
+            clock: Arc::new(SystemClock),
         }
     }
 }
@@ -61,7 +66,7 @@ impl Deps {
 /// secrets belong to the principal, not to a job (no `job_id`, no `attempt`).
 pub async fn handle(deps: &Deps, request: Request) -> Response<Body> {
     use tracing::Instrument;
-    let span = longhaul_aws::logs::job_span(None, None, principal(&request).as_deref());
+    let span = longhaul_aws::logs::job_span(None, None, principal(&request).as_ref());
     secrets(deps, &request).instrument(span).await.unwrap_or_else(Problem::into_response)
 }
 
@@ -73,7 +78,7 @@ async fn secrets(deps: &Deps, request: &Request) -> Result<Response<Body>, Probl
     };
     let record = match route_key(request).as_deref() {
         Some("POST /webhooks/secret/rotate") => {
-            let until = chrono::Utc::now()
+            let until = deps.clock.now()
                 + chrono::Duration::from_std(ROTATION_OVERLAP).expect("a day fits");
             match deps.jobs.rotate_webhook_secret(&owner, until.into()).await {
                 Ok(Rotation::Rotated(record)) => record,
@@ -86,7 +91,7 @@ async fn secrets(deps: &Deps, request: &Request) -> Result<Response<Body>, Probl
         }
         _ => deps.jobs.webhook_secrets(&owner).await.map_err(failed)?,
     };
-    let mut response = json_response(StatusCode::OK, &render(&record));
+    let mut response = json_response(StatusCode::OK, &render(&record, deps.clock.now().into()));
     response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     Ok(response)
 }
@@ -102,10 +107,11 @@ fn rotation_conflict() -> Problem {
     )
 }
 
-/// The body of both routes. The one place a secret is exposed outside signing: to its owner.
-fn render(record: &SecretsRecord) -> serde_json::Value {
+/// The body of both routes, at `now`. The one place a secret is exposed outside signing: to
+/// its owner.
+fn render(record: &SecretsRecord, now: Timestamp) -> serde_json::Value {
     let secrets: Vec<_> = record
-        .active(Timestamp::now())
+        .active(now)
         .into_iter()
         .take(MAX_ACTIVE_SECRETS)
         .map(|s| {

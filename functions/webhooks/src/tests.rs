@@ -2,13 +2,14 @@
 //! and the secret records' own rules.
 
 use super::*;
+use longhaul_domain::Owner;
 
 use async_trait::async_trait;
 use lambda_http::Body;
 use longhaul_aws::jobs::{StoreError, WebhookSecret};
 use longhaul_aws::ports::Warm;
-use longhaul_memory::MemoryJobStore;
 use longhaul_memory::api::{ApiRequest, json_of};
+use longhaul_memory::{ManualClock, MemoryJobStore, owner};
 
 fn t(text: &str) -> Timestamp {
     text.parse().expect("a test time")
@@ -74,20 +75,23 @@ fn a_rotations_debug_output_shows_no_secret() {
 
 struct World {
     jobs: Arc<MemoryJobStore>,
+    /// The handler's clock: standing still at the time the world was made, unless moved.
+    clock: Arc<ManualClock>,
     deps: Deps,
 }
 
 fn world() -> World {
     let jobs = Arc::new(MemoryJobStore::new());
-    World { deps: Deps { jobs: jobs.clone() }, jobs }
+    let clock = Arc::new(ManualClock::new());
+    World { deps: Deps { jobs: jobs.clone(), clock: clock.clone() }, jobs, clock }
 }
 
-async fn get(deps: &Deps, owner: &str) -> Response<Body> {
+async fn get(deps: &Deps, owner: &Owner) -> Response<Body> {
     let request = ApiRequest::new("GET", "/webhooks/secret", owner).route("GET /webhooks/secret");
     handle(deps, request.build()).await
 }
 
-async fn rotate(deps: &Deps, owner: &str) -> Response<Body> {
+async fn rotate(deps: &Deps, owner: &Owner) -> Response<Body> {
     let request = ApiRequest::new("POST", "/webhooks/secret/rotate", owner)
         .route("POST /webhooks/secret/rotate");
     handle(deps, request.build()).await
@@ -111,21 +115,21 @@ fn secrets(response: &Response<Body>) -> Vec<(String, Option<String>)> {
 #[tokio::test]
 async fn the_first_read_creates_a_secret_and_later_reads_show_it() {
     let w = world();
-    let first = secrets(&get(&w.deps, "alice").await);
+    let first = secrets(&get(&w.deps, &owner("alice")).await);
     assert_eq!(first.len(), 1);
     assert_eq!(first[0].1, None, "the only secret does not expire");
     assert!(!first[0].0.is_empty());
-    assert_eq!(secrets(&get(&w.deps, "alice").await), first, "the same secret every time");
-    let bob = secrets(&get(&w.deps, "bob").await);
+    assert_eq!(secrets(&get(&w.deps, &owner("alice")).await), first, "the same secret every time");
+    let bob = secrets(&get(&w.deps, &owner("bob")).await);
     assert_ne!(bob[0].0, first[0].0, "each tenant has a secret of its own");
 }
 
 #[tokio::test]
 async fn a_rotation_signs_with_a_new_secret_and_keeps_the_old_one_for_a_day() {
     let w = world();
-    let old = secrets(&get(&w.deps, "alice").await)[0].0.clone();
+    let old = secrets(&get(&w.deps, &owner("alice")).await)[0].0.clone();
     let before = chrono::Utc::now();
-    let rotated = secrets(&rotate(&w.deps, "alice").await);
+    let rotated = secrets(&rotate(&w.deps, &owner("alice")).await);
     assert_eq!(rotated.len(), 2);
     assert_ne!(rotated[0].0, old, "the new secret comes first");
     assert_eq!(rotated[0].1, None);
@@ -138,38 +142,58 @@ async fn a_rotation_signs_with_a_new_secret_and_keeps_the_old_one_for_a_day() {
             .contains(&overlap),
         "{overlap}"
     );
-    assert_eq!(secrets(&get(&w.deps, "alice").await), rotated, "a read shows the rotation");
-    assert_eq!(secrets(&get(&w.deps, "bob").await).len(), 1, "other tenants are untouched");
+    assert_eq!(secrets(&get(&w.deps, &owner("alice")).await), rotated, "a read shows the rotation");
+    assert_eq!(secrets(&get(&w.deps, &owner("bob")).await).len(), 1, "other tenants are untouched");
 }
 
 #[tokio::test]
 async fn a_rotation_on_first_use_creates_the_secret_it_rotates() {
     let w = world();
-    let rotated = secrets(&rotate(&w.deps, "alice").await);
+    let rotated = secrets(&rotate(&w.deps, &owner("alice")).await);
     assert_eq!(rotated.len(), 2);
 }
 
 #[tokio::test]
 async fn a_third_rotation_within_a_day_retires_the_oldest() {
     let w = world();
-    let first = secrets(&get(&w.deps, "alice").await)[0].0.clone();
-    let second = secrets(&rotate(&w.deps, "alice").await)[0].0.clone();
-    let third = secrets(&rotate(&w.deps, "alice").await);
+    let first = secrets(&get(&w.deps, &owner("alice")).await)[0].0.clone();
+    let second = secrets(&rotate(&w.deps, &owner("alice")).await)[0].0.clone();
+    let third = secrets(&rotate(&w.deps, &owner("alice")).await);
     assert_eq!(third.len(), MAX_ACTIVE_SECRETS);
     assert_eq!(third[1].0, second, "the previous one overlaps");
     assert!(third.iter().all(|(s, _)| *s != first), "the oldest no longer signs");
 }
 
 #[tokio::test]
+async fn the_old_secret_is_shown_until_the_clock_passes_the_end_of_its_overlap() {
+    use chrono::DurationRound;
+    let w = world();
+    // On a whole millisecond, as stored times are.
+    let rotated_at = w.clock.now().duration_trunc(chrono::Duration::milliseconds(1)).unwrap();
+    w.clock.set(rotated_at);
+    let old = secrets(&get(&w.deps, &owner("alice")).await)[0].0.clone();
+    let rotated = secrets(&rotate(&w.deps, &owner("alice")).await);
+    let new = rotated[0].0.clone();
+    let until: chrono::DateTime<chrono::Utc> = rotated[1].1.as_deref().unwrap().parse().unwrap();
+    assert_eq!(until, rotated_at + chrono::Duration::hours(24), "a day after the rotation");
+    w.clock.set(until - chrono::Duration::milliseconds(1));
+    let shown = secrets(&get(&w.deps, &owner("alice")).await);
+    assert_eq!((shown.len(), &shown[1].0), (2, &old), "still in its overlap");
+    w.clock.set(until);
+    let shown = secrets(&get(&w.deps, &owner("alice")).await);
+    assert_eq!(shown, [(new, None)], "its overlap is over");
+}
+
+#[tokio::test]
 async fn a_secret_past_its_overlap_is_not_shown() {
     let w = world();
-    let old = secrets(&get(&w.deps, "alice").await)[0].0.clone();
+    let old = secrets(&get(&w.deps, &owner("alice")).await)[0].0.clone();
     // A rotation whose overlap has ended.
     w.jobs
-        .rotate_webhook_secret("alice", "2000-01-01T00:00:00.000Z".parse().unwrap())
+        .rotate_webhook_secret(&owner("alice"), "2000-01-01T00:00:00.000Z".parse().unwrap())
         .await
         .unwrap();
-    let now = secrets(&get(&w.deps, "alice").await);
+    let now = secrets(&get(&w.deps, &owner("alice")).await);
     assert_eq!(now.len(), 1);
     assert_ne!(now[0].0, old);
 }
@@ -183,13 +207,13 @@ impl Warm for Raced {}
 
 #[async_trait]
 impl WebhookSecrets for Raced {
-    async fn webhook_secrets(&self, owner: &str) -> Result<SecretsRecord, StoreError> {
+    async fn webhook_secrets(&self, owner: &Owner) -> Result<SecretsRecord, StoreError> {
         self.0.webhook_secrets(owner).await
     }
 
     async fn rotate_webhook_secret(
         &self,
-        owner: &str,
+        owner: &Owner,
         overlap_until: Timestamp,
     ) -> Result<Rotation, StoreError> {
         // The other rotation is stored between this one's read and its write.
@@ -203,17 +227,18 @@ impl WebhookSecrets for Raced {
 #[tokio::test]
 async fn a_rotation_that_loses_a_race_is_409_and_hands_out_no_secret() {
     let jobs = Arc::new(MemoryJobStore::new());
-    let deps = Deps { jobs: Arc::new(Raced(jobs.clone())) };
-    let response = rotate(&deps, "alice").await;
+    let deps = Deps { jobs: Arc::new(Raced(jobs.clone())), clock: Arc::new(ManualClock::new()) };
+    let response = rotate(&deps, &owner("alice")).await;
     assert_eq!(response.status(), 409);
     let problem = json_of(&response);
     assert_eq!(problem["type"], "/problems/rotation-conflict");
-    let winner = exposed(&jobs.webhook_secrets("alice").await.unwrap());
+    let winner = exposed(&jobs.webhook_secrets(&owner("alice")).await.unwrap());
     let text = String::from_utf8_lossy(response.body().as_ref()).to_string();
     for secret in &winner {
         assert!(!text.contains(secret.as_str()), "no secret in a conflict: {text}");
     }
-    let shown: Vec<String> = secrets(&get(&deps, "alice").await).into_iter().map(|s| s.0).collect();
+    let shown: Vec<String> =
+        secrets(&get(&deps, &owner("alice")).await).into_iter().map(|s| s.0).collect();
     assert_eq!(shown, winner, "a read shows the winner's secrets");
 }
 
@@ -235,16 +260,36 @@ async fn a_request_without_a_principal_is_401_and_creates_nothing() {
 }
 
 #[tokio::test]
+async fn a_principal_that_is_no_owner_is_answered_as_no_principal() {
+    let w = world();
+    // The table is never asked: a caller that is not an owner is no caller.
+    w.jobs.set_unavailable(true);
+    let anonymous = ApiRequest::new("GET", "/webhooks/secret", "alice")
+        .route("GET /webhooks/secret")
+        .anonymous();
+    let expected = handle(&w.deps, anonymous.build()).await;
+    assert_eq!(expected.status(), 401);
+    let too_long = "a".repeat(Owner::MAX_BYTES + 1);
+    for principal in ["", "alice\n", "\0", too_long.as_str()] {
+        let request =
+            ApiRequest::new("GET", "/webhooks/secret", principal).route("GET /webhooks/secret");
+        let response = handle(&w.deps, request.build()).await;
+        assert_eq!(response.status(), 401, "{principal:?}");
+        assert_eq!(json_of(&response), json_of(&expected), "{principal:?}");
+    }
+}
+
+#[tokio::test]
 async fn a_failing_table_is_a_500_that_names_nothing_inside() {
     let w = world();
-    let old = secrets(&get(&w.deps, "alice").await);
+    let old = secrets(&get(&w.deps, &owner("alice")).await);
     w.jobs.set_unavailable(true);
-    for response in [get(&w.deps, "alice").await, rotate(&w.deps, "alice").await] {
+    for response in [get(&w.deps, &owner("alice")).await, rotate(&w.deps, &owner("alice")).await] {
         assert_eq!(response.status(), 500);
         let text = String::from_utf8_lossy(response.body().as_ref()).to_string();
         assert!(!text.contains("unavailable") && !text.contains("webhook secrets"), "{text}");
         assert!(!text.contains(old[0].0.as_str()), "{text}");
     }
     w.jobs.set_unavailable(false);
-    assert_eq!(secrets(&get(&w.deps, "alice").await), old, "nothing was rotated");
+    assert_eq!(secrets(&get(&w.deps, &owner("alice")).await), old, "nothing was rotated");
 }

@@ -5,6 +5,7 @@ use lambda_http::aws_lambda_events::apigw::ApiGatewayV2httpRequestContext;
 use lambda_http::http::{HeaderValue, StatusCode, header};
 use lambda_http::request::RequestContext;
 use lambda_http::{Body, Request, RequestExt, Response};
+use longhaul_domain::Owner;
 use serde::Serialize;
 
 /// The media type of every error response.
@@ -150,8 +151,10 @@ pub fn json_response(status: StatusCode, body: &impl Serialize) -> Response<Body
 }
 
 /// The authenticated caller: the JWT `sub` claim (or `client_id` for machine clients without
-/// a subject), as put in the request context by API Gateway's JWT authorizer.
-pub fn principal(request: &Request) -> Option<String> {
+/// a subject), as put in the request context by API Gateway's JWT authorizer. `None` when
+/// there is none, or when it is not an [`Owner`] (empty, too long, control characters): such a
+/// request is answered as one without a caller, never served under a default owner.
+pub fn principal(request: &Request) -> Option<Owner> {
     let RequestContext::ApiGatewayV2(ApiGatewayV2httpRequestContext {
         authorizer: Some(authorizer),
         ..
@@ -160,7 +163,7 @@ pub fn principal(request: &Request) -> Option<String> {
         return None;
     };
     let claims = authorizer.jwt?.claims;
-    claims.get("sub").or_else(|| claims.get("client_id")).filter(|p| !p.is_empty()).cloned()
+    claims.get("sub").or_else(|| claims.get("client_id"))?.parse().ok()
 }
 
 /// The API Gateway route that matched (`"GET /jobs/{id}"`), which is how a function serving
@@ -231,6 +234,42 @@ mod tests {
         assert_eq!(body["type"], "/problems/not-found");
         assert_eq!(body["status"], 404);
         assert_eq!(body["job_id"], "x");
+    }
+
+    #[test]
+    fn the_principal_is_an_owner_or_no_caller_at_all() {
+        use lambda_http::aws_lambda_events::apigw::{
+            ApiGatewayRequestAuthorizer, ApiGatewayRequestAuthorizerJwtDescription,
+        };
+        let request = |claims: &[(&str, &str)]| {
+            let mut jwt = ApiGatewayRequestAuthorizerJwtDescription::default();
+            for (name, value) in claims {
+                jwt.claims.insert((*name).to_owned(), (*value).to_owned());
+            }
+            let mut authorizer = ApiGatewayRequestAuthorizer::default();
+            authorizer.jwt = Some(jwt);
+            let mut context = ApiGatewayV2httpRequestContext::default();
+            context.authorizer = Some(authorizer);
+            lambda_http::http::Request::builder()
+                .body(Body::Empty)
+                .unwrap()
+                .with_request_context(RequestContext::ApiGatewayV2(context))
+        };
+        let alice = principal(&request(&[("sub", "auth0|alice")])).unwrap();
+        assert_eq!(alice.as_str(), "auth0|alice");
+        assert_eq!(principal(&request(&[("client_id", "svc")])).unwrap().as_str(), "svc");
+        assert_eq!(principal(&request(&[])), None);
+        let too_long = "a".repeat(Owner::MAX_BYTES + 1);
+        for bad in ["", "a\nb", "\0", too_long.as_str()] {
+            assert_eq!(principal(&request(&[("sub", bad)])), None, "{bad:?}");
+        }
+        // An empty subject is no caller, even beside a client id (as before owners were typed).
+        assert_eq!(principal(&request(&[("sub", ""), ("client_id", "svc")])), None);
+        let no_authorizer = lambda_http::http::Request::builder()
+            .body(Body::Empty)
+            .unwrap()
+            .with_request_context(RequestContext::ApiGatewayV2(Default::default()));
+        assert_eq!(principal(&no_authorizer), None);
     }
 
     #[test]

@@ -2,6 +2,7 @@
 
 use aws_sdk_sfn::operation::start_execution::StartExecutionError;
 use aws_sdk_sfn::operation::stop_execution::StopExecutionError;
+use longhaul_domain::JobId;
 
 use crate::AwsError;
 
@@ -105,8 +106,8 @@ impl Executions {
 
 /// The execution name of a job's `dispatch`-th dispatch: the job id, so a repeated start is
 /// deduplicated by Step Functions; later re-dispatches get a suffix.
-pub fn execution_name(job_id: &str, dispatch: u32) -> String {
-    if dispatch <= 1 { job_id.to_owned() } else { format!("{job_id}-{dispatch}") }
+pub fn execution_name(job_id: &JobId, dispatch: u32) -> String {
+    if dispatch <= 1 { job_id.to_string() } else { format!("{job_id}-{dispatch}") }
 }
 
 impl Executions {

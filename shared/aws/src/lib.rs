@@ -21,6 +21,7 @@ pub mod slots;
 pub mod streams;
 pub mod workers;
 
+use longhaul_domain::JobId;
 use std::error::Error as StdError;
 
 use aws_smithy_runtime_api::client::result::SdkError;
@@ -137,7 +138,7 @@ pub fn condition_refused<E: ProvideErrorMetadata, R>(err: &SdkError<E, R>) -> bo
 /// in the write that ended it.
 pub async fn tidy_after_end(
     objects: &(impl ports::ObjectCleanup + ?Sized),
-    job_id: &str,
+    job_id: &JobId,
     ended: longhaul_domain::JobStatus,
 ) -> Result<(), jobs::StoreError> {
     if ended == longhaul_domain::JobStatus::Succeeded {

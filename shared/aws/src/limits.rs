@@ -12,6 +12,7 @@
 //! reach another's items; the prefixes let IAM grant each function its own item kinds
 //! (`dynamodb:LeadingKeys`).
 
+use longhaul_domain::{JobId, Owner};
 use std::collections::HashMap;
 
 use aws_sdk_dynamodb::types::AttributeValue;
@@ -28,12 +29,12 @@ fn n(value: impl ToString) -> AttributeValue {
 }
 
 /// Partition key of an owner's submission-rate counters.
-pub fn rate_pk(owner: &str) -> String {
+pub fn rate_pk(owner: &Owner) -> String {
     format!("RATE#{}:{owner}", owner.len())
 }
 
 /// Partition key of an owner's open-stream leases.
-pub fn streams_pk(owner: &str) -> String {
+pub fn streams_pk(owner: &Owner) -> String {
     format!("STREAMS#{}:{owner}", owner.len())
 }
 
@@ -73,7 +74,7 @@ impl SubmissionLimiter {
     }
 
     /// Counts one submission of `owner` in the current window, unless the window is full.
-    pub async fn charge(&self, owner: &str) -> Result<Admission, AwsError> {
+    pub async fn charge(&self, owner: &Owner) -> Result<Admission, AwsError> {
         if self.per_minute == 0 {
             return Ok(Admission::Admitted);
         }
@@ -106,9 +107,9 @@ impl SubmissionLimiter {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StreamLease {
     /// The owner (the token's).
-    pub owner: String,
+    pub owner: Owner,
     /// The job streamed.
-    pub job_id: String,
+    pub job_id: JobId,
     /// This stream's id (random), the key of its lease in both items.
     pub stream_id: String,
 }
@@ -188,8 +189,8 @@ impl StreamSlots {
     /// expires at `expiry` (Unix seconds), or says which cap is reached (nothing is held then).
     pub async fn acquire(
         &self,
-        owner: &str,
-        job_id: &str,
+        owner: &Owner,
+        job_id: &JobId,
         expiry: i64,
     ) -> Result<StreamLease, SlotError> {
         let lease = StreamLease {
@@ -365,9 +366,10 @@ mod tests {
 
     #[test]
     fn keys_are_length_prefixed_per_owner() {
-        assert_eq!(rate_pk("a#b"), "RATE#3:a#b");
-        assert_eq!(streams_pk("alice"), "STREAMS#5:alice");
-        assert_ne!(rate_pk("a:1"), rate_pk("a"));
+        let owner = |name: &str| -> Owner { name.parse().unwrap() };
+        assert_eq!(rate_pk(&owner("a#b")), "RATE#3:a#b");
+        assert_eq!(streams_pk(&owner("alice")), "STREAMS#5:alice");
+        assert_ne!(rate_pk(&owner("a:1")), rate_pk(&owner("a")));
     }
 
     #[test]

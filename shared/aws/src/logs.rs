@@ -17,6 +17,7 @@
 //! secrets, bearer or stream tokens, the stream token key, presigned URLs, callback URLs,
 //! idempotency keys, lease tokens. The `Debug` impls of the records that hold them redact them.
 
+use longhaul_domain::{JobId, Owner};
 use tracing::Span;
 use tracing::field::Empty;
 
@@ -26,16 +27,16 @@ use crate::jobs::{JobIdentity, JobRecord};
 pub const SPAN_NAME: &str = "job";
 
 /// A `job` span; whatever is `None` is recorded later (see [`record_job`] and friends).
-pub fn job_span(job_id: Option<&str>, attempt: Option<u32>, principal: Option<&str>) -> Span {
+pub fn job_span(job_id: Option<&JobId>, attempt: Option<u32>, principal: Option<&Owner>) -> Span {
     let span = tracing::error_span!("job", job_id = Empty, attempt = Empty, principal = Empty);
     if let Some(job_id) = job_id {
-        span.record("job_id", job_id);
+        span.record("job_id", job_id.as_str());
     }
     if let Some(attempt) = attempt {
         span.record("attempt", attempt);
     }
     if let Some(principal) = principal {
-        span.record("principal", principal);
+        span.record("principal", principal.as_str());
     }
     span
 }
@@ -53,8 +54,8 @@ pub fn record_job(span: &Span, job: &JobRecord) {
 }
 
 /// Records the job id in `span`.
-pub fn record_job_id(span: &Span, job_id: &str) {
-    span.record("job_id", job_id);
+pub fn record_job_id(span: &Span, job_id: &JobId) {
+    span.record("job_id", job_id.as_str());
 }
 
 /// Records the attempt in `span`.
@@ -63,8 +64,8 @@ pub fn record_attempt(span: &Span, attempt: u32) {
 }
 
 /// Records the principal in `span`.
-pub fn record_principal(span: &Span, principal: &str) {
-    span.record("principal", principal);
+pub fn record_principal(span: &Span, principal: &Owner) {
+    span.record("principal", principal.as_str());
 }
 
 /// Records the job's fields in the current span (the `job` span the caller runs in).
@@ -157,16 +158,17 @@ mod tests {
             .with_writer(move || writer.clone())
             .json()
             .finish();
+        let id = JobId::new();
         tracing::subscriber::with_default(subscriber, || {
-            let span = job_span(Some("j-1"), None, None);
+            let span = job_span(Some(&id), None, None);
             let _entered = span.enter();
             record_attempt(&span, 3);
-            record_principal(&span, "alice");
+            record_principal(&span, &"alice".parse().unwrap());
             tracing::warn!("about the job");
         });
         let text = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
         let line: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
-        assert_eq!(line["span"]["job_id"], "j-1", "{line}");
+        assert_eq!(line["span"]["job_id"], id.as_str(), "{line}");
         assert_eq!(line["span"]["attempt"], 3, "{line}");
         assert_eq!(line["span"]["principal"], "alice", "{line}");
         assert_eq!(line["span"]["name"], SPAN_NAME);

@@ -1,6 +1,7 @@
 //! CloudWatch metrics as Embedded Metric Format: one JSON line on stdout per data point,
 //! which Lambda's log pipeline turns into metrics (no API call, no extra latency).
 
+use longhaul_domain::JobId;
 use std::sync::OnceLock;
 
 use serde_json::json;
@@ -123,7 +124,7 @@ impl Metric {
 /// The EMF line for one data point of `name` about one job: dimensioned by its type, with its
 /// id as a plain property (not a dimension: one metric per job would be costly and useless, but
 /// the property lets Logs Insights find the job behind any data point).
-pub fn line(name: &str, value: f64, unit: Unit, job_type: &str, job_id: &str) -> String {
+pub fn line(name: &str, value: f64, unit: Unit, job_type: &str, job_id: &JobId) -> String {
     // Per job type, and the total (alarms cannot aggregate over a dimension).
     envelope(
         name,
@@ -213,12 +214,13 @@ mod tests {
 
     #[test]
     fn emf_shape() {
+        let id = JobId::new();
         let parsed: serde_json::Value =
-            serde_json::from_str(&line("ZombiesReaped", 1.0, Unit::Count, "some_kind", "job-1"))
+            serde_json::from_str(&line("ZombiesReaped", 1.0, Unit::Count, "some_kind", &id))
                 .unwrap();
         assert_eq!(parsed["ZombiesReaped"], 1.0);
         assert_eq!(parsed["JobType"], "some_kind");
-        assert_eq!(parsed["job_id"], "job-1");
+        assert_eq!(parsed["job_id"], id.as_str());
         assert_eq!(parsed["_aws"]["CloudWatchMetrics"][0]["Metrics"][0]["Name"], "ZombiesReaped");
         assert_eq!(parsed["_aws"]["CloudWatchMetrics"][0]["Dimensions"], json!([["JobType"], []]));
         let gauge: serde_json::Value =

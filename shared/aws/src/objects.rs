@@ -1,6 +1,7 @@
 //! S3: results and checkpoints.
 
 use aws_sdk_s3::operation::get_object::GetObjectError;
+use longhaul_domain::JobId;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -17,12 +18,12 @@ pub struct ObjectStore {
 }
 
 /// Where a job's result object lives.
-pub fn result_key(job_id: &str, file: &str) -> String {
+pub fn result_key(job_id: &JobId, file: &str) -> String {
     format!("results/{job_id}/{file}")
 }
 
 /// The prefix of all of a job's checkpoints.
-pub fn checkpoints_prefix(job_id: &str) -> String {
+pub fn checkpoints_prefix(job_id: &JobId) -> String {
     format!("checkpoints/{job_id}/")
 }
 
@@ -32,7 +33,7 @@ pub fn checkpoints_prefix(job_id: &str) -> String {
 /// therefore never replace the checkpoint the progress record points at (it could, when two
 /// workers computed the same key from the same sequence number); the pointer, moved only
 /// under the lease, decides which checkpoint is current.
-pub fn checkpoint_key(job_id: &str, stage: &str, seq: u64, attempt: u32) -> String {
+pub fn checkpoint_key(job_id: &JobId, stage: &str, seq: u64, attempt: u32) -> String {
     let unique = uuid::Uuid::new_v4().simple().to_string();
     format!("{}{stage}/{seq:020}.a{attempt}.{}.json", checkpoints_prefix(job_id), &unique[..12])
 }

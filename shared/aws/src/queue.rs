@@ -1,5 +1,6 @@
 //! The SQS intake queue: the buffer between accepting a job and starting its execution.
 
+use longhaul_domain::{JobId, Owner};
 use serde::{Deserialize, Serialize};
 
 use crate::AwsError;
@@ -8,7 +9,7 @@ use crate::AwsError;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DispatchMessage {
     /// The job to dispatch.
-    pub job_id: String,
+    pub job_id: JobId,
 }
 
 /// Sends dispatch messages to the intake queue.
@@ -25,7 +26,7 @@ impl IntakeQueue {
     }
 
     /// Enqueues `job_id` of `owner` for dispatch.
-    pub async fn send(&self, message: &DispatchMessage, owner: &str) -> Result<(), AwsError> {
+    pub async fn send(&self, message: &DispatchMessage, owner: &Owner) -> Result<(), AwsError> {
         self.send_delayed(message, 0, owner).await
     }
 
@@ -38,7 +39,7 @@ impl IntakeQueue {
         &self,
         message: &DispatchMessage,
         delay_seconds: u32,
-        owner: &str,
+        owner: &Owner,
     ) -> Result<(), AwsError> {
         let body = serde_json::to_string(message).expect("a dispatch message always serialises");
         self.client
@@ -58,13 +59,13 @@ impl IntakeQueue {
 /// The SQS message group of `owner`'s dispatch messages: the owner itself when SQS takes it
 /// as a group id (1 to 128 characters, letters, digits and ASCII punctuation), else a hash of
 /// it, so every owner has one group of its own.
-pub fn message_group(owner: &str) -> String {
+pub fn message_group(owner: &Owner) -> String {
     let valid = (1..=128).contains(&owner.len())
         && owner.bytes().all(|b| b.is_ascii_alphanumeric() || b.is_ascii_punctuation());
     if valid {
-        owner.to_owned()
+        owner.to_string()
     } else {
-        let owner = serde_json::Value::String(owner.to_owned());
+        let owner = serde_json::Value::String(owner.to_string());
         format!("h:{}", longhaul_domain::fingerprint::fingerprint(&owner))
     }
 }
@@ -74,7 +75,7 @@ pub fn message_group(owner: &str) -> String {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WebhookMessage {
     /// The job.
-    pub job_id: String,
+    pub job_id: JobId,
     /// The terminal status the event reports.
     pub status: longhaul_domain::JobStatus,
     /// 1-based attempt number.

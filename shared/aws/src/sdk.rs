@@ -1,21 +1,102 @@
 //! Loading the AWS SDK configuration once per function.
 
+use aws_config::environment::EnvironmentVariableCredentialsProvider;
 use aws_config::{BehaviorVersion, SdkConfig};
-use aws_smithy_http_client::tls;
+use aws_smithy_http_client::tls::{self, TlsContext, TrustStore};
 use aws_smithy_runtime_api::client::result::SdkError;
 
+use crate::config::{ConfigError, Vars};
+
+/// The root certificates of Amazon Trust Services (Amazon Root CA 1–4 and Starfield Services
+/// Root G2), which every AWS service endpoint's certificate chains to. Compiled in: see
+/// [`SdkTrust`].
+pub const AMAZON_TRUST_SERVICES_ROOTS: &[u8] = include_bytes!("../certs/amazon-trust-services.pem");
+
+/// The environment variable that chooses [`SdkTrust`] (`amazon`, the default, or `system`).
+pub const SDK_TRUST_VAR: &str = "LONGHAUL_SDK_TRUST";
+
+/// Which root certificates the SDK's TLS connections trust.
+///
+/// The SDK only ever talks to AWS service endpoints, so by default it trusts only the five
+/// Amazon Trust Services roots, compiled into the binary: a narrower trust than the system
+/// store's ~150 roots, and no cost at init — loading the system store (reading the bundle and
+/// the certificate directory, decoding every PEM in constant time) was most of a function's
+/// init (BENCHMARKS.md, "Cold start"). `system` trusts the platform's store instead, for a
+/// partition whose endpoints chain to other roots, or a TLS-inspecting proxy's own CA.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SdkTrust {
+    /// Amazon Trust Services' roots only (compiled in).
+    #[default]
+    Amazon,
+    /// The platform's root store (read when the first connection is made).
+    System,
+}
+
+impl std::str::FromStr for SdkTrust {
+    type Err = String;
+    fn from_str(value: &str) -> Result<Self, Self::Err> {
+        match value {
+            "amazon" => Ok(SdkTrust::Amazon),
+            "system" => Ok(SdkTrust::System),
+            other => Err(format!("{other:?} is not a trust choice; expected amazon or system")),
+        }
+    }
+}
+
+impl SdkTrust {
+    /// The choice `LONGHAUL_SDK_TRUST` makes (unset: [`SdkTrust::Amazon`]; any other value is
+    /// an error, never a default).
+    pub fn from_vars(vars: &Vars) -> Result<Self, ConfigError> {
+        Ok(vars.parsed(SDK_TRUST_VAR)?.unwrap_or_default())
+    }
+
+    fn trust_store(self) -> TrustStore {
+        match self {
+            SdkTrust::Amazon => {
+                TrustStore::empty().with_pem_certificate(AMAZON_TRUST_SERVICES_ROOTS)
+            }
+            SdkTrust::System => TrustStore::default(),
+        }
+    }
+}
+
 /// The HTTP client every SDK client uses: rustls with ring, one TLS stack for the whole binary
-/// (the SDK default would compile a second one and slow builds and cold starts).
+/// (the SDK default would compile a second one and slow builds and cold starts), trusting the
+/// Amazon Trust Services roots ([`SdkTrust::Amazon`]).
 pub fn http_client() -> aws_smithy_runtime_api::client::http::SharedHttpClient {
+    http_client_trusting(SdkTrust::Amazon)
+}
+
+/// [`http_client`] with the roots `trust` chooses.
+pub fn http_client_trusting(
+    trust: SdkTrust,
+) -> aws_smithy_runtime_api::client::http::SharedHttpClient {
+    let context = TlsContext::builder()
+        .with_trust_store(trust.trust_store())
+        .build()
+        .expect("a TLS context of a trust store and no other setting is always valid");
     aws_smithy_http_client::Builder::new()
         .tls_provider(tls::Provider::Rustls(tls::rustls_provider::CryptoMode::Ring))
+        .tls_context(context)
         .build_https()
 }
 
-/// Standard SDK configuration from the environment (region, credentials, `AWS_ENDPOINT_URL`).
-/// There is deliberately no "local" switch: the local stack sets the same standard variables.
-pub async fn load_sdk_config() -> SdkConfig {
-    aws_config::defaults(BehaviorVersion::latest()).http_client(http_client()).load().await
+/// A Lambda function's SDK configuration: region and endpoint from the standard environment
+/// (`AWS_REGION`, `AWS_ENDPOINT_URL`), the execution role's credentials from the variables
+/// Lambda sets (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`), and the
+/// roots `LONGHAUL_SDK_TRUST` chooses. There is deliberately no "local" switch: the local stack
+/// sets the same standard variables.
+///
+/// Credentials come from the environment alone because that is where Lambda puts them: the
+/// SDK's default chain would also build its profile, SSO, web-identity (an STS client, which
+/// loads the system root store at once) and instance-metadata providers at init, for nothing.
+pub async fn load_sdk_config() -> Result<SdkConfig, ConfigError> {
+    let trust = SdkTrust::from_vars(&Vars::from_env())?;
+    Ok(aws_config::defaults(BehaviorVersion::latest())
+        .http_client(http_client_trusting(trust))
+        .credentials_provider(EnvironmentVariableCredentialsProvider::new())
+        .load()
+        .await)
 }
 
 /// Makes rustls with ring the process's TLS provider (once; later calls do nothing). HTTP
@@ -94,6 +175,45 @@ pub(crate) fn log_warm_up<O, E, R>(
         }
         Err(err) => {
             tracing::info!(service, elapsed_ms, error = %crate::AwsError::new("warm-up", err), "connection not warmed")
+        }
+    }
+}
+
+#[cfg(test)]
+mod trust_tests {
+    use super::*;
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+
+    #[test]
+    fn the_compiled_in_roots_are_the_five_amazon_trust_services_roots_and_all_parse() {
+        let certs: Vec<CertificateDer<'_>> =
+            CertificateDer::pem_slice_iter(AMAZON_TRUST_SERVICES_ROOTS)
+                .collect::<Result<_, _>>()
+                .expect("the compiled-in PEM parses");
+        assert_eq!(certs.len(), 5);
+        let mut roots = rustls::RootCertStore::empty();
+        let (valid, invalid) = roots.add_parsable_certificates(certs);
+        assert_eq!((valid, invalid), (5, 0), "every root is a usable trust anchor");
+    }
+
+    #[test]
+    fn the_trust_choice_is_amazon_unless_set_and_a_wrong_value_is_an_error() {
+        let vars = |pairs: &[(&str, &str)]| {
+            Vars::from_map(pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect())
+        };
+        assert_eq!(SdkTrust::from_vars(&vars(&[])).unwrap(), SdkTrust::Amazon);
+        assert_eq!(
+            SdkTrust::from_vars(&vars(&[(SDK_TRUST_VAR, "amazon")])).unwrap(),
+            SdkTrust::Amazon
+        );
+        assert_eq!(
+            SdkTrust::from_vars(&vars(&[(SDK_TRUST_VAR, "system")])).unwrap(),
+            SdkTrust::System
+        );
+        for wrong in ["System", "native", "none"] {
+            let err = SdkTrust::from_vars(&vars(&[(SDK_TRUST_VAR, wrong)])).unwrap_err();
+            assert!(err.to_string().contains(SDK_TRUST_VAR), "{err}");
         }
     }
 }

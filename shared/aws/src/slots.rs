@@ -37,6 +37,7 @@
 //! One file over 600 lines on purpose: the pools' holders, waiting lists and rings are written
 //! together by conditional writes whose conditions must be read side by side.
 
+use longhaul_domain::{JobId, Owner};
 use std::collections::HashMap;
 
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
@@ -57,7 +58,7 @@ const HOLDERS_SK: &str = "HOLDERS";
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Pool {
     /// One tenant's jobs (`LONGHAUL_TENANT_MAX_RUNNING`).
-    Tenant(String),
+    Tenant(Owner),
     /// One kind's jobs (its policy's `concurrency_limit`).
     Kind(String),
 }
@@ -86,7 +87,7 @@ impl Pool {
     /// Partition key of the list `owner`'s jobs wait in: a tenant pool's own list (the pool is
     /// `owner`'s), or `owner`'s list in a kind pool. Names are length-prefixed, so no tenant's
     /// list is another pool's partition.
-    pub fn waiting_list_pk(&self, owner: &str) -> String {
+    pub fn waiting_list_pk(&self, owner: &Owner) -> String {
         match self {
             Pool::Tenant(_) => self.waiting_pk(),
             Pool::Kind(_) => format!("{}#T#{}:{owner}", self.waiting_pk(), owner.len()),
@@ -111,7 +112,7 @@ impl Pool {
 /// is 0, off) and its kind's (if the kind has a `concurrency_limit`, copied onto the job at
 /// submit).
 pub fn pools_of(
-    owner: &str,
+    owner: &Owner,
     job_type: &str,
     kind_limit: Option<u32>,
     tenant_limit: u32,
@@ -132,9 +133,9 @@ pub struct WaitingEntry {
     /// Its sort key in the list.
     pub position: String,
     /// The job.
-    pub job_id: String,
+    pub job_id: JobId,
     /// Its owner (the message group of its dispatch message).
-    pub owner: String,
+    pub owner: Owner,
 }
 
 /// A tenant's place in a kind pool's ring, as read from it.
@@ -143,13 +144,13 @@ pub struct Turn {
     /// Its sort key in the ring ([`ring_key`]).
     pub key: String,
     /// The tenant.
-    pub owner: String,
+    pub owner: Owner,
     /// When the tenant was last served (or joined the ring), as in the key.
     pub served: String,
 }
 
 /// Sort key of the item that names a tenant's place in a kind pool's ring.
-fn member_sk(owner: &str) -> String {
+fn member_sk(owner: &Owner) -> String {
     format!("MEMBER#{}:{owner}", owner.len())
 }
 
@@ -204,7 +205,7 @@ impl SlotStore {
 
     /// Takes a slot of `pool` (of `limit`) for `job_id`: `true` if the job holds one now
     /// (also when it already did), `false` if the pool is full.
-    pub async fn acquire(&self, pool: &Pool, limit: u32, job_id: &str) -> Result<bool, AwsError> {
+    pub async fn acquire(&self, pool: &Pool, limit: u32, job_id: &JobId) -> Result<bool, AwsError> {
         let result = self
             .client
             .update_item()
@@ -215,7 +216,7 @@ impl SlotStore {
             .condition_expression(
                 "attribute_not_exists(holders) OR size(holders) < :limit OR contains(holders, :id)",
             )
-            .expression_attribute_values(":job", AttributeValue::Ss(vec![job_id.to_owned()]))
+            .expression_attribute_values(":job", AttributeValue::Ss(vec![job_id.to_string()]))
             .expression_attribute_values(":id", s(job_id))
             .expression_attribute_values(":limit", AttributeValue::N(limit.to_string()))
             .send()
@@ -229,7 +230,7 @@ impl SlotStore {
 
     /// Gives back the slots of `pool` that `job_ids` hold (none held: nothing changes);
     /// answers how many holders the pool has afterwards.
-    pub async fn release(&self, pool: &Pool, job_ids: &[String]) -> Result<usize, AwsError> {
+    pub async fn release(&self, pool: &Pool, job_ids: &[JobId]) -> Result<usize, AwsError> {
         if job_ids.is_empty() {
             return Ok(self.holders(pool).await?.len());
         }
@@ -240,7 +241,10 @@ impl SlotStore {
             .key("pk", s(pool.holders_pk()))
             .key("sk", s(HOLDERS_SK))
             .update_expression("DELETE holders :jobs")
-            .expression_attribute_values(":jobs", AttributeValue::Ss(job_ids.to_vec()))
+            .expression_attribute_values(
+                ":jobs",
+                AttributeValue::Ss(job_ids.iter().map(String::from).collect()),
+            )
             .return_values(ReturnValue::AllNew)
             .send()
             .await
@@ -253,7 +257,7 @@ impl SlotStore {
     }
 
     /// The jobs that hold a slot of `pool` (a consistent read).
-    pub async fn holders(&self, pool: &Pool) -> Result<Vec<String>, AwsError> {
+    pub async fn holders(&self, pool: &Pool) -> Result<Vec<JobId>, AwsError> {
         let output = self
             .client
             .get_item()
@@ -264,11 +268,18 @@ impl SlotStore {
             .send()
             .await
             .map_err(|e| AwsError::new("read a pool's slot holders", e))?;
-        Ok(output
+        let holders = output
             .item
             .and_then(|mut item| item.remove("holders"))
             .and_then(|v| v.as_ss().ok().cloned())
-            .unwrap_or_default())
+            .unwrap_or_default();
+        // Only `acquire` writes the set, of job ids: one that is not is a corrupt item.
+        holders
+            .iter()
+            .map(|id| {
+                id.parse().map_err(|e| AwsError::new(format!("a pool's slot holder {id:?}"), e))
+            })
+            .collect()
     }
 
     /// Puts `job_id` of `owner` in its waiting list of `pool` at `position`, and in a kind pool
@@ -277,8 +288,8 @@ impl SlotStore {
         &self,
         pool: &Pool,
         position: &str,
-        job_id: &str,
-        owner: &str,
+        job_id: &JobId,
+        owner: &Owner,
     ) -> Result<(), AwsError> {
         self.client
             .put_item()
@@ -304,7 +315,7 @@ impl SlotStore {
     pub async fn leave_waiting(
         &self,
         pool: &Pool,
-        owner: &str,
+        owner: &Owner,
         position: &str,
     ) -> Result<(), AwsError> {
         self.claim_waiting(pool, owner, position).await.map(drop)
@@ -315,7 +326,7 @@ impl SlotStore {
     async fn claim_waiting(
         &self,
         pool: &Pool,
-        owner: &str,
+        owner: &Owner,
         position: &str,
     ) -> Result<bool, AwsError> {
         let output = self
@@ -336,7 +347,7 @@ impl SlotStore {
     pub async fn is_waiting(
         &self,
         pool: &Pool,
-        owner: &str,
+        owner: &Owner,
         position: &str,
     ) -> Result<bool, AwsError> {
         self.exists(pool.waiting_list_pk(owner), position.to_owned()).await
@@ -358,7 +369,7 @@ impl SlotStore {
 
     /// Makes sure `owner`, whose jobs wait in kind pool `pool`, has its place in the ring: its
     /// member read, and the place it names (two reads when all is well).
-    pub async fn seat(&self, pool: &Pool, owner: &str) -> Result<Seat, AwsError> {
+    pub async fn seat(&self, pool: &Pool, owner: &Owner) -> Result<Seat, AwsError> {
         let output = self
             .client
             .get_item()
@@ -391,7 +402,7 @@ impl SlotStore {
     pub async fn first_waiting(
         &self,
         pool: &Pool,
-        owner: &str,
+        owner: &Owner,
         n: usize,
     ) -> Result<Vec<WaitingEntry>, AwsError> {
         if n == 0 {
@@ -414,8 +425,8 @@ impl SlotStore {
             .into_iter()
             .filter_map(|item| {
                 let position = item.get("sk")?.as_s().ok()?.clone();
-                let job_id = job_of_waiting_key(&position)?.to_owned();
-                let owner = item.get("owner")?.as_s().ok()?.clone();
+                let job_id = job_of_waiting_key(&position)?;
+                let owner = item.get("owner")?.as_s().ok()?.parse().ok()?;
                 Some(WaitingEntry { position, job_id, owner })
             })
             .collect())
@@ -438,7 +449,7 @@ impl SlotStore {
         Ok(output.items.unwrap_or_default().into_iter().find_map(|item| {
             Some(Turn {
                 key: item.get("sk")?.as_s().ok()?.clone(),
-                owner: item.get("owner")?.as_s().ok()?.clone(),
+                owner: item.get("owner")?.as_s().ok()?.parse().ok()?,
                 served: item.get("served")?.as_s().ok()?.clone(),
             })
         }))
@@ -449,7 +460,7 @@ impl SlotStore {
     async fn put_member(
         &self,
         pool: &Pool,
-        owner: &str,
+        owner: &Owner,
         served: &str,
         condition: MemberIf<'_>,
     ) -> Result<RingChange, AwsError> {
@@ -477,7 +488,12 @@ impl SlotStore {
     }
 
     /// Writes `owner`'s place in `pool`'s ring, served (or joined) at `served`; answers its key.
-    async fn put_place(&self, pool: &Pool, owner: &str, served: &str) -> Result<String, AwsError> {
+    async fn put_place(
+        &self,
+        pool: &Pool,
+        owner: &Owner,
+        served: &str,
+    ) -> Result<String, AwsError> {
         let key = ring_key(served, owner);
         self.client
             .put_item()
@@ -507,7 +523,7 @@ impl SlotStore {
 
     /// Gives `owner` a place at the back of kind pool `pool`'s ring, unless it has one
     /// ([`RingChange::Raced`]).
-    pub async fn join_ring(&self, pool: &Pool, owner: &str) -> Result<RingChange, AwsError> {
+    pub async fn join_ring(&self, pool: &Pool, owner: &Owner) -> Result<RingChange, AwsError> {
         let served = format_rfc3339(chrono::Utc::now());
         let joined = self.put_member(pool, owner, &served, MemberIf::Absent).await?;
         if joined == RingChange::Done {
@@ -539,7 +555,7 @@ impl SlotStore {
     /// `place`. A job that entered the list meanwhile, seeing the member still there, did not
     /// join the ring: the list is read once more after, and a tenant found waiting joins again
     /// (at the back).
-    async fn leave_ring(&self, pool: &Pool, owner: &str, place: &str) -> Result<(), AwsError> {
+    async fn leave_ring(&self, pool: &Pool, owner: &Owner, place: &str) -> Result<(), AwsError> {
         let left = self
             .client
             .delete_item()
@@ -590,7 +606,7 @@ impl Admitter {
         &self,
         pool: &Pool,
         limit: u32,
-        job_ids: &[String],
+        job_ids: &[JobId],
     ) -> Result<usize, AwsError> {
         let held = self.slots.release(pool, job_ids).await?;
         self.admit(pool, limit, held).await
@@ -624,7 +640,7 @@ impl Admitter {
     async fn admit_in_order(
         &self,
         pool: &Pool,
-        owner: &str,
+        owner: &Owner,
         free: usize,
     ) -> Result<usize, AwsError> {
         let waiting = self.slots.first_waiting(pool, owner, free).await?;
@@ -676,40 +692,44 @@ impl Admitter {
 mod tests {
     use super::*;
 
+    fn owner(name: &str) -> Owner {
+        name.parse().unwrap()
+    }
+
     #[test]
     fn pool_keys_cannot_collide_across_names() {
         // Owner "a:b" and kind "a" with a crafted suffix never share a partition.
         let keys = [
-            Pool::Tenant("a".into()).holders_pk(),
-            Pool::Tenant("a:b".into()).holders_pk(),
+            Pool::Tenant(owner("a")).holders_pk(),
+            Pool::Tenant(owner("a:b")).holders_pk(),
             Pool::Kind("a".into()).holders_pk(),
             Pool::Kind("T#1:a".into()).holders_pk(),
         ];
         let unique: std::collections::HashSet<_> = keys.iter().collect();
         assert_eq!(unique.len(), keys.len(), "{keys:?}");
-        assert_eq!(Pool::Tenant("alice".into()).waiting_pk(), "WAITING#T#5:alice");
+        assert_eq!(Pool::Tenant(owner("alice")).waiting_pk(), "WAITING#T#5:alice");
     }
 
     #[test]
     fn a_kind_pool_gives_each_tenant_its_own_list() {
         let kind = Pool::Kind("demo".into());
-        assert_eq!(kind.waiting_list_pk("alice"), "WAITING#K#4:demo#T#5:alice");
-        assert_ne!(kind.waiting_list_pk("alice"), kind.waiting_list_pk("bob"));
+        assert_eq!(kind.waiting_list_pk(&owner("alice")), "WAITING#K#4:demo#T#5:alice");
+        assert_ne!(kind.waiting_list_pk(&owner("alice")), kind.waiting_list_pk(&owner("bob")));
         // No kind's ring is another kind's tenant list, however the names are chosen.
-        assert_ne!(Pool::Kind("demo#T#1:a".into()).waiting_pk(), kind.waiting_list_pk("a"));
-        let tenant = Pool::Tenant("alice".into());
-        assert_eq!(tenant.waiting_list_pk("alice"), tenant.waiting_pk());
-        assert!(!member_sk("a").starts_with(RING_PREFIX));
+        assert_ne!(Pool::Kind("demo#T#1:a".into()).waiting_pk(), kind.waiting_list_pk(&owner("a")));
+        let tenant = Pool::Tenant(owner("alice"));
+        assert_eq!(tenant.waiting_list_pk(&owner("alice")), tenant.waiting_pk());
+        assert!(!member_sk(&owner("a")).starts_with(RING_PREFIX));
     }
 
     #[test]
     fn pools_follow_the_limits() {
-        assert_eq!(pools_of("o", "k", None, 0), vec![]);
-        assert_eq!(pools_of("o", "k", None, 2), vec![(Pool::Tenant("o".into()), 2)]);
+        assert_eq!(pools_of(&owner("o"), "k", None, 0), vec![]);
+        assert_eq!(pools_of(&owner("o"), "k", None, 2), vec![(Pool::Tenant(owner("o")), 2)]);
         assert_eq!(
-            pools_of("o", "k", Some(3), 2),
-            vec![(Pool::Tenant("o".into()), 2), (Pool::Kind("k".into()), 3)]
+            pools_of(&owner("o"), "k", Some(3), 2),
+            vec![(Pool::Tenant(owner("o")), 2), (Pool::Kind("k".into()), 3)]
         );
-        assert_eq!(pools_of("o", "k", Some(0), 0), vec![], "a limit of 0 is no limit");
+        assert_eq!(pools_of(&owner("o"), "k", Some(0), 0), vec![], "a limit of 0 is no limit");
     }
 }

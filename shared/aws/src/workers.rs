@@ -14,6 +14,7 @@
 //! runs in the shared stage function, which hosts every kind, with an error in the log:
 //! failing to start it would leave the job waiting for a function that will never exist.
 
+use longhaul_domain::JobId;
 use std::collections::BTreeMap;
 
 use longhaul_domain::policy::{JobPolicy, SHARED_WORKER};
@@ -96,7 +97,7 @@ impl Workers {
 
     /// The input of an execution of job `job_id` whose policy is `policy`: the job and the
     /// ARN of the function its task states invoke.
-    pub fn execution_input(&self, job_id: &str, policy: &JobPolicy) -> Value {
+    pub fn execution_input(&self, job_id: &JobId, policy: &JobPolicy) -> Value {
         if !self.knows(&policy.worker) {
             tracing::error!(
                 worker = policy.worker,
@@ -126,13 +127,14 @@ mod tests {
     #[test]
     fn a_job_runs_in_the_worker_its_policy_names() {
         let w = workers();
+        let (j1, j2) = (JobId::new(), JobId::new());
         assert_eq!(
-            w.execution_input("j1", &policy("CsvReportWorkerFunction")),
-            json!({"job_id": "j1", "worker_arn": CSV})
+            w.execution_input(&j1, &policy("CsvReportWorkerFunction")),
+            json!({"job_id": j1, "worker_arn": CSV})
         );
         assert_eq!(
-            w.execution_input("j2", &JobPolicy::default()),
-            json!({"job_id": "j2", "worker_arn": STAGE})
+            w.execution_input(&j2, &JobPolicy::default()),
+            json!({"job_id": j2, "worker_arn": STAGE})
         );
     }
 
@@ -141,7 +143,10 @@ mod tests {
         let w = workers();
         assert!(!w.knows("PdfWorkerFunction"));
         assert_eq!(w.function_arn("PdfWorkerFunction"), STAGE);
-        assert_eq!(w.execution_input("j3", &policy("PdfWorkerFunction"))["worker_arn"], STAGE);
+        assert_eq!(
+            w.execution_input(&JobId::new(), &policy("PdfWorkerFunction"))["worker_arn"],
+            STAGE
+        );
     }
 
     #[test]

@@ -23,6 +23,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::{JobId, Owner};
+
 /// How urgent a job is among its tenant's waiting jobs (`"priority"` on `POST /jobs`).
 /// Priority orders a waiting list only: it never lets a tenant past its limit, and a tenant's
 /// priorities never reorder another tenant's jobs.
@@ -117,7 +119,7 @@ pub struct Waiting {
 /// jobs of the same millisecond). A `Query` of the list in key order is the order in which its
 /// jobs are admitted. The key depends only on the job: a job woken and refused again re-enters
 /// at the same place.
-pub fn waiting_sort_key(priority: Priority, created_at: &str, job_id: &str) -> String {
+pub fn waiting_sort_key(priority: Priority, created_at: &str, job_id: &JobId) -> String {
     format!("{}#{created_at}#{job_id}", priority.rank())
 }
 
@@ -126,16 +128,16 @@ pub fn waiting_sort_key(priority: Priority, created_at: &str, job_id: &str) -> S
 /// last admitted, or when it joined the ring), then the tenant (length-prefixed, a tie-break
 /// among tenants served in the same millisecond). A `Query` of the ring in key order starts
 /// with the tenant served least recently: the one whose turn it is.
-pub fn ring_key(served: &str, owner: &str) -> String {
+pub fn ring_key(served: &str, owner: &Owner) -> String {
     format!("{RING_PREFIX}{served}#{}:{owner}", owner.len())
 }
 
 /// What every [`ring_key`] starts with (a ring shares its partition with other items).
 pub const RING_PREFIX: &str = "RING#";
 
-/// The job id at the end of a waiting-list sort key.
-pub fn job_of_waiting_key(key: &str) -> Option<&str> {
-    key.rsplit_once('#').map(|(_, id)| id).filter(|id| !id.is_empty())
+/// The job id at the end of a waiting-list sort key, if the key ends with one.
+pub fn job_of_waiting_key(key: &str) -> Option<JobId> {
+    key.rsplit_once('#').and_then(|(_, id)| id.parse().ok())
 }
 
 /// How many waiting jobs a pool of `limit` slots with `held` of them taken can admit now.
@@ -149,6 +151,11 @@ mod tests {
     use proptest::prelude::*;
     use std::collections::{BTreeMap, BTreeSet};
 
+    /// The `n`th of some job ids, in key order.
+    fn id(n: u128) -> JobId {
+        uuid::Uuid::from_u128(n).hyphenated().to_string().parse().unwrap()
+    }
+
     #[test]
     fn priorities_parse_and_default() {
         for p in Priority::ALL {
@@ -161,8 +168,8 @@ mod tests {
 
     #[test]
     fn the_job_id_comes_back_from_its_key() {
-        let key = waiting_sort_key(Priority::Low, "2026-11-24T10:00:00.000Z", "0192-ab");
-        assert_eq!(job_of_waiting_key(&key), Some("0192-ab"));
+        let key = waiting_sort_key(Priority::Low, "2026-11-24T10:00:00.000Z", &id(0x192ab));
+        assert_eq!(job_of_waiting_key(&key), Some(id(0x192ab)));
         assert_eq!(job_of_waiting_key("1#x#"), None);
     }
 
@@ -183,9 +190,9 @@ mod tests {
         ) {
             let at = |t: i64| crate::format_rfc3339(chrono::DateTime::from_timestamp(t, 0).unwrap());
             let (pa, pb) = (Priority::ALL[a], Priority::ALL[b]);
-            let ka = waiting_sort_key(pa, &at(ta), "a");
-            let kb = waiting_sort_key(pb, &at(tb), "b");
-            let expected = pa.cmp(&pb).then(ta.cmp(&tb)).then("a".cmp("b"));
+            let ka = waiting_sort_key(pa, &at(ta), &id(0xa));
+            let kb = waiting_sort_key(pb, &at(tb), &id(0xb));
+            let expected = pa.cmp(&pb).then(ta.cmp(&tb)).then(id(0xa).cmp(&id(0xb)));
             prop_assert_eq!(ka.cmp(&kb), expected);
         }
 
@@ -195,6 +202,7 @@ mod tests {
             ta in 0i64..4_000_000_000_000, tb in 0i64..4_000_000_000_000,
             a in "[a-z:#]{1,12}", b in "[a-z:#]{1,12}",
         ) {
+            let (a, b): (Owner, Owner) = (a.parse().unwrap(), b.parse().unwrap());
             let ka = ring_key(&millis(ta), &a);
             let kb = ring_key(&millis(tb), &b);
             prop_assert!(ka.starts_with(RING_PREFIX));
@@ -262,10 +270,10 @@ mod tests {
         /// A job refused by the pool: into its tenant's list; its tenant joins the ring at
         /// the back unless it is in it already.
         fn enter(&mut self, owner: &str, priority: Priority, created: i64, n: usize) {
-            let position = waiting_sort_key(priority, &millis(created), &format!("job-{n}"));
+            let position = waiting_sort_key(priority, &millis(created), &id(n as u128));
             self.lists.entry(owner.to_owned()).or_default().insert(position);
             if !self.seats.contains_key(owner) {
-                let key = ring_key(&self.now(), owner);
+                let key = ring_key(&self.now(), &owner.parse().unwrap());
                 self.ring.insert(key.clone(), owner.to_owned());
                 self.seats.insert(owner.to_owned(), key);
             }
@@ -279,7 +287,7 @@ mod tests {
                 let list = self.lists.entry(owner.clone()).or_default();
                 let Some(position) = list.pop_first() else { continue };
                 if !list.is_empty() {
-                    let back = ring_key(&self.now(), &owner);
+                    let back = ring_key(&self.now(), &owner.parse().unwrap());
                     assert!(back > key, "served moves a tenant back");
                     self.ring.insert(back.clone(), owner.clone());
                     self.seats.insert(owner.clone(), back);
@@ -308,10 +316,10 @@ mod tests {
         pool.enter("a", Priority::Normal, 1, 1);
         pool.enter("a", Priority::Low, 0, 0);
         pool.enter("a", Priority::High, 2, 2);
-        let jobs: Vec<String> = std::iter::from_fn(|| pool.admit())
-            .filter_map(|(_, position)| job_of_waiting_key(&position).map(str::to_owned))
+        let jobs: Vec<JobId> = std::iter::from_fn(|| pool.admit())
+            .filter_map(|(_, position)| job_of_waiting_key(&position))
             .collect();
-        assert_eq!(jobs, ["job-2", "job-1", "job-0"]);
+        assert_eq!(jobs, [id(2), id(1), id(0)]);
     }
 
     #[test]

@@ -16,7 +16,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::JobId;
+use crate::{JobId, Owner};
 
 /// Longest cursor accepted, checked before anything is decoded (ours are about 160 bytes).
 pub const MAX_CURSOR_LEN: usize = 512;
@@ -76,13 +76,14 @@ const VERSION: u8 = 1;
 /// A short, non-secret tag of the owner: a cursor carries it instead of the principal, which
 /// it does not need to reveal. Not an authenticator (anyone who knows a principal can compute
 /// it), so it is compared plainly; see the module docs for what actually isolates tenants.
-fn owner_tag(owner: &str) -> String {
-    let digest = Sha256::new_with_prefix(b"longhaul list cursor\0").chain_update(owner).finalize();
+fn owner_tag(owner: &Owner) -> String {
+    let digest =
+        Sha256::new_with_prefix(b"longhaul list cursor\0").chain_update(owner.as_str()).finalize();
     hex::encode(&digest[..8])
 }
 
 /// The cursor of `position` in `owner`'s listing.
-pub fn encode(owner: &str, position: &ListPosition) -> String {
+pub fn encode(owner: &Owner, position: &ListPosition) -> String {
     let wire = Wire {
         v: VERSION,
         o: owner_tag(owner),
@@ -94,7 +95,7 @@ pub fn encode(owner: &str, position: &ListPosition) -> String {
 
 /// The position `cursor` names in `owner`'s listing, if it is a cursor this API issued to
 /// `owner`. Pure and total: any input at all gives a position or [`InvalidCursor`].
-pub fn decode(owner: &str, cursor: &str) -> Result<ListPosition, InvalidCursor> {
+pub fn decode(owner: &Owner, cursor: &str) -> Result<ListPosition, InvalidCursor> {
     if cursor.is_empty() || cursor.len() > MAX_CURSOR_LEN {
         return Err(InvalidCursor);
     }
@@ -121,15 +122,19 @@ mod tests {
         }
     }
 
+    fn owner(name: &str) -> Owner {
+        name.parse().unwrap()
+    }
+
     fn wire(value: serde_json::Value) -> String {
         URL_SAFE_NO_PAD.encode(value.to_string())
     }
 
     #[test]
     fn a_cursor_round_trips_for_its_owner_only() {
-        let cursor = encode("alice", &position());
-        assert_eq!(decode("alice", &cursor), Ok(position()));
-        assert_eq!(decode("bob", &cursor), Err(InvalidCursor));
+        let cursor = encode(&owner("alice"), &position());
+        assert_eq!(decode(&owner("alice"), &cursor), Ok(position()));
+        assert_eq!(decode(&owner("bob"), &cursor), Err(InvalidCursor));
         assert!(!cursor.contains("alice"));
         assert!(cursor.len() < MAX_CURSOR_LEN);
     }
@@ -147,7 +152,7 @@ mod tests {
 
     #[test]
     fn crafted_cursors_are_refused() {
-        let tag = owner_tag("alice");
+        let tag = owner_tag(&owner("alice"));
         let id = "01a201ea-fb15-7355-87ef-3777d21385c6";
         let at = "2026-01-02T03:04:05.678Z";
         let long = "x".repeat(3000);
@@ -167,7 +172,7 @@ mod tests {
             wire(json!({"v": "1", "o": tag, "t": at, "j": id})),
             wire(json!({"v": 1, "o": tag, "t": at, "j": 7})),
             wire(json!({"v": 1, "o": tag, "t": at, "j": id, "gsi1pk": "OWNER#bob"})),
-            wire(json!({"v": 1, "o": owner_tag("bob"), "t": at, "j": id})),
+            wire(json!({"v": 1, "o": owner_tag(&owner("bob")), "t": at, "j": id})),
             wire(json!({"v": 1, "o": tag, "t": "", "j": id})),
             wire(json!({"v": 1, "o": tag, "t": "yesterday", "j": id})),
             wire(json!({"v": 1, "o": tag, "t": long, "j": id})),
@@ -176,17 +181,20 @@ mod tests {
             wire(json!({"v": 1, "o": tag, "t": at, "j": format!("{id}#x")})),
             wire(json!({"v": 1, "o": tag, "t": format!("{at}#{id}"), "j": id})),
         ] {
-            assert_eq!(decode("alice", &cursor), Err(InvalidCursor), "{cursor}");
+            assert_eq!(decode(&owner("alice"), &cursor), Err(InvalidCursor), "{cursor}");
         }
         // The well-formed one of these shapes is accepted.
-        assert!(decode("alice", &wire(json!({"v": 1, "o": tag, "t": at, "j": id}))).is_ok());
+        assert!(
+            decode(&owner("alice"), &wire(json!({"v": 1, "o": tag, "t": at, "j": id}))).is_ok()
+        );
     }
 
     proptest! {
         /// Whatever a client sends, decoding answers (no panic), and only a position it could
         /// have been given comes back.
         #[test]
-        fn decoding_any_string_is_total(owner in ".{0,40}", cursor in ".{0,600}") {
+        fn decoding_any_string_is_total(owner in "\\PC{1,40}", cursor in ".{0,600}") {
+            let owner: Owner = owner.parse().unwrap();
             if let Ok(position) = decode(&owner, &cursor) {
                 prop_assert!(position.is_well_formed());
                 prop_assert_eq!(decode(&owner, &encode(&owner, &position)), Ok(position));
@@ -197,7 +205,7 @@ mod tests {
         #[test]
         fn decoding_any_base64_is_total(bytes in proptest::collection::vec(any::<u8>(), 0..400)) {
             let cursor = URL_SAFE_NO_PAD.encode(&bytes);
-            if let Ok(position) = decode("alice", &cursor) {
+            if let Ok(position) = decode(&owner("alice"), &cursor) {
                 prop_assert!(position.is_well_formed());
             }
         }
@@ -211,15 +219,16 @@ mod tests {
             j in ".{0,40}",
         ) {
             let cursor = wire(json!({"v": v, "o": o, "t": t, "j": j}));
-            if let Ok(position) = decode("alice", &cursor) {
+            if let Ok(position) = decode(&owner("alice"), &cursor) {
                 prop_assert!(position.is_well_formed());
-                prop_assert_eq!(o, owner_tag("alice"));
+                prop_assert_eq!(o, owner_tag(&owner("alice")));
             }
         }
 
         /// Every position we write round-trips through a cursor.
         #[test]
-        fn positions_round_trip(owner in ".{0,40}", millis in 0i64..4_102_444_800_000) {
+        fn positions_round_trip(owner in "\\PC{1,40}", millis in 0i64..4_102_444_800_000) {
+            let owner: Owner = owner.parse().unwrap();
             let at = chrono::DateTime::from_timestamp_millis(millis).unwrap();
             let position = ListPosition {
                 created_at: crate::format_rfc3339(at),

@@ -39,7 +39,7 @@ pub fn submission_fingerprint(
 /// meet a different request (the 422 of a reused key): two submissions that differ only in
 /// their callback URL are two jobs, each notifying its own URL. It contains a space, which a
 /// client's `Idempotency-Key` cannot, so the two never collide.
-pub fn derived_idempotency_key(owner: &str, submission_fingerprint: &str) -> String {
+pub fn derived_idempotency_key(owner: &crate::Owner, submission_fingerprint: &str) -> String {
     let canonical = serde_json::json!({ "owner": owner, "request": submission_fingerprint });
     format!("derived {}", fingerprint(&canonical))
 }
@@ -52,7 +52,7 @@ pub fn is_derived_key(key: &str) -> bool {
 
 /// The idempotency key of "retry job `job_id`": retrying the same job twice yields the same
 /// new job, and a failed retry can itself be retried (a key whose job failed may be reused).
-pub fn retry_idempotency_key(job_id: &str) -> String {
+pub fn retry_idempotency_key(job_id: &crate::JobId) -> String {
     format!("retry {job_id}")
 }
 
@@ -138,14 +138,15 @@ mod tests {
     #[test]
     fn derived_keys_separate_owners_and_requests() {
         let request = submission_fingerprint("some_kind", &json!({"items": 3}), None);
-        let alice = derived_idempotency_key("alice", &request);
-        assert_eq!(alice, derived_idempotency_key("alice", &request));
-        assert_ne!(alice, derived_idempotency_key("bob", &request));
+        let alice_: crate::Owner = "alice".parse().unwrap();
+        let alice = derived_idempotency_key(&alice_, &request);
+        assert_eq!(alice, derived_idempotency_key(&alice_, &request));
+        assert_ne!(alice, derived_idempotency_key(&"bob".parse().unwrap(), &request));
         let more = submission_fingerprint("some_kind", &json!({"items": 4}), None);
-        assert_ne!(alice, derived_idempotency_key("alice", &more));
+        assert_ne!(alice, derived_idempotency_key(&alice_, &more));
         let called_back =
             submission_fingerprint("some_kind", &json!({"items": 3}), Some("https://a.example/"));
-        assert_ne!(alice, derived_idempotency_key("alice", &called_back));
+        assert_ne!(alice, derived_idempotency_key(&alice_, &called_back));
         assert!(alice.starts_with("derived ") && alice.contains(' '));
     }
 }

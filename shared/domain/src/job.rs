@@ -1,7 +1,6 @@
 //! Jobs: identity, transitions and errors (kinds and their params: `longhaul-worker`).
 
 use serde::{Deserialize, Serialize};
-use std::fmt;
 use std::str::FromStr;
 
 use crate::Timestamp;
@@ -32,30 +31,7 @@ impl Default for JobId {
     }
 }
 
-impl fmt::Display for JobId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::ops::Deref for JobId {
-    type Target = str;
-    fn deref(&self) -> &str {
-        &self.0
-    }
-}
-
-impl AsRef<str> for JobId {
-    fn as_ref(&self) -> &str {
-        &self.0
-    }
-}
-
-impl From<JobId> for String {
-    fn from(id: JobId) -> String {
-        id.0
-    }
-}
+text_newtype!(JobId);
 
 impl FromStr for JobId {
     type Err = InvalidJobId;
@@ -66,13 +42,6 @@ impl FromStr for JobId {
             return Err(InvalidJobId);
         }
         Ok(JobId(s.to_owned()))
-    }
-}
-
-impl<'de> Deserialize<'de> for JobId {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let text = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
-        text.parse().map_err(serde::de::Error::custom)
     }
 }
 
@@ -98,7 +67,7 @@ pub struct Cancellation {
     /// When.
     pub requested_at: Timestamp,
     /// The principal that asked.
-    pub requested_by: String,
+    pub requested_by: crate::Owner,
     /// The reason they gave, if any.
     pub reason: Option<String>,
 }
@@ -224,7 +193,7 @@ mod tests {
     fn a_cancellation_reads_in_the_log_as_who_and_why() {
         let mut c = Cancellation {
             requested_at: "2026-11-24T18:00:00.000Z".parse().unwrap(),
-            requested_by: "alice".into(),
+            requested_by: "alice".parse().unwrap(),
             reason: Some("the partner is down".into()),
         };
         assert_eq!(c.log_reason(), "cancelled by alice: the partner is down");

@@ -4,12 +4,73 @@
 //! This crate knows nothing about AWS or Lambda. Adapters (`longhaul-aws`) persist and move
 //! these types; functions compose the two.
 
+/// The conveniences of a text newtype that only valid text parses into (`JobId`, `Owner`):
+/// it reads as its text without a copy (`Deref<Target = str>`, `AsRef<str>`), displays and
+/// compares as it, turns into a `String`, and deserialises through its `FromStr`, so a stored
+/// value that does not parse is an error, never a default. The type keeps its own `as_str`,
+/// `FromStr` and `Serialize` (`#[serde(transparent)]`).
+macro_rules! text_newtype {
+    ($name:ident) => {
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl std::ops::Deref for $name {
+            type Target = str;
+            fn deref(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl AsRef<str> for $name {
+            fn as_ref(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl From<$name> for String {
+            fn from(value: $name) -> String {
+                value.0
+            }
+        }
+
+        impl From<&$name> for String {
+            fn from(value: &$name) -> String {
+                value.0.clone()
+            }
+        }
+
+        impl PartialEq<str> for $name {
+            fn eq(&self, other: &str) -> bool {
+                self.0 == other
+            }
+        }
+
+        impl PartialEq<&str> for $name {
+            fn eq(&self, other: &&str) -> bool {
+                self.0 == *other
+            }
+        }
+
+        impl<'de> serde::Deserialize<'de> for $name {
+            fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                let text =
+                    <std::borrow::Cow<'de, str> as serde::Deserialize>::deserialize(deserializer)?;
+                text.parse().map_err(serde::de::Error::custom)
+            }
+        }
+    };
+}
+
 pub mod admission;
 pub mod callback;
 pub mod cursor;
 pub mod fingerprint;
 pub mod job;
 pub mod limits;
+pub mod owner;
 pub mod policy;
 pub mod progress;
 pub mod reaper;
@@ -22,6 +83,7 @@ pub mod uploads;
 pub mod webhooks;
 
 pub use job::{Cancellation, ErrorCode, JobError, JobId, Transition};
+pub use owner::{InvalidOwner, Owner};
 pub use status::{JobStatus, TransitionError};
 pub use time::{InvalidTimestamp, Timestamp};
 

@@ -23,6 +23,8 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
+use crate::{JobId, Owner};
+
 /// Tokens longer than this are refused unread (bounds the work a hostile request causes;
 /// real tokens are well under 200 bytes).
 pub const MAX_TOKEN_LEN: usize = 4096;
@@ -36,7 +38,7 @@ const TAG: &[u8] = b"longhaul/stream-token/v2";
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Grant {
     /// The principal the token was issued to; must still own the job.
-    pub owner: String,
+    pub owner: Owner,
     /// Epoch seconds after which the token is refused.
     pub expires: i64,
 }
@@ -55,7 +57,9 @@ pub enum TokenError {
     Expired,
 }
 
-fn mac(secret: &[u8], job_id: &str, owner: &str, expires: i64) -> Hmac<Sha256> {
+/// The MAC of a token. `owner` is the token's text, not yet an [`Owner`]: [`verify`] checks
+/// the MAC before it trusts anything the token says.
+fn mac(secret: &[u8], job_id: &JobId, owner: &str, expires: i64) -> Hmac<Sha256> {
     let mut mac = Hmac::<Sha256>::new_from_slice(secret).expect("HMAC takes any key length");
     mac.update(TAG);
     // Length prefixes: no choice of job id and owner can collide with another pair (owners
@@ -69,7 +73,7 @@ fn mac(secret: &[u8], job_id: &str, owner: &str, expires: i64) -> Hmac<Sha256> {
 }
 
 /// A token for `owner`'s job `job_id`, valid until `expires` (epoch seconds).
-pub fn issue(secret: &[u8], job_id: &str, owner: &str, expires: i64) -> String {
+pub fn issue(secret: &[u8], job_id: &JobId, owner: &Owner, expires: i64) -> String {
     let signature = mac(secret, job_id, owner, expires).finalize().into_bytes();
     format!(
         "{expires}.{}.{}",
@@ -84,7 +88,7 @@ pub fn issue(secret: &[u8], job_id: &str, owner: &str, expires: i64) -> String {
 ///
 /// The MAC is compared in constant time, and before the expiry, so only authentic tokens
 /// are ever told apart as [`TokenError::Expired`]. Never panics, whatever `token` is.
-pub fn verify(secret: &[u8], token: &str, job_id: &str, now: i64) -> Result<Grant, TokenError> {
+pub fn verify(secret: &[u8], token: &str, job_id: &JobId, now: i64) -> Result<Grant, TokenError> {
     if token.len() > MAX_TOKEN_LEN {
         return Err(TokenError::Malformed);
     }
@@ -110,6 +114,8 @@ pub fn verify(secret: &[u8], token: &str, job_id: &str, now: i64) -> Result<Gran
     mac(secret, job_id, &owner, expires)
         .verify_slice(&signature)
         .map_err(|_| TokenError::BadSignature)?;
+    // Authentic, so issued for an `Owner`: one that does not parse was never ours to issue.
+    let owner = owner.parse().map_err(|_| TokenError::Malformed)?;
     if expires < now {
         return Err(TokenError::Expired);
     }
@@ -122,38 +128,53 @@ mod tests {
     use proptest::prelude::*;
 
     const KEY: &[u8] = b"secret";
-    const JOB: &str = "01a201ea-fb15-7355-87ef-3777d21385c6";
+    const JOB_ID: &str = "01a201ea-fb15-7355-87ef-3777d21385c6";
+
+    fn job() -> JobId {
+        JOB_ID.parse().unwrap()
+    }
+
+    fn owner(name: &str) -> Owner {
+        name.parse().unwrap()
+    }
 
     fn grant(owner: &str, expires: i64) -> Result<Grant, TokenError> {
-        Ok(Grant { owner: owner.to_owned(), expires })
+        Ok(Grant { owner: owner.parse().unwrap(), expires })
     }
 
     #[test]
     fn a_token_opens_its_job_until_it_expires_and_names_its_owner() {
-        let token = issue(KEY, JOB, "alice", 1_000);
-        assert_eq!(verify(KEY, &token, JOB, 999), grant("alice", 1_000));
-        assert_eq!(verify(KEY, &token, JOB, 1_000), grant("alice", 1_000), "valid to the second");
-        assert_eq!(verify(KEY, &token, JOB, 1_001), Err(TokenError::Expired));
+        let token = issue(KEY, &job(), &owner("alice"), 1_000);
+        assert_eq!(verify(KEY, &token, &job(), 999), grant("alice", 1_000));
+        assert_eq!(
+            verify(KEY, &token, &job(), 1_000),
+            grant("alice", 1_000),
+            "valid to the second"
+        );
+        assert_eq!(verify(KEY, &token, &job(), 1_001), Err(TokenError::Expired));
         // Owners with any characters, including the one separators would use.
-        for owner in ["auth0|123", "a.b.c", "", "ünïcødé", "client:svc/1"] {
-            let token = issue(KEY, JOB, owner, 5);
-            assert_eq!(verify(KEY, &token, JOB, 0), grant(owner, 5), "{owner}");
+        for name in ["auth0|123", "a.b.c", "ünïcødé", "client:svc/1"] {
+            let token = issue(KEY, &job(), &owner(name), 5);
+            assert_eq!(verify(KEY, &token, &job(), 0), grant(name, 5), "{name}");
         }
+        // An authentic token for what is not an owner (no `issue` makes one) grants nothing.
+        let signature = mac(KEY, &job(), "", 5).finalize().into_bytes();
+        let empty_owner = format!("5..{}", URL_SAFE_NO_PAD.encode(signature));
+        assert_eq!(verify(KEY, &empty_owner, &job(), 0), Err(TokenError::Malformed));
     }
 
     #[test]
     fn a_token_is_refused_for_another_job_or_under_another_key() {
-        let token = issue(KEY, JOB, "alice", 1_000);
-        let other_job = "01a201ea-fb15-7355-87ef-3777d21385c7";
-        assert_eq!(verify(KEY, &token, other_job, 0), Err(TokenError::BadSignature));
-        assert_eq!(verify(KEY, &token, "", 0), Err(TokenError::BadSignature));
-        assert_eq!(verify(b"other", &token, JOB, 0), Err(TokenError::BadSignature));
-        assert_eq!(verify(b"", &token, JOB, 0), Err(TokenError::BadSignature));
+        let token = issue(KEY, &job(), &owner("alice"), 1_000);
+        let other_job: JobId = "01a201ea-fb15-7355-87ef-3777d21385c7".parse().unwrap();
+        assert_eq!(verify(KEY, &token, &other_job, 0), Err(TokenError::BadSignature));
+        assert_eq!(verify(b"other", &token, &job(), 0), Err(TokenError::BadSignature));
+        assert_eq!(verify(b"", &token, &job(), 0), Err(TokenError::BadSignature));
     }
 
     #[test]
     fn tampering_with_any_part_is_refused() {
-        let token = issue(KEY, JOB, "alice", 1_000);
+        let token = issue(KEY, &job(), &owner("alice"), 1_000);
         let parts: Vec<&str> = token.split('.').collect();
         let (expires, owner, signature) = (parts[0], parts[1], parts[2]);
         let bob = URL_SAFE_NO_PAD.encode("bob");
@@ -171,28 +192,32 @@ mod tests {
             (format!("{expires}.{owner}.{signature}AAAA"), "a longer MAC"),
             (format!("{expires}.{owner}."), "no MAC"),
         ] {
-            assert_eq!(verify(KEY, &tampered, JOB, 0), Err(TokenError::BadSignature), "{why}");
+            assert_eq!(verify(KEY, &tampered, &job(), 0), Err(TokenError::BadSignature), "{why}");
         }
         // A forged token stays refused even when long expired: no expiry oracle for forgers.
         assert_eq!(
-            verify(KEY, &format!("1.{owner}.{signature}"), JOB, 2_000),
+            verify(KEY, &format!("1.{owner}.{signature}"), &job(), 2_000),
             Err(TokenError::BadSignature)
         );
         // Other spellings of the same expiry are not the token.
         for spelling in ["+1000", "01000", " 1000", "1000 "] {
             let respelled = format!("{spelling}.{owner}.{signature}");
-            assert_eq!(verify(KEY, &respelled, JOB, 0), Err(TokenError::Malformed), "{spelling}");
+            assert_eq!(
+                verify(KEY, &respelled, &job(), 0),
+                Err(TokenError::Malformed),
+                "{spelling}"
+            );
         }
         // The previous format (no owner) is not accepted.
         assert_eq!(
-            verify(KEY, &format!("{expires}.{signature}"), JOB, 0),
+            verify(KEY, &format!("{expires}.{signature}"), &job(), 0),
             Err(TokenError::Malformed)
         );
     }
 
     #[test]
     fn garbage_of_every_shape_is_malformed() {
-        let valid = issue(KEY, JOB, "alice", 1_000);
+        let valid = issue(KEY, &job(), &owner("alice"), 1_000);
         let long = format!("{valid}{}", "A".repeat(MAX_TOKEN_LEN));
         for garbage in [
             "",
@@ -216,22 +241,22 @@ mod tests {
             "\0.\0.\0",
             long.as_str(),
         ] {
-            assert_eq!(verify(KEY, garbage, JOB, 0), Err(TokenError::Malformed), "{garbage:?}");
+            assert_eq!(verify(KEY, garbage, &job(), 0), Err(TokenError::Malformed), "{garbage:?}");
         }
         // Of the token's shape, with empty parts: only the MAC can tell.
         for empty in ["1..AAAA", "1.YWxpY2U.", "0.."] {
-            assert_eq!(verify(KEY, empty, JOB, 0), Err(TokenError::BadSignature), "{empty:?}");
+            assert_eq!(verify(KEY, empty, &job(), 0), Err(TokenError::BadSignature), "{empty:?}");
         }
     }
 
     #[test]
     fn extreme_expiries_round_trip() {
         for expires in [i64::MIN, -1, 0, i64::MAX] {
-            let token = issue(KEY, JOB, "alice", expires);
-            assert_eq!(verify(KEY, &token, JOB, i64::MIN), grant("alice", expires));
+            let token = issue(KEY, &job(), &owner("alice"), expires);
+            assert_eq!(verify(KEY, &token, &job(), i64::MIN), grant("alice", expires));
         }
         assert_eq!(
-            verify(KEY, &issue(KEY, JOB, "alice", i64::MIN), JOB, i64::MAX),
+            verify(KEY, &issue(KEY, &job(), &owner("alice"), i64::MIN), &job(), i64::MAX),
             Err(TokenError::Expired)
         );
     }
@@ -239,7 +264,7 @@ mod tests {
     proptest! {
         #[test]
         fn verify_never_panics_and_refuses_arbitrary_strings(token in ".{0,300}") {
-            prop_assert!(verify(KEY, &token, JOB, 0).is_err());
+            prop_assert!(verify(KEY, &token, &job(), 0).is_err());
         }
 
         #[test]
@@ -253,18 +278,19 @@ mod tests {
                 URL_SAFE_NO_PAD.encode(owner),
                 URL_SAFE_NO_PAD.encode(signature)
             );
-            prop_assert!(verify(KEY, &token, JOB, 0).is_err());
+            prop_assert!(verify(KEY, &token, &job(), 0).is_err());
         }
 
         #[test]
         fn issued_tokens_verify_and_any_one_byte_change_is_refused(
-            owner in ".{0,40}",
-            job in "[0-9a-f-]{1,40}",
+            owner in "\\PC{1,40}",
+            job in any::<u128>(),
             expires in 0i64..i64::MAX,
             at in any::<proptest::sample::Index>(),
             byte in any::<u8>(),
         ) {
-            let token = issue(KEY, &job, &owner, expires);
+            let job: JobId = uuid::Uuid::from_u128(job).hyphenated().to_string().parse().unwrap();
+            let token = issue(KEY, &job, &owner.parse().unwrap(), expires);
             prop_assert_eq!(verify(KEY, &token, &job, 0), grant(&owner, expires));
             let mut changed = token.clone().into_bytes();
             let i = at.index(changed.len());

@@ -6,23 +6,25 @@
 
 use sha2::{Digest, Sha256};
 
+use crate::Owner;
+
 /// Longest accepted file name, in bytes.
 pub const MAX_FILENAME_BYTES: usize = 255;
 
 /// The key prefix of `owner`'s uploads.
-pub fn owner_prefix(owner: &str) -> String {
+pub fn owner_prefix(owner: &Owner) -> String {
     let digest = hex::encode(Sha256::digest(owner.as_bytes()));
     format!("uploads/{}/", &digest[..32])
 }
 
 /// The object key of a new upload: `uploads/<owner hash>/<upload id>/<file name>`.
-pub fn upload_key(owner: &str, upload_id: &str, filename: &str) -> String {
+pub fn upload_key(owner: &Owner, upload_id: &str, filename: &str) -> String {
     format!("{}{upload_id}/{filename}", owner_prefix(owner))
 }
 
 /// Whether `input` names one of `owner`'s uploads (and nothing else: no traversal, no prefix
 /// of someone else's key).
-pub fn owns_upload(owner: &str, input: &str) -> bool {
+pub fn owns_upload(owner: &Owner, input: &str) -> bool {
     let Some(rest) = input.strip_prefix(&owner_prefix(owner)) else { return false };
     let mut parts = rest.splitn(2, '/');
     let (Some(id), Some(name)) = (parts.next(), parts.next()) else { return false };
@@ -63,19 +65,21 @@ mod tests {
 
     #[test]
     fn ownership() {
-        let key = upload_key("alice", "0192-ab", "data.csv");
-        assert!(owns_upload("alice", &key));
-        assert!(!owns_upload("bob", &key));
-        assert!(!owns_upload("alice", &format!("{}../x/data.csv", owner_prefix("alice"))));
-        assert!(!owns_upload("alice", &owner_prefix("alice")));
-        assert!(!owns_upload("alice", "results/x/result.json"));
+        let (alice, bob): (Owner, Owner) = ("alice".parse().unwrap(), "bob".parse().unwrap());
+        let key = upload_key(&alice, "0192-ab", "data.csv");
+        assert!(owns_upload(&alice, &key));
+        assert!(!owns_upload(&bob, &key));
+        assert!(!owns_upload(&alice, &format!("{}../x/data.csv", owner_prefix(&alice))));
+        assert!(!owns_upload(&alice, &owner_prefix(&alice)));
+        assert!(!owns_upload(&alice, "results/x/result.json"));
     }
 
     proptest! {
         /// No principal can reference another principal's upload, whatever the names.
         #[test]
-        fn uploads_belong_to_their_owner(a in ".{1,20}", b in ".{1,20}", name in "[a-z]{1,10}\\.csv") {
+        fn uploads_belong_to_their_owner(a in "\\PC{1,20}", b in "\\PC{1,20}", name in "[a-z]{1,10}\\.csv") {
             prop_assume!(a != b);
+            let (a, b): (Owner, Owner) = (a.parse().unwrap(), b.parse().unwrap());
             let key = upload_key(&a, "id-1", &name);
             prop_assert!(owns_upload(&a, &key));
             prop_assert!(!owns_upload(&b, &key));

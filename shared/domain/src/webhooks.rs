@@ -96,7 +96,7 @@ pub fn event_type(status: JobStatus) -> Option<&'static str> {
 }
 
 /// The `webhook-id` of a job's terminal event: the same for every retry of that event.
-pub fn message_id(job_id: &str, status: JobStatus) -> String {
+pub fn message_id(job_id: &crate::JobId, status: JobStatus) -> String {
     format!("msg_{}_{}", job_id.replace('-', ""), status.as_str())
 }
 

@@ -1,6 +1,7 @@
 //! The job table in memory: job, progress, idempotency, webhook-secret and delivery records,
 //! with the table's conditional writes decided under one lock.
 
+use longhaul_domain::{JobId, Owner};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Mutex;
 
@@ -28,14 +29,14 @@ mod reaping;
 
 #[derive(Debug, Default)]
 struct Table {
-    jobs: HashMap<String, JobRecord>,
-    progress: HashMap<String, ProgressRecord>,
-    keys: HashMap<(String, String), IdempotencyRecord>,
-    secrets: HashMap<String, SecretsRecord>,
+    jobs: HashMap<JobId, JobRecord>,
+    progress: HashMap<JobId, ProgressRecord>,
+    keys: HashMap<(Owner, String), IdempotencyRecord>,
+    secrets: HashMap<Owner, SecretsRecord>,
     /// Per job, keyed as the table sorts them (`<event>#<attempt>`).
-    deliveries: HashMap<String, BTreeMap<String, DeliveryRecord>>,
+    deliveries: HashMap<JobId, BTreeMap<String, DeliveryRecord>>,
     /// Jobs in their owner's backlog: not yet run, not ended.
-    backlog: HashSet<String>,
+    backlog: HashSet<JobId>,
     /// The status index, the sweeps' cursors and the TTL marks (`index.rs`).
     index: index::Index,
 }
@@ -61,12 +62,18 @@ impl MemoryJobStore {
     }
 
     /// The job's progress record, if it has one (what a test checks a stage or a cancel by).
-    pub fn progress(&self, job_id: &str) -> Option<ProgressRecord> {
+    pub fn progress(&self, job_id: &JobId) -> Option<ProgressRecord> {
         self.lock().progress.get(job_id).cloned()
     }
 
+    /// The ids of the jobs that have a progress record, in no particular order (what a test
+    /// finds a record written for a job that does not exist by).
+    pub fn progress_ids(&self) -> Vec<JobId> {
+        self.lock().progress.keys().cloned().collect()
+    }
+
     /// Writes `progress` as the job's progress record, as a stage's hand-over does.
-    pub fn put_progress(&self, job_id: &str, progress: ProgressRecord) {
+    pub fn put_progress(&self, job_id: &JobId, progress: ProgressRecord) {
         self.lock().progress.insert(job_id.to_owned(), progress);
     }
 
@@ -75,11 +82,11 @@ impl MemoryJobStore {
     pub fn put_record(&self, job: JobRecord) {
         let mut table = self.lock();
         if matches!(job.status, JobStatus::Pending | JobStatus::Queued) && job.attempt == 0 {
-            table.backlog.insert(job.job_id.to_string());
+            table.backlog.insert(job.job_id.clone());
         } else {
-            table.backlog.remove(job.job_id.as_str());
+            table.backlog.remove(&job.job_id);
         }
-        table.jobs.insert(job.job_id.to_string(), job);
+        table.jobs.insert(job.job_id.clone(), job);
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Table> {
@@ -160,12 +167,12 @@ impl Warm for MemoryJobStore {}
 
 #[async_trait]
 impl JobReads for MemoryJobStore {
-    async fn job(&self, job_id: &str) -> Result<Option<JobRecord>, StoreError> {
+    async fn job(&self, job_id: &JobId) -> Result<Option<JobRecord>, StoreError> {
         self.check("read job")?;
         Ok(self.lock().jobs.get(job_id).cloned())
     }
 
-    async fn view(&self, job_id: &str) -> Result<Option<JobView>, StoreError> {
+    async fn view(&self, job_id: &JobId) -> Result<Option<JobView>, StoreError> {
         self.check("read job")?;
         let table = self.lock();
         Ok(table
@@ -187,7 +194,7 @@ impl JobTransitions for MemoryJobStore {
 impl JobCancellation for MemoryJobStore {
     async fn cancel(
         &self,
-        job_id: &str,
+        job_id: &JobId,
         cancellation: &Cancellation,
     ) -> Result<CancelOutcome, StoreError> {
         self.check("cancel job")?;
@@ -232,7 +239,7 @@ impl JobCancellation for MemoryJobStore {
 impl JobListing for MemoryJobStore {
     async fn list(
         &self,
-        owner: &str,
+        owner: &Owner,
         filter: &ListFilter,
         limit: usize,
         cursor: Option<&str>,
@@ -247,7 +254,7 @@ impl JobListing for MemoryJobStore {
         let mut owned: Vec<(String, &JobRecord)> = table
             .jobs
             .values()
-            .filter(|job| job.owner == owner)
+            .filter(|job| job.owner == *owner)
             .map(|job| (format!("{}#{}", job.created_at, job.job_id), job))
             .filter(|(key, _)| after.as_ref().is_none_or(|after| key < after))
             .filter(|(_, job)| {
@@ -276,10 +283,10 @@ impl JobListing for MemoryJobStore {
 impl JobCreation for MemoryJobStore {
     async fn claim_key(
         &self,
-        owner: &str,
+        owner: &Owner,
         key: &str,
         record: &IdempotencyRecord,
-        replacing: Option<&str>,
+        replacing: Option<&JobId>,
     ) -> Result<(), StoreError> {
         self.check("claim idempotency key")?;
         let now = chrono::Utc::now().timestamp();
@@ -288,7 +295,7 @@ impl JobCreation for MemoryJobStore {
         let free = match (table.keys.get(&slot), replacing) {
             (None, None) => true,
             (Some(existing), None) => existing.expires_at < now,
-            (Some(existing), Some(old)) => existing.job_id == old || existing.expires_at < now,
+            (Some(existing), Some(old)) => existing.job_id == *old || existing.expires_at < now,
             (None, Some(_)) => return Err(StoreError::Conflict { current: None }),
         };
         if !free {
@@ -299,11 +306,16 @@ impl JobCreation for MemoryJobStore {
         Ok(())
     }
 
-    async fn release_key(&self, owner: &str, key: &str, job_id: &str) -> Result<(), StoreError> {
+    async fn release_key(
+        &self,
+        owner: &Owner,
+        key: &str,
+        job_id: &JobId,
+    ) -> Result<(), StoreError> {
         self.check("release an idempotency key")?;
         let mut table = self.lock();
         let slot = (owner.to_owned(), key.to_owned());
-        if table.keys.get(&slot).is_some_and(|r| r.job_id == job_id) {
+        if table.keys.get(&slot).is_some_and(|r| r.job_id == *job_id) {
             table.keys.remove(&slot);
         }
         Ok(())
@@ -311,7 +323,7 @@ impl JobCreation for MemoryJobStore {
 
     async fn idempotency(
         &self,
-        owner: &str,
+        owner: &Owner,
         key: &str,
     ) -> Result<Option<IdempotencyRecord>, StoreError> {
         self.check("read idempotency record")?;
@@ -327,16 +339,16 @@ impl JobCreation for MemoryJobStore {
     async fn put_job(&self, job: &JobRecord) -> Result<(), StoreError> {
         self.check("create job")?;
         let mut table = self.lock();
-        if table.jobs.contains_key(job.job_id.as_str()) {
+        if table.jobs.contains_key(&job.job_id) {
             return Err(StoreError::Conflict { current: None });
         }
-        table.backlog.insert(job.job_id.to_string());
+        table.backlog.insert(job.job_id.clone());
         table.index.created(job);
-        table.jobs.insert(job.job_id.to_string(), job.clone());
+        table.jobs.insert(job.job_id.clone(), job.clone());
         Ok(())
     }
 
-    async fn seed_progress(&self, job_id: &str, from: &ProgressRecord) -> Result<(), StoreError> {
+    async fn seed_progress(&self, job_id: &JobId, from: &ProgressRecord) -> Result<(), StoreError> {
         self.check("seed progress")?;
         let mut table = self.lock();
         if table.progress.contains_key(job_id) {
@@ -347,23 +359,29 @@ impl JobCreation for MemoryJobStore {
         Ok(())
     }
 
-    async fn backlog(&self, owner: &str, _at_most: usize) -> Result<usize, StoreError> {
+    async fn backlog(&self, owner: &Owner, at_most: usize) -> Result<usize, StoreError> {
         self.check("count a tenant's jobs not yet running")?;
         let table = self.lock();
+        // As the AWS adapter: it counts page by page and stops once the count reaches
+        // `at_most` (having read at least one page, so `at_most` 0 still counts the first);
+        // here a page is one entry, so the count stops exactly there.
         let count = table
             .backlog
             .iter()
-            .filter(|id| table.jobs.get(*id).is_some_and(|job| job.owner == owner))
+            .filter(|id| table.jobs.get(*id).is_some_and(|job| job.owner == *owner))
+            .take(at_most.max(1))
             .count();
-        // The AWS adapter stops counting once it reaches `at_most` (page by page, so it may
-        // pass it); an exact count keeps that contract.
         Ok(count)
     }
 }
 
 #[async_trait]
 impl JobDispatchMarks for MemoryJobStore {
-    async fn mark_waiting(&self, job_id: &str, waiting: &Waiting) -> Result<JobRecord, StoreError> {
+    async fn mark_waiting(
+        &self,
+        job_id: &JobId,
+        waiting: &Waiting,
+    ) -> Result<JobRecord, StoreError> {
         self.check("mark job waiting")?;
         let mut table = self.lock();
         let Some(job) = table.jobs.get_mut(job_id) else {
@@ -382,7 +400,7 @@ impl JobDispatchMarks for MemoryJobStore {
 
 #[async_trait]
 impl WebhookSecrets for MemoryJobStore {
-    async fn webhook_secrets(&self, owner: &str) -> Result<SecretsRecord, StoreError> {
+    async fn webhook_secrets(&self, owner: &Owner) -> Result<SecretsRecord, StoreError> {
         self.check("read webhook secrets")?;
         let mut table = self.lock();
         if let Some(record) = table.secrets.get(owner) {
@@ -396,7 +414,7 @@ impl WebhookSecrets for MemoryJobStore {
 
     async fn rotate_webhook_secret(
         &self,
-        owner: &str,
+        owner: &Owner,
         overlap_until: Timestamp,
     ) -> Result<Rotation, StoreError> {
         let read = self.webhook_secrets(owner).await?;
@@ -416,7 +434,7 @@ impl WebhookSecrets for MemoryJobStore {
 impl DeliveryLog for MemoryJobStore {
     async fn record_delivery(
         &self,
-        job_id: &str,
+        job_id: &JobId,
         delivery: &DeliveryRecord,
     ) -> Result<(), StoreError> {
         self.check("record webhook delivery")?;
@@ -425,7 +443,7 @@ impl DeliveryLog for MemoryJobStore {
         Ok(())
     }
 
-    async fn deliveries(&self, job_id: &str) -> Result<Vec<DeliveryRecord>, StoreError> {
+    async fn deliveries(&self, job_id: &JobId) -> Result<Vec<DeliveryRecord>, StoreError> {
         self.check("read deliveries")?;
         Ok(self
             .lock()

@@ -8,13 +8,17 @@
 //! or unreachable service does, so the handlers' failure paths are tested too.
 
 pub mod api;
+mod clock;
 pub mod contract;
 mod jobs;
+mod names;
 mod outside;
 mod slots;
 mod streams;
 
+pub use clock::ManualClock;
 pub use jobs::MemoryJobStore;
+pub use names::{job_named, nth_job, owner};
 pub use outside::{
     MemoryDeadLetters, MemoryDispatchQueue, MemoryExecutions, MemoryObjects, MemoryRateLimits,
     MemorySigningKey, MemoryWebhookQueue, Started,
@@ -89,10 +93,72 @@ mod tests {
     async fn the_memory_intake_queue_refuses_a_delay_sqs_refuses() {
         use longhaul_aws::ports::DispatchQueue;
         let intake = MemoryDispatchQueue::new();
-        let message = longhaul_aws::queue::DispatchMessage { job_id: "j".into() };
-        let refused = intake.send_delayed(&message, 901, "o").await.unwrap_err();
+        let message = longhaul_aws::queue::DispatchMessage { job_id: nth_job(1) };
+        let refused = intake.send_delayed(&message, 901, &owner("o")).await.unwrap_err();
         assert_eq!(refused.refusal, Some(longhaul_aws::Refusal::Invalid));
         assert!(intake.sent().is_empty(), "nothing sent");
+    }
+
+    #[tokio::test]
+    async fn the_memory_backlog_stops_counting_at_at_most() {
+        // The DynamoDB adapter stops at the page that reaches `at_most`; a page here is one
+        // entry, so the count is `at_most` exactly once there are that many.
+        use longhaul_aws::ports::JobCreation;
+        let store = MemoryJobStore::new();
+        let owner = contract::fresh_owner("backlog");
+        for _ in 0..3 {
+            let job = contract::pending_job(&owner, longhaul_domain::Timestamp::now());
+            store.put_job(&job).await.unwrap();
+        }
+        for (at_most, counted) in [(1, 1), (2, 2), (3, 3), (10, 3)] {
+            assert_eq!(store.backlog(&owner, at_most).await.unwrap(), counted, "{at_most}");
+        }
+    }
+
+    #[tokio::test]
+    async fn the_memory_signing_key_keeps_the_signing_key_contract() {
+        let unreadable = MemorySigningKey::new("later");
+        unreadable.set_unavailable(true);
+        contract::signing_key(
+            "k-1",
+            &MemorySigningKey::new("k-1"),
+            &MemorySigningKey::new("k-1"),
+            &MemorySigningKey::new("k-2"),
+            &unreadable,
+            async || unreadable.set_unavailable(false),
+        )
+        .await;
+    }
+
+    #[tokio::test]
+    async fn the_system_and_the_manual_clocks_keep_the_clock_contract() {
+        contract::clock(&longhaul_aws::ports::SystemClock).await;
+        contract::clock(&ManualClock::new()).await;
+        contract::clock(&ManualClock::new().stepping(std::time::Duration::from_secs(3))).await;
+    }
+
+    #[test]
+    fn a_manual_clock_moves_only_when_told() {
+        use longhaul_aws::ports::Clock;
+        use std::time::Duration;
+        let start = chrono::Utc::now();
+        let clock = ManualClock::at(start);
+        let instant = clock.instant();
+        assert_eq!((clock.now(), clock.instant()), (start, instant), "it stands still");
+        clock.advance(Duration::from_secs(90));
+        assert_eq!(clock.now(), start + chrono::Duration::seconds(90));
+        assert_eq!(clock.instant(), instant + Duration::from_secs(90));
+        let later = start + chrono::Duration::hours(1);
+        clock.set(later);
+        assert_eq!((clock.now(), clock.instant()), (later, instant + Duration::from_secs(3600)));
+        // Set back, the time of day goes back; the instant never does.
+        clock.set(start);
+        assert_eq!((clock.now(), clock.instant()), (start, instant + Duration::from_secs(3600)));
+        // Stepping: each reading a step later than the one before.
+        let stepping = ManualClock::at(start).stepping(Duration::from_secs(2));
+        let first = stepping.instant();
+        assert_eq!(stepping.instant(), first + Duration::from_secs(2));
+        assert_eq!(stepping.now(), start + chrono::Duration::seconds(4));
     }
 
     #[tokio::test]
@@ -114,11 +180,11 @@ mod tests {
     async fn an_unavailable_store_fails_every_call_and_changes_nothing() {
         use longhaul_aws::ports::{JobCreation, JobReads};
         let store = MemoryJobStore::new();
-        let job = contract::pending_job("o", longhaul_domain::Timestamp::now());
+        let job = contract::pending_job(&owner("o"), longhaul_domain::Timestamp::now());
         store.set_unavailable(true);
         assert!(store.put_job(&job).await.is_err());
-        assert!(store.job(job.job_id.as_str()).await.is_err());
+        assert!(store.job(&job.job_id).await.is_err());
         store.set_unavailable(false);
-        assert!(store.job(job.job_id.as_str()).await.unwrap().is_none());
+        assert!(store.job(&job.job_id).await.unwrap().is_none());
     }
 }

@@ -1,6 +1,8 @@
 //! The other services in memory: executions, queues, the rate limit, objects, a signing key.
 
+use longhaul_domain::Owner;
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -125,7 +127,7 @@ impl JobExecutions for MemoryExecutions {
 /// The intake queue in memory: what was sent, with its delay and owner, in order.
 #[derive(Debug, Default)]
 pub struct MemoryDispatchQueue {
-    sent: Mutex<Vec<(DispatchMessage, u32, String)>>,
+    sent: Mutex<Vec<(DispatchMessage, u32, Owner)>>,
     outage: Outage,
 }
 
@@ -136,7 +138,7 @@ impl MemoryDispatchQueue {
     }
 
     /// Every message sent so far: the message, its delay in seconds and its owner.
-    pub fn sent(&self) -> Vec<(DispatchMessage, u32, String)> {
+    pub fn sent(&self) -> Vec<(DispatchMessage, u32, Owner)> {
         lock(&self.sent).clone()
     }
 
@@ -151,7 +153,7 @@ impl Warm for MemoryDispatchQueue {}
 
 #[async_trait]
 impl DispatchQueue for MemoryDispatchQueue {
-    async fn send(&self, message: &DispatchMessage, owner: &str) -> Result<(), AwsError> {
+    async fn send(&self, message: &DispatchMessage, owner: &Owner) -> Result<(), AwsError> {
         self.send_delayed(message, 0, owner).await
     }
 
@@ -159,7 +161,7 @@ impl DispatchQueue for MemoryDispatchQueue {
         &self,
         message: &DispatchMessage,
         delay_seconds: u32,
-        owner: &str,
+        owner: &Owner,
     ) -> Result<(), AwsError> {
         self.outage.check("send dispatch message")?;
         if delay_seconds > 900 {
@@ -259,7 +261,7 @@ impl DeadLetters for MemoryDeadLetters {
 #[derive(Debug, Default)]
 pub struct MemoryRateLimits {
     per_minute: u32,
-    counts: Mutex<HashMap<(String, i64), u32>>,
+    counts: Mutex<HashMap<(Owner, i64), u32>>,
     outage: Outage,
 }
 
@@ -280,7 +282,7 @@ impl Warm for MemoryRateLimits {}
 
 #[async_trait]
 impl RateLimits for MemoryRateLimits {
-    async fn charge(&self, owner: &str) -> Result<Admission, AwsError> {
+    async fn charge(&self, owner: &Owner) -> Result<Admission, AwsError> {
         if self.per_minute == 0 {
             return Ok(Admission::Admitted);
         }
@@ -306,6 +308,8 @@ pub struct MemoryObjects {
     /// Multipart uploads, and the ETags of the objects they made (`objects.rs`; locked after
     /// `objects` when both are).
     multipart: Mutex<objects::Multipart>,
+    /// How many times an upload's presence was asked ([`UploadPresence::exists`], a HEAD).
+    heads: AtomicUsize,
 }
 
 impl MemoryObjects {
@@ -328,6 +332,12 @@ impl MemoryObjects {
     pub fn set_unavailable(&self, down: bool) {
         self.outage.set(down);
     }
+
+    /// How many times an upload's presence was asked so far ([`UploadPresence::exists`]: one
+    /// HEAD request each on S3), answered or not.
+    pub fn heads(&self) -> usize {
+        self.heads.load(Ordering::SeqCst)
+    }
 }
 
 #[async_trait]
@@ -344,6 +354,7 @@ impl ObjectLinks for MemoryObjects {
 #[async_trait]
 impl UploadPresence for MemoryObjects {
     async fn exists(&self, key: &str) -> Result<bool, AwsError> {
+        self.heads.fetch_add(1, Ordering::SeqCst);
         self.outage.check("head an upload")?;
         Ok(lock(&self.objects).contains_key(key))
     }
@@ -370,12 +381,24 @@ impl ObjectCleanup for MemoryObjects {
 
 /// A fixed signing key.
 #[derive(Debug)]
-pub struct MemorySigningKey(SecretString);
+pub struct MemorySigningKey {
+    secret: SecretString,
+    outage: Outage,
+}
 
 impl MemorySigningKey {
     /// The key `secret`.
     pub fn new(secret: &str) -> Self {
-        MemorySigningKey(SecretString::from(secret.to_owned()))
+        MemorySigningKey {
+            secret: SecretString::from(secret.to_owned()),
+            outage: Outage::default(),
+        }
+    }
+
+    /// While `down`, every read fails as a secret that cannot be read does (and, as the
+    /// Secrets Manager adapter, a failed read is not remembered).
+    pub fn set_unavailable(&self, down: bool) {
+        self.outage.set(down);
     }
 }
 
@@ -385,6 +408,7 @@ impl Warm for MemorySigningKey {}
 #[async_trait]
 impl SigningKey for MemorySigningKey {
     async fn get(&self) -> Result<&SecretString, AwsError> {
-        Ok(&self.0)
+        self.outage.check("read a signing key")?;
+        Ok(&self.secret)
     }
 }

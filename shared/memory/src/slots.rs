@@ -5,6 +5,7 @@
 //! request is one step under the lock here, in the same order, so a failure half-way (the
 //! intake queue refusing a wake-up) leaves what the DynamoDB adapter leaves.
 
+use longhaul_domain::{JobId, Owner};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -31,7 +32,7 @@ struct Member {
 /// A `RING#` place: its tenant and when it was served.
 #[derive(Debug, Clone)]
 struct Place {
-    owner: String,
+    owner: Owner,
     served: String,
 }
 
@@ -39,24 +40,24 @@ struct Place {
 #[derive(Debug, Default)]
 struct Items {
     /// A pool's holders, by [`Pool::holders_pk`].
-    holders: BTreeMap<String, BTreeSet<String>>,
+    holders: BTreeMap<String, BTreeSet<JobId>>,
     /// Waiting lists, by [`Pool::waiting_list_pk`]: position → owner.
-    lists: BTreeMap<String, BTreeMap<String, String>>,
+    lists: BTreeMap<String, BTreeMap<String, Owner>>,
     /// A kind pool's members, by [`Pool::waiting_pk`], then tenant.
-    members: BTreeMap<String, BTreeMap<String, Member>>,
+    members: BTreeMap<String, BTreeMap<Owner, Member>>,
     /// A kind pool's ring places, by [`Pool::waiting_pk`], then [`ring_key`].
     places: BTreeMap<String, BTreeMap<String, Place>>,
 }
 
 impl Items {
-    fn first_waiting(&self, pool: &Pool, owner: &str, n: usize) -> Vec<WaitingEntry> {
+    fn first_waiting(&self, pool: &Pool, owner: &Owner, n: usize) -> Vec<WaitingEntry> {
         let Some(list) = self.lists.get(&pool.waiting_list_pk(owner)) else { return Vec::new() };
         list.iter()
             .take(n.min(1_000))
             .filter_map(|(position, owner)| {
                 Some(WaitingEntry {
                     position: position.clone(),
-                    job_id: job_of_waiting_key(position)?.to_owned(),
+                    job_id: job_of_waiting_key(position)?,
                     owner: owner.clone(),
                 })
             })
@@ -64,29 +65,29 @@ impl Items {
     }
 
     /// Takes `position` out of the list: whether it was there.
-    fn claim_waiting(&mut self, pool: &Pool, owner: &str, position: &str) -> bool {
+    fn claim_waiting(&mut self, pool: &Pool, owner: &Owner, position: &str) -> bool {
         self.lists
             .get_mut(&pool.waiting_list_pk(owner))
             .is_some_and(|list| list.remove(position).is_some())
     }
 
-    fn put_place(&mut self, pool: &Pool, owner: &str, served: &str) -> String {
+    fn put_place(&mut self, pool: &Pool, owner: &Owner, served: &str) -> String {
         let key = ring_key(served, owner);
         let place = Place { owner: owner.to_owned(), served: served.to_owned() };
         self.places.entry(pool.waiting_pk()).or_default().insert(key.clone(), place);
         key
     }
 
-    fn member(&self, pool: &Pool, owner: &str) -> Option<&Member> {
+    fn member(&self, pool: &Pool, owner: &Owner) -> Option<&Member> {
         self.members.get(&pool.waiting_pk())?.get(owner)
     }
 
-    fn put_member(&mut self, pool: &Pool, owner: &str, served: &str) {
+    fn put_member(&mut self, pool: &Pool, owner: &Owner, served: &str) {
         let member = Member { ring: ring_key(served, owner), served: served.to_owned() };
         self.members.entry(pool.waiting_pk()).or_default().insert(owner.to_owned(), member);
     }
 
-    fn join_ring(&mut self, pool: &Pool, owner: &str) -> RingChange {
+    fn join_ring(&mut self, pool: &Pool, owner: &Owner) -> RingChange {
         if self.member(pool, owner).is_some() {
             return RingChange::Raced;
         }
@@ -126,7 +127,7 @@ impl Items {
 
     /// Takes `owner` out of the ring unless its place is no longer `place`; a tenant found
     /// waiting after joins again.
-    fn leave_ring(&mut self, pool: &Pool, owner: &str, place: &str) {
+    fn leave_ring(&mut self, pool: &Pool, owner: &Owner, place: &str) {
         if self.member(pool, owner).is_none_or(|m| m.ring != place) {
             return;
         }
@@ -161,7 +162,7 @@ impl MemorySlotPools {
     }
 
     /// The tenants of kind pool `pool`'s ring, in turn order (whose turn it is first).
-    pub fn ring(&self, pool: &Pool) -> Vec<String> {
+    pub fn ring(&self, pool: &Pool) -> Vec<Owner> {
         let items = self.items();
         let places = items.places.get(&pool.waiting_pk());
         places.into_iter().flatten().map(|(_, place)| place.owner.clone()).collect()
@@ -169,7 +170,7 @@ impl MemorySlotPools {
 
     /// Deletes `owner`'s place in `pool`'s ring and keeps its member (a test's arrangement of
     /// a crash between the two writes, which the reaper's [`SlotPools::seat`] repairs).
-    pub fn lose_place(&self, pool: &Pool, owner: &str) {
+    pub fn lose_place(&self, pool: &Pool, owner: &Owner) {
         let mut items = self.items();
         if let Some(member) = items.member(pool, owner).cloned() {
             items.delete_place(pool, &member.ring);
@@ -190,7 +191,7 @@ impl MemorySlotPools {
     async fn admit_in_order(
         &self,
         pool: &Pool,
-        owner: &str,
+        owner: &Owner,
         free: usize,
     ) -> Result<usize, AwsError> {
         let waiting = self.items().first_waiting(pool, owner, free);
@@ -238,7 +239,7 @@ impl Warm for MemorySlotPools {}
 
 #[async_trait]
 impl SlotPools for MemorySlotPools {
-    async fn acquire(&self, pool: &Pool, limit: u32, job_id: &str) -> Result<bool, AwsError> {
+    async fn acquire(&self, pool: &Pool, limit: u32, job_id: &JobId) -> Result<bool, AwsError> {
         self.outage.check(&format!("take a slot for job {job_id}"))?;
         let mut items = self.items();
         let holders = items.holders.entry(pool.holders_pk()).or_default();
@@ -251,7 +252,7 @@ impl SlotPools for MemorySlotPools {
         Ok(room)
     }
 
-    async fn give_back(&self, pool: &Pool, job_ids: &[String]) -> Result<usize, AwsError> {
+    async fn give_back(&self, pool: &Pool, job_ids: &[JobId]) -> Result<usize, AwsError> {
         self.outage.check("give back slots")?;
         let mut items = self.items();
         let holders = items.holders.entry(pool.holders_pk()).or_default();
@@ -261,7 +262,7 @@ impl SlotPools for MemorySlotPools {
         Ok(holders.len())
     }
 
-    async fn holders(&self, pool: &Pool) -> Result<Vec<String>, AwsError> {
+    async fn holders(&self, pool: &Pool) -> Result<Vec<JobId>, AwsError> {
         self.outage.check("read a pool's slot holders")?;
         let items = self.items();
         Ok(items.holders.get(&pool.holders_pk()).into_iter().flatten().cloned().collect())
@@ -271,8 +272,8 @@ impl SlotPools for MemorySlotPools {
         &self,
         pool: &Pool,
         position: &str,
-        job_id: &str,
-        owner: &str,
+        job_id: &JobId,
+        owner: &Owner,
     ) -> Result<(), AwsError> {
         self.outage.check(&format!("put job {job_id} in a waiting list"))?;
         let mut items = self.items();
@@ -287,7 +288,7 @@ impl SlotPools for MemorySlotPools {
     async fn leave_waiting(
         &self,
         pool: &Pool,
-        owner: &str,
+        owner: &Owner,
         position: &str,
     ) -> Result<(), AwsError> {
         self.outage.check(&format!("take {position} out of a waiting list"))?;
@@ -295,7 +296,12 @@ impl SlotPools for MemorySlotPools {
         Ok(())
     }
 
-    async fn is_waiting(&self, pool: &Pool, owner: &str, position: &str) -> Result<bool, AwsError> {
+    async fn is_waiting(
+        &self,
+        pool: &Pool,
+        owner: &Owner,
+        position: &str,
+    ) -> Result<bool, AwsError> {
         self.outage.check("read a waiting-list item")?;
         let items = self.items();
         Ok(items.lists.get(&pool.waiting_list_pk(owner)).is_some_and(|l| l.contains_key(position)))
@@ -304,14 +310,14 @@ impl SlotPools for MemorySlotPools {
     async fn first_waiting(
         &self,
         pool: &Pool,
-        owner: &str,
+        owner: &Owner,
         n: usize,
     ) -> Result<Vec<WaitingEntry>, AwsError> {
         self.outage.check("read a waiting list")?;
         Ok(self.items().first_waiting(pool, owner, n))
     }
 
-    async fn seat(&self, pool: &Pool, owner: &str) -> Result<Seat, AwsError> {
+    async fn seat(&self, pool: &Pool, owner: &Owner) -> Result<Seat, AwsError> {
         self.outage.check("read a tenant's place in a ring")?;
         let mut items = self.items();
         let Some(member) = items.member(pool, owner).cloned() else {
@@ -344,6 +350,7 @@ impl SlotPools for MemorySlotPools {
 mod tests {
     use super::*;
     use crate::MemoryDispatchQueue;
+    use crate::{nth_job, owner};
     use longhaul_domain::admission::{Priority, waiting_sort_key};
 
     fn pools() -> (Arc<MemoryDispatchQueue>, MemorySlotPools) {
@@ -352,7 +359,7 @@ mod tests {
         (queue, slots)
     }
 
-    fn position(job_id: &str) -> String {
+    fn position(job_id: &JobId) -> String {
         waiting_sort_key(Priority::Normal, "2026-11-24T10:00:00.000Z", job_id)
     }
 
@@ -366,26 +373,32 @@ mod tests {
     #[tokio::test]
     async fn a_woken_job_is_sent_to_its_owners_group_at_once() {
         let (queue, slots) = pools();
-        let pool = Pool::Tenant("alice".into());
-        slots.enter_waiting(&pool, &position("j1"), "j1", "alice").await.unwrap();
+        let pool = Pool::Tenant(owner("alice"));
+        slots
+            .enter_waiting(&pool, &position(&nth_job(1)), &nth_job(1), &owner("alice"))
+            .await
+            .unwrap();
         assert_eq!(slots.admit(&pool, 1, 0).await.unwrap(), 1);
         let sent = queue.sent();
         assert_eq!(sent.len(), 1);
-        assert_eq!((sent[0].0.job_id.as_str(), sent[0].1, sent[0].2.as_str()), ("j1", 0, "alice"));
+        assert_eq!((&sent[0].0.job_id, sent[0].1, &sent[0].2), (&nth_job(1), 0, &owner("alice")));
     }
 
     #[tokio::test]
     async fn a_lost_ring_place_is_restored_by_the_seat_check() {
         let (_, slots) = pools();
         let kind = Pool::Kind("demo".into());
-        slots.enter_waiting(&kind, &position("j1"), "j1", "alice").await.unwrap();
-        assert_eq!(slots.ring(&kind), ["alice"]);
-        slots.lose_place(&kind, "alice");
+        slots
+            .enter_waiting(&kind, &position(&nth_job(1)), &nth_job(1), &owner("alice"))
+            .await
+            .unwrap();
+        assert_eq!(slots.ring(&kind), [owner("alice")]);
+        slots.lose_place(&kind, &owner("alice"));
         assert!(slots.ring(&kind).is_empty());
         assert_eq!(slots.admit(&kind, 1, 0).await.unwrap(), 0, "no place: no turn");
-        assert_eq!(slots.seat(&kind, "alice").await.unwrap(), Seat::Restored);
-        assert_eq!(slots.ring(&kind), ["alice"]);
-        assert_eq!(slots.seat(&kind, "alice").await.unwrap(), Seat::Seated);
+        assert_eq!(slots.seat(&kind, &owner("alice")).await.unwrap(), Seat::Restored);
+        assert_eq!(slots.ring(&kind), [owner("alice")]);
+        assert_eq!(slots.seat(&kind, &owner("alice")).await.unwrap(), Seat::Seated);
         assert_eq!(slots.admit(&kind, 1, 0).await.unwrap(), 1, "its turn comes again");
     }
 
@@ -393,18 +406,24 @@ mod tests {
     async fn a_refused_wake_up_leaves_what_the_dynamodb_adapter_leaves() {
         // A tenant pool sends before the job leaves its list: the job waits on in it.
         let (queue, slots) = pools();
-        let pool = Pool::Tenant("alice".into());
-        slots.enter_waiting(&pool, &position("j1"), "j1", "alice").await.unwrap();
+        let pool = Pool::Tenant(owner("alice"));
+        slots
+            .enter_waiting(&pool, &position(&nth_job(1)), &nth_job(1), &owner("alice"))
+            .await
+            .unwrap();
         queue.set_unavailable(true);
         assert!(slots.admit(&pool, 1, 0).await.is_err());
-        assert!(slots.is_waiting(&pool, "alice", &position("j1")).await.unwrap());
+        assert!(slots.is_waiting(&pool, &owner("alice"), &position(&nth_job(1))).await.unwrap());
         // A kind pool claims the job first (of two admitters, one wakes it): it is out of its
         // list, waiting outside it for the reaper to put it back.
         let kind = Pool::Kind("demo".into());
-        slots.enter_waiting(&kind, &position("j2"), "j2", "bob").await.unwrap();
+        slots
+            .enter_waiting(&kind, &position(&nth_job(2)), &nth_job(2), &owner("bob"))
+            .await
+            .unwrap();
         assert!(slots.admit(&kind, 1, 0).await.is_err());
-        assert!(!slots.is_waiting(&kind, "bob", &position("j2")).await.unwrap());
-        assert_eq!(slots.ring(&kind), ["bob"], "its turn was taken; it leaves at the next");
+        assert!(!slots.is_waiting(&kind, &owner("bob"), &position(&nth_job(2))).await.unwrap());
+        assert_eq!(slots.ring(&kind), [owner("bob")], "its turn was taken; it leaves at the next");
         queue.set_unavailable(false);
         assert_eq!(slots.admit(&kind, 1, 0).await.unwrap(), 0);
         assert!(slots.ring(&kind).is_empty());
@@ -413,15 +432,20 @@ mod tests {
     #[tokio::test]
     async fn an_unavailable_store_fails_every_call_but_an_admission_with_no_room() {
         let (_, slots) = pools();
-        let pool = Pool::Tenant("alice".into());
+        let pool = Pool::Tenant(owner("alice"));
         slots.set_unavailable(true);
-        assert!(slots.acquire(&pool, 1, "j1").await.is_err());
+        assert!(slots.acquire(&pool, 1, &nth_job(1)).await.is_err());
         assert!(slots.give_back(&pool, &[]).await.is_err());
-        assert!(slots.enter_waiting(&pool, &position("j1"), "j1", "alice").await.is_err());
+        assert!(
+            slots
+                .enter_waiting(&pool, &position(&nth_job(1)), &nth_job(1), &owner("alice"))
+                .await
+                .is_err()
+        );
         assert!(slots.admit(&pool, 1, 0).await.is_err());
         assert_eq!(slots.admit(&pool, 1, 1).await.unwrap(), 0, "no slot free: no request");
         slots.set_unavailable(false);
         assert!(slots.holders(&pool).await.unwrap().is_empty(), "nothing changed");
-        assert!(slots.first_waiting(&pool, "alice", 10).await.unwrap().is_empty());
+        assert!(slots.first_waiting(&pool, &owner("alice"), 10).await.unwrap().is_empty());
     }
 }

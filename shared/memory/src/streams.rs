@@ -1,6 +1,7 @@
 //! The open-stream caps in memory: the same slot items, keys and lease arithmetic as the
 //! table's ([`longhaul_aws::limits::StreamSlots`], [`StreamLeases`]), decided under one lock.
 
+use longhaul_domain::{JobId, Owner};
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
@@ -42,12 +43,12 @@ impl MemoryStreamSlots {
     }
 
     /// The live leases (not expired) of `owner`'s `job_id`'s item.
-    pub fn open_of_job(&self, owner: &str, job_id: &str) -> usize {
+    pub fn open_of_job(&self, owner: &Owner, job_id: &JobId) -> usize {
         self.live(&job_item(owner, job_id))
     }
 
     /// The live leases of `owner`'s item.
-    pub fn open_of_tenant(&self, owner: &str) -> usize {
+    pub fn open_of_tenant(&self, owner: &Owner) -> usize {
         self.live(&tenant_item(owner))
     }
 
@@ -70,7 +71,7 @@ impl MemoryStreamSlots {
     }
 
     /// The items a stream of `owner`'s `job_id` takes, with their scope and cap, in order.
-    fn items(&self, owner: &str, job_id: &str) -> Vec<(&'static str, (String, String), usize)> {
+    fn items(&self, owner: &Owner, job_id: &JobId) -> Vec<(&'static str, (String, String), usize)> {
         [
             ("job", job_item(owner, job_id), self.per_job),
             ("tenant", tenant_item(owner), self.per_tenant),
@@ -86,11 +87,11 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-fn job_item(owner: &str, job_id: &str) -> (String, String) {
+fn job_item(owner: &Owner, job_id: &JobId) -> (String, String) {
     (streams_pk(owner), format!("JOB#{job_id}"))
 }
 
-fn tenant_item(owner: &str) -> (String, String) {
+fn tenant_item(owner: &Owner) -> (String, String) {
     (streams_pk(owner), "TENANT".to_owned())
 }
 
@@ -105,8 +106,8 @@ impl Warm for MemoryStreamSlots {}
 impl StreamCaps for MemoryStreamSlots {
     async fn acquire(
         &self,
-        owner: &str,
-        job_id: &str,
+        owner: &Owner,
+        job_id: &JobId,
         expiry: i64,
     ) -> Result<StreamLease, SlotError> {
         let number = {
@@ -152,6 +153,7 @@ impl StreamCaps for MemoryStreamSlots {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{nth_job, owner};
 
     #[tokio::test]
     async fn the_memory_stream_slots_keep_the_stream_caps_contract() {
@@ -162,22 +164,25 @@ mod tests {
     async fn the_counts_show_live_leases_and_an_outage_takes_nothing() {
         let slots = MemoryStreamSlots::new(2, 2, 2);
         let now = chrono::Utc::now().timestamp();
-        let lease = slots.acquire("alice", "j1", now + 60).await.unwrap();
-        slots.acquire("alice", "j1", now - 10).await.unwrap();
+        let lease = slots.acquire(&owner("alice"), &nth_job(1), now + 60).await.unwrap();
+        slots.acquire(&owner("alice"), &nth_job(1), now - 10).await.unwrap();
         assert_eq!(
             (
-                slots.open_of_job("alice", "j1"),
-                slots.open_of_tenant("alice"),
+                slots.open_of_job(&owner("alice"), &nth_job(1)),
+                slots.open_of_tenant(&owner("alice")),
                 slots.open_in_deployment()
             ),
             (1, 1, 1),
             "the expired lease is not counted"
         );
         slots.set_unavailable(true);
-        assert!(matches!(slots.acquire("alice", "j2", now + 60).await, Err(SlotError::Aws(_))));
+        assert!(matches!(
+            slots.acquire(&owner("alice"), &nth_job(2), now + 60).await,
+            Err(SlotError::Aws(_))
+        ));
         assert!(slots.release(&lease).await.is_err());
         slots.set_unavailable(false);
-        assert_eq!(slots.open_of_tenant("alice"), 1, "the failed calls changed nothing");
+        assert_eq!(slots.open_of_tenant(&owner("alice")), 1, "the failed calls changed nothing");
         assert_eq!(slots.acquires(), 3);
         slots.release(&lease).await.unwrap();
         assert_eq!(slots.open_in_deployment(), 0);

@@ -39,7 +39,7 @@ async fn a_pending_job_within_its_grace_is_left_alone() {
 #[tokio::test]
 async fn re_enqueues_are_spaced_by_the_longest_interval_at_most() {
     let world = world();
-    let id = world.submitted_with(3_600, |job| job.enqueues = 10).await.job_id.to_string();
+    let id = world.submitted_with(3_600, |job| job.enqueues = 10).await.job_id.clone();
     assert_eq!(world.run().await.re_enqueued, 1);
     // 60 s × 2¹¹ is far past the longest interval, 900 s.
     let next = ("pending".to_owned(), at(world.now + Span::seconds(900 - 60)));
@@ -53,7 +53,7 @@ async fn a_delayed_job_coming_due_is_enqueued_for_its_start_and_not_before() {
     // Submitted an hour ago to start in ten minutes: submit indexed it 15 minutes before its
     // start (out of SQS's reach then, the reaper enqueues it when it comes due).
     let job = world.submitted_with(3_600, |job| job.not_before = Some(start.into())).await;
-    let id = job.job_id.to_string();
+    let id = job.job_id.clone();
     world.jobs.put_index_entry(&id, "pending", &at(start - Span::seconds(900)));
     let report = world.run().await;
     assert_eq!(report.re_enqueued, 1);
@@ -75,7 +75,7 @@ async fn a_delayed_job_far_from_its_start_is_not_looked_at() {
 #[tokio::test]
 async fn a_job_pending_past_max_pending_fails_undispatchable() {
     let world = world();
-    let id = world.submitted_with(25 * 3_600, |job| job.enqueues = 7).await.job_id.to_string();
+    let id = world.submitted_with(25 * 3_600, |job| job.enqueues = 7).await.job_id.clone();
     let report = world.run().await;
     assert_eq!((report.failed, report.re_enqueued), (1, 0));
     assert_eq!(
@@ -91,7 +91,7 @@ async fn a_delayed_job_counts_max_pending_from_its_start() {
     let world = world();
     let start = world.now - Span::hours(1);
     let job = world.submitted_with(25 * 3_600, |job| job.not_before = Some(start.into())).await;
-    let id = job.job_id.to_string();
+    let id = job.job_id.clone();
     let report = world.run().await;
     assert_eq!((report.failed, report.re_enqueued), (0, 1));
     assert_eq!(world.sent(), [(id.clone(), 0)], "its start has passed: sent now");

@@ -5,7 +5,7 @@ use super::*;
 
 impl World {
     /// Starts the job's execution `name` and ends it with `status` (`None`: it runs on).
-    async fn execution(&self, id: &str, name: &str, status: Option<&str>) {
+    async fn execution(&self, id: &JobId, name: &str, status: Option<&str>) {
         let input = self.deps.config.workers.execution_input(id, &Default::default());
         self.executions.start(name, &input).await.expect("started");
         if let Some(status) = status {
@@ -22,7 +22,7 @@ async fn a_queued_job_whose_execution_never_started_is_started_under_its_name() 
     assert_eq!((report.restarted, report.examined), (1, 1));
     let started = world.executions.started();
     assert_eq!(started.len(), 1);
-    assert_eq!(started[0].name, id, "the name it was dispatched to");
+    assert_eq!(started[0].name, id.as_str(), "the name it was dispatched to");
     assert_eq!(started[0].input["job_id"], id.as_str());
     let job = world.job(&id).await;
     assert_eq!((job.status, job.dispatches), (JobStatus::Queued, 1), "no attempt spent");
@@ -36,7 +36,7 @@ async fn a_queued_job_whose_execution_ended_gets_the_next_execution() {
     let report = world.run().await;
     assert_eq!(report.restarted, 1);
     let next = execution_name(&id, 2);
-    assert_eq!(world.started(), [id.clone(), next.clone()]);
+    assert_eq!(world.started(), [id.to_string(), next.clone()]);
     let job = world.job(&id).await;
     assert_eq!(
         (job.status, job.dispatches, job.execution.as_deref()),
@@ -104,5 +104,5 @@ async fn an_unreachable_state_machine_is_reported_and_the_job_left_for_the_next_
     assert_eq!(world.job(&id).await.dispatches, 1, "nothing changed");
     world.executions.set_unavailable(false);
     assert_eq!(world.run().await.restarted, 1);
-    assert_eq!(world.started(), [id]);
+    assert_eq!(world.started(), [id.to_string()]);
 }

@@ -9,7 +9,7 @@ use longhaul_domain::policy::JobPolicy;
 
 impl World {
     /// The job's progress record (what a revocation changes).
-    fn progress(&self, id: &str) -> ProgressRecord {
+    fn progress(&self, id: &JobId) -> ProgressRecord {
         self.jobs.progress(id).expect("a progress record")
     }
 
@@ -21,7 +21,7 @@ impl World {
     }
 
     /// The reason of the job's last transition.
-    async fn last_reason(&self, id: &str) -> String {
+    async fn last_reason(&self, id: &JobId) -> String {
         self.job(id).await.transitions.last().expect("a transition").reason.clone()
     }
 }
@@ -29,7 +29,7 @@ impl World {
 fn cancellation() -> Cancellation {
     Cancellation {
         requested_at: "2026-11-24T10:00:00.000Z".parse().unwrap(),
-        requested_by: OWNER.into(),
+        requested_by: owner(OWNER),
         reason: Some("wrong input".into()),
     }
 }

@@ -13,7 +13,7 @@ use longhaul_domain::policy::JobPolicy;
 const KIND: &str = "demo";
 
 fn tenant() -> Pool {
-    Pool::Tenant(OWNER.to_owned())
+    Pool::Tenant(owner(OWNER))
 }
 
 fn kind() -> Pool {
@@ -33,7 +33,7 @@ impl World {
         policy: Option<JobPolicy>,
         reason: WaitReason,
         pool: Option<&Pool>,
-    ) -> (String, String) {
+    ) -> (JobId, String) {
         self.waiting_since(300, policy, reason, pool).await
     }
 
@@ -44,26 +44,26 @@ impl World {
         policy: Option<JobPolicy>,
         reason: WaitReason,
         pool: Option<&Pool>,
-    ) -> (String, String) {
+    ) -> (JobId, String) {
         let job = self
             .submitted_with(seconds, |job| {
                 job.policy = policy;
                 job.job_id = id_in_shard(0);
             })
             .await;
-        let id = job.job_id.to_string();
+        let id = job.job_id.clone();
         let position = waiting_sort_key(job.priority, &job.created_at.to_rfc3339(), &id);
         let waiting =
             Waiting { reason, limit: 1, since: self.ago(240).into(), position: position.clone() };
         self.jobs.mark_waiting(&id, &waiting).await.expect("a pending job waits");
         if let Some(pool) = pool {
-            self.slots.enter_waiting(pool, &position, &id, OWNER).await.expect("listed");
+            self.slots.enter_waiting(pool, &position, &id, &owner(OWNER)).await.expect("listed");
         }
         (id, position)
     }
 
     /// A job holding a slot of `pool`, running (or ended, if `ended`).
-    async fn holder(&self, pool: &Pool, policy: Option<JobPolicy>, ended: bool) -> String {
+    async fn holder(&self, pool: &Pool, policy: Option<JobPolicy>, ended: bool) -> JobId {
         let id = self.running_with(&Running::healthy(), None, |job| job.policy = policy).await;
         assert!(self.slots.acquire(pool, 1, &id).await.unwrap(), "the holder has its slot");
         if ended {
@@ -73,7 +73,7 @@ impl World {
     }
 
     /// The job ends (its owner cancelled it), as the slots function would miss it.
-    async fn end(&self, id: &str) {
+    async fn end(&self, id: &JobId) {
         let request =
             TransitionRequest::new(id, &[JobStatus::Running], JobStatus::Cancelled, "cancelled")
                 .fenced(LEASE);
@@ -81,7 +81,7 @@ impl World {
     }
 
     async fn listed(&self, pool: &Pool, position: &str) -> bool {
-        self.slots.is_waiting(pool, OWNER, position).await.unwrap()
+        self.slots.is_waiting(pool, &owner(OWNER), position).await.unwrap()
     }
 }
 
@@ -135,7 +135,7 @@ async fn a_tenants_lost_place_in_a_kind_pools_ring_is_restored() {
     let world = world_of(&[("LONGHAUL_TENANT_MAX_RUNNING", "0")]);
     let holder = world.holder(&kind(), limited(1), false).await;
     let (id, position) = world.waiting(limited(1), WaitReason::KindLimit, Some(&kind())).await;
-    world.slots.lose_place(&kind(), OWNER);
+    world.slots.lose_place(&kind(), &owner(OWNER));
     assert!(world.slots.ring(&kind()).is_empty(), "its jobs would never be admitted");
     let report = world.run().await;
     assert_eq!((report.admitted, report.errors), (0, 0), "the pool is full");

@@ -15,9 +15,9 @@ use futures::future::{BoxFuture, FutureExt};
 use longhaul_aws::jobs::{FinalCheckpoint, JobRecord, Lease, ProgressRecord, ProgressRefused};
 use longhaul_aws::objects::result_key;
 use longhaul_aws::objects::{PutNewError, checkpoint_key};
-use longhaul_domain::Timestamp;
 use longhaul_domain::progress::{ETA_WINDOW_SECONDS, Position, ThroughputWindow, weighted_pct};
 use longhaul_domain::uploads::owns_upload;
+use longhaul_domain::{JobId, Timestamp};
 use longhaul_worker::context::check_result_name;
 use longhaul_worker::{
     ByteStream, Cadence, KindError, ResultRef, ResultUpload, StageContext, StagedFile, UploadedPart,
@@ -137,7 +137,7 @@ impl<'a> Ctx<'a> {
     }
 
     /// The job's id.
-    pub fn job_id(&self) -> &str {
+    pub fn job_id(&self) -> &JobId {
         &self.job.job_id
     }
 

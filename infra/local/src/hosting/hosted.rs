@@ -1,14 +1,15 @@
 //! Hosting the functions in-process: the same handlers the Lambda binaries run, built from
 //! the same typed configuration, invoked with the same event JSON.
 //!
-//! This is the one place that knows which handler each binary runs. A function added to the
-//! template needs its binary registered here (a crate dependency and one match arm); the
-//! stack refuses to start if a template function has no handler, rather than skipping it.
+//! This is the one place that knows how each function's handler is hosted. A function added to
+//! the template is a new `longhaul_lambda::Function`, whose match arm here the compiler asks
+//! for; the stack refuses to start if a template function names no function, rather than
+//! skipping it.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use aws_config::SdkConfig;
 use futures::FutureExt;
 use futures::future::BoxFuture;
@@ -20,6 +21,7 @@ use serde_json::Value;
 
 use crate::checks::faults::Invocation;
 use crate::stack::model::FunctionSpec;
+use longhaul_lambda::Function;
 
 type HttpHandler = Arc<dyn Fn(Request) -> BoxFuture<'static, Response<Body>> + Send + Sync>;
 type StreamHandler =
@@ -186,16 +188,16 @@ pub fn host(
     registry: &Registry,
 ) -> anyhow::Result<HostedFunction> {
     let vars = Vars::from_map(spec.env.clone().into_iter().collect());
-    let context = || format!("configuring {} ({})", spec.logical, spec.binary);
-    let handler = match spec.binary.as_str() {
-        "submit" => http_function_with_kinds!(submit, spec, sdk, context, registry),
-        "status" => http_function_with_kinds!(status, spec, sdk, context, registry),
-        "cancel" => http_function!(cancel, &vars, sdk, context),
-        "uploads" => http_function!(uploads, &vars, sdk, context),
-        "webhooks" => http_function!(webhooks, &vars, sdk, context),
+    let context = || format!("configuring {} ({})", spec.logical, spec.function);
+    let handler = match spec.function {
+        Function::Submit => http_function_with_kinds!(submit, spec, sdk, context, registry),
+        Function::Status => http_function_with_kinds!(status, spec, sdk, context, registry),
+        Function::Cancel => http_function!(cancel, &vars, sdk, context),
+        Function::Uploads => http_function!(uploads, &vars, sdk, context),
+        Function::Webhooks => http_function!(webhooks, &vars, sdk, context),
         // The web console: static files, no configuration, no AWS call.
-        "console" => http(|request| async move { console::handle(&request) }),
-        "events" => {
+        Function::Console => http(|request| async move { console::handle(&request) }),
+        Function::Events => {
             let deps = Arc::new(events::Deps::new(
                 sdk,
                 &events::Config::from_vars(&vars).with_context(context)?,
@@ -210,7 +212,7 @@ pub fn host(
                 .boxed()
             }))
         }
-        "webhook" => {
+        Function::Webhook => {
             let config = webhook::Config::from_vars(&vars).with_context(context)?;
             let deps = Arc::new(
                 webhook::Deps::new(sdk, &config, Arc::new(webhook::SystemResolver))
@@ -221,7 +223,7 @@ pub fn host(
                 async move { Ok::<_, Diagnostic>(webhook::handle(&deps, event).await) }
             }))
         }
-        "notifier" => {
+        Function::Notifier => {
             let deps = Arc::new(notifier::Deps::new(
                 sdk,
                 &notifier::Config::from_vars(&vars).with_context(context)?,
@@ -231,7 +233,7 @@ pub fn host(
                 async move { Ok::<_, Diagnostic>(notifier::handle(&deps, event).await) }
             }))
         }
-        "slots" => {
+        Function::Slots => {
             let deps = Arc::new(slots::Deps::new(
                 sdk,
                 &slots::Config::from_vars(&vars).with_context(context)?,
@@ -241,7 +243,7 @@ pub fn host(
                 async move { Ok::<_, Diagnostic>(slots::handle(&deps, event).await) }
             }))
         }
-        "dispatcher" => {
+        Function::Dispatcher => {
             let deps = Arc::new(dispatcher::Deps::new(
                 sdk,
                 &dispatcher::Config::from_vars(&vars).with_context(context)?,
@@ -251,7 +253,7 @@ pub fn host(
                 async move { Ok::<_, Diagnostic>(dispatcher::handle(&deps, event).await) }
             }))
         }
-        "stage" => {
+        Function::Stage => {
             let mut deps =
                 stage::Deps::new(sdk, &stage::Config::from_vars(&vars).with_context(context)?);
             deps.registry = registry.clone();
@@ -261,7 +263,7 @@ pub fn host(
                 async move { stage::handle(&deps, input, deadline).await }
             }))
         }
-        "reaper" => {
+        Function::Reaper => {
             let deps = Arc::new(reaper::Deps::new(
                 sdk,
                 &reaper::Config::from_vars(&vars).with_context(context)?,
@@ -271,20 +273,16 @@ pub fn host(
                 async move { reaper::handle(&deps, chrono::Utc::now()).await }
             }))
         }
-        "expirer" => {
+        Function::Expirer => {
             let deps = Arc::new(expirer::Deps::new(
                 sdk,
                 &expirer::Config::from_vars(&vars).with_context(context)?,
             ));
             Handler::Event(typed(move |_event: Value, deadline| {
                 let deps = deps.clone();
-                async move { expirer::handle(&deps, chrono::Utc::now(), deadline).await }
+                async move { expirer::run(&deps, deadline).await }
             }))
         }
-        other => bail!(
-            "{}: no handler is registered for binary {other:?}; add it to infra/local/src/hosting/hosted.rs",
-            spec.logical
-        ),
     };
     Ok(HostedFunction {
         spec: spec.clone(),
@@ -457,7 +455,7 @@ mod tests {
         let spec = FunctionSpec {
             logical: "SlowFunction".into(),
             name: "longhaul-SlowFunction".into(),
-            binary: "slow".into(),
+            function: Function::Reaper,
             timeout,
             env: Default::default(),
             events: Vec::new(),

@@ -8,6 +8,10 @@ use serde_json::Value;
 
 use crate::stack::template::Template;
 use crate::triggers::filter::Pattern;
+use longhaul_lambda::{FUNCTION_VAR, Function};
+
+/// The binary every function of the template deploys (`Metadata.BuildProperties.Binary`).
+pub const LAMBDA_BINARY: &str = "longhaul-lambda";
 
 /// A function resource.
 #[derive(Debug, Clone)]
@@ -16,8 +20,9 @@ pub struct FunctionSpec {
     pub logical: String,
     /// Physical name (`longhaul-SubmitFunction`).
     pub name: String,
-    /// The binary (`Metadata.BuildProperties.Binary`) — which handler to host.
-    pub binary: String,
+    /// Which handler to host: the function its `LONGHAUL_FUNCTION` variable names (every
+    /// function deploys the one `longhaul-lambda` binary, which chooses by that variable).
+    pub function: Function,
     /// `Timeout`.
     pub timeout: Duration,
     /// Resolved environment variables.
@@ -369,10 +374,19 @@ pub fn functions(template: &Template) -> anyhow::Result<Vec<FunctionSpec>> {
     let mut out = Vec::new();
     for (logical, resource) in template.of_type("AWS::Serverless::Function") {
         let context = || format!("function {logical}");
-        let binary = resource["Metadata"]["BuildProperties"]["Binary"]
-            .as_str()
-            .ok_or_else(|| anyhow!("{logical} has no Metadata.BuildProperties.Binary"))?
-            .to_owned();
+        let binary = resource["Metadata"]["BuildProperties"]["Binary"].as_str();
+        if binary != Some(LAMBDA_BINARY) {
+            bail!(
+                "{logical}: Metadata.BuildProperties.Binary is {binary:?}, not {LAMBDA_BINARY:?}"
+            );
+        }
+        let env = template.function_environment(logical)?;
+        let function: Function = env
+            .get(FUNCTION_VAR)
+            .map(String::as_str)
+            .unwrap_or_default()
+            .parse()
+            .with_context(context)?;
         let mut events = Vec::new();
         for (key, event) in resource["Properties"]["Events"].as_object().into_iter().flatten() {
             let props = &event["Properties"];
@@ -433,9 +447,9 @@ pub fn functions(template: &Template) -> anyhow::Result<Vec<FunctionSpec>> {
         out.push(FunctionSpec {
             logical: logical.clone(),
             name: template.physical_name(logical)?,
-            binary,
+            function,
             timeout: Duration::from_secs(template.function_timeout(logical)?),
-            env: template.function_environment(logical)?,
+            env,
             events,
         });
     }

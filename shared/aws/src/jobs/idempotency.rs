@@ -12,7 +12,7 @@ use crate::AwsError;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct IdempotencyRecord {
     /// The job created under the key.
-    pub job_id: String,
+    pub job_id: JobId,
     /// The request fingerprint that created it.
     pub fingerprint: String,
     /// When the key was claimed.
@@ -28,9 +28,9 @@ impl JobStore {
     /// that job, so a request that took the key over meanwhile keeps it.
     pub async fn release_key(
         &self,
-        owner: &str,
+        owner: &Owner,
         key: &str,
-        job_id: &str,
+        job_id: &JobId,
     ) -> Result<(), StoreError> {
         let result = self
             .client
@@ -58,10 +58,10 @@ impl JobStore {
     /// carries the record as it is, read in the same request.
     pub async fn claim_key(
         &self,
-        owner: &str,
+        owner: &Owner,
         key: &str,
         record: &IdempotencyRecord,
-        replacing: Option<&str>,
+        replacing: Option<&JobId>,
     ) -> Result<(), StoreError> {
         let mut item = to_item(record);
         item.insert("pk".into(), s(idempotency_pk(owner, key)));
@@ -99,7 +99,7 @@ impl JobStore {
     /// expired one names no job any more, though TTL may not have deleted it yet).
     pub async fn idempotency(
         &self,
-        owner: &str,
+        owner: &Owner,
         key: &str,
     ) -> Result<Option<IdempotencyRecord>, StoreError> {
         let output = self

@@ -1,5 +1,6 @@
 //! Keys of the job table's items and of its three indexes.
 
+use longhaul_domain::{JobId, Owner};
 use std::collections::HashMap;
 
 use aws_sdk_dynamodb::types::AttributeValue;
@@ -15,19 +16,19 @@ pub const PROGRESS_SK: &str = "PROGRESS";
 pub const IDEM_SK: &str = "IDEM";
 
 /// Partition key of everything about one job.
-pub fn job_pk(job_id: &str) -> String {
+pub fn job_pk(job_id: &JobId) -> String {
     format!("JOB#{job_id}")
 }
 
 /// Partition key of an idempotency record: scoped to the owner, so keys never collide
 /// across tenants. The owner is length-prefixed: with a plain separator, owner `a#b` with key
 /// `c` and owner `a` with key `b#c` would share a record.
-pub fn idempotency_pk(owner: &str, key: &str) -> String {
+pub fn idempotency_pk(owner: &Owner, key: &str) -> String {
     format!("IDEM#{}:{owner}#{key}", owner.len())
 }
 
 /// Partition key of the owner index (`OwnerIndex`): a principal's jobs, newest first.
-pub fn owner_index_pk(owner: &str) -> String {
+pub fn owner_index_pk(owner: &Owner) -> String {
     format!("OWNER#{owner}")
 }
 
@@ -56,7 +57,7 @@ pub const WAITING_BUCKET: &str = "waiting";
 pub const STATUS_SHARDS: u32 = 4;
 
 /// The status-index bucket of a job in `status`.
-pub fn status_bucket(status: &str, job_id: &str) -> String {
+pub fn status_bucket(status: &str, job_id: &JobId) -> String {
     let shard = job_id.chars().last().and_then(|c| c.to_digit(16)).unwrap_or(0) % STATUS_SHARDS;
     format!("{status}#{shard}")
 }

@@ -29,7 +29,7 @@ impl JobStore {
     /// A failed write is an error, and the caller's retry does the rest.
     pub async fn cancel(
         &self,
-        job_id: &str,
+        job_id: &JobId,
         cancellation: &Cancellation,
     ) -> Result<CancelOutcome, StoreError> {
         let value: AttributeValue =
@@ -105,7 +105,7 @@ impl JobStore {
     /// stage reads the job record's cancellation before its first write.
     async fn flag_cancellation(
         &self,
-        job_id: &str,
+        job_id: &JobId,
         requested_at: &Timestamp,
     ) -> Result<(), StoreError> {
         let flagged = self
@@ -133,7 +133,7 @@ impl JobStore {
     /// it, the reaper judges the lease by its claim time: no hand-over, no heartbeat.
     pub async fn claim(
         &self,
-        job_id: &str,
+        job_id: &JobId,
         execution: &str,
     ) -> Result<(Lease, JobRecord), StoreError> {
         let token = uuid::Uuid::new_v4().simple().to_string();
@@ -215,7 +215,7 @@ impl JobStore {
     /// that saw the same stall only one flags it and counts it.
     pub async fn mark_stalled(
         &self,
-        job_id: &str,
+        job_id: &JobId,
         lease: &str,
         stalled_at: Option<&str>,
     ) -> Result<(), StoreError> {
@@ -248,7 +248,7 @@ impl JobStore {
     /// Takes back a retry's claim to resume (`resumed_from`): its attempt found the retried
     /// job's checkpoint unusable and starts over, so the job no longer says it resumed.
     /// Fenced by the attempt's lease; nothing to do if the record says no resume.
-    pub async fn forget_resume(&self, job_id: &str, lease: &str) -> Result<(), StoreError> {
+    pub async fn forget_resume(&self, job_id: &JobId, lease: &str) -> Result<(), StoreError> {
         let result = self
             .update_fenced_when(
                 job_id,
@@ -277,7 +277,7 @@ impl JobStore {
     /// record; refused if the job moved on meanwhile.
     pub async fn count_enqueue(
         &self,
-        job_id: &str,
+        job_id: &JobId,
         index_key: &str,
     ) -> Result<JobRecord, StoreError> {
         let names = HashMap::from([("#status".to_owned(), "status".to_owned())]);
@@ -302,7 +302,7 @@ impl JobStore {
     /// waiting jobs rather than re-enqueueing them as lost; refused if the job moved on.
     pub async fn mark_waiting(
         &self,
-        job_id: &str,
+        job_id: &JobId,
         waiting: &Waiting,
     ) -> Result<JobRecord, StoreError> {
         let names = HashMap::from([("#status".to_owned(), "status".to_owned())]);
@@ -330,7 +330,7 @@ impl JobStore {
     /// at it next: a delayed job's start); refused if the job moved on meanwhile.
     pub async fn defer_pending_look(
         &self,
-        job_id: &str,
+        job_id: &JobId,
         index_key: &str,
     ) -> Result<(), StoreError> {
         let names = HashMap::from([("#status".to_owned(), "status".to_owned())]);
@@ -353,7 +353,7 @@ impl JobStore {
     /// (dispatch number `dispatch`, named `execution`); refused if someone else did first.
     pub async fn redispatch_queued(
         &self,
-        job_id: &str,
+        job_id: &JobId,
         seen_dispatches: u32,
         execution: &str,
     ) -> Result<JobRecord, StoreError> {
@@ -384,7 +384,7 @@ impl JobStore {
     /// Marks an expired job's records for DynamoDB TTL (epoch seconds) and takes the job out
     /// of the status index (its `expired#<shard>` entry): the last step of expiring a job, so
     /// the entry stays until everything before it is done. The progress record goes first.
-    pub async fn retain_until(&self, job_id: &str, epoch_seconds: i64) -> Result<(), StoreError> {
+    pub async fn retain_until(&self, job_id: &JobId, epoch_seconds: i64) -> Result<(), StoreError> {
         for sk in [PROGRESS_SK, JOB_SK] {
             let result = self
                 .client
@@ -410,7 +410,7 @@ impl JobStore {
 
     /// Counts one continuation of the job's execution (fenced) and returns the new count,
     /// which names the next execution.
-    pub async fn count_continuation(&self, job_id: &str, lease: &str) -> Result<u32, StoreError> {
+    pub async fn count_continuation(&self, job_id: &JobId, lease: &str) -> Result<u32, StoreError> {
         Ok(self.count_fenced(job_id, lease, "continuations").await?.continuations)
     }
 
@@ -419,7 +419,7 @@ impl JobStore {
     /// the one that runs it now, not the one it continued from.
     pub async fn record_execution(
         &self,
-        job_id: &str,
+        job_id: &JobId,
         lease: &str,
         name: &str,
     ) -> Result<JobRecord, StoreError> {
@@ -435,7 +435,7 @@ impl JobStore {
     /// the retry that follows and a stale attempt cannot count).
     pub async fn count_injected_failure(
         &self,
-        job_id: &str,
+        job_id: &JobId,
         lease: &str,
     ) -> Result<JobRecord, StoreError> {
         self.count_fenced(job_id, lease, "injected_failures").await

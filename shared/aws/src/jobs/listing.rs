@@ -31,7 +31,7 @@ pub enum ListError {
 
 /// The cursor of the owner-index position `key` (a query's `LastEvaluatedKey`) in `owner`'s
 /// listing; see [`longhaul_domain::cursor`] for its format.
-pub(super) fn encode_cursor(owner: &str, key: &Item) -> Result<String, StoreError> {
+pub(super) fn encode_cursor(owner: &Owner, key: &Item) -> Result<String, StoreError> {
     let sort_key = key.get("gsi1sk").and_then(|v| v.as_s().ok());
     let position = sort_key.and_then(|k| cursor::ListPosition::from_index_sort_key(k));
     match position {
@@ -47,7 +47,7 @@ pub(super) fn encode_cursor(owner: &str, key: &Item) -> Result<String, StoreErro
 /// The `ExclusiveStartKey` a cursor stands for. Every part of it is rebuilt from the decoded,
 /// validated position, and its partition is always `owner`'s own index: nothing a client
 /// sends reaches DynamoDB as a key it did not get from us, nor another tenant's partition.
-pub(super) fn decode_cursor(owner: &str, cursor: &str) -> Result<Item, ListError> {
+pub(super) fn decode_cursor(owner: &Owner, cursor: &str) -> Result<Item, ListError> {
     let position = cursor::decode(owner, cursor).map_err(|_| ListError::InvalidCursor)?;
     Ok(HashMap::from([
         ("pk".to_owned(), s(job_pk(&position.job_id))),
@@ -63,7 +63,7 @@ impl JobStore {
     /// are full whenever more jobs exist.
     pub async fn list(
         &self,
-        owner: &str,
+        owner: &Owner,
         filter: &ListFilter,
         limit: usize,
         cursor: Option<&str>,
@@ -116,7 +116,7 @@ impl JobStore {
     /// How many of `owner`'s jobs have not yet run (pending or queued, never claimed), counted
     /// up to `at_most`: the backlog index's entries of the owner, keys only, page by page until
     /// the count reaches `at_most` (a tenant at a cap of 10,000 costs about one 1 MB page).
-    pub async fn backlog(&self, owner: &str, at_most: usize) -> Result<usize, StoreError> {
+    pub async fn backlog(&self, owner: &Owner, at_most: usize) -> Result<usize, StoreError> {
         let mut counted = 0;
         let mut start = None;
         loop {
@@ -146,7 +146,11 @@ impl JobStore {
 mod cursor_tests {
     use super::*;
 
-    fn position_key(owner: &str, job_id: &str) -> Item {
+    fn owner(name: &str) -> Owner {
+        name.parse().unwrap()
+    }
+
+    fn position_key(owner: &Owner, job_id: &JobId) -> Item {
         HashMap::from([
             ("pk".to_owned(), s(job_pk(job_id))),
             ("sk".to_owned(), s(JOB_SK)),
@@ -157,21 +161,21 @@ mod cursor_tests {
 
     #[test]
     fn a_cursor_is_the_start_key_it_was_made_from_in_the_callers_index_only() {
-        let id = longhaul_domain::JobId::new().to_string();
-        let key = position_key("alice", &id);
-        let cursor = encode_cursor("alice", &key).unwrap();
-        assert_eq!(decode_cursor("alice", &cursor).unwrap(), key);
-        assert!(matches!(decode_cursor("bob", &cursor), Err(ListError::InvalidCursor)));
+        let id = JobId::new();
+        let key = position_key(&owner("alice"), &id);
+        let cursor = encode_cursor(&owner("alice"), &key).unwrap();
+        assert_eq!(decode_cursor(&owner("alice"), &cursor).unwrap(), key);
+        assert!(matches!(decode_cursor(&owner("bob"), &cursor), Err(ListError::InvalidCursor)));
         // Whatever was in the key, the start key's partition is the caller's.
-        let theirs = position_key("bob", &id);
-        let cursor = encode_cursor("alice", &theirs).unwrap();
-        assert_eq!(decode_cursor("alice", &cursor).unwrap()["gsi1pk"], s("OWNER#alice"));
+        let theirs = position_key(&owner("bob"), &id);
+        let cursor = encode_cursor(&owner("alice"), &theirs).unwrap();
+        assert_eq!(decode_cursor(&owner("alice"), &cursor).unwrap()["gsi1pk"], s("OWNER#alice"));
     }
 
     #[test]
     fn a_start_key_that_is_not_ours_is_corrupt_not_a_cursor() {
-        let mut key = position_key("alice", longhaul_domain::JobId::new().as_ref());
+        let mut key = position_key(&owner("alice"), &JobId::new());
         key.insert("gsi1sk".into(), s("garbage"));
-        assert!(matches!(encode_cursor("alice", &key), Err(StoreError::Corrupt { .. })));
+        assert!(matches!(encode_cursor(&owner("alice"), &key), Err(StoreError::Corrupt { .. })));
     }
 }

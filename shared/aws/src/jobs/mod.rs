@@ -43,7 +43,9 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
-use longhaul_domain::{JobStatus, Timestamp, Transition, TransitionError, now_rfc3339};
+use longhaul_domain::{
+    JobId, JobStatus, Owner, Timestamp, Transition, TransitionError, now_rfc3339,
+};
 use serde::Serialize;
 
 use crate::AwsError;
@@ -189,7 +191,7 @@ impl JobStore {
     }
 
     /// A job and its progress, in one query (one billed read request).
-    pub async fn view(&self, job_id: &str) -> Result<Option<JobView>, StoreError> {
+    pub async fn view(&self, job_id: &JobId) -> Result<Option<JobView>, StoreError> {
         let output = self
             .client
             .query()
@@ -213,7 +215,7 @@ impl JobStore {
     }
 
     /// The job record alone.
-    pub async fn job(&self, job_id: &str) -> Result<Option<JobRecord>, StoreError> {
+    pub async fn job(&self, job_id: &JobId) -> Result<Option<JobRecord>, StoreError> {
         let output = self
             .client
             .get_item()
@@ -229,7 +231,7 @@ impl JobStore {
 
     async fn update_job(
         &self,
-        job_id: &str,
+        job_id: &JobId,
         update: String,
         condition: String,
         names: HashMap<String, String>,
@@ -269,7 +271,7 @@ impl JobStore {
     /// An update of a running job's record, applied only while `lease` holds the job.
     async fn update_fenced(
         &self,
-        job_id: &str,
+        job_id: &JobId,
         lease: &str,
         update: &str,
         values: HashMap<String, AttributeValue>,
@@ -280,7 +282,7 @@ impl JobStore {
     /// [`Self::update_fenced`], refused also unless `also` holds.
     async fn update_fenced_when(
         &self,
-        job_id: &str,
+        job_id: &JobId,
         lease: &str,
         update: &str,
         also: Option<&str>,
@@ -302,7 +304,7 @@ impl JobStore {
     /// Adds one to the counter `attribute` of a running job (fenced by `lease`).
     async fn count_fenced(
         &self,
-        job_id: &str,
+        job_id: &JobId,
         lease: &str,
         attribute: &str,
     ) -> Result<JobRecord, StoreError> {

@@ -92,7 +92,7 @@ impl ProgressRecord {
 impl ProgressRecord {
     /// This record as a retry `job_id` starts from ([`JobStore::seed_progress`]): its stage
     /// and checkpoint pointer, under a lease no attempt holds, as of now.
-    pub fn seeded_for(&self, job_id: &str) -> ProgressRecord {
+    pub fn seeded_for(&self, job_id: &JobId) -> ProgressRecord {
         let now = Timestamp::now();
         ProgressRecord {
             seq: 0,
@@ -153,7 +153,7 @@ pub enum ProgressRefused {
 }
 
 impl JobStore {
-    pub(super) fn progress_key(job_id: &str) -> [(String, AttributeValue); 2] {
+    pub(super) fn progress_key(job_id: &JobId) -> [(String, AttributeValue); 2] {
         [("pk".into(), s(job_pk(job_id))), ("sk".into(), s(PROGRESS_SK))]
     }
 
@@ -163,7 +163,7 @@ impl JobStore {
     /// otherwise a worker declared dead but alive could go on writing progress while the job
     /// was queued again or claimed by the next attempt (until that claim's hand-over). A
     /// record that `lease` does not hold is left alone.
-    pub async fn revoke_progress(&self, job_id: &str, lease: &str) -> Result<(), StoreError> {
+    pub async fn revoke_progress(&self, job_id: &JobId, lease: &str) -> Result<(), StoreError> {
         let revoked = self
             .client
             .update_item()
@@ -193,7 +193,7 @@ impl JobStore {
     /// progress record already.
     pub async fn seed_progress(
         &self,
-        job_id: &str,
+        job_id: &JobId,
         from: &ProgressRecord,
     ) -> Result<(), StoreError> {
         let seeded = from.seeded_for(job_id);
@@ -227,7 +227,7 @@ impl JobStore {
     /// writes would be refused and the stale claimer's accepted.
     pub(super) async fn take_progress(
         &self,
-        job_id: &str,
+        job_id: &JobId,
         lease: &Lease,
     ) -> Result<(), StoreError> {
         let now = now_rfc3339();
@@ -272,8 +272,8 @@ impl JobStore {
     /// any job it is about to act on), keys DynamoDB left unprocessed asked again.
     pub async fn progress_records(
         &self,
-        job_ids: &[String],
-    ) -> Result<HashMap<String, ProgressRecord>, StoreError> {
+        job_ids: &[JobId],
+    ) -> Result<HashMap<JobId, ProgressRecord>, StoreError> {
         use aws_sdk_dynamodb::types::KeysAndAttributes;
         let mut out = HashMap::with_capacity(job_ids.len());
         for chunk in job_ids.chunks(100) {
@@ -307,8 +307,7 @@ impl JobStore {
                     let Some(job_id) = item
                         .get("pk")
                         .and_then(|v| v.as_s().ok())
-                        .and_then(|pk| pk.strip_prefix("JOB#"))
-                        .map(str::to_owned)
+                        .and_then(|pk| pk.strip_prefix("JOB#")?.parse::<JobId>().ok())
                     else {
                         continue;
                     };
@@ -334,7 +333,7 @@ impl JobStore {
     /// requested — and the refusal says which, from the record as it is (same request).
     pub async fn record_progress(
         &self,
-        job_id: &str,
+        job_id: &JobId,
         progress: &ProgressRecord,
     ) -> Result<(), ProgressRefused> {
         let mut item = to_item(progress);
@@ -394,7 +393,7 @@ impl JobStore {
     /// still shows none).
     pub async fn record_final_checkpoint(
         &self,
-        job_id: &str,
+        job_id: &JobId,
         lease: &str,
         checkpoint: FinalCheckpoint<'_>,
     ) -> Result<(), ProgressRefused> {

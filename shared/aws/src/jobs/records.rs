@@ -4,7 +4,7 @@ use super::*;
 
 use longhaul_domain::admission::{Priority, Waiting};
 use longhaul_domain::policy::JobPolicy;
-use longhaul_domain::{Cancellation, JobError, JobId, JobStatus, Timestamp, Transition};
+use longhaul_domain::{Cancellation, JobError, JobId, JobStatus, Owner, Timestamp, Transition};
 use serde::{Deserialize, Serialize};
 
 /// The job record. Its `Debug` leaves out what must not reach a log: the params, the
@@ -14,7 +14,7 @@ pub struct JobRecord {
     /// Its id.
     pub job_id: JobId,
     /// The principal (token `sub`) that submitted the job; the only one who can see it.
-    pub owner: String,
+    pub owner: Owner,
     /// The job type's name.
     #[serde(rename = "type")]
     pub job_type: String,
@@ -60,7 +60,7 @@ pub struct JobRecord {
     pub injected_failures: u32,
     /// The failed or cancelled job this one re-runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub retry_of: Option<String>,
+    pub retry_of: Option<JobId>,
     /// Who asked to cancel the job, when and why.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cancellation: Option<Cancellation>,
@@ -110,7 +110,7 @@ pub struct JobRecord {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ResumedFrom {
     /// The retried job.
-    pub job_id: String,
+    pub job_id: JobId,
     /// The stage it had reached.
     pub stage: String,
     /// Items of that stage its last checkpoint covers.
@@ -182,7 +182,7 @@ pub struct JobEntry {
     /// The job id.
     pub job_id: JobId,
     /// The principal that owns the job.
-    pub owner: String,
+    pub owner: Owner,
     /// The job type.
     #[serde(rename = "type")]
     pub job_type: String,
@@ -278,11 +278,11 @@ impl From<&JobRecord> for JobEntry {
 /// What logs and metrics name a job by, from its whole record or its index entry.
 pub trait JobIdentity {
     /// The job id.
-    fn job_id(&self) -> &str;
+    fn job_id(&self) -> &JobId;
     /// The job type.
     fn job_type(&self) -> &str;
     /// The owning principal.
-    fn owner(&self) -> &str;
+    fn owner(&self) -> &Owner;
     /// The attempt number.
     fn attempt(&self) -> u32;
 }
@@ -290,13 +290,13 @@ pub trait JobIdentity {
 macro_rules! job_identity {
     ($($record:ty),*) => {$(
         impl JobIdentity for $record {
-            fn job_id(&self) -> &str {
+            fn job_id(&self) -> &JobId {
                 &self.job_id
             }
             fn job_type(&self) -> &str {
                 &self.job_type
             }
-            fn owner(&self) -> &str {
+            fn owner(&self) -> &Owner {
                 &self.owner
             }
             fn attempt(&self) -> u32 {

@@ -11,7 +11,7 @@ use longhaul_domain::JobStatus;
 #[derive(Debug, Clone)]
 pub struct TransitionRequest {
     /// The job.
-    pub job_id: String,
+    pub job_id: JobId,
     /// Statuses the job may be in for the change to apply.
     pub from: Vec<JobStatus>,
     /// The new status.
@@ -38,7 +38,12 @@ pub struct TransitionRequest {
 
 impl TransitionRequest {
     /// A change from any of `from` to `to`.
-    pub fn new(job_id: &str, from: &[JobStatus], to: JobStatus, reason: impl Into<String>) -> Self {
+    pub fn new(
+        job_id: &JobId,
+        from: &[JobStatus],
+        to: JobStatus,
+        reason: impl Into<String>,
+    ) -> Self {
         TransitionRequest {
             job_id: job_id.to_owned(),
             from: from.to_vec(),

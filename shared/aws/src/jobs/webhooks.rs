@@ -131,23 +131,23 @@ pub struct DeliveryRecord {
     pub outcome: DeliveryOutcome,
 }
 
-pub(super) fn secrets_pk(owner: &str) -> String {
+pub(super) fn secrets_pk(owner: &Owner) -> String {
     format!("SECRET#{}:{owner}", owner.len())
 }
 
-pub(super) fn secrets_key(owner: &str) -> Item {
+pub(super) fn secrets_key(owner: &Owner) -> Item {
     HashMap::from([("pk".to_owned(), s(secrets_pk(owner))), ("sk".to_owned(), s("WEBHOOK"))])
 }
 
 /// The partition of a job's delivery records.
-pub fn delivery_pk(job_id: &str) -> String {
+pub fn delivery_pk(job_id: &JobId) -> String {
     format!("DELIVERY#{job_id}")
 }
 
 impl JobStore {
     /// `owner`'s webhook secrets, created on first use (a conditional put, so concurrent
     /// first uses agree on one secret).
-    pub async fn webhook_secrets(&self, owner: &str) -> Result<SecretsRecord, StoreError> {
+    pub async fn webhook_secrets(&self, owner: &Owner) -> Result<SecretsRecord, StoreError> {
         let existing = self
             .client
             .get_item()
@@ -195,7 +195,7 @@ impl JobStore {
     /// secret handed to a caller is never silently replaced by another caller's.
     pub async fn rotate_webhook_secret(
         &self,
-        owner: &str,
+        owner: &Owner,
         overlap_until: Timestamp,
     ) -> Result<Rotation, StoreError> {
         let current = self.webhook_secrets(owner).await?;
@@ -207,7 +207,7 @@ impl JobStore {
     /// that a test can replay the stale read of a concurrent rotation.
     pub async fn rotate_webhook_secret_from(
         &self,
-        owner: &str,
+        owner: &Owner,
         read: &SecretsRecord,
         overlap_until: Timestamp,
     ) -> Result<Rotation, StoreError> {
@@ -253,7 +253,7 @@ impl JobStore {
     /// Records one delivery attempt, in the job's delivery partition ([`delivery_pk`]).
     pub async fn record_delivery(
         &self,
-        job_id: &str,
+        job_id: &JobId,
         delivery: &DeliveryRecord,
     ) -> Result<(), StoreError> {
         let mut item = to_item(delivery);
@@ -273,7 +273,7 @@ impl JobStore {
     }
 
     /// A job's delivery attempts, oldest first.
-    pub async fn deliveries(&self, job_id: &str) -> Result<Vec<DeliveryRecord>, StoreError> {
+    pub async fn deliveries(&self, job_id: &JobId) -> Result<Vec<DeliveryRecord>, StoreError> {
         let output = self
             .client
             .query()

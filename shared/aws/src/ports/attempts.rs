@@ -3,6 +3,7 @@
 //! running attempt keeps on its job.
 
 use async_trait::async_trait;
+use longhaul_domain::JobId;
 
 use super::Warm;
 use crate::jobs::{
@@ -18,77 +19,85 @@ pub trait JobAttempts: Warm {
     /// to), minting a new lease, then hands the progress record to it. Idempotent per
     /// execution: the execution that holds the job already gets its lease back (and the
     /// hand-over again). A hand-over to an attempt earlier than the record's is a conflict.
-    async fn claim(&self, job_id: &str, execution: &str) -> Result<(Lease, JobRecord), StoreError>;
+    async fn claim(
+        &self,
+        job_id: &JobId,
+        execution: &str,
+    ) -> Result<(Lease, JobRecord), StoreError>;
     /// Writes `progress` as the job's progress record, if its lease (`progress.lease`) holds
     /// the record, its `seq` is above the record's and no cancellation is flagged; else says
     /// which did not hold.
     async fn record_progress(
         &self,
-        job_id: &str,
+        job_id: &JobId,
         progress: &ProgressRecord,
     ) -> Result<(), ProgressRefused>;
     /// Makes a cancelled attempt's last checkpoint current (the flag stays): fenced by the
     /// lease and a higher `seq`, and only while the record is not past the checkpoint's stage.
     async fn record_final_checkpoint(
         &self,
-        job_id: &str,
+        job_id: &JobId,
         lease: &str,
         checkpoint: FinalCheckpoint<'_>,
     ) -> Result<(), ProgressRefused>;
     /// Takes the progress record from `lease`, so the attempt's progress writes are refused
     /// from now on; a record `lease` does not hold is left alone.
-    async fn revoke_progress(&self, job_id: &str, lease: &str) -> Result<(), StoreError>;
+    async fn revoke_progress(&self, job_id: &JobId, lease: &str) -> Result<(), StoreError>;
     /// Takes back the job's `resumed_from` (fenced); nothing to do if it says no resume.
-    async fn forget_resume(&self, job_id: &str, lease: &str) -> Result<(), StoreError>;
+    async fn forget_resume(&self, job_id: &JobId, lease: &str) -> Result<(), StoreError>;
     /// Counts one more continuation of the job's execution (fenced); the new count.
-    async fn count_continuation(&self, job_id: &str, lease: &str) -> Result<u32, StoreError>;
+    async fn count_continuation(&self, job_id: &JobId, lease: &str) -> Result<u32, StoreError>;
     /// Records that the attempt goes on in execution `name` (fenced).
     async fn record_execution(
         &self,
-        job_id: &str,
+        job_id: &JobId,
         lease: &str,
         name: &str,
     ) -> Result<JobRecord, StoreError>;
     /// Counts one injected failure of a diagnostic kind (fenced).
     async fn count_injected_failure(
         &self,
-        job_id: &str,
+        job_id: &JobId,
         lease: &str,
     ) -> Result<JobRecord, StoreError>;
 }
 
 #[async_trait]
 impl JobAttempts for JobStore {
-    async fn claim(&self, job_id: &str, execution: &str) -> Result<(Lease, JobRecord), StoreError> {
+    async fn claim(
+        &self,
+        job_id: &JobId,
+        execution: &str,
+    ) -> Result<(Lease, JobRecord), StoreError> {
         JobStore::claim(self, job_id, execution).await
     }
     async fn record_progress(
         &self,
-        job_id: &str,
+        job_id: &JobId,
         progress: &ProgressRecord,
     ) -> Result<(), ProgressRefused> {
         JobStore::record_progress(self, job_id, progress).await
     }
     async fn record_final_checkpoint(
         &self,
-        job_id: &str,
+        job_id: &JobId,
         lease: &str,
         checkpoint: FinalCheckpoint<'_>,
     ) -> Result<(), ProgressRefused> {
         JobStore::record_final_checkpoint(self, job_id, lease, checkpoint).await
     }
-    async fn revoke_progress(&self, job_id: &str, lease: &str) -> Result<(), StoreError> {
+    async fn revoke_progress(&self, job_id: &JobId, lease: &str) -> Result<(), StoreError> {
         JobStore::revoke_progress(self, job_id, lease).await
     }
-    async fn forget_resume(&self, job_id: &str, lease: &str) -> Result<(), StoreError> {
+    async fn forget_resume(&self, job_id: &JobId, lease: &str) -> Result<(), StoreError> {
         JobStore::forget_resume(self, job_id, lease).await
     }
-    async fn count_continuation(&self, job_id: &str, lease: &str) -> Result<u32, StoreError> {
+    async fn count_continuation(&self, job_id: &JobId, lease: &str) -> Result<u32, StoreError> {
         JobStore::count_continuation(self, job_id, lease).await
     }
     async fn record_execution(
         &self,
-        job_id: &str,
+        job_id: &JobId,
         lease: &str,
         name: &str,
     ) -> Result<JobRecord, StoreError> {
@@ -96,7 +105,7 @@ impl JobAttempts for JobStore {
     }
     async fn count_injected_failure(
         &self,
-        job_id: &str,
+        job_id: &JobId,
         lease: &str,
     ) -> Result<JobRecord, StoreError> {
         JobStore::count_injected_failure(self, job_id, lease).await

@@ -4,6 +4,7 @@
 use async_trait::async_trait;
 use longhaul_domain::Cancellation;
 use longhaul_domain::admission::Waiting;
+use longhaul_domain::{JobId, Owner};
 
 use super::Warm;
 use crate::jobs::{
@@ -15,9 +16,9 @@ use crate::jobs::{
 #[async_trait]
 pub trait JobReads: Warm {
     /// The job record, or `None` if there is no such job.
-    async fn job(&self, job_id: &str) -> Result<Option<JobRecord>, StoreError>;
+    async fn job(&self, job_id: &JobId) -> Result<Option<JobRecord>, StoreError>;
     /// The job with its progress, read together, or `None` if there is no such job.
-    async fn view(&self, job_id: &str) -> Result<Option<JobView>, StoreError>;
+    async fn view(&self, job_id: &JobId) -> Result<Option<JobView>, StoreError>;
 }
 
 /// Changing a job's status: one conditional write ([`TransitionRequest`]) that refuses with
@@ -34,7 +35,7 @@ pub trait JobCancellation: Warm {
     /// Cancels a pending or queued job at once, or records the request for a running one.
     async fn cancel(
         &self,
-        job_id: &str,
+        job_id: &JobId,
         cancellation: &Cancellation,
     ) -> Result<CancelOutcome, StoreError>;
 }
@@ -47,7 +48,7 @@ pub trait JobListing: Warm {
     /// [`ListError::InvalidCursor`].
     async fn list(
         &self,
-        owner: &str,
+        owner: &Owner,
         filter: &ListFilter,
         limit: usize,
         cursor: Option<&str>,
@@ -62,32 +63,37 @@ pub trait JobCreation: Warm {
     /// existing record if it is taken — unless it is taken by the job `replacing` names.
     async fn claim_key(
         &self,
-        owner: &str,
+        owner: &Owner,
         key: &str,
         record: &IdempotencyRecord,
-        replacing: Option<&str>,
+        replacing: Option<&JobId>,
     ) -> Result<(), StoreError>;
     /// Gives `key` back, if it is still held for `job_id`.
-    async fn release_key(&self, owner: &str, key: &str, job_id: &str) -> Result<(), StoreError>;
+    async fn release_key(&self, owner: &Owner, key: &str, job_id: &JobId)
+    -> Result<(), StoreError>;
     /// The record of `owner`'s idempotency `key`, if claimed.
     async fn idempotency(
         &self,
-        owner: &str,
+        owner: &Owner,
         key: &str,
     ) -> Result<Option<IdempotencyRecord>, StoreError>;
     /// Writes a new job record; a record with its id already there is a conflict.
     async fn put_job(&self, job: &JobRecord) -> Result<(), StoreError>;
     /// Gives a retry the progress of the job it retries.
-    async fn seed_progress(&self, job_id: &str, from: &ProgressRecord) -> Result<(), StoreError>;
+    async fn seed_progress(&self, job_id: &JobId, from: &ProgressRecord) -> Result<(), StoreError>;
     /// How many of `owner`'s jobs have not run yet, counted up to `at_most`.
-    async fn backlog(&self, owner: &str, at_most: usize) -> Result<usize, StoreError>;
+    async fn backlog(&self, owner: &Owner, at_most: usize) -> Result<usize, StoreError>;
 }
 
 /// Marks the dispatcher sets on a job it cannot start yet.
 #[async_trait]
 pub trait JobDispatchMarks: Warm {
     /// Records why a queued job waits for a running slot (and since when).
-    async fn mark_waiting(&self, job_id: &str, waiting: &Waiting) -> Result<JobRecord, StoreError>;
+    async fn mark_waiting(
+        &self,
+        job_id: &JobId,
+        waiting: &Waiting,
+    ) -> Result<JobRecord, StoreError>;
 }
 
 #[async_trait]
@@ -99,10 +105,10 @@ impl Warm for JobStore {
 
 #[async_trait]
 impl JobReads for JobStore {
-    async fn job(&self, job_id: &str) -> Result<Option<JobRecord>, StoreError> {
+    async fn job(&self, job_id: &JobId) -> Result<Option<JobRecord>, StoreError> {
         JobStore::job(self, job_id).await
     }
-    async fn view(&self, job_id: &str) -> Result<Option<JobView>, StoreError> {
+    async fn view(&self, job_id: &JobId) -> Result<Option<JobView>, StoreError> {
         JobStore::view(self, job_id).await
     }
 }
@@ -118,7 +124,7 @@ impl JobTransitions for JobStore {
 impl JobCancellation for JobStore {
     async fn cancel(
         &self,
-        job_id: &str,
+        job_id: &JobId,
         cancellation: &Cancellation,
     ) -> Result<CancelOutcome, StoreError> {
         JobStore::cancel(self, job_id, cancellation).await
@@ -129,7 +135,7 @@ impl JobCancellation for JobStore {
 impl JobListing for JobStore {
     async fn list(
         &self,
-        owner: &str,
+        owner: &Owner,
         filter: &ListFilter,
         limit: usize,
         cursor: Option<&str>,
@@ -142,19 +148,24 @@ impl JobListing for JobStore {
 impl JobCreation for JobStore {
     async fn claim_key(
         &self,
-        owner: &str,
+        owner: &Owner,
         key: &str,
         record: &IdempotencyRecord,
-        replacing: Option<&str>,
+        replacing: Option<&JobId>,
     ) -> Result<(), StoreError> {
         JobStore::claim_key(self, owner, key, record, replacing).await
     }
-    async fn release_key(&self, owner: &str, key: &str, job_id: &str) -> Result<(), StoreError> {
+    async fn release_key(
+        &self,
+        owner: &Owner,
+        key: &str,
+        job_id: &JobId,
+    ) -> Result<(), StoreError> {
         JobStore::release_key(self, owner, key, job_id).await
     }
     async fn idempotency(
         &self,
-        owner: &str,
+        owner: &Owner,
         key: &str,
     ) -> Result<Option<IdempotencyRecord>, StoreError> {
         JobStore::idempotency(self, owner, key).await
@@ -162,17 +173,21 @@ impl JobCreation for JobStore {
     async fn put_job(&self, job: &JobRecord) -> Result<(), StoreError> {
         JobStore::put_job(self, job).await
     }
-    async fn seed_progress(&self, job_id: &str, from: &ProgressRecord) -> Result<(), StoreError> {
+    async fn seed_progress(&self, job_id: &JobId, from: &ProgressRecord) -> Result<(), StoreError> {
         JobStore::seed_progress(self, job_id, from).await
     }
-    async fn backlog(&self, owner: &str, at_most: usize) -> Result<usize, StoreError> {
+    async fn backlog(&self, owner: &Owner, at_most: usize) -> Result<usize, StoreError> {
         JobStore::backlog(self, owner, at_most).await
     }
 }
 
 #[async_trait]
 impl JobDispatchMarks for JobStore {
-    async fn mark_waiting(&self, job_id: &str, waiting: &Waiting) -> Result<JobRecord, StoreError> {
+    async fn mark_waiting(
+        &self,
+        job_id: &JobId,
+        waiting: &Waiting,
+    ) -> Result<JobRecord, StoreError> {
         JobStore::mark_waiting(self, job_id, waiting).await
     }
 }

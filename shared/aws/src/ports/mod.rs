@@ -18,6 +18,7 @@ use std::fmt::Debug;
 use async_trait::async_trait;
 
 mod attempts;
+mod clock;
 mod executions;
 mod jobs;
 mod limits;
@@ -34,6 +35,7 @@ mod uploads;
 mod webhooks;
 
 pub use attempts::*;
+pub use clock::*;
 pub use executions::*;
 pub use jobs::*;
 pub use limits::*;

@@ -1,6 +1,7 @@
 //! The intake queue, which the dispatcher drains.
 
 use async_trait::async_trait;
+use longhaul_domain::Owner;
 
 use super::Warm;
 use crate::AwsError;
@@ -10,13 +11,13 @@ use crate::queue::{DispatchMessage, IntakeQueue};
 #[async_trait]
 pub trait DispatchQueue: Warm {
     /// Enqueues `message` for `owner`'s job now.
-    async fn send(&self, message: &DispatchMessage, owner: &str) -> Result<(), AwsError>;
+    async fn send(&self, message: &DispatchMessage, owner: &Owner) -> Result<(), AwsError>;
     /// Enqueues `message`, visible after `delay_seconds` (at most 900).
     async fn send_delayed(
         &self,
         message: &DispatchMessage,
         delay_seconds: u32,
-        owner: &str,
+        owner: &Owner,
     ) -> Result<(), AwsError>;
 }
 
@@ -29,14 +30,14 @@ impl Warm for IntakeQueue {
 
 #[async_trait]
 impl DispatchQueue for IntakeQueue {
-    async fn send(&self, message: &DispatchMessage, owner: &str) -> Result<(), AwsError> {
+    async fn send(&self, message: &DispatchMessage, owner: &Owner) -> Result<(), AwsError> {
         IntakeQueue::send(self, message, owner).await
     }
     async fn send_delayed(
         &self,
         message: &DispatchMessage,
         delay_seconds: u32,
-        owner: &str,
+        owner: &Owner,
     ) -> Result<(), AwsError> {
         IntakeQueue::send_delayed(self, message, delay_seconds, owner).await
     }

@@ -7,6 +7,7 @@
 //! two reapers that saw the same job, only one acts. The status-index entry moves as the
 //! write says: these writes change its sort key (`gsi2sk`), never its bucket.
 
+use longhaul_domain::JobId;
 use std::collections::HashMap;
 
 use async_trait::async_trait;
@@ -24,7 +25,7 @@ pub trait JobReaping: Warm {
     /// it again), in the bucket it is in; the record afterwards. Refused unless `pending`.
     async fn count_enqueue(
         &self,
-        job_id: &str,
+        job_id: &JobId,
         next_look: Timestamp,
     ) -> Result<JobRecord, StoreError>;
 
@@ -32,7 +33,7 @@ pub trait JobReaping: Warm {
     /// start), changing nothing else. Refused unless `pending`.
     async fn defer_pending_look(
         &self,
-        job_id: &str,
+        job_id: &JobId,
         next_look: Timestamp,
     ) -> Result<(), StoreError>;
 
@@ -43,7 +44,7 @@ pub trait JobReaping: Warm {
     /// only one starts the next execution.
     async fn redispatch_queued(
         &self,
-        job_id: &str,
+        job_id: &JobId,
         seen_dispatches: u32,
         execution: &str,
     ) -> Result<JobRecord, StoreError>;
@@ -54,7 +55,7 @@ pub trait JobReaping: Warm {
     /// flags it and counts it.
     async fn mark_stalled(
         &self,
-        job_id: &str,
+        job_id: &JobId,
         lease: &str,
         stalled_at: Option<Timestamp>,
     ) -> Result<(), StoreError>;
@@ -64,29 +65,29 @@ pub trait JobReaping: Warm {
     /// a moment old (the caller re-reads, consistently, any job it is about to act on).
     async fn progress_records(
         &self,
-        job_ids: &[String],
-    ) -> Result<HashMap<String, ProgressRecord>, StoreError>;
+        job_ids: &[JobId],
+    ) -> Result<HashMap<JobId, ProgressRecord>, StoreError>;
 }
 
 #[async_trait]
 impl JobReaping for JobStore {
     async fn count_enqueue(
         &self,
-        job_id: &str,
+        job_id: &JobId,
         next_look: Timestamp,
     ) -> Result<JobRecord, StoreError> {
         JobStore::count_enqueue(self, job_id, &next_look.to_rfc3339()).await
     }
     async fn defer_pending_look(
         &self,
-        job_id: &str,
+        job_id: &JobId,
         next_look: Timestamp,
     ) -> Result<(), StoreError> {
         JobStore::defer_pending_look(self, job_id, &next_look.to_rfc3339()).await
     }
     async fn redispatch_queued(
         &self,
-        job_id: &str,
+        job_id: &JobId,
         seen_dispatches: u32,
         execution: &str,
     ) -> Result<JobRecord, StoreError> {
@@ -94,7 +95,7 @@ impl JobReaping for JobStore {
     }
     async fn mark_stalled(
         &self,
-        job_id: &str,
+        job_id: &JobId,
         lease: &str,
         stalled_at: Option<Timestamp>,
     ) -> Result<(), StoreError> {
@@ -103,8 +104,8 @@ impl JobReaping for JobStore {
     }
     async fn progress_records(
         &self,
-        job_ids: &[String],
-    ) -> Result<HashMap<String, ProgressRecord>, StoreError> {
+        job_ids: &[JobId],
+    ) -> Result<HashMap<JobId, ProgressRecord>, StoreError> {
         JobStore::progress_records(self, job_ids).await
     }
 }

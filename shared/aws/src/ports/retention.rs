@@ -1,6 +1,7 @@
 //! The last step of expiring a job: its records marked for the table's TTL.
 
 use async_trait::async_trait;
+use longhaul_domain::JobId;
 
 use super::Warm;
 use crate::jobs::{JobStore, StoreError};
@@ -12,12 +13,12 @@ pub trait JobRetention: Warm {
     /// `epoch_seconds`, and takes the job out of the status index (its `expired#<shard>`
     /// entry). A record that is not there is skipped: marking a job twice, or one that is
     /// gone, is not an error.
-    async fn retain_until(&self, job_id: &str, epoch_seconds: i64) -> Result<(), StoreError>;
+    async fn retain_until(&self, job_id: &JobId, epoch_seconds: i64) -> Result<(), StoreError>;
 }
 
 #[async_trait]
 impl JobRetention for JobStore {
-    async fn retain_until(&self, job_id: &str, epoch_seconds: i64) -> Result<(), StoreError> {
+    async fn retain_until(&self, job_id: &JobId, epoch_seconds: i64) -> Result<(), StoreError> {
         JobStore::retain_until(self, job_id, epoch_seconds).await
     }
 }

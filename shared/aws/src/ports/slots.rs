@@ -3,6 +3,7 @@
 //! [`crate::slots`]).
 
 use async_trait::async_trait;
+use longhaul_domain::{JobId, Owner};
 
 use super::Warm;
 use crate::AwsError;
@@ -22,14 +23,14 @@ pub trait SlotPools: Warm {
     /// Takes a slot of `pool` (of `limit`) for `job_id`: `true` if the job holds one now (also
     /// when it already did), `false` if the pool is full (nothing changes). A pool no job
     /// holds gives its first slot whatever `limit` says.
-    async fn acquire(&self, pool: &Pool, limit: u32, job_id: &str) -> Result<bool, AwsError>;
+    async fn acquire(&self, pool: &Pool, limit: u32, job_id: &JobId) -> Result<bool, AwsError>;
 
     /// Gives back the slots of `pool` that `job_ids` hold (none held: nothing changes), waking
     /// no one; answers how many holders the pool has afterwards.
-    async fn give_back(&self, pool: &Pool, job_ids: &[String]) -> Result<usize, AwsError>;
+    async fn give_back(&self, pool: &Pool, job_ids: &[JobId]) -> Result<usize, AwsError>;
 
     /// The jobs that hold a slot of `pool` (a consistent read; in no particular order).
-    async fn holders(&self, pool: &Pool) -> Result<Vec<String>, AwsError>;
+    async fn holders(&self, pool: &Pool) -> Result<Vec<JobId>, AwsError>;
 
     /// Puts `job_id` of `owner` in its waiting list of `pool` at `position`
     /// ([`longhaul_domain::admission::waiting_sort_key`]); in a kind pool, makes sure the
@@ -38,31 +39,40 @@ pub trait SlotPools: Warm {
         &self,
         pool: &Pool,
         position: &str,
-        job_id: &str,
-        owner: &str,
+        job_id: &JobId,
+        owner: &Owner,
     ) -> Result<(), AwsError>;
 
     /// Takes the entry at `position` out of `owner`'s waiting list of `pool` (idempotent). A
     /// kind pool's ring keeps the tenant's place: the next admission that finds its list empty
     /// takes the place out.
-    async fn leave_waiting(&self, pool: &Pool, owner: &str, position: &str)
-    -> Result<(), AwsError>;
+    async fn leave_waiting(
+        &self,
+        pool: &Pool,
+        owner: &Owner,
+        position: &str,
+    ) -> Result<(), AwsError>;
 
     /// Whether `owner`'s waiting list of `pool` holds `position`.
-    async fn is_waiting(&self, pool: &Pool, owner: &str, position: &str) -> Result<bool, AwsError>;
+    async fn is_waiting(
+        &self,
+        pool: &Pool,
+        owner: &Owner,
+        position: &str,
+    ) -> Result<bool, AwsError>;
 
     /// The first `n` entries of `owner`'s waiting list of `pool`, in admission order.
     async fn first_waiting(
         &self,
         pool: &Pool,
-        owner: &str,
+        owner: &Owner,
         n: usize,
     ) -> Result<Vec<WaitingEntry>, AwsError>;
 
     /// Makes sure `owner`, whose jobs wait in kind pool `pool`, has its place in the ring
     /// (the reaper's check): [`Seat::Seated`] if it had, [`Seat::Joined`] if it had none and
     /// joined at the back, [`Seat::Restored`] if its member named a place that was missing.
-    async fn seat(&self, pool: &Pool, owner: &str) -> Result<Seat, AwsError>;
+    async fn seat(&self, pool: &Pool, owner: &Owner) -> Result<Seat, AwsError>;
 
     /// Wakes as many waiting jobs of `pool` as its free slots (`limit` less `held`) can take,
     /// each with a dispatch message, and takes them out of their lists; answers how many. A
@@ -73,12 +83,7 @@ pub trait SlotPools: Warm {
 
     /// Gives back `job_ids`' slots of `pool` and wakes as many waiting jobs as are free;
     /// answers how many were woken.
-    async fn release(
-        &self,
-        pool: &Pool,
-        limit: u32,
-        job_ids: &[String],
-    ) -> Result<usize, AwsError> {
+    async fn release(&self, pool: &Pool, limit: u32, job_ids: &[JobId]) -> Result<usize, AwsError> {
         let held = self.give_back(pool, job_ids).await?;
         self.admit(pool, limit, held).await
     }
@@ -91,55 +96,55 @@ impl Warm for Admitter {}
 
 #[async_trait]
 impl SlotPools for Admitter {
-    async fn acquire(&self, pool: &Pool, limit: u32, job_id: &str) -> Result<bool, AwsError> {
+    async fn acquire(&self, pool: &Pool, limit: u32, job_id: &JobId) -> Result<bool, AwsError> {
         self.slots.acquire(pool, limit, job_id).await
     }
-    async fn give_back(&self, pool: &Pool, job_ids: &[String]) -> Result<usize, AwsError> {
+    async fn give_back(&self, pool: &Pool, job_ids: &[JobId]) -> Result<usize, AwsError> {
         self.slots.release(pool, job_ids).await
     }
-    async fn holders(&self, pool: &Pool) -> Result<Vec<String>, AwsError> {
+    async fn holders(&self, pool: &Pool) -> Result<Vec<JobId>, AwsError> {
         self.slots.holders(pool).await
     }
     async fn enter_waiting(
         &self,
         pool: &Pool,
         position: &str,
-        job_id: &str,
-        owner: &str,
+        job_id: &JobId,
+        owner: &Owner,
     ) -> Result<(), AwsError> {
         self.slots.enter_waiting(pool, position, job_id, owner).await
     }
     async fn leave_waiting(
         &self,
         pool: &Pool,
-        owner: &str,
+        owner: &Owner,
         position: &str,
     ) -> Result<(), AwsError> {
         self.slots.leave_waiting(pool, owner, position).await
     }
-    async fn is_waiting(&self, pool: &Pool, owner: &str, position: &str) -> Result<bool, AwsError> {
+    async fn is_waiting(
+        &self,
+        pool: &Pool,
+        owner: &Owner,
+        position: &str,
+    ) -> Result<bool, AwsError> {
         self.slots.is_waiting(pool, owner, position).await
     }
     async fn first_waiting(
         &self,
         pool: &Pool,
-        owner: &str,
+        owner: &Owner,
         n: usize,
     ) -> Result<Vec<WaitingEntry>, AwsError> {
         self.slots.first_waiting(pool, owner, n).await
     }
-    async fn seat(&self, pool: &Pool, owner: &str) -> Result<Seat, AwsError> {
+    async fn seat(&self, pool: &Pool, owner: &Owner) -> Result<Seat, AwsError> {
         self.slots.seat(pool, owner).await
     }
     async fn admit(&self, pool: &Pool, limit: u32, held: usize) -> Result<usize, AwsError> {
         Admitter::admit(self, pool, limit, held).await
     }
-    async fn release(
-        &self,
-        pool: &Pool,
-        limit: u32,
-        job_ids: &[String],
-    ) -> Result<usize, AwsError> {
+    async fn release(&self, pool: &Pool, limit: u32, job_ids: &[JobId]) -> Result<usize, AwsError> {
         Admitter::release(self, pool, limit, job_ids).await
     }
 }

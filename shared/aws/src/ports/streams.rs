@@ -3,6 +3,7 @@
 //! table).
 
 use async_trait::async_trait;
+use longhaul_domain::{JobId, Owner};
 
 use super::Warm;
 use crate::AwsError;
@@ -22,8 +23,8 @@ pub trait StreamCaps: Warm {
     /// `job_id` whose lease expires at `expiry` (Unix seconds).
     async fn acquire(
         &self,
-        owner: &str,
-        job_id: &str,
+        owner: &Owner,
+        job_id: &JobId,
         expiry: i64,
     ) -> Result<StreamLease, SlotError>;
     /// Gives back every slot of `lease`.
@@ -37,8 +38,8 @@ impl Warm for StreamSlots {}
 impl StreamCaps for StreamSlots {
     async fn acquire(
         &self,
-        owner: &str,
-        job_id: &str,
+        owner: &Owner,
+        job_id: &JobId,
         expiry: i64,
     ) -> Result<StreamLease, SlotError> {
         StreamSlots::acquire(self, owner, job_id, expiry).await

@@ -12,6 +12,8 @@ use std::collections::{BTreeMap, HashMap};
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::AttributeValue;
 
+use longhaul_domain::JobId;
+
 use super::Warm;
 use crate::jobs::{Item, JobEntry, JobStore, StoreError};
 
@@ -51,7 +53,7 @@ impl SweepCursor {
 #[derive(Debug)]
 pub struct IndexEntry {
     /// The job, from the entry's key.
-    pub job_id: String,
+    pub job_id: JobId,
     /// The entry's sort key: when it became interesting (for a `succeeded` job, when its
     /// result expires; for an `expired` one, when it expired).
     pub at: String,
@@ -111,7 +113,7 @@ pub trait SweepCursors: Warm {
 pub(crate) fn index_entry(item: Item) -> Result<IndexEntry, StoreError> {
     let get = |name: &str| item.get(name).and_then(|v| v.as_s().ok()).cloned();
     let pk = get("pk");
-    let keys = pk.as_deref().and_then(|pk| pk.strip_prefix("JOB#")).map(str::to_owned);
+    let keys = pk.as_deref().and_then(|pk| pk.strip_prefix("JOB#")?.parse::<JobId>().ok());
     match (keys, get("gsi2sk")) {
         (Some(job_id), Some(at)) => Ok(IndexEntry { job_id, at, job: JobStore::entry_from(item) }),
         _ => Err(StoreError::Corrupt {
@@ -177,17 +179,24 @@ mod tests {
 
     #[test]
     fn an_entry_is_read_from_its_keys_alone() {
+        let id = JobId::new();
         let item: Item = [
-            ("pk".to_owned(), S("JOB#j1".into())),
+            ("pk".to_owned(), S(format!("JOB#{id}"))),
             ("sk".to_owned(), S("JOB".into())),
             ("gsi2sk".to_owned(), S("2025-01-01T00:00:00.000Z".into())),
         ]
         .into();
         let entry = index_entry(item).unwrap();
-        assert_eq!((entry.job_id.as_str(), entry.at.as_str()), ("j1", "2025-01-01T00:00:00.000Z"));
+        assert_eq!((&entry.job_id, entry.at.as_str()), (&id, "2025-01-01T00:00:00.000Z"));
         assert!(entry.job.is_err(), "a keys-only item is no readable job entry");
         let foreign: Item = [("pk".to_owned(), S("SWEEP#x".into()))].into();
         assert!(index_entry(foreign).is_err());
+        let not_a_job_id: Item = [
+            ("pk".to_owned(), S("JOB#j1".into())),
+            ("gsi2sk".to_owned(), S("2025-01-01T00:00:00.000Z".into())),
+        ]
+        .into();
+        assert!(index_entry(not_a_job_id).is_err(), "an unreadable id is an error, not a job");
     }
 
     #[test]

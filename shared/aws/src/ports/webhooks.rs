@@ -2,6 +2,7 @@
 //! dead letters.
 
 use async_trait::async_trait;
+use longhaul_domain::{JobId, Owner};
 
 use super::Warm;
 use crate::AwsError;
@@ -12,11 +13,11 @@ use crate::queue::{DeadLetterQueue, WebhookMessage, WebhookQueue};
 #[async_trait]
 pub trait WebhookSecrets: Warm {
     /// The owner's secrets (created on first use).
-    async fn webhook_secrets(&self, owner: &str) -> Result<SecretsRecord, StoreError>;
+    async fn webhook_secrets(&self, owner: &Owner) -> Result<SecretsRecord, StoreError>;
     /// Rotates the owner's secret, keeping the old one valid until `overlap_until`.
     async fn rotate_webhook_secret(
         &self,
-        owner: &str,
+        owner: &Owner,
         overlap_until: longhaul_domain::Timestamp,
     ) -> Result<Rotation, StoreError>;
 }
@@ -27,11 +28,11 @@ pub trait DeliveryLog: Warm {
     /// Records one attempt.
     async fn record_delivery(
         &self,
-        job_id: &str,
+        job_id: &JobId,
         delivery: &DeliveryRecord,
     ) -> Result<(), StoreError>;
     /// The job's attempts, oldest first.
-    async fn deliveries(&self, job_id: &str) -> Result<Vec<DeliveryRecord>, StoreError>;
+    async fn deliveries(&self, job_id: &JobId) -> Result<Vec<DeliveryRecord>, StoreError>;
 }
 
 /// The webhook queue, which the webhook function drains.
@@ -52,12 +53,12 @@ pub trait DeadLetters: Warm {
 
 #[async_trait]
 impl WebhookSecrets for JobStore {
-    async fn webhook_secrets(&self, owner: &str) -> Result<SecretsRecord, StoreError> {
+    async fn webhook_secrets(&self, owner: &Owner) -> Result<SecretsRecord, StoreError> {
         JobStore::webhook_secrets(self, owner).await
     }
     async fn rotate_webhook_secret(
         &self,
-        owner: &str,
+        owner: &Owner,
         overlap_until: longhaul_domain::Timestamp,
     ) -> Result<Rotation, StoreError> {
         JobStore::rotate_webhook_secret(self, owner, overlap_until).await
@@ -68,12 +69,12 @@ impl WebhookSecrets for JobStore {
 impl DeliveryLog for JobStore {
     async fn record_delivery(
         &self,
-        job_id: &str,
+        job_id: &JobId,
         delivery: &DeliveryRecord,
     ) -> Result<(), StoreError> {
         JobStore::record_delivery(self, job_id, delivery).await
     }
-    async fn deliveries(&self, job_id: &str) -> Result<Vec<DeliveryRecord>, StoreError> {
+    async fn deliveries(&self, job_id: &JobId) -> Result<Vec<DeliveryRecord>, StoreError> {
         JobStore::deliveries(self, job_id).await
     }
 }

@@ -35,9 +35,9 @@ pub async fn job_attempts(store: &impl AttemptTable) {
 }
 
 /// A `queued` job dispatched to `execution` (the first dispatch), its next attempt due.
-async fn queued(store: &impl AttemptTable, label: &str, execution: &str) -> String {
+async fn queued(store: &impl AttemptTable, label: &str, execution: &str) -> JobId {
     let job = pending_job(&fresh_owner(label), Timestamp::now());
-    let id = job.job_id.to_string();
+    let id = job.job_id.clone();
     store.put_job(&job).await.expect("a new job is written");
     let queue = TransitionRequest::new(&id, &[JobStatus::Pending], JobStatus::Queued, "queued")
         .set("execution", execution)
@@ -48,7 +48,7 @@ async fn queued(store: &impl AttemptTable, label: &str, execution: &str) -> Stri
 }
 
 /// The job, running under `lease`, back to `queued` for `execution` (as a backoff leaves it).
-async fn requeued(store: &impl AttemptTable, id: &str, lease: &Lease, execution: &str) {
+async fn requeued(store: &impl AttemptTable, id: &JobId, lease: &Lease, execution: &str) {
     let back = TransitionRequest::new(id, &[JobStatus::Running], JobStatus::Queued, "backoff")
         .fenced(&lease.token)
         .set("execution", execution);
@@ -62,7 +62,7 @@ fn conflict(result: Result<(Lease, JobRecord), StoreError>) -> JobStatus {
     }
 }
 
-async fn progress_of(store: &impl AttemptTable, id: &str) -> ProgressRecord {
+async fn progress_of(store: &impl AttemptTable, id: &JobId) -> ProgressRecord {
     store.view(id).await.unwrap().expect("the job").progress.expect("a progress record")
 }
 
@@ -85,7 +85,7 @@ fn written(lease: &Lease, seq: u64, stage_index: u32, items_done: u64) -> Progre
 }
 
 async fn only_the_dispatched_execution_claims_once(store: &impl AttemptTable) {
-    let missing = JobId::new().to_string();
+    let missing = JobId::new();
     assert!(
         matches!(store.claim(&missing, "x").await, Err(StoreError::Conflict { current: None })),
         "a missing job's claim is a conflict without a record"
@@ -169,7 +169,7 @@ async fn a_claim_hands_the_progress_record_over_never_back(store: &impl AttemptT
 }
 
 async fn progress_writes_are_fenced_and_say_why_not(store: &impl AttemptTable) {
-    let missing = JobId::new().to_string();
+    let missing = JobId::new();
     let nobody = Lease { attempt: 1, token: "nobody".into() };
     assert!(
         matches!(
@@ -275,14 +275,14 @@ async fn a_revoked_record_refuses_its_attempt(store: &impl AttemptTable) {
         store.record_progress(&id, &written(&lease, 1, 1, 1)).await,
         Err(ProgressRefused::LeaseLost)
     ));
-    store.revoke_progress(JobId::new().as_str(), "x").await.expect("no record: nothing");
+    store.revoke_progress(&JobId::new(), "x").await.expect("no record: nothing");
 }
 
 async fn marks_and_counters_apply_under_the_lease(store: &impl AttemptTable) {
     let mut job = pending_job(&fresh_owner("marks"), Timestamp::now());
     job.resumed_from =
-        Some(ResumedFrom { job_id: JobId::new().to_string(), stage: "scan".into(), items_done: 3 });
-    let id = job.job_id.to_string();
+        Some(ResumedFrom { job_id: JobId::new(), stage: "scan".into(), items_done: 3 });
+    let id = job.job_id.clone();
     store.put_job(&job).await.unwrap();
     let queue = TransitionRequest::new(&id, &[JobStatus::Pending], JobStatus::Queued, "queued")
         .set("execution", "exec-1");
@@ -327,7 +327,7 @@ async fn marks_and_counters_apply_under_the_lease(store: &impl AttemptTable) {
         other => panic!("an ended job's counter is a conflict, got {other:?}"),
     }
     assert!(matches!(
-        store.record_execution(JobId::new().as_str(), "x", "y").await,
+        store.record_execution(&JobId::new(), "x", "y").await,
         Err(StoreError::Conflict { current: None })
     ));
 }

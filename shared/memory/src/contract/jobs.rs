@@ -11,6 +11,7 @@ use longhaul_aws::ports::{
     DeliveryLog, JobCancellation, JobCreation, JobDispatchMarks, JobListing, JobReads,
     JobTransitions, WebhookSecrets,
 };
+use longhaul_domain::Owner;
 use longhaul_domain::admission::{WaitReason, Waiting};
 use longhaul_domain::webhooks::DeliveryOutcome;
 use longhaul_domain::{Cancellation, JobId, JobStatus, Timestamp, Transition};
@@ -41,10 +42,10 @@ impl<T> JobTable for T where
 }
 
 /// A `pending` `demo` job record of `owner`, accepted at `created_at`, as submit stores it.
-pub fn pending_job(owner: &str, created_at: Timestamp) -> JobRecord {
+pub fn pending_job(owner: &Owner, created_at: Timestamp) -> JobRecord {
     JobRecord {
         job_id: JobId::new(),
-        owner: owner.into(),
+        owner: owner.clone(),
         job_type: "demo".into(),
         params: serde_json::json!({"items": 3}),
         status: JobStatus::Pending,
@@ -84,8 +85,8 @@ pub fn pending_job(owner: &str, created_at: Timestamp) -> JobRecord {
 }
 
 /// A fresh principal, so that runs on a shared table never meet.
-pub fn fresh_owner(label: &str) -> String {
-    format!("contract-{label}-{}", JobId::new())
+pub fn fresh_owner(label: &str) -> Owner {
+    crate::owner(&format!("contract-{label}-{}", JobId::new()))
 }
 
 /// Runs the whole contract on `store`. Panics, naming the clause, on the first breach.
@@ -101,15 +102,15 @@ pub async fn job_table(store: &impl JobTable) {
     deliveries_and_secrets_are_kept(store).await;
 }
 
-async fn created(store: &impl JobTable, owner: &str) -> JobRecord {
+async fn created(store: &impl JobTable, owner: &Owner) -> JobRecord {
     let job = pending_job(owner, Timestamp::now());
     store.put_job(&job).await.expect("a new job is written");
     job
 }
 
-async fn running(store: &impl JobTable, owner: &str, lease: &str) -> JobRecord {
+async fn running(store: &impl JobTable, owner: &Owner, lease: &str) -> JobRecord {
     let job = created(store, owner).await;
-    let id = job.job_id.to_string();
+    let id = job.job_id.clone();
     let queued = TransitionRequest::new(&id, &[JobStatus::Pending], JobStatus::Queued, "queued");
     store.transition(queued).await.expect("pending → queued");
     let claim = TransitionRequest::new(&id, &[JobStatus::Queued], JobStatus::Running, "claimed")
@@ -126,7 +127,7 @@ fn conflict_status(result: Result<JobRecord, StoreError>) -> JobStatus {
 }
 
 async fn absent_items_are_absent(store: &impl JobTable) {
-    let missing = JobId::new().to_string();
+    let missing = JobId::new();
     assert!(store.job(&missing).await.unwrap().is_none(), "a missing job reads as absent");
     assert!(store.view(&missing).await.unwrap().is_none(), "a missing view reads as absent");
     let request =
@@ -141,7 +142,7 @@ async fn absent_items_are_absent(store: &impl JobTable) {
 async fn a_job_is_created_once(store: &impl JobTable) {
     let owner = fresh_owner("create");
     let job = created(store, &owner).await;
-    let id = job.job_id.to_string();
+    let id = job.job_id.clone();
     assert_eq!(store.job(&id).await.unwrap().as_ref(), Some(&job), "read as written");
     let view = store.view(&id).await.unwrap().expect("the view of a new job");
     assert_eq!(view.job, job);
@@ -168,7 +169,7 @@ async fn a_job_is_created_once(store: &impl JobTable) {
 async fn transitions_are_conditional(store: &impl JobTable) {
     let owner = fresh_owner("transition");
     let job = created(store, &owner).await;
-    let id = job.job_id.to_string();
+    let id = job.job_id.clone();
     // From a status the job is not in: refused with the record, nothing changed.
     let wrong = TransitionRequest::new(&id, &[JobStatus::Queued], JobStatus::Running, "early");
     assert_eq!(conflict_status(store.transition(wrong).await), JobStatus::Pending);
@@ -183,7 +184,7 @@ async fn transitions_are_conditional(store: &impl JobTable) {
         ..pending_job(&owner, Timestamp::now())
     };
     store.put_job(&delayed).await.unwrap();
-    let delayed_id = delayed.job_id.to_string();
+    let delayed_id = delayed.job_id.clone();
     let early =
         TransitionRequest::new(&delayed_id, &[JobStatus::Pending], JobStatus::Queued, "due?")
             .due(&Timestamp::now().to_rfc3339());
@@ -197,7 +198,7 @@ async fn transitions_are_conditional(store: &impl JobTable) {
 
     // A fenced write applies only under its lease; attributes are set and removed with it.
     let run = running(store, &owner, "lease-a").await;
-    let run_id = run.job_id.to_string();
+    let run_id = run.job_id.clone();
     assert_eq!(run.lease.as_deref(), Some("lease-a"));
     let stale = TransitionRequest::new(&run_id, &[JobStatus::Running], JobStatus::Succeeded, "s")
         .fenced("lease-b");
@@ -214,7 +215,7 @@ async fn transitions_are_conditional(store: &impl JobTable) {
 
     // An attempt's end that would hide an owner's cancellation is refused.
     let asked = running(store, &owner, "lease-c").await;
-    let asked_id = asked.job_id.to_string();
+    let asked_id = asked.job_id.clone();
     store.cancel(&asked_id, &cancellation(&owner)).await.expect("requested");
     let retry = TransitionRequest::new(&asked_id, &[JobStatus::Running], JobStatus::Queued, "r")
         .fenced("lease-c")
@@ -222,7 +223,7 @@ async fn transitions_are_conditional(store: &impl JobTable) {
     assert_eq!(conflict_status(store.transition(retry).await), JobStatus::Running);
 }
 
-fn cancellation(owner: &str) -> Cancellation {
+fn cancellation(owner: &Owner) -> Cancellation {
     Cancellation {
         requested_at: Timestamp::now(),
         requested_by: owner.to_owned(),
@@ -233,7 +234,7 @@ fn cancellation(owner: &str) -> Cancellation {
 async fn cancellation_follows_the_status(store: &impl JobTable) {
     let owner = fresh_owner("cancel");
     let job = created(store, &owner).await;
-    let id = job.job_id.to_string();
+    let id = job.job_id.clone();
     let asked = cancellation(&owner);
     match store.cancel(&id, &asked).await.unwrap() {
         CancelOutcome::Cancelled(job) => {
@@ -249,7 +250,7 @@ async fn cancellation_follows_the_status(store: &impl JobTable) {
     );
 
     let run = running(store, &owner, "lease-r").await;
-    let run_id = run.job_id.to_string();
+    let run_id = run.job_id.clone();
     let progress = ProgressRecord { lease: "lease-r".into(), ..Default::default() };
     store.seed_progress(&run_id, &progress).await.unwrap();
     let first = cancellation(&owner);
@@ -278,7 +279,7 @@ async fn pages_end_and_hold_every_job_once(store: &impl JobTable) {
     for i in 0..5 {
         let job = pending_job(&owner, Timestamp::from(start + Span::seconds(i)));
         store.put_job(&job).await.unwrap();
-        ids.push(job.job_id.to_string());
+        ids.push(job.job_id.clone());
     }
     let other = fresh_owner("list-other");
     store.put_job(&pending_job(&other, Timestamp::now())).await.unwrap();
@@ -292,7 +293,7 @@ async fn pages_end_and_hold_every_job_once(store: &impl JobTable) {
         let (jobs, next) =
             store.list(&owner, &ListFilter::default(), 2, cursor.as_deref()).await.unwrap();
         assert!(jobs.len() <= 2, "a page holds at most its limit");
-        seen.extend(jobs.into_iter().map(|j| j.job_id.to_string()));
+        seen.extend(jobs.into_iter().map(|j| j.job_id.clone()));
         match next {
             Some(next) => {
                 assert!(
@@ -307,14 +308,11 @@ async fn pages_end_and_hold_every_job_once(store: &impl JobTable) {
             None => break,
         }
     }
-    let newest_first: Vec<String> = ids.iter().rev().cloned().collect();
+    let newest_first: Vec<JobId> = ids.iter().rev().cloned().collect();
     assert_eq!(seen, newest_first, "every job once, newest first, none of another owner's");
     let filter = ListFilter { status: Some(JobStatus::Queued), job_type: None };
     let (queued, next) = store.list(&owner, &filter, 10, None).await.unwrap();
-    assert_eq!(
-        queued.iter().map(|j| j.job_id.to_string()).collect::<Vec<_>>(),
-        vec![ids[1].clone()]
-    );
+    assert_eq!(queued.iter().map(|j| j.job_id.clone()).collect::<Vec<_>>(), vec![ids[1].clone()]);
     assert!(next.is_none());
     assert!(matches!(
         store.list(&owner, &ListFilter::default(), 2, Some("not-a-cursor")).await,
@@ -325,35 +323,35 @@ async fn pages_end_and_hold_every_job_once(store: &impl JobTable) {
 async fn idempotency_keys_are_taken_once(store: &impl JobTable) {
     let owner = fresh_owner("keys");
     let now = Utc::now().timestamp();
-    let record = |job: &str, expires_at: i64| IdempotencyRecord {
-        job_id: job.to_owned(),
+    let record = |job: u32, expires_at: i64| IdempotencyRecord {
+        job_id: crate::nth_job(job),
         fingerprint: "f".into(),
         created_at: Timestamp::now(),
         expires_at,
     };
-    let first = record("job-1", now + 3600);
+    let first = record(1, now + 3600);
     store.claim_key(&owner, "k", &first, None).await.expect("a free key is claimed");
-    match store.claim_key(&owner, "k", &record("job-2", now + 3600), None).await {
+    match store.claim_key(&owner, "k", &record(2, now + 3600), None).await {
         Err(StoreError::KeyTaken(existing)) => assert_eq!(*existing, first),
         other => panic!("a taken key says by whom, got {other:?}"),
     }
     assert_eq!(store.idempotency(&owner, "k").await.unwrap(), Some(first.clone()));
     assert_eq!(store.idempotency(&fresh_owner("keys"), "k").await.unwrap(), None, "per owner");
-    store.release_key(&owner, "k", "job-2").await.unwrap();
+    store.release_key(&owner, "k", &crate::nth_job(2)).await.unwrap();
     assert_eq!(store.idempotency(&owner, "k").await.unwrap(), Some(first), "not job-2's to give");
-    store.release_key(&owner, "k", "job-1").await.unwrap();
+    store.release_key(&owner, "k", &crate::nth_job(1)).await.unwrap();
     assert_eq!(store.idempotency(&owner, "k").await.unwrap(), None, "given back");
     // Replacing: only while the key still names the job it replaces.
-    store.claim_key(&owner, "r", &record("job-3", now + 3600), None).await.unwrap();
+    store.claim_key(&owner, "r", &record(3, now + 3600), None).await.unwrap();
     assert!(matches!(
-        store.claim_key(&owner, "r", &record("job-4", now + 3600), Some("job-9")).await,
+        store.claim_key(&owner, "r", &record(4, now + 3600), Some(&crate::nth_job(9))).await,
         Err(StoreError::KeyTaken(_))
     ));
-    store.claim_key(&owner, "r", &record("job-4", now + 3600), Some("job-3")).await.unwrap();
+    store.claim_key(&owner, "r", &record(4, now + 3600), Some(&crate::nth_job(3))).await.unwrap();
     // An expired record names no job and is taken over.
-    store.claim_key(&owner, "e", &record("job-5", now - 10), None).await.unwrap();
+    store.claim_key(&owner, "e", &record(5, now - 10), None).await.unwrap();
     assert_eq!(store.idempotency(&owner, "e").await.unwrap(), None, "expired reads as absent");
-    store.claim_key(&owner, "e", &record("job-6", now + 3600), None).await.expect("taken over");
+    store.claim_key(&owner, "e", &record(6, now + 3600), None).await.expect("taken over");
 }
 
 async fn the_backlog_counts_jobs_not_yet_run(store: &impl JobTable) {
@@ -361,24 +359,27 @@ async fn the_backlog_counts_jobs_not_yet_run(store: &impl JobTable) {
     assert_eq!(store.backlog(&owner, 10).await.unwrap(), 0);
     let a = created(store, &owner).await;
     created(store, &owner).await;
-    let queued = TransitionRequest::new(
-        a.job_id.as_str(),
-        &[JobStatus::Pending],
-        JobStatus::Queued,
-        "queued",
-    );
+    let queued =
+        TransitionRequest::new(&a.job_id, &[JobStatus::Pending], JobStatus::Queued, "queued");
     store.transition(queued).await.unwrap();
     assert_eq!(store.backlog(&owner, 10).await.unwrap(), 2, "pending and queued both wait");
     running(store, &owner, "lease-b").await;
     assert_eq!(store.backlog(&owner, 10).await.unwrap(), 2, "a running job has left it");
-    let cancelled = TransitionRequest::new(
-        a.job_id.as_str(),
-        &[JobStatus::Queued],
-        JobStatus::Cancelled,
-        "cancelled",
-    );
+    let cancelled =
+        TransitionRequest::new(&a.job_id, &[JobStatus::Queued], JobStatus::Cancelled, "cancelled");
     store.transition(cancelled).await.unwrap();
     assert_eq!(store.backlog(&owner, 10).await.unwrap(), 1, "an ended job has left it");
+    // Counted up to `at_most`: below it exactly; at or over it, at least `at_most` and never
+    // more than there are (the DynamoDB adapter stops at the page that reaches it, so it may
+    // pass it within that page).
+    created(store, &owner).await;
+    created(store, &owner).await;
+    assert_eq!(store.backlog(&owner, 4).await.unwrap(), 3, "below at_most: exact");
+    assert_eq!(store.backlog(&owner, 3).await.unwrap(), 3, "at at_most: all of them");
+    for at_most in [1, 2] {
+        let counted = store.backlog(&owner, at_most).await.unwrap();
+        assert!((at_most..=3).contains(&counted), "counted up to {at_most}: {counted}");
+    }
 }
 
 async fn waiting_marks_only_a_pending_job(store: &impl JobTable) {
@@ -390,17 +391,17 @@ async fn waiting_marks_only_a_pending_job(store: &impl JobTable) {
         since: Timestamp::now(),
         position: "p".into(),
     };
-    let marked = store.mark_waiting(job.job_id.as_str(), &waiting).await.unwrap();
+    let marked = store.mark_waiting(&job.job_id, &waiting).await.unwrap();
     assert_eq!(marked.waiting.as_ref(), Some(&waiting));
     let run = running(store, &owner, "lease-w").await;
     assert_eq!(
-        conflict_status(store.mark_waiting(run.job_id.as_str(), &waiting).await),
+        conflict_status(store.mark_waiting(&run.job_id, &waiting).await),
         JobStatus::Running
     );
 }
 
 async fn deliveries_and_secrets_are_kept(store: &impl JobTable) {
-    let job = JobId::new().to_string();
+    let job = JobId::new();
     let delivery = |attempt: u32| DeliveryRecord {
         webhook_id: format!("msg_{job}"),
         event: "job.succeeded".into(),

@@ -7,23 +7,27 @@
 //! tests on a shared table, queue or bucket.
 
 mod attempts;
+mod clock;
 mod jobs;
 mod links;
 mod objects;
 mod outside;
 mod queues;
 mod reaping;
+mod secrets;
 mod slots;
 mod streams;
 mod sweeps;
 
 pub use attempts::*;
+pub use clock::*;
 pub use jobs::*;
 pub use links::*;
 pub use objects::*;
 pub use outside::*;
 pub use queues::*;
 pub use reaping::*;
+pub use secrets::*;
 pub use slots::*;
 pub use streams::*;
 pub use sweeps::*;

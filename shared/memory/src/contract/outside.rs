@@ -47,8 +47,8 @@ pub async fn executions(executions: &impl JobExecutions) {
 /// run again in the next window, so the contract does not depend on when it runs.
 pub async fn rate_limits(limits: &impl RateLimits) {
     for _ in 0..3 {
-        let owner = format!("contract-rate-{}", JobId::new());
-        let other = format!("contract-rate-{}", JobId::new());
+        let owner = crate::owner(&format!("contract-rate-{}", JobId::new()));
+        let other = crate::owner(&format!("contract-rate-{}", JobId::new()));
         let window = RateWindow::at(chrono::Utc::now().timestamp()).index;
         let charges = [
             limits.charge(&owner).await.unwrap(),

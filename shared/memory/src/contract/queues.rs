@@ -15,14 +15,19 @@ pub async fn dispatch_queue(
     queue: &impl DispatchQueue,
     received: impl AsyncFn(usize) -> Vec<Value>,
 ) {
-    let first = DispatchMessage { job_id: JobId::new().to_string() };
-    let second = DispatchMessage { job_id: JobId::new().to_string() };
-    queue.send(&first, "contract-owner").await.expect("a message is sent");
-    queue.send_delayed(&second, 1, "contract-owner").await.expect("a delayed one too");
-    let mut got: Vec<String> = received(2)
+    let first = DispatchMessage { job_id: JobId::new() };
+    let second = DispatchMessage { job_id: JobId::new() };
+    let owner = crate::owner("contract-owner");
+    queue.send(&first, &owner).await.expect("a message is sent");
+    queue.send_delayed(&second, 1, &owner).await.expect("a delayed one too");
+    let mut got: Vec<JobId> = received(2)
         .await
         .iter()
-        .map(|body| body["job_id"].as_str().expect("a dispatch message names its job").to_owned())
+        .map(|body| {
+            let message: DispatchMessage =
+                serde_json::from_value(body.clone()).expect("a dispatch message names its job");
+            message.job_id
+        })
         .collect();
     got.sort();
     let mut sent = vec![first.job_id, second.job_id];
@@ -36,7 +41,7 @@ pub async fn webhook_queue(
     received: impl AsyncFn(usize) -> Vec<Value>,
 ) {
     let message = |attempt| WebhookMessage {
-        job_id: JobId::new().to_string(),
+        job_id: JobId::new(),
         status: JobStatus::Succeeded,
         attempt,
         not_before: 0,
@@ -46,7 +51,7 @@ pub async fn webhook_queue(
     assert!(queue.send_batch(&[]).await.unwrap().is_empty(), "an empty batch is nothing");
     let hop = message(4);
     queue.send(&hop, 0).await.expect("a message is sent");
-    let mut got: Vec<(String, u64)> = received(4)
+    let mut got: Vec<(JobId, u64)> = received(4)
         .await
         .iter()
         .map(|body| {
@@ -56,7 +61,7 @@ pub async fn webhook_queue(
         })
         .collect();
     got.sort();
-    let mut sent: Vec<(String, u64)> =
+    let mut sent: Vec<(JobId, u64)> =
         batch.iter().chain([&hop]).map(|m| (m.job_id.clone(), u64::from(m.attempt))).collect();
     sent.sort();
     assert_eq!(got, sent, "each message arrives once, as sent");
@@ -64,7 +69,7 @@ pub async fn webhook_queue(
 
 /// Runs a dead-letter queue's contract on `queue`.
 pub async fn dead_letters(queue: &impl DeadLetters, received: impl AsyncFn(usize) -> Vec<Value>) {
-    let body = serde_json::json!({"reason": "contract", "job_id": JobId::new().to_string()});
+    let body = serde_json::json!({"reason": "contract", "job_id": JobId::new()});
     queue.send(&body).await.expect("a dead letter is kept");
     assert_eq!(received(1).await, vec![body], "kept as sent");
 }

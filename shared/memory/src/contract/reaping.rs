@@ -52,7 +52,7 @@ fn far(n: u32) -> Timestamp {
 }
 
 /// `job_id`'s entry in bucket `kind` (its shard's), if it is there: its sort key.
-async fn entry_in(store: &impl ReapedTable, kind: &str, job_id: &str) -> Option<String> {
+async fn entry_in(store: &impl ReapedTable, kind: &str, job_id: &JobId) -> Option<String> {
     let mut start: Option<SweepCursor> = None;
     let mut found = Vec::new();
     for pages in 1.. {
@@ -62,7 +62,7 @@ async fn entry_in(store: &impl ReapedTable, kind: &str, job_id: &str) -> Option<
             .await
             .expect("a page");
         found.extend(
-            page.entries.into_iter().flatten().filter(|e| e.job_id == job_id).map(|e| e.at),
+            page.entries.into_iter().flatten().filter(|e| e.job_id == *job_id).map(|e| e.at),
         );
         match page.next {
             Some(next) => start = Some(next),
@@ -86,8 +86,8 @@ async fn queued(
     label: &str,
     execution: &str,
     dispatches: Option<u32>,
-) -> String {
-    let id = created(store, label).await.job_id.to_string();
+) -> JobId {
+    let id = created(store, label).await.job_id.clone();
     let mut request = TransitionRequest::new(&id, &[JobStatus::Pending], JobStatus::Queued, "q")
         .set("execution", execution)
         .indexed_at(far(1).to_rfc3339());
@@ -99,19 +99,19 @@ async fn queued(
 }
 
 /// A job claimed by its first execution (its progress record handed to the lease).
-async fn running(store: &impl ReapedTable, label: &str) -> (String, Lease) {
+async fn running(store: &impl ReapedTable, label: &str) -> (JobId, Lease) {
     let execution = format!("contract-{}", JobId::new());
     let id = queued(store, label, &execution, Some(1)).await;
     let (lease, _) = store.claim(&id, &execution).await.expect("the execution claims its job");
     (id, lease)
 }
 
-async fn read(store: &impl ReapedTable, id: &str) -> JobRecord {
+async fn read(store: &impl ReapedTable, id: &JobId) -> JobRecord {
     store.job(id).await.expect("a read").expect("the job is there")
 }
 
 /// Ends the job (`cancelled`), so it leaves the status index.
-async fn end(store: &impl ReapedTable, id: &str) {
+async fn end(store: &impl ReapedTable, id: &JobId) {
     let job = read(store, id).await;
     let mut request =
         TransitionRequest::new(id, &[job.status], JobStatus::Cancelled, "contract done");
@@ -131,7 +131,7 @@ fn refused<T: std::fmt::Debug>(result: Result<T, StoreError>, what: &str) -> Opt
 
 async fn a_re_enqueue_is_counted_and_looks_again_later(store: &impl ReapedTable) {
     let job = created(store, "enqueue").await;
-    let id = job.job_id.to_string();
+    let id = job.job_id.clone();
     let counted = store.count_enqueue(&id, far(2)).await.expect("a pending job is re-enqueued");
     assert_eq!((counted.status, counted.enqueues), (JobStatus::Pending, 1), "counted once");
     assert!(counted.updated_at >= job.updated_at, "stamped");
@@ -146,7 +146,7 @@ async fn a_re_enqueue_is_counted_and_looks_again_later(store: &impl ReapedTable)
     assert_eq!(entry_in(store, "pending", &id).await, Some(far(3).to_rfc3339()));
 
     // A waiting job's entry stays in `waiting`: the write moves the sort key only.
-    let waits = created(store, "enqueue-waiting").await.job_id.to_string();
+    let waits = created(store, "enqueue-waiting").await.job_id.clone();
     let waiting =
         Waiting { reason: WaitReason::TenantLimit, limit: 1, since: far(4), position: "p".into() };
     store.mark_waiting(&waits, &waiting).await.expect("a pending job waits");
@@ -164,7 +164,7 @@ async fn a_re_enqueue_is_counted_and_looks_again_later(store: &impl ReapedTable)
         Some(far(1).to_rfc3339()),
         "a refusal moves no entry"
     );
-    let missing = JobId::new().to_string();
+    let missing = JobId::new();
     assert!(refused(store.count_enqueue(&missing, far(6)).await, "a missing job").is_none());
     assert!(store.job(&missing).await.unwrap().is_none(), "a refusal writes no record");
     for id in [&id, &waits, &moved_on] {
@@ -174,7 +174,7 @@ async fn a_re_enqueue_is_counted_and_looks_again_later(store: &impl ReapedTable)
 
 async fn a_deferred_look_moves_only_the_entry(store: &impl ReapedTable) {
     let job = created(store, "defer").await;
-    let id = job.job_id.to_string();
+    let id = job.job_id.clone();
     store.defer_pending_look(&id, far(7)).await.expect("a pending job's look is deferred");
     assert_eq!(entry_in(store, "pending", &id).await, Some(far(7).to_rfc3339()));
     let after = read(store, &id).await;
@@ -188,7 +188,7 @@ async fn a_deferred_look_moves_only_the_entry(store: &impl ReapedTable) {
         .expect("the refusal carries the record");
     assert_eq!(current.status, JobStatus::Cancelled);
     assert_eq!(entry_in(store, "pending", &id).await, None, "an ended job gets no entry back");
-    let missing = JobId::new().to_string();
+    let missing = JobId::new();
     assert!(refused(store.defer_pending_look(&missing, far(8)).await, "a missing job").is_none());
 }
 
@@ -218,11 +218,11 @@ async fn a_queued_job_is_redispatched_once_per_dispatch(store: &impl ReapedTable
     assert_eq!(job.dispatches, 1);
     assert!(refused(store.redispatch_queued(&uncounted, 0, "x").await, "0 again").is_some());
 
-    let pending = created(store, "redispatch-pending").await.job_id.to_string();
+    let pending = created(store, "redispatch-pending").await.job_id.clone();
     let current = refused(store.redispatch_queued(&pending, 0, "x").await, "a pending job")
         .expect("the refusal carries the record");
     assert_eq!((current.status, current.execution), (JobStatus::Pending, None), "unchanged");
-    let missing = JobId::new().to_string();
+    let missing = JobId::new();
     assert!(refused(store.redispatch_queued(&missing, 0, "x").await, "a missing job").is_none());
     for id in [&id, &uncounted, &pending] {
         end(store, id).await;
@@ -258,23 +258,23 @@ async fn a_stall_is_flagged_and_cleared_once_under_the_lease(store: &impl Reaped
     let current = refused(store.mark_stalled(&id, &lease.token, Some(at)).await, "an ended job")
         .expect("the refusal carries the record");
     assert_eq!((current.status, current.stalled_at), (JobStatus::Cancelled, None));
-    let missing = JobId::new().to_string();
+    let missing = JobId::new();
     assert!(refused(store.mark_stalled(&missing, "l", Some(at)).await, "a missing job").is_none());
 }
 
 async fn progress_records_are_read_by_job(store: &impl ReapedTable) {
     let (first, first_lease) = running(store, "progress-a").await;
     let (second, second_lease) = running(store, "progress-b").await;
-    let pending = created(store, "progress-none").await.job_id.to_string();
+    let pending = created(store, "progress-none").await.job_id.clone();
     // More ids than one request of the AWS adapter reads, most of them no job's.
-    let mut ids: Vec<String> = (0..150).map(|_| JobId::new().to_string()).collect();
+    let mut ids: Vec<JobId> = (0..150).map(|_| JobId::new()).collect();
     ids.insert(3, first.clone());
     ids.insert(120, second.clone());
     ids.push(pending.clone());
     let records = store.progress_records(&ids).await.expect("a batch read");
-    let mut found: Vec<&str> = records.keys().map(String::as_str).collect();
+    let mut found: Vec<&JobId> = records.keys().collect();
     found.sort_unstable();
-    let mut expected = vec![first.as_str(), second.as_str()];
+    let mut expected = vec![&first, &second];
     expected.sort_unstable();
     assert_eq!(found, expected, "each job with a record, by its id; the others missing");
     assert_eq!(records[&first].lease, first_lease.token, "each job's own record");

@@ -5,6 +5,7 @@
 //! dispatch message; a tenant with no job left leaves the ring; the reaper's seat check puts
 //! back a tenant that has none.
 
+use longhaul_domain::Owner;
 use std::time::Duration;
 
 use longhaul_aws::ports::SlotPools;
@@ -17,31 +18,36 @@ fn fresh(what: &str) -> String {
     format!("contract-{what}-{}", JobId::new())
 }
 
-fn sorted(mut ids: Vec<String>) -> Vec<String> {
+/// A tenant no other test has.
+fn tenant(what: &str) -> Owner {
+    crate::owner(&fresh(what))
+}
+
+fn sorted(mut ids: Vec<JobId>) -> Vec<JobId> {
     ids.sort();
     ids
 }
 
 /// A waiting job of `owner`: its id and its position.
 struct Waiter {
-    job_id: String,
+    job_id: JobId,
     position: String,
 }
 
 impl Waiter {
     /// A job submitted `second` seconds into a fixed minute, at `priority`.
     fn new(priority: Priority, second: u32) -> Self {
-        let job_id = JobId::new().to_string();
+        let job_id = JobId::new();
         let created_at = format!("2026-11-24T10:00:{second:02}.000Z");
         let position = waiting_sort_key(priority, &created_at, &job_id);
         Waiter { job_id, position }
     }
 
-    async fn enter(&self, slots: &impl SlotPools, pool: &Pool, owner: &str) {
+    async fn enter(&self, slots: &impl SlotPools, pool: &Pool, owner: &Owner) {
         slots.enter_waiting(pool, &self.position, &self.job_id, owner).await.unwrap();
     }
 
-    async fn waits(&self, slots: &impl SlotPools, pool: &Pool, owner: &str) -> bool {
+    async fn waits(&self, slots: &impl SlotPools, pool: &Pool, owner: &Owner) -> bool {
         slots.is_waiting(pool, owner, &self.position).await.unwrap()
     }
 }
@@ -54,7 +60,7 @@ async fn tick() {
 
 /// Runs every clause on `slots`; `woken` answers the job ids of the dispatch messages its
 /// admissions sent so far (in any order; ids of other tests may be among them).
-pub async fn slot_pools(slots: &impl SlotPools, woken: impl AsyncFn() -> Vec<String>) {
+pub async fn slot_pools(slots: &impl SlotPools, woken: impl AsyncFn() -> Vec<JobId>) {
     slots_are_taken_and_given_back(slots).await;
     waiting_lists_keep_their_order(slots).await;
     a_tenant_pool_admits_in_list_order(slots, &woken).await;
@@ -63,8 +69,8 @@ pub async fn slot_pools(slots: &impl SlotPools, woken: impl AsyncFn() -> Vec<Str
 }
 
 async fn slots_are_taken_and_given_back(slots: &impl SlotPools) {
-    let pool = Pool::Tenant(fresh("holder"));
-    let [a, b, c] = [0; 3].map(|_| JobId::new().to_string());
+    let pool = Pool::Tenant(tenant("holder"));
+    let [a, b, c] = [0; 3].map(|_| JobId::new());
     assert!(slots.holders(&pool).await.unwrap().is_empty(), "a new pool has no holder");
     assert!(slots.acquire(&pool, 2, &a).await.unwrap());
     assert!(slots.acquire(&pool, 2, &b).await.unwrap());
@@ -96,7 +102,7 @@ async fn slots_are_taken_and_given_back(slots: &impl SlotPools) {
 }
 
 async fn waiting_lists_keep_their_order(slots: &impl SlotPools) {
-    let owner = fresh("waiting");
+    let owner = tenant("waiting");
     let pool = Pool::Tenant(owner.clone());
     let low = Waiter::new(Priority::Low, 0);
     let late = Waiter::new(Priority::Normal, 2);
@@ -107,16 +113,13 @@ async fn waiting_lists_keep_their_order(slots: &impl SlotPools) {
     }
     late.enter(slots, &pool, &owner).await; // again: still one entry
     let list = slots.first_waiting(&pool, &owner, 10).await.unwrap();
-    let order: Vec<&str> = list.iter().map(|e| e.job_id.as_str()).collect();
-    let expected = [&high, &early, &late, &low].map(|w| w.job_id.as_str());
+    let order: Vec<&JobId> = list.iter().map(|e| &e.job_id).collect();
+    let expected = [&high, &early, &late, &low].map(|w| &w.job_id);
     assert_eq!(order, expected, "priority first, then submission time");
     for (entry, waiter) in list.iter().zip([&high, &early, &late, &low]) {
-        assert_eq!(
-            (entry.position.as_str(), entry.owner.as_str()),
-            (waiter.position.as_str(), owner.as_str())
-        );
+        assert_eq!((entry.position.as_str(), &entry.owner), (waiter.position.as_str(), &owner));
     }
-    let first: Vec<String> = slots
+    let first: Vec<JobId> = slots
         .first_waiting(&pool, &owner, 2)
         .await
         .unwrap()
@@ -132,22 +135,19 @@ async fn waiting_lists_keep_their_order(slots: &impl SlotPools) {
     assert!(!late.waits(slots, &pool, &owner).await, "left");
     slots.leave_waiting(&pool, &owner, &late.position).await.unwrap(); // again: nothing to do
     assert_eq!(slots.first_waiting(&pool, &owner, 10).await.unwrap().len(), 3);
-    let other = fresh("other");
+    let other = tenant("other");
     assert!(
         slots.first_waiting(&Pool::Tenant(other.clone()), &other, 10).await.unwrap().is_empty()
     );
 
     // A kind pool keeps one list per tenant.
     let kind = Pool::Kind(fresh("lists"));
-    let (alice, bob) = (fresh("alice"), fresh("bob"));
+    let (alice, bob) = (tenant("alice"), tenant("bob"));
     let (of_alice, of_bob) = (Waiter::new(Priority::Normal, 0), Waiter::new(Priority::High, 0));
     of_alice.enter(slots, &kind, &alice).await;
     of_bob.enter(slots, &kind, &bob).await;
     let alices = slots.first_waiting(&kind, &alice, 10).await.unwrap();
-    assert_eq!(
-        alices.iter().map(|e| e.job_id.as_str()).collect::<Vec<_>>(),
-        [of_alice.job_id.as_str()]
-    );
+    assert_eq!(alices.iter().map(|e| &e.job_id).collect::<Vec<_>>(), [&of_alice.job_id]);
     assert!(!of_bob.waits(slots, &kind, &alice).await, "bob's job is not in alice's list");
     assert!(of_bob.waits(slots, &kind, &bob).await);
     assert_eq!(slots.seat(&kind, &alice).await.unwrap(), Seat::Seated, "entering joined the ring");
@@ -155,9 +155,9 @@ async fn waiting_lists_keep_their_order(slots: &impl SlotPools) {
 
 async fn a_tenant_pool_admits_in_list_order(
     slots: &impl SlotPools,
-    woken: &impl AsyncFn() -> Vec<String>,
+    woken: &impl AsyncFn() -> Vec<JobId>,
 ) {
-    let owner = fresh("admit");
+    let owner = tenant("admit");
     let pool = Pool::Tenant(owner.clone());
     let waiters = [1, 2, 3].map(|s| Waiter::new(Priority::Normal, s));
     for waiter in &waiters {
@@ -178,7 +178,7 @@ async fn a_tenant_pool_admits_in_list_order(
     assert!(waiters[2].waits(slots, &pool, &owner).await);
 
     // Giving a slot back wakes who waits for it.
-    let holder = JobId::new().to_string();
+    let holder = JobId::new();
     assert!(slots.acquire(&pool, 1, &holder).await.unwrap());
     assert_eq!(slots.release(&pool, 1, std::slice::from_ref(&holder)).await.unwrap(), 1);
     assert!(slots.holders(&pool).await.unwrap().is_empty());
@@ -189,12 +189,13 @@ async fn a_tenant_pool_admits_in_list_order(
 
 async fn a_kind_pool_admits_tenants_in_turn(
     slots: &impl SlotPools,
-    woken: &impl AsyncFn() -> Vec<String>,
+    woken: &impl AsyncFn() -> Vec<JobId>,
 ) {
     let kind = Pool::Kind(fresh("turns"));
     let id = JobId::new();
     // Of the same length, `a-…` before `b-…`: a tie in the ring's time goes to the first.
-    let (a, b) = (format!("contract-a-{id}"), format!("contract-b-{id}"));
+    let (a, b) =
+        (crate::owner(&format!("contract-a-{id}")), crate::owner(&format!("contract-b-{id}")));
     let of_a = [1, 2, 3].map(|s| Waiter::new(Priority::Normal, s));
     for waiter in &of_a {
         waiter.enter(slots, &kind, &a).await;
@@ -230,10 +231,10 @@ async fn a_kind_pool_admits_tenants_in_turn(
 
 async fn a_tenant_without_waiting_jobs_leaves_the_ring(
     slots: &impl SlotPools,
-    woken: &impl AsyncFn() -> Vec<String>,
+    woken: &impl AsyncFn() -> Vec<JobId>,
 ) {
     let kind = Pool::Kind(fresh("empty"));
-    let owner = fresh("gone");
+    let owner = tenant("gone");
     let waiter = Waiter::new(Priority::Normal, 0);
     waiter.enter(slots, &kind, &owner).await;
     slots.leave_waiting(&kind, &owner, &waiter.position).await.unwrap(); // cancelled, say

@@ -6,6 +6,7 @@
 use longhaul_aws::limits::{SlotError, StreamLease};
 use longhaul_aws::ports::StreamCaps;
 use longhaul_domain::JobId;
+use longhaul_domain::Owner;
 use longhaul_domain::limits::MAX_STREAM_RETRY_AFTER;
 
 use super::fresh_owner;
@@ -37,14 +38,14 @@ fn soon() -> i64 {
     now() + 120
 }
 
-fn job() -> String {
-    JobId::new().to_string()
+fn job() -> JobId {
+    JobId::new()
 }
 
-async fn take(slots: &impl StreamCaps, owner: &str, job_id: &str) -> StreamLease {
+async fn take(slots: &impl StreamCaps, owner: &Owner, job_id: &JobId) -> StreamLease {
     match slots.acquire(owner, job_id, soon()).await {
         Ok(lease) => {
-            assert_eq!((lease.owner.as_str(), lease.job_id.as_str()), (owner, job_id));
+            assert_eq!((&lease.owner, &lease.job_id), (owner, job_id));
             lease
         }
         Err(err) => panic!("a slot for {owner}'s {job_id} was refused: {err}"),
@@ -54,8 +55,8 @@ async fn take(slots: &impl StreamCaps, owner: &str, job_id: &str) -> StreamLease
 /// The refusal of an acquire: its scope, live leases and cap; `retry_after` is checked here.
 async fn refused(
     slots: &impl StreamCaps,
-    owner: &str,
-    job_id: &str,
+    owner: &Owner,
+    job_id: &JobId,
 ) -> (&'static str, usize, usize) {
     match slots.acquire(owner, job_id, soon()).await {
         Err(SlotError::Full { scope, full }) => {

@@ -14,6 +14,7 @@ use longhaul_aws::ports::{
     IndexEntry, JobCreation, JobDispatchMarks, JobReads, JobRetention, JobTransitions, StatusIndex,
     SweepCursor, SweepCursors,
 };
+use longhaul_domain::Owner;
 use longhaul_domain::admission::{WaitReason, Waiting};
 use longhaul_domain::{JobId, JobStatus, Timestamp, format_rfc3339};
 
@@ -57,7 +58,7 @@ pub async fn status_index(store: &impl SweptTable) {
 }
 
 /// The shard of `job_id`'s entries.
-pub fn shard_of(job_id: &str) -> u32 {
+pub fn shard_of(job_id: &JobId) -> u32 {
     let bucket = status_bucket("any", job_id);
     bucket.rsplit('#').next().and_then(|s| s.parse().ok()).expect("a bucket ends in its shard")
 }
@@ -87,9 +88,9 @@ async fn sweep_all(
 }
 
 /// `job_id`'s entry in bucket `kind`, if it is there.
-async fn entry_in(store: &impl SweptTable, kind: &str, job_id: &str) -> Option<IndexEntry> {
+async fn entry_in(store: &impl SweptTable, kind: &str, job_id: &JobId) -> Option<IndexEntry> {
     let (entries, _) = sweep_all(store, kind, shard_of(job_id), END, 50).await;
-    let mut mine: Vec<IndexEntry> = entries.into_iter().filter(|e| e.job_id == job_id).collect();
+    let mut mine: Vec<IndexEntry> = entries.into_iter().filter(|e| e.job_id == *job_id).collect();
     assert!(mine.len() <= 1, "{job_id} is in {kind} once: {mine:?}");
     mine.pop()
 }
@@ -100,10 +101,10 @@ async fn moved(store: &impl SweptTable, request: TransitionRequest) -> JobRecord
 }
 
 /// A job of `owner` created now, in shard `shard` if given.
-async fn created(store: &impl SweptTable, owner: &str, shard: Option<u32>) -> JobRecord {
+async fn created(store: &impl SweptTable, owner: &Owner, shard: Option<u32>) -> JobRecord {
     let job = loop {
         let job = pending_job(owner, Timestamp::now());
-        if shard.is_none_or(|s| shard_of(job.job_id.as_str()) == s) {
+        if shard.is_none_or(|s| shard_of(&job.job_id) == s) {
             break job;
         }
     };
@@ -112,9 +113,9 @@ async fn created(store: &impl SweptTable, owner: &str, shard: Option<u32>) -> Jo
 }
 
 /// A job of `owner` in shard `shard`, succeeded with its result expiring at `expires`.
-async fn succeeded(store: &impl SweptTable, owner: &str, shard: u32, expires: &str) -> JobRecord {
+async fn succeeded(store: &impl SweptTable, owner: &Owner, shard: u32, expires: &str) -> JobRecord {
     let job = created(store, owner, Some(shard)).await;
-    let id = job.job_id.to_string();
+    let id = job.job_id.clone();
     let steps = [
         (JobStatus::Pending, JobStatus::Queued, END),
         (JobStatus::Queued, JobStatus::Running, END),
@@ -135,11 +136,11 @@ async fn succeeded(store: &impl SweptTable, owner: &str, shard: u32, expires: &s
 async fn an_entry_follows_its_job(store: &impl SweptTable) {
     let owner = fresh_owner("index");
     let job = created(store, &owner, None).await;
-    let id = job.job_id.to_string();
+    let id = job.job_id.clone();
     let entry = entry_in(store, "pending", &id).await.expect("a new job is in `pending`");
     assert_eq!(entry.at, job.created_at.to_rfc3339(), "a new job is indexed at its creation");
     let read = entry.job.expect("the entry reads as the job");
-    assert_eq!((read.job_id.as_str(), read.status), (id.as_str(), JobStatus::Pending));
+    assert_eq!((&read.job_id, read.status), (&id, JobStatus::Pending));
     assert_eq!(read.owner, owner);
 
     let since = Timestamp::now().to_rfc3339();
@@ -178,7 +179,7 @@ async fn an_entry_follows_its_job(store: &impl SweptTable) {
     assert!(entry_in(store, "succeeded", &id).await.is_none());
 
     let other = created(store, &owner, None).await;
-    let other_id = other.job_id.to_string();
+    let other_id = other.job_id.clone();
     let request =
         TransitionRequest::new(&other_id, &[JobStatus::Pending], JobStatus::Cancelled, "gone");
     moved(store, request).await;
@@ -192,18 +193,18 @@ async fn an_entry_follows_its_job(store: &impl SweptTable) {
 
 async fn pages_hold_what_is_due_oldest_first_and_end(store: &impl SweptTable) {
     let owner = fresh_owner("pages");
-    let shard = shard_of(JobId::new().as_str());
+    let shard = shard_of(&JobId::new());
     // Far in the past, so nothing else on a shared table sorts among them.
     let at = |s: u32| format!("2001-01-01T00:00:0{s}.000Z");
     let mut due = Vec::new();
     // Written out of order: the index orders them.
     for s in [3, 1, 2] {
-        due.push((at(s), succeeded(store, &owner, shard, &at(s)).await.job_id.to_string()));
+        due.push((at(s), succeeded(store, &owner, shard, &at(s)).await.job_id.clone()));
     }
     due.sort();
-    let not_yet = succeeded(store, &owner, shard, &at(5)).await.job_id.to_string();
+    let not_yet = succeeded(store, &owner, shard, &at(5)).await.job_id.clone();
     let (entries, pages) = sweep_all(store, "succeeded", shard, &at(5), 1).await;
-    let mine: Vec<(String, String)> = entries
+    let mine: Vec<(String, JobId)> = entries
         .iter()
         .filter(|e| e.job.as_ref().is_ok_and(|j| j.owner == owner))
         .map(|e| (e.at.clone(), e.job_id.clone()))
@@ -228,11 +229,11 @@ async fn pages_hold_what_is_due_oldest_first_and_end(store: &impl SweptTable) {
 
 async fn a_saved_cursor_goes_on_where_it_stopped(store: &impl SweptTable) {
     let owner = fresh_owner("cursor");
-    let shard = shard_of(JobId::new().as_str());
+    let shard = shard_of(&JobId::new());
     let at = |s: u32| format!("2002-01-01T00:00:0{s}.000Z");
     let mut ids = Vec::new();
     for s in 1..=3 {
-        ids.push(succeeded(store, &owner, shard, &at(s)).await.job_id.to_string());
+        ids.push(succeeded(store, &owner, shard, &at(s)).await.job_id.clone());
     }
     let before = at(4);
     let before = before.as_str();
@@ -274,9 +275,9 @@ async fn a_saved_cursor_goes_on_where_it_stopped(store: &impl SweptTable) {
 
 async fn retention_takes_a_job_out_of_the_index(store: &impl SweptTable) {
     let owner = fresh_owner("retain");
-    let shard = shard_of(JobId::new().as_str());
+    let shard = shard_of(&JobId::new());
     let job = succeeded(store, &owner, shard, "2003-01-01T00:00:00.000Z").await;
-    let id = job.job_id.to_string();
+    let id = job.job_id.clone();
     let request = TransitionRequest::new(&id, &[JobStatus::Succeeded], JobStatus::Expired, "old")
         .indexed_at("2003-01-02T00:00:00.000Z".into());
     moved(store, request).await;
@@ -287,7 +288,7 @@ async fn retention_takes_a_job_out_of_the_index(store: &impl SweptTable) {
     let read = store.job(&id).await.unwrap().expect("a marked job still reads");
     assert_eq!(read.status, JobStatus::Expired);
     store.retain_until(&id, ttl).await.expect("marking twice is no error");
-    let missing = JobId::new().to_string();
+    let missing = JobId::new();
     store.retain_until(&missing, ttl).await.expect("marking a job that is not there is no error");
     assert!(store.job(&missing).await.unwrap().is_none(), "… and writes no record");
 }

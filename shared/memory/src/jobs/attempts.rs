@@ -17,7 +17,7 @@ impl Table {
     /// The claim's write: `queued → running` only for the execution the job was last
     /// dispatched to, counting the attempt, stamping the first start, leaving the backlog and
     /// a backoff's `retry_at`, entering the running index — all in one write.
-    fn claim_update(&mut self, job_id: &str, execution: &str) -> Result<JobRecord, StoreError> {
+    fn claim_update(&mut self, job_id: &JobId, execution: &str) -> Result<JobRecord, StoreError> {
         let Some(job) = self.jobs.get(job_id) else { return Err(conflict(None)) };
         if job.status != JobStatus::Queued || job.execution.as_deref() != Some(execution) {
             return Err(conflict(Some(job)));
@@ -42,7 +42,7 @@ impl Table {
     /// Hands the progress record to `lease` (creating it if there is none), keeping its stage,
     /// counts, checkpoint pointer and any cancellation flag; refused, with the job record, if
     /// a later attempt holds it.
-    fn take_progress(&mut self, job_id: &str, lease: &Lease) -> Result<(), StoreError> {
+    fn take_progress(&mut self, job_id: &JobId, lease: &Lease) -> Result<(), StoreError> {
         let now = Timestamp::now();
         // A new record starts as the hand-over's `if_not_exists` writes it: nothing done.
         let progress = self.progress.entry(job_id.to_owned()).or_default();
@@ -61,7 +61,7 @@ impl Table {
     /// refused with the record as it is.
     fn update_fenced(
         &mut self,
-        job_id: &str,
+        job_id: &JobId,
         lease: &str,
         also: impl FnOnce(&JobRecord) -> bool,
         update: impl FnOnce(&mut JobRecord),
@@ -77,7 +77,7 @@ impl Table {
     /// Adds one to a running job's counter (fenced), stamping the change.
     fn count_fenced(
         &mut self,
-        job_id: &str,
+        job_id: &JobId,
         lease: &str,
         counter: impl FnOnce(&mut JobRecord) -> &mut u32,
     ) -> Result<JobRecord, StoreError> {
@@ -95,7 +95,11 @@ impl Table {
 
 #[async_trait]
 impl JobAttempts for MemoryJobStore {
-    async fn claim(&self, job_id: &str, execution: &str) -> Result<(Lease, JobRecord), StoreError> {
+    async fn claim(
+        &self,
+        job_id: &JobId,
+        execution: &str,
+    ) -> Result<(Lease, JobRecord), StoreError> {
         self.check("claim job")?;
         let mut table = self.lock();
         match table.claim_update(job_id, execution) {
@@ -122,7 +126,7 @@ impl JobAttempts for MemoryJobStore {
 
     async fn record_progress(
         &self,
-        job_id: &str,
+        job_id: &JobId,
         progress: &ProgressRecord,
     ) -> Result<(), ProgressRefused> {
         self.check("write progress").map_err(ProgressRefused::Store)?;
@@ -146,7 +150,7 @@ impl JobAttempts for MemoryJobStore {
 
     async fn record_final_checkpoint(
         &self,
-        job_id: &str,
+        job_id: &JobId,
         lease: &str,
         checkpoint: FinalCheckpoint<'_>,
     ) -> Result<(), ProgressRefused> {
@@ -167,7 +171,7 @@ impl JobAttempts for MemoryJobStore {
         }
     }
 
-    async fn revoke_progress(&self, job_id: &str, lease: &str) -> Result<(), StoreError> {
+    async fn revoke_progress(&self, job_id: &JobId, lease: &str) -> Result<(), StoreError> {
         self.check("revoke progress")?;
         let mut table = self.lock();
         if let Some(p) = table.progress.get_mut(job_id).filter(|p| p.lease == lease) {
@@ -177,7 +181,7 @@ impl JobAttempts for MemoryJobStore {
         Ok(())
     }
 
-    async fn forget_resume(&self, job_id: &str, lease: &str) -> Result<(), StoreError> {
+    async fn forget_resume(&self, job_id: &JobId, lease: &str) -> Result<(), StoreError> {
         self.check("forget resume")?;
         let result = self.lock().update_fenced(
             job_id,
@@ -199,7 +203,7 @@ impl JobAttempts for MemoryJobStore {
         }
     }
 
-    async fn count_continuation(&self, job_id: &str, lease: &str) -> Result<u32, StoreError> {
+    async fn count_continuation(&self, job_id: &JobId, lease: &str) -> Result<u32, StoreError> {
         self.check("count continuation")?;
         let job = self.lock().count_fenced(job_id, lease, |job| &mut job.continuations)?;
         Ok(job.continuations)
@@ -207,7 +211,7 @@ impl JobAttempts for MemoryJobStore {
 
     async fn record_execution(
         &self,
-        job_id: &str,
+        job_id: &JobId,
         lease: &str,
         name: &str,
     ) -> Result<JobRecord, StoreError> {
@@ -225,7 +229,7 @@ impl JobAttempts for MemoryJobStore {
 
     async fn count_injected_failure(
         &self,
-        job_id: &str,
+        job_id: &JobId,
         lease: &str,
     ) -> Result<JobRecord, StoreError> {
         self.check("count injected failure")?;

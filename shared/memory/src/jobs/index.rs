@@ -10,6 +10,7 @@
 //! last entry as the cursor even when nothing follows.
 
 use super::*;
+use longhaul_domain::JobId;
 
 use longhaul_aws::jobs::{JOB_SK, STATUS_SHARDS, WAITING_BUCKET, status_bucket};
 use longhaul_aws::ports::{
@@ -26,12 +27,12 @@ pub(super) struct Index {
     /// and sort key.
     entries: HashMap<String, (String, String)>,
     /// TTL marks (epoch seconds) by job id: the job record's and the progress record's.
-    retained: HashMap<String, (Option<i64>, Option<i64>)>,
+    retained: HashMap<JobId, (Option<i64>, Option<i64>)>,
     /// Saved sweep cursors by name.
     cursors: HashMap<String, SweepCursor>,
 }
 
-fn item_key(job_id: &str) -> String {
+fn item_key(job_id: &JobId) -> String {
     format!("JOB#{job_id}")
 }
 
@@ -42,11 +43,17 @@ impl Index {
             Some(at) => format_rfc3339(pending_index_at(at.as_datetime(), chrono::Utc::now())),
             None => job.created_at.to_rfc3339(),
         };
-        self.put(job.job_id.as_str(), JobStatus::Pending.as_str(), at);
+        self.put(&job.job_id, JobStatus::Pending.as_str(), at);
     }
 
     /// A transition to `to` moves the job's entry (or takes it out).
-    pub(super) fn moved(&mut self, job_id: &str, to: JobStatus, index_at: Option<&str>, now: &str) {
+    pub(super) fn moved(
+        &mut self,
+        job_id: &JobId,
+        to: JobStatus,
+        index_at: Option<&str>,
+        now: &str,
+    ) {
         match to {
             JobStatus::Queued | JobStatus::Running | JobStatus::Succeeded | JobStatus::Expired => {
                 self.put(job_id, to.as_str(), index_at.unwrap_or(now).to_owned())
@@ -58,32 +65,32 @@ impl Index {
     }
 
     /// A pending job waits for a running slot since `since`.
-    pub(super) fn waiting(&mut self, job_id: &str, since: &str) {
+    pub(super) fn waiting(&mut self, job_id: &JobId, since: &str) {
         self.put(job_id, WAITING_BUCKET, since.to_owned());
     }
 
     /// A write that sets `gsi2sk` alone moves the job's entry to sort key `at` in the bucket
     /// it is in (the reaper's next look); a job without an entry stays without one.
-    pub(super) fn resorted(&mut self, job_id: &str, at: &str) {
+    pub(super) fn resorted(&mut self, job_id: &JobId, at: &str) {
         if let Some((_, key)) = self.entries.get_mut(&item_key(job_id)) {
             *key = at.to_owned();
         }
     }
 
-    fn put(&mut self, job_id: &str, kind: &str, at: String) {
+    fn put(&mut self, job_id: &JobId, kind: &str, at: String) {
         self.entries.insert(item_key(job_id), (status_bucket(kind, job_id), at));
     }
 }
 
 impl MemoryJobStore {
     /// The job's status-index entry, if it has one: its bucket (`<kind>#<shard>`) and sort key.
-    pub fn index_entry(&self, job_id: &str) -> Option<(String, String)> {
+    pub fn index_entry(&self, job_id: &JobId) -> Option<(String, String)> {
         self.lock().index.entries.get(&item_key(job_id)).cloned()
     }
 
     /// Puts the job's status-index entry in bucket `kind` (of its shard) under `at` (a test's
     /// arrangement: a job a sweep must find, or an entry a concurrent write left behind).
-    pub fn put_index_entry(&self, job_id: &str, kind: &str, at: &str) {
+    pub fn put_index_entry(&self, job_id: &JobId, kind: &str, at: &str) {
         self.lock().index.put(job_id, kind, at.to_owned());
     }
 
@@ -97,12 +104,12 @@ impl MemoryJobStore {
     }
 
     /// The TTL mark (epoch seconds) [`JobRetention::retain_until`] set on the job record.
-    pub fn retained_until(&self, job_id: &str) -> Option<i64> {
+    pub fn retained_until(&self, job_id: &JobId) -> Option<i64> {
         self.lock().index.retained.get(job_id).and_then(|(job, _)| *job)
     }
 
     /// The TTL mark [`JobRetention::retain_until`] set on the job's progress record.
-    pub fn progress_retained_until(&self, job_id: &str) -> Option<i64> {
+    pub fn progress_retained_until(&self, job_id: &JobId) -> Option<i64> {
         self.lock().index.retained.get(job_id).and_then(|(_, progress)| *progress)
     }
 }
@@ -163,14 +170,17 @@ impl StatusIndex for MemoryJobStore {
         let entries = page
             .into_iter()
             .map(|(at, key)| {
-                let job_id = key.strip_prefix("JOB#").ok_or_else(|| StoreError::Corrupt {
-                    key: format!("{key:?}"),
-                    reason: "a status-index entry without a job id or sort key".into(),
-                })?;
-                let job = table.jobs.get(job_id).map(JobEntry::from).ok_or_else(|| {
+                let job_id: JobId = key
+                    .strip_prefix("JOB#")
+                    .and_then(|id| id.parse().ok())
+                    .ok_or_else(|| StoreError::Corrupt {
+                        key: format!("{key:?}"),
+                        reason: "a status-index entry without a job id or sort key".into(),
+                    })?;
+                let job = table.jobs.get(&job_id).map(JobEntry::from).ok_or_else(|| {
                     StoreError::Corrupt { key: key.to_owned(), reason: "no job record".into() }
                 });
-                Ok(IndexEntry { job_id: job_id.to_owned(), at: at.to_owned(), job })
+                Ok(IndexEntry { job_id, at: at.to_owned(), job })
             })
             .collect();
         Ok(IndexPage { entries, next })
@@ -208,7 +218,7 @@ impl SweepCursors for MemoryJobStore {
 
 #[async_trait]
 impl JobRetention for MemoryJobStore {
-    async fn retain_until(&self, job_id: &str, epoch_seconds: i64) -> Result<(), StoreError> {
+    async fn retain_until(&self, job_id: &JobId, epoch_seconds: i64) -> Result<(), StoreError> {
         self.check(&format!("set retention of {job_id}"))?;
         let table = &mut *self.lock();
         let (has_progress, has_job) =

@@ -4,6 +4,7 @@
 //! sort key only, in the bucket the entry is in).
 
 use super::*;
+use longhaul_domain::JobId;
 
 use longhaul_aws::ports::JobReaping;
 
@@ -12,7 +13,7 @@ impl Table {
     /// refused with the record as it is. The record afterwards.
     fn update_when(
         &mut self,
-        job_id: &str,
+        job_id: &JobId,
         holds: impl FnOnce(&JobRecord) -> bool,
         update: impl FnOnce(&mut JobRecord),
     ) -> Result<JobRecord, StoreError> {
@@ -29,7 +30,7 @@ impl Table {
 impl JobReaping for MemoryJobStore {
     async fn count_enqueue(
         &self,
-        job_id: &str,
+        job_id: &JobId,
         next_look: Timestamp,
     ) -> Result<JobRecord, StoreError> {
         self.check(&format!("update job {job_id}"))?;
@@ -49,7 +50,7 @@ impl JobReaping for MemoryJobStore {
 
     async fn defer_pending_look(
         &self,
-        job_id: &str,
+        job_id: &JobId,
         next_look: Timestamp,
     ) -> Result<(), StoreError> {
         self.check(&format!("update job {job_id}"))?;
@@ -62,7 +63,7 @@ impl JobReaping for MemoryJobStore {
 
     async fn redispatch_queued(
         &self,
-        job_id: &str,
+        job_id: &JobId,
         seen_dispatches: u32,
         execution: &str,
     ) -> Result<JobRecord, StoreError> {
@@ -86,7 +87,7 @@ impl JobReaping for MemoryJobStore {
 
     async fn mark_stalled(
         &self,
-        job_id: &str,
+        job_id: &JobId,
         lease: &str,
         stalled_at: Option<Timestamp>,
     ) -> Result<(), StoreError> {
@@ -104,8 +105,8 @@ impl JobReaping for MemoryJobStore {
 
     async fn progress_records(
         &self,
-        job_ids: &[String],
-    ) -> Result<HashMap<String, ProgressRecord>, StoreError> {
+        job_ids: &[JobId],
+    ) -> Result<HashMap<JobId, ProgressRecord>, StoreError> {
         self.check("read a batch of progress records")?;
         let table = self.lock();
         Ok(job_ids

@@ -1,8 +1,9 @@
-//! Cold start and binary sizes: runs every function's real release binary against a minimal
+//! Cold start and binary size: runs the one release binary every function deploys
+//! (`longhaul-lambda`) as each function in turn (its `LONGHAUL_FUNCTION`) against a minimal
 //! Lambda Runtime API emulator and times its init, next to a bare `lambda_runtime` hello binary
 //! (`src/bin/hello.rs`) measured in the same run.
 //!
-//! It builds what it measures first (`cargo build --release` of the 12 functions and of
+//! It builds what it measures first (`cargo build --release` of `longhaul-lambda` and of
 //! `hello`; a no-op when they are up to date — set `LONGHAUL_COLDSTART_NO_BUILD=1` to measure the
 //! binaries already in `target/release` as they are). `LONGHAUL_COLDSTART_RUNS` sets the runs
 //! per binary (default 20).
@@ -31,7 +32,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use tokio::sync::mpsc;
 
-/// The functions (cargo package = binary name) and their sample event in `events/`.
+/// The functions (as `LONGHAUL_FUNCTION` names them) and their sample event in `events/`.
 const FUNCTIONS: [(&str, &str); 12] = [
     ("submit", "submit.json"),
     ("status", "status.json"),
@@ -46,6 +47,9 @@ const FUNCTIONS: [(&str, &str); 12] = [
     ("reaper", "reaper.json"),
     ("expirer", "expirer.json"),
 ];
+
+/// The binary every function deploys (functions/lambda).
+const LAMBDA: &str = "longhaul-lambda";
 
 /// The baseline binary (tests/bench/src/bin/hello.rs).
 const HELLO: &str = "hello";
@@ -206,6 +210,7 @@ fn lambda_env(name: &str, runtime_api: &str) -> Vec<(String, String)> {
         ("AWS_LAMBDA_INITIALIZATION_TYPE", "on-demand".to_owned()),
         ("AWS_EXECUTION_ENV", "AWS_Lambda_provided.al2023".to_owned()),
         ("_HANDLER", "bootstrap".to_owned()),
+        ("LONGHAUL_FUNCTION", name.to_owned()),
         ("TZ", ":UTC".to_owned()),
         ("LANG", "en_US.UTF-8".to_owned()),
         ("PATH", "/usr/local/bin:/usr/bin:/bin".to_owned()),
@@ -234,6 +239,12 @@ fn lambda_env(name: &str, runtime_api: &str) -> Vec<(String, String)> {
             format!("arn:aws:secretsmanager:{region}:{account}:secret:longhaul-StreamTokenSecret"),
         ),
         ("ENABLED_JOB_TYPES", "demo,csv_report".to_owned()),
+        (
+            "LONGHAUL_WORKERS",
+            format!(
+                r#"{{"StageFunction": "arn:aws:lambda:{region}:{account}:function:longhaul-StageFunction", "CsvReportWorkerFunction": "arn:aws:lambda:{region}:{account}:function:longhaul-CsvReportWorkerFunction"}}"#
+            ),
+        ),
         ("IDEMPOTENCY_TTL_SECONDS", "86400".to_owned()),
         ("LONGHAUL_RESULT_TTL_SECONDS", "604800".to_owned()),
         ("LONGHAUL_HEARTBEAT_TIMEOUT_SECONDS", "120".to_owned()),
@@ -334,9 +345,9 @@ fn report(rows: &[Row], runs: usize, host: &str) -> String {
     let mut out = String::new();
     out.push_str("## Cold start and binary sizes\n\n");
     out.push_str(&format!(
-        "`cargo run --release -p longhaul-bench --bin coldstart` runs each function's stripped release \
-         binary ({host}, the workspace release profile: `opt-level = \"s\"`, LTO, one codegen unit) \
-         {runs} times against a minimal Lambda Runtime API emulator, interleaved round by round with a \
+        "`cargo run --release -p longhaul-bench --bin coldstart` runs the one stripped release binary \
+         every function deploys (`{LAMBDA}`; {host}, the workspace release profile) as each function \
+         (its `LONGHAUL_FUNCTION`) {runs} times against a minimal Lambda Runtime API emulator, interleaved round by round with a \
          bare `lambda_runtime` binary that returns its event (`{HELLO}`, the baseline). **Init** is \
          process spawn → its first `GET /2018-06-01/runtime/invocation/next`: tracing set-up, \
          configuration, the SDK configuration and clients, and the connection warm-up \
@@ -358,7 +369,7 @@ fn report(rows: &[Row], runs: usize, host: &str) -> String {
          functions are deployed on.\n\n",
     );
     out.push_str(
-        "| binary | size (bytes) | size (MB) | init median (ms) | init p90 (ms) | init × hello | \
+        "| function | size (bytes) | size (MB) | init median (ms) | init p90 (ms) | init × hello | \
          AWS calls at init | warm-up (ms) | first event median (ms) | first event p90 (ms) |\n",
     );
     out.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
@@ -435,15 +446,14 @@ fn reading(rows: &[Row], base_median: Duration) -> String {
         ),
         _ => String::new(),
     };
-    let biggest = functions.iter().max_by_key(|r| r.size_bytes).expect("functions exist");
-    let smallest = functions.iter().min_by_key(|r| r.size_bytes).expect("functions exist");
+    let size = functions.iter().map(|r| r.size_bytes).max().expect("functions exist");
     format!(
         "Reading: a bare `lambda_runtime` binary reaches `/next` in {} ms; the functions take {} ms \
          (`{}`) to {} ms (`{}`), {:.1}× to {:.1}× the baseline. What they add is tracing set-up, \
-         configuration, the SDK configuration and clients and the warm-up (which now does the lazy \
-         work of the first AWS call, such as loading the root certificates, at init).{} The binaries are \
-         {:.1} MB (`{}`) to {:.1} MB (`{}`) stripped, against {:.1} MB for the baseline: most of a \
-         function's size is what every function shares, the AWS SDK clients and their HTTP/TLS stack.\n",
+         configuration, the SDK configuration and the clients each function builds, and the warm-up \
+         (which does the lazy work of the first AWS call at init).{} The one binary is {:.1} MB \
+         stripped, every function's handler and the SDK clients they use, against {:.1} MB for the \
+         baseline; a process maps it lazily, so a function pays for the pages it runs.\n",
         ms(base_median),
         ms(fastest.1),
         fastest.0,
@@ -452,10 +462,7 @@ fn reading(rows: &[Row], base_median: Duration) -> String {
         fastest.1.as_secs_f64() / base_median.as_secs_f64(),
         slowest.1.as_secs_f64() / base_median.as_secs_f64(),
         warm_up,
-        smallest.size_bytes as f64 / 1_000_000.0,
-        smallest.name,
-        biggest.size_bytes as f64 / 1_000_000.0,
-        biggest.name,
+        size as f64 / 1_000_000.0,
         rows[0].size_bytes as f64 / 1_000_000.0,
     )
 }
@@ -463,10 +470,7 @@ fn reading(rows: &[Row], base_median: Duration) -> String {
 /// `cargo build --release` of what is measured (a no-op when up to date).
 fn build(root: &Path) -> anyhow::Result<()> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-    let mut functions = vec!["build".to_owned(), "--release".to_owned()];
-    for (name, _) in FUNCTIONS {
-        functions.extend(["-p".to_owned(), name.to_owned()]);
-    }
+    let functions = ["build", "--release", "-p", LAMBDA].map(str::to_owned).to_vec();
     let hello =
         ["build", "--release", "-p", "longhaul-bench", "--bin", HELLO].map(str::to_owned).to_vec();
     for args in [functions, hello] {
@@ -526,7 +530,7 @@ async fn main() -> anyhow::Result<()> {
         let event_path = root.join("events").join(event);
         binaries.push(Binary {
             name,
-            path: release.join(name),
+            path: release.join(LAMBDA),
             event: std::fs::read(&event_path)
                 .with_context(|| format!("read {}", event_path.display()))?,
             env: lambda_env(name, &runtime_api),

@@ -25,6 +25,7 @@
 //! One file of ~1,500 lines on purpose: a benchmark is one scenario read top to bottom (run,
 //! count, price, write the section), and its steps are used nowhere else.
 
+use longhaul_domain::JobId;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write as _;
 use std::net::SocketAddr;
@@ -351,13 +352,16 @@ impl Bench {
     }
 
     /// Submits a job (a fresh Idempotency-Key each time) and returns its id.
-    async fn submit(&self, body: &Value) -> anyhow::Result<String> {
+    async fn submit(&self, body: &Value) -> anyhow::Result<JobId> {
         let key = uuid::Uuid::new_v4().simple().to_string();
         let (status, reply) = self.api("POST", "/jobs", Some(body), Some(&key)).await?;
         if status != 202 {
             bail!("submit answered {status}: {reply}");
         }
-        reply["job_id"].as_str().map(str::to_owned).ok_or_else(|| anyhow!("no job_id in {reply}"))
+        reply["job_id"]
+            .as_str()
+            .and_then(|id| id.parse().ok())
+            .ok_or_else(|| anyhow!("no job_id in {reply}"))
     }
 
     /// Uploads `bytes` as a client would: `POST /uploads`, then the presigned PUT.
@@ -399,7 +403,7 @@ impl Bench {
     }
 
     /// Polls the job record directly (uncounted) until the job is terminal; returns its status.
-    async fn wait_terminal(&self, job_id: &str, timeout: Duration) -> anyhow::Result<String> {
+    async fn wait_terminal(&self, job_id: &JobId, timeout: Duration) -> anyhow::Result<String> {
         let deadline = Instant::now() + timeout;
         loop {
             if let Some(item) = self.item(&format!("JOB#{job_id}"), "JOB").await?
@@ -416,7 +420,7 @@ impl Bench {
     }
 
     /// The executions of a job (the first and its continuations), by name.
-    async fn executions(&self, job_id: &str) -> anyhow::Result<Vec<String>> {
+    async fn executions(&self, job_id: &JobId) -> anyhow::Result<Vec<String>> {
         let mut arns = Vec::new();
         let mut token = None;
         loop {
@@ -430,7 +434,7 @@ impl Bench {
                 .await?;
             for execution in page.executions() {
                 let name = execution.name();
-                if name == job_id || name.starts_with(&format!("{job_id}.")) {
+                if name == job_id.as_str() || name.starts_with(&format!("{job_id}.")) {
                     arns.push(execution.execution_arn().to_owned());
                 }
             }
@@ -449,7 +453,7 @@ impl Bench {
     }
 
     /// Waits until the job's executions have ended.
-    async fn wait_executions(&self, job_id: &str) -> anyhow::Result<()> {
+    async fn wait_executions(&self, job_id: &JobId) -> anyhow::Result<()> {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             let mut running = false;
@@ -477,7 +481,7 @@ impl Bench {
 
     /// StateEntered events of the job's executions (retries and continuations included), and
     /// the names of the states entered, in order.
-    async fn transitions(&self, job_id: &str) -> anyhow::Result<(usize, usize, Vec<String>)> {
+    async fn transitions(&self, job_id: &JobId) -> anyhow::Result<(usize, usize, Vec<String>)> {
         let executions = self.executions(job_id).await?;
         let mut names = Vec::new();
         for arn in &executions {
@@ -660,7 +664,7 @@ impl Bench {
             .scan()
             .table_name(&self.table)
             .filter_expression("job_id = :id AND begins_with(pk, :idem)")
-            .expression_attribute_values(":id", AttributeValue::S(last.clone()))
+            .expression_attribute_values(":id", AttributeValue::S(last.to_string()))
             .expression_attribute_values(":idem", AttributeValue::S("IDEM#".into()))
             .send()
             .await?;

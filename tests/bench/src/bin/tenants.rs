@@ -24,6 +24,7 @@
 //! One file over 600 lines on purpose: a benchmark is one scenario read top to bottom, and its
 //! steps are used nowhere else.
 
+use longhaul_domain::{JobId, Owner};
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -69,7 +70,7 @@ impl Knobs {
 
 /// A principal with its token (the owner is the token's subject).
 struct Tenant {
-    owner: String,
+    owner: Owner,
     token: String,
 }
 
@@ -101,13 +102,14 @@ impl Bench {
     }
 
     fn tenant(&self, label: &str) -> Tenant {
-        let owner = format!("{label}-{}", uuid::Uuid::new_v4().simple());
+        let owner: Owner =
+            format!("{label}-{}", uuid::Uuid::new_v4().simple()).parse().expect("a principal");
         Tenant { token: self.stack.token(&owner), owner }
     }
 
     /// Submits the demo job as `tenant` with a fresh Idempotency-Key; a `429` is waited out
     /// (its `Retry-After`) and counted, so the run never loses a job to the rate limit.
-    async fn submit(&self, tenant: &Tenant) -> anyhow::Result<String> {
+    async fn submit(&self, tenant: &Tenant) -> anyhow::Result<JobId> {
         let key = uuid::Uuid::new_v4().simple().to_string();
         loop {
             let response = self
@@ -136,13 +138,13 @@ impl Bench {
             let reply: Value = serde_json::from_str(&text)?;
             return reply["job_id"]
                 .as_str()
-                .map(str::to_owned)
+                .and_then(|id| id.parse().ok())
                 .ok_or_else(|| anyhow!("no job_id in {reply}"));
         }
     }
 
     /// `GET /jobs/{id}` as `tenant`.
-    async fn get(&self, tenant: &Tenant, job_id: &str) -> anyhow::Result<Value> {
+    async fn get(&self, tenant: &Tenant, job_id: &JobId) -> anyhow::Result<Value> {
         let response = self
             .http
             .get(format!("{}/jobs/{job_id}", self.stack.api_url))
@@ -161,7 +163,7 @@ impl Bench {
     async fn wait_all(
         &self,
         tenant: &Tenant,
-        ids: &[String],
+        ids: &[JobId],
         timeout: Duration,
     ) -> anyhow::Result<Vec<Value>> {
         let deadline = Instant::now() + timeout;
@@ -186,12 +188,12 @@ impl Bench {
     }
 
     /// The jobs holding a slot of `owner`'s pool, straight from the emulator (uncounted).
-    async fn holders(&self, owner: &str) -> anyhow::Result<usize> {
+    async fn holders(&self, owner: &Owner) -> anyhow::Result<usize> {
         let item = self
             .dynamodb
             .get_item()
             .table_name(&self.table)
-            .key("pk", AttributeValue::S(Pool::Tenant(owner.to_owned()).holders_pk()))
+            .key("pk", AttributeValue::S(Pool::Tenant(owner.clone()).holders_pk()))
             .key("sk", AttributeValue::S("HOLDERS".into()))
             .consistent_read(true)
             .send()
@@ -386,7 +388,7 @@ async fn run() -> anyhow::Result<()> {
     let phase = async {
         let result = async {
             let submit_from = Instant::now();
-            let ids: Vec<String> = futures::stream::iter(0..knobs.noisy_jobs)
+            let ids: Vec<JobId> = futures::stream::iter(0..knobs.noisy_jobs)
                 .map(|_| bench.submit(&noisy))
                 .buffered(4)
                 .collect::<Vec<_>>()

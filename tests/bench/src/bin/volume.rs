@@ -893,7 +893,7 @@ async fn seed_running(
             [(t.running_id.as_str(), id.as_str()), (t.running_lease.as_str(), lease.as_str())];
         let mut job = copy_of(&t.running_job, &map);
         let mut progress = copy_of(&t.running_progress, &map);
-        let bucket = status_bucket("running", &id);
+        let bucket = status_bucket("running", &id.parse()?);
         *per_shard.entry(bucket.clone()).or_default() += 1;
         set(&mut job, "gsi2pk", bucket);
         set(&mut job, "gsi2sk", format_rfc3339(claimed));
@@ -961,7 +961,7 @@ async fn seed_due(
         let map = [(t.done_id.as_str(), id.as_str())];
         let mut job = copy_of(&t.done_job, &map);
         let progress = copy_of(&t.done_progress, &map);
-        set(&mut job, "gsi2pk", status_bucket("succeeded", &id));
+        set(&mut job, "gsi2pk", status_bucket("succeeded", &id.parse()?));
         set(&mut job, "gsi2sk", format_rfc3339(expiry));
         if i % OBJECT_EVERY == 0 {
             for (key, content_type, body) in &t.objects {
@@ -1255,7 +1255,7 @@ async fn expirer_scenario(
             continue;
         }
         let mut middle = last.clone();
-        set(&mut middle, "gsi2pk", status_bucket("expired", id));
+        set(&mut middle, "gsi2pk", status_bucket("expired", &id.parse()?));
         set(&mut middle, "gsi2sk", format_rfc3339(now));
         let p_after = bench.item(&format!("JOB#{id}"), "PROGRESS").await?;
         for (b, a) in [

@@ -1,24 +1,28 @@
+//! The `stage` function as a Lambda: what the one `longhaul` binary runs when
+//! `LONGHAUL_FUNCTION` is `stage`.
+
+use crate::{Config, Deps, StageInput};
 use lambda_runtime::{Error, LambdaEvent, service_fn};
 use longhaul_aws::{
     config::Vars,
     sdk::{load_sdk_config, warm_up},
 };
-use stage::{Config, Deps, StageInput};
 
-#[tokio::main]
-async fn main() -> Result<(), Error> {
+/// Runs the `stage` function under the Lambda runtime: its start-up (configuration, SDK
+/// clients, connection warm-up) and then its handler for every event, until the runtime stops.
+pub async fn run() -> Result<(), Error> {
     longhaul_aws::logs::init_subscriber();
     let config = Config::from_vars(&Vars::from_env())?;
-    let deps = Deps::new(&load_sdk_config().await, &config);
+    let deps = Deps::new(&load_sdk_config().await?, &config);
     warm_up(async {
         tokio::join!(deps.jobs.warm(), deps.objects.warm(), deps.executions.warm());
     })
     .await;
     let deps = &deps;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<StageInput>| async move {
-        let deadline = stage::deadline_from_epoch_ms(event.context.deadline);
+        let deadline = crate::deadline_from_epoch_ms(event.context.deadline);
         let input = event.payload.with_worker_default(&event.context.invoked_function_arn);
-        stage::handle(deps, input, deadline).await
+        crate::handle(deps, input, deadline).await
     }))
     .await
 }

@@ -1,15 +1,19 @@
+//! The `reaper` function as a Lambda: what the one `longhaul` binary runs when
+//! `LONGHAUL_FUNCTION` is `reaper`.
+
+use crate::{Config, Deps};
 use lambda_runtime::{Error, LambdaEvent, service_fn};
 use longhaul_aws::{
     config::Vars,
     sdk::{load_sdk_config, warm_up},
 };
-use reaper::{Config, Deps};
 
-#[tokio::main]
-async fn main() -> Result<(), Error> {
+/// Runs the `reaper` function under the Lambda runtime: its start-up (configuration, SDK
+/// clients, connection warm-up) and then its handler for every event, until the runtime stops.
+pub async fn run() -> Result<(), Error> {
     lambda_runtime::tracing::init_default_subscriber();
     let config = Config::from_vars(&Vars::from_env())?;
-    let deps = Deps::new(&load_sdk_config().await, &config);
+    let deps = Deps::new(&load_sdk_config().await?, &config);
     warm_up(async {
         tokio::join!(
             deps.jobs.warm(),
@@ -21,7 +25,7 @@ async fn main() -> Result<(), Error> {
     .await;
     let deps = &deps;
     lambda_runtime::run(service_fn(move |_event: LambdaEvent<serde_json::Value>| async move {
-        reaper::handle(deps, chrono::Utc::now()).await
+        crate::handle(deps, chrono::Utc::now()).await
     }))
     .await
 }

@@ -1,0 +1,27 @@
+//! The `dispatcher` function as a Lambda: what the one `longhaul` binary runs when
+//! `LONGHAUL_FUNCTION` is `dispatcher`.
+
+use crate::{Config, Deps};
+use aws_lambda_events::sqs::SqsEvent;
+use lambda_runtime::{Error, LambdaEvent, service_fn};
+use longhaul_aws::{
+    config::Vars,
+    sdk::{load_sdk_config, warm_up},
+};
+
+/// Runs the `dispatcher` function under the Lambda runtime: its start-up (configuration, SDK
+/// clients, connection warm-up) and then its handler for every event, until the runtime stops.
+pub async fn run() -> Result<(), Error> {
+    lambda_runtime::tracing::init_default_subscriber();
+    let config = Config::from_vars(&Vars::from_env())?;
+    let deps = Deps::new(&load_sdk_config().await?, &config);
+    warm_up(async {
+        tokio::join!(deps.jobs.warm(), deps.executions.warm());
+    })
+    .await;
+    let deps = &deps;
+    lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| async move {
+        Ok::<_, std::convert::Infallible>(crate::handle(deps, event.payload).await)
+    }))
+    .await
+}

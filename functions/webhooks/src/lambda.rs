@@ -1,0 +1,23 @@
+//! The `webhooks` function as a Lambda: what the one `longhaul` binary runs when
+//! `LONGHAUL_FUNCTION` is `webhooks`.
+
+use crate::{Config, Deps};
+use lambda_http::{Error, Request, service_fn};
+use longhaul_aws::{
+    config::Vars,
+    sdk::{load_sdk_config, warm_up},
+};
+
+/// Runs the `webhooks` function under the Lambda runtime: its start-up (configuration, SDK
+/// clients, connection warm-up) and then its handler for every event, until the runtime stops.
+pub async fn run() -> Result<(), Error> {
+    lambda_http::tracing::init_default_subscriber();
+    let config = Config::from_vars(&Vars::from_env())?;
+    let deps = Deps::new(&load_sdk_config().await?, &config);
+    warm_up(deps.jobs.warm()).await;
+    let deps = &deps;
+    lambda_http::run(service_fn(move |request: Request| async move {
+        Ok::<_, std::convert::Infallible>(crate::handle(deps, request).await)
+    }))
+    .await
+}
