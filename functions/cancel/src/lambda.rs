@@ -1,4 +1,4 @@
-//! The `cancel` function as a Lambda: what the one `longhaul` binary runs when
+//! The `cancel` function as a Lambda: what the one `longhaul-lambda` binary runs when
 //! `LONGHAUL_FUNCTION` is `cancel`.
 
 use crate::{Config, Deps};

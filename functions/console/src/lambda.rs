@@ -1,10 +1,10 @@
-//! The `console` function as a Lambda: what the one `longhaul` binary runs when
+//! The `console` function as a Lambda: what the one `longhaul-lambda` binary runs when
 //! `LONGHAUL_FUNCTION` is `console`.
 
 use lambda_http::{Error, Request, service_fn};
 
-/// Runs the `console` function under the Lambda runtime: its start-up (configuration, SDK
-/// clients, connection warm-up) and then its handler for every event, until the runtime stops.
+/// Runs the `console` function under the Lambda runtime: its handler for every event (it has
+/// no configuration and no AWS client), until the runtime stops.
 pub async fn run() -> Result<(), Error> {
     lambda_http::tracing::init_default_subscriber();
     lambda_http::run(service_fn(|request: Request| async move {

@@ -1,4 +1,4 @@
-//! The `dispatcher` function as a Lambda: what the one `longhaul` binary runs when
+//! The `dispatcher` function as a Lambda: what the one `longhaul-lambda` binary runs when
 //! `LONGHAUL_FUNCTION` is `dispatcher`.
 
 use crate::{Config, Deps};

@@ -90,9 +90,15 @@ pub struct Deps {
 impl Deps {
     /// Builds the AWS adapters from one SDK configuration.
     pub fn new(sdk: &aws_config::SdkConfig, config: &Config) -> Self {
-        let admitter = Admitter::new(sdk, &config.table, &config.intake_queue_url);
+        let dynamodb = aws_sdk_dynamodb::Client::new(sdk);
+        let admitter = Admitter::new(
+            dynamodb.clone(),
+            aws_sdk_sqs::Client::new(sdk),
+            &config.table,
+            &config.intake_queue_url,
+        );
         Deps {
-            jobs: Arc::new(JobStore::new(aws_sdk_dynamodb::Client::new(sdk), config.table.clone())),
+            jobs: Arc::new(JobStore::new(dynamodb, config.table.clone())),
             executions: Arc::new(Executions::new(
                 aws_sdk_sfn::Client::new(sdk),
                 config.state_machine_arn.clone(),

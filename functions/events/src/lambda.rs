@@ -1,4 +1,4 @@
-//! The `events` function as a Lambda: what the one `longhaul` binary runs when
+//! The `events` function as a Lambda: what the one `longhaul-lambda` binary runs when
 //! `LONGHAUL_FUNCTION` is `events`.
 
 use crate::{Config, Deps};

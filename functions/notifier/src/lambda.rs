@@ -1,4 +1,4 @@
-//! The `notifier` function as a Lambda: what the one `longhaul` binary runs when
+//! The `notifier` function as a Lambda: what the one `longhaul-lambda` binary runs when
 //! `LONGHAUL_FUNCTION` is `notifier`.
 
 use crate::{Config, Deps};

@@ -178,24 +178,28 @@ pub struct Deps {
 impl Deps {
     /// Builds the AWS adapters from one SDK configuration.
     pub fn new(sdk: &aws_config::SdkConfig, config: &Config) -> Self {
+        // One client per service, shared by the adapters that use it.
+        let dynamodb = aws_sdk_dynamodb::Client::new(sdk);
+        let sqs = aws_sdk_sqs::Client::new(sdk);
         Deps {
+            slots: Arc::new(Admitter::new(
+                dynamodb.clone(),
+                sqs.clone(),
+                &config.table,
+                &config.intake_queue_url,
+            )),
             jobs: Arc::new(
-                JobStore::new(aws_sdk_dynamodb::Client::new(sdk), config.table.clone())
-                    .retaining(config.record_retention),
+                JobStore::new(dynamodb, config.table.clone()).retaining(config.record_retention),
             ),
             objects: Arc::new(ObjectStore::new(
                 aws_sdk_s3::Client::new(sdk),
                 config.bucket.clone(),
             )),
-            intake: Arc::new(IntakeQueue::new(
-                aws_sdk_sqs::Client::new(sdk),
-                config.intake_queue_url.clone(),
-            )),
+            intake: Arc::new(IntakeQueue::new(sqs, config.intake_queue_url.clone())),
             executions: Arc::new(Executions::new(
                 aws_sdk_sfn::Client::new(sdk),
                 config.state_machine_arn.clone(),
             )),
-            slots: Arc::new(Admitter::new(sdk, &config.table, &config.intake_queue_url)),
             clock: Arc::new(SystemClock),
             config: config.clone(),
         }

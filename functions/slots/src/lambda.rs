@@ -1,4 +1,4 @@
-//! The `slots` function as a Lambda: what the one `longhaul` binary runs when
+//! The `slots` function as a Lambda: what the one `longhaul-lambda` binary runs when
 //! `LONGHAUL_FUNCTION` is `slots`.
 
 use crate::{Config, Deps};
@@ -6,8 +6,8 @@ use aws_lambda_events::dynamodb::Event;
 use lambda_runtime::{Error, LambdaEvent, service_fn};
 use longhaul_aws::{config::Vars, sdk::load_sdk_config};
 
-/// Runs the `slots` function under the Lambda runtime: its start-up (configuration, SDK
-/// clients, connection warm-up) and then its handler for every event, until the runtime stops.
+/// Runs the `slots` function under the Lambda runtime: its start-up (configuration and
+/// SDK clients) and then its handler for every event, until the runtime stops.
 pub async fn run() -> Result<(), Error> {
     lambda_runtime::tracing::init_default_subscriber();
     let config = Config::from_vars(&Vars::from_env())?;

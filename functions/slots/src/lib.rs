@@ -69,7 +69,12 @@ impl Deps {
     /// Builds the AWS adapter from one SDK configuration.
     pub fn new(sdk: &aws_config::SdkConfig, config: &Config) -> Self {
         Deps {
-            slots: Arc::new(Admitter::new(sdk, &config.table, &config.intake_queue_url)),
+            slots: Arc::new(Admitter::new(
+                aws_sdk_dynamodb::Client::new(sdk),
+                aws_sdk_sqs::Client::new(sdk),
+                &config.table,
+                &config.intake_queue_url,
+            )),
             config: config.clone(),
         }
     }

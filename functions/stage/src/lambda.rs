@@ -1,4 +1,4 @@
-//! The `stage` function as a Lambda: what the one `longhaul` binary runs when
+//! The `stage` function as a Lambda: what the one `longhaul-lambda` binary runs when
 //! `LONGHAUL_FUNCTION` is `stage`.
 
 use crate::{Config, Deps, StageInput};

@@ -1,4 +1,4 @@
-//! The `status` function as a Lambda: what the one `longhaul` binary runs when
+//! The `status` function as a Lambda: what the one `longhaul-lambda` binary runs when
 //! `LONGHAUL_FUNCTION` is `status`.
 
 use crate::{Config, Deps};

@@ -1,4 +1,4 @@
-//! The `submit` function as a Lambda: what the one `longhaul` binary runs when
+//! The `submit` function as a Lambda: what the one `longhaul-lambda` binary runs when
 //! `LONGHAUL_FUNCTION` is `submit`.
 
 use crate::{Config, Deps};

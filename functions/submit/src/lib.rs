@@ -93,10 +93,11 @@ pub struct Deps {
 impl Deps {
     /// Builds the AWS adapters from one SDK configuration.
     pub fn new(sdk: &aws_config::SdkConfig, config: &Config) -> Self {
+        let dynamodb = aws_sdk_dynamodb::Client::new(sdk);
         Deps {
-            jobs: Arc::new(JobStore::new(aws_sdk_dynamodb::Client::new(sdk), config.table.clone())),
+            jobs: Arc::new(JobStore::new(dynamodb.clone(), config.table.clone())),
             limiter: Arc::new(SubmissionLimiter::new(
-                aws_sdk_dynamodb::Client::new(sdk),
+                dynamodb,
                 config.table.clone(),
                 config.submissions_per_minute,
             )),

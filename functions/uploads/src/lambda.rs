@@ -1,12 +1,12 @@
-//! The `uploads` function as a Lambda: what the one `longhaul` binary runs when
+//! The `uploads` function as a Lambda: what the one `longhaul-lambda` binary runs when
 //! `LONGHAUL_FUNCTION` is `uploads`.
 
 use crate::{Config, Deps};
 use lambda_http::{Error, Request, service_fn};
 use longhaul_aws::{config::Vars, sdk::load_sdk_config};
 
-/// Runs the `uploads` function under the Lambda runtime: its start-up (configuration, SDK
-/// clients, connection warm-up) and then its handler for every event, until the runtime stops.
+/// Runs the `uploads` function under the Lambda runtime: its start-up (configuration and
+/// SDK clients) and then its handler for every event, until the runtime stops.
 pub async fn run() -> Result<(), Error> {
     lambda_http::tracing::init_default_subscriber();
     let config = Config::from_vars(&Vars::from_env())?;

@@ -1,4 +1,4 @@
-//! The `webhook` function as a Lambda: what the one `longhaul` binary runs when
+//! The `webhook` function as a Lambda: what the one `longhaul-lambda` binary runs when
 //! `LONGHAUL_FUNCTION` is `webhook`.
 
 use crate::{Config, Deps, SystemResolver};

@@ -1,4 +1,4 @@
-//! The `webhooks` function as a Lambda: what the one `longhaul` binary runs when
+//! The `webhooks` function as a Lambda: what the one `longhaul-lambda` binary runs when
 //! `LONGHAUL_FUNCTION` is `webhooks`.
 
 use crate::{Config, Deps};

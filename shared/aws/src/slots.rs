@@ -593,11 +593,18 @@ pub struct Admitter {
 
 impl Admitter {
     /// The admitter of the slots in `table`, waking jobs through the queue at
-    /// `intake_queue_url`.
-    pub fn new(sdk: &aws_config::SdkConfig, table: &str, intake_queue_url: &str) -> Self {
+    /// `intake_queue_url`. It takes the function's clients rather than building its own: each
+    /// SDK client built costs its function's init a TLS configuration (BENCHMARKS.md, "Cold
+    /// start"), and clients of one service share everything anyway.
+    pub fn new(
+        dynamodb: aws_sdk_dynamodb::Client,
+        sqs: aws_sdk_sqs::Client,
+        table: &str,
+        intake_queue_url: &str,
+    ) -> Self {
         Admitter {
-            slots: SlotStore::new(aws_sdk_dynamodb::Client::new(sdk), table.to_owned()),
-            intake: IntakeQueue::new(aws_sdk_sqs::Client::new(sdk), intake_queue_url.to_owned()),
+            slots: SlotStore::new(dynamodb, table.to_owned()),
+            intake: IntakeQueue::new(sqs, intake_queue_url.to_owned()),
         }
     }
 
