@@ -4,7 +4,7 @@
 //! kind's limit is shared fairly, tenants taking turns whatever their priorities; a slot is
 //! given back however a job ends, and the reaper reconciles one that leaked.
 
-use longhaul_domain::Owner;
+use longhaul_domain::{JobId, Owner};
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
@@ -292,12 +292,13 @@ async fn the_reaper_gives_back_slots_of_jobs_that_ended_and_starts_who_waits() {
     let owner = principal("leaked");
     let api = Api::new(&owner);
     // Two slots held by jobs that no longer exist (a stream record lost, say).
+    let gone = [JobId::new().to_string(), JobId::new().to_string()];
     aws.dynamodb
         .put_item()
         .table_name(stack().stack.resource("JobsTable"))
         .item("pk", AttributeValue::S(Pool::Tenant(owner.clone()).holders_pk()))
         .item("sk", AttributeValue::S("HOLDERS".into()))
-        .item("holders", AttributeValue::Ss(vec!["gone-1".into(), "gone-2".into()]))
+        .item("holders", AttributeValue::Ss(gone.to_vec()))
         .send()
         .await
         .unwrap();
