@@ -22,7 +22,7 @@ use longhaul_aws::executions::{Executions, execution_name};
 use longhaul_aws::jobs::{CancelOutcome, JobRecord, JobStore, StoreError};
 use longhaul_aws::logs;
 use longhaul_aws::metrics;
-use longhaul_aws::ports::{JobCancellation, JobExecutions, JobReads};
+use longhaul_aws::ports::{Clock, JobCancellation, JobExecutions, JobReads, SystemClock};
 use longhaul_domain::{Cancellation, JobStatus, Timestamp};
 use serde::Deserialize;
 use serde_json::json;
@@ -66,6 +66,8 @@ pub struct Deps {
     pub jobs: Arc<dyn Jobs>,
     /// The job state machine's executions, which a cancellation stops.
     pub executions: Arc<dyn JobExecutions>,
+    /// What time it is: a cancellation's `requested_at`.
+    pub clock: Arc<dyn Clock>,
 }
 
 impl Deps {
@@ -80,6 +82,7 @@ impl Deps {
                 aws_sdk_sfn::Client::new(sdk),
                 config.state_machine_arn.clone(),
             )),
+            clock: Arc::new(SystemClock),
         }
     }
 }
@@ -129,8 +132,11 @@ async fn cancel(deps: &Deps, request: &Request) -> Result<Response<Body>, Proble
     if job.status.is_terminal() {
         return Err(wrong_status(job.status, format!("The job is already {}.", job.status)));
     }
-    let cancellation =
-        Cancellation { requested_at: Timestamp::now(), requested_by: owner, reason: body.reason };
+    let cancellation = Cancellation {
+        requested_at: Timestamp::from(deps.clock.now()),
+        requested_by: owner,
+        reason: body.reason,
+    };
     let job = match deps.jobs.cancel(&job_id, &cancellation).await {
         Ok(CancelOutcome::Cancelled(job)) => {
             if job.transitions.iter().any(|t| t.state == JobStatus::Queued) {

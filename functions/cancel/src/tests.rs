@@ -7,19 +7,22 @@ use longhaul_aws::ports::{JobCreation, JobTransitions};
 use longhaul_domain::{JobId, Owner, Timestamp};
 use longhaul_memory::api::{ApiRequest, json_of};
 use longhaul_memory::contract::pending_job;
-use longhaul_memory::{MemoryExecutions, MemoryJobStore, owner};
+use longhaul_memory::{ManualClock, MemoryExecutions, MemoryJobStore, owner};
 
 struct World {
     jobs: Arc<MemoryJobStore>,
     executions: Arc<MemoryExecutions>,
+    /// The handler's clock: standing still at the time the world was made.
+    clock: Arc<ManualClock>,
     deps: Deps,
 }
 
 fn world() -> World {
     let jobs = Arc::new(MemoryJobStore::new());
     let executions = Arc::new(MemoryExecutions::new());
-    let deps = Deps { jobs: jobs.clone(), executions: executions.clone() };
-    World { jobs, executions, deps }
+    let clock = Arc::new(ManualClock::new());
+    let deps = Deps { jobs: jobs.clone(), executions: executions.clone(), clock: clock.clone() };
+    World { jobs, executions, clock, deps }
 }
 
 impl World {
@@ -82,6 +85,24 @@ async fn a_pending_job_is_cancelled_at_once_with_who_and_why() {
     assert_eq!(job.status, JobStatus::Cancelled);
     assert!(job.transitions.last().unwrap().reason.contains("changed my mind"));
     assert!(w.executions.started().is_empty(), "a job never queued has no execution to stop");
+}
+
+#[tokio::test]
+async fn a_request_is_stamped_with_the_clocks_time() {
+    let w = world();
+    let pending = w.job(&owner("alice"), JobStatus::Pending).await;
+    let running = w.job(&owner("alice"), JobStatus::Running).await;
+    w.jobs.put_progress(&running, ProgressRecord { lease: "lease-1".into(), ..Default::default() });
+    // A time the machine's clock is not at: the handler reads the clock it is given.
+    let at: Timestamp = "2031-02-03T04:05:06.789Z".parse().unwrap();
+    w.clock.set(at.as_datetime());
+    for id in [&pending, &running] {
+        let response = w.cancel("alice", id, None).await;
+        assert_eq!(response.status(), 202);
+        assert_eq!(json_of(&response)["cancellation"]["requested_at"], at.to_string(), "{id}");
+        let job = w.jobs.job(id).await.unwrap().unwrap();
+        assert_eq!(job.cancellation.unwrap().requested_at, at, "{id}");
+    }
 }
 
 #[tokio::test]

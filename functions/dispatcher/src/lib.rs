@@ -27,7 +27,8 @@ use longhaul_aws::executions::{Executions, StartOutcome, execution_name};
 use longhaul_aws::jobs::{JobRecord, JobStore, StoreError, TransitionRequest};
 use longhaul_aws::logs;
 use longhaul_aws::ports::{
-    DispatchQueue, JobDispatchMarks, JobExecutions, JobReads, JobTransitions, SlotPools,
+    Clock, DispatchQueue, JobDispatchMarks, JobExecutions, JobReads, JobTransitions, SlotPools,
+    SystemClock,
 };
 use longhaul_aws::queue::DispatchMessage;
 use longhaul_aws::slots::{Admitter, Pool, pools_of};
@@ -83,6 +84,9 @@ pub struct Deps {
     pub slots: Arc<dyn SlotPools>,
     /// The intake queue, to delay an early message again.
     pub intake: Arc<dyn DispatchQueue>,
+    /// What time it is: whether a job's `not_before` or `retry_at` has come, and since when
+    /// a job waits for a slot.
+    pub clock: Arc<dyn Clock>,
     /// The configuration.
     pub config: Config,
 }
@@ -105,6 +109,7 @@ impl Deps {
             )),
             intake: Arc::new(admitter.intake.clone()),
             slots: Arc::new(admitter),
+            clock: Arc::new(SystemClock),
             config: config.clone(),
         }
     }
@@ -160,7 +165,7 @@ async fn dispatch_record(deps: &Deps, record: &SqsMessage) -> Result<(), Dispatc
 /// idempotent. A job whose tenant or kind is at its limit waits instead (see
 /// [`take_slot`]). Records the job's attempt and principal in the current `job` span.
 pub async fn dispatch(deps: &Deps, job_id: &JobId) -> Result<(), DispatchError> {
-    let now = chrono::Utc::now();
+    let now = deps.clock.now();
     let Some(job) = deps.jobs.job(job_id).await? else {
         tracing::error!("dispatch message for a job that does not exist; dropping it");
         return Ok(());

@@ -15,7 +15,7 @@ use longhaul_domain::admission::{WaitReason, waiting_sort_key};
 use longhaul_domain::policy::JobPolicy;
 use longhaul_memory::contract::pending_job;
 use longhaul_memory::{
-    MemoryDispatchQueue, MemoryExecutions, MemoryJobStore, MemorySlotPools, owner,
+    ManualClock, MemoryDispatchQueue, MemoryExecutions, MemoryJobStore, MemorySlotPools, owner,
 };
 use serde_json::json;
 
@@ -125,6 +125,8 @@ struct World {
     executions: Arc<MemoryExecutions>,
     slots: Arc<MemorySlotPools>,
     queue: Arc<MemoryDispatchQueue>,
+    /// The handler's clock: standing still at the time the world was made.
+    clock: Arc<ManualClock>,
     deps: Deps,
 }
 
@@ -135,14 +137,16 @@ fn world(tenant_max_running: u32) -> World {
     let executions = Arc::new(MemoryExecutions::new());
     let queue = Arc::new(MemoryDispatchQueue::new());
     let slots = Arc::new(MemorySlotPools::new(queue.clone()));
+    let clock = Arc::new(ManualClock::new());
     let deps = Deps {
         jobs: racing.clone(),
         executions: executions.clone(),
         slots: slots.clone(),
         intake: queue.clone(),
+        clock: clock.clone(),
         config: config(tenant_max_running),
     };
-    World { jobs, racing, executions, slots, queue, deps }
+    World { jobs, racing, executions, slots, queue, clock, deps }
 }
 
 fn message(id: &str, body: &str) -> SqsMessage {
@@ -175,6 +179,19 @@ impl World {
 
     async fn job(&self, owner: &Owner) -> JobRecord {
         self.job_with(owner, |_| {}).await
+    }
+
+    /// A job of alice's queued for its next attempt (execution `attempt-2`), waiting out a
+    /// backoff that ends `ahead` of the clock's now.
+    fn backing_off(&self, ahead: chrono::Duration) -> JobRecord {
+        let job = JobRecord {
+            status: JobStatus::Queued,
+            retry_at: Some(Timestamp::from(self.clock.now() + ahead)),
+            execution: Some("attempt-2".into()),
+            ..pending_job(&owner("alice"), Timestamp::now())
+        };
+        self.jobs.put_record(job.clone());
+        job
     }
 
     /// Delivers one batch; answers the ids of the messages SQS is to retry.
@@ -405,7 +422,7 @@ async fn a_duplicate_that_finds_the_job_running_keeps_its_slots_and_starts_nothi
 #[tokio::test]
 async fn a_message_before_its_jobs_start_is_sent_again_with_the_remaining_delay() {
     let w = world(50);
-    let start = Timestamp::from(chrono::Utc::now() + chrono::Duration::seconds(120));
+    let start = Timestamp::from(w.clock.now() + chrono::Duration::seconds(120));
     let delayed = w.job_with(&owner("alice"), |job| job.not_before = Some(start)).await;
     assert!(w.dispatch(&[&delayed]).await.is_empty());
     let sent = w.queue.sent();
@@ -417,14 +434,7 @@ async fn a_message_before_its_jobs_start_is_sent_again_with_the_remaining_delay(
     assert!(w.holders(&tenant("alice")).await.is_empty(), "no slot held while it waits");
 
     // A queued job waiting out its backoff likewise.
-    let retry_at = Timestamp::from(chrono::Utc::now() + chrono::Duration::seconds(60));
-    let backing_off = pending_job(&owner("alice"), Timestamp::now());
-    w.jobs.put_record(JobRecord {
-        status: JobStatus::Queued,
-        retry_at: Some(retry_at),
-        execution: Some("attempt-2".into()),
-        ..backing_off.clone()
-    });
+    let backing_off = w.backing_off(chrono::Duration::seconds(60));
     assert!(w.dispatch(&[&backing_off]).await.is_empty());
     let sent = w.queue.sent();
     assert_eq!(sent.len(), 2);
@@ -433,10 +443,38 @@ async fn a_message_before_its_jobs_start_is_sent_again_with_the_remaining_delay(
 }
 
 #[tokio::test]
+async fn a_delayed_or_backing_off_job_starts_once_the_clock_passes_its_start() {
+    let w = world(50);
+    // A start an hour ahead of the clock, which the machine's own clock does not reach while
+    // the test runs: only the handler's clock, moved by the test, lets the job start.
+    let start = Timestamp::from(w.clock.now() + chrono::Duration::hours(1));
+    let delayed = w.job_with(&owner("alice"), |job| job.not_before = Some(start)).await;
+    w.clock.set(start.as_datetime() - chrono::Duration::seconds(30));
+    assert!(w.dispatch(&[&delayed]).await.is_empty());
+    assert_eq!(w.queue.sent()[0].1, 30, "sent again with the delay left by the clock");
+    assert_eq!(w.record(&delayed).await.status, JobStatus::Pending);
+    assert!(w.started().is_empty());
+    w.clock.set(start.as_datetime());
+    assert!(w.dispatch(&[&delayed]).await.is_empty());
+    assert_eq!(w.record(&delayed).await.status, JobStatus::Queued);
+    assert_eq!(w.started(), [execution_name(&delayed.job_id, 1)]);
+    assert_eq!(w.queue.sent().len(), 1, "no second delay");
+
+    // A queued job waiting out its backoff starts its next attempt at the clock's `retry_at`.
+    let backing_off = w.backing_off(chrono::Duration::hours(1));
+    assert!(w.dispatch(&[&backing_off]).await.is_empty());
+    assert_eq!(w.queue.sent()[1].1, 900, "SQS's longest delay, then again");
+    assert_eq!(w.started().len(), 1);
+    w.clock.advance(std::time::Duration::from_secs(3600));
+    assert!(w.dispatch(&[&backing_off]).await.is_empty());
+    assert_eq!(w.started()[1], "attempt-2");
+}
+
+#[tokio::test]
 async fn a_queued_job_is_started_again_under_its_own_execution_name() {
     let w = world(50);
     let job = pending_job(&owner("alice"), Timestamp::now());
-    let past = Timestamp::from(chrono::Utc::now() - chrono::Duration::seconds(1));
+    let past = Timestamp::from(w.clock.now() - chrono::Duration::seconds(1));
     w.jobs.put_record(JobRecord {
         status: JobStatus::Queued,
         execution: Some("job-2".into()),
@@ -504,7 +542,7 @@ async fn a_failed_start_is_retried_and_starts_the_job_once() {
 #[tokio::test]
 async fn a_delay_the_queue_refuses_is_retried() {
     let w = world(50);
-    let start = Timestamp::from(chrono::Utc::now() + chrono::Duration::seconds(120));
+    let start = Timestamp::from(w.clock.now() + chrono::Duration::seconds(120));
     let delayed = w.job_with(&owner("alice"), |job| job.not_before = Some(start)).await;
     w.queue.set_unavailable(true);
     assert_eq!(w.dispatch(&[&delayed]).await, [format!("m-{}", delayed.job_id)]);

@@ -42,7 +42,7 @@ use longhaul_aws::config::{ConfigError, Vars};
 use longhaul_aws::jobs::{JobStore, JobView, ProgressRecord};
 use longhaul_aws::limits::{SlotError, StreamLease, StreamSlots};
 use longhaul_aws::logs;
-use longhaul_aws::ports::{JobReads, SigningKey, StreamCaps};
+use longhaul_aws::ports::{Clock, JobReads, SigningKey, StreamCaps, SystemClock};
 use longhaul_aws::secrets::SecretKey;
 use longhaul_domain::progress::ProgressView;
 use longhaul_domain::{JobId, JobStatus, stream_token};
@@ -124,6 +124,9 @@ pub struct Deps {
     pub slots: Arc<dyn StreamCaps>,
     /// The key stream tokens are signed with.
     pub token_key: Arc<dyn SigningKey>,
+    /// What time it is: whether a token has expired, when a stream's slot lease does, and
+    /// what a stream's time limit and keepalives are measured by.
+    pub clock: Arc<dyn Clock>,
     /// Settings.
     pub config: Config,
 }
@@ -145,6 +148,7 @@ impl Deps {
                 aws_sdk_secretsmanager::Client::new(sdk),
                 config.token_secret_arn.clone(),
             )),
+            clock: Arc::new(SystemClock),
             config: config.clone(),
         }
     }
@@ -206,7 +210,7 @@ async fn open(deps: &Deps, request: &Request) -> Result<(JobView, u64, StreamLea
         key.expose_secret().as_bytes(),
         token,
         &job_id,
-        chrono::Utc::now().timestamp(),
+        deps.clock.now().timestamp(),
     )
     .map_err(|err| {
         tracing::info!(reason = %err, "stream token refused");
@@ -222,7 +226,7 @@ async fn open(deps: &Deps, request: &Request) -> Result<(JobView, u64, StreamLea
     let view = view.filter(|v| v.job.owner == grant.owner).ok_or_else(Problem::not_found)?;
     logs::current_job(&view.job);
     let expiry =
-        chrono::Utc::now().timestamp() + (deps.config.max_duration + LEASE_MARGIN).as_secs() as i64;
+        deps.clock.now().timestamp() + (deps.config.max_duration + LEASE_MARGIN).as_secs() as i64;
     let lease = deps.slots.acquire(&grant.owner, &job_id, expiry).await.map_err(|err| match err {
         SlotError::Full { scope, full } => {
             tracing::info!(scope, open = full.open, cap = full.cap, "stream refused: too many open");
@@ -354,15 +358,16 @@ fn stream(
     span: tracing::Span,
     slot: Slot,
 ) -> impl Stream<Item = Bytes> + Send + 'static {
+    let started = deps.clock.instant();
     let state = State {
-        ends_at: Instant::now() + deps.config.max_duration,
+        ends_at: started + deps.config.max_duration,
         deps,
         job_id,
         attempt,
         span,
         slot,
         last_id: after,
-        last_sent: Instant::now(),
+        last_sent: started,
         done: false,
         first: true,
         complete_sent: false,
@@ -394,7 +399,7 @@ async fn poll(mut st: State) -> Option<(Bytes, State)> {
         return Some((Bytes::from_static(b"retry: 1000\n\n"), st));
     }
     loop {
-        if Instant::now() >= st.ends_at {
+        if st.deps.clock.instant() >= st.ends_at {
             st.done = true;
             tracing::info!(
                 last_event_id = st.last_id,
@@ -459,14 +464,16 @@ async fn poll(mut st: State) -> Option<(Bytes, State)> {
         }
         if let Some(progress) = view.progress.as_ref().filter(|p| p.seq > st.last_id) {
             st.last_id = progress.seq;
-            st.last_sent = Instant::now();
+            st.last_sent = st.deps.clock.instant();
             let shown = progress.recorded().for_status(view.job.status);
             // A write that already says what the end will: no second event at the end.
             st.complete_sent = shown.is_ended();
             return Some((event(progress.seq, "progress", &progress_data(&view, shown)), st));
         }
-        if st.last_sent.elapsed() >= st.deps.config.keepalive {
-            st.last_sent = Instant::now();
+        if st.deps.clock.instant().saturating_duration_since(st.last_sent)
+            >= st.deps.config.keepalive
+        {
+            st.last_sent = st.deps.clock.instant();
             return Some((Bytes::from_static(b": keepalive\n\n"), st));
         }
         tokio::time::sleep(st.deps.config.poll).await;

@@ -16,7 +16,7 @@ use longhaul_aws::ports::Warm;
 use longhaul_domain::{JobError, Owner, Timestamp};
 use longhaul_memory::api::ApiRequest;
 use longhaul_memory::contract::pending_job;
-use longhaul_memory::{MemoryJobStore, MemorySigningKey, MemoryStreamSlots, owner};
+use longhaul_memory::{ManualClock, MemoryJobStore, MemorySigningKey, MemoryStreamSlots, owner};
 use secrecy::SecretString;
 use serde_json::Value;
 
@@ -142,10 +142,19 @@ fn config() -> Config {
 struct World {
     table: Arc<Table>,
     slots: Arc<MemoryStreamSlots>,
+    /// The handler's clock.
+    clock: Arc<ManualClock>,
     deps: Arc<Deps>,
 }
 
+/// A world whose clock moves on a millisecond at each reading, as time passes while a stream
+/// polls (a keepalive or time limit of a few milliseconds comes after a few polls).
 fn world_with(config: Config) -> World {
+    world_on(config, ManualClock::new().stepping(Duration::from_millis(1)))
+}
+
+fn world_on(config: Config, clock: ManualClock) -> World {
+    let clock = Arc::new(clock);
     let table = Arc::new(Table::default());
     let slots = Arc::new(MemoryStreamSlots::new(
         config.max_streams_per_job,
@@ -156,9 +165,10 @@ fn world_with(config: Config) -> World {
         jobs: table.clone(),
         slots: slots.clone(),
         token_key: Arc::new(MemorySigningKey::new(KEY)),
+        clock: clock.clone(),
         config,
     });
-    World { table, slots, deps }
+    World { table, slots, clock, deps }
 }
 
 fn world() -> World {
@@ -467,6 +477,26 @@ async fn a_missing_forged_expired_or_other_jobs_token_is_401_before_any_read() {
 }
 
 #[tokio::test]
+async fn a_token_is_refused_once_the_clock_passes_its_expiry() {
+    // A time the machine's clock is not at: the handler reads the clock it is given.
+    let issued: Timestamp = "2031-02-03T04:05:06Z".parse().unwrap();
+    let w = world_on(config(), ManualClock::at(issued.as_datetime()));
+    let job = w.running(&owner(ALICE));
+    let expires = issued.as_datetime().timestamp() + 600;
+    let token = stream_token::issue(KEY.as_bytes(), &job.job_id, &owner(ALICE), expires);
+    let path = events_path(&job.job_id);
+    w.clock.advance(Duration::from_secs(600));
+    let response = handle(w.deps.clone(), get(&path, Some(&token), None)).await;
+    assert_eq!(response.status(), 200, "valid up to its expiry");
+    drop(response);
+    w.clock.advance(Duration::from_secs(1));
+    let (status, _, body) =
+        problem(handle(w.deps.clone(), get(&path, Some(&token), None)).await).await;
+    assert_eq!(status, 401);
+    assert!(body["detail"].as_str().unwrap().contains("expired"), "{body}");
+}
+
+#[tokio::test]
 async fn paths_that_name_no_job_stream_are_404_before_any_read() {
     let w = world();
     let job = w.running(&owner(ALICE));
@@ -611,6 +641,29 @@ async fn a_stream_ends_at_its_time_limit_for_the_client_to_reconnect() {
     );
     sse.end().await;
     assert_eq!(w.open_streams(&job), 0, "its slot went back");
+}
+
+#[tokio::test]
+async fn keepalives_and_the_time_limit_follow_the_clock() {
+    let config = Config {
+        keepalive: Duration::from_secs(60),
+        max_duration: Duration::from_secs(300),
+        ..config()
+    };
+    let w = world_on(config, ManualClock::new());
+    let job = w.running(&owner(ALICE));
+    w.progress(&job, 1, 1);
+    let mut sse = w.stream(&job, None).await;
+    assert_eq!(sse.event().await.id, 1);
+    // Neither comes while the clock stands still, however long the test's machine takes.
+    w.clock.advance(Duration::from_secs(60));
+    assert_eq!(sse.chunk().await.as_deref(), Some(": keepalive\n\n"));
+    w.clock.advance(Duration::from_secs(240));
+    assert_eq!(
+        sse.chunk().await.as_deref(),
+        Some(": reconnect with Last-Event-ID to continue\n\n")
+    );
+    sse.end().await;
 }
 
 #[tokio::test]

@@ -15,7 +15,7 @@ pub async fn run() -> Result<(), Error> {
     // latency of a caller waiting on the first event, and no one waits on a scheduled run.
     let deps = &deps;
     lambda_runtime::run(service_fn(move |_event: LambdaEvent<serde_json::Value>| async move {
-        crate::handle(deps, chrono::Utc::now()).await
+        crate::handle(deps, deps.clock.now()).await
     }))
     .await
 }

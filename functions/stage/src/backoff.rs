@@ -8,7 +8,6 @@
 
 use std::time::Duration;
 
-use chrono::Utc;
 use longhaul_aws::executions::execution_name;
 use longhaul_aws::jobs::{JobRecord, StoreError, TransitionRequest};
 use longhaul_aws::metrics::{self, Metric};
@@ -59,7 +58,7 @@ pub async fn schedule_retry(
     }
     let next_dispatch = job.dispatches.max(1) + 1;
     let next = execution_name(&job.job_id, next_dispatch);
-    let now = Utc::now();
+    let now = deps.clock.now();
     let delay =
         backoff_of(deps.retry_delay, &job.policy_or_default()).delay(lease.attempt, random_unit());
     let retry_at = Timestamp::from(now + chrono::Duration::from_std(delay).unwrap_or_default());
@@ -113,7 +112,7 @@ pub async fn schedule_retry(
 /// Sends the job's dispatch message, delayed until `retry_at` (or SQS's most, 15 minutes: the
 /// dispatcher delays an early message again).
 async fn enqueue(deps: &Deps, job: &JobRecord, retry_at: Timestamp) -> Result<(), StageError> {
-    let delay = schedule::sqs_delay(retry_at.as_datetime(), Utc::now());
+    let delay = schedule::sqs_delay(retry_at.as_datetime(), deps.clock.now());
     let message = DispatchMessage { job_id: job.job_id.clone() };
     deps.intake.send_delayed(&message, delay, &job.owner).await.map_err(StageError::from)
 }

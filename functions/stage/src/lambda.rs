@@ -20,7 +20,7 @@ pub async fn run() -> Result<(), Error> {
     .await;
     let deps = &deps;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<StageInput>| async move {
-        let deadline = crate::deadline_from_epoch_ms(event.context.deadline);
+        let deadline = crate::deadline_from_epoch_ms(&*deps.clock, event.context.deadline);
         let input = event.payload.with_worker_default(&event.context.invoked_function_arn);
         crate::handle(deps, input, deadline).await
     }))

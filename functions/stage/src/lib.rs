@@ -24,7 +24,7 @@
 pub mod lambda;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use longhaul_aws::config::{ConfigError, ResultTtl, Vars};
 use longhaul_aws::executions::Executions;
@@ -33,7 +33,8 @@ use longhaul_aws::logs;
 use longhaul_aws::metrics;
 use longhaul_aws::objects::{ObjectStore, result_key};
 use longhaul_aws::ports::{
-    DispatchQueue, JobAttempts, JobExecutions, JobReads, JobTransitions, MultipartUploads, Objects,
+    Clock, DispatchQueue, JobAttempts, JobExecutions, JobReads, JobTransitions, MultipartUploads,
+    Objects, SystemClock,
 };
 use longhaul_aws::queue::IntakeQueue;
 use longhaul_domain::{Cancellation, JobId, JobStatus};
@@ -172,6 +173,10 @@ pub struct Deps {
     pub retry_delay: Option<Duration>,
     /// The deployment's override of every job's attempt budget.
     pub max_attempts: Option<u32>,
+    /// What time it is: what the deadline, the progress, heartbeat and checkpoint cadence are
+    /// measured by, and what a backoff's `retry_at`, a result's expiry and the stamps of
+    /// progress and checkpoints count from.
+    pub clock: Arc<dyn Clock>,
 }
 
 impl Deps {
@@ -204,15 +209,16 @@ impl Deps {
             )),
             retry_delay: config.retry_delay,
             max_attempts: config.max_attempts,
+            clock: Arc::new(SystemClock),
         }
     }
 }
 
-/// The Lambda deadline (epoch milliseconds) as an `Instant`.
-pub fn deadline_from_epoch_ms(deadline_ms: u64) -> Instant {
-    let now_ms =
-        SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_millis() as u64;
-    Instant::now() + Duration::from_millis(deadline_ms.saturating_sub(now_ms))
+/// The Lambda deadline (epoch milliseconds) as an instant of `clock`'s, the one the handler
+/// measures its time budget by.
+pub fn deadline_from_epoch_ms(clock: &dyn Clock, deadline_ms: u64) -> Instant {
+    let now_ms = u64::try_from(clock.now().timestamp_millis()).unwrap_or_default();
+    clock.instant() + Duration::from_millis(deadline_ms.saturating_sub(now_ms))
 }
 
 /// Handles one task invocation; `deadline` is when Lambda would stop the invocation.

@@ -16,7 +16,7 @@ use longhaul_domain::{Cancellation, Timestamp};
 use longhaul_job_demo::{Demo, DemoResult};
 use longhaul_memory::contract::pending_job;
 use longhaul_memory::{
-    MemoryDispatchQueue, MemoryExecutions, MemoryJobStore, MemoryObjects, owner,
+    ManualClock, MemoryDispatchQueue, MemoryExecutions, MemoryJobStore, MemoryObjects, owner,
 };
 use longhaul_worker::{Checkpoint, JobKind, KindError, PublicMessage, StageContext, StageOutcome};
 use serde::{Deserialize, Serialize};
@@ -148,6 +148,9 @@ struct World {
     executions: Arc<MemoryExecutions>,
     intake: Arc<MemoryDispatchQueue>,
     hook: Hook,
+    /// The handler's clock: standing still at the time the world was made, unless a test
+    /// moves it.
+    clock: Arc<ManualClock>,
     deps: Deps,
 }
 
@@ -160,6 +163,7 @@ fn world_with(configure: impl FnOnce(&mut Deps)) -> World {
     let objects = Arc::new(MemoryObjects::new());
     let executions = Arc::new(MemoryExecutions::new());
     let intake = Arc::new(MemoryDispatchQueue::new());
+    let clock = Arc::new(ManualClock::new());
     let hook: Hook = Arc::default();
     let registry = Registry::builder()
         .kind(Demo)
@@ -183,9 +187,10 @@ fn world_with(configure: impl FnOnce(&mut Deps)) -> World {
         intake: intake.clone(),
         retry_delay: Some(Duration::from_secs(60)),
         max_attempts: None,
+        clock: clock.clone(),
     };
     configure(&mut deps);
-    World { jobs, objects, executions, intake, hook, deps }
+    World { jobs, objects, executions, intake, hook, clock, deps }
 }
 
 impl World {
@@ -495,7 +500,7 @@ async fn a_retryable_failure_backs_off_to_the_next_attempt_which_resumes() {
     assert_eq!(err.name(), "Job.Retryable");
     let token = lease_of(&state).lease.token;
 
-    let before = Timestamp::now();
+    let before = Timestamp::from(w.clock.now());
     let out = w.record_failure(&id, &id, state.clone(), err).await.expect("recorded");
     assert_eq!(out["next"], "retry");
     let job = w.job(&id).await;
@@ -545,6 +550,83 @@ async fn a_retryable_failure_backs_off_to_the_next_attempt_which_resumes() {
     let body = w.object(&format!("results/{id}/2/result.json")).await.expect("attempt 2's");
     let result: Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(result["starts"], json!([0, 1, 1]), "it resumed where attempt 1 checkpointed");
+}
+
+#[tokio::test]
+async fn a_backoffs_retry_at_counts_from_the_clock() {
+    let w = world();
+    // A time the machine's clock is not at: the handler reads the clock it is given (and the
+    // deadline is an instant of that clock's, an hour after it).
+    let now: Timestamp = "2031-02-03T04:05:06.789Z".parse().unwrap();
+    w.clock.set(now.as_datetime());
+    let params = json!({"items": 3, "fail_at": 1, "fail": "retryable"});
+    let id = w.queued("script", params).await;
+    let err = w.first_run(&id, w.clock.instant() + Duration::from_secs(3_600)).await.unwrap_err();
+    let out = w.record_failure(&id, &id, json!({"job_id": id}), err).await.expect("recorded");
+    assert_eq!(out["next"], "retry");
+    let retry_at = w.job(&id).await.retry_at.expect("when the next attempt starts");
+    assert!(now <= retry_at && retry_at.since(now) <= Duration::from_secs(60), "{retry_at}");
+    let (_, delay, _) = &w.intake.sent()[0];
+    assert_eq!(
+        *delay,
+        longhaul_domain::schedule::sqs_delay(retry_at.as_datetime(), now.as_datetime()),
+        "delayed until retry_at, by the clock"
+    );
+}
+
+#[tokio::test]
+async fn a_results_expiry_and_the_progress_stamps_count_from_the_clock() {
+    let w = world();
+    let now: Timestamp = "2031-02-03T04:05:06.789Z".parse().unwrap();
+    w.clock.set(now.as_datetime());
+    let id = w.queued("demo", json!({"items": 3})).await;
+    let out = w.first_run(&id, w.clock.instant() + Duration::from_secs(3_600)).await.unwrap();
+    assert_eq!(out["run"]["next"], "done");
+    let (bucket, expires) = w.jobs.index_entry(&id).expect("indexed at its result's expiry");
+    assert!(bucket.starts_with("succeeded#"), "{bucket}");
+    let ttl = chrono::Duration::from_std(ResultTtl::DEFAULT).unwrap();
+    assert_eq!(expires, longhaul_domain::format_rfc3339(now.as_datetime() + ttl));
+    let progress = w.progress(&id);
+    assert_eq!((progress.heartbeat_at, progress.updated_at), (now, now));
+}
+
+#[tokio::test]
+async fn the_deadline_and_the_progress_heartbeat_and_checkpoint_cadence_follow_the_clock() {
+    let w = world_with(|deps| {
+        deps.progress_interval = Duration::from_secs(2);
+        deps.heartbeat_interval = Duration::from_secs(30);
+        deps.checkpoint_interval = Some(Duration::from_secs(60));
+    });
+    let id = w.queued("script", json!({"items": 10})).await;
+    let (lease, job) = w.deps.jobs.claim(&id, id.as_str()).await.unwrap();
+    let run = crate::engine::KindRun {
+        inputs: Vec::new(),
+        cadence: longhaul_worker::Cadence { items: 1_000, interval: Duration::from_secs(60) },
+        weights: &[],
+    };
+    // The Lambda deadline 90 s after the clock's now: with the 30 s margin, the stage is to
+    // stop 60 s in.
+    let deadline = w.clock.instant() + Duration::from_secs(90);
+    let progress = w.progress(&id);
+    let mut ctx =
+        crate::engine::Ctx::new(&w.deps, &job, &lease, &["count"], &progress, deadline, &run);
+    let seq = progress.seq;
+    ctx.progress(1, Some(10)).await.unwrap();
+    assert_eq!(w.progress(&id).seq, seq, "no write within the progress interval");
+    w.clock.advance(Duration::from_secs(2));
+    ctx.progress(2, Some(10)).await.unwrap();
+    let written = w.progress(&id);
+    assert_eq!((written.seq, written.items_done), (seq + 1, 2), "written once it passed");
+    assert_eq!(written.heartbeat_at, Timestamp::from(w.clock.now()));
+    ctx.heartbeat(2, Some(10)).await.unwrap();
+    assert_eq!(w.progress(&id).seq, seq + 1, "no heartbeat right after a write");
+    w.clock.advance(Duration::from_secs(30));
+    ctx.heartbeat(2, Some(10)).await.unwrap();
+    assert_eq!(w.progress(&id).seq, seq + 2, "a heartbeat once the interval passed");
+    assert!(!ctx.checkpoint_due(2) && !ctx.deadline_near(), "32 s in");
+    w.clock.advance(Duration::from_secs(28));
+    assert!(ctx.checkpoint_due(2), "60 s since the last checkpoint");
+    assert!(ctx.deadline_near(), "within the margin of the deadline");
 }
 
 #[tokio::test]

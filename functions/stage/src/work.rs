@@ -77,7 +77,7 @@ async fn complete(
         .map(Duration::from_secs)
         .unwrap_or_else(|| deps.result_ttl.default_ttl());
     let expires =
-        chrono::Utc::now() + chrono::Duration::from_std(ttl).unwrap_or(chrono::Duration::days(7));
+        deps.clock.now() + chrono::Duration::from_std(ttl).unwrap_or(chrono::Duration::days(7));
     let request = TransitionRequest::new(
         job_id,
         &[JobStatus::Running],

@@ -24,7 +24,9 @@ use longhaul_aws::config::{ConfigError, Vars};
 use longhaul_aws::jobs::{JobEntry, JobStore, JobView, ListError, ListFilter, ProgressRecord};
 use longhaul_aws::logs;
 use longhaul_aws::objects::ObjectStore;
-use longhaul_aws::ports::{DeliveryLog, JobListing, JobReads, ObjectLinks, SigningKey};
+use longhaul_aws::ports::{
+    Clock, DeliveryLog, JobListing, JobReads, ObjectLinks, SigningKey, SystemClock,
+};
 use longhaul_aws::secrets::SecretKey;
 use longhaul_domain::progress::ProgressView;
 use longhaul_domain::{JobStatus, stream_token};
@@ -134,6 +136,8 @@ pub struct Deps {
     pub stream_token_ttl_seconds: i64,
     /// The enabled job kinds (`GET /job-types`).
     pub registry: Registry,
+    /// What time it is: when a stream link handed out expires.
+    pub clock: Arc<dyn Clock>,
 }
 
 impl Deps {
@@ -152,6 +156,7 @@ impl Deps {
             )),
             stream_token_ttl_seconds: config.stream_token_ttl_seconds,
             registry: longhaul_jobs::registry().enabled(&config.enabled_job_types),
+            clock: Arc::new(SystemClock),
         }
     }
 }
@@ -176,6 +181,7 @@ impl std::fmt::Debug for Deps {
             .field("events_url", &self.events_url)
             .field("stream_token_key", &self.stream_token_key)
             .field("registry", &self.registry)
+            .field("clock", &self.clock)
             .finish()
     }
 }
@@ -255,7 +261,7 @@ async fn get_job(deps: &Deps, request: &Request) -> Result<Response<Body>, Probl
     if !view.job.status.is_terminal() {
         // A job-scoped link to the live stream, valid for 15 minutes (EventSource cannot send
         // an Authorization header). Terminal jobs have nothing to stream and stay cacheable.
-        let expires = chrono::Utc::now().timestamp() + deps.stream_token_ttl_seconds;
+        let expires = deps.clock.now().timestamp() + deps.stream_token_ttl_seconds;
         let key = deps.stream_token_key.get().await.map_err(|err| {
             tracing::error!(error = %err, "reading the stream token key failed");
             Problem::internal()

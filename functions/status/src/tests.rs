@@ -11,7 +11,9 @@ use longhaul_domain::webhooks::DeliveryOutcome;
 use longhaul_domain::{Cancellation, JobError, JobId, Owner, Timestamp};
 use longhaul_memory::api::{ApiRequest, json_of};
 use longhaul_memory::contract::pending_job;
-use longhaul_memory::{MemoryJobStore, MemoryObjects, MemorySigningKey, nth_job, owner};
+use longhaul_memory::{
+    ManualClock, MemoryJobStore, MemoryObjects, MemorySigningKey, nth_job, owner,
+};
 use secrecy::SecretString;
 
 const KEY: &str = "stream-token-key";
@@ -20,12 +22,15 @@ const EVENTS: &str = "https://events.memory.invalid";
 struct World {
     jobs: Arc<MemoryJobStore>,
     objects: Arc<MemoryObjects>,
+    /// The handler's clock: standing still at the time the world was made.
+    clock: Arc<ManualClock>,
     deps: Deps,
 }
 
 fn world() -> World {
     let jobs = Arc::new(MemoryJobStore::new());
     let objects = Arc::new(MemoryObjects::new());
+    let clock = Arc::new(ManualClock::new());
     let deps = Deps {
         jobs: jobs.clone(),
         objects: objects.clone(),
@@ -33,8 +38,9 @@ fn world() -> World {
         stream_token_key: Arc::new(MemorySigningKey::new(KEY)),
         stream_token_ttl_seconds: STREAM_TOKEN_TTL_SECONDS,
         registry: longhaul_jobs::registry().enabled(&["demo".to_owned()]),
+        clock: clock.clone(),
     };
-    World { jobs, objects, deps }
+    World { jobs, objects, clock, deps }
 }
 
 fn at(seconds_ago: i64) -> Timestamp {
@@ -183,6 +189,25 @@ async fn the_stream_links_lifetime_is_configurable() {
     let now = chrono::Utc::now().timestamp();
     let grant = stream_token::verify(KEY.as_bytes(), &token, &id, now).unwrap();
     assert!(grant.expires <= now + 5);
+}
+
+#[tokio::test]
+async fn the_stream_link_expires_its_lifetime_after_the_clocks_time() {
+    let w = world();
+    let id = w.job(&owner("alice"), JobStatus::Running).await;
+    // A time the machine's clock is not at: the handler reads the clock it is given.
+    let issued: Timestamp = "2031-02-03T04:05:06Z".parse().unwrap();
+    w.clock.set(issued.as_datetime());
+    let view = json_of(&w.get("alice", &id).await);
+    let token = view["events_url"].as_str().unwrap().rsplit("token=").next().unwrap().to_owned();
+    let expires = issued.as_datetime().timestamp() + STREAM_TOKEN_TTL_SECONDS;
+    let grant = stream_token::verify(KEY.as_bytes(), &token, &id, expires).unwrap();
+    assert_eq!(grant.expires, expires);
+    assert_eq!(
+        stream_token::verify(KEY.as_bytes(), &token, &id, expires + 1),
+        Err(stream_token::TokenError::Expired),
+        "refused once the clock passes its expiry"
+    );
 }
 
 #[tokio::test]

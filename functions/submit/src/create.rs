@@ -89,7 +89,8 @@ pub(crate) async fn create(deps: &Deps, new: &NewJob<'_>) -> Result<Response<Bod
             job_id: job.job_id.clone(),
             fingerprint: new.fingerprint.to_owned(),
             created_at: job.created_at,
-            expires_at: chrono::Utc::now().timestamp() + deps.idempotency_ttl.as_secs() as i64,
+            expires_at: job.created_at.as_datetime().timestamp()
+                + deps.idempotency_ttl.as_secs() as i64,
         };
         let existing =
             match deps.jobs.claim_key(new.owner, new.key, &record, replacing.as_ref()).await {
@@ -110,7 +111,7 @@ pub(crate) async fn create(deps: &Deps, new: &NewJob<'_>) -> Result<Response<Bod
         }
         logs::record_job_id(&tracing::Span::current(), &existing.job_id);
         let found = deps.jobs.job(&existing.job_id).await.map_err(internal)?;
-        let claimed_recently = is_recent(existing.created_at);
+        let claimed_recently = is_recent(existing.created_at, deps.clock.now().into());
         match key_taken(new.key, found, claimed_recently) {
             KeyTaken::InFlight => return Err(in_flight()),
             KeyTaken::Replay(job) => {
@@ -257,8 +258,9 @@ fn in_flight() -> Problem {
     .header(header::RETRY_AFTER, "1")
 }
 
-fn is_recent(created_at: Timestamp) -> bool {
-    Timestamp::now().since(created_at) < IN_FLIGHT_WINDOW
+/// Whether a key claimed at `created_at` is still within [`IN_FLIGHT_WINDOW`] at `now`.
+fn is_recent(created_at: Timestamp, now: Timestamp) -> bool {
+    now.since(created_at) < IN_FLIGHT_WINDOW
 }
 
 #[cfg(test)]
@@ -292,13 +294,14 @@ mod tests {
     fn only_a_claim_without_its_job_is_in_flight_and_only_for_the_window() {
         assert_eq!(key_taken("order-42", None, true), KeyTaken::InFlight);
         assert_eq!(key_taken("order-42", None, false), KeyTaken::Abandoned);
-        let young = Timestamp::now();
-        assert!(is_recent(young));
-        let old: Timestamp = (chrono::Utc::now()
+        let now = Timestamp::now();
+        let young = now;
+        assert!(is_recent(young, now));
+        let old: Timestamp = (now.as_datetime()
             - chrono::Duration::from_std(IN_FLIGHT_WINDOW).unwrap()
             - chrono::Duration::seconds(1))
         .into();
-        assert!(!is_recent(old));
+        assert!(!is_recent(old, now));
     }
 
     #[test]

@@ -18,7 +18,7 @@ pub fn stored_policy(kind: &dyn DynKind, overrides: &PolicyOverrides) -> JobPoli
 }
 
 pub(crate) fn new_job(deps: &Deps, new: &NewJob<'_>, job_id: JobId) -> JobRecord {
-    let now = Timestamp::now();
+    let now = Timestamp::from(deps.clock.now());
     JobRecord {
         job_id,
         owner: new.owner.clone(),

@@ -314,6 +314,44 @@ async fn a_key_claimed_by_a_request_still_in_flight_is_409_and_one_left_behind_i
 }
 
 #[tokio::test]
+async fn a_job_and_its_key_are_stamped_with_the_clocks_time() {
+    let w = world();
+    // Not the machine's time: what the handler stamps is its clock's.
+    let now: Timestamp = "2031-02-03T04:05:06.789Z".parse().unwrap();
+    w.clock.set(now.as_datetime());
+    let id = w.submitted("alice", &demo(), Some("order-42")).await;
+    let job = w.record(&id).await;
+    assert_eq!((job.created_at, job.updated_at), (now, now));
+    assert_eq!(job.transitions[0].at, now, "submitted then");
+    let key = w.key(&owner("alice"), "order-42").await.unwrap();
+    assert_eq!(key.created_at, now);
+    assert_eq!(key.expires_at, now.as_datetime().timestamp() + 86_400, "a day after, by the clock");
+}
+
+#[tokio::test]
+async fn a_claim_is_in_flight_until_the_clock_passes_its_window() {
+    let w = world();
+    // A claim made at the clock's time, ahead of the machine's: only the handler's clock, moved
+    // by the test, takes it out of the window.
+    let claimed_at = w.clock.now() + chrono::Duration::hours(1);
+    w.clock.set(claimed_at);
+    let left = JobId::new();
+    let claim = IdempotencyRecord {
+        job_id: left.clone(),
+        fingerprint: submission_fingerprint("demo", &json!({"items": 1}), None),
+        created_at: Timestamp::from(claimed_at),
+        expires_at: claimed_at.timestamp() + 3600,
+    };
+    w.jobs.claim_key(&owner("alice"), "left", &claim, None).await.unwrap();
+    w.clock.advance(IN_FLIGHT_WINDOW - std::time::Duration::from_millis(1));
+    assert_eq!(w.post("alice", &demo(), Some("left")).await.status(), 409);
+    w.clock.advance(std::time::Duration::from_millis(1));
+    let response = w.post("alice", &demo(), Some("left")).await;
+    assert_eq!(response.status(), 202, "left behind: this request finishes it");
+    assert_eq!(json_of(&response)["job_id"], left.as_str());
+}
+
+#[tokio::test]
 async fn a_failed_or_cancelled_jobs_key_is_taken_by_a_new_job() {
     let w = world();
     for ended in [JobStatus::Failed, JobStatus::Cancelled] {

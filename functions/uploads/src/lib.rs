@@ -13,7 +13,7 @@ use lambda_http::{Body, Request, Response};
 use longhaul_aws::api::{Problem, json_body, json_response, principal};
 use longhaul_aws::config::{ConfigError, Vars};
 use longhaul_aws::objects::ObjectStore;
-use longhaul_aws::ports::UploadLinks;
+use longhaul_aws::ports::{Clock, SystemClock, UploadLinks};
 use longhaul_domain::uploads::{upload_key, validate_filename};
 use serde::Deserialize;
 use serde_json::json;
@@ -56,6 +56,8 @@ pub struct Deps {
     pub objects: Arc<dyn UploadLinks>,
     /// The largest file accepted.
     pub max_upload_bytes: u64,
+    /// What time it is: when a link handed out expires.
+    pub clock: Arc<dyn Clock>,
 }
 
 impl Deps {
@@ -67,6 +69,7 @@ impl Deps {
                 config.bucket.clone(),
             )),
             max_upload_bytes: config.max_upload_bytes,
+            clock: Arc::new(SystemClock),
         }
     }
 }
@@ -130,7 +133,7 @@ async fn create(deps: &Deps, request: &Request) -> Result<Response<Body>, Proble
             Problem::internal()
         })?;
     let expires_at =
-        chrono::Utc::now() + chrono::Duration::from_std(UPLOAD_URL_TTL).expect("15 minutes fits");
+        deps.clock.now() + chrono::Duration::from_std(UPLOAD_URL_TTL).expect("15 minutes fits");
     let mut headers = headers;
     headers.entry("content-type".into()).or_insert_with(|| content_type.to_string());
     // Every HTTP client sets Content-Length from the body itself (browsers refuse to be told);

@@ -4,19 +4,22 @@ use super::*;
 
 use longhaul_domain::uploads::{owner_prefix, owns_upload};
 use longhaul_memory::api::{ApiRequest, json_of};
-use longhaul_memory::{MemoryObjects, owner};
+use longhaul_memory::{ManualClock, MemoryObjects, owner};
 
 const MAX: u64 = 1_000;
 
 struct World {
     objects: Arc<MemoryObjects>,
+    /// The handler's clock: standing still at the time the world was made.
+    clock: Arc<ManualClock>,
     deps: Deps,
 }
 
 fn world() -> World {
     let objects = Arc::new(MemoryObjects::new());
-    let deps = Deps { objects: objects.clone(), max_upload_bytes: MAX };
-    World { objects, deps }
+    let clock = Arc::new(ManualClock::new());
+    let deps = Deps { objects: objects.clone(), max_upload_bytes: MAX, clock: clock.clone() };
+    World { objects, clock, deps }
 }
 
 impl World {
@@ -61,6 +64,17 @@ async fn a_valid_request_gets_a_put_link_under_the_callers_own_prefix() {
         "{lifetime}"
     );
     assert!(w.objects.keys().is_empty(), "presigning writes nothing");
+}
+
+#[tokio::test]
+async fn a_link_expires_its_lifetime_after_the_clocks_time() {
+    let w = world();
+    // A time the machine's clock is not at: the handler reads the clock it is given.
+    let at: longhaul_domain::Timestamp = "2031-02-03T04:05:06.789Z".parse().unwrap();
+    w.clock.set(at.as_datetime());
+    let response = w.upload("alice", csv(1)).await;
+    assert_eq!(response.status(), 201);
+    assert_eq!(json_of(&response)["expires_at"], "2031-02-03T04:20:06.789Z");
 }
 
 #[tokio::test]

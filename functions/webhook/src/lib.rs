@@ -31,9 +31,9 @@ use longhaul_aws::ports::{
     Clock, DeliveryLog, JobReads, SystemClock, WebhookDispatch, WebhookSecrets,
 };
 use longhaul_aws::queue::{WebhookMessage, WebhookQueue};
+use longhaul_domain::JobStatus;
 use longhaul_domain::callback::{CallbackPolicy, Host, check_address, parse_callback_url};
 use longhaul_domain::webhooks::{DeliveryOutcome, RetrySchedule, event_type, message_id, sign};
-use longhaul_domain::{JobStatus, Timestamp};
 use serde_json::json;
 use tracing::Instrument;
 
@@ -132,7 +132,8 @@ pub struct Deps {
     pub config: Config,
     /// Callback host resolution.
     pub resolver: Arc<dyn Resolver>,
-    /// What time it is: whether a message is due, when its retry is, which secrets sign.
+    /// What time it is: whether a message is due, when its retry is, which secrets sign, when
+    /// an attempt was made.
     pub clock: Arc<dyn Clock>,
     tls: Arc<rustls::ClientConfig>,
 }
@@ -235,7 +236,7 @@ pub async fn process(deps: &Deps, message: &WebhookMessage) -> Result<(), String
         "type": event,
         "job_id": job.job_id,
         "status": message.status,
-        "timestamp": job.finished_at.unwrap_or_else(Timestamp::now),
+        "timestamp": job.finished_at.unwrap_or_else(|| at.into()),
     });
     if message.status == JobStatus::Succeeded {
         payload["result_url"] = format!("/jobs/{}/result", job.job_id).into();
@@ -268,7 +269,7 @@ pub async fn process(deps: &Deps, message: &WebhookMessage) -> Result<(), String
         webhook_id: webhook_id.clone(),
         event: event.to_owned(),
         attempt: message.attempt,
-        at: Timestamp::now(),
+        at: deps.clock.now().into(),
         status_code,
         latency_ms,
         error,

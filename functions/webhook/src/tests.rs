@@ -317,6 +317,26 @@ async fn a_2xx_is_delivered_once_signed_to_the_checked_address_and_recorded() {
 }
 
 #[tokio::test]
+async fn an_attempt_is_recorded_at_the_clocks_time() {
+    let w = world();
+    let partner = Partner::start(Answer::Status(204)).await;
+    let job = w.ended(JobStatus::Succeeded, Some(&partner.url("/hook")));
+    // A time the machine's clock is not at: the handler reads the clock it is given.
+    let at: Timestamp = "2031-02-03T04:05:06.789Z".parse().unwrap();
+    w.clock.set(at.as_datetime());
+    process(&w.deps, &message(&job, 1)).await.unwrap();
+    assert_eq!(w.attempt(&job).await.at, at);
+    // A job without its end's time (an old record) is announced at the clock's time.
+    let unstamped =
+        JobRecord { finished_at: None, ..w.ended(JobStatus::Failed, Some(&partner.url("/hook"))) };
+    w.jobs.put_record(unstamped.clone());
+    process(&w.deps, &message(&unstamped, 1)).await.unwrap();
+    let payload: Value = serde_json::from_slice(&partner.received()[1].body).unwrap();
+    assert_eq!(payload["timestamp"], at.to_string());
+    assert_eq!(w.attempt(&unstamped).await.at, at);
+}
+
+#[tokio::test]
 async fn a_failed_jobs_event_carries_its_error_and_no_result_link() {
     let w = world();
     let partner = Partner::start(Answer::Status(200)).await;

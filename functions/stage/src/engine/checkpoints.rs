@@ -17,7 +17,7 @@ impl Ctx<'_> {
             schema_version: version,
             stage: self.stage.to_owned(),
             attempt: self.lease.attempt,
-            written_at: Timestamp::now(),
+            written_at: Timestamp::from(self.deps.clock.now()),
             items_done: Some(done),
             state,
         })
@@ -34,7 +34,7 @@ impl Ctx<'_> {
             self.checkpoint_key = Some(key.clone());
             match self.write(done, total).await {
                 Ok(()) => {
-                    self.last_checkpoint = (Instant::now(), done);
+                    self.last_checkpoint = (self.deps.clock.instant(), done);
                     return Ok(());
                 }
                 // Cancelled while it was saved: it becomes the final checkpoint, below.
@@ -62,7 +62,7 @@ impl Ctx<'_> {
             .await
             .map_err(refused)?;
         self.checkpoint_key = Some(key);
-        self.last_checkpoint = (Instant::now(), done);
+        self.last_checkpoint = (self.deps.clock.instant(), done);
         tracing::info!(items_done, "final checkpoint of the cancelled attempt saved");
         Ok(())
     }

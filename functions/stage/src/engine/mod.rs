@@ -107,6 +107,7 @@ impl<'a> Ctx<'a> {
     ) -> Self {
         let stage_index = progress.stage_index.clamp(1, stages.len() as u32);
         let same_stage = progress.stage_index == stage_index;
+        let now = deps.clock.instant();
         Ctx {
             deps,
             job,
@@ -114,17 +115,17 @@ impl<'a> Ctx<'a> {
             stage: stages[stage_index as usize - 1],
             stage_index,
             stages_total: stages.len() as u32,
-            stop_at: deadline.checked_sub(deps.margin).unwrap_or_else(Instant::now),
+            stop_at: deadline.checked_sub(deps.margin).unwrap_or(now),
             seq: progress.seq,
-            last_write: Instant::now(),
+            last_write: now,
             last_pct: progress.pct,
             floor_done: if same_stage { progress.items_done } else { 0 },
             last_done: 0,
             last_reported: (0, None),
             checkpoint_key: if same_stage { progress.checkpoint_key.clone() } else { None },
             throughput: ThroughputWindow::new(ETA_WINDOW_SECONDS),
-            started: Instant::now(),
-            last_checkpoint: (Instant::now(), 0),
+            started: now,
+            last_checkpoint: (now, 0),
             changed_at: progress.progress_changed_at,
             inputs: kind.inputs.clone(),
             cadence: Cadence {
@@ -144,7 +145,12 @@ impl<'a> Ctx<'a> {
     /// Whether the stage must stop now (checkpoint and return `Paused`): Lambda would stop the
     /// invocation within the configured margin.
     pub fn deadline_near(&self) -> bool {
-        self.cancelled || Instant::now() >= self.stop_at
+        self.cancelled || self.deps.clock.instant() >= self.stop_at
+    }
+
+    /// How long ago `at` was, by the clock.
+    fn since(&self, at: Instant) -> Duration {
+        self.deps.clock.instant().saturating_duration_since(at)
     }
 
     /// Whether a checkpoint is due: every `checkpoint_items` items or `checkpoint_interval`,
@@ -152,7 +158,7 @@ impl<'a> Ctx<'a> {
     pub fn checkpoint_due(&self, items_done: u64) -> bool {
         self.cancelled
             || items_done.saturating_sub(self.last_checkpoint.1) >= self.cadence.items
-            || self.last_checkpoint.0.elapsed() >= self.cadence.interval
+            || self.since(self.last_checkpoint.0) >= self.cadence.interval
     }
 
     /// Reports progress: at most one write per progress interval (2 s by default — what a
@@ -165,7 +171,7 @@ impl<'a> Ctx<'a> {
     /// it got to — a retry of the cancelled job resumes from that. A kind that goes on
     /// regardless fails with `Job.Cancelled` at its next progress report.
     pub async fn progress(&mut self, done: u64, total: Option<u64>) -> Result<(), StageError> {
-        let since = self.last_write.elapsed();
+        let since = self.since(self.last_write);
         if since >= self.deps.progress_interval || since >= self.deps.heartbeat_interval {
             return self.write_unless_cancelled(done, total).await;
         }
@@ -175,7 +181,7 @@ impl<'a> Ctx<'a> {
     /// Writes a heartbeat if one is due (for work that makes no countable progress for a while);
     /// a cancellation found is handled as in [`Ctx::progress`].
     pub async fn heartbeat(&mut self, done: u64, total: Option<u64>) -> Result<(), StageError> {
-        if self.last_write.elapsed() >= self.deps.heartbeat_interval {
+        if self.since(self.last_write) >= self.deps.heartbeat_interval {
             return self.write_unless_cancelled(done, total).await;
         }
         Ok(())
@@ -218,11 +224,11 @@ impl<'a> Ctx<'a> {
     /// Writes the progress record now (monotonic: never below what was reported before).
     async fn write(&mut self, done: u64, total: Option<u64>) -> Result<(), StageError> {
         let pct = self.pct(done, total);
-        let now = Instant::now();
+        let now = self.deps.clock.instant();
         // ETA from the throughput of about the last minute; none until 10 % is done.
         let eta = self.throughput.observe(now.duration_since(self.started).as_secs_f64(), pct);
         self.seq += 1;
-        let stamp = Timestamp::now();
+        let stamp = Timestamp::from(self.deps.clock.now());
         let items_done = done.max(self.floor_done);
         // (A count above the floor is above the last count too: the floor is never below it.)
         if pct > self.last_pct || done > self.last_done || self.changed_at.is_none() {
@@ -281,7 +287,9 @@ impl<'a> Ctx<'a> {
         }
     }
 
-    /// Sleeps `duration` in short steps, heartbeating while it waits.
+    /// Sleeps `duration` in short steps, heartbeating while it waits (when a heartbeat is due
+    /// by the clock). The sleep itself is real: it ends by the machine's monotonic clock, as
+    /// tokio's timer does, whatever the clock says.
     pub async fn pause(
         &mut self,
         duration: Duration,

@@ -270,7 +270,7 @@ pub fn host(
             ));
             Handler::Event(typed(move |_event: Value, _deadline| {
                 let deps = deps.clone();
-                async move { reaper::handle(&deps, chrono::Utc::now()).await }
+                async move { reaper::handle(&deps, deps.clock.now()).await }
             }))
         }
         Function::Expirer => {
