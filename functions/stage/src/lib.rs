@@ -249,7 +249,7 @@ pub async fn handle(
     };
     // lambda_runtime logs a handler's error too, but after this span closed (a line about the
     // job without its id, attempt and principal): the stage's own line is the one that counts,
-    // and main.rs drops the runtime's (`logs::init_subscriber`).
+    // and lambda.rs drops the runtime's (`logs::init_subscriber`).
     if let Err(err) = &result {
         span.in_scope(|| tracing::error!(error_type = err.name(), error = %err, "task failed"));
     }

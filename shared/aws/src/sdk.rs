@@ -136,7 +136,7 @@ pub const WARM_UP_EXECUTION: &str = "warm-up";
 ///
 /// Why at init: for on-demand functions Lambda runs init on a full vCPU (not the share of one
 /// that the memory size buys invocations; provisioned concurrency gets no such burst), and
-/// before the first event is handed over, so the TCP and TLS handshakes (and the lazy parts of the SDK: loading the root certificates, resolving the
+/// before the first event is handed over, so the TCP and TLS handshakes (and the lazy parts of the SDK: building the TLS configuration, resolving the
 /// endpoint, signing) are done once here instead of inside the first invocation's latency —
 /// the request that pays a cold start then pays only its own round trips. The connections stay
 /// in the SDK's HTTP client pool (one pool for every client built from the same
