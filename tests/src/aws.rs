@@ -147,6 +147,24 @@ impl Aws {
         out
     }
 
+    /// Whether an execution named `execution` exists: a job one invocation finishes runs as a
+    /// direct run, with none (a job's first execution is named by its id).
+    pub async fn execution_exists(&self, execution: &str) -> bool {
+        let described = self
+            .sfn
+            .describe_execution()
+            .execution_arn(Self::execution_arn(execution))
+            .send()
+            .await;
+        match described {
+            Ok(_) => true,
+            Err(err) if err.as_service_error().is_some_and(|e| e.is_execution_does_not_exist()) => {
+                false
+            }
+            Err(err) => panic!("describe execution {execution}: {err:?}"),
+        }
+    }
+
     /// The names of the states `execution` entered (each one a billed state transition), once
     /// it has ended (a job's first execution is named by its id).
     pub async fn states_entered(&self, execution: &str) -> Vec<String> {

@@ -51,8 +51,10 @@ pub async fn job_store() -> longhaul_aws::jobs::JobStore {
     )
 }
 
-/// The job's worker dies: its execution is stopped and its stage invocation killed, so its
-/// heartbeats stop (what the reaper calls a zombie). Returns the job as it was.
+/// The job's worker dies for good: its execution (if an execution took the job over) is
+/// stopped and its stage invocation killed, with its direct run's event lost (so Lambda
+/// retries nothing), so its heartbeats stop (what the reaper calls a zombie). Returns the job
+/// as it was.
 pub async fn kill_worker(job_id: &JobId) -> longhaul_aws::jobs::JobRecord {
     let job = job_store().await.job(job_id).await.unwrap().expect("the job exists");
     let machine = harness().stack.resource("JobStateMachine");
@@ -61,10 +63,16 @@ pub async fn kill_worker(job_id: &JobId) -> longhaul_aws::jobs::JobRecord {
         machine.replace(":stateMachine:", ":execution:"),
         job.execution.clone().expect("a started job names its execution")
     );
-    Aws::new().await.sfn.stop_execution().execution_arn(arn).send().await.unwrap();
+    let stopped = Aws::new().await.sfn.stop_execution().execution_arn(arn).send().await;
+    if let Err(err) = stopped {
+        assert!(
+            err.as_service_error().is_some_and(|e| e.is_execution_does_not_exist()),
+            "stop execution: {err:?}"
+        );
+    }
     let crashed = reqwest::Client::new()
         .post(format!(
-            "{}/_local/functions/StageFunction/crash?job_id={job_id}",
+            "{}/_local/functions/StageFunction/crash?job_id={job_id}&for_good=true",
             harness().stack.api_url
         ))
         .send()

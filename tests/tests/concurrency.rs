@@ -132,5 +132,6 @@ async fn a_thousand_identical_requests_make_one_job() {
     let after = api.get("/_local/aws-calls").await.json;
     let delta = |key: &str| after[key].as_u64().unwrap_or(0) - before[key].as_u64().unwrap_or(0);
     assert_eq!(delta("sqs:SendMessage"), 1, "one message");
-    assert_eq!(delta("states:StartExecution"), 1, "one execution");
+    assert_eq!(delta("lambda:Invoke"), 1, "one run (a direct run, no execution)");
+    assert_eq!(delta("states:StartExecution"), 0, "no execution");
 }

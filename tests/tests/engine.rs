@@ -62,15 +62,16 @@ async fn long_jobs_continue_across_invocations_and_executions() {
     stack();
     let owner = principal("long");
     let api = Api::new(&owner);
-    // ~7 s of work in ~2 s slices: at least 3 runs, and more than 3 means a new execution.
+    // ~9 s of work in ~2 s slices: the direct run's, then at least 3 runs of the execution
+    // that takes it over, and more than 3 means a new execution.
     let job_id =
-        api.submit(&json!({"type": "demo", "params": {"items": 140, "item_ms": 50}})).await;
+        api.submit(&json!({"type": "demo", "params": {"items": 180, "item_ms": 50}})).await;
     let job = api.wait_terminal(&job_id, TIMEOUT).await;
     assert_eq!(job["status"], "succeeded", "{job}");
     assert_eq!(job["attempt"], 1, "continuation keeps the attempt and its lease");
     assert_eq!(
         serde_json::from_slice::<DemoResult>(&api.result(&job_id).await).unwrap(),
-        DemoResult::expected(140)
+        DemoResult::expected(180)
     );
     let aws = Aws::new().await;
     let executions = executions_of(&aws, &job_id).await;
@@ -489,14 +490,15 @@ async fn a_retry_resumes_from_the_cancelled_jobs_last_checkpoint() {
 /// the cancellation) and the job ends `cancelled` at once: not `queued` for a day, holding its
 /// slots, until its next claim would have seen the flag. (Here, not in retries.rs: the pause
 /// strikes only an invocation that holds the lease in its input, i.e. after a `work` answered —
-/// the short invocations here make the attempt fail in its second one.)
+/// the short invocations here make the attempt fail in its third, after the direct run's and
+/// the first of the execution that took the job over: at most 20 items of 100 ms in each.)
 #[tokio::test]
 async fn a_cancel_that_lands_while_the_failure_is_recorded_ends_the_job() {
     stack();
     let _plan = FAULT_PLAN.lock().await;
     let api = Api::new(&principal("cancel-in-backoff"));
     let job_id = api
-        .submit(&json!({"type": "demo", "params": {"items": 40, "item_ms": 100, "fail_at": 30, "fail_kind": "transient", "fail_times": 4}}))
+        .submit(&json!({"type": "demo", "params": {"items": 60, "item_ms": 100, "fail_at": 50, "fail_kind": "transient", "fail_times": 5}}))
         .await;
     // Hold the write that schedules the next attempt (it names the next execution,
     // `<id>-2`: nothing else the stage writes does) for 4 s.

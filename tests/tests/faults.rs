@@ -1,6 +1,7 @@
 //! Fault injection at scale: thousands of jobs run while the stack crashes functions before
 //! and after their AWS calls, pauses workers until the reaper declares them dead and
-//! re-dispatches their jobs, throttles AWS, delivers SQS batches and `StartExecution` twice.
+//! re-dispatches their jobs, throttles AWS, delivers SQS batches twice, and a job's start — its
+//! direct run's invocation or an execution's `StartExecution` — twice.
 //! The checker then proves, from the table, the result objects and the journal of every
 //! DynamoDB write: every job ended exactly once, in `succeeded`, with the right result; none
 //! was lost; jobs did change hands between attempts, and no attempt's write ever landed after

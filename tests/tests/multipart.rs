@@ -168,9 +168,10 @@ async fn an_upload_of_attempt_1_is_continued_by_its_tries_but_not_by_attempt_2()
     assert_eq!(job["attempt"], 2, "{job}");
     let result = api.result(&job_id).await;
     let (_, last) = split(&result);
-    // The first attempt's three retries (the state machine's, within the attempt) continued
-    // its upload; the second attempt began its own.
-    assert_eq!(last, json!({"begun": 2, "continued": 3, "attempt": 2}));
+    // The first attempt's four later tries (the execution's that took its direct run over, and
+    // its three retries within the attempt) continued its upload; the second attempt began
+    // its own.
+    assert_eq!(last, json!({"begun": 2, "continued": 4, "attempt": 2}));
     // The first attempt's upload was aborted: nothing of it is left open.
     let aws = Aws::new().await;
     let prefix = format!("results/{job_id}/");

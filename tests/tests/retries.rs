@@ -23,9 +23,10 @@ fn at(job: &Value, field: &str) -> DateTime<Utc> {
 async fn a_job_waiting_for_its_next_attempt_shows_when_and_why_and_can_be_cancelled() {
     stack();
     let api = Api::new(&principal("backoff"));
-    // Fails every try of its first attempt (one and three state-machine retries).
+    // Fails every try of its first attempt (its direct run's, then the execution's one and
+    // three state-machine retries).
     let job_id = api
-        .submit(&json!({"type": "demo", "params": {"items": 5, "fail_at": 2, "fail_kind": "transient", "fail_times": 4}}))
+        .submit(&json!({"type": "demo", "params": {"items": 5, "fail_at": 2, "fail_kind": "transient", "fail_times": 5}}))
         .await;
     let waiting = api
         .wait_for(&job_id, "the backoff after the first attempt", |job| {

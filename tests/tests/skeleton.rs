@@ -44,8 +44,8 @@ async fn a_demo_job_runs_to_success_with_its_result_in_s3() {
 
     let result: DemoResult = serde_json::from_slice(&api.result(&job_id).await).unwrap();
     assert_eq!(result, DemoResult::expected(25));
-    // Step Functions bills each state entered: the happy path enters three.
-    assert_eq!(Aws::new().await.states_entered(&job_id).await, ["Run", "Next?", "Succeeded"]);
+    // One invocation finished it: a direct run, no execution (no state transition billed).
+    assert!(!Aws::new().await.execution_exists(&job_id).await, "no execution");
 
     // A terminal job is cacheable and answers conditional requests.
     let first = api.get(&format!("/jobs/{job_id}")).await;
@@ -88,9 +88,10 @@ async fn a_transient_failure_is_retried_by_the_state_machine() {
         .await;
     let job = api.wait_terminal(&job_id, JOB_TIMEOUT).await;
     assert_eq!(job["status"], "succeeded", "{job}");
-    assert_eq!(job["attempt"], 1, "a Retry re-runs the task within the same attempt");
+    assert_eq!(job["attempt"], 1, "a retry re-runs the task within the same attempt");
+    // The direct run failed; an execution took the job over and its `Run` went on.
     let runs = Aws::new().await.scheduled_tasks(&job_id).await;
-    assert_eq!(runs.iter().filter(|s| *s == "Run").count(), 2, "{runs:?}");
+    assert_eq!(runs.iter().filter(|s| *s == "Run").count(), 1, "{runs:?}");
     // Resumed from the checkpoint: every item processed exactly once.
     assert_eq!(
         serde_json::from_slice::<DemoResult>(&api.result(&job_id).await).unwrap(),
@@ -112,8 +113,8 @@ async fn a_fatal_failure_fails_the_job_without_retries() {
     assert_eq!(job["error"]["code"], "Job.Fatal");
     assert!(job["error"]["message"].as_str().unwrap().contains("fatal failure at item 3"), "{job}");
     assert!(job.get("result_url").is_none());
-    let runs = Aws::new().await.scheduled_tasks(&job_id).await;
-    assert_eq!(runs, ["Run", "RecordFailure"], "no retry of a fatal error");
+    // The direct run recorded the failure itself: no retry, no execution.
+    assert!(!Aws::new().await.execution_exists(&job_id).await, "no execution");
 }
 
 /// The reasons of the job's transitions into `queued` after it first ran: one per attempt
@@ -131,8 +132,9 @@ fn retry_reasons(job: &Value) -> Vec<String> {
 #[tokio::test]
 async fn a_failure_that_outlasts_an_attempt_is_retried_in_the_next_attempt_after_a_backoff() {
     let api = Api::new(&principal("outage"));
-    // Six failures: the first attempt's four tries (one and three state-machine retries) and
-    // two of the second's. The local stack's backoff step is a second.
+    // Six failures: the first attempt's five tries (its direct run's, then the execution's
+    // one and three state-machine retries) and the second's direct run. The local stack's
+    // backoff step is a second.
     let job_id = api
         .submit(&json!({"type": "demo", "params": {"items": 10, "fail_at": 4, "fail_kind": "transient", "fail_times": 6}}))
         .await;
@@ -160,8 +162,8 @@ async fn a_failure_that_outlasts_an_attempt_is_retried_in_the_next_attempt_after
 #[tokio::test]
 async fn retries_are_bounded_by_the_attempts_then_the_job_fails() {
     let api = Api::new(&principal("exhausted"));
-    // Fails more often than three attempts of four tries each: the job fails with the last
-    // error after the third attempt.
+    // Fails more often than three attempts of five tries each (a direct run's, then an
+    // execution's four): the job fails with the last error after the third attempt.
     let job_id = api
         .submit(&json!({"type": "demo", "params": {"items": 3, "fail_at": 0, "fail_kind": "transient", "fail_times": 20}}))
         .await;
@@ -174,7 +176,7 @@ async fn retries_are_bounded_by_the_attempts_then_the_job_fails() {
     assert_eq!(
         runs.iter().filter(|s| *s == "Run").count(),
         4,
-        "one try and three retries per attempt: {runs:?}"
+        "after the direct run, one try and three retries in the execution: {runs:?}"
     );
 }
 
@@ -317,8 +319,7 @@ async fn the_call_meter_counts_what_a_job_costs() {
     // Other tests run alongside, so these are lower bounds of this job's own calls.
     assert!(delta("dynamodb:PutItem") >= 2, "idempotency record and job record");
     assert!(delta("sqs:SendMessage") >= 1);
-    assert!(delta("states:StartExecution") >= 1);
-    assert!(delta("lambda:Invoke") >= 1, "one stage call claims, runs and completes the job");
+    assert!(delta("lambda:Invoke") >= 1, "one direct run claims, runs and completes the job");
     assert!(delta("s3:PutObject") >= 1, "the result");
     assert!(delta("dynamodb:UpdateItem") >= 3, "queued, running, succeeded");
 }

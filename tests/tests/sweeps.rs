@@ -109,10 +109,11 @@ async fn a_pending_job_held_back_longer_than_six_reaper_runs_is_not_failed() {
     let faults = format!("{}/_local/faults", stack().stack.api_url);
     let http = reqwest::Client::new();
     let throttle = json!({"throttle": 1.0,
-        "throttle_only": {"operation": "states:StartExecution", "contains": job.job_id}});
+        "throttle_only": {"operation": "lambda:Invoke|states:StartExecution", "contains": job.job_id}});
     assert_eq!(http.post(&faults).json(&throttle).send().await.unwrap().status(), 200);
-    // Every start of its execution is throttled across eight runs, each past the grace: a
-    // reaper that counted its looks gave up on the sixth.
+    // Every start of it — its direct run's invocation, an execution the reaper starts — is
+    // throttled across eight runs, each past the grace: a reaper that counted its looks gave
+    // up on the sixth.
     for _ in 0..8 {
         fire("reaper").await;
         tokio::time::sleep(Duration::from_millis(2_500)).await;

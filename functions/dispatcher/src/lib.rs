@@ -1,10 +1,19 @@
-//! **dispatcher** — consumes the intake queue and starts one Step Functions execution per job.
+//! **dispatcher** — consumes the intake queue and starts each job: a direct run of its worker
+//! function ([`longhaul_aws::runs`]), which a Step Functions execution takes over only when
+//! the job needs one.
 //!
-//! Order matters: the job moves `pending → queued` *before* the execution starts, so the
-//! state machine's claim (`queued → running`) can never arrive first. Redelivered messages
-//! are harmless: a job already `queued` is started again under the same execution name,
-//! which Step Functions deduplicates. Failed records are reported as batch item failures, so
-//! SQS retries them and, after `maxReceiveCount`, moves them to the dead-letter queue.
+//! Order matters: the job moves `pending → queued` *before* its run is queued, so the
+//! worker's claim (`queued → running`) can never arrive first. Redelivered messages are
+//! harmless: a job still `queued` gets another invocation of the same run, and only one
+//! invocation claims it (each carries its own claimant). Failed records are reported as batch
+//! item failures, so SQS retries them and, after `maxReceiveCount`, moves them to the
+//! dead-letter queue.
+//!
+//! **Runs Lambda gave up on.** The worker functions' on-failure destination is the intake
+//! queue: a run whose invocation failed on every try (or aged out of Lambda's queue) comes
+//! back here as Lambda's invocation record, and the job is handed over to an execution of
+//! the run's name — under the run's lease if the run had claimed the job, else to claim it —
+//! whose retries and failure recording then apply ([`take_over`]).
 //!
 //! **Running-job limits.** Before its execution starts, a job takes a slot of its tenant's
 //! pool (`LONGHAUL_TENANT_MAX_RUNNING`) and of its kind's (the policy's `concurrency_limit`);
@@ -23,14 +32,16 @@ use std::sync::Arc;
 
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use longhaul_aws::config::{ConfigError, Vars};
-use longhaul_aws::executions::{Executions, StartOutcome, execution_name};
+use longhaul_aws::executions::{Executions, execution_name};
+use longhaul_aws::invocations::Invocations;
 use longhaul_aws::jobs::{JobRecord, JobStore, StoreError, TransitionRequest};
 use longhaul_aws::logs;
 use longhaul_aws::ports::{
-    Clock, DispatchQueue, JobDispatchMarks, JobExecutions, JobReads, JobTransitions, SlotPools,
-    SystemClock,
+    Clock, DispatchQueue, JobAttempts, JobDispatchMarks, JobExecutions, JobReads, JobTransitions,
+    SlotPools, SystemClock, WorkerInvocations,
 };
 use longhaul_aws::queue::DispatchMessage;
+use longhaul_aws::runs::{self, DirectRun, GivenUpRun};
 use longhaul_aws::slots::{Admitter, Pool, pools_of};
 use longhaul_aws::workers::Workers;
 use longhaul_domain::admission::{Waiting, waiting_sort_key};
@@ -42,15 +53,15 @@ use tracing::Instrument;
 pub struct Config {
     /// `TABLE_NAME`: the job table.
     pub table: String,
-    /// `STATE_MACHINE_ARN`: the job state machine.
+    /// `STATE_MACHINE_ARN`: the job state machine (which takes over runs Lambda gave up on).
     pub state_machine_arn: String,
     /// `INTAKE_QUEUE_URL`: where a message that came before its job's start is sent again.
     pub intake_queue_url: String,
     /// `LONGHAUL_TENANT_MAX_RUNNING` (50): jobs one tenant may have between dispatch and their
     /// end; 0 = no limit.
     pub tenant_max_running: u32,
-    /// `LONGHAUL_WORKERS`: the worker functions, by logical name (the execution input names
-    /// the job's).
+    /// `LONGHAUL_WORKERS`: the worker functions, by logical name (a job's policy names its
+    /// own).
     pub workers: Workers,
 }
 
@@ -67,17 +78,19 @@ impl Config {
     }
 }
 
-/// What the function needs of the job table: to read a job, to move it on, and to mark it
-/// waiting.
-pub trait Jobs: JobReads + JobTransitions + JobDispatchMarks {}
-impl<T: JobReads + JobTransitions + JobDispatchMarks> Jobs for T {}
+/// What the function needs of the job table: to read a job, to move it on, to mark it
+/// waiting, and to end a run's hold on it when an execution takes it over.
+pub trait Jobs: JobReads + JobTransitions + JobDispatchMarks + JobAttempts {}
+impl<T: JobReads + JobTransitions + JobDispatchMarks + JobAttempts> Jobs for T {}
 
 /// What the handler needs, built once per sandbox: its ports.
 #[derive(Debug, Clone)]
 pub struct Deps {
     /// The job table.
     pub jobs: Arc<dyn Jobs>,
-    /// The job state machine.
+    /// The worker functions, invoked asynchronously for a direct run.
+    pub invocations: Arc<dyn WorkerInvocations>,
+    /// The job state machine, which takes over a run Lambda gave up on.
     pub executions: Arc<dyn JobExecutions>,
     /// Running slots and waiting lists (which wake waiting jobs when a dispatch gives slots
     /// back).
@@ -103,6 +116,7 @@ impl Deps {
         );
         Deps {
             jobs: Arc::new(JobStore::new(dynamodb, config.table.clone())),
+            invocations: Arc::new(Invocations::new(aws_sdk_lambda::Client::new(sdk))),
             executions: Arc::new(Executions::new(
                 aws_sdk_sfn::Client::new(sdk),
                 config.state_machine_arn.clone(),
@@ -124,7 +138,7 @@ pub enum DispatchError {
     /// The job table failed.
     #[error(transparent)]
     Store(#[from] StoreError),
-    /// Step Functions failed.
+    /// Lambda or Step Functions failed.
     #[error(transparent)]
     Aws(#[from] longhaul_aws::AwsError),
 }
@@ -134,12 +148,22 @@ pub async fn handle(deps: &Deps, event: SqsEvent) -> SqsBatchResponse {
     longhaul_aws::queue::handle_batch(&event.records, |record| dispatch_record(deps, record)).await
 }
 
+/// What the intake queue carries.
+#[derive(Debug, serde::Deserialize)]
+#[serde(untagged)]
+enum IntakeMessage {
+    /// A job to dispatch (from submit, the reaper, a backoff, a freed slot).
+    Dispatch(DispatchMessage),
+    /// A direct run Lambda gave up on (the worker functions' on-failure destination).
+    GivenUp(Box<GivenUpRun>),
+}
+
 /// One record, in its job's `job` span ([`logs`]): the job id from the message, the attempt
 /// and the principal from the record the transition returns (no extra read). Only when that
 /// first write fails are they unknown; a malformed message is about no job.
 async fn dispatch_record(deps: &Deps, record: &SqsMessage) -> Result<(), DispatchError> {
     let message_id = record.message_id.as_deref().unwrap_or_default();
-    let message: DispatchMessage = match serde_json::from_str(
+    let message: IntakeMessage = match serde_json::from_str(
         record.body.as_deref().unwrap_or_default(),
     ) {
         Ok(message) => message,
@@ -149,9 +173,16 @@ async fn dispatch_record(deps: &Deps, record: &SqsMessage) -> Result<(), Dispatc
             return Err(err);
         }
     };
-    let span = logs::job_span(Some(&message.job_id), None, None);
+    let job_id = match &message {
+        IntakeMessage::Dispatch(message) => &message.job_id,
+        IntakeMessage::GivenUp(given_up) => &given_up.request_payload.job_id,
+    };
+    let span = logs::job_span(Some(job_id), None, None);
     async {
-        let result = dispatch(deps, &message.job_id).await;
+        let result = match &message {
+            IntakeMessage::Dispatch(message) => dispatch(deps, &message.job_id).await,
+            IntakeMessage::GivenUp(given_up) => take_over(deps, given_up).await,
+        };
         if let Err(err) = &result {
             tracing::error!(message_id, error = %err, "dispatch failed; the message will be retried");
         }
@@ -159,6 +190,49 @@ async fn dispatch_record(deps: &Deps, record: &SqsMessage) -> Result<(), Dispatc
     }
     .instrument(span)
     .await
+}
+
+/// A direct run Lambda gave up on: an execution of the run's name takes the job over — under
+/// the run's lease if this run holds the job (its hold ends first, see
+/// [`runs::hand_over`]), or, if no invocation of the run claimed it, to claim it. A job that
+/// moved on (ended, or held by another attempt or invocation) is left as it is.
+pub async fn take_over(deps: &Deps, given_up: &GivenUpRun) -> Result<(), DispatchError> {
+    let run = &given_up.request_payload;
+    tracing::warn!(
+        condition = given_up.request_context.condition,
+        invocations = given_up.request_context.approximate_invoke_count,
+        response = ?given_up.response_payload,
+        execution = run.execution,
+        "Lambda gave up on the job's direct run"
+    );
+    let Some(job) = deps.jobs.job(&run.job_id).await? else {
+        tracing::warn!("the job does not exist; nothing to take over");
+        return Ok(());
+    };
+    logs::current_job(&job);
+    if job.execution.as_deref() != Some(run.execution.as_str()) {
+        tracing::info!(status = %job.status, "the job moved on to another dispatch; nothing to take over");
+        return Ok(());
+    }
+    match (job.status, job.claimant.as_deref(), job.lease.as_deref()) {
+        (JobStatus::Running, Some(claimant), Some(lease)) if claimant == run.claimant => {
+            match runs::hand_over(&*deps.jobs, &*deps.executions, run, lease).await {
+                Err(StoreError::Conflict { .. }) => {
+                    tracing::info!("the job moved on meanwhile; nothing to take over");
+                    Ok(())
+                }
+                other => Ok(other?),
+            }
+        }
+        // Handed over already (its execution's start is made good: idempotent by name).
+        (JobStatus::Running, None, _) => Ok(runs::start_execution(&*deps.executions, run).await?),
+        // No invocation claimed it: the execution does.
+        (JobStatus::Queued, _, _) => Ok(runs::start_execution(&*deps.executions, run).await?),
+        (status, _, _) => {
+            tracing::info!(%status, "another invocation holds the job, or it ended; nothing to take over");
+            Ok(())
+        }
+    }
 }
 
 /// Takes the job's running slots, moves it to `queued` and starts its execution;
@@ -286,16 +360,13 @@ fn after_lost_dispatch(status: Option<JobStatus>) -> LostDispatch {
     }
 }
 
-/// Starts (or starts again: Step Functions deduplicates by name) the job's execution, in the
-/// worker function its policy names.
+/// Queues an invocation of the job's run `name` in the worker function its policy names (again,
+/// for a job still `queued`: only one invocation claims it).
 async fn start(deps: &Deps, job: &JobRecord, name: &str) -> Result<(), DispatchError> {
-    let input = deps.config.workers.execution_input(&job.job_id, &job.policy_or_default());
-    match deps.executions.start(name, &input).await? {
-        StartOutcome::Started { execution_arn } => {
-            tracing::info!(execution_arn, "execution started")
-        }
-        StartOutcome::AlreadyExists => tracing::info!("execution already exists"),
-    }
+    let worker = deps.config.workers.worker_of(&job.policy_or_default());
+    let run = DirectRun::new(&job.job_id, name, worker);
+    deps.invocations.invoke_async(worker, &run.payload()).await?;
+    tracing::info!(execution = name, "run queued");
     Ok(())
 }
 

@@ -8,14 +8,15 @@ use std::sync::Mutex;
 
 use async_trait::async_trait;
 use aws_lambda_events::sqs::SqsMessage;
-use longhaul_aws::jobs::JobView;
+use longhaul_aws::jobs::{FinalCheckpoint, JobView, Lease, ProgressRecord, ProgressRefused};
 use longhaul_aws::ports::{JobCreation, Warm};
 use longhaul_aws::workers::Workers;
 use longhaul_domain::admission::{WaitReason, waiting_sort_key};
 use longhaul_domain::policy::JobPolicy;
 use longhaul_memory::contract::pending_job;
 use longhaul_memory::{
-    ManualClock, MemoryDispatchQueue, MemoryExecutions, MemoryJobStore, MemorySlotPools, owner,
+    ManualClock, MemoryDispatchQueue, MemoryExecutions, MemoryInvocations, MemoryJobStore,
+    MemorySlotPools, owner,
 };
 use serde_json::json;
 
@@ -107,6 +108,58 @@ impl JobTransitions for Racing {
     }
 }
 
+/// The attempts' writes go straight to the store (no race cuts into them).
+#[async_trait]
+impl JobAttempts for Racing {
+    async fn claim_as(
+        &self,
+        job_id: &JobId,
+        execution: &str,
+        claimant: Option<&str>,
+    ) -> Result<(Lease, JobView), StoreError> {
+        self.store.claim_as(job_id, execution, claimant).await
+    }
+    async fn record_progress(
+        &self,
+        job_id: &JobId,
+        progress: &ProgressRecord,
+    ) -> Result<(), ProgressRefused> {
+        self.store.record_progress(job_id, progress).await
+    }
+    async fn record_final_checkpoint(
+        &self,
+        job_id: &JobId,
+        lease: &str,
+        checkpoint: FinalCheckpoint<'_>,
+    ) -> Result<(), ProgressRefused> {
+        self.store.record_final_checkpoint(job_id, lease, checkpoint).await
+    }
+    async fn revoke_progress(&self, job_id: &JobId, lease: &str) -> Result<(), StoreError> {
+        self.store.revoke_progress(job_id, lease).await
+    }
+    async fn forget_resume(&self, job_id: &JobId, lease: &str) -> Result<(), StoreError> {
+        self.store.forget_resume(job_id, lease).await
+    }
+    async fn count_continuation(&self, job_id: &JobId, lease: &str) -> Result<u32, StoreError> {
+        self.store.count_continuation(job_id, lease).await
+    }
+    async fn record_execution(
+        &self,
+        job_id: &JobId,
+        lease: &str,
+        name: &str,
+    ) -> Result<JobRecord, StoreError> {
+        self.store.record_execution(job_id, lease, name).await
+    }
+    async fn count_injected_failure(
+        &self,
+        job_id: &JobId,
+        lease: &str,
+    ) -> Result<JobRecord, StoreError> {
+        self.store.count_injected_failure(job_id, lease).await
+    }
+}
+
 #[async_trait]
 impl JobDispatchMarks for Racing {
     async fn mark_waiting(
@@ -122,6 +175,7 @@ impl JobDispatchMarks for Racing {
 struct World {
     jobs: Arc<MemoryJobStore>,
     racing: Arc<Racing>,
+    invocations: Arc<MemoryInvocations>,
     executions: Arc<MemoryExecutions>,
     slots: Arc<MemorySlotPools>,
     queue: Arc<MemoryDispatchQueue>,
@@ -134,19 +188,21 @@ struct World {
 fn world(tenant_max_running: u32) -> World {
     let jobs = Arc::new(MemoryJobStore::new());
     let racing = Arc::new(Racing { store: jobs.clone(), race: Mutex::new(None) });
+    let invocations = Arc::new(MemoryInvocations::new());
     let executions = Arc::new(MemoryExecutions::new());
     let queue = Arc::new(MemoryDispatchQueue::new());
     let slots = Arc::new(MemorySlotPools::new(queue.clone()));
     let clock = Arc::new(ManualClock::new());
     let deps = Deps {
         jobs: racing.clone(),
+        invocations: invocations.clone(),
         executions: executions.clone(),
         slots: slots.clone(),
         intake: queue.clone(),
         clock: clock.clone(),
         config: config(tenant_max_running),
     };
-    World { jobs, racing, executions, slots, queue, clock, deps }
+    World { jobs, racing, invocations, executions, slots, queue, clock, deps }
 }
 
 fn message(id: &str, body: &str) -> SqsMessage {
@@ -215,9 +271,23 @@ impl World {
         self.jobs.job(&job.job_id).await.unwrap().unwrap()
     }
 
-    /// The names of the executions started, in order.
+    /// The runs queued (their names, each once, in order): a job still `queued` may get
+    /// another invocation of its run, never a second run.
     fn started(&self) -> Vec<String> {
-        self.executions.started().into_iter().map(|e| e.name).collect()
+        let mut runs: Vec<String> = Vec::new();
+        for (_, payload) in self.invocations.queued() {
+            let run: DirectRun = serde_json::from_value(payload).unwrap();
+            if !runs.contains(&run.execution) {
+                runs.push(run.execution);
+            }
+        }
+        runs
+    }
+
+    /// The invocations queued, as runs.
+    fn invocations(&self) -> Vec<DirectRun> {
+        let queued = self.invocations.queued();
+        queued.into_iter().map(|(_, payload)| serde_json::from_value(payload).unwrap()).collect()
     }
 
     async fn holders(&self, pool: &Pool) -> Vec<JobId> {
@@ -250,17 +320,26 @@ async fn a_queued_message_starts_one_execution_and_a_redelivery_no_second() {
     assert_eq!(record.execution.as_deref(), Some(execution_name(&id, 1).as_str()));
     assert_eq!(record.dispatches, 1);
     assert!(record.waiting.is_none());
-    let started = w.executions.started();
-    assert_eq!(started.len(), 1);
-    assert_eq!(started[0].name, execution_name(&id, 1));
-    assert_eq!(started[0].input, json!({"job_id": id, "worker_arn": STAGE_ARN}));
+    let queued = w.invocations.queued();
+    assert_eq!(queued.len(), 1);
+    assert_eq!(queued[0].0, STAGE_ARN, "in the job's worker function");
+    let run = &w.invocations()[0];
+    assert_eq!(queued[0].1["op"], "run");
+    assert_eq!((&run.job_id, run.execution.as_str()), (&id, execution_name(&id, 1).as_str()));
+    assert_eq!(run.worker_arn, STAGE_ARN);
+    assert!(w.executions.started().is_empty(), "no execution for a direct run");
     assert_eq!(w.holders(&tenant("alice")).await, [id.as_str()], "it holds its tenant's slot");
 
-    // Redelivered, alone and twice in one batch: the same execution, never a second.
+    // Redelivered, alone and twice in one batch: the same run, never a second — invoked again
+    // while the job is still queued, each invocation as its own claimant (only one claims it).
     assert!(w.dispatch(&[&job]).await.is_empty());
     let twice = vec![message("r1", &dispatch_body(&id)), message("r2", &dispatch_body(&id))];
     assert!(w.deliver(twice).await.is_empty());
     assert_eq!(w.started(), [execution_name(&id, 1)]);
+    let mut claimants: Vec<String> = w.invocations().into_iter().map(|r| r.claimant).collect();
+    assert_eq!(claimants.len(), 4);
+    claimants.dedup();
+    assert_eq!(claimants.len(), 4, "every invocation claims as itself");
     assert_eq!(w.record(&job).await.dispatches, 1);
     assert_eq!(w.holders(&tenant("alice")).await, [id], "one slot, however many messages");
 }
@@ -528,12 +607,12 @@ async fn a_failing_slot_store_fails_the_message_and_starts_nothing() {
 async fn a_failed_start_is_retried_and_starts_the_job_once() {
     let w = world(50);
     let job = w.job(&owner("alice")).await;
-    w.executions.set_unavailable(true);
+    w.invocations.set_unavailable(true);
     assert_eq!(w.dispatch(&[&job]).await, [format!("m-{}", job.job_id)]);
     // Queued, holding its slot: the retried message starts it (and the reaper would too).
     assert_eq!(w.record(&job).await.status, JobStatus::Queued);
     assert_eq!(w.holders(&tenant("alice")).await, [job.job_id.as_str()]);
-    w.executions.set_unavailable(false);
+    w.invocations.set_unavailable(false);
     assert!(w.dispatch(&[&job]).await.is_empty());
     assert!(w.dispatch(&[&job]).await.is_empty());
     assert_eq!(w.started(), [execution_name(&job.job_id, 1)]);
@@ -549,4 +628,82 @@ async fn a_delay_the_queue_refuses_is_retried() {
     w.queue.set_unavailable(false);
     assert!(w.dispatch(&[&delayed]).await.is_empty());
     assert_eq!(w.sent(), [delayed.job_id.as_str()]);
+}
+
+/// Lambda's record of a direct run it gave up on (what the worker functions' on-failure
+/// destination sends to the intake queue).
+fn given_up_body(run: &DirectRun) -> String {
+    json!({
+        "version": "1.0",
+        "requestContext": {"condition": "RetriesExhausted", "approximateInvokeCount": 3,
+            "functionArn": format!("{STAGE_ARN}:$LATEST")},
+        "requestPayload": run.payload(),
+        "responsePayload": {"errorType": "Runtime.ExitError", "errorMessage": "exited"}
+    })
+    .to_string()
+}
+
+#[tokio::test]
+async fn a_run_lambda_gave_up_on_is_taken_over_by_an_execution_under_its_lease() {
+    let w = world(50);
+    let job = w.job(&owner("alice")).await;
+    let id = job.job_id.clone();
+    assert!(w.dispatch(&[&job]).await.is_empty());
+    let run = w.invocations().remove(0);
+    let (lease, _) = w.jobs.claim_as(&id, &run.execution, Some(&run.claimant)).await.unwrap();
+
+    assert!(w.deliver(vec![message("g", &given_up_body(&run))]).await.is_empty());
+    let started = w.executions.started();
+    assert_eq!(started.len(), 1, "one execution takes the job over");
+    assert_eq!(started[0].name, run.execution, "under the run's name");
+    assert_eq!(started[0].input, json!({"job_id": id, "worker_arn": STAGE_ARN}));
+    let record = w.record(&job).await;
+    assert_eq!(record.claimant, None, "the run's hold on the job ended");
+    assert_eq!(record.lease.as_deref(), Some(lease.token.as_str()), "the lease goes on");
+    let retry = w.jobs.claim_as(&id, &run.execution, Some(&run.claimant)).await;
+    assert!(retry.is_err(), "a late retry of the run's invocation does not get the job");
+    let (taken, _) = w.jobs.claim(&id, &run.execution).await.unwrap();
+    assert_eq!(taken, lease, "the execution's claim gets the run's lease");
+
+    // The same record again (SQS redelivers): the execution is started again, idempotently.
+    assert!(w.deliver(vec![message("g2", &given_up_body(&run))]).await.is_empty());
+    assert_eq!(w.executions.started().len(), 1);
+}
+
+#[tokio::test]
+async fn a_run_no_invocation_claimed_is_claimed_by_an_execution_and_a_moved_on_one_is_left() {
+    let w = world(50);
+    let job = w.job(&owner("alice")).await;
+    assert!(w.dispatch(&[&job]).await.is_empty());
+    let run = w.invocations().remove(0);
+    // The event aged out of Lambda's queue: the job is still queued for the run.
+    assert!(w.deliver(vec![message("g", &given_up_body(&run))]).await.is_empty());
+    assert_eq!(w.executions.started().len(), 1);
+    assert_eq!(w.executions.started()[0].name, run.execution);
+    assert_eq!(w.record(&job).await.status, JobStatus::Queued, "the execution claims it");
+
+    // Another invocation of the run claimed the job: the given-up one is not its holder.
+    let other = w.job(&owner("bob")).await;
+    assert!(w.dispatch(&[&other]).await.is_empty());
+    let first = w.invocations().pop().unwrap();
+    let second = DirectRun::new(&first.job_id, &first.execution, &first.worker_arn);
+    w.jobs.claim_as(&other.job_id, &second.execution, Some(&second.claimant)).await.unwrap();
+    assert!(w.deliver(vec![message("g3", &given_up_body(&first))]).await.is_empty());
+    assert_eq!(w.executions.started().len(), 1, "nothing taken over");
+    assert_eq!(w.record(&other).await.claimant.as_deref(), Some(second.claimant.as_str()));
+}
+
+#[tokio::test]
+async fn a_take_over_the_state_machine_refuses_is_retried() {
+    let w = world(50);
+    let job = w.job(&owner("alice")).await;
+    assert!(w.dispatch(&[&job]).await.is_empty());
+    let run = w.invocations().remove(0);
+    w.jobs.claim_as(&job.job_id, &run.execution, Some(&run.claimant)).await.unwrap();
+    w.executions.set_unavailable(true);
+    assert_eq!(w.deliver(vec![message("g", &given_up_body(&run))]).await, ["g"]);
+    w.executions.set_unavailable(false);
+    // The hold ended before the start failed: the retried record starts the execution.
+    assert!(w.deliver(vec![message("g", &given_up_body(&run))]).await.is_empty());
+    assert_eq!(w.executions.started().len(), 1);
 }

@@ -39,7 +39,7 @@ use lambda_http::http::{HeaderMap, HeaderValue, StatusCode, header};
 use lambda_http::{Request, RequestExt, Response};
 use longhaul_aws::api::Problem;
 use longhaul_aws::config::{ConfigError, Vars};
-use longhaul_aws::jobs::{JobStore, JobView, ProgressRecord};
+use longhaul_aws::jobs::{JobStore, JobView};
 use longhaul_aws::limits::{SlotError, StreamLease, StreamSlots};
 use longhaul_aws::logs;
 use longhaul_aws::ports::{Clock, JobReads, SigningKey, StreamCaps, SystemClock};
@@ -439,11 +439,7 @@ async fn poll(mut st: State) -> Option<(Bytes, State)> {
             // `seq + 1` (the status is `seq + 2`: a client that saw it resumes past it).
             st.complete_sent = true;
             st.last_id = seq.max(st.last_id).saturating_add(1);
-            let shown = view
-                .progress
-                .as_ref()
-                .map_or_else(ProgressView::unknown, ProgressRecord::recorded)
-                .for_status(view.job.status);
+            let shown = view.shown_progress();
             return Some((event(st.last_id, "progress", &progress_data(&view, shown)), st));
         }
         if view.job.status.is_terminal() {
@@ -465,7 +461,8 @@ async fn poll(mut st: State) -> Option<(Bytes, State)> {
         if let Some(progress) = view.progress.as_ref().filter(|p| p.seq > st.last_id) {
             st.last_id = progress.seq;
             st.last_sent = st.deps.clock.instant();
-            let shown = progress.recorded().for_status(view.job.status);
+            let shown =
+                progress.recorded().for_status(view.job.status, view.job.ended_at_stage.as_ref());
             // A write that already says what the end will: no second event at the end.
             st.complete_sent = shown.is_ended();
             return Some((event(progress.seq, "progress", &progress_data(&view, shown)), st));

@@ -21,6 +21,7 @@ use secrecy::SecretString;
 use serde_json::Value;
 
 use super::*;
+use longhaul_aws::jobs::ProgressRecord;
 
 fn parsed(value: &[u8]) -> Result<u64, StatusCode> {
     let mut headers = HeaderMap::new();

@@ -1,15 +1,20 @@
-//! **stage** — the Step Functions task that does a job's work.
+//! **stage** — the worker function that does a job's work: in a direct run, or as the Step
+//! Functions task of an execution.
 //!
-//! One function serves every task state of the job state machine, selected by `op`:
-//! `work` (the state machine's `Run` state: claim the job if this execution holds no lease
-//! yet — `queued → running`, minting the lease — then work through its stages until it is
-//! done or the Lambda deadline nears, checkpointing, and record the success itself; answer
-//! `continue`, `continue_as_new`, `cancelled` or `done`), `fail` (record why) and
-//! `continue_as_new` (start the next execution of a long job before the history limit).
+//! One function serves both, selected by `op`: `run` (a direct run, the dispatcher's
+//! asynchronous invocation: claim the job for this invocation, work through its stages and
+//! record the end, or hand the job over to an execution of the run's name when it needs one
+//! — [`longhaul_aws::runs`]), and the state machine's task states: `work` (the `Run` state:
+//! claim the job if this execution holds no lease yet — `queued → running`, minting the
+//! lease — then work through its stages until it is done or the Lambda deadline nears,
+//! checkpointing, and record the success itself; answer `continue`, `continue_as_new`,
+//! `cancelled` or `done`), `fail` (record why) and `continue_as_new` (start the next
+//! execution of a long job before the history limit).
 //!
-//! Step Functions bills every state entered, so one `work` call claims, crosses stage
-//! boundaries and completes, rather than a state for each of those steps: a job's happy path
-//! enters three states (`Run`, `Next?`, `Succeeded`) whatever its number of stages.
+//! Step Functions bills every state entered, so a job that one invocation finishes runs with
+//! no execution at all, and one `work` call claims, crosses stage boundaries and completes,
+//! rather than a state for each of those steps: an execution's happy path enters three
+//! states (`Run`, `Next?`, `Succeeded`) whatever the job's number of stages.
 //!
 //! A running job is cancelled cooperatively: the stage learns of it when its next progress
 //! write is refused, deletes partial results and ends the job `cancelled` with the reason.
@@ -43,6 +48,7 @@ use serde_json::json;
 use tracing::Instrument;
 
 pub mod backoff;
+mod direct;
 pub mod engine;
 pub mod failure_message;
 mod multipart;
@@ -231,13 +237,14 @@ pub async fn handle(
     deadline: Instant,
 ) -> Result<serde_json::Value, StageError> {
     let (job_id, lease) = match &input {
-        StageInput::Work { job_id, state, .. } => (job_id, state.lease.as_ref()),
-        StageInput::Fail { job_id, state, .. } => (job_id, state.lease.as_ref()),
-        StageInput::ContinueAsNew { job_id, lease, .. } => (job_id, Some(lease)),
+        StageInput::Run(run) => (Some(run.job_id.clone()), None),
+        StageInput::Work { job_id, state, .. } => (job_id.parse().ok(), state.lease.as_ref()),
+        StageInput::Fail { job_id, state, .. } => (job_id.parse().ok(), state.lease.as_ref()),
+        StageInput::ContinueAsNew { job_id, lease, .. } => (job_id.parse().ok(), Some(lease)),
     };
     // The state machine copies the id from the execution's input: one that is not a job id
     // names no job, and is answered as a missing job is ([`no_such_job`]).
-    let job_id = job_id.parse::<JobId>().ok();
+    let job_id: Option<JobId> = job_id;
     let span = logs::job_span(
         job_id.as_ref(),
         lease.map(|l| l.attempt),
@@ -263,13 +270,17 @@ async fn task(
     deadline: Instant,
 ) -> Result<serde_json::Value, StageError> {
     match input {
+        StageInput::Run(run) => direct::run(deps, job_id, &run, deadline).await,
         StageInput::Work { execution, state, .. } => {
-            let lease = match state.lease {
-                Some(lease) => lease,
-                None => work::claim(deps, job_id, &execution).await?,
+            let (lease, claimed) = match state.lease {
+                Some(lease) => (lease, None),
+                None => {
+                    let (lease, view) = work::claim(deps, job_id, &execution).await?;
+                    (lease, Some(view))
+                }
             };
             let loops = state.run.map_or(0, |run| run.loops) + 1;
-            let output = work::work(deps, job_id, &lease, loops, deadline).await?;
+            let output = work::work(deps, job_id, &lease, loops, deadline, claimed).await?;
             Ok(json!({ "job_id": job_id, "lease": lease, "run": output }))
         }
         StageInput::ContinueAsNew { lease, worker_arn, .. } => {
@@ -292,6 +303,9 @@ fn no_such_job(input: StageInput) -> Result<serde_json::Value, StageError> {
     match input {
         StageInput::Work { job_id, .. } => {
             Err(StageError::NotClaimable(format!("job {job_id} is missing")))
+        }
+        StageInput::Run(run) => {
+            Err(StageError::NotClaimable(format!("job {} is missing", run.job_id)))
         }
         StageInput::ContinueAsNew { .. } => {
             Err(StageError::LeaseLost("progress write refused".into()))
@@ -347,18 +361,23 @@ async fn finish_cancellation(
     let request =
         TransitionRequest::new(job_id, &[JobStatus::Running], JobStatus::Cancelled, reason)
             .fenced(&lease.token);
-    end_job(deps, request, lease).await?;
+    end_job(deps, request, lease, None).await?;
     tracing::info!("cancelled while running");
     Ok(())
 }
 
 /// Ends the job with `request` (a fenced move to a terminal status) and does what follows
-/// every end: metrics are emitted, the job is tidied up. A request made
-/// [`TransitionRequest::unless_cancelled`] that the owner's cancellation refused is
-/// [`StageError::Cancelled`]. A retried call whose transition
+/// every end: metrics are emitted, the job is tidied up (`leftovers`: what to delete by key,
+/// if the caller knows). A request made [`TransitionRequest::unless_cancelled`] that the
+/// owner's cancellation refused is [`StageError::Cancelled`]. A retried call whose transition
 /// already landed does the follow-up again (it may not have happened). The partner's webhook
 /// is not queued here: the notifier reads every end from the table's stream (the outbox).
-async fn end_job(deps: &Deps, request: TransitionRequest, lease: &Lease) -> Result<(), StageError> {
+async fn end_job(
+    deps: &Deps,
+    request: TransitionRequest,
+    lease: &Lease,
+    leftovers: Option<&[String]>,
+) -> Result<(), StageError> {
     let status = request.to;
     let job_id = request.job_id.clone();
     let job = match deps.jobs.transition(request).await {
@@ -372,16 +391,20 @@ async fn end_job(deps: &Deps, request: TransitionRequest, lease: &Lease) -> Resu
     };
     logs::record_principal(&tracing::Span::current(), &job.owner);
     metrics::emit_end(&job);
-    tidy_after_end(deps, &job_id, status).await
+    tidy_after_end(deps, &job_id, status, leftovers).await
 }
 
-/// After a job ended (see [`longhaul_aws::tidy_after_end`]).
+/// After a job ended (see [`longhaul_aws::tidy_after_end_with`]): `leftovers` by key when
+/// known (no LIST), else by prefix.
 pub(crate) async fn tidy_after_end(
     deps: &Deps,
     job_id: &JobId,
     ended: JobStatus,
+    leftovers: Option<&[String]>,
 ) -> Result<(), StageError> {
-    longhaul_aws::tidy_after_end(&*deps.objects, job_id, ended)
+    let leftovers =
+        leftovers.map_or(longhaul_aws::Leftovers::Unknown, longhaul_aws::Leftovers::Keys);
+    longhaul_aws::tidy_after_end_with(&*deps.objects, job_id, ended, leftovers)
         .await
         .map_err(|e| StageError::retryable(failure_message::CHECKPOINT_FAILED, e))
 }

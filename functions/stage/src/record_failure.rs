@@ -92,7 +92,7 @@ async fn end_attempt(
     .fenced(&lease.token)
     .unless_cancelled()
     .set("error", &job_error);
-    end_job(deps, request, lease).await?;
+    end_job(deps, request, lease, None).await?;
     tracing::warn!(code = job_error.code, "failed");
     Ok(Recorded::Failed)
 }

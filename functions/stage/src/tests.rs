@@ -10,8 +10,8 @@ use std::sync::Mutex;
 
 use futures::future::BoxFuture;
 use lambda_runtime::Diagnostic;
-use longhaul_aws::jobs::{JobRecord, ProgressRecord};
-use longhaul_aws::ports::{JobCancellation, JobCreation};
+use longhaul_aws::jobs::{JobRecord, Lease, ProgressRecord};
+use longhaul_aws::ports::{JobCancellation, JobCreation, ObjectCleanup};
 use longhaul_domain::{Cancellation, Timestamp};
 use longhaul_job_demo::{Demo, DemoResult};
 use longhaul_memory::contract::pending_job;
@@ -317,9 +317,16 @@ async fn a_claimed_job_runs_to_success_with_its_result_and_no_checkpoints_left()
     assert_eq!(job.result_key.as_deref(), Some(key.as_str()));
     let expected = serde_json::to_vec(&DemoResult::expected(3)).unwrap();
     assert_eq!(w.object(&key).await, Some(expected), "the kind's result is stored");
-    let last = w.progress(&id).checkpoint_key.expect("the kind checkpointed");
-    assert!(last.starts_with(&checkpoints(&id)));
-    assert!(w.keys(&checkpoints(&id)).is_empty(), "a succeeded job's checkpoints are deleted");
+    // Done before a checkpoint fell due: none was written (none after the result either).
+    assert_eq!(w.progress(&id).checkpoint_key, None, "no checkpoint");
+    assert!(w.keys(&checkpoints(&id)).is_empty(), "no checkpoint object, ever");
+    assert_eq!(
+        w.objects.keys(),
+        std::slice::from_ref(&key),
+        "the result is the only object written"
+    );
+    assert_eq!(w.objects.deletes(), 0, "no delete of anything that never existed");
+    assert_eq!(w.objects.lists(), 0, "nothing listed to tidy up");
 
     // The state machine retries a `Run` whose answer was lost: it answers `done` again.
     let again = w.run(&id, &id, out.clone(), far()).await.expect("answered again");
@@ -590,6 +597,120 @@ async fn a_results_expiry_and_the_progress_stamps_count_from_the_clock() {
     assert_eq!((progress.heartbeat_at, progress.updated_at), (now, now));
 }
 
+/// A claimed `script` job and a context of its stage `stage_index` (1: count, 2: report) as an
+/// invocation starting from `progress` sees it.
+async fn claimed_script(w: &World) -> (JobId, Lease, JobRecord) {
+    let id = w.queued("script", json!({"items": 10})).await;
+    let (lease, job) = w.deps.jobs.claim(&id, id.as_str()).await.unwrap();
+    (id, lease, job)
+}
+
+fn script_run() -> crate::engine::KindRun {
+    crate::engine::KindRun {
+        inputs: Vec::new(),
+        cadence: longhaul_worker::Cadence { items: 1_000, interval: Duration::from_secs(60) },
+        weights: &[],
+    }
+}
+
+const SCRIPT_STAGES: &[&str] = &["count", "report"];
+
+#[tokio::test]
+async fn a_superseded_checkpoint_is_deleted_once_the_pointer_moved_so_one_is_left_by_key() {
+    let w = world();
+    let (id, lease, job) = claimed_script(&w).await;
+    let run = script_run();
+    let progress = w.progress(&id);
+    let mut ctx =
+        crate::engine::Ctx::new(&w.deps, &job, &lease, SCRIPT_STAGES, &progress, far(), &run);
+    assert!(ctx.leftovers().is_empty(), "no checkpoint yet: nothing to delete");
+    for done in 1..=3 {
+        ctx.checkpoint(1, &json!({"next": done}), done, Some(10)).await.unwrap();
+        let current = w.progress(&id).checkpoint_key.expect("current");
+        assert_eq!(
+            w.keys(&checkpoints(&id)),
+            std::slice::from_ref(&current),
+            "only the current one is kept"
+        );
+        assert_eq!(ctx.leftovers(), [current]);
+    }
+    assert_eq!(w.objects.deletes(), 2, "each superseded checkpoint, by key");
+    // Across the boundary the previous stage's output stays current, until the next stage's
+    // own first checkpoint supersedes it.
+    let carried = w.progress(&id).checkpoint_key.unwrap();
+    ctx.advance("report").await.unwrap();
+    drop(ctx);
+    let progress = w.progress(&id);
+    let mut ctx =
+        crate::engine::Ctx::new(&w.deps, &job, &lease, SCRIPT_STAGES, &progress, far(), &run);
+    let _: Value = ctx.carried("count", 1).await.expect("the count stage's output");
+    let staged = ctx.stage_file("report.json", "application/json", b"{}".to_vec()).await.unwrap();
+    ctx.checkpoint(1, &json!({"staged": staged}), 1, Some(1)).await.unwrap();
+    assert_eq!(w.object(&carried).await, None, "superseded by the report stage's own");
+    let current = w.progress(&id).checkpoint_key.unwrap();
+    ctx.publish(&staged).await.unwrap();
+    assert_eq!(ctx.leftovers(), [current, staged.location().to_owned()]);
+    assert_eq!(w.objects.lists(), 0, "nothing was listed");
+}
+
+#[tokio::test]
+async fn a_retried_jobs_checkpoint_it_started_from_is_never_deleted_nor_left_to_delete() {
+    let w = world();
+    let (id, lease, job) = claimed_script(&w).await;
+    let retried = JobId::new();
+    let theirs =
+        format!("{}count/00000000000000000003.a1.0123456789ab.json", checkpoints(&retried));
+    w.objects.insert(&theirs, br#"{"schema_version":1,"stage":"count","attempt":1,"written_at":"2025-01-01T00:00:00Z","state":{"next":4}}"#, "application/json");
+    let progress =
+        ProgressRecord { stage_index: 1, checkpoint_key: Some(theirs.clone()), ..w.progress(&id) };
+    let run = script_run();
+    let mut ctx =
+        crate::engine::Ctx::new(&w.deps, &job, &lease, SCRIPT_STAGES, &progress, far(), &run);
+    assert!(ctx.leftovers().is_empty(), "the retried job's checkpoint is not this job's to delete");
+    let resumed: Option<Value> = ctx.resume(1).await.unwrap();
+    assert_eq!(resumed, Some(json!({"next": 4})), "it resumes from it");
+    ctx.checkpoint(1, &json!({"next": 5}), 5, Some(10)).await.unwrap();
+    assert!(w.object(&theirs).await.is_some(), "superseded, but the retried job's: kept");
+    assert_eq!(ctx.leftovers(), [w.progress(&id).checkpoint_key.unwrap()]);
+}
+
+#[tokio::test]
+async fn a_duplicate_invocation_finding_its_checkpoint_superseded_stops_without_failing_the_job() {
+    let w = world();
+    let (id, lease, job) = claimed_script(&w).await;
+    let run = script_run();
+    let progress = w.progress(&id);
+    let mut first =
+        crate::engine::Ctx::new(&w.deps, &job, &lease, SCRIPT_STAGES, &progress, far(), &run);
+    first.checkpoint(1, &json!({"next": 4}), 4, Some(10)).await.unwrap();
+    first.advance("report").await.unwrap();
+    drop(first);
+    // Two invocations of the attempt start the report stage from the same record.
+    let progress = w.progress(&id);
+    let mut ahead =
+        crate::engine::Ctx::new(&w.deps, &job, &lease, SCRIPT_STAGES, &progress, far(), &run);
+    let mut behind =
+        crate::engine::Ctx::new(&w.deps, &job, &lease, SCRIPT_STAGES, &progress, far(), &run);
+    let _: Value = ahead.carried("count", 1).await.unwrap();
+    ahead.checkpoint(1, &json!({"rendered": true}), 1, Some(1)).await.unwrap();
+    let err = behind.carried::<Value>("count", 1).await.expect_err("its input was superseded");
+    assert_eq!(err.name(), "Job.LeaseLost", "{err}: not a fatal error that would fail the job");
+    // The same when what it resumes was superseded by a newer checkpoint of the stage.
+    let progress = w.progress(&id);
+    let mut behind =
+        crate::engine::Ctx::new(&w.deps, &job, &lease, SCRIPT_STAGES, &progress, far(), &run);
+    ahead.checkpoint(1, &json!({"rendered": 2}), 1, Some(1)).await.unwrap();
+    let err = behind.resume::<Value>(1).await.expect_err("superseded");
+    assert_eq!(err.name(), "Job.LeaseLost", "{err}");
+    // A current checkpoint missing for another reason: the stage restarts, as before.
+    let current = w.progress(&id).checkpoint_key.unwrap();
+    w.objects.delete(&current).await.unwrap();
+    let progress = w.progress(&id);
+    let mut alone =
+        crate::engine::Ctx::new(&w.deps, &job, &lease, SCRIPT_STAGES, &progress, far(), &run);
+    assert_eq!(alone.resume::<Value>(1).await.unwrap(), None, "restarts the stage");
+}
+
 #[tokio::test]
 async fn the_deadline_and_the_progress_heartbeat_and_checkpoint_cadence_follow_the_clock() {
     let w = world_with(|deps| {
@@ -772,3 +893,5 @@ async fn continue_as_new_starts_the_next_execution_with_the_same_lease() {
     assert_eq!(err.name(), "Job.LeaseLost");
     assert_eq!(w.executions.started().len(), 1);
 }
+
+mod direct;

@@ -2,6 +2,7 @@
 //! execution's state) and what they get back (the run's `next`, the recorded failure).
 
 use longhaul_aws::jobs::Lease;
+use longhaul_aws::runs::DirectRun;
 use longhaul_domain::Owner;
 use serde::{Deserialize, Serialize};
 
@@ -50,6 +51,10 @@ pub struct WorkState {
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum StageInput {
+    /// A direct run (the dispatcher's asynchronous invocation, no execution): claim the job
+    /// for this invocation, work through its stages, and record its end — or hand it over to
+    /// an execution of the run's name ([`longhaul_aws::runs`]).
+    Run(DirectRun),
     /// Claim the job if needed, work through its stages, record success.
     Work {
         /// The job (its id as the state machine passes it: [`crate::handle`] parses it).
@@ -132,6 +137,13 @@ pub struct RunOutput {
     /// When done: the summary the kind finished with, recorded with the success.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub summary: Option<serde_json::Value>,
+    /// When done: where the last stage ended (recorded with the success).
+    #[serde(skip)]
+    pub ended_at_stage: Option<longhaul_domain::progress::StageEnd>,
+    /// When done: what the success leaves to delete, by key (the engine's `leftovers`);
+    /// `None`: not known (a retried call whose end already landed tidies by prefix).
+    #[serde(skip)]
+    pub leftovers: Option<Vec<String>>,
 }
 
 /// What `work` answers: the state machine's `Next?` choice reads it.

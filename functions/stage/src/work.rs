@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use longhaul_aws::jobs::{Lease, StoreError, TransitionRequest};
+use longhaul_aws::jobs::{JobRecord, JobView, Lease, StoreError, TransitionRequest};
 use longhaul_aws::logs;
 use longhaul_aws::metrics::{self, Metric};
 use longhaul_aws::objects::result_key;
@@ -21,35 +21,54 @@ pub(crate) async fn claim(
     deps: &Deps,
     job_id: &JobId,
     execution: &str,
-) -> Result<TaskLease, StageError> {
-    let (lease, job) = deps.jobs.claim(job_id, execution).await.map_err(|err| match err {
-        StoreError::Conflict { current } => StageError::NotClaimable(format!(
+) -> Result<(TaskLease, JobView), StageError> {
+    claim_as(deps, job_id, execution, None).await?.map_err(|current| {
+        StageError::NotClaimable(format!(
             "job {job_id} is {}",
             current.map(|j| j.status.as_str()).unwrap_or("missing")
-        )),
-        other => store_failed(other),
-    })?;
-    logs::record_job(&tracing::Span::current(), &job);
+        ))
+    })
+}
+
+/// [`claim`] for a direct run's invocation `claimant` (none: an execution's); a refusal
+/// answers the job as it is (`None`: missing). The claim answers the job and its progress as
+/// it left them ([`work`] starts from them, reading nothing again).
+pub(crate) async fn claim_as(
+    deps: &Deps,
+    job_id: &JobId,
+    execution: &str,
+    claimant: Option<&str>,
+) -> Result<Result<(TaskLease, JobView), Option<Box<JobRecord>>>, StageError> {
+    let (lease, view) = match deps.jobs.claim_as(job_id, execution, claimant).await {
+        Ok(claimed) => claimed,
+        Err(StoreError::Conflict { current }) => return Ok(Err(current)),
+        Err(other) => return Err(store_failed(other)),
+    };
+    let job = &view.job;
+    logs::record_job(&tracing::Span::current(), job);
     tracing::info!("claimed");
     if lease.attempt == 1
         && let Some(started) = job.started_at
     {
-        metrics::emit(Metric::QueueWait, started.since(job.created_at).as_millis() as f64, &job);
+        metrics::emit(Metric::QueueWait, started.since(job.created_at).as_millis() as f64, job);
     }
-    Ok(TaskLease { lease, principal: Some(job.owner.clone()) })
+    let lease = TaskLease { lease, principal: Some(job.owner.clone()) };
+    Ok(Ok((lease, view)))
 }
 
 /// Works through the job's stages until it needs the state machine again: stage boundaries
 /// are crossed within the invocation, and success is recorded here, not in a state of its own.
+/// `claimed`: the job and its progress as this invocation's claim left them (else read).
 pub(crate) async fn work(
     deps: &Deps,
     job_id: &JobId,
     lease: &TaskLease,
     loops: u32,
     deadline: Instant,
+    mut claimed: Option<JobView>,
 ) -> Result<RunOutput, StageError> {
     loop {
-        let output = run(deps, job_id, lease, loops, deadline).await?;
+        let output = run(deps, job_id, lease, loops, deadline, claimed.take()).await?;
         match output.next {
             // The next stage reads the progress record `run` just moved on (one strong read).
             Next::NextStage => continue,
@@ -91,7 +110,11 @@ async fn complete(
         Some(summary) => request.set("summary", summary),
         None => request,
     };
-    end_job(deps, request, lease).await?;
+    let request = match &run.ended_at_stage {
+        Some(end) => request.set("ended_at_stage", end),
+        None => request,
+    };
+    end_job(deps, request, lease, run.leftovers.as_deref()).await?;
     tracing::info!("succeeded");
     Ok(())
 }
@@ -102,8 +125,12 @@ async fn run(
     lease: &TaskLease,
     loops: u32,
     deadline: Instant,
+    claimed: Option<JobView>,
 ) -> Result<RunOutput, StageError> {
-    let view = deps.jobs.view(job_id).await.map_err(store_failed)?;
+    let view = match claimed {
+        Some(view) => Some(view),
+        None => deps.jobs.view(job_id).await.map_err(store_failed)?,
+    };
     let view = view.ok_or_else(|| {
         StageError::Fatal(Failure::new(PublicMessage::fixed("the job does not exist")))
     })?;
@@ -174,6 +201,8 @@ async fn run(
         result_key,
         result_ttl_seconds: None,
         summary: None,
+        leftovers: None,
+        ended_at_stage: None,
     };
     match outcome {
         // The owner cancelled and the stage stopped as asked (having saved its final
@@ -214,6 +243,8 @@ async fn run(
             Ok(RunOutput {
                 result_ttl_seconds: Some(deps.result_ttl.of(result_retention).as_secs()),
                 summary: result.summary().cloned(),
+                leftovers: Some(ctx.leftovers()),
+                ended_at_stage: Some(ctx.stage_end()),
                 ..output(Next::Done, Some(result.location().to_owned()), ctx.stage)
             })
         }

@@ -21,14 +21,13 @@ use lambda_http::http::{HeaderValue, Method, StatusCode, header};
 use lambda_http::{Body, Request, RequestExt, Response};
 use longhaul_aws::api::{Problem, json_response, path_job_id, principal, route_key, wrong_status};
 use longhaul_aws::config::{ConfigError, Vars};
-use longhaul_aws::jobs::{JobEntry, JobStore, JobView, ListError, ListFilter, ProgressRecord};
+use longhaul_aws::jobs::{JobEntry, JobStore, JobView, ListError, ListFilter};
 use longhaul_aws::logs;
 use longhaul_aws::objects::ObjectStore;
 use longhaul_aws::ports::{
     Clock, DeliveryLog, JobListing, JobReads, ObjectLinks, SigningKey, SystemClock,
 };
 use longhaul_aws::secrets::SecretKey;
-use longhaul_domain::progress::ProgressView;
 use longhaul_domain::{JobStatus, stream_token};
 use longhaul_worker::Registry;
 use secrecy::ExposeSecret;
@@ -405,10 +404,8 @@ fn summary(job: &JobEntry) -> serde_json::Value {
 /// The public representation of a job.
 pub fn render(view: &JobView) -> serde_json::Value {
     let job = &view.job;
-    let progress =
-        view.progress.as_ref().map_or_else(ProgressView::unknown, ProgressRecord::recorded);
     // The same view as the live stream's: a succeeded job's is its end, not its last write.
-    let progress = progress.for_status(job.status);
+    let progress = view.shown_progress();
     let mut body = json!({
         "job_id": job.job_id,
         "type": job.job_type,

@@ -1,6 +1,7 @@
 //! The handler over in-memory adapters: every route, every path and every refusal.
 
 use super::*;
+use longhaul_aws::jobs::ProgressRecord;
 
 use async_trait::async_trait;
 use longhaul_aws::AwsError;

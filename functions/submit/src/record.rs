@@ -28,6 +28,8 @@ pub(crate) fn new_job(deps: &Deps, new: &NewJob<'_>, job_id: JobId) -> JobRecord
         attempt: 0,
         lease: None,
         execution: None,
+        claimant: None,
+        ended_at_stage: None,
         idempotency_key: new.key.to_owned(),
         fingerprint: new.fingerprint.to_owned(),
         callback_url: new.callback_url.clone(),

@@ -345,6 +345,7 @@ impl LocalStack {
             faults: faults.clone(),
             policies,
             denials: denials.clone(),
+            sqs: clients.sqs.clone(),
         };
         let authorizer = authorizer(&template, options.state_dir.as_deref())?;
         let schedules = schedules::Schedules::new(&hosted);

@@ -79,7 +79,10 @@ async fn process(
         if params.item_ms > 0 {
             ctx.pause(Duration::from_millis(params.item_ms), state.next_item, total).await?;
         }
-        if ctx.checkpoint_due(state.next_item) {
+        // No checkpoint after the last item, whatever the cadence: the result, written next,
+        // is what keeps the work (a crash before it redoes the items since the last checkpoint).
+        let last = state.next_item == params.items;
+        if !last && ctx.checkpoint_due(state.next_item) {
             ctx.checkpoint(&state, state.next_item, total).await?;
         } else {
             ctx.progress(state.next_item, total).await?;
@@ -89,8 +92,11 @@ async fn process(
     let body = serde_json::to_vec(&result).map_err(|e| {
         KindError::fatal(PublicMessage::fixed("the job's result could not be encoded")).because(e)
     })?;
+    // Nothing is checkpointed after the result: once it is stored, a retry that finds the job
+    // still running redoes at most the items since the last checkpoint, and the job's success
+    // shows 100 % whatever the last progress write said. A job that ends before its first
+    // checkpoint falls due writes none at all.
     let result = ctx.write_result("result.json", "application/json", body).await?;
-    ctx.checkpoint(&state, params.items, total).await?;
     Ok(StageOutcome::Finished(result))
 }
 
@@ -111,6 +117,20 @@ mod tests {
         let finished = Host::new().run(&Demo, &json!({"items": 5, "item_ms": 1})).unwrap();
         assert_eq!((finished.name.as_str(), finished.body), ("result.json", expected(5)));
         assert_eq!(finished.content_type, "application/json");
+    }
+
+    #[test]
+    fn no_checkpoint_is_written_that_nothing_could_resume_from() {
+        // Done before its first checkpoint falls due (the default cadence: 1,000 items or
+        // 60 s): none at all, not even after the result.
+        let (finished, trace) = Host::new().run_traced(&Demo, &json!({"items": 100}));
+        assert_eq!(finished.unwrap().body, expected(100));
+        assert_eq!(trace.checkpoints, 0, "{trace:?}");
+        // Every 5 items of 10: at item 5 only — not at the last item, nor after the result.
+        let (finished, trace) =
+            Host::new().checkpoint_items(5).run_traced(&Demo, &json!({"items": 10}));
+        assert_eq!(finished.unwrap().body, expected(10));
+        assert_eq!(trace.checkpoints, 1, "{trace:?}");
     }
 
     #[test]

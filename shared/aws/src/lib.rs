@@ -7,6 +7,7 @@
 pub mod api;
 pub mod config;
 pub mod executions;
+pub mod invocations;
 pub mod jobs;
 pub mod limits;
 pub mod logs;
@@ -15,6 +16,7 @@ pub mod objects;
 pub mod ports;
 pub mod queue;
 pub mod redact;
+pub mod runs;
 pub mod sdk;
 pub mod secrets;
 pub mod slots;
@@ -131,18 +133,65 @@ pub fn condition_refused<E: ProvideErrorMetadata, R>(err: &SdkError<E, R>) -> bo
         == Some("ConditionalCheckFailedException")
 }
 
-/// What the end of a job (by its stage or by the reaper) leaves to clean. A succeeded job's
-/// checkpoints are deleted: nothing resumes it. A failed or cancelled job keeps them, so that
-/// `POST /jobs/{id}/retry` can start the new job from the last one; the bucket's lifecycle
-/// rule deletes them after the records' retention (30 days). The job left the running index
-/// in the write that ended it.
+/// What the end of a job (by its stage or by the reaper) leaves to clean, when nobody kept
+/// track of its checkpoint objects (the reaper's ends, a stage's end redone by a retried call):
+/// [`tidy_after_end_with`] with [`Leftovers::Unknown`], so a succeeded job's checkpoints are
+/// found by listing them.
 pub async fn tidy_after_end(
     objects: &(impl ports::ObjectCleanup + ?Sized),
     job_id: &JobId,
     ended: longhaul_domain::JobStatus,
 ) -> Result<(), jobs::StoreError> {
-    if ended == longhaul_domain::JobStatus::Succeeded {
-        objects.delete_prefix(&objects::checkpoints_prefix(job_id)).await?;
+    tidy_after_end_with(objects, job_id, ended, Leftovers::Unknown).await
+}
+
+/// What is known of the checkpoint objects a job leaves when it ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Leftovers<'a> {
+    /// Not known key by key: whatever is under the job's checkpoints prefix (a LIST, then a
+    /// delete per object).
+    Unknown,
+    /// Exactly these objects: the stage's own success knows them (the checkpoint the progress
+    /// record points at — the stage deletes each one it supersedes as it goes — and the staged
+    /// files it published). Deleted by key, no LIST; none is no S3 call at all. A key outside
+    /// the job's own checkpoints (a retried job's checkpoint this job started from) is never
+    /// deleted. Objects a crashed or stale invocation left behind are the bucket's
+    /// `checkpoints-backstop` lifecycle rule's.
+    Keys(&'a [String]),
+}
+
+/// What the end of a job leaves to clean. A succeeded job's checkpoints are deleted (nothing
+/// resumes it): by key when `leftovers` names them, else by prefix. A failed or cancelled job
+/// keeps them, so that `POST /jobs/{id}/retry` can start the new job from the last one; the
+/// bucket's lifecycle rule deletes them after the records' retention (30 days). The job left
+/// the running index in the write that ended it.
+pub async fn tidy_after_end_with(
+    objects: &(impl ports::ObjectCleanup + ?Sized),
+    job_id: &JobId,
+    ended: longhaul_domain::JobStatus,
+    leftovers: Leftovers<'_>,
+) -> Result<(), jobs::StoreError> {
+    if ended != longhaul_domain::JobStatus::Succeeded {
+        return Ok(());
+    }
+    let own = objects::checkpoints_prefix(job_id);
+    match leftovers {
+        Leftovers::Unknown => {
+            objects.delete_prefix(&own).await?;
+        }
+        Leftovers::Keys(keys) => {
+            let mut doomed: Vec<&str> = keys
+                .iter()
+                .map(String::as_str)
+                .filter(|key| key.starts_with(&own) && key.len() > own.len())
+                .collect();
+            doomed.sort_unstable();
+            doomed.dedup();
+            let deletes = doomed.into_iter().map(|key| objects.delete(key));
+            for deleted in futures::future::join_all(deletes).await {
+                deleted?;
+            }
+        }
     }
     Ok(())
 }

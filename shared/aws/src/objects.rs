@@ -244,6 +244,19 @@ impl ObjectStore {
         Ok(())
     }
 
+    /// Deletes the object at `key` (one `DeleteObject`, which S3 does not bill); a missing
+    /// object is not an error (S3 answers a delete of a missing key with success).
+    pub async fn delete(&self, key: &str) -> Result<(), AwsError> {
+        self.client
+            .delete_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .send()
+            .await
+            .map_err(|e| AwsError::service(format!("delete s3://{}/{key}", self.bucket), e))?;
+        Ok(())
+    }
+
     /// Deletes every object under `prefix`. A page of a few keys is deleted key by key
     /// (concurrently): `DeleteObject` is free, while a `DeleteObjects` batch is billed as a
     /// PUT-class request — which made tidying a small job cost as much as storing its result.

@@ -18,7 +18,7 @@ use longhaul_domain::JobId;
 use std::collections::BTreeMap;
 
 use longhaul_domain::policy::{JobPolicy, SHARED_WORKER};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::config::{ConfigError, Vars};
 
@@ -98,19 +98,26 @@ impl Workers {
     /// The input of an execution of job `job_id` whose policy is `policy`: the job and the
     /// ARN of the function its task states invoke.
     pub fn execution_input(&self, job_id: &JobId, policy: &JobPolicy) -> Value {
+        crate::runs::execution_input(job_id, self.worker_of(policy))
+    }
+
+    /// The ARN of the function a job whose policy is `policy` runs in (the shared stage
+    /// function, with an error in the log, if the deployment does not have the one it names).
+    pub fn worker_of(&self, policy: &JobPolicy) -> &str {
         if !self.knows(&policy.worker) {
             tracing::error!(
                 worker = policy.worker,
                 "the job names a worker function this deployment does not have; it runs in the shared {SHARED_WORKER}"
             );
         }
-        json!({ "job_id": job_id, INPUT_KEY: self.function_arn(&policy.worker) })
+        self.function_arn(&policy.worker)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     const STAGE: &str = "arn:aws:lambda:us-east-1:123456789012:function:longhaul-StageFunction";
     const CSV: &str = "arn:aws:lambda:us-east-1:123456789012:function:longhaul-CsvReportWorker";

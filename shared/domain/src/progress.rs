@@ -123,6 +123,23 @@ pub struct ProgressView {
     pub eta: Option<u64>,
 }
 
+/// Where a succeeded job's last stage ended, recorded with its success (the job record's
+/// `ended_at_stage`): a job that ends within a progress interval of its last write (a short job
+/// makes none at all) still shows its stages and its count, since the success costs a write
+/// anyway and a progress write just for the end would be one more.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct StageEnd {
+    /// The last stage's name.
+    pub stage: String,
+    /// Its 1-based index.
+    pub stage_index: u32,
+    /// Stages in the job.
+    pub stages_total: u32,
+    /// Items in the last stage, when the stage counted them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub items_total: Option<u64>,
+}
+
 /// The numbers of a job's last progress write, as the stage engine recorded them.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Recorded<'a> {
@@ -172,10 +189,11 @@ impl ProgressView {
     /// What a job in `status` shows of `self`, its last progress write (or
     /// [`ProgressView::unknown`]): a live job, that write; a job that succeeded (and one whose
     /// result has since expired), [`ProgressView::ended`]; a job that failed or was cancelled,
-    /// that write without an ETA (it will not complete).
-    pub fn for_status(self, status: JobStatus) -> Self {
+    /// that write without an ETA (it will not complete). `end`: where a succeeded job's last
+    /// stage ended, if its success recorded it ([`ProgressView::ended_at`]).
+    pub fn for_status(self, status: JobStatus, end: Option<&StageEnd>) -> Self {
         match status {
-            JobStatus::Succeeded | JobStatus::Expired => self.ended(),
+            JobStatus::Succeeded | JobStatus::Expired => self.ended_at(end),
             status if status.is_terminal() => ProgressView { eta: None, ..self },
             _ => self,
         }
@@ -190,6 +208,22 @@ impl ProgressView {
     /// there were, both are unknown rather than a count from before the end.
     pub fn ended(self) -> Self {
         ProgressView { pct: 100.0, items_done: self.items_total, eta: Some(0), ..self }
+    }
+
+    /// What a succeeded job shows, its last stage's end recorded with its success (`end`)
+    /// taking precedence over its last progress write, which may predate it.
+    pub fn ended_at(self, end: Option<&StageEnd>) -> Self {
+        match end {
+            Some(end) => ProgressView {
+                stage: Some(end.stage.clone()),
+                stage_index: Some(end.stage_index),
+                stages_total: Some(end.stages_total),
+                items_total: end.items_total,
+                ..self
+            }
+            .ended(),
+            None => self.ended(),
+        }
     }
 
     /// Whether this is already what [`ProgressView::ended`] shows (a live stream that sent it
@@ -291,7 +325,7 @@ mod tests {
     /// job shows its end, not that write.
     #[test]
     fn a_succeeded_job_shows_its_end_not_its_last_write() {
-        let ended = recorded(93_536_671, Some(104_669_764)).for_status(JobStatus::Succeeded);
+        let ended = recorded(93_536_671, Some(104_669_764)).for_status(JobStatus::Succeeded, None);
         assert_eq!(ended.pct, 100.0);
         assert_eq!((ended.items_done, ended.items_total), (Some(104_669_764), Some(104_669_764)));
         assert_eq!(ended.eta, Some(0));
@@ -302,29 +336,58 @@ mod tests {
         );
         assert!(ended.is_ended());
         // Expired: it succeeded, then its result was deleted.
-        assert_eq!(recorded(93_536_671, Some(104_669_764)).for_status(JobStatus::Expired), ended);
+        assert_eq!(
+            recorded(93_536_671, Some(104_669_764)).for_status(JobStatus::Expired, None),
+            ended
+        );
     }
 
     /// A last stage shorter than one progress interval left only its first write (0 items, no
     /// total): the end says what is known — all done — and no count from before it.
     #[test]
     fn a_stage_that_never_counted_ends_with_no_count() {
-        let ended = recorded(0, None).for_status(JobStatus::Succeeded);
+        let ended = recorded(0, None).for_status(JobStatus::Succeeded, None);
         assert_eq!((ended.pct, ended.items_done, ended.items_total), (100.0, None, None));
         assert_eq!(ended.eta, Some(0));
-        let never_started = ProgressView::unknown().for_status(JobStatus::Succeeded);
+        let never_started = ProgressView::unknown().for_status(JobStatus::Succeeded, None);
         assert_eq!((never_started.pct, never_started.items_done), (100.0, None));
         assert_eq!(never_started.stage, None);
     }
 
     #[test]
+    fn a_success_shows_where_its_last_stage_ended_over_an_earlier_write() {
+        let end = StageEnd {
+            stage: "publish".into(),
+            stage_index: 3,
+            stages_total: 3,
+            items_total: Some(7),
+        };
+        // No progress write at all (a job shorter than one interval), or one from an earlier
+        // stage: the end recorded with the success is what it shows.
+        for last in [ProgressView::unknown(), recorded(2, Some(10))] {
+            let shown = last.for_status(JobStatus::Succeeded, Some(&end));
+            assert_eq!(shown.pct, 100.0);
+            assert_eq!((shown.items_done, shown.items_total), (Some(7), Some(7)));
+            assert_eq!(shown.stage.as_deref(), Some("publish"));
+            assert_eq!(
+                (shown.stage_index, shown.stages_total, shown.eta),
+                (Some(3), Some(3), Some(0))
+            );
+            assert!(shown.is_ended());
+        }
+        // Not a live or failed job's.
+        let live = recorded(2, Some(10));
+        assert_eq!(live.clone().for_status(JobStatus::Running, Some(&end)), live);
+    }
+
+    #[test]
     fn live_and_failed_jobs_show_their_last_write() {
         for status in [JobStatus::Pending, JobStatus::Queued, JobStatus::Running] {
-            assert_eq!(recorded(5, Some(10)).for_status(status), recorded(5, Some(10)));
+            assert_eq!(recorded(5, Some(10)).for_status(status, None), recorded(5, Some(10)));
             assert!(!recorded(5, Some(10)).is_ended());
         }
         for status in [JobStatus::Failed, JobStatus::Cancelled] {
-            let shown = recorded(5, Some(10)).for_status(status);
+            let shown = recorded(5, Some(10)).for_status(status, None);
             assert_eq!(
                 shown,
                 ProgressView { eta: None, ..recorded(5, Some(10)) },
@@ -332,7 +395,7 @@ mod tests {
             );
         }
         let none = ProgressView::unknown();
-        assert_eq!(none.for_status(JobStatus::Queued), ProgressView::unknown());
+        assert_eq!(none.for_status(JobStatus::Queued, None), ProgressView::unknown());
         let empty = ProgressView::recorded(Recorded {
             pct: 0.0,
             stage: "",
@@ -603,7 +666,7 @@ mod tests {
                 items_done: done, items_total: total, eta_seconds: eta,
             });
             let status = if expired { JobStatus::Expired } else { JobStatus::Succeeded };
-            let shown = last.for_status(status);
+            let shown = last.for_status(status, None);
             prop_assert_eq!(shown.pct, 100.0);
             prop_assert_eq!(shown.eta, Some(0));
             prop_assert_eq!(shown.items_done, shown.items_total);

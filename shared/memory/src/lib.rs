@@ -20,8 +20,8 @@ pub use clock::ManualClock;
 pub use jobs::MemoryJobStore;
 pub use names::{job_named, nth_job, owner};
 pub use outside::{
-    MemoryDeadLetters, MemoryDispatchQueue, MemoryExecutions, MemoryObjects, MemoryRateLimits,
-    MemorySigningKey, MemoryWebhookQueue, Started,
+    MemoryDeadLetters, MemoryDispatchQueue, MemoryExecutions, MemoryInvocations, MemoryObjects,
+    MemoryRateLimits, MemorySigningKey, MemoryWebhookQueue, Started,
 };
 pub use slots::MemorySlotPools;
 pub use streams::MemoryStreamSlots;

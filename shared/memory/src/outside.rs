@@ -11,7 +11,7 @@ use longhaul_aws::executions::StartOutcome;
 use longhaul_aws::limits::Admission;
 use longhaul_aws::ports::{
     DeadLetters, DispatchQueue, JobExecutions, ObjectCleanup, ObjectLinks, RateLimits, SigningKey,
-    UploadPresence, Warm, WebhookDispatch,
+    UploadPresence, Warm, WebhookDispatch, WorkerInvocations,
 };
 use longhaul_aws::queue::{DispatchMessage, WebhookMessage};
 use longhaul_aws::{AwsError, Refusal};
@@ -120,6 +120,47 @@ impl JobExecutions for MemoryExecutions {
             execution.status = "ABORTED".to_owned();
             execution.stopped_because = Some(cause.to_owned());
         }
+        Ok(())
+    }
+}
+
+/// Asynchronous invocations in memory: what was queued, in order (function ARN, payload).
+/// Nothing runs them: a test runs one by calling the worker's handler with its payload.
+#[derive(Debug, Default)]
+pub struct MemoryInvocations {
+    queued: Mutex<Vec<(String, serde_json::Value)>>,
+    outage: Outage,
+}
+
+impl MemoryInvocations {
+    /// Nothing queued yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Every invocation queued so far: the function's ARN and the payload.
+    pub fn queued(&self) -> Vec<(String, serde_json::Value)> {
+        lock(&self.queued).clone()
+    }
+
+    /// While `down`, every call fails as an unreachable service does.
+    pub fn set_unavailable(&self, down: bool) {
+        self.outage.set(down);
+    }
+}
+
+#[async_trait]
+impl Warm for MemoryInvocations {}
+
+#[async_trait]
+impl WorkerInvocations for MemoryInvocations {
+    async fn invoke_async(
+        &self,
+        function: &str,
+        payload: &serde_json::Value,
+    ) -> Result<(), AwsError> {
+        self.outage.check("invoke")?;
+        lock(&self.queued).push((function.to_owned(), payload.clone()));
         Ok(())
     }
 }
@@ -310,6 +351,11 @@ pub struct MemoryObjects {
     multipart: Mutex<objects::Multipart>,
     /// How many times an upload's presence was asked ([`UploadPresence::exists`], a HEAD).
     heads: AtomicUsize,
+    /// How many times objects were listed ([`ObjectCleanup::delete_prefix`] and
+    /// [`ObjectCleanup::first_key`]: a ListObjectsV2 each on S3, at least).
+    lists: AtomicUsize,
+    /// How many objects were deleted by key ([`ObjectCleanup::delete`]: a DeleteObject each).
+    deletes: AtomicUsize,
 }
 
 impl MemoryObjects {
@@ -338,6 +384,18 @@ impl MemoryObjects {
     pub fn heads(&self) -> usize {
         self.heads.load(Ordering::SeqCst)
     }
+
+    /// How many times objects were listed so far (a prefix's delete or first key: at least
+    /// one LIST request each on S3), answered or not.
+    pub fn lists(&self) -> usize {
+        self.lists.load(Ordering::SeqCst)
+    }
+
+    /// How many deletes by key were asked so far (one DeleteObject each on S3), answered or
+    /// not.
+    pub fn deletes(&self) -> usize {
+        self.deletes.load(Ordering::SeqCst)
+    }
 }
 
 #[async_trait]
@@ -362,7 +420,15 @@ impl UploadPresence for MemoryObjects {
 
 #[async_trait]
 impl ObjectCleanup for MemoryObjects {
+    async fn delete(&self, key: &str) -> Result<(), AwsError> {
+        self.deletes.fetch_add(1, Ordering::SeqCst);
+        self.outage.check("delete object")?;
+        lock(&self.objects).remove(key);
+        Ok(())
+    }
+
     async fn delete_prefix(&self, prefix: &str) -> Result<usize, AwsError> {
+        self.lists.fetch_add(1, Ordering::SeqCst);
         self.outage.check("delete objects")?;
         let mut objects = lock(&self.objects);
         let doomed: Vec<String> =
@@ -374,6 +440,7 @@ impl ObjectCleanup for MemoryObjects {
     }
 
     async fn first_key(&self, prefix: &str) -> Result<Option<String>, AwsError> {
+        self.lists.fetch_add(1, Ordering::SeqCst);
         self.outage.check("list objects")?;
         Ok(lock(&self.objects).keys().find(|k| k.starts_with(prefix)).cloned())
     }

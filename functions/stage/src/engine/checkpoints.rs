@@ -4,7 +4,8 @@
 use super::*;
 
 impl Ctx<'_> {
-    /// Saves `state` as the stage's checkpoint and makes it current (fenced).
+    /// Saves `state` as the stage's checkpoint and makes it current (fenced); then deletes the
+    /// checkpoint it superseded (see [`Ctx::superseded`]).
     pub async fn checkpoint<T: Serialize>(
         &mut self,
         version: u32,
@@ -12,6 +13,8 @@ impl Ctx<'_> {
         done: u64,
         total: Option<u64>,
     ) -> Result<(), StageError> {
+        // What the progress record points at until this one is made current.
+        let superseded = self.checkpoint_key.clone();
         let key = checkpoint_key(&self.job.job_id, self.stage, self.seq + 1, self.lease.attempt);
         let body = serde_json::to_vec(&Checkpoint {
             schema_version: version,
@@ -35,6 +38,7 @@ impl Ctx<'_> {
             match self.write(done, total).await {
                 Ok(()) => {
                     self.last_checkpoint = (self.deps.clock.instant(), done);
+                    self.superseded(superseded).await;
                     return Ok(());
                 }
                 // Cancelled while it was saved: it becomes the final checkpoint, below.
@@ -64,7 +68,69 @@ impl Ctx<'_> {
         self.checkpoint_key = Some(key);
         self.last_checkpoint = (self.deps.clock.instant(), done);
         tracing::info!(items_done, "final checkpoint of the cancelled attempt saved");
+        self.superseded(superseded).await;
         Ok(())
+    }
+
+    /// Whether `key` is one of this job's own checkpoint objects (not the checkpoint of the job
+    /// a retry started from, which that job keeps for its own retries).
+    fn own_object(&self, key: &str) -> bool {
+        key.starts_with(&longhaul_aws::objects::checkpoints_prefix(&self.job.job_id))
+    }
+
+    /// Deletes `superseded`, the checkpoint the progress record pointed at before the fenced
+    /// write that just moved it to a newer one: nothing reads it any more (resuming and carrying
+    /// both read the pointer), so a job keeps one checkpoint object at a time and its success
+    /// deletes that one by key, with no listing. Best effort: an object left behind is the
+    /// bucket's lifecycle rule's (`checkpoints-backstop`). A deleted S3 object costs nothing
+    /// (S3 bills no `DeleteObject`).
+    async fn superseded(&self, superseded: Option<String>) {
+        let Some(old) = superseded.filter(|old| self.own_object(old)) else { return };
+        if self.checkpoint_key.as_deref() == Some(old.as_str()) {
+            return;
+        }
+        if let Err(err) = self.deps.objects.delete(&old).await {
+            tracing::warn!(
+                key = old,
+                error = %err,
+                "deleting the superseded checkpoint failed; the lifecycle rule is the backstop"
+            );
+        }
+    }
+
+    /// What the job's success leaves to delete, by key: the checkpoint the progress record
+    /// points at (the only one left: each superseded one was deleted as the pointer moved) and
+    /// the staged files this invocation published. Never another job's objects. Deleted only
+    /// once the success is recorded: until then a retry of the last stage resumes from (or
+    /// carries, or publishes) them.
+    pub fn leftovers(&self) -> Vec<String> {
+        self.checkpoint_key
+            .iter()
+            .chain(&self.published)
+            .filter(|key| self.own_object(key))
+            .cloned()
+            .collect()
+    }
+
+    /// The checkpoint `key` the pointer named is missing. Checkpoints are deleted once the
+    /// pointer moved past them, so the usual reason is a duplicate invocation of this attempt
+    /// that moved on (its writes win, and this one's are refused at its next write): it stops
+    /// now, as a refused write stops it. `None`: the record still points at `key` under this
+    /// lease — the object is missing for another reason, which the caller judges.
+    async fn moved_past(&self, key: &str) -> Option<StageError> {
+        let view = match self.deps.jobs.view(&self.job.job_id).await {
+            Ok(view) => view,
+            Err(err) => return Some(crate::store_failed(err)),
+        };
+        let progress = view.and_then(|view| view.progress);
+        let ours = progress.as_ref().is_some_and(|p| p.lease == self.lease.token);
+        let current = progress.as_ref().and_then(|p| p.checkpoint_key.as_deref());
+        if ours && current == Some(key) {
+            return None;
+        }
+        Some(StageError::LeaseLost(format!(
+            "the checkpoint {key} was superseded by another invocation of the attempt"
+        )))
     }
 
     /// Whether the current checkpoint is this stage's own (written by an earlier invocation of
@@ -99,8 +165,15 @@ impl Ctx<'_> {
             .objects
             .get(&key)
             .await
-            .map_err(|e| StageError::retryable(CHECKPOINT_FAILED, e))?
-            .ok_or_else(|| StageError::fatal(public("is missing"), format!("no object {key}")))?;
+            .map_err(|e| StageError::retryable(CHECKPOINT_FAILED, e))?;
+        let bytes = match bytes {
+            Some(bytes) => bytes,
+            None => {
+                return Err(self.moved_past(&key).await.unwrap_or_else(|| {
+                    StageError::fatal(public("is missing"), format!("no object {key}"))
+                }));
+            }
+        };
         let checkpoint: Checkpoint<T> = serde_json::from_slice(&bytes)
             .ok()
             .filter(|c: &Checkpoint<T>| c.schema_version == version && c.stage == stage)
@@ -127,6 +200,9 @@ impl Ctx<'_> {
             .await
             .map_err(|e| StageError::retryable(CHECKPOINT_FAILED, e))?
         else {
+            if let Some(err) = self.moved_past(&key).await {
+                return Err(err);
+            }
             tracing::warn!(key, "the current checkpoint is missing; restarting the stage");
             return Ok(None);
         };

@@ -156,6 +156,8 @@ impl StageContext for Ctx<'_> {
             self.deps.objects.copy(staged.location(), &key, staged.content_type()).await.map_err(
                 |e| failure_message::aws_failure(failure_message::RESULT_NOT_STORED, &e),
             )?;
+            // Needed until the success is recorded (a retry publishes it again), then not.
+            self.published.push(staged.location().to_owned());
             Ok(ResultRef::from_host(key))
         }
         .boxed()

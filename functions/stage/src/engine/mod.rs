@@ -5,9 +5,12 @@
 //! Checkpoints are written as new objects (`checkpoints/<job>/<stage>/<seq>.json`) and then
 //! made current by a progress write that carries their key; that write is conditional on the
 //! lease, so a stale attempt may leave an orphan object behind but can never make a newer
-//! checkpoint unreachable. Every checkpoint carries a `schema_version`: one that does not match
-//! the stage's current version is never consumed — the stage restarts from its beginning,
-//! with a warning in the log.
+//! checkpoint unreachable. Once the pointer has moved, the checkpoint it pointed at is deleted
+//! by key (nothing can reach it any more), so a job has one checkpoint object at a time and
+//! its success deletes that one by key ([`Ctx::leftovers`]), with no listing; orphans are the
+//! bucket's lifecycle rule's. Every checkpoint carries a `schema_version`: one that does not
+//! match the stage's current version is never consumed — the stage restarts from its
+//! beginning, with a warning in the log.
 
 use std::time::{Duration, Instant};
 
@@ -76,7 +79,12 @@ pub struct Ctx<'a> {
     last_done: u64,
     /// The count and total of the last progress write (what a heartbeat repeats).
     last_reported: (u64, Option<u64>),
+    /// The total the kind last reported, written or not (where the stage ends: [`Ctx::stage_end`]).
+    last_total: Option<u64>,
     checkpoint_key: Option<String>,
+    /// The staged files this invocation published as the job's result: with the current
+    /// checkpoint, what a success leaves to delete ([`Ctx::leftovers`]).
+    published: Vec<String>,
     /// Recent progress, for the ETA; `started` is its clock's zero.
     throughput: ThroughputWindow,
     started: Instant,
@@ -122,7 +130,9 @@ impl<'a> Ctx<'a> {
             floor_done: if same_stage { progress.items_done } else { 0 },
             last_done: 0,
             last_reported: (0, None),
+            last_total: None,
             checkpoint_key: if same_stage { progress.checkpoint_key.clone() } else { None },
+            published: Vec::new(),
             throughput: ThroughputWindow::new(ETA_WINDOW_SECONDS),
             started: now,
             last_checkpoint: (now, 0),
@@ -171,6 +181,7 @@ impl<'a> Ctx<'a> {
     /// it got to — a retry of the cancelled job resumes from that. A kind that goes on
     /// regardless fails with `Job.Cancelled` at its next progress report.
     pub async fn progress(&mut self, done: u64, total: Option<u64>) -> Result<(), StageError> {
+        self.last_total = total;
         let since = self.since(self.last_write);
         if since >= self.deps.progress_interval || since >= self.deps.heartbeat_interval {
             return self.write_unless_cancelled(done, total).await;
@@ -209,6 +220,18 @@ impl<'a> Ctx<'a> {
     /// Whether the owner's cancellation was seen.
     pub fn cancelled(&self) -> bool {
         self.cancelled
+    }
+
+    /// Where the current stage ends, as the kind last reported it (the total it counted, if
+    /// any, in this invocation): recorded with the job's success, so that its view shows the
+    /// end even when no progress write came after the last items.
+    pub fn stage_end(&self) -> longhaul_domain::progress::StageEnd {
+        longhaul_domain::progress::StageEnd {
+            stage: self.stage.to_owned(),
+            stage_index: self.stage_index,
+            stages_total: self.stages_total,
+            items_total: self.last_total,
+        }
     }
 
     fn pct(&self, done: u64, total: Option<u64>) -> f64 {

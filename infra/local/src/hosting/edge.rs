@@ -74,6 +74,9 @@ pub struct EdgeState {
     pub policies: Arc<Policies>,
     /// Every call refused so far (`GET /_local/iam/denials`).
     pub denials: Denials,
+    /// The emulator's SQS, where Lambda's record of an asynchronous invocation it gave up on
+    /// goes (a function's on-failure destination).
+    pub sqs: aws_sdk_sqs::Client,
 }
 
 /// The calls the edge refused for want of a permission, in order.
@@ -122,7 +125,18 @@ async fn invoke(
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Response {
-    state.calls.record("lambda:Invoke".into(), None);
+    let caller = headers.get(FUNCTION_HEADER).and_then(|v| v.to_str().ok());
+    state.calls.record("lambda:Invoke".into(), caller);
+    // A hosted function's invocation of another is throttled as any of its calls may be.
+    if caller.is_some()
+        && state.faults.throttle_call(
+            "lambda:Invoke",
+            &format!("/2015-03-31/functions/{function}/invocations"),
+            &body,
+        )
+    {
+        return throttled("lambda:Invoke");
+    }
     // The path carries a name, an ARN, or a partial ARN (…:function:name[:qualifier]).
     let name = match function.split_once(":function:") {
         Some((_, rest)) => rest.split(':').next().unwrap_or(rest).to_owned(),
@@ -169,6 +183,18 @@ async fn invoke(
             }
         }
     };
+    match headers.get("x-amz-invocation-type").and_then(|v| v.to_str().ok()) {
+        Some("Event") => {
+            // Lambda may deliver an event more than once (a fault plan makes it so).
+            if caller.is_some() && state.faults.duplicate_start() {
+                tokio::spawn(invoke_async(hosted.clone(), event.clone(), state.sqs.clone()));
+            }
+            tokio::spawn(invoke_async(hosted.clone(), event, state.sqs.clone()));
+            return StatusCode::ACCEPTED.into_response();
+        }
+        Some("DryRun") => return StatusCode::NO_CONTENT.into_response(),
+        _ => {}
+    }
     match hosted.invoke(event).await {
         Ok(output) => (StatusCode::OK, [("x-amz-executed-version", "$LATEST")], axum::Json(output))
             .into_response(),
@@ -184,6 +210,79 @@ async fn invoke(
             )
                 .into_response()
         }
+    }
+}
+
+/// How long Lambda waits before its `retry`-th retry of a failed asynchronous invocation: a
+/// minute, then two (shortened here 60-fold, as a test's patience is).
+fn async_retry_delay(retry: u32) -> std::time::Duration {
+    std::time::Duration::from_secs(u64::from(retry))
+}
+
+/// Runs an asynchronous invocation as Lambda does: the event is queued (the caller has its
+/// `202`), a failed invocation is retried (`MaximumRetryAttempts`, after
+/// [`async_retry_delay`]), and Lambda's record of one it gave up on goes to the function's
+/// SQS on-failure destination (else it is dropped, with an error in the log, as Lambda drops
+/// it when there is none).
+async fn invoke_async(hosted: HostedFunction, event: serde_json::Value, sqs: aws_sdk_sqs::Client) {
+    let config = hosted.spec.async_invoke.clone();
+    let mut tries = 0;
+    let failure = loop {
+        tries += 1;
+        match hosted.invoke(event.clone()).await {
+            Ok(_) => return,
+            Err(diagnostic) if hosted.loses_event(&event) => {
+                tracing::warn!(
+                    function = hosted.spec.logical,
+                    error_type = diagnostic.error_type,
+                    "asynchronous invocation failed; its event is lost (a test's crash for good)"
+                );
+                return;
+            }
+            Err(diagnostic) if tries > config.max_retries => break diagnostic,
+            Err(diagnostic) => {
+                tracing::info!(
+                    function = hosted.spec.logical,
+                    error_type = diagnostic.error_type,
+                    tries,
+                    "asynchronous invocation failed; Lambda retries it"
+                );
+                tokio::time::sleep(async_retry_delay(tries)).await;
+            }
+        }
+    };
+    let Some(queue_url) = config.on_failure_queue_url else {
+        tracing::error!(
+            function = hosted.spec.logical,
+            error_type = failure.error_type,
+            "asynchronous invocation failed on every try; no on-failure destination, dropped"
+        );
+        return;
+    };
+    let function_arn = crate::stack::template::function_arn(&hosted.spec.name);
+    let record = serde_json::json!({
+        "version": "1.0",
+        "timestamp": chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+        "requestContext": {
+            "requestId": uuid::Uuid::new_v4().to_string(),
+            "functionArn": format!("{function_arn}:$LATEST"),
+            "condition": "RetriesExhausted",
+            "approximateInvokeCount": tries,
+        },
+        "requestPayload": event,
+        "responseContext": {"statusCode": 200, "executedVersion": "$LATEST", "functionError": "Unhandled"},
+        "responsePayload": {"errorType": failure.error_type, "errorMessage": failure.error_message},
+    });
+    tracing::warn!(
+        function = hosted.spec.logical,
+        error_type = failure.error_type,
+        tries,
+        "asynchronous invocation failed on every try; its record goes to the on-failure destination"
+    );
+    if let Err(err) =
+        sqs.send_message().queue_url(&queue_url).message_body(record.to_string()).send().await
+    {
+        tracing::error!(function = hosted.spec.logical, error = %aws_sdk_sqs::error::DisplayErrorContext(&err), "sending to the on-failure destination failed; the record is lost");
     }
 }
 
@@ -482,6 +581,11 @@ mod tests {
             faults: Default::default(),
             policies: Default::default(),
             denials: Default::default(),
+            sqs: aws_sdk_sqs::Client::from_conf(
+                aws_sdk_sqs::Config::builder()
+                    .behavior_version(aws_sdk_sqs::config::BehaviorVersion::latest())
+                    .build(),
+            ),
         }))
         .await;
         let write = |timeout_ms: u64| {

@@ -101,6 +101,9 @@ pub struct HostedFunction {
     inflight: Arc<std::sync::Mutex<Vec<Inflight>>>,
     /// Where finished invocations are recorded.
     log: InvocationLog,
+    /// Jobs whose asynchronous event Lambda is to lose at its next failure (a test's "the
+    /// worker dies for good": [`HostedFunction::crash_for_good`]).
+    lost_events: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
 }
 
 fn typed<I, O, E, F, Fut>(handler: F) -> EventHandler
@@ -289,6 +292,7 @@ pub fn host(
         handler,
         inflight: Default::default(),
         log: log.clone(),
+        lost_events: Default::default(),
     })
 }
 
@@ -352,6 +356,20 @@ impl HostedFunction {
                 error_message: format!("Task timed out after {:.2} seconds", timeout.as_secs_f64()),
             }),
         }
+    }
+
+    /// [`Self::crash`]es `job_id`'s invocations and has Lambda lose the asynchronous event of
+    /// the one that crashes (no retry, no on-failure destination: Lambda documents that it
+    /// may drop events), so the job's worker is gone for good — what the reaper is there for.
+    pub fn crash_for_good(&self, job_id: &str) -> usize {
+        self.lost_events.lock().expect("lost events lock").insert(job_id.to_owned());
+        self.crash(Some(job_id))
+    }
+
+    /// Whether Lambda is to lose the asynchronous event `event` after its failure (once).
+    pub fn loses_event(&self, event: &Value) -> bool {
+        let job_id = event["job_id"].as_str().unwrap_or_default();
+        self.lost_events.lock().expect("lost events lock").remove(job_id)
     }
 
     /// Kills the invocations in flight (those for `job_id` only, when given), as a crash of
@@ -459,12 +477,14 @@ mod tests {
             timeout,
             env: Default::default(),
             events: Vec::new(),
+            async_invoke: Default::default(),
         };
         HostedFunction {
             spec,
             handler,
             inflight: Default::default(),
             log: InvocationLog::default(),
+            lost_events: Default::default(),
         }
     }
 

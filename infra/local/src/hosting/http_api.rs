@@ -239,11 +239,18 @@ async fn crash_function(
     axum::extract::Query(query): axum::extract::Query<BTreeMap<String, String>>,
 ) -> Response {
     let job_id = query.get("job_id").map(String::as_str);
+    // `for_good=true` (with a job): Lambda loses the crashed invocation's event, so nothing
+    // retries it.
+    let for_good = query.get("for_good").is_some_and(|v| v == "true");
     match state.functions.iter().find(|f| f.spec.logical == name || f.spec.name == name) {
-        Some(function) => axum::Json(
-            json!({"function": function.spec.logical, "crashed": function.crash(job_id)}),
-        )
-        .into_response(),
+        Some(function) => {
+            let crashed = match job_id {
+                Some(job_id) if for_good => function.crash_for_good(job_id),
+                _ => function.crash(job_id),
+            };
+            axum::Json(json!({"function": function.spec.logical, "crashed": crashed}))
+                .into_response()
+        }
         None => {
             (StatusCode::NOT_FOUND, axum::Json(json!({"message": format!("no function {name}")})))
                 .into_response()

@@ -29,6 +29,23 @@ pub struct FunctionSpec {
     pub env: BTreeMap<String, String>,
     /// What invokes it.
     pub events: Vec<EventSpec>,
+    /// `EventInvokeConfig`: what Lambda does with an asynchronous invocation that fails.
+    pub async_invoke: AsyncInvokeSpec,
+}
+
+/// A function's `EventInvokeConfig` (Lambda's defaults where the template says nothing).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AsyncInvokeSpec {
+    /// `MaximumRetryAttempts` (Lambda's default: 2).
+    pub max_retries: u32,
+    /// `DestinationConfig.OnFailure` of `Type: SQS`: the queue's URL.
+    pub on_failure_queue_url: Option<String>,
+}
+
+impl Default for AsyncInvokeSpec {
+    fn default() -> Self {
+        AsyncInvokeSpec { max_retries: 2, on_failure_queue_url: None }
+    }
 }
 
 /// A function's trigger.
@@ -444,6 +461,8 @@ pub fn functions(template: &Template) -> anyhow::Result<Vec<FunctionSpec>> {
             };
             events.push(EventSpec::Url { streaming: url["InvokeMode"] == "RESPONSE_STREAM", cors });
         }
+        let async_invoke = async_invoke(template, &resource["Properties"]["EventInvokeConfig"])
+            .with_context(context)?;
         out.push(FunctionSpec {
             logical: logical.clone(),
             name: template.physical_name(logical)?,
@@ -451,15 +470,53 @@ pub fn functions(template: &Template) -> anyhow::Result<Vec<FunctionSpec>> {
             timeout: Duration::from_secs(template.function_timeout(logical)?),
             env,
             events,
+            async_invoke,
         });
     }
     Ok(out)
+}
+
+/// Reads a function's `EventInvokeConfig` (`Null`: Lambda's defaults, no destination). Only
+/// an SQS on-failure destination is supported: the template declares no other.
+fn async_invoke(template: &Template, config: &Value) -> anyhow::Result<AsyncInvokeSpec> {
+    let mut spec = AsyncInvokeSpec::default();
+    if config.is_null() {
+        return Ok(spec);
+    }
+    if let Some(retries) = config["MaximumRetryAttempts"].as_u64() {
+        spec.max_retries = u32::try_from(retries).context("MaximumRetryAttempts")?;
+    }
+    let on_failure = &config["DestinationConfig"]["OnFailure"];
+    if !on_failure.is_null() {
+        if on_failure["Type"] != "SQS" {
+            bail!("EventInvokeConfig: only an SQS on-failure destination is supported locally");
+        }
+        let queue_arn = template.resolve_string(&on_failure["Destination"])?;
+        let queue_name = queue_arn.rsplit(':').next().unwrap_or_default();
+        spec.on_failure_queue_url = Some(format!(
+            "{}/{}/{queue_name}",
+            template.queue_endpoint,
+            crate::stack::template::ACCOUNT
+        ));
+    }
+    Ok(spec)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::stack::template::real_template;
+
+    #[test]
+    fn the_worker_functions_send_runs_lambda_gave_up_on_to_the_intake_queue() {
+        let functions = functions(&real_template()).unwrap();
+        for worker in ["StageFunction", "CsvReportWorkerFunction"] {
+            let spec = functions.iter().find(|f| f.logical == worker).unwrap();
+            assert_eq!(spec.async_invoke.max_retries, 2, "{worker}");
+            let queue = spec.async_invoke.on_failure_queue_url.as_deref().unwrap_or_default();
+            assert!(queue.ends_with("-IntakeQueue"), "{worker}: {queue}");
+        }
+    }
 
     #[test]
     fn the_notifier_mapping_is_read_from_the_template() {

@@ -125,39 +125,58 @@ impl JobStore {
         }
     }
 
+    /// [`Self::claim_as`] by an execution (no claimant).
+    pub async fn claim(
+        &self,
+        job_id: &JobId,
+        execution: &str,
+    ) -> Result<(Lease, JobRecord), StoreError> {
+        let (lease, view) = self.claim_as(job_id, execution, None).await?;
+        Ok((lease, view.job))
+    }
+
     /// `queued → running` for `execution`, minting a new lease (the job enters the reaper's
     /// running index in the same write), then hands the progress record to it. Idempotent per
     /// execution: if this execution already holds the job (the claim's response was lost and
     /// the state machine retried it), the existing lease is returned and the hand-over is
     /// done again — the first call may have died between the two writes. If nothing retries
     /// it, the reaper judges the lease by its claim time: no hand-over, no heartbeat.
-    pub async fn claim(
+    ///
+    /// A `claimant` (a direct run's: [`crate::runs`]) is stored with the claim, and only the
+    /// same claimant gets the lease back: Lambda's retry of the invocation carries it, a second
+    /// invocation of the same run (a redelivered dispatch) does not, and is refused. A claim
+    /// without one (an execution's) gets it back whoever claimed: an execution takes over
+    /// a direct run under the run's name ([`Self::record_execution`] ends the run's hold).
+    pub async fn claim_as(
         &self,
         job_id: &JobId,
         execution: &str,
-    ) -> Result<(Lease, JobRecord), StoreError> {
+        claimant: Option<&str>,
+    ) -> Result<(Lease, JobView), StoreError> {
         let token = uuid::Uuid::new_v4().simple().to_string();
-        let request = TransitionRequest::new(
+        let mut request = TransitionRequest::new(
             job_id,
             &[JobStatus::Queued],
             JobStatus::Running,
             "claimed by a stage",
         )
         .set("lease", &token);
+        if let Some(claimant) = claimant {
+            request = request.set("claimant", claimant);
+        }
         match self.claim_update(request, execution).await {
             Ok(job) => {
                 let lease = Lease { attempt: job.attempt, token };
-                self.take_progress(job_id, &lease).await?;
-                Ok((lease, job))
+                let progress = self.take_progress(job_id, &lease).await?;
+                Ok((lease, JobView { job, progress: Some(progress) }))
             }
             Err(StoreError::Conflict { current: Some(job) })
-                if job.status == JobStatus::Running
-                    && job.execution.as_deref() == Some(execution) =>
+                if job.holds_claim(execution, claimant) =>
             {
                 let lease =
                     Lease { attempt: job.attempt, token: job.lease.clone().unwrap_or_default() };
-                self.take_progress(job_id, &lease).await?;
-                Ok((lease, *job))
+                let progress = self.take_progress(job_id, &lease).await?;
+                Ok((lease, JobView { job: *job, progress: Some(progress) }))
             }
             Err(err) => Err(err),
         }
@@ -427,8 +446,13 @@ impl JobStore {
             (":execution".to_owned(), s(name)),
             (":now".to_owned(), s(now_rfc3339())),
         ]);
-        self.update_fenced(job_id, lease, "SET updated_at = :now, execution = :execution", values)
-            .await
+        self.update_fenced(
+            job_id,
+            lease,
+            "SET updated_at = :now, execution = :execution REMOVE claimant",
+            values,
+        )
+        .await
     }
 
     /// Counts one injected failure of a diagnostic kind, fenced by the lease (so it survives

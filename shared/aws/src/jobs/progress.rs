@@ -229,7 +229,7 @@ impl JobStore {
         &self,
         job_id: &JobId,
         lease: &Lease,
-    ) -> Result<(), StoreError> {
+    ) -> Result<ProgressRecord, StoreError> {
         let now = now_rfc3339();
         let zero = AttributeValue::N("0".into());
         let taken = self
@@ -252,10 +252,11 @@ impl JobStore {
             .expression_attribute_values(":zero", zero)
             .expression_attribute_values(":empty", s(""))
             .expression_attribute_values(":ttl", self.retention.ttl_from_now())
+            .return_values(aws_sdk_dynamodb::types::ReturnValue::AllNew)
             .send()
             .await;
         match taken {
-            Ok(_) => Ok(()),
+            Ok(output) => Ok(from_item(output.attributes.unwrap_or_default())?),
             Err(err) if crate::condition_refused(&err) => {
                 Err(StoreError::Conflict { current: self.job(job_id).await?.map(Box::new) })
             }

@@ -30,6 +30,14 @@ pub struct JobRecord {
     /// The execution that holds the lease.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub execution: Option<String>,
+    /// Where the job's last stage ended, recorded with its success
+    /// ([`longhaul_domain::progress::StageEnd`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_at_stage: Option<longhaul_domain::progress::StageEnd>,
+    /// The invocation that claimed the job for a direct run (its payload's `claimant`), while
+    /// the run holds it; none once an execution holds it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claimant: Option<String>,
     /// The idempotency key (sent or derived) the job was created under.
     pub idempotency_key: String,
     /// SHA-256 of the canonical request, to tell a replay from a conflicting reuse of the key.
@@ -118,6 +126,15 @@ pub struct ResumedFrom {
 }
 
 impl JobRecord {
+    /// Whether a claim by `execution` (for `claimant`, a direct run's) finds the job already
+    /// its own, so that it gets the lease back: the job runs under that execution and, for a
+    /// direct run's claim, still for the same claimant.
+    pub fn holds_claim(&self, execution: &str, claimant: Option<&str>) -> bool {
+        self.status == JobStatus::Running
+            && self.execution.as_deref() == Some(execution)
+            && claimant.is_none_or(|claimant| self.claimant.as_deref() == Some(claimant))
+    }
+
     /// Most jobs of its kind that may run at once, if its policy limits them.
     pub fn concurrency_limit(&self) -> Option<u32> {
         self.policy.as_ref().and_then(|p| p.concurrency_limit)
@@ -314,6 +331,17 @@ pub struct JobView {
     pub job: JobRecord,
     /// Its progress, once a stage has claimed it.
     pub progress: Option<ProgressRecord>,
+}
+
+impl JobView {
+    /// The job's progress as its clients are shown it, the same in `GET /jobs/{id}` and its
+    /// live stream ([`longhaul_domain::progress::ProgressView::for_status`]).
+    pub fn shown_progress(&self) -> longhaul_domain::progress::ProgressView {
+        self.progress
+            .as_ref()
+            .map_or_else(longhaul_domain::progress::ProgressView::unknown, ProgressRecord::recorded)
+            .for_status(self.job.status, self.job.ended_at_stage.as_ref())
+    }
 }
 
 /// A job's lease: what every write of one attempt is fenced by.

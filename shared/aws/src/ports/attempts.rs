@@ -7,7 +7,8 @@ use longhaul_domain::JobId;
 
 use super::Warm;
 use crate::jobs::{
-    FinalCheckpoint, JobRecord, JobStore, Lease, ProgressRecord, ProgressRefused, StoreError,
+    FinalCheckpoint, JobRecord, JobStore, JobView, Lease, ProgressRecord, ProgressRefused,
+    StoreError,
 };
 
 /// A job's attempts, as the stage runs them. Every write but the claim is fenced by the
@@ -23,7 +24,20 @@ pub trait JobAttempts: Warm {
         &self,
         job_id: &JobId,
         execution: &str,
-    ) -> Result<(Lease, JobRecord), StoreError>;
+    ) -> Result<(Lease, JobRecord), StoreError> {
+        let (lease, view) = self.claim_as(job_id, execution, None).await?;
+        Ok((lease, view.job))
+    }
+    /// [`Self::claim`] for a direct run's invocation `claimant` (see [`JobRecord::holds_claim`]):
+    /// only the same claimant gets the lease back. Answers the job as the claim left it with
+    /// the progress record as the hand-over left it: what a strongly consistent read of both
+    /// would answer then, so the claimer need not read them again.
+    async fn claim_as(
+        &self,
+        job_id: &JobId,
+        execution: &str,
+        claimant: Option<&str>,
+    ) -> Result<(Lease, JobView), StoreError>;
     /// Writes `progress` as the job's progress record, if its lease (`progress.lease`) holds
     /// the record, its `seq` is above the record's and no cancellation is flagged; else says
     /// which did not hold.
@@ -47,7 +61,8 @@ pub trait JobAttempts: Warm {
     async fn forget_resume(&self, job_id: &JobId, lease: &str) -> Result<(), StoreError>;
     /// Counts one more continuation of the job's execution (fenced); the new count.
     async fn count_continuation(&self, job_id: &JobId, lease: &str) -> Result<u32, StoreError>;
-    /// Records that the attempt goes on in execution `name` (fenced).
+    /// Records that the attempt goes on in execution `name` (fenced), ending a direct run's hold
+    /// on it: the run's claimant gets no lease back from now on ([`JobRecord::holds_claim`]).
     async fn record_execution(
         &self,
         job_id: &JobId,
@@ -64,12 +79,13 @@ pub trait JobAttempts: Warm {
 
 #[async_trait]
 impl JobAttempts for JobStore {
-    async fn claim(
+    async fn claim_as(
         &self,
         job_id: &JobId,
         execution: &str,
-    ) -> Result<(Lease, JobRecord), StoreError> {
-        JobStore::claim(self, job_id, execution).await
+        claimant: Option<&str>,
+    ) -> Result<(Lease, JobView), StoreError> {
+        JobStore::claim_as(self, job_id, execution, claimant).await
     }
     async fn record_progress(
         &self,

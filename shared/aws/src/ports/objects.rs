@@ -137,9 +137,12 @@ impl MultipartUploads for ObjectStore {
     }
 }
 
-/// Deleting objects by prefix (a job's checkpoints, an expired job's result and inputs).
+/// Deleting objects, by key (a job's checkpoints its stage knows) or by prefix (a job's
+/// checkpoints no one kept track of, an expired job's result and inputs).
 #[async_trait]
 pub trait ObjectCleanup: Warm {
+    /// Deletes the object at `key` (no listing); a missing object is not an error.
+    async fn delete(&self, key: &str) -> Result<(), AwsError>;
     /// Deletes every object under `prefix`; how many there were.
     async fn delete_prefix(&self, prefix: &str) -> Result<usize, AwsError>;
     /// The first key under `prefix`, if any.
@@ -155,6 +158,9 @@ impl Warm for ObjectStore {
 
 #[async_trait]
 impl ObjectCleanup for ObjectStore {
+    async fn delete(&self, key: &str) -> Result<(), AwsError> {
+        ObjectStore::delete(self, key).await
+    }
     async fn delete_prefix(&self, prefix: &str) -> Result<usize, AwsError> {
         ObjectStore::delete_prefix(self, prefix).await
     }

@@ -27,6 +27,7 @@ impl<T> AttemptTable for T where
 /// Runs the whole contract on `store`. Panics, naming the clause, on the first breach.
 pub async fn job_attempts(store: &impl AttemptTable) {
     only_the_dispatched_execution_claims_once(store).await;
+    a_direct_run_claims_once_per_claimant_until_an_execution_takes_over(store).await;
     a_claim_hands_the_progress_record_over_never_back(store).await;
     progress_writes_are_fenced_and_say_why_not(store).await;
     a_cancelled_attempt_records_its_final_checkpoint(store).await;
@@ -120,6 +121,43 @@ async fn only_the_dispatched_execution_claims_once(store: &impl AttemptTable) {
         JobStatus::Running,
         "another execution does not take a running job"
     );
+}
+
+async fn a_direct_run_claims_once_per_claimant_until_an_execution_takes_over(
+    store: &impl AttemptTable,
+) {
+    let id = queued(store, "direct", "run-1").await;
+    let (lease, view) =
+        store.claim_as(&id, "run-1", Some("first")).await.expect("the run's invocation claims");
+    assert_eq!(
+        view.job.claimant.as_deref(),
+        Some("first"),
+        "the claimant is stored with the claim"
+    );
+    assert_eq!(
+        Some(&view),
+        store.view(&id).await.unwrap().as_ref(),
+        "the claim answers the job and its progress as a read after it does"
+    );
+    let (again, _) =
+        store.claim_as(&id, "run-1", Some("first")).await.expect("Lambda's retry claims again");
+    assert_eq!(again, lease, "the same claimant gets the lease back");
+    assert_eq!(
+        conflict(store.claim_as(&id, "run-1", Some("second")).await.map(|(l, v)| (l, v.job))),
+        JobStatus::Running,
+        "a second invocation of the same run does not work beside the first"
+    );
+    let (taken, _) =
+        store.claim(&id, "run-1").await.expect("an execution of the run's name takes it over");
+    assert_eq!(taken, lease, "under the run's lease");
+    let handed = store.record_execution(&id, &lease.token, "run-1").await.unwrap();
+    assert_eq!(handed.claimant, None, "recording the execution ends the run's hold");
+    assert_eq!(
+        conflict(store.claim_as(&id, "run-1", Some("first")).await.map(|(l, v)| (l, v.job))),
+        JobStatus::Running,
+        "the run's retry no longer gets the lease once an execution holds the job"
+    );
+    assert_eq!(store.claim(&id, "run-1").await.unwrap().0, lease, "the execution still does");
 }
 
 async fn a_claim_hands_the_progress_record_over_never_back(store: &impl AttemptTable) {

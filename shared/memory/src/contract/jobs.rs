@@ -52,6 +52,8 @@ pub fn pending_job(owner: &Owner, created_at: Timestamp) -> JobRecord {
         attempt: 0,
         lease: None,
         execution: None,
+        claimant: None,
+        ended_at_stage: None,
         idempotency_key: format!("k-{}", JobId::new()),
         fingerprint: "f".into(),
         callback_url: None,

@@ -4,7 +4,9 @@
 //! the rest of the object, in order; ETags are S3's (a part's and a plain object's the MD5 of
 //! its bytes, a completed upload's the multipart ETag of its parts); a completion S3 refuses
 //! for its parts is a refusal (`Invalid`), a repeated completion of a completed upload is done,
-//! and an upload is gone once completed or aborted.
+//! and an upload is gone once completed or aborted. Objects are deleted by key (a missing one
+//! is no error) or by prefix, and a succeeded job's checkpoints are tidied by the keys its
+//! stage names, never another job's (`longhaul_aws::tidy_after_end_with`).
 
 use futures::TryStreamExt;
 use longhaul_aws::objects::{PutNewError, StoredPart, multipart_etag};
@@ -27,6 +29,8 @@ pub async fn objects(objects: &impl ObjectStorage) {
     a_new_object_is_written_once(objects, &prefix).await;
     a_read_from_an_offset_yields_the_rest(objects, &prefix).await;
     objects_are_deleted_by_prefix(objects, &prefix).await;
+    objects_are_deleted_by_key(objects, &prefix).await;
+    a_succeeded_jobs_checkpoints_are_tidied_by_key_or_prefix(objects).await;
     an_upload_completes_from_its_parts(objects, &prefix).await;
     refused_completions_and_aborts(objects, &prefix).await;
     objects.delete_prefix(&prefix).await.expect("tidy the contract's objects");
@@ -138,6 +142,72 @@ async fn objects_are_deleted_by_prefix(objects: &impl ObjectStorage, prefix: &st
     assert_eq!(objects.get(&format!("{doomed}a")).await.unwrap(), None);
     assert!(objects.get(&kept).await.unwrap().is_some(), "none outside it");
     assert_eq!(objects.delete_prefix(&doomed).await.unwrap(), 0, "nothing left: none deleted");
+}
+
+async fn objects_are_deleted_by_key(objects: &impl ObjectStorage, prefix: &str) {
+    let doomed = format!("{prefix}by-key/a");
+    let kept = [format!("{prefix}by-key/a.json"), format!("{prefix}by-key/b")];
+    for key in kept.iter().chain([&doomed]) {
+        objects.put(key, b"x".to_vec(), "text/plain").await.unwrap();
+    }
+    objects.delete(&doomed).await.expect("an object is deleted by its key");
+    assert_eq!(objects.get(&doomed).await.unwrap(), None, "gone");
+    for key in &kept {
+        assert!(objects.get(key).await.unwrap().is_some(), "only that key: {key} is kept");
+    }
+    objects.delete(&doomed).await.expect("deleting a missing object is not an error");
+    objects.delete(&format!("{prefix}never-written")).await.expect("nor is one never written");
+    objects.delete_prefix(&format!("{prefix}by-key/")).await.unwrap();
+}
+
+/// [`longhaul_aws::tidy_after_end_with`] over the port: a succeeded job's checkpoints named by
+/// key go (and nothing else, not another job's), unknown ones go by prefix; a failed job's
+/// stay.
+async fn a_succeeded_jobs_checkpoints_are_tidied_by_key_or_prefix(objects: &impl ObjectStorage) {
+    use longhaul_aws::{Leftovers, tidy_after_end_with};
+    use longhaul_domain::JobStatus;
+    let (job, retried) = (JobId::new(), JobId::new());
+    let own = longhaul_aws::objects::checkpoints_prefix(&job);
+    let (current, staged, orphan) = (
+        format!("{own}render/00000000000000000004.a1.0123456789ab.json"),
+        format!("{own}render/a1-report.csv"),
+        format!("{own}count/00000000000000000002.a1.ba9876543210.json"),
+    );
+    let foreign =
+        format!("{}count/00000000000000000009.a1.0123456789ab.json", checkpoints_prefix(&retried));
+    for key in [&current, &staged, &orphan, &foreign] {
+        objects.put(key, b"{}".to_vec(), "application/json").await.unwrap();
+    }
+    let present = |key: &String| {
+        let key = key.clone();
+        async move { objects.get(&key).await.unwrap().is_some() }
+    };
+
+    let named = [current.clone(), staged.clone(), foreign.clone(), own.clone()];
+    tidy_after_end_with(objects, &job, JobStatus::Failed, Leftovers::Keys(&named)).await.unwrap();
+    assert!(present(&current).await && present(&staged).await, "a failed job keeps them");
+
+    tidy_after_end_with(objects, &job, JobStatus::Succeeded, Leftovers::Keys(&named))
+        .await
+        .unwrap();
+    assert!(!present(&current).await && !present(&staged).await, "the named ones go");
+    assert!(present(&orphan).await, "by key only: an object no one named is not listed");
+    assert!(present(&foreign).await, "another job's checkpoint is never deleted");
+    tidy_after_end_with(objects, &job, JobStatus::Succeeded, Leftovers::Keys(&named))
+        .await
+        .expect("tidying again finds them gone, which is fine");
+    tidy_after_end_with(objects, &job, JobStatus::Succeeded, Leftovers::Keys(&[]))
+        .await
+        .expect("nothing named: nothing to do");
+
+    tidy_after_end_with(objects, &job, JobStatus::Succeeded, Leftovers::Unknown).await.unwrap();
+    assert!(!present(&orphan).await, "unknown leftovers: everything under the job's prefix");
+    assert!(present(&foreign).await, "and nothing of another job's");
+    objects.delete(&foreign).await.unwrap();
+}
+
+fn checkpoints_prefix(job: &JobId) -> String {
+    longhaul_aws::objects::checkpoints_prefix(job)
 }
 
 /// S3's least size of a part that is not an upload's last.

@@ -4,7 +4,7 @@
 
 use super::*;
 
-use longhaul_aws::jobs::{FinalCheckpoint, Lease, ProgressRefused};
+use longhaul_aws::jobs::{FinalCheckpoint, JobView, Lease, ProgressRefused};
 use longhaul_aws::ports::JobAttempts;
 use longhaul_domain::JobId;
 
@@ -17,7 +17,12 @@ impl Table {
     /// The claim's write: `queued → running` only for the execution the job was last
     /// dispatched to, counting the attempt, stamping the first start, leaving the backlog and
     /// a backoff's `retry_at`, entering the running index — all in one write.
-    fn claim_update(&mut self, job_id: &JobId, execution: &str) -> Result<JobRecord, StoreError> {
+    fn claim_update(
+        &mut self,
+        job_id: &JobId,
+        execution: &str,
+        claimant: Option<&str>,
+    ) -> Result<JobRecord, StoreError> {
         let Some(job) = self.jobs.get(job_id) else { return Err(conflict(None)) };
         if job.status != JobStatus::Queued || job.execution.as_deref() != Some(execution) {
             return Err(conflict(Some(job)));
@@ -31,6 +36,10 @@ impl Table {
         .set("lease", new_token())
         .set("attempt", job.attempt + 1)
         .remove("retry_at");
+        let request = match claimant {
+            Some(claimant) => request.set("claimant", claimant),
+            None => request,
+        };
         let mut claimed = self.transition(request)?;
         if claimed.started_at.is_none() {
             claimed.started_at = Some(claimed.updated_at);
@@ -42,7 +51,11 @@ impl Table {
     /// Hands the progress record to `lease` (creating it if there is none), keeping its stage,
     /// counts, checkpoint pointer and any cancellation flag; refused, with the job record, if
     /// a later attempt holds it.
-    fn take_progress(&mut self, job_id: &JobId, lease: &Lease) -> Result<(), StoreError> {
+    fn take_progress(
+        &mut self,
+        job_id: &JobId,
+        lease: &Lease,
+    ) -> Result<ProgressRecord, StoreError> {
         let now = Timestamp::now();
         // A new record starts as the hand-over's `if_not_exists` writes it: nothing done.
         let progress = self.progress.entry(job_id.to_owned()).or_default();
@@ -54,7 +67,7 @@ impl Table {
         progress.heartbeat_at = now;
         progress.updated_at = now;
         progress.progress_changed_at = Some(now);
-        Ok(())
+        Ok(progress.clone())
     }
 
     /// An update of a running job's record under `lease`, applied only if `also` holds too;
@@ -95,30 +108,30 @@ impl Table {
 
 #[async_trait]
 impl JobAttempts for MemoryJobStore {
-    async fn claim(
+    async fn claim_as(
         &self,
         job_id: &JobId,
         execution: &str,
-    ) -> Result<(Lease, JobRecord), StoreError> {
+        claimant: Option<&str>,
+    ) -> Result<(Lease, JobView), StoreError> {
         self.check("claim job")?;
         let mut table = self.lock();
-        match table.claim_update(job_id, execution) {
+        match table.claim_update(job_id, execution, claimant) {
             Ok(job) => {
                 let lease =
                     Lease { attempt: job.attempt, token: job.lease.clone().unwrap_or_default() };
-                table.take_progress(job_id, &lease)?;
-                Ok((lease, job))
+                let progress = table.take_progress(job_id, &lease)?;
+                Ok((lease, JobView { job, progress: Some(progress) }))
             }
             // This execution holds the job already (the claim's answer was lost): its lease
             // again, and the hand-over again.
             Err(StoreError::Conflict { current: Some(job) })
-                if job.status == JobStatus::Running
-                    && job.execution.as_deref() == Some(execution) =>
+                if job.holds_claim(execution, claimant) =>
             {
                 let lease =
                     Lease { attempt: job.attempt, token: job.lease.clone().unwrap_or_default() };
-                table.take_progress(job_id, &lease)?;
-                Ok((lease, *job))
+                let progress = table.take_progress(job_id, &lease)?;
+                Ok((lease, JobView { job: *job, progress: Some(progress) }))
             }
             Err(err) => Err(err),
         }
@@ -222,6 +235,7 @@ impl JobAttempts for MemoryJobStore {
             |_| true,
             |job| {
                 job.execution = Some(name.to_owned());
+                job.claimant = None;
                 job.updated_at = Timestamp::now();
             },
         )

@@ -149,6 +149,11 @@ impl Bill {
     fn dollars(&self) -> f64 {
         self.dollars_by_line().iter().sum()
     }
+
+    /// Dollars of everything but the job's own compute: `job_gb_s` of Lambda duration.
+    fn overhead(&self, job_gb_s: f64) -> f64 {
+        self.dollars() - job_gb_s * PRICES[p::LAMBDA_GB_S].unit_price()
+    }
 }
 
 /// Nearest-rank percentile (`pct` in 0–100) of `values`; `NaN` when empty.
@@ -234,6 +239,11 @@ struct Marks {
 type Inbox = Arc<Mutex<BTreeMap<String, Vec<(HeaderMap, Vec<u8>)>>>>;
 type HeaderMap = axum::http::HeaderMap;
 
+/// Requests S3 does not bill.
+fn is_free_op(op: &str) -> bool {
+    matches!(op, "s3:DeleteObject" | "s3:AbortMultipartUpload")
+}
+
 /// A scenario's results, per job.
 #[derive(Default)]
 struct Scenario {
@@ -243,6 +253,8 @@ struct Scenario {
     stages: usize,
     /// Billable AWS requests by `service:Operation`, per job (scheduled functions excluded).
     ops: BTreeMap<String, f64>,
+    /// The same, by the function that made them (`client`: none did, e.g. a presigned PUT).
+    ops_by_function: BTreeMap<String, BTreeMap<String, f64>>,
     /// Invocations and GB-seconds per function, per job.
     lambda: BTreeMap<String, (f64, f64, f64)>,
     /// State transitions per job, and the states entered by the first job, in order.
@@ -255,6 +267,8 @@ struct Scenario {
     sizes: BTreeMap<String, usize>,
     /// The stage function's wall time per job (ms): the job's working time.
     stage_ms: f64,
+    /// The worker functions' GB-s per job: the job's own compute.
+    stage_gb_s: f64,
     ours: Bill,
     reference: Bill,
     reference_transitions: f64,
@@ -262,10 +276,15 @@ struct Scenario {
 }
 
 impl Bench {
-    async fn start() -> anyhow::Result<Self> {
+    /// A bench on a stack of its own, its functions configured as the template says, but for
+    /// `env` (every function's).
+    async fn start(env: &[(&str, &str)]) -> anyhow::Result<Self> {
         longhaul_aws::sdk::install_tls_provider();
         let mut options = Options::ephemeral(longhaul_bench::workspace_root());
         options.env_overrides.insert("LONGHAUL_ALLOW_INSECURE_CALLBACKS".into(), "1".into());
+        for (name, value) in env {
+            options.env_overrides.insert((*name).into(), (*value).into());
+        }
         let stack = LocalStack::start(options)
             .await
             .context("starting the local stack (make venv first)")?;
@@ -419,7 +438,8 @@ impl Bench {
         }
     }
 
-    /// The executions of a job (the first and its continuations), by name.
+    /// The executions of a job (the one that took its direct run over and its continuations),
+    /// by name.
     async fn executions(&self, job_id: &JobId) -> anyhow::Result<Vec<String>> {
         let mut arns = Vec::new();
         let mut token = None;
@@ -443,12 +463,7 @@ impl Bench {
                 break;
             }
         }
-        if arns.is_empty() {
-            arns.push(format!(
-                "{}:{job_id}",
-                self.machine.replace(":stateMachine:", ":execution:")
-            ));
-        }
+        // None at all: a direct run finished the job.
         Ok(arns)
     }
 
@@ -603,6 +618,30 @@ impl Bench {
             }
         }
 
+        // The same by function; what no function made is the client's.
+        let mut ops_by_function: BTreeMap<String, BTreeMap<String, f64>> = BTreeMap::new();
+        for (function, calls) in &after.by_function {
+            if SCHEDULED.contains(&function.as_str()) {
+                continue;
+            }
+            for (op, count) in calls {
+                let earlier = before.by_function.get(function).and_then(|o| o.get(op));
+                let delta = (*count - earlier.copied().unwrap_or(0)) as f64 / n;
+                if delta > 0.0 {
+                    ops_by_function.entry(function.clone()).or_default().insert(op.clone(), delta);
+                }
+            }
+        }
+        for (op, per_job) in &ops {
+            let attributed: f64 = ops_by_function.values().filter_map(|o| o.get(op)).sum::<f64>();
+            if per_job - attributed > 1e-9 {
+                ops_by_function
+                    .entry("client".to_owned())
+                    .or_default()
+                    .insert(op.clone(), per_job - attributed);
+            }
+        }
+
         // Lambda: invocations and GB-seconds per function; the stage function's time per job.
         let invocations = self.stack.invocations.snapshot();
         let mut lambda: BTreeMap<String, (f64, f64, f64)> = BTreeMap::new();
@@ -690,6 +729,7 @@ impl Bench {
             jobs,
             stages,
             ops,
+            ops_by_function,
             lambda,
             transitions,
             executions,
@@ -740,7 +780,7 @@ impl Bench {
                     | "s3:DeleteObjects"
             )
         };
-        let is_free = |k: &str| matches!(k, "s3:DeleteObject" | "s3:AbortMultipartUpload");
+        let is_free = is_free_op;
         let s3_put = sum_ops(&|k| k.starts_with("s3:") && is_put_class(k));
         let s3_get = sum_ops(&|k| k.starts_with("s3:") && !is_put_class(k) && !is_free(k));
         let write_calls =
@@ -822,6 +862,7 @@ impl Bench {
         let webhook_messages = s.lambda.get("WebhookFunction").map(|l| l.0).unwrap_or(0.0);
         let stages = s.stages as f64;
         let stage_gb_s: f64 = s.lambda.iter().filter(|(f, _)| is_worker(f)).map(|(_, l)| l.2).sum();
+        s.stage_gb_s = stage_gb_s;
         let progress_writes = (s.stage_ms / 2000.0).floor();
         // One job record holding the progress fields too.
         let reference_job_wru = wru(job_and_progress);
@@ -1051,7 +1092,8 @@ fn report(
     };
     for op in &all_ops {
         let label = if op == "lambda:Invoke" {
-            "lambda:Invoke (Step Functions → stage)".to_owned()
+            "`lambda:Invoke` (dispatcher → worker: the direct run; Step Functions → worker)"
+                .to_owned()
         } else {
             format!("`{op}`")
         };
@@ -1067,6 +1109,14 @@ fn report(
             scenarios.iter().map(|s| s.lambda.get(f).map(|l| l.0).unwrap_or(0.0)).collect(),
         );
     }
+    row(
+        w,
+        "**AWS requests above, billable** (all but the free `s3:DeleteObject`)",
+        scenarios
+            .iter()
+            .map(|s| s.ops.iter().filter(|(op, _)| !is_free_op(op)).map(|(_, n)| n).sum())
+            .collect(),
+    );
     row(
         w,
         "API Gateway HTTP API requests",
@@ -1094,13 +1144,33 @@ fn report(
     row(w, "Step Functions executions", scenarios.iter().map(|s| s.executions).collect());
     let _ = writeln!(w);
     for s in scenarios {
-        let _ = writeln!(w, "- {} — states entered (first job): {}", s.name, s.path.join(" → "));
+        let path =
+            if s.path.is_empty() { "none (no execution)".to_owned() } else { s.path.join(" → ") };
+        let _ = writeln!(w, "- {} — states entered (first job): {path}", s.name);
     }
     let _ = writeln!(
         w,
-        "\nTransitions are the StateEntered events of each job's execution history (continuations \
-         `<job>.a<attempt>c<n>` and retries included). `lambda:Invoke` is Step Functions invoking the stage \
-         function (a Lambda request, counted below as an invocation, not an extra charge). The client's presigned \
+        "\nThe billable requests by the function that made them (`client`: the presigned upload; Step Functions' invocations of the worker):\n"
+    );
+    let _ = writeln!(w, "| scenario | function | requests per job |\n|---|---|---|");
+    for s in scenarios {
+        for (function, calls) in &s.ops_by_function {
+            let listed: Vec<String> = calls
+                .iter()
+                .filter(|(op, _)| !is_free_op(op))
+                .map(|(op, n)| format!("`{op}` {}", num(*n)))
+                .collect();
+            if !listed.is_empty() {
+                let _ = writeln!(w, "| {} | {function} | {} |", s.name, listed.join(", "));
+            }
+        }
+    }
+    let _ = writeln!(
+        w,
+        "\nTransitions are the StateEntered events of the job's executions (the one that took its direct run \
+         over, its continuations `<job>.a<attempt>c<n>` and retries included): a job one invocation finishes has \
+         none. `lambda:Invoke` is the dispatcher queueing the job's direct run, or Step Functions invoking the \
+         worker (a Lambda request, counted below as an invocation, not an extra charge). The client's presigned \
          upload PUT is counted under `s3:PutObject`. Polling `GET /jobs/{{id}}` is not in these counts: each poll costs one \
          API request, one status invocation and one strongly consistent DynamoDB `Query` (job + progress); \
          SSE and webhooks avoid it. SQS polling by the event source mappings goes to the emulator directly and is \
@@ -1264,22 +1334,31 @@ fn report(
     let _ = writeln!(w, "\n");
     let _ = writeln!(
         w,
-        "| scenario | ours $/1M jobs | reference $/1M jobs | ours ÷ reference | Step Functions: ours | reference | reference progress writes |"
+        "| scenario | ours $/1M jobs | reference $/1M jobs | ours ÷ reference | overhead ours | overhead reference | **overhead ÷** | Step Functions: ours | reference | reference progress writes |"
     );
-    let _ = writeln!(w, "|---|--:|--:|--:|--:|--:|--:|");
+    let _ = writeln!(w, "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|");
     for s in scenarios {
+        let (ours, reference) = (s.ours.overhead(s.stage_gb_s), s.reference.overhead(s.stage_gb_s));
         let _ = writeln!(
             w,
-            "| {} | {} | {} | {:.2} | {} | {} | {} |",
+            "| {} | {} | {} | {:.2} | {} | {} | **{:.2}** | {} | {} | {} |",
             s.name,
             money(s.ours.dollars() * 1e6),
             money(s.reference.dollars() * 1e6),
             s.ours.dollars() / s.reference.dollars(),
+            money(ours * 1e6),
+            money(reference * 1e6),
+            ours / reference,
             money(s.ours.dollars_by_line()[p::SFN_TRANSITIONS] * 1e6),
             money(s.reference.dollars_by_line()[p::SFN_TRANSITIONS] * 1e6),
             num(s.reference_progress_writes)
         );
     }
+    let _ = writeln!(
+        w,
+        "\n**Overhead** is everything but the job's own Lambda compute (the worker's GB-s, the same in both \
+         designs): requests, Step Functions, DynamoDB, S3, SQS, API Gateway and the other functions' time.\n"
+    );
     let _ = writeln!(
         w,
         "\nNot included (for either design): CloudWatch Logs and metrics, data transfer, S3 storage and KMS, \
@@ -1377,7 +1456,7 @@ async fn run() -> anyhow::Result<()> {
     let per_scenario = env_usize("LONGHAUL_JOBS_PER_SCENARIO", 3);
     let submits = env_usize("LONGHAUL_JOBS_SUBMITS", 300);
     let latency_jobs = env_usize("LONGHAUL_JOBS_LATENCY", 20);
-    let bench = Bench::start().await?;
+    let bench = Bench::start(&[]).await?;
     eprintln!("local stack up at {}", bench.stack.api_url);
 
     // Fixed costs first, on an idle stack.
@@ -1397,6 +1476,20 @@ async fn run() -> anyhow::Result<()> {
 
     let mut scenarios = Vec::new();
     let receiver = bench.receiver;
+    scenarios.push(
+        bench
+            .scenario(
+                "demo, short",
+                "`{\"type\":\"demo\",\"params\":{\"items\":10,\"item_ms\":10}}`, ~0.1 s: a job that ends before its first checkpoint is due",
+                per_scenario,
+                1,
+                false,
+                || async {
+                    Ok((json!({"type": "demo", "params": {"items": 10, "item_ms": 10}}), None))
+                },
+            )
+            .await?,
+    );
     scenarios.push(
         bench
             .scenario(
@@ -1447,6 +1540,29 @@ async fn run() -> anyhow::Result<()> {
             })
             .await?,
     );
+    // A job that needs more than one invocation, so that both paths are priced: the demo job
+    // on a stack of its own whose workers stop 4 s into each invocation (the stop margin set
+    // to their timeout less 4 s): its direct run hands it over to an execution after 4 s.
+    let timeout = bench.stack.template.function_timeout("StageFunction")?;
+    let margin = timeout.saturating_sub(4).to_string();
+    {
+        let sliced = Bench::start(&[("LONGHAUL_STAGE_MARGIN_SECONDS", margin.as_str())]).await?;
+        eprintln!("second local stack (4 s invocations) up at {}", sliced.stack.api_url);
+        scenarios.push(
+            sliced
+                .scenario(
+                    "demo, 3 invocations",
+                    "the demo job (~10 s) with 4-s invocations: a direct run, then an execution's `Run` twice",
+                    per_scenario,
+                    1,
+                    false,
+                    || async {
+                        Ok((json!({"type": "demo", "params": {"items": 100, "item_ms": 100}}), None))
+                    },
+                )
+                .await?,
+        );
+    }
     // The deliveries are signed with the partner's secret.
     for (_, received) in bench.inbox.lock().expect("inbox").iter() {
         for (headers, body) in received {

@@ -168,7 +168,8 @@ impl Faults {
         Some(std::time::Duration::from_millis(plan.pause_ms))
     }
 
-    /// Whether the edge sends the `StartExecution` it is about to forward twice.
+    /// Whether the edge sends the `StartExecution` it is about to forward twice, or runs the
+    /// asynchronous invocation it is about to queue twice.
     pub fn duplicate_start(&self) -> bool {
         let probability = self.plan.read().expect("fault plan").duplicate_start;
         let hit = self.roll(probability);

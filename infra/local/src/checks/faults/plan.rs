@@ -33,8 +33,10 @@ pub struct FaultPlan {
     pub throttle_only: Option<CallMatch>,
     /// Probability that an SQS or DynamoDB stream batch is delivered to its function twice at once.
     pub duplicate_delivery: f64,
-    /// Probability that the edge sends a `StartExecution` twice, answering with the second
-    /// answer (the first is lost after it took effect).
+    /// Probability that a job's start is delivered twice: the edge sends a `StartExecution`
+    /// twice, answering with the second answer (the first is lost after it took effect), or
+    /// runs a function's asynchronous invocation (a direct run) twice, as Lambda may deliver an
+    /// event more than once.
     pub duplicate_start: f64,
     /// Logical names of the functions whose invocations may pause (empty: none).
     pub pause_functions: Vec<String>,
@@ -62,7 +64,8 @@ pub struct FaultPlan {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct CallMatch {
-    /// `service:Operation`, as the edge names calls (`dynamodb:PutItem`, `s3:PutObject`…).
+    /// `service:Operation`, as the edge names calls (`dynamodb:PutItem`, `s3:PutObject`…), or
+    /// several separated by `|` (`lambda:Invoke|states:StartExecution`: a job's start either way).
     pub operation: String,
     /// Text the request's URI or body contains (a job id, a key prefix…).
     pub contains: String,
@@ -74,7 +77,8 @@ impl CallMatch {
         let contains = |haystack: &[u8]| {
             needle.is_empty() || haystack.windows(needle.len()).any(|w| w == needle)
         };
-        operation == self.operation && (contains(uri.as_bytes()) || body.is_some_and(contains))
+        self.operation.split('|').any(|o| o == operation)
+            && (contains(uri.as_bytes()) || body.is_some_and(contains))
     }
 }
 

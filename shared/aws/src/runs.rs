@@ -1,0 +1,164 @@
+//! Direct runs: a job that one worker invocation can finish runs without a Step Functions
+//! execution.
+//!
+//! The dispatcher queues an asynchronous invocation of the job's worker function (Lambda's
+//! `InvocationType=Event`) carrying a [`DirectRun`]. The worker claims the job under the
+//! run's name — the execution name the dispatch recorded, so everything that finds jobs by
+//! their execution (the reaper, cancel) treats a run as an execution that may not exist —
+//! and works until the job is done. Only a job that needs more than that invocation pays for
+//! a Standard execution: the worker hands it over (the job's lease goes on in an execution of
+//! the same name, which claims it again as its own) when its deadline nears, or when a stage
+//! failed in a way the state machine's retries handle. A run Lambda gave up on (its function
+//! failed on every try, or the event aged out of Lambda's queue) comes back to the intake
+//! queue as a [`GivenUpRun`], from the worker function's on-failure destination, and the
+//! dispatcher hands it over the same way.
+//!
+//! Why not always an execution: a Standard workflow bills every state entered, and a job
+//! whose happy path is one invocation gains nothing from it (docs/architecture.md, "Direct
+//! runs"). Why not Express workflows: they run at most 5 minutes, have no exactly-once start
+//! by name, and still bill per request and per GB-s.
+//!
+//! The same run may be invoked twice (a redelivered dispatch message, the reaper starting a
+//! lost one again, Lambda's own rare duplicate delivery); each invocation the dispatcher
+//! queues carries a fresh `claimant`, stored with the claim, and only Lambda's retries of
+//! the same event (the same claimant) get the lease back, so a second invocation of a run
+//! never works beside the first.
+
+use longhaul_domain::JobId;
+use serde::{Deserialize, Serialize};
+
+use crate::executions::StartOutcome;
+use crate::jobs::StoreError;
+use crate::ports::{JobAttempts, JobExecutions};
+use crate::workers::INPUT_KEY;
+
+/// The payload of a direct run's invocation (the worker's `run` op).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DirectRun {
+    /// The job.
+    pub job_id: JobId,
+    /// The run's name: the job's execution name for this dispatch (an execution that takes
+    /// the job over gets it too).
+    pub execution: String,
+    /// This invocation's claimant (OS-random, fresh per invocation queued).
+    pub claimant: String,
+    /// The worker function's ARN (an execution taking over the job invokes it too).
+    pub worker_arn: String,
+}
+
+impl DirectRun {
+    /// A new invocation of run `execution` of `job_id` in `worker_arn`, with a fresh claimant.
+    pub fn new(job_id: &JobId, execution: &str, worker_arn: &str) -> Self {
+        DirectRun {
+            job_id: job_id.clone(),
+            execution: execution.to_owned(),
+            claimant: uuid::Uuid::new_v4().simple().to_string(),
+            worker_arn: worker_arn.to_owned(),
+        }
+    }
+
+    /// The invocation's payload: the worker's `run` op.
+    pub fn payload(&self) -> serde_json::Value {
+        let mut payload = serde_json::to_value(self).expect("a run serialises");
+        payload["op"] = "run".into();
+        payload
+    }
+}
+
+/// What Lambda sends to a worker function's on-failure destination about a direct run it
+/// gave up on (an asynchronous invocation record: its `requestPayload` is the run's payload).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GivenUpRun {
+    /// Why Lambda gave up, and on what.
+    pub request_context: GivenUpContext,
+    /// The run, as the dispatcher queued it.
+    pub request_payload: DirectRun,
+    /// The last try's answer (the function's error), when there was one.
+    #[serde(default)]
+    pub response_payload: Option<serde_json::Value>,
+}
+
+/// The `requestContext` of an asynchronous invocation record.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GivenUpContext {
+    /// `RetriesExhausted` or `EventAgeExceeded`.
+    pub condition: String,
+    /// How many times Lambda ran it.
+    #[serde(default)]
+    pub approximate_invoke_count: u32,
+}
+
+/// The input of an execution of `job_id` whose task states invoke `worker_arn`.
+pub fn execution_input(job_id: &JobId, worker_arn: &str) -> serde_json::Value {
+    serde_json::json!({ "job_id": job_id, INPUT_KEY: worker_arn })
+}
+
+/// Hands `run`'s job over to an execution of the run's name, going on under the run's `lease`
+/// (its first task claims the job again as its own): the run's hold ends first
+/// ([`JobAttempts::record_execution`]), so no retry of the run's invocation works beside the
+/// execution. A refusal ([`StoreError::Conflict`]) means the lease is no longer the job's.
+pub async fn hand_over(
+    jobs: &(impl JobAttempts + ?Sized),
+    executions: &(impl JobExecutions + ?Sized),
+    run: &DirectRun,
+    lease: &str,
+) -> Result<(), StoreError> {
+    jobs.record_execution(&run.job_id, lease, &run.execution).await?;
+    start_execution(executions, run).await
+}
+
+/// Starts the execution of `run`'s name (again: starting is idempotent by name), for a job
+/// whose run was handed over ([`hand_over`]) — or for one no invocation of the run claimed.
+pub async fn start_execution(
+    executions: &(impl JobExecutions + ?Sized),
+    run: &DirectRun,
+) -> Result<(), StoreError> {
+    let input = execution_input(&run.job_id, &run.worker_arn);
+    match executions.start(&run.execution, &input).await? {
+        StartOutcome::Started { execution_arn } => {
+            tracing::info!(execution_arn, "the job goes on in an execution")
+        }
+        StartOutcome::AlreadyExists => tracing::info!("the job's execution exists already"),
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_is_the_workers_run_op_with_a_fresh_claimant() {
+        let job = JobId::new();
+        let (a, b) = (DirectRun::new(&job, "x", "arn:w"), DirectRun::new(&job, "x", "arn:w"));
+        assert_ne!(a.claimant, b.claimant, "each invocation queued claims as itself");
+        assert_eq!(a.payload()["op"], "run");
+        assert_eq!(a.payload()["job_id"], job.as_str());
+    }
+
+    /// The record Lambda sends to an SQS on-failure destination (the documented shape).
+    #[test]
+    fn lambdas_record_of_a_run_it_gave_up_on_parses() {
+        let job = JobId::new();
+        let run = DirectRun::new(&job, job.as_str(), "arn:aws:lambda:us-east-1:1:function:w");
+        let record = serde_json::json!({
+            "version": "1.0",
+            "timestamp": "2026-11-26T05:00:00.000Z",
+            "requestContext": {
+                "requestId": "e4b46cbf-b738-xmpl-8880-a18cdf61200e",
+                "functionArn": "arn:aws:lambda:us-east-1:1:function:w:$LATEST",
+                "condition": "RetriesExhausted",
+                "approximateInvokeCount": 3
+            },
+            "requestPayload": run.payload(),
+            "responseContext": {"statusCode": 200, "executedVersion": "$LATEST", "functionError": "Unhandled"},
+            "responsePayload": {"errorType": "Runtime.ExitError", "errorMessage": "exited"}
+        });
+        let given_up: GivenUpRun = serde_json::from_value(record).unwrap();
+        assert_eq!(given_up.request_payload, run);
+        assert_eq!(given_up.request_context.condition, "RetriesExhausted");
+        assert_eq!(given_up.request_context.approximate_invoke_count, 3);
+    }
+}
