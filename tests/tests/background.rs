@@ -866,7 +866,8 @@ async fn an_unreadable_job_record_does_not_hold_up_the_reaper() {
 }
 
 /// The dashboard's "active jobs by status": each reaper run counts the live jobs of each
-/// status in the status index and emits them as the `ActiveJobs` gauge (dimension `Status`).
+/// status in the status index and emits them as the `ActiveJobs` gauge (dimension `Status`),
+/// each reading marked exact (`ActiveJobsTruncated` 0) or a lower bound (1).
 #[tokio::test]
 async fn the_reaper_counts_active_jobs_by_status_for_the_dashboard() {
     stack();
@@ -903,5 +904,20 @@ async fn the_reaper_counts_active_jobs_by_status_for_the_dashboard() {
             .all(|g| g["_aws"]["CloudWatchMetrics"][0]["Dimensions"] == json!([["Status"]])),
         "{gauges:?}"
     );
+    // A small table is counted to its end: every reading says it is exact.
+    assert_eq!(report["output"]["active_at_least"], json!([]), "{report}");
+    let marks: Vec<Value> = stack()
+        .stack
+        .metrics
+        .parsed()
+        .into_iter()
+        .filter(|l| l.get("ActiveJobsTruncated").is_some())
+        .collect();
+    for status in ["pending", "queued", "running"] {
+        assert!(
+            marks.iter().any(|m| m["Status"] == status && m["ActiveJobsTruncated"] == 0.0),
+            "an exact ActiveJobs reading for {status}: {marks:?}"
+        );
+    }
     api.post_json(&format!("/jobs/{job_id}/cancel"), &json!({})).await;
 }

@@ -24,7 +24,9 @@
 //!
 //! Every run sweeps each bucket to its end, within a time budget (see [`sweep`]); every
 //! action is a conditional write (status and lease), so two reapers running at once never act
-//! twice on one job.
+//! twice on one job. After the sweeps, with what is left of the budget, it counts each bucket's
+//! live jobs for the `ActiveJobs` gauge — at most a few index pages per shard, whatever the
+//! bucket holds, so a bucket larger than that is reported as a lower bound (see [`count`]).
 //!
 //! The handler works through ports ([`Deps`]): the AWS adapters in Lambda, the in-memory ones
 //! of `longhaul-memory` in its unit tests (`tests.rs`).
@@ -35,6 +37,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 mod bucket;
+mod count;
 mod pending;
 mod queued;
 mod running;
@@ -97,8 +100,16 @@ pub struct Config {
     /// pages as the buckets hold, within its budget).
     pub page: usize,
     /// `LONGHAUL_REAPER_BUDGET_SECONDS` (40): how long a run sweeps before it saves where it
-    /// stopped for the next run (below the 60 s schedule, so runs do not pile up).
+    /// stopped for the next run (below the 60 s schedule, so runs do not pile up). The counts
+    /// of the live jobs get what the sweeps leave of it.
     pub budget: Duration,
+    /// `LONGHAUL_REAPER_COUNT_PAGE` (1,000): entries per page (request) of the count of a
+    /// bucket's shard for the `ActiveJobs` gauge (see [`count`]).
+    pub count_page: usize,
+    /// `LONGHAUL_REAPER_COUNT_MAX_PAGES` (2): the most pages a run counts of each shard of each
+    /// bucket (4 shards: 8 requests a bucket); a bucket larger than that is reported as a lower
+    /// bound (`ActiveJobsTruncated`). 0: no counts.
+    pub count_max_pages: u32,
     /// Result retention (for a backfilled success).
     pub result_ttl: ResultTtl,
     /// `LONGHAUL_RECORD_RETENTION_SECONDS`: how long the records of a job it ends are kept.
@@ -133,6 +144,8 @@ impl Config {
             max_runtime: vars.parsed("LONGHAUL_MAX_RUNTIME_SECONDS")?.map(Duration::from_secs),
             page: vars.parsed_or("LONGHAUL_REAPER_PAGE", 100)?,
             budget: secs("LONGHAUL_REAPER_BUDGET_SECONDS", 40)?,
+            count_page: vars.parsed_or("LONGHAUL_REAPER_COUNT_PAGE", 1_000)?,
+            count_max_pages: vars.parsed_or("LONGHAUL_REAPER_COUNT_MAX_PAGES", 2)?,
             result_ttl: ResultTtl::from_vars(vars)?,
             record_retention: RecordRetention::from_vars(vars)?,
             tenant_max_running: vars.parsed_or("LONGHAUL_TENANT_MAX_RUNNING", 50)?,
@@ -248,10 +261,15 @@ pub struct Report {
     pub admitted: u32,
     /// Waiting jobs put back in a waiting list they were missing from.
     pub waiting_restored: u32,
-    /// Live jobs by bucket at the start of the run (`pending`, `waiting`, `queued`,
-    /// `running`), also emitted as the `ActiveJobs` gauge (dimension `Status`) for the
-    /// dashboard. A bucket that could not be counted is missing (and counted in `errors`).
+    /// Live jobs by bucket after the sweeps (`pending`, `waiting`, `queued`, `running`), also
+    /// emitted as the `ActiveJobs` gauge (dimension `Status`) for the dashboard: exact, or a
+    /// lower bound for the buckets in `active_at_least` (see [`count`]). A bucket that could
+    /// not be counted is missing (counted in `errors` if its count failed; none if the sweeps
+    /// left no budget to count it).
     pub active: std::collections::BTreeMap<Bucket, u64>,
+    /// The buckets whose count in `active` stopped at its page cap or the run's deadline: at
+    /// least that many (`ActiveJobsTruncated` = 1).
+    pub active_at_least: std::collections::BTreeSet<Bucket>,
 }
 
 impl Report {
@@ -273,6 +291,7 @@ impl Report {
         self.admitted += other.admitted;
         self.waiting_restored += other.waiting_restored;
         self.active.extend(other.active);
+        self.active_at_least.extend(other.active_at_least);
     }
 }
 
@@ -310,20 +329,6 @@ impl From<ReaperError> for lambda_runtime::Diagnostic {
 pub async fn handle(deps: &Deps, now: DateTime<Utc>) -> Result<Report, ReaperError> {
     let mut report = Report::default();
     let grace = |d: Duration| at(now - chrono::Duration::from_std(d).unwrap_or_default());
-    // The reaper runs every minute anyway: it is the one place that can afford to count the
-    // live jobs for the dashboard's "active jobs by status" (a count query per shard).
-    for bucket in Bucket::ALL {
-        match deps.jobs.count_bucket(bucket.as_str()).await {
-            Ok(count) => {
-                metrics::emit_status(Metric::ActiveJobs, count as f64, bucket.as_str());
-                report.active.insert(bucket, count);
-            }
-            Err(err) => {
-                tracing::error!(error = %err, status = bucket.as_str(), "counting the live jobs failed");
-                report.errors += 1;
-            }
-        }
-    }
     // Every bucket is swept to its end (see `sweep`), within the run's budget. Each job is
     // handled in its `job` span (see `longhaul_aws::logs`). One job that cannot be handled (an
     // item this version cannot read, an AWS call that failed) is logged, counted and left for
@@ -385,6 +390,10 @@ pub async fn handle(deps: &Deps, now: DateTime<Utc>) -> Result<Report, ReaperErr
     for swept in [pending, queued, running, waiting] {
         report.merge(swept);
     }
+    // The reaper runs every minute anyway: it is the one place that can afford to count the
+    // live jobs for the dashboard's "active jobs by status" — a few pages per shard, with what
+    // the sweeps left of the budget, so the count never delays them (see `count`).
+    report.merge(count::count(deps, deadline).await);
     tracing::info!(report = ?report, "reaper run");
     Ok(report)
 }

@@ -1,6 +1,6 @@
 //! Reaper runs over in-memory adapters, one module per sweep ([`pending`], [`queued`],
-//! [`running`], [`waiting`]) and, here, what holds of a run as a whole: the live jobs counted,
-//! every page of every shard judged, the time budget and the saved cursors, and failures
+//! [`running`], [`waiting`]) and, here, what holds of a run as a whole: the live jobs counted
+//! (exactly, or as a lower bound past the count's page cap), every page of every shard judged, the time budget and the saved cursors, and failures
 //! reported rather than lost.
 //!
 //! Nothing here depends on the machine's speed: records are backdated from the run's `now`
@@ -279,8 +279,95 @@ async fn a_run_counts_the_live_jobs_of_each_bucket() {
     let report = world.run().await;
     let active: Vec<(&str, u64)> = report.active.iter().map(|(b, n)| (b.as_str(), *n)).collect();
     assert_eq!(active, [("pending", 2), ("waiting", 1), ("queued", 1), ("running", 1)]);
+    assert!(report.active_at_least.is_empty(), "small buckets are counted exactly: {report:?}");
     let json = serde_json::to_value(&report).unwrap();
     assert_eq!(json["active"]["waiting"], 1, "the report names each bucket: {json}");
+    assert_eq!(json["active_at_least"], serde_json::json!([]), "{json}");
+}
+
+/// `n` jobs submitted a second ago (within the pending grace: no sweep acts on them), all in
+/// shard `shard` of `pending`.
+async fn pending_in_shard(world: &World, shard: u32, n: usize) {
+    for _ in 0..n {
+        world.submitted_with(1, |job| job.job_id = id_in_shard(shard)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_bucket_larger_than_the_count_cap_is_reported_as_a_lower_bound_at_a_bounded_cost() {
+    // Pages of 2, at most 3 per shard: a shard of 7 is counted as at least 6.
+    let world =
+        world_of(&[("LONGHAUL_REAPER_COUNT_PAGE", "2"), ("LONGHAUL_REAPER_COUNT_MAX_PAGES", "3")]);
+    pending_in_shard(&world, 1, 7).await;
+    let waits = world.submitted(1).await;
+    world.jobs.put_index_entry(&waits, "waiting", &at(world.ago(1)));
+    let report = world.run().await;
+    assert_eq!(report.active.get(&Bucket::Pending), Some(&6), "the pages read: {report:?}");
+    assert_eq!(report.active.get(&Bucket::Waiting), Some(&1), "{report:?}");
+    assert_eq!(
+        report.active_at_least.iter().copied().collect::<Vec<_>>(),
+        [Bucket::Pending],
+        "only the bucket cut short is a lower bound"
+    );
+    // 3 pages of shard 1 of `pending`; one page of every other shard of every bucket (it ends
+    // there: an empty page, or the waiting job's).
+    let cap = 3 + (4 * STATUS_SHARDS as usize - 1);
+    assert_eq!(world.jobs.count_pages_read(), cap, "never more than the cap of pages");
+
+    // Ten times as many jobs cost not one request more.
+    pending_in_shard(&world, 1, 63).await;
+    let report = world.run().await;
+    assert_eq!(report.active.get(&Bucket::Pending), Some(&6));
+    assert!(report.active_at_least.contains(&Bucket::Pending));
+    assert_eq!(world.jobs.count_pages_read(), 2 * cap, "the same cost at 70 jobs as at 7");
+}
+
+#[tokio::test]
+async fn a_bucket_within_the_count_cap_is_counted_exactly() {
+    let world =
+        world_of(&[("LONGHAUL_REAPER_COUNT_PAGE", "2"), ("LONGHAUL_REAPER_COUNT_MAX_PAGES", "3")]);
+    // 5 entries in a shard: pages of 2, 2 and 1, the last naming no next page.
+    pending_in_shard(&world, 2, 5).await;
+    pending_in_shard(&world, 3, 1).await;
+    let report = world.run().await;
+    assert_eq!(report.active.get(&Bucket::Pending), Some(&6), "{report:?}");
+    assert!(report.active_at_least.is_empty(), "every shard was counted to its end: {report:?}");
+    assert_eq!(world.jobs.count_pages_read(), 3 + (4 * STATUS_SHARDS as usize - 1));
+}
+
+#[tokio::test]
+async fn the_count_starts_no_page_once_the_sweeps_spent_the_budget() {
+    let world = world_of(&[("LONGHAUL_REAPER_BUDGET_SECONDS", "0")]);
+    pending_in_shard(&world, 0, 3).await;
+    let report = world.run().await;
+    assert_eq!(world.jobs.count_pages_read(), 0, "no count past the deadline");
+    assert!(report.active.is_empty() && report.active_at_least.is_empty(), "{report:?}");
+    assert_eq!(report.errors, 0, "a bucket left uncounted is no error: {report:?}");
+}
+
+#[tokio::test]
+async fn a_count_cut_by_the_deadline_is_a_lower_bound() {
+    // Each reading of the clock is a second later and the budget is 18 s: one reading sets the
+    // deadline, the 16 sweeps (empty but for one shard of `pending`, whose jobs are within the
+    // grace) read the clock once each before their first and only page, so the counts start
+    // with one second left: the first count to read the clock reads one page, and every later
+    // reading (every other shard's, and that count's before its second page) is too late.
+    let world = world_with(
+        &[
+            ("LONGHAUL_REAPER_BUDGET_SECONDS", "18"),
+            ("LONGHAUL_REAPER_COUNT_PAGE", "2"),
+            ("LONGHAUL_REAPER_COUNT_MAX_PAGES", "3"),
+        ],
+        ManualClock::new().stepping(Duration::from_secs(1)),
+    );
+    pending_in_shard(&world, 0, 5).await;
+    let report = world.run().await;
+    assert_eq!(report.unfinished, 0, "the sweeps ended within the budget: {report:?}");
+    assert_eq!(world.jobs.count_pages_read(), 1, "no page started past the deadline");
+    assert_eq!(report.active.len(), 1, "only the bucket of which a page was read: {report:?}");
+    for (bucket, jobs) in &report.active {
+        assert!(report.active_at_least.contains(bucket), "{bucket}: {jobs} is a lower bound");
+    }
 }
 
 #[tokio::test]
@@ -350,6 +437,7 @@ async fn a_budget_spent_before_the_first_page_skips_no_job() {
     let zombie = world.running(&Running::zombie()).await;
     let report = world.run().await;
     assert_eq!((report.examined, report.unfinished), (0, 4 * STATUS_SHARDS));
+    assert!(report.active.is_empty(), "nor counted: {report:?}");
     assert_eq!(world.job(&zombie).await.status, JobStatus::Running, "not judged yet");
     world.deps.config.budget = Duration::from_secs(40);
     assert_eq!(world.run().await.redispatched, 1, "judged at the next run");

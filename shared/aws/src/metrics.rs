@@ -69,13 +69,18 @@ pub enum Metric {
     WebhookDelivered,
     /// A webhook delivery failed for good.
     WebhookFailed,
-    /// Live jobs by status (a gauge the reaper reads at the start of its run).
+    /// Live jobs by status (a gauge the reaper counts each run, within a cap of index pages:
+    /// exact, or a lower bound when [`Metric::ActiveJobsTruncated`] says so).
     ActiveJobs,
+    /// Beside each [`Metric::ActiveJobs`] reading: 1 when the count stopped at its page cap or
+    /// the run's budget before the end of the bucket (the reading is a lower bound), 0 when it
+    /// is exact.
+    ActiveJobsTruncated,
 }
 
 impl Metric {
     /// Every metric.
-    pub const ALL: [Metric; 14] = [
+    pub const ALL: [Metric; 15] = [
         Metric::JobsSubmitted,
         Metric::JobsSucceeded,
         Metric::JobsFailed,
@@ -90,6 +95,7 @@ impl Metric {
         Metric::WebhookDelivered,
         Metric::WebhookFailed,
         Metric::ActiveJobs,
+        Metric::ActiveJobsTruncated,
     ];
 
     /// Its CloudWatch name.
@@ -109,6 +115,7 @@ impl Metric {
             Metric::WebhookDelivered => "WebhookDelivered",
             Metric::WebhookFailed => "WebhookFailed",
             Metric::ActiveJobs => "ActiveJobs",
+            Metric::ActiveJobsTruncated => "ActiveJobsTruncated",
         }
     }
 

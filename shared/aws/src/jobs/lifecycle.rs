@@ -145,8 +145,9 @@ impl JobStore {
     /// A `claimant` (a direct run's: [`crate::runs`]) is stored with the claim, and only the
     /// same claimant gets the lease back: Lambda's retry of the invocation carries it, a second
     /// invocation of the same run (a redelivered dispatch) does not, and is refused. A claim
-    /// without one (an execution's) gets it back whoever claimed: an execution takes over
-    /// a direct run under the run's name ([`Self::record_execution`] ends the run's hold).
+    /// without one (an execution's) gets it back only once no run holds the job: an execution
+    /// takes a direct run's job over under the run's name after [`Self::record_execution`]
+    /// ended the run's hold ([`JobRecord::holds_claim`]).
     pub async fn claim_as(
         &self,
         job_id: &JobId,

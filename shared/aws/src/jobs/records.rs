@@ -126,13 +126,15 @@ pub struct ResumedFrom {
 }
 
 impl JobRecord {
-    /// Whether a claim by `execution` (for `claimant`, a direct run's) finds the job already
-    /// its own, so that it gets the lease back: the job runs under that execution and, for a
-    /// direct run's claim, still for the same claimant.
+    /// Whether a claim by `execution` (for `claimant`, a direct run's; none, an execution's)
+    /// finds the job already its own, so that it gets the lease back: the job runs under that
+    /// execution, held by the same claimant — a direct run's retry, or an execution once no run
+    /// holds the job any more (an execution takes a run's job over only after
+    /// `record_execution` ended the run's hold, so the two never work side by side).
     pub fn holds_claim(&self, execution: &str, claimant: Option<&str>) -> bool {
         self.status == JobStatus::Running
             && self.execution.as_deref() == Some(execution)
-            && claimant.is_none_or(|claimant| self.claimant.as_deref() == Some(claimant))
+            && self.claimant.as_deref() == claimant
     }
 
     /// Most jobs of its kind that may run at once, if its policy limits them.

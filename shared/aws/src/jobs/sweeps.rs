@@ -1,4 +1,5 @@
-//! What the reaper and the expirer read: pages of the status index, their cursors and counts.
+//! What the reaper and the expirer read: pages of the status index, their cursors, and pages
+//! of a count of a bucket.
 
 use super::*;
 
@@ -98,29 +99,27 @@ impl JobStore {
         Ok(())
     }
 
-    /// How many job records status-index bucket `kind` holds (all shards): a `Select=COUNT`
-    /// query per shard and page, so only the count crosses the wire (billed by the index data
-    /// read, as any query).
-    pub async fn count_bucket(&self, kind: &str) -> Result<u64, StoreError> {
-        let mut total = 0u64;
-        for shard in 0..STATUS_SHARDS {
-            let mut start = None;
-            loop {
-                let page = self
-                    .bucket_query(kind, shard, "")
-                    .select(aws_sdk_dynamodb::types::Select::Count)
-                    .set_exclusive_start_key(start)
-                    .send()
-                    .await
-                    .map_err(|e| AwsError::new(format!("count the {kind} index"), e))?;
-                total += page.count.max(0) as u64;
-                start = page.last_evaluated_key;
-                if start.is_none() {
-                    break;
-                }
-            }
-        }
-        Ok(total)
+    /// One page of a count of status-index bucket `kind`, shard `shard`: how many entries
+    /// follow `start` (the previous page's next key), up to `limit`, and the key the next page
+    /// starts after (`None` once the shard is counted). One `Select=COUNT` query, so only the
+    /// count crosses the wire; it is billed by the index data it read, as any query, so a
+    /// caller that must stay bounded caps the pages it reads (see the reaper's counts).
+    pub async fn count_page(
+        &self,
+        kind: &str,
+        shard: u32,
+        limit: usize,
+        start: Option<Item>,
+    ) -> Result<(u64, Option<Item>), StoreError> {
+        let page = self
+            .bucket_query(kind, shard, "")
+            .select(aws_sdk_dynamodb::types::Select::Count)
+            .limit(limit.clamp(1, i32::MAX as usize) as i32)
+            .set_exclusive_start_key(start)
+            .send()
+            .await
+            .map_err(|e| AwsError::new(format!("count the {kind} index (shard {shard})"), e))?;
+        Ok((page.count.max(0) as u64, page.last_evaluated_key))
     }
 
     /// A Query of status-index bucket `kind`, shard `shard` (`gsi2pk = :bucket`, then

@@ -1,5 +1,5 @@
 //! What the reaper and the expirer read: pages of the status index, where unfinished sweeps
-//! stopped, and how many jobs a bucket holds.
+//! stopped, and pages of a count of a bucket's entries.
 //!
 //! The status index (`StatusIndex`, see [`crate::jobs::STATUS_INDEX`]) holds a job record
 //! under `<bucket>#<shard>` (its status, or `waiting`) and a sort key that says when the entry
@@ -72,6 +72,16 @@ pub struct IndexPage {
     pub next: Option<SweepCursor>,
 }
 
+/// One page of a count of a status-index shard (see [`StatusIndex::count_page`]).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct CountPage {
+    /// The entries the page counted (at most its limit).
+    pub count: u64,
+    /// Where the next page of the count starts; `None` once the shard is counted. A full page
+    /// always names one, even when nothing follows, as DynamoDB does.
+    pub next: Option<SweepCursor>,
+}
+
 /// Reading the status index.
 #[async_trait]
 pub trait StatusIndex: Warm {
@@ -88,8 +98,18 @@ pub trait StatusIndex: Warm {
         start: Option<SweepCursor>,
     ) -> Result<IndexPage, StoreError>;
 
-    /// How many job records bucket `kind` holds, all shards together.
-    async fn count_bucket(&self, kind: &str) -> Result<u64, StoreError>;
+    /// One page of a count of bucket `kind`, shard `shard`: how many entries (of any sort key)
+    /// follow `start` (the previous page's [`CountPage::next`]), up to `limit`, and where the
+    /// next page starts. One request, whatever the bucket holds (only the count crosses the
+    /// wire, but the entries are read, and billed, all the same): a count that must stay
+    /// bounded reads only as many pages as it can afford, and knows whether it reached the end.
+    async fn count_page(
+        &self,
+        kind: &str,
+        shard: u32,
+        limit: usize,
+        start: Option<SweepCursor>,
+    ) -> Result<CountPage, StoreError>;
 }
 
 /// Where unfinished sweeps stopped, kept from one run to the next (one read per run).
@@ -123,6 +143,21 @@ pub(crate) fn index_entry(item: Item) -> Result<IndexEntry, StoreError> {
     }
 }
 
+/// A page's `LastEvaluatedKey` as the cursor the next page of shard `kind#shard` starts from.
+fn next_cursor(
+    kind: &str,
+    shard: u32,
+    key: Option<Item>,
+) -> Result<Option<SweepCursor>, StoreError> {
+    key.map(|key| {
+        SweepCursor::from_item(key).ok_or_else(|| StoreError::Corrupt {
+            key: format!("{kind}#{shard}"),
+            reason: "the index page's last key is not all strings".into(),
+        })
+    })
+    .transpose()
+}
+
 #[async_trait]
 impl StatusIndex for JobStore {
     async fn due_page(
@@ -136,18 +171,22 @@ impl StatusIndex for JobStore {
         let page =
             JobStore::due_page(self, kind, shard, before, limit, start.map(SweepCursor::into_item))
                 .await?;
-        let next = match page.next {
-            None => None,
-            Some(key) => Some(SweepCursor::from_item(key).ok_or_else(|| StoreError::Corrupt {
-                key: format!("{kind}#{shard}"),
-                reason: "the index page's last key is not all strings".into(),
-            })?),
-        };
+        let next = next_cursor(kind, shard, page.next)?;
         Ok(IndexPage { entries: page.items.into_iter().map(index_entry).collect(), next })
     }
 
-    async fn count_bucket(&self, kind: &str) -> Result<u64, StoreError> {
-        JobStore::count_bucket(self, kind).await
+    async fn count_page(
+        &self,
+        kind: &str,
+        shard: u32,
+        limit: usize,
+        start: Option<SweepCursor>,
+    ) -> Result<CountPage, StoreError> {
+        let (count, next) =
+            JobStore::count_page(self, kind, shard, limit, start.map(SweepCursor::into_item))
+                .await?;
+        let next = next_cursor(kind, shard, next)?;
+        Ok(CountPage { count, next })
     }
 }
 

@@ -147,11 +147,16 @@ async fn a_direct_run_claims_once_per_claimant_until_an_execution_takes_over(
         JobStatus::Running,
         "a second invocation of the same run does not work beside the first"
     );
+    assert_eq!(
+        conflict(store.claim(&id, "run-1").await),
+        JobStatus::Running,
+        "an execution does not take a job a run holds"
+    );
+    let handed = store.record_execution(&id, &lease.token, "run-1").await.unwrap();
+    assert_eq!(handed.claimant, None, "recording the execution ends the run's hold");
     let (taken, _) =
         store.claim(&id, "run-1").await.expect("an execution of the run's name takes it over");
     assert_eq!(taken, lease, "under the run's lease");
-    let handed = store.record_execution(&id, &lease.token, "run-1").await.unwrap();
-    assert_eq!(handed.claimant, None, "recording the execution ends the run's hold");
     assert_eq!(
         conflict(store.claim_as(&id, "run-1", Some("first")).await.map(|(l, v)| (l, v.job))),
         JobStatus::Running,

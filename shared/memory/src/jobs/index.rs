@@ -12,9 +12,9 @@
 use super::*;
 use longhaul_domain::JobId;
 
-use longhaul_aws::jobs::{JOB_SK, STATUS_SHARDS, WAITING_BUCKET, status_bucket};
+use longhaul_aws::jobs::{JOB_SK, WAITING_BUCKET, status_bucket};
 use longhaul_aws::ports::{
-    IndexEntry, IndexPage, JobRetention, StatusIndex, SweepCursor, SweepCursors,
+    CountPage, IndexEntry, IndexPage, JobRetention, StatusIndex, SweepCursor, SweepCursors,
 };
 use longhaul_aws::{AwsError, Refusal};
 use longhaul_domain::format_rfc3339;
@@ -30,6 +30,8 @@ pub(super) struct Index {
     retained: HashMap<JobId, (Option<i64>, Option<i64>)>,
     /// Saved sweep cursors by name.
     cursors: HashMap<String, SweepCursor>,
+    /// Count pages answered ([`StatusIndex::count_page`] calls that reached the table).
+    count_pages: usize,
 }
 
 fn item_key(job_id: &JobId) -> String {
@@ -103,6 +105,12 @@ impl MemoryJobStore {
             .insert(key.to_owned(), (format!("{kind}#{shard}"), at.to_owned()));
     }
 
+    /// How many count pages ([`StatusIndex::count_page`]) the table has answered: the
+    /// requests a count cost.
+    pub fn count_pages_read(&self) -> usize {
+        self.lock().index.count_pages
+    }
+
     /// The TTL mark (epoch seconds) [`JobRetention::retain_until`] set on the job record.
     pub fn retained_until(&self, job_id: &JobId) -> Option<i64> {
         self.lock().index.retained.get(job_id).and_then(|(job, _)| *job)
@@ -111,6 +119,56 @@ impl MemoryJobStore {
     /// The TTL mark [`JobRetention::retain_until`] set on the job's progress record.
     pub fn progress_retained_until(&self, job_id: &JobId) -> Option<i64> {
         self.lock().index.retained.get(job_id).and_then(|(_, progress)| *progress)
+    }
+}
+
+/// Where a page of shard `bucket` (`<kind>#<shard>`) starts after: the sort key and item key
+/// of cursor `start`, or an error as DynamoDB refuses a starting key that is not the shard's.
+fn start_after<'a>(
+    start: &'a Option<SweepCursor>,
+    bucket: &str,
+    doing: &str,
+) -> Result<Option<(&'a str, &'a str)>, StoreError> {
+    match start {
+        None => Ok(None),
+        Some(cursor) => match (cursor.key("gsi2sk"), cursor.key("pk"), cursor.key("gsi2pk")) {
+            (Some(at), Some(key), Some(of)) if of == bucket => Ok(Some((at, key))),
+            _ => Err(AwsError {
+                context: doing.to_owned(),
+                detail: "The provided starting key is invalid".into(),
+                refusal: Some(Refusal::Invalid),
+            }
+            .into()),
+        },
+    }
+}
+
+impl Index {
+    /// Up to `limit` entries (sort key, item key) of shard `bucket` whose sort key is before
+    /// `before` (if given), after `after`, in the index's order; and the cursor of the last one
+    /// if the page is full.
+    fn page<'a>(
+        &'a self,
+        bucket: &str,
+        before: Option<&str>,
+        after: Option<(&str, &str)>,
+        limit: usize,
+    ) -> (Vec<(&'a str, &'a str)>, Option<SweepCursor>) {
+        let limit = limit.clamp(1, i32::MAX as usize);
+        let mut page: Vec<(&str, &str)> = self
+            .entries
+            .iter()
+            .filter(|(_, (b, at))| *b == bucket && before.is_none_or(|before| at.as_str() < before))
+            .map(|(key, (_, at))| (at.as_str(), key.as_str()))
+            .filter(|position| after.is_none_or(|after| *position > after))
+            .collect();
+        page.sort_unstable();
+        page.truncate(limit);
+        let next = (page.len() == limit).then(|| {
+            let (at, key) = page[page.len() - 1];
+            cursor_of(key, bucket, at)
+        });
+        (page, next)
     }
 }
 
@@ -137,36 +195,9 @@ impl StatusIndex for MemoryJobStore {
         let doing = format!("query the {kind} index (shard {shard})");
         self.check(&doing)?;
         let bucket = format!("{kind}#{shard}");
-        let after = match &start {
-            None => None,
-            Some(cursor) => match (cursor.key("gsi2sk"), cursor.key("pk"), cursor.key("gsi2pk")) {
-                (Some(at), Some(key), Some(of)) if of == bucket => Some((at, key)),
-                _ => {
-                    return Err(AwsError {
-                        context: doing,
-                        detail: "The provided starting key is invalid".into(),
-                        refusal: Some(Refusal::Invalid),
-                    }
-                    .into());
-                }
-            },
-        };
-        let limit = limit.clamp(1, i32::MAX as usize);
+        let after = start_after(&start, &bucket, &doing)?;
         let table = self.lock();
-        let mut page: Vec<(&str, &str)> = table
-            .index
-            .entries
-            .iter()
-            .filter(|(_, (b, at))| *b == bucket && at.as_str() < before)
-            .map(|(key, (_, at))| (at.as_str(), key.as_str()))
-            .filter(|position| after.is_none_or(|after| *position > after))
-            .collect();
-        page.sort_unstable();
-        page.truncate(limit);
-        let next = (page.len() == limit).then(|| {
-            let (at, key) = page[page.len() - 1];
-            cursor_of(key, &bucket, at)
-        });
+        let (page, next) = table.index.page(&bucket, Some(before), after, limit);
         let entries = page
             .into_iter()
             .map(|(at, key)| {
@@ -186,11 +217,21 @@ impl StatusIndex for MemoryJobStore {
         Ok(IndexPage { entries, next })
     }
 
-    async fn count_bucket(&self, kind: &str) -> Result<u64, StoreError> {
-        self.check(&format!("count the {kind} index"))?;
-        let buckets: Vec<String> = (0..STATUS_SHARDS).map(|s| format!("{kind}#{s}")).collect();
-        let table = self.lock();
-        Ok(table.index.entries.values().filter(|(b, _)| buckets.contains(b)).count() as u64)
+    async fn count_page(
+        &self,
+        kind: &str,
+        shard: u32,
+        limit: usize,
+        start: Option<SweepCursor>,
+    ) -> Result<CountPage, StoreError> {
+        let doing = format!("count the {kind} index (shard {shard})");
+        self.check(&doing)?;
+        let bucket = format!("{kind}#{shard}");
+        let after = start_after(&start, &bucket, &doing)?;
+        let mut table = self.lock();
+        table.index.count_pages += 1;
+        let (page, next) = table.index.page(&bucket, None, after, limit);
+        Ok(CountPage { count: page.len() as u64, next })
     }
 }
 
@@ -254,7 +295,9 @@ mod tests {
         let page = store.due_page("succeeded", 2, "2002", 10, None).await.unwrap();
         assert_eq!(page.entries.len(), 1);
         assert!(page.entries[0].is_err());
-        assert_eq!(store.count_bucket("succeeded").await.unwrap(), 1);
+        let counted = store.count_page("succeeded", 2, 10, None).await.unwrap();
+        assert_eq!(counted, CountPage { count: 1, next: None }, "a stray entry is counted");
+        assert_eq!(store.count_pages_read(), 1);
     }
 
     #[tokio::test]
