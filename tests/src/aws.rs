@@ -115,11 +115,36 @@ impl Aws {
             + execution
     }
 
+    /// The execution a job's `execution` (a dispatch's name) went on in: the one of that name,
+    /// else the one its direct run handed the job over to (`<name>.h…`).
+    async fn resolve(&self, execution: &str) -> String {
+        if self.execution_exists(execution).await {
+            return execution.to_owned();
+        }
+        let machine = harness().stack.resource("JobStateMachine");
+        let listed = self
+            .sfn
+            .list_executions()
+            .state_machine_arn(machine)
+            .max_results(1000)
+            .send()
+            .await
+            .expect("list executions");
+        let hand_over = format!("{execution}.h");
+        listed
+            .executions()
+            .iter()
+            .map(|e| e.name().to_owned())
+            .find(|name| name.starts_with(&hand_over))
+            .unwrap_or_else(|| panic!("no execution {execution} nor a hand-over of its run"))
+    }
+
     async fn history(&self, execution: &str) -> Vec<aws_sdk_sfn::types::HistoryEvent> {
+        let execution = self.resolve(execution).await;
         let history = self
             .sfn
             .get_execution_history()
-            .execution_arn(Self::execution_arn(execution))
+            .execution_arn(Self::execution_arn(&execution))
             .max_results(1000)
             .send()
             .await
@@ -128,7 +153,8 @@ impl Aws {
     }
 
     /// The names of the states whose Lambda task was scheduled, in order, in `execution` (a
-    /// job's first execution is named by its id). The task states invoke the job's worker
+    /// job's first dispatch is named by its id: the execution its direct run handed the job
+    /// over to, `<id>.h…`, is found by it). The task states invoke the job's worker
     /// through the Lambda integration, `lambda:invoke`: a `TaskScheduled` event of resource
     /// type `lambda`.
     pub async fn scheduled_tasks(&self, execution: &str) -> Vec<String> {
@@ -166,8 +192,10 @@ impl Aws {
     }
 
     /// The names of the states `execution` entered (each one a billed state transition), once
-    /// it has ended (a job's first execution is named by its id).
+    /// it has ended (found as [`Self::scheduled_tasks`] finds it).
     pub async fn states_entered(&self, execution: &str) -> Vec<String> {
+        let execution = self.resolve(execution).await;
+        let execution = execution.as_str();
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
         loop {
             let described = self

@@ -192,10 +192,10 @@ async fn dispatch_record(deps: &Deps, record: &SqsMessage) -> Result<(), Dispatc
     .await
 }
 
-/// A direct run Lambda gave up on: an execution of the run's name takes the job over — under
-/// the run's lease if this run holds the job (its hold ends first, see
-/// [`runs::hand_over`]), or, if no invocation of the run claimed it, to claim it. A job that
-/// moved on (ended, or held by another attempt or invocation) is left as it is.
+/// A direct run Lambda gave up on: an execution takes the job over — a new one under the run's
+/// lease if this run holds the job (its hold ends first, see [`runs::hand_over`]), or, if no
+/// invocation of the run claimed it, one of the run's name to claim it. A job that moved on
+/// (ended, or held by another attempt, invocation or execution) is left as it is.
 pub async fn take_over(deps: &Deps, given_up: &GivenUpRun) -> Result<(), DispatchError> {
     let run = &given_up.request_payload;
     tracing::warn!(
@@ -210,12 +210,14 @@ pub async fn take_over(deps: &Deps, given_up: &GivenUpRun) -> Result<(), Dispatc
         return Ok(());
     };
     logs::current_job(&job);
-    if job.execution.as_deref() != Some(run.execution.as_str()) {
+    let current = job.execution.as_deref().unwrap_or_default();
+    let (ours, handed_over) = (current == run.execution, runs::is_hand_over_of(current, run));
+    if !ours && !handed_over {
         tracing::info!(status = %job.status, "the job moved on to another dispatch; nothing to take over");
         return Ok(());
     }
     match (job.status, job.claimant.as_deref(), job.lease.as_deref()) {
-        (JobStatus::Running, Some(claimant), Some(lease)) if claimant == run.claimant => {
+        (JobStatus::Running, Some(claimant), Some(lease)) if ours && claimant == run.claimant => {
             match runs::hand_over(&*deps.jobs, &*deps.executions, run, lease).await {
                 Err(StoreError::Conflict { .. }) => {
                     tracing::info!("the job moved on meanwhile; nothing to take over");
@@ -225,9 +227,13 @@ pub async fn take_over(deps: &Deps, given_up: &GivenUpRun) -> Result<(), Dispatc
             }
         }
         // Handed over already (its execution's start is made good: idempotent by name).
-        (JobStatus::Running, None, _) => Ok(runs::start_execution(&*deps.executions, run).await?),
-        // No invocation claimed it: the execution does.
-        (JobStatus::Queued, _, _) => Ok(runs::start_execution(&*deps.executions, run).await?),
+        (JobStatus::Running, None, _) if handed_over => {
+            Ok(runs::start_execution(&*deps.executions, run, current).await?)
+        }
+        // No invocation claimed it: an execution of the run's name does (as the reaper's).
+        (JobStatus::Queued, _, _) if ours => {
+            Ok(runs::start_execution(&*deps.executions, run, &run.execution).await?)
+        }
         (status, _, _) => {
             tracing::info!(%status, "another invocation holds the job, or it ended; nothing to take over");
             Ok(())

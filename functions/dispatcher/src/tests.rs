@@ -655,18 +655,21 @@ async fn a_run_lambda_gave_up_on_is_taken_over_by_an_execution_under_its_lease()
     assert!(w.deliver(vec![message("g", &given_up_body(&run))]).await.is_empty());
     let started = w.executions.started();
     assert_eq!(started.len(), 1, "one execution takes the job over");
-    assert_eq!(started[0].name, run.execution, "under the run's name");
+    let name = started[0].name.clone();
+    assert!(runs::is_hand_over_of(&name, &run), "a hand-over's new execution: {name}");
     assert_eq!(started[0].input, json!({"job_id": id, "worker_arn": STAGE_ARN}));
     let record = w.record(&job).await;
     assert_eq!(record.claimant, None, "the run's hold on the job ended");
+    assert_eq!(record.execution.as_deref(), Some(name.as_str()));
     assert_eq!(record.lease.as_deref(), Some(lease.token.as_str()), "the lease goes on");
     let retry = w.jobs.claim_as(&id, &run.execution, Some(&run.claimant)).await;
     assert!(retry.is_err(), "a late retry of the run's invocation does not get the job");
-    let (taken, _) = w.jobs.claim(&id, &run.execution).await.unwrap();
+    let (taken, _) = w.jobs.claim(&id, &name).await.unwrap();
     assert_eq!(taken, lease, "the execution's claim gets the run's lease");
 
     // The same record again (SQS redelivers): the execution is started again, idempotently.
     assert!(w.deliver(vec![message("g2", &given_up_body(&run))]).await.is_empty());
+    assert_eq!(w.executions.start_calls(), [name.clone(), name]);
     assert_eq!(w.executions.started().len(), 1);
 }
 
@@ -704,6 +707,9 @@ async fn a_take_over_the_state_machine_refuses_is_retried() {
     assert_eq!(w.deliver(vec![message("g", &given_up_body(&run))]).await, ["g"]);
     w.executions.set_unavailable(false);
     // The hold ended before the start failed: the retried record starts the execution.
+    assert!(w.executions.start_calls().is_empty());
     assert!(w.deliver(vec![message("g", &given_up_body(&run))]).await.is_empty());
     assert_eq!(w.executions.started().len(), 1);
+    let name = &w.executions.started()[0].name;
+    assert_eq!(w.record(&job).await.execution.as_ref(), Some(name), "the one the job names");
 }

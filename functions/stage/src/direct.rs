@@ -107,12 +107,15 @@ async fn not_claimed(
 ) -> Result<Value, StageError> {
     let status = current.map(|job| job.status);
     match current {
-        Some(job)
-            if job.status == JobStatus::Running
-                && job.execution.as_deref() == Some(run.execution.as_str())
-                && job.claimant.is_none() =>
-        {
-            runs::start_execution(&*deps.executions, run).await.map_err(store_failed)?;
+        Some(job) if job.status == JobStatus::Running && job.claimant.is_none() => {
+            match job.execution.as_deref().filter(|e| runs::is_hand_over_of(e, run)) {
+                Some(name) => {
+                    runs::start_execution(&*deps.executions, run, name)
+                        .await
+                        .map_err(store_failed)?;
+                }
+                None => tracing::info!("an execution holds the job; nothing to do"),
+            }
         }
         _ => tracing::info!(?status, "the job is not waiting for this run; nothing to do"),
     }

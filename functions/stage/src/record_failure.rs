@@ -98,7 +98,8 @@ async fn end_attempt(
 }
 
 /// The lease a `fail` task records the failure under: the one passed, or — when the
-/// execution's first `work` failed before answering — the job's, if this execution holds it.
+/// execution's first `work` failed before answering — the job's, if this execution holds it
+/// (no direct run of the same name does: [`JobRecord::holds_claim`]).
 fn failing_lease(
     job: Option<&JobRecord>,
     given: Option<TaskLease>,
@@ -109,12 +110,10 @@ fn failing_lease(
     }
     let (execution, job) = (execution?, job?);
     match (job.status, &job.lease) {
-        (JobStatus::Running, Some(token)) if job.execution.as_deref() == Some(execution) => {
-            Some(TaskLease {
-                lease: Lease { attempt: job.attempt, token: token.clone() },
-                principal: Some(job.owner.clone()),
-            })
-        }
+        (JobStatus::Running, Some(token)) if job.holds_claim(execution, None) => Some(TaskLease {
+            lease: Lease { attempt: job.attempt, token: token.clone() },
+            principal: Some(job.owner.clone()),
+        }),
         _ => None,
     }
 }

@@ -66,6 +66,10 @@ struct ScriptParams {
     /// Write a partial result first.
     #[serde(default)]
     partial: bool,
+    /// Finish the job at the end of `count`, its result written there (no `report` stage
+    /// runs): the hook then strikes in the job's last stage.
+    #[serde(default)]
+    finish_in_count: bool,
 }
 
 #[derive(Deserialize, schemars::JsonSchema, Clone, Copy)]
@@ -136,6 +140,11 @@ impl JobKind for Script {
                 ctx.checkpoint(&state, state.next, total).await?;
                 return Ok(StageOutcome::Paused);
             }
+        }
+        if params.finish_in_count {
+            let body = serde_json::to_vec(&serde_json::json!({"counted": state.next})).unwrap();
+            let result = ctx.write_result("result.json", "application/json", body).await?;
+            return Ok(StageOutcome::Finished(result));
         }
         ctx.checkpoint(&state, state.next, total).await?;
         Ok(StageOutcome::StageDone)

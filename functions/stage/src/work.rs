@@ -72,16 +72,24 @@ pub(crate) async fn work(
         match output.next {
             // The next stage reads the progress record `run` just moved on (one strong read).
             Next::NextStage => continue,
-            Next::Done => {
-                complete(deps, job_id, lease, &output).await?;
-                return Ok(output);
-            }
+            Next::Done => match complete(deps, job_id, lease, &output).await {
+                Ok(()) => return Ok(output),
+                // The owner cancelled while the last stage finished (the job as this
+                // invocation read it, or as its claim left it, predates the request): the job
+                // ends `cancelled`, as the owner was told it would, its result deleted.
+                Err(StageError::Cancelled) => {
+                    finish_cancellation(deps, job_id, lease, None).await?;
+                    return Ok(RunOutput { next: Next::Cancelled, result_key: None, ..output });
+                }
+                Err(err) => return Err(err),
+            },
             _ => return Ok(output),
         }
     }
 }
 
-/// `running → succeeded` with the result `run` stored (fenced).
+/// `running → succeeded` with the result `run` stored (fenced; refused, as
+/// [`StageError::Cancelled`], once the owner asked to cancel the job).
 async fn complete(
     deps: &Deps,
     job_id: &JobId,
@@ -104,6 +112,7 @@ async fn complete(
         "result stored",
     )
     .fenced(&lease.token)
+    .unless_cancelled()
     .set("result_key", result_key)
     .indexed_at(longhaul_domain::format_rfc3339(expires));
     let request = match &run.summary {

@@ -6,9 +6,9 @@
 //! run's name — the execution name the dispatch recorded, so everything that finds jobs by
 //! their execution (the reaper, cancel) treats a run as an execution that may not exist —
 //! and works until the job is done. Only a job that needs more than that invocation pays for
-//! a Standard execution: the worker hands it over (the job's lease goes on in an execution of
-//! the same name, which claims it again as its own) when its deadline nears, or when a stage
-//! failed in a way the state machine's retries handle. A run Lambda gave up on (its function
+//! a Standard execution: the worker hands it over (the job's lease goes on in a new execution,
+//! [`hand_over_name`], which claims it again as its own) when its deadline nears, or when a
+//! stage failed in a way the state machine's retries handle. A run Lambda gave up on (its function
 //! failed on every try, or the event aged out of Lambda's queue) comes back to the intake
 //! queue as a [`GivenUpRun`], from the worker function's on-failure destination, and the
 //! dispatcher hands it over the same way.
@@ -19,10 +19,11 @@
 //! by name, and still bill per request and per GB-s.
 //!
 //! The same run may be invoked twice (a redelivered dispatch message, the reaper starting a
-//! lost one again, Lambda's own rare duplicate delivery); each invocation the dispatcher
-//! queues carries a fresh `claimant`, stored with the claim, and only Lambda's retries of
-//! the same event (the same claimant) get the lease back, so a second invocation of a run
-//! never works beside the first.
+//! lost one again); each invocation the dispatcher queues carries a fresh `claimant`, stored
+//! with the claim, and only Lambda's retries of the same event (the same claimant) get the
+//! lease back, so a second invocation of a run never works beside the first. (Lambda's own
+//! rare duplicate delivery of the same event carries the same claimant: docs/architecture.md,
+//! "Direct runs", says what holds then.)
 
 use longhaul_domain::JobId;
 use serde::{Deserialize, Serialize};
@@ -95,28 +96,46 @@ pub fn execution_input(job_id: &JobId, worker_arn: &str) -> serde_json::Value {
     serde_json::json!({ "job_id": job_id, INPUT_KEY: worker_arn })
 }
 
-/// Hands `run`'s job over to an execution of the run's name, going on under the run's `lease`
-/// (its first task claims the job again as its own): the run's hold ends first
-/// ([`JobAttempts::record_execution`]), so no retry of the run's invocation works beside the
-/// execution. A refusal ([`StoreError::Conflict`]) means the lease is no longer the job's.
+/// The name of the execution a hand-over of `run` starts: the run's name, `.h` and a random
+/// suffix. Never the run's own name: an execution of that name may exist already, and have
+/// ended — the reaper starts one for a job still `queued` when it looks (the run's event
+/// delayed in Lambda's queue), which the run's later claim refuses.
+pub fn hand_over_name(run: &DirectRun) -> String {
+    let suffix = uuid::Uuid::new_v4().simple().to_string();
+    format!("{}.h{}", run.execution, &suffix[..12])
+}
+
+/// Whether `execution` is one a hand-over of `run` started ([`hand_over_name`]).
+pub fn is_hand_over_of(execution: &str, run: &DirectRun) -> bool {
+    execution.strip_prefix(run.execution.as_str()).is_some_and(|rest| rest.starts_with(".h"))
+}
+
+/// Hands `run`'s job over to a new execution ([`hand_over_name`]), going on under the run's
+/// `lease` (its first task claims the job again as its own): the job records the execution as
+/// its holder first, which ends the run's hold ([`JobAttempts::record_execution`]), so no retry
+/// of the run's invocation works beside the execution. A refusal ([`StoreError::Conflict`])
+/// means the lease is no longer the job's.
 pub async fn hand_over(
     jobs: &(impl JobAttempts + ?Sized),
     executions: &(impl JobExecutions + ?Sized),
     run: &DirectRun,
     lease: &str,
 ) -> Result<(), StoreError> {
-    jobs.record_execution(&run.job_id, lease, &run.execution).await?;
-    start_execution(executions, run).await
+    let name = hand_over_name(run);
+    jobs.record_execution(&run.job_id, lease, &name).await?;
+    start_execution(executions, run, &name).await
 }
 
-/// Starts the execution of `run`'s name (again: starting is idempotent by name), for a job
-/// whose run was handed over ([`hand_over`]) — or for one no invocation of the run claimed.
+/// Starts execution `name` of `run`'s job (again: starting is idempotent by name): the one a
+/// hand-over recorded ([`hand_over`]), or the run's own name for a job no invocation of the
+/// run claimed.
 pub async fn start_execution(
     executions: &(impl JobExecutions + ?Sized),
     run: &DirectRun,
+    name: &str,
 ) -> Result<(), StoreError> {
     let input = execution_input(&run.job_id, &run.worker_arn);
-    match executions.start(&run.execution, &input).await? {
+    match executions.start(name, &input).await? {
         StartOutcome::Started { execution_arn } => {
             tracing::info!(execution_arn, "the job goes on in an execution")
         }
@@ -128,6 +147,19 @@ pub async fn start_execution(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_hand_over_names_a_new_execution_of_its_run() {
+        let job = JobId::new();
+        let run = DirectRun::new(&job, &format!("{job}-2"), "arn:w");
+        let (a, b) = (hand_over_name(&run), hand_over_name(&run));
+        assert_ne!(a, b);
+        assert!(a.len() <= 80, "a Step Functions execution name: {a}");
+        assert!(is_hand_over_of(&a, &run));
+        assert!(!is_hand_over_of(&run.execution, &run), "not the run's own name");
+        let first = DirectRun::new(&job, job.as_str(), "arn:w");
+        assert!(!is_hand_over_of(&a, &first), "not the hand-over of another dispatch's run");
+    }
 
     #[test]
     fn a_run_is_the_workers_run_op_with_a_fresh_claimant() {

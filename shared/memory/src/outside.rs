@@ -53,6 +53,8 @@ pub struct Started {
 #[derive(Debug, Default)]
 pub struct MemoryExecutions {
     executions: Mutex<Vec<Started>>,
+    /// Every start asked for, by name, repeats included.
+    start_calls: Mutex<Vec<String>>,
     outage: Outage,
 }
 
@@ -65,6 +67,12 @@ impl MemoryExecutions {
     /// Every execution started so far, in order.
     pub fn started(&self) -> Vec<Started> {
         lock(&self.executions).clone()
+    }
+
+    /// The name of every start asked for that reached the service, in order, repeats of a
+    /// name included (the execution a repeat names is started only once: [`Self::started`]).
+    pub fn start_calls(&self) -> Vec<String> {
+        lock(&self.start_calls).clone()
     }
 
     /// Ends execution `name` with `status` (`SUCCEEDED`, `FAILED`, …).
@@ -87,6 +95,7 @@ impl Warm for MemoryExecutions {}
 impl JobExecutions for MemoryExecutions {
     async fn start(&self, name: &str, input: &serde_json::Value) -> Result<StartOutcome, AwsError> {
         self.outage.check("start execution")?;
+        lock(&self.start_calls).push(name.to_owned());
         let mut executions = lock(&self.executions);
         let arn = format!("arn:memory:states:execution:{name}");
         match executions.iter().find(|e| e.name == name) {

@@ -56,21 +56,25 @@ async fn a_job_that_needs_another_invocation_is_handed_over_under_the_same_lease
     let job = w.job(&id).await;
     let lease = job.lease.clone().expect("the run's lease");
     assert_eq!(job.claimant, None, "the run's hold ended");
-    assert_eq!(job.execution.as_deref(), Some(id.as_str()));
     let started = w.executions.started();
     assert_eq!(started.len(), 1);
-    assert_eq!(started[0].name, id.as_str(), "an execution of the run's name");
+    let name = started[0].name.clone();
+    assert!(name.starts_with(&format!("{id}.h")), "a new execution, not the run's name: {name}");
+    assert_eq!(job.execution.as_deref(), Some(name.as_str()), "recorded as the job's holder");
     assert_eq!(started[0].input, json!({"job_id": id, "worker_arn": WORKER}));
     assert!(w.progress(&id).checkpoint_key.is_some(), "the run checkpointed first");
 
-    // Lambda's retry of the run's invocation no longer gets the job.
+    // Lambda's retry of the run's invocation no longer gets the job; it starts the hand-over's
+    // execution again (its start may have failed), which Step Functions deduplicates.
     let retry = w.invoke_run(&run, far()).await.unwrap();
     assert_eq!(retry["outcome"], "not_claimed");
-    assert_eq!(w.executions.started().len(), 1, "the execution is started again, idempotently");
+    assert_eq!(w.executions.start_calls(), [name.clone(), name.clone()]);
+    assert_eq!(w.executions.started().len(), 1);
 
     // The execution's first `Run` claims the job as its own, under the run's lease, and
     // resumes from the run's checkpoint.
-    let first = w.first_run(&id, far()).await.expect("the execution runs it to its end");
+    let first = w.run(&id, &name, json!({"job_id": id, "worker_arn": WORKER}), far()).await;
+    let first = first.expect("the execution runs it to its end");
     assert_eq!(first["run"]["next"], "done");
     assert_eq!(lease_of(&first).lease.token, lease);
     let body = w.object(&format!("results/{id}/1/result.json")).await.unwrap();
@@ -140,4 +144,23 @@ async fn a_failing_table_answers_an_error_so_lambda_retries_the_run() {
     assert_eq!(err.name(), "Job.Retryable");
     w.jobs.set_unavailable(false);
     assert_eq!(w.invoke_run(&run, far()).await.unwrap()["outcome"], "succeeded");
+}
+
+#[tokio::test]
+async fn a_cancellation_the_claims_read_predates_ends_the_job_cancelled_not_succeeded() {
+    let w = world();
+    let params = json!({"items": 2, "hook_at": 1, "finish_in_count": true});
+    let id = w.queued("script", params).await;
+    let (jobs, cancelled) = (w.jobs.clone(), id.clone());
+    w.set_hook(async move {
+        // The owner's request lands on the job record only: its flag on the progress record
+        // was refused, the claim not having handed one over yet.
+        let mut job = jobs.job(&cancelled).await.unwrap().unwrap();
+        job.cancellation = Some(owners_cancellation());
+        jobs.put_record(job);
+    });
+    let out = w.invoke_run(&w.direct_run(&id), far()).await.unwrap();
+    assert_eq!(out["outcome"], "cancelled");
+    assert_eq!(w.job(&id).await.status, JobStatus::Cancelled, "not succeeded");
+    assert!(w.keys(&results(&id)).is_empty(), "its result is deleted");
 }

@@ -210,6 +210,10 @@ impl JobStore {
             "SET #status = :to, updated_at = :now, started_at = if_not_exists(started_at, :now), \
              transitions = list_append(transitions, :t)",
         );
+        // A claim without a claimant (an execution's) removes any a run of an earlier attempt
+        // left: the job is this execution's alone (`JobRecord::holds_claim`).
+        let claimless =
+            if request.set.iter().any(|(name, _)| name == "claimant") { "" } else { ", claimant" };
         for (i, (name, value)) in request.set.into_iter().enumerate() {
             update.push_str(&format!(", #s{i} = :s{i}"));
             names.insert(format!("#s{i}"), name);
@@ -220,7 +224,7 @@ impl JobStore {
         // A job back from a backoff no longer waits for its `retry_at`.
         // It leaves its owner's backlog: it runs.
         update.push_str(&format!(
-            ", gsi2pk = :bucket, gsi2sk = :now ADD #attempt :one REMOVE retry_at, {BACKLOG_INDEX_PK}"
+            ", gsi2pk = :bucket, gsi2sk = :now ADD #attempt :one REMOVE retry_at, {BACKLOG_INDEX_PK}{claimless}"
         ));
         values.insert(
             ":bucket".to_owned(),

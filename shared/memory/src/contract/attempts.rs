@@ -163,6 +163,16 @@ async fn a_direct_run_claims_once_per_claimant_until_an_execution_takes_over(
         "the run's retry no longer gets the lease once an execution holds the job"
     );
     assert_eq!(store.claim(&id, "run-1").await.unwrap().0, lease, "the execution still does");
+
+    // A run's attempt that goes back to the queue (the reaper re-dispatched it while Lambda
+    // was still to retry the run): the next attempt's execution claims it as its own alone.
+    let id = queued(store, "direct-requeued", "run-1").await;
+    let (lease, _) = store.claim_as(&id, "run-1", Some("first")).await.unwrap();
+    requeued(store, &id, &lease, "exec-2").await;
+    let (next, job) = store.claim(&id, "exec-2").await.expect("the next attempt claims");
+    assert_eq!(job.claimant, None, "no run holds the next attempt");
+    let (again, _) = store.claim(&id, "exec-2").await.expect("its retried claim gets it back");
+    assert_eq!(again, next);
 }
 
 async fn a_claim_hands_the_progress_record_over_never_back(store: &impl AttemptTable) {

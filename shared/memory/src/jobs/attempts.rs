@@ -38,7 +38,8 @@ impl Table {
         .remove("retry_at");
         let request = match claimant {
             Some(claimant) => request.set("claimant", claimant),
-            None => request,
+            // An execution's claim: the job is its alone, whatever run held an earlier attempt.
+            None => request.remove("claimant"),
         };
         let mut claimed = self.transition(request)?;
         if claimed.started_at.is_none() {
