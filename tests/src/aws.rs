@@ -121,6 +121,17 @@ impl Aws {
         if self.execution_exists(execution).await {
             return execution.to_owned();
         }
+        let hand_over = format!("{execution}.h");
+        self.executions_named(&hand_over)
+            .await
+            .into_iter()
+            .next()
+            .unwrap_or_else(|| panic!("no execution {execution} nor a hand-over of its run"))
+    }
+
+    /// The names of the state machine's executions that start with `prefix` (a job id: the
+    /// executions it ran in — its direct run's hand-over, and those continued from it).
+    pub async fn executions_named(&self, prefix: &str) -> Vec<String> {
         let machine = harness().stack.resource("JobStateMachine");
         let listed = self
             .sfn
@@ -130,13 +141,12 @@ impl Aws {
             .send()
             .await
             .expect("list executions");
-        let hand_over = format!("{execution}.h");
         listed
             .executions()
             .iter()
             .map(|e| e.name().to_owned())
-            .find(|name| name.starts_with(&hand_over))
-            .unwrap_or_else(|| panic!("no execution {execution} nor a hand-over of its run"))
+            .filter(|name| name.starts_with(prefix))
+            .collect()
     }
 
     async fn history(&self, execution: &str) -> Vec<aws_sdk_sfn::types::HistoryEvent> {

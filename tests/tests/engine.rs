@@ -41,20 +41,7 @@ async fn wait_for(api: &Api, job_id: &JobId, what: &str, pred: impl Fn(&Value) -
 }
 
 async fn executions_of(aws: &Aws, job_id: &JobId) -> Vec<String> {
-    let machine = stack().stack.resource("JobStateMachine");
-    let list = aws
-        .sfn
-        .list_executions()
-        .state_machine_arn(machine)
-        .max_results(1000)
-        .send()
-        .await
-        .unwrap();
-    list.executions()
-        .iter()
-        .map(|e| e.name().to_owned())
-        .filter(|n| n.starts_with(job_id.as_str()))
-        .collect()
+    aws.executions_named(job_id.as_str()).await
 }
 
 #[tokio::test]

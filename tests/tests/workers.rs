@@ -90,17 +90,7 @@ fn functions_of(job_id: &JobId) -> (BTreeSet<String>, usize) {
 
 /// The job's executions (the first and those it continued in).
 async fn executions_of(job_id: &JobId) -> usize {
-    let stack = &harness().stack;
-    let list = Aws::new()
-        .await
-        .sfn
-        .list_executions()
-        .state_machine_arn(stack.resource("JobStateMachine"))
-        .max_results(1000)
-        .send()
-        .await
-        .unwrap();
-    list.executions().iter().filter(|e| e.name().starts_with(job_id.as_str())).count()
+    Aws::new().await.executions_named(job_id.as_str()).await.len()
 }
 
 fn set(names: &[&str]) -> BTreeSet<String> {

@@ -89,10 +89,7 @@ async fn a_second_invocation_of_a_run_never_works_beside_the_first() {
     let id = w.queued("script", json!({"items": 3})).await;
     let first = w.direct_run(&id);
     let second = w.direct_run(&id);
-    let claimed = async {
-        w.jobs.claim_as(&id, &first.execution, Some(&first.claimant)).await.unwrap();
-    };
-    claimed.await;
+    w.jobs.claim_as(&id, &first.execution, Some(&first.claimant)).await.unwrap();
     let out = w.invoke_run(&second, far()).await.unwrap();
     assert_eq!(out["outcome"], "not_claimed");
     assert_eq!(w.progress(&id).items_done, 0, "the second did no work");
