@@ -66,6 +66,7 @@ impl FromStr for Bucket {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use longhaul_aws::metrics::{Metric, NAMESPACE};
 
     #[test]
     fn a_bucket_reads_back_as_its_name_and_nothing_else_reads() {
@@ -83,6 +84,23 @@ mod tests {
         for wrong in ["", "Running", "running#0", "succeeded", "expired", "cancelled"] {
             assert_eq!(wrong.parse::<Bucket>(), Err(UnknownBucket(wrong.into())), "{wrong:?}");
             assert!(serde_json::from_value::<Bucket>(wrong.into()).is_err(), "{wrong:?}");
+        }
+    }
+
+    /// The dashboard (template.yaml) plots every bucket's `ActiveJobs` count and whether it is
+    /// exact: a bucket the reaper counts but the dashboard leaves out is a backlog nobody sees.
+    #[test]
+    fn the_dashboard_plots_every_buckets_count_and_whether_it_is_exact() {
+        let template = include_str!("../../../template.yaml");
+        for metric in [Metric::ActiveJobs, Metric::ActiveJobsTruncated] {
+            for bucket in Bucket::ALL {
+                let line = format!(
+                    "[\"{NAMESPACE}\", \"{}\", \"Status\", \"{}\"",
+                    metric.name(),
+                    bucket.as_str()
+                );
+                assert!(template.contains(&line), "the dashboard has no {line}]");
+            }
         }
     }
 }
