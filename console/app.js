@@ -30,6 +30,11 @@ const state = {
   /** job id -> {row, job, watcher} */
   rows: new Map(),
   detailId: null,
+  /** The next page of GET /schedules. */
+  scheduleCursor: null,
+  /** schedule id -> {row, schedule} */
+  schedules: new Map(),
+  scheduleDetailId: null,
 };
 
 function apiBase() {
@@ -442,6 +447,7 @@ function renderDetail(job) {
   add("Finished", fmtTime(job.finished_at));
   add("Not before", fmtTime(job.not_before));
   add("Retry of", job.retry_of);
+  if (job.schedule_id) add("Schedule", `${job.schedule_id} (tick ${fmtTime(job.scheduled_at)})`);
   add("Callback", job.callback_url);
   if (job.waiting) add("Waiting", job.waiting.message || job.waiting.reason);
   if (job.retry_at) add("Next attempt", fmtTime(job.retry_at));
@@ -635,6 +641,10 @@ async function submit(event) {
     }
     const request = { type: $("job-type").value, params, priority: $("priority").value };
     if ($("callback-url").value.trim()) request.callback_url = $("callback-url").value.trim();
+    if ($("schedule-mode").checked) {
+      await createSchedule(request);
+      return;
+    }
     const { body } = await api("POST", "/jobs", request);
     const { body: job } = await api("GET", `/jobs/${encodeURIComponent(body.job_id)}`);
     addJob(job, true);
@@ -656,6 +666,260 @@ async function loadJobTypes() {
   });
 }
 
+// ------------------------------------------------------------------ schedules
+
+/** A `datetime-local` value (the browser's zone) as RFC 3339 in UTC, or undefined. */
+function isoFromLocal(value) {
+  if (!value) return undefined;
+  const date = new Date(value);
+  if (Number.isNaN(date.getTime())) throw new ApiError(0, "Invalid time", `${value} is not a time.`);
+  return date.toISOString();
+}
+
+/** The form's job spec (type, params, priority, callback) plus its schedule fields. */
+async function createSchedule(job) {
+  const request = { ...job, schedule: $("schedule-expression").value.trim(), overlap: $("schedule-overlap").value };
+  const timezone = $("schedule-timezone").value.trim();
+  if (timezone) request.timezone = timezone;
+  const startAt = isoFromLocal($("schedule-start").value);
+  if (startAt) request.start_at = startAt;
+  const endAt = isoFromLocal($("schedule-end").value);
+  if (endAt) request.end_at = endAt;
+  if ($("schedule-paused").checked) request.paused = true;
+  if ($("schedule-pause-on-failure").checked) request.pause_on_failure = true;
+  const { body } = await api("POST", "/schedules", request);
+  addSchedule(body);
+  $("schedules-empty").hidden = true;
+  state.schedules.get(body.schedule_id).row.scrollIntoView({ block: "nearest" });
+}
+
+/** Switches the form between a job submitted once and a schedule. */
+function setScheduleMode(on) {
+  $("schedule-fields").hidden = !on;
+  // A disabled fieldset's (required) fields are left out of the form's validation.
+  $("schedule-fields").disabled = !on;
+  $("submit").textContent = on ? "Create schedule" : "Submit";
+  $("submit-title").textContent = on ? "New schedule" : "New job";
+}
+
+function fillTimeZones() {
+  const zones = typeof Intl.supportedValuesOf === "function" ? Intl.supportedValuesOf("timeZone") : [];
+  $("timezones").replaceChildren(...["UTC", ...zones].map((zone) => el("option", { value: zone })));
+  // Ticks are read in the user's own zone unless they say otherwise.
+  $("schedule-timezone").value = Intl.DateTimeFormat().resolvedOptions().timeZone || "UTC";
+}
+
+function countsText(counts) {
+  const c = counts || {};
+  return `${c.fired ?? 0} fired · ${c.submitted ?? 0} submitted · ${c.skipped ?? 0} skipped · ${c.refused ?? 0} refused`;
+}
+
+function jobLink(jobId, text) {
+  return el("a", { href: "#", class: "job-link", onclick: (e) => { e.preventDefault(); showDetail(jobId); } }, text || jobId);
+}
+
+/** What a schedule's last tick came to, as nodes: outcome, tick time, its job or why not. */
+function lastFireNodes(fire) {
+  if (!fire) return ["never fired"];
+  const nodes = [el("span", { class: `status ${fire.outcome}` }, fire.outcome), ` ${fmtTime(fire.scheduled_at)}`];
+  if (fire.job_id) nodes.push(" · ", jobLink(fire.job_id, fire.job_id.slice(0, 8)));
+  if (fire.reason) nodes.push(el("span", { class: "reason" }, fire.reason));
+  return nodes;
+}
+
+function nextFireText(schedule) {
+  if (schedule.next_fire_at) return fmtTime(schedule.next_fire_at);
+  return schedule.state === "paused" ? "— (paused)" : "— (none left in its window)";
+}
+
+/** Shows a schedule in the list (a new one at the end: the list is oldest first). */
+function addSchedule(schedule) {
+  let entry = state.schedules.get(schedule.schedule_id);
+  if (!entry) {
+    entry = { row: el("tr", { "data-schedule-id": schedule.schedule_id }), schedule };
+    state.schedules.set(schedule.schedule_id, entry);
+    $("schedules").tBodies[0].append(entry.row);
+  }
+  renderSchedule(schedule);
+}
+
+function renderSchedule(schedule) {
+  const entry = state.schedules.get(schedule.schedule_id);
+  if (!entry) return;
+  entry.schedule = schedule;
+  const id = schedule.schedule_id;
+  const row = entry.row;
+  row.dataset.state = schedule.state;
+  row.dataset.nextFireAt = schedule.next_fire_at || "";
+  row.dataset.lastOutcome = schedule.last_fire ? schedule.last_fire.outcome : "";
+  row.dataset.lastJobId = (schedule.last_fire && schedule.last_fire.job_id) || "";
+  row.dataset.fired = String((schedule.counts && schedule.counts.fired) || 0);
+  const actions = el("td", { class: "actions" });
+  if (schedule.state === "paused") {
+    actions.append(el("button", { type: "button", class: "resume", onclick: () => resumeSchedule(id) }, "Resume"));
+  } else {
+    actions.append(el("button", { type: "button", class: "pause", onclick: () => pauseSchedule(id) }, "Pause"));
+  }
+  actions.append(
+    el("button", { type: "button", class: "trigger", title: "Fire one tick now", onclick: () => triggerSchedule(id) }, "Run now"),
+    el("button", { type: "button", class: "delete", onclick: (e) => deleteSchedule(id, e.currentTarget) }, "Delete"),
+  );
+  const state_ = el("td", {}, el("span", { class: `status ${schedule.state}` }, schedule.state));
+  if (schedule.paused_reason) state_.title = schedule.paused_reason;
+  row.replaceChildren(
+    el("td", {}, el("a", { href: "#", class: "schedule-link", onclick: (e) => { e.preventDefault(); showSchedule(id); } }, id.slice(0, 8))),
+    el("td", { class: "type" }, schedule.type),
+    el("td", { class: "expression" }, schedule.schedule),
+    el("td", { class: "timezone" }, schedule.timezone),
+    state_,
+    el("td", { class: "next-fire", title: schedule.next_fire_at || "" }, nextFireText(schedule)),
+    el("td", { class: "last-fire" }, ...lastFireNodes(schedule.last_fire)),
+    el("td", { class: "counts", title: "ticks fired · jobs submitted · skipped · refused" }, countsText(schedule.counts)),
+    actions,
+  );
+  if (state.scheduleDetailId === id) renderScheduleSummary(schedule);
+}
+
+async function loadSchedules(reset) {
+  if (reset) {
+    state.schedules.clear();
+    state.scheduleCursor = null;
+    $("schedules").tBodies[0].replaceChildren();
+    $("schedules-more").hidden = true;
+  }
+  if (!signedIn()) return;
+  const query = new URLSearchParams({ limit: String(PAGE) });
+  if (!reset && state.scheduleCursor) query.set("cursor", state.scheduleCursor);
+  await attempt(async () => {
+    const { body } = await api("GET", `/schedules?${query}`);
+    for (const schedule of body.schedules) addSchedule(schedule);
+    state.scheduleCursor = body.next_cursor || null;
+    $("schedules-more").hidden = !state.scheduleCursor;
+    $("schedules-empty").hidden = state.schedules.size > 0;
+  });
+}
+
+const schedulePath = (id) => `/schedules/${encodeURIComponent(id)}`;
+
+async function pauseSchedule(id) {
+  await attempt(async () => {
+    const { body } = await api("POST", `${schedulePath(id)}/pause`, { reason: "paused from the web console" });
+    renderSchedule(body);
+  });
+}
+
+async function resumeSchedule(id) {
+  await attempt(async () => {
+    const { body } = await api("POST", `${schedulePath(id)}/resume`);
+    renderSchedule(body);
+  });
+}
+
+/** Fires a tick now, then follows it until the schedule records what it came to: its job
+ * joins the jobs list (and is watched there). */
+async function triggerSchedule(id) {
+  await attempt(async () => {
+    const { body: tick } = await api("POST", `${schedulePath(id)}/trigger`);
+    const deadline = Date.now() + 30000;
+    while (Date.now() < deadline) {
+      await new Promise((resolve) => setTimeout(resolve, 500));
+      const { body: schedule } = await api("GET", schedulePath(id));
+      renderSchedule(schedule);
+      const fire = schedule.last_fire;
+      // Both are the API's RFC 3339 times in UTC with milliseconds: they sort as text.
+      if (fire && fire.scheduled_at >= tick.scheduled_at) {
+        if (fire.job_id && !state.rows.has(fire.job_id)) {
+          const { body: job } = await api("GET", `/jobs/${encodeURIComponent(fire.job_id)}`);
+          addJob(job, true);
+        }
+        if (state.scheduleDetailId === id) await showSchedule(id);
+        return;
+      }
+    }
+  });
+}
+
+/** Deletes on a second click within a few seconds (no blocking confirm dialog). */
+async function deleteSchedule(id, button) {
+  if (!button.classList.contains("confirming")) {
+    button.classList.add("confirming");
+    button.textContent = "Really delete?";
+    setTimeout(() => {
+      button.classList.remove("confirming");
+      button.textContent = "Delete";
+    }, 4000);
+    return;
+  }
+  await attempt(async () => {
+    await api("DELETE", schedulePath(id));
+    const entry = state.schedules.get(id);
+    if (entry) entry.row.remove();
+    state.schedules.delete(id);
+    $("schedules-empty").hidden = state.schedules.size > 0;
+    if (state.scheduleDetailId === id) closeSchedule();
+  });
+}
+
+/** A schedule's spec, state, ticks and its most recent jobs. */
+async function showSchedule(id) {
+  state.scheduleDetailId = id;
+  await attempt(async () => {
+    const query = new URLSearchParams({ schedule_id: id, limit: "5" });
+    const [{ body: schedule }, { body: jobs }] = await Promise.all([
+      api("GET", schedulePath(id)),
+      api("GET", `/jobs?${query}`),
+    ]);
+    renderSchedule(schedule);
+    renderScheduleSummary(schedule);
+    const rows = jobs.jobs || [];
+    $("schedule-jobs").tBodies[0].replaceChildren(
+      ...rows.map((job) => el(
+        "tr", { "data-job-id": job.job_id },
+        el("td", {}, jobLink(job.job_id)),
+        el("td", {}, el("span", { class: `status ${job.status}` }, job.status)),
+        el("td", { class: "created" }, fmtTime(job.created_at)),
+        el("td", { class: "created" }, fmtTime(job.finished_at)),
+      )),
+    );
+    $("schedule-no-jobs").hidden = rows.length > 0;
+    $("schedule-detail-section").hidden = false;
+    $("schedule-detail-section").scrollIntoView({ block: "nearest" });
+  });
+}
+
+function renderScheduleSummary(schedule) {
+  $("schedule-detail-id").textContent = schedule.schedule_id;
+  const summary = $("schedule-summary");
+  summary.replaceChildren();
+  const add = (name, ...value) => {
+    if (value.length === 0 || value[0] === undefined || value[0] === null || value[0] === "") return;
+    summary.append(el("dt", {}, name), el("dd", {}, ...value.map((v) => (v instanceof Node ? v : String(v)))));
+  };
+  add("Type", schedule.type);
+  add("Params", JSON.stringify(schedule.params));
+  add("Expression", schedule.schedule);
+  add("Time zone", schedule.timezone);
+  add("Overlap", schedule.overlap);
+  add("Priority", schedule.priority);
+  add("State", schedule.paused_reason ? `${schedule.state} (${schedule.paused_reason})` : schedule.state);
+  if (schedule.pause_on_failure) add("On failure", "pause the schedule");
+  add("Not before", fmtTime(schedule.start_at));
+  add("Not after", fmtTime(schedule.end_at));
+  add("Callback", schedule.callback_url);
+  add("Next fire", nextFireText(schedule));
+  add("Last fire", ...lastFireNodes(schedule.last_fire));
+  if (schedule.held) add("Held", `tick ${fmtTime(schedule.held.scheduled_at)}, until the live job ends`);
+  add("Ticks", countsText(schedule.counts));
+  add("Created", fmtTime(schedule.created_at));
+  add("Updated", fmtTime(schedule.updated_at));
+  $("schedule-raw").textContent = JSON.stringify(schedule, null, 2);
+}
+
+function closeSchedule() {
+  state.scheduleDetailId = null;
+  $("schedule-detail-section").hidden = true;
+}
+
 // ------------------------------------------------------------------ start
 
 function start() {
@@ -670,12 +934,15 @@ function start() {
     document.body.dataset.signedIn = String(signedIn());
     loadJobTypes();
     loadJobs(true);
+    loadSchedules(true);
   });
   $("sign-out").addEventListener("click", () => {
     sessionStorage.removeItem(TOKEN_KEY);
     $("token").value = "";
     document.body.dataset.signedIn = "false";
     loadJobs(true);
+    loadSchedules(true);
+    closeSchedule();
   });
   $("save-api").addEventListener("click", () => {
     const base = $("api-base").value.trim();
@@ -683,6 +950,7 @@ function start() {
     else localStorage.removeItem(API_KEY);
     loadJobTypes();
     loadJobs(true);
+    loadSchedules(true);
   });
   $("problem-close").addEventListener("click", clearProblem);
   $("refresh").addEventListener("click", () => loadJobs(true));
@@ -699,6 +967,12 @@ function start() {
     $("params-fields").disabled = raw;
   });
   $("submit-form").addEventListener("submit", submit);
+  fillTimeZones();
+  $("schedule-mode").addEventListener("change", () => setScheduleMode($("schedule-mode").checked));
+  setScheduleMode($("schedule-mode").checked);
+  $("schedules-refresh").addEventListener("click", () => loadSchedules(true));
+  $("schedules-more").addEventListener("click", () => loadSchedules(false));
+  $("schedule-detail-close").addEventListener("click", closeSchedule);
   $("detail-close").addEventListener("click", () => {
     state.detailId = null;
     $("detail-section").hidden = true;
@@ -707,6 +981,7 @@ function start() {
   if (signedIn()) {
     loadJobTypes();
     loadJobs(true);
+    loadSchedules(true);
   }
 }
 

@@ -119,6 +119,11 @@ impl Api {
     pub async fn post(&self, path: &str, body: &Value) -> Result<Reply, CliError> {
         self.send(self.request(Method::POST, path).json(body), &format!("POST {path}")).await
     }
+
+    /// `DELETE path`.
+    pub async fn delete(&self, path: &str) -> Result<Reply, CliError> {
+        self.send(self.request(Method::DELETE, path), &format!("DELETE {path}")).await
+    }
 }
 
 /// The HTTP client: redirects are never followed automatically (the result's `303` is

@@ -58,6 +58,10 @@ pub enum CliError {
     /// The command line, or an input file it names, is unusable.
     #[error("{0}")]
     Usage(String),
+    /// A schedule's tick submitted no job (skipped or refused, with why), or its outcome
+    /// could not be learnt in time.
+    #[error("{0}")]
+    Tick(String),
     /// A local file could not be read or written.
     #[error("{what}: {source}")]
     Io {
@@ -74,7 +78,10 @@ impl CliError {
     pub fn exit(&self) -> Exit {
         match self {
             CliError::Usage(_) => Exit::Usage,
-            CliError::Api(_) | CliError::Transport { .. } | CliError::Protocol(_) => Exit::Api,
+            CliError::Api(_)
+            | CliError::Transport { .. }
+            | CliError::Protocol(_)
+            | CliError::Tick(_) => Exit::Api,
             CliError::Io { .. } => Exit::Api,
         }
     }

@@ -5,10 +5,16 @@ use std::io::Read;
 use std::process::Output;
 use std::time::Duration;
 
-use longhaul_tests::{Api, Aws, harness, principal};
+use longhaul_tests::{Api, Aws, Harness, harness_with, principal};
 use serde_json::{Value, json};
 
 const BIN: &str = env!("CARGO_BIN_EXE_longhaul");
+
+/// This binary's stack: `http` and loopback callback URLs are accepted (a schedule's callback
+/// is checked at creation, and nothing here listens on a public host).
+fn stack() -> &'static Harness {
+    harness_with(&[("LONGHAUL_ALLOW_INSECURE_CALLBACKS", "1")])
+}
 
 /// One principal's token and API client.
 struct User {
@@ -18,7 +24,7 @@ struct User {
 
 fn user(label: &str) -> User {
     let name = principal(label);
-    User { token: harness().stack.token(&name), api: Api::new(&name) }
+    User { token: stack().stack.token(&name), api: Api::new(&name) }
 }
 
 /// Runs `longhaul args…` as `token` (no terminal: bars hidden) and waits for it.
@@ -41,7 +47,7 @@ fn command(token: &str, args: &[&str]) -> tokio::process::Command {
     let mut command = tokio::process::Command::new(BIN);
     command
         .args(args)
-        .env("LONGHAUL_API", &harness().stack.api_url)
+        .env("LONGHAUL_API", &stack().stack.api_url)
         .env("LONGHAUL_TOKEN", token)
         .stdin(std::process::Stdio::null())
         .kill_on_drop(true);
@@ -299,7 +305,7 @@ async fn watch_in_a_terminal_draws_the_bar_to_100_percent() {
         .expect("a pseudo-terminal");
     let mut cmd = CommandBuilder::new(BIN);
     cmd.args(["watch", "--verbose", &job_id]);
-    cmd.env("LONGHAUL_API", &harness().stack.api_url);
+    cmd.env("LONGHAUL_API", &stack().stack.api_url);
     cmd.env("LONGHAUL_TOKEN", &me.token);
     cmd.env("TERM", "xterm-256color");
     let mut child = pair.slave.spawn_command(cmd).expect("watch started");
@@ -403,4 +409,313 @@ async fn watch_rides_out_an_unreachable_api_then_gives_up_with_4() {
     let ls = run(&me.token, &["--api", "http://127.0.0.1:9", "ls"]).await;
     assert_eq!(code(&ls), 4);
     assert!(!stderr(&ls).contains("trying again"));
+}
+
+/// A cron expression that fires once a year (02:00 on January 1st): no tick of its own comes
+/// while a test runs, only the ones the test triggers.
+const YEARLY: &str = "cron(0 2 1 1 ? *)";
+
+/// Creates a schedule with `longhaul schedule create args…` and returns its id.
+async fn create_schedule(token: &str, args: &[&str]) -> String {
+    let mut line = vec!["schedule", "create"];
+    line.extend_from_slice(args);
+    let created = run(token, &line).await;
+    assert_eq!(code(&created), 0, "{}", stderr(&created));
+    let id = stdout(&created).trim().to_owned();
+    assert!(stderr(&created).contains(&format!("schedule {id} created: ")), "{}", stderr(&created));
+    id
+}
+
+/// The ids of `longhaul ls --schedule id`'s jobs, once there are at least `count` (a
+/// triggered tick becomes a job a moment after the trigger's answer).
+async fn schedule_jobs(token: &str, id: &str, count: usize) -> Vec<Value> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let listed = run(token, &["--json", "ls", "--schedule", id]).await;
+        assert_eq!(code(&listed), 0);
+        let jobs = json_out(&listed)["jobs"].as_array().cloned().unwrap_or_default();
+        if jobs.len() >= count {
+            return jobs;
+        }
+        assert!(std::time::Instant::now() < deadline, "{count} jobs of schedule {id}: {jobs:?}");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+#[tokio::test]
+async fn schedule_commands_create_list_show_pause_resume_trigger_and_remove() {
+    let me = user("cli-schedules");
+    let params = r#"{"items": 2, "item_ms": 1}"#;
+    let nightly = create_schedule(
+        &me.token,
+        &[
+            "--type",
+            "demo",
+            "--params",
+            params,
+            "--schedule",
+            YEARLY,
+            "--timezone",
+            "Europe/Paris",
+            "--overlap",
+            "allow",
+            "--priority",
+            "low",
+            "--pause-on-failure",
+        ],
+    )
+    .await;
+    let stored = me.api.get(&format!("/schedules/{nightly}")).await;
+    assert_eq!(stored.status, 200, "{}", stored.text);
+    let spec = &stored.json;
+    assert_eq!(
+        (&spec["type"], &spec["params"], &spec["schedule"], &spec["timezone"]),
+        (
+            &json!("demo"),
+            &json!({"items": 2, "item_ms": 1}),
+            &json!(YEARLY),
+            &json!("Europe/Paris")
+        )
+    );
+    assert_eq!((&spec["overlap"], &spec["priority"]), (&json!("allow"), &json!("low")));
+    assert_eq!((&spec["pause_on_failure"], &spec["state"]), (&json!(true), &json!("enabled")));
+    assert!(spec["next_fire_at"].is_string(), "{spec}");
+
+    // --paused, a window and a callback, from params in a file; --json prints the schedule.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("params.json");
+    std::fs::write(&file, r#"{"items": 1}"#).unwrap();
+    let at_file = format!("@{}", file.display());
+    let windowed = run(
+        &me.token,
+        &[
+            "--json",
+            "schedule",
+            "create",
+            "--type",
+            "demo",
+            "--params",
+            &at_file,
+            "--schedule",
+            "rate(2 hours)",
+            "--paused",
+            "--start-at",
+            "2030-01-01T00:00:00Z",
+            "--end-at",
+            "2031-01-01T00:00:00Z",
+            "--callback-url",
+            "http://127.0.0.1:9/hooks/longhaul",
+        ],
+    )
+    .await;
+    assert_eq!(code(&windowed), 0, "{}", stderr(&windowed));
+    let windowed = json_out(&windowed);
+    let paused_id = windowed["schedule_id"].as_str().unwrap().to_owned();
+    assert_eq!((&windowed["state"], &windowed["next_fire_at"]), (&json!("paused"), &Value::Null));
+    assert_eq!(windowed["params"], json!({"items": 1}));
+    assert_eq!(windowed["start_at"], "2030-01-01T00:00:00.000Z", "{windowed}");
+    assert_eq!(windowed["callback_url"], "http://127.0.0.1:9/hooks/longhaul", "{windowed}");
+
+    // ls: a table, or pages of JSON (oldest first).
+    let table = run(&me.token, &["schedule", "ls"]).await;
+    assert_eq!(code(&table), 0);
+    let text = stdout(&table);
+    assert!(text.starts_with("ID "), "{text}");
+    assert!(text.contains(&nightly) && text.contains(&paused_id), "{text}");
+    assert!(text.contains("Europe/Paris") && text.contains("paused"), "{text}");
+    let one = json_out(&run(&me.token, &["--json", "schedule", "ls", "--limit", "1"]).await);
+    assert_eq!(one["schedules"].as_array().unwrap().len(), 1, "{one}");
+    assert!(one["next_cursor"].is_string(), "{one}");
+    let all = json_out(&run(&me.token, &["--json", "schedule", "ls", "--all"]).await);
+    let ids: Vec<&str> = all["schedules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["schedule_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids.len(), 2, "{all}");
+    assert!(ids.contains(&nightly.as_str()) && ids.contains(&paused_id.as_str()), "{all}");
+
+    // show: the spec, its state, next and last fire, counts, and (no) jobs.
+    let shown = run(&me.token, &["schedule", "show", &nightly]).await;
+    assert_eq!(code(&shown), 0);
+    let text = stdout(&shown);
+    for line in [
+        format!("schedule:   {nightly}"),
+        format!("expression: {YEARLY}"),
+        "timezone:   Europe/Paris".into(),
+        "state:      enabled".into(),
+        "last fire:  - (never fired)".into(),
+        "counts:     fired 0 · submitted 0 · skipped 0 · refused 0".into(),
+        "no jobs yet".into(),
+    ] {
+        assert!(text.contains(&line), "{line:?} in\n{text}");
+    }
+    assert!(text.contains("next fire:  20"), "{text}");
+
+    // pause (with a reason) and resume.
+    let paused = run(&me.token, &["schedule", "pause", &nightly, "--reason", "maintenance"]).await;
+    assert_eq!(code(&paused), 0);
+    assert_eq!(stdout(&paused).trim(), format!("schedule {nightly} paused (maintenance)"));
+    let view = me.api.get(&format!("/schedules/{nightly}")).await.json;
+    assert_eq!((&view["state"], &view["paused_reason"]), (&json!("paused"), &json!("maintenance")));
+    let text = stdout(&run(&me.token, &["schedule", "show", &nightly]).await);
+    assert!(text.contains("state:      paused (maintenance)"), "{text}");
+    assert!(text.contains("next fire:  - (paused)"), "{text}");
+
+    // A trigger fires even while paused: it prints the tick and how to follow its job.
+    let fired = run(&me.token, &["schedule", "trigger", &nightly]).await;
+    assert_eq!(code(&fired), 0, "{}", stderr(&fired));
+    let text = stdout(&fired);
+    assert!(text.contains(&format!("schedule {nightly}: tick 20")), "{text}");
+    assert!(text.contains(&format!("longhaul ls --schedule {nightly}")), "{text}");
+    let jobs = schedule_jobs(&me.token, &nightly, 1).await;
+    let first = jobs[0]["job_id"].as_str().unwrap().to_owned();
+    let job = me.api.get(&format!("/jobs/{first}")).await.json;
+    assert_eq!((&job["schedule_id"], &job["priority"]), (&json!(nightly), &json!("low")), "{job}");
+    let status = stdout(&run(&me.token, &["status", &first]).await);
+    assert!(status.contains(&format!("schedule:  {nightly} (tick 20")), "{status}");
+
+    let resumed = run(&me.token, &["--json", "schedule", "resume", &nightly]).await;
+    assert_eq!(code(&resumed), 0);
+    let resumed = json_out(&resumed);
+    assert_eq!(resumed["state"], "enabled", "{resumed}");
+    assert!(resumed["next_fire_at"].is_string() && resumed.get("paused_reason").is_none());
+    let text = stdout(&run(&me.token, &["schedule", "resume", &nightly]).await);
+    assert!(
+        text.contains(&format!("schedule {nightly} resumed: {YEARLY} in Europe/Paris, next at 20")),
+        "{text}"
+    );
+
+    // trigger --wait follows the tick's job to its end (overlap allow: submitted even if the
+    // first job still runs), and exits with its code.
+    let waited = run(&me.token, &["schedule", "trigger", "--wait", &nightly]).await;
+    assert_eq!(code(&waited), 0, "{}", stderr(&waited));
+    assert!(stderr(&waited).contains("submitted job "), "{}", stderr(&waited));
+    let second = stderr(&waited).split("submitted job ").nth(1).unwrap().trim().to_owned();
+    assert_ne!(second, first);
+    assert_eq!(stdout(&waited).trim(), format!("job {second} succeeded"));
+
+    // show now has both jobs, newest first, and the last fire names the second.
+    me.api.wait_terminal(&first.parse().unwrap(), Duration::from_secs(60)).await;
+    let shown = json_out(&run(&me.token, &["--json", "schedule", "show", &nightly]).await);
+    assert_eq!(shown["last_fire"]["job_id"], second.as_str(), "{shown}");
+    assert_eq!(shown["last_fire"]["outcome"], "submitted", "{shown}");
+    assert_eq!(shown["counts"]["fired"], 2, "{shown}");
+    assert_eq!(shown["counts"]["submitted"], 2, "{shown}");
+    let recent: Vec<&str> = shown["recent_jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["job_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(recent, [second.as_str(), first.as_str()], "{shown}");
+    let text = stdout(&run(&me.token, &["schedule", "show", &nightly]).await);
+    assert!(text.contains("recent jobs:\nID ") && text.contains(&first), "{text}");
+    assert!(text.contains(&format!("submitted: job {second}")), "{text}");
+    assert!(text.contains("counts:     fired 2 · submitted 2 · skipped 0 · refused 0"), "{text}");
+
+    // rm: gone (its jobs stay).
+    let removed = run(&me.token, &["schedule", "rm", &nightly]).await;
+    assert_eq!(code(&removed), 0);
+    assert!(stdout(&removed).contains(&format!("schedule {nightly} deleted")));
+    assert_eq!(me.api.get(&format!("/schedules/{nightly}")).await.status, 404);
+    assert_eq!(me.api.get(&format!("/jobs/{first}")).await.status, 200);
+    let removed = json_out(&run(&me.token, &["--json", "schedule", "rm", &paused_id]).await);
+    assert_eq!(removed, json!({"schedule_id": paused_id, "deleted": true}));
+    let none = run(&me.token, &["schedule", "ls"]).await;
+    assert_eq!(stdout(&none).trim(), "no schedules");
+}
+
+#[tokio::test]
+async fn schedule_errors_show_the_problem_and_exit_non_zero() {
+    let me = user("cli-schedule-errors");
+    // A bad expression: the API's 422 problem, nothing created.
+    let bad =
+        run(&me.token, &["schedule", "create", "--type", "demo", "--schedule", "cron(0 2 * * *)"])
+            .await;
+    assert_eq!(code(&bad), 4);
+    let said = stderr(&bad);
+    assert!(said.contains("error: Invalid schedule expression (HTTP 422): "), "{said}");
+    assert!(!said.contains('{'), "never a raw body: {said}");
+    let bad = run(
+        &me.token,
+        &["--json", "schedule", "create", "--type", "demo", "--schedule", "rate(30 seconds)"],
+    )
+    .await;
+    assert_eq!(code(&bad), 4);
+    let problem = &json_out(&bad)["error"];
+    assert_eq!(problem["status"], 422, "{problem}");
+    assert!(problem["type"].as_str().unwrap().ends_with("invalid-schedule"), "{problem}");
+    for (flag, value, kind) in [
+        ("--timezone", "Mars/Olympus_Mons", "invalid-timezone"),
+        ("--params", r#"{"items": 0}"#, "invalid-params"),
+        ("--end-at", "yesterday", "invalid-window"),
+    ] {
+        let refused = run(
+            &me.token,
+            &["--json", "schedule", "create", "--type", "demo", "--schedule", YEARLY, flag, value],
+        )
+        .await;
+        assert_eq!(code(&refused), 4, "{flag} {value}");
+        let problem = &json_out(&refused)["error"];
+        assert_eq!(problem["status"], 422, "{problem}");
+        assert!(problem["type"].as_str().unwrap().ends_with(kind), "{kind}: {problem}");
+    }
+    let unknown =
+        run(&me.token, &["schedule", "create", "--type", "no_such_type", "--schedule", YEARLY])
+            .await;
+    assert_eq!(code(&unknown), 4);
+    assert!(stderr(&unknown).contains("(HTTP 422)"), "{}", stderr(&unknown));
+    let listed = json_out(&run(&me.token, &["--json", "schedule", "ls"]).await);
+    assert_eq!(listed["schedules"], json!([]), "nothing was created: {listed}");
+
+    // Usage errors exit 2 before any request.
+    for args in [
+        &["schedule", "create", "--type", "demo"][..],
+        &["schedule", "create", "--schedule", YEARLY],
+        &["schedule", "create", "--type", "demo", "--schedule", YEARLY, "--params", "{not json"],
+        &["schedule", "create", "--type", "demo", "--schedule", YEARLY, "--overlap", "never"],
+        &["schedule", "pause"],
+        &["schedule", "frobnicate", "x"],
+    ] {
+        let output = run(&me.token, args).await;
+        assert_eq!(code(&output), 2, "{args:?}: {}", stderr(&output));
+    }
+
+    // Another principal's schedule, or none: 404 for every command naming one.
+    let other = user("cli-schedule-other");
+    let theirs = create_schedule(
+        &other.token,
+        &["--type", "demo", "--params", r#"{"items": 1}"#, "--schedule", YEARLY],
+    )
+    .await;
+    for command in ["show", "pause", "resume", "trigger", "rm"] {
+        for id in [theirs.as_str(), "0190d2a4-0000-7000-8000-000000000000"] {
+            let output = run(&me.token, &["schedule", command, id]).await;
+            assert_eq!(code(&output), 4, "{command} {id}");
+            assert!(stderr(&output).contains("(HTTP 404)"), "{command}: {}", stderr(&output));
+        }
+    }
+    assert_eq!(other.api.get(&format!("/schedules/{theirs}")).await.json["state"], "enabled");
+
+    // A tick that submits nothing: trigger --wait says why and exits 4. With overlap skip, a
+    // tick while the schedule's job runs is skipped.
+    let id = create_schedule(
+        &me.token,
+        &["--type", "demo", "--params", r#"{"items": 3000, "item_ms": 100}"#, "--schedule", YEARLY],
+    )
+    .await;
+    let fired = me.api.post_json(&format!("/schedules/{id}/trigger"), &json!({})).await;
+    assert_eq!(fired.status, 202, "{}", fired.text);
+    let job = schedule_jobs(&me.token, &id, 1).await[0]["job_id"].as_str().unwrap().to_owned();
+    let skipped = run(&me.token, &["schedule", "trigger", "--wait", &id]).await;
+    assert_eq!(code(&skipped), 4, "{}", stderr(&skipped));
+    let said = stderr(&skipped);
+    assert!(said.contains(&format!("schedule {id}: tick 20")), "{said}");
+    assert!(said.contains(&format!("was skipped: job {job} is still ")), "{said}");
+    let cancel = me.api.post_json(&format!("/jobs/{job}/cancel"), &json!({})).await;
+    assert_eq!(cancel.status, 202, "{}", cancel.text);
+    let shown = stdout(&run(&me.token, &["schedule", "show", &id]).await);
+    assert!(shown.contains("counts:     fired 2 · submitted 1 · skipped 1 · refused 0"), "{shown}");
 }

@@ -28,6 +28,10 @@ fn stack() -> &'static longhaul_tests::Harness {
     ])
 }
 
+/// One browser at a time: two Chromium sessions side by side would slow each other's
+/// timing-sensitive checks on a small machine.
+static BROWSER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 fn which(program: &str) -> Option<PathBuf> {
     std::env::var_os("PATH").and_then(|paths| {
         std::env::split_paths(&paths).map(|dir| dir.join(program)).find(|p| p.is_file())
@@ -237,7 +241,8 @@ async fn severe_log_entries(client: &Client) -> Vec<Value> {
             let message = e["message"].as_str().unwrap_or_default();
             let expected_expiry =
                 message.contains("/_fn/EventsFunction/jobs/") && message.contains("401");
-            let expected_refusal = message.contains("/jobs ") && message.contains("422");
+            let expected_refusal = (message.contains("/jobs ") || message.contains("/schedules "))
+                && message.contains("422");
             !(expected_expiry || expected_refusal)
         })
         .collect()
@@ -245,6 +250,7 @@ async fn severe_log_entries(client: &Client) -> Vec<Value> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_console_submits_watches_downloads_and_cancels_in_a_real_browser() {
+    let _browser = BROWSER.lock().await;
     let (chromedriver, chromium) = browser();
     let api_url = stack().stack.api_url.clone();
     // Another origin than the links the stack hands out (127.0.0.1): all of them cross-origin.
@@ -447,6 +453,211 @@ async fn the_console_submits_watches_downloads_and_cancels_in_a_real_browser() {
     let stop = api.post_json(&format!("/jobs/{retried}/cancel"), &json!({})).await;
     assert_eq!(stop.status, 202, "{}", stop.text);
     screenshot(&client, "5-cancelled").await;
+
+    let errors = severe_log_entries(&client).await;
+    assert!(errors.is_empty(), "the browser logged errors: {errors:#?}");
+    client.close().await.unwrap();
+    drop(driver);
+    longhaul_tests::assert_no_access_denied();
+}
+
+/// The schedules table as the page shows it.
+async fn schedule_rows(client: &Client) -> Vec<Value> {
+    let script = r#"return [...document.querySelectorAll('#schedules tbody tr')].map(r => ({
+        id: r.dataset.scheduleId, state: r.dataset.state, next: r.dataset.nextFireAt,
+        outcome: r.dataset.lastOutcome, job: r.dataset.lastJobId, fired: Number(r.dataset.fired),
+        expression: r.querySelector('.expression').textContent,
+        timezone: r.querySelector('.timezone').textContent }));"#;
+    match client.execute(script, vec![]).await.expect("reading the schedules table") {
+        Value::Array(rows) => rows,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Waits until `check` holds for schedule `id`'s row (`None`: the row is gone); panics after
+/// 30 s, with a screenshot.
+async fn wait_schedule(
+    client: &Client,
+    id: &str,
+    what: &str,
+    check: impl Fn(Option<&Value>) -> bool,
+) -> Option<Value> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let rows = schedule_rows(client).await;
+        let row = rows.iter().find(|r| r["id"] == id);
+        if check(row) {
+            return row.cloned();
+        }
+        if Instant::now() > deadline {
+            screenshot(client, &format!("timeout-{what}")).await;
+            let problem = client.find(Locator::Id("problem")).await.unwrap().text().await;
+            panic!("{what}: not within 30 s; row {row:?}; the page says {problem:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+}
+
+async fn click(client: &Client, css: &str) {
+    client
+        .find(Locator::Css(css))
+        .await
+        .unwrap_or_else(|e| panic!("{css}: {e}"))
+        .click()
+        .await
+        .unwrap();
+}
+
+async fn fill(client: &Client, id: &str, value: &str) {
+    let input = client.find(Locator::Id(id)).await.unwrap_or_else(|e| panic!("#{id}: {e}"));
+    input.clear().await.unwrap();
+    input.send_keys(value).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_creates_lists_pauses_resumes_and_runs_a_schedule() {
+    let _browser = BROWSER.lock().await;
+    let (chromedriver, chromium) = browser();
+    let api_url = stack().stack.api_url.clone();
+    let console_origin = api_url.replace("127.0.0.1", "localhost");
+    let api = Api::new(&principal("console-schedules"));
+    let token = api.token.clone().unwrap();
+    let downloads = root().join(format!("target/console-downloads/{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&downloads).unwrap();
+    let downloads = downloads.canonicalize().unwrap();
+    let driver = start_driver(&chromedriver).await;
+    let client = open_browser(&driver, &chromium, &downloads).await;
+    client.goto(&format!("{console_origin}/console/#token={token}")).await.unwrap();
+    client.wait().for_element(Locator::Css("#schedules-empty:not([hidden])")).await.unwrap();
+    client.wait().for_element(Locator::Css("#job-type option[value='demo']")).await.unwrap();
+
+    // The job form, switched to a schedule: the kind's params form plus the schedule fields.
+    client.find(Locator::Id("job-type")).await.unwrap().select_by_value("demo").await.unwrap();
+    fill(&client, "param-items", "1").await;
+    fill(&client, "param-item_ms", "0").await;
+    click(&client, "#schedule-mode").await;
+    client.wait().for_element(Locator::Css("#schedule-fields:not([hidden])")).await.unwrap();
+    let button = client.find(Locator::Id("submit")).await.unwrap().text().await.unwrap();
+    assert_eq!(button, "Create schedule");
+    // A bad expression: the API's problem is shown, nothing is listed.
+    fill(&client, "schedule-expression", "cron(0 2 * *)").await;
+    click(&client, "#submit").await;
+    let problem = client.wait().for_element(Locator::Css("#problem:not([hidden])")).await.unwrap();
+    let shown = problem.text().await.unwrap();
+    assert!(shown.contains("Invalid schedule expression"), "{shown:?}");
+    click(&client, "#problem-close").await;
+    assert!(schedule_rows(&client).await.is_empty());
+
+    let yearly = "cron(0 2 1 1 ? *)";
+    fill(&client, "schedule-expression", yearly).await;
+    fill(&client, "schedule-timezone", "Europe/Paris").await;
+    client
+        .find(Locator::Id("schedule-overlap"))
+        .await
+        .unwrap()
+        .select_by_value("allow")
+        .await
+        .unwrap();
+    click(&client, "#submit").await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let created = loop {
+        if let Some(row) = schedule_rows(&client).await.into_iter().next() {
+            break row;
+        }
+        if Instant::now() > deadline {
+            screenshot(&client, "timeout-schedule-created").await;
+            let problem = client.find(Locator::Id("problem")).await.unwrap().text().await;
+            panic!("the created schedule never showed; the page says {problem:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let id = created["id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        (&created["expression"], &created["timezone"]),
+        (&json!(yearly), &json!("Europe/Paris"))
+    );
+    assert_eq!(created["state"], "enabled", "{created}");
+    assert!(created["next"].as_str().is_some_and(|n| !n.is_empty()), "{created}");
+    let stored = api.get(&format!("/schedules/{id}")).await;
+    assert_eq!(stored.status, 200, "{}", stored.text);
+    assert_eq!(stored.json["params"], json!({"items": 1, "item_ms": 0}), "{}", stored.text);
+    assert_eq!((&stored.json["type"], &stored.json["overlap"]), (&json!("demo"), &json!("allow")));
+    screenshot(&client, "schedules-1-created").await;
+
+    // Listed after a reload too (from GET /schedules).
+    client.refresh().await.unwrap();
+    wait_schedule(&client, &id, "listed after a reload", |r| {
+        r.is_some_and(|r| r["state"] == "enabled")
+    })
+    .await;
+
+    // Pause, then resume, from its row.
+    click(&client, &format!("tr[data-schedule-id='{id}'] button.pause")).await;
+    wait_schedule(&client, &id, "paused", |r| {
+        r.is_some_and(|r| r["state"] == "paused" && r["next"] == "")
+    })
+    .await;
+    let paused = api.get(&format!("/schedules/{id}")).await.json;
+    assert_eq!(paused["state"], "paused", "{paused}");
+    assert_eq!(paused["paused_reason"], "paused from the web console", "{paused}");
+    screenshot(&client, "schedules-2-paused").await;
+    click(&client, &format!("tr[data-schedule-id='{id}'] button.resume")).await;
+    wait_schedule(&client, &id, "resumed", |r| {
+        r.is_some_and(|r| r["state"] == "enabled" && r["next"] != "")
+    })
+    .await;
+    assert_eq!(api.get(&format!("/schedules/{id}")).await.json["state"], "enabled");
+
+    // Run it now: its tick's job joins the jobs list and runs to the end there.
+    click(&client, &format!("tr[data-schedule-id='{id}'] button.trigger")).await;
+    let fired = wait_schedule(&client, &id, "tick submitted", |r| {
+        r.is_some_and(|r| r["outcome"] == "submitted" && r["job"] != "")
+    })
+    .await
+    .unwrap();
+    assert_eq!(fired["fired"], 1, "{fired}");
+    let job = fired["job"].as_str().unwrap().to_owned();
+    let mut seen = Vec::new();
+    wait_row(&client, &job, Duration::from_secs(60), "scheduled job succeeded", &mut seen, |r| {
+        r["status"] == "succeeded"
+    })
+    .await;
+    assert_eq!(api.get(&format!("/jobs/{job}")).await.json["schedule_id"], id.as_str());
+
+    // Its view: the spec and its recent jobs, each linking to the job's own view.
+    click(&client, &format!("tr[data-schedule-id='{id}'] a.schedule-link")).await;
+    client
+        .wait()
+        .for_element(Locator::Css("#schedule-detail-section:not([hidden])"))
+        .await
+        .unwrap();
+    let summary = client.find(Locator::Id("schedule-summary")).await.unwrap().text().await.unwrap();
+    for part in [yearly, "Europe/Paris", "allow", "1 fired · 1 submitted · 0 skipped · 0 refused"]
+    {
+        assert!(summary.contains(part), "{part:?} in {summary:?}");
+    }
+    click(&client, &format!("#schedule-jobs tr[data-job-id='{job}'] a.job-link")).await;
+    client.wait().for_element(Locator::Css("#detail-section:not([hidden])")).await.unwrap();
+    let detail = client.find(Locator::Id("detail-summary")).await.unwrap().text().await.unwrap();
+    assert!(detail.contains(&id), "the job names its schedule: {detail:?}");
+    screenshot(&client, "schedules-3-detail").await;
+
+    // Delete takes a second click.
+    click(&client, &format!("tr[data-schedule-id='{id}'] button.delete")).await;
+    assert_eq!(api.get(&format!("/schedules/{id}")).await.status, 200, "one click deletes nothing");
+    click(&client, &format!("tr[data-schedule-id='{id}'] button.delete.confirming")).await;
+    wait_schedule(&client, &id, "deleted", |r| r.is_none()).await;
+    assert_eq!(api.get(&format!("/schedules/{id}")).await.status, 404);
+    assert!(
+        client
+            .find(Locator::Id("schedule-detail-section"))
+            .await
+            .unwrap()
+            .attr("hidden")
+            .await
+            .unwrap()
+            .is_some()
+    );
 
     let errors = severe_log_entries(&client).await;
     assert!(errors.is_empty(), "the browser logged errors: {errors:#?}");

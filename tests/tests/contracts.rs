@@ -12,6 +12,30 @@ async fn the_dynamodb_job_store_keeps_the_job_table_contract() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn the_dynamodb_job_store_keeps_the_schedule_store_contract() {
+    longhaul_memory::contract::schedule_store(&job_store().await).await;
+}
+
+/// On a schedule group of the test's own: EventBridge Scheduler as the emulator serves it.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_eventbridge_scheduler_keeps_the_schedule_twins_contract() {
+    use longhaul_aws::scheduler::{Scheduler, SchedulerTarget};
+    let config = longhaul_tests::harness().stack.emulator_sdk_config().await;
+    let client = aws_sdk_scheduler::Client::new(&config);
+    let group = format!("contract-{}", uuid::Uuid::new_v4());
+    client.create_schedule_group().name(&group).send().await.expect("create the group");
+    let arn =
+        |service: &str, name: &str| format!("arn:aws:{service}:us-east-1:123456789012:{name}");
+    let target = SchedulerTarget {
+        group,
+        queue_arn: arn("sqs", "contract-schedule-queue"),
+        role_arn: "arn:aws:iam::123456789012:role/contract-scheduler".into(),
+        dead_letter_arn: arn("sqs", "contract-schedule-dlq"),
+    };
+    longhaul_memory::contract::schedule_twins(&Scheduler::new(client, target)).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn the_dynamodb_stream_slots_keep_the_stream_caps_contract() {
     let dynamodb = longhaul_tests::Aws::new().await.dynamodb;
     let table = longhaul_tests::harness().stack.resource("JobsTable");

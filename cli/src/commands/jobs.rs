@@ -8,9 +8,6 @@ use crate::cli::{Cancel, List};
 use crate::error::{CliError, Exit};
 use crate::output::{Output, describe_progress, field, table};
 
-/// Largest page `GET /jobs` serves.
-const MAX_PAGE: u32 = 100;
-
 /// `status`: the job's document (JSON) or a summary of it (text).
 pub async fn status(api: &Api, out: &Output, job_id: &str) -> Result<Exit, CliError> {
     let job = api.get(&format!("/jobs/{job_id}")).await?.body;
@@ -38,6 +35,14 @@ pub fn describe_job(job: &Value) -> String {
     if let Some(waiting) = job.get("waiting").and_then(|w| w.get("message")).and_then(Value::as_str)
     {
         lines.push(format!("waiting:   {waiting}"));
+    }
+    if job.get("schedule_id").is_some_and(|v| !v.is_null()) {
+        // Submitted by a schedule's tick.
+        lines.push(format!(
+            "schedule:  {} (tick {})",
+            field(job, "schedule_id"),
+            field(job, "scheduled_at")
+        ));
     }
     if job.get("retry_at").is_some_and(|v| !v.is_null()) {
         // Its last attempt failed transiently: the next one starts then.
@@ -67,6 +72,9 @@ pub fn list_query(args: &List, page: u32, cursor: Option<&str>) -> Vec<(&'static
     if let Some(kind) = &args.kind {
         query.push(("type", kind.clone()));
     }
+    if let Some(schedule) = &args.schedule {
+        query.push(("schedule_id", schedule.clone()));
+    }
     if let Some(cursor) = cursor {
         query.push(("cursor", cursor.to_owned()));
     }
@@ -75,21 +83,10 @@ pub fn list_query(args: &List, page: u32, cursor: Option<&str>) -> Vec<(&'static
 
 /// `ls`: follows `next_cursor` until `--limit` jobs (or every job with `--all`).
 pub async fn list(api: &Api, out: &Output, args: &List) -> Result<Exit, CliError> {
-    let mut jobs: Vec<Value> = Vec::new();
-    let mut cursor: Option<String> = None;
-    loop {
-        let wanted = if args.all { MAX_PAGE } else { args.limit - jobs.len() as u32 };
-        let query = list_query(args, wanted.min(MAX_PAGE), cursor.as_deref());
-        let request = api.request(reqwest::Method::GET, "/jobs").query(&query);
-        let page = api.send(request, "GET /jobs").await?.body;
-        let items = page.get("jobs").and_then(Value::as_array).cloned().unwrap_or_default();
-        jobs.extend(items);
-        cursor = page.get("next_cursor").and_then(Value::as_str).map(str::to_owned);
-        let full = !args.all && jobs.len() as u32 >= args.limit;
-        if cursor.is_none() || full {
-            break;
-        }
-    }
+    let limit = (!args.all).then_some(args.limit);
+    let (jobs, cursor) =
+        super::pages(api, "/jobs", "jobs", limit, |page, cursor| list_query(args, page, cursor))
+            .await?;
     let document = json!({ "jobs": jobs, "next_cursor": cursor });
     out.print(&document, || {
         let rows: Vec<Vec<String>> = jobs
@@ -197,8 +194,17 @@ mod tests {
 
     #[test]
     fn list_queries_carry_the_filters_and_cursor() {
-        let cli = Cli::try_parse_from(["longhaul", "ls", "--status", "failed", "--type", "demo"])
-            .unwrap();
+        let cli = Cli::try_parse_from([
+            "longhaul",
+            "ls",
+            "--status",
+            "failed",
+            "--type",
+            "demo",
+            "--schedule",
+            "s1",
+        ])
+        .unwrap();
         let Command::Ls(args) = cli.command else { panic!() };
         assert_eq!(args.limit, 20);
         let query = list_query(&args, 20, Some("c1"));
@@ -208,6 +214,7 @@ mod tests {
                 ("limit", "20".to_owned()),
                 ("status", "failed".to_owned()),
                 ("type", "demo".to_owned()),
+                ("schedule_id", "s1".to_owned()),
                 ("cursor", "c1".to_owned())
             ]
         );
@@ -221,6 +228,14 @@ mod tests {
         assert!(text.contains("status:    failed"), "{text}");
         assert!(text.contains("error:     Job.Fatal: boom"), "{text}");
         assert!(text.contains("progress:  40%"), "{text}");
+    }
+
+    #[test]
+    fn a_scheduled_job_names_its_schedule_and_tick() {
+        let job = json!({"job_id": "j1", "type": "demo", "status": "queued",
+            "schedule_id": "s1", "scheduled_at": "2026-11-24T02:00:00.000Z"});
+        let text = describe_job(&job);
+        assert!(text.contains("schedule:  s1 (tick 2026-11-24T02:00:00.000Z)"), "{text}");
     }
 
     #[test]

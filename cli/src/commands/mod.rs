@@ -2,6 +2,7 @@
 
 mod jobs;
 mod result;
+mod schedules;
 mod submit;
 mod upload;
 
@@ -26,6 +27,38 @@ pub async fn dispatch(cli: &Cli, out: &Output) -> Result<Exit, CliError> {
         Command::Result(args) => result::result(&api, out, args).await,
         Command::Deliveries(job) => jobs::deliveries(&api, out, &job.id).await,
         Command::JobTypes => jobs::job_types(&api, out).await,
+        Command::Schedule(command) => schedules::dispatch(&api, out, command).await,
+    }
+}
+
+/// Largest page a listing (`GET /jobs`, `GET /schedules`) serves.
+const MAX_PAGE: u32 = 100;
+
+/// Follows a listing's `next_cursor` from its first page: the `key` array of every page until
+/// there are `limit` items (`None`: to the last page). `query(page, cursor)` is one page's
+/// query. Returns the items and the cursor of what is left (`None`: nothing).
+async fn pages<'a>(
+    api: &Api,
+    path: &str,
+    key: &str,
+    limit: Option<u32>,
+    query: impl Fn(u32, Option<&str>) -> Vec<(&'a str, String)>,
+) -> Result<(Vec<Value>, Option<String>), CliError> {
+    let mut items: Vec<Value> = Vec::new();
+    let mut cursor: Option<String> = None;
+    let what = format!("GET {path}");
+    loop {
+        let wanted = limit.map_or(MAX_PAGE, |limit| limit.saturating_sub(items.len() as u32));
+        let request = api
+            .request(reqwest::Method::GET, path)
+            .query(&query(wanted.min(MAX_PAGE), cursor.as_deref()));
+        let page = api.send(request, &what).await?.body;
+        items.extend(page.get(key).and_then(Value::as_array).cloned().unwrap_or_default());
+        cursor = page.get("next_cursor").and_then(Value::as_str).map(str::to_owned);
+        let full = limit.is_some_and(|limit| items.len() as u32 >= limit);
+        if cursor.is_none() || full {
+            return Ok((items, cursor));
+        }
     }
 }
 

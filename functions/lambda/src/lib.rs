@@ -41,6 +41,12 @@ pub enum Function {
     Slots,
     /// Delivers webhooks.
     Webhook,
+    /// The `/schedules` routes.
+    Schedules,
+    /// The schedule queue's consumer: submits each tick's job.
+    Firing,
+    /// Hourly: makes every schedule's EventBridge Scheduler twin what its record says.
+    ScheduleRepair,
     /// Finds zombies, stalls, timeouts and due delayed jobs.
     Reaper,
     /// Expires results.
@@ -49,7 +55,7 @@ pub enum Function {
 
 impl Function {
     /// Every function, in the template's order.
-    pub const ALL: [Function; 14] = [
+    pub const ALL: [Function; 17] = [
         Function::Submit,
         Function::Status,
         Function::Cancel,
@@ -62,6 +68,9 @@ impl Function {
         Function::Notifier,
         Function::Slots,
         Function::Webhook,
+        Function::Schedules,
+        Function::Firing,
+        Function::ScheduleRepair,
         Function::Reaper,
         Function::Expirer,
     ];
@@ -81,6 +90,9 @@ impl Function {
             Function::Notifier => "notifier",
             Function::Slots => "slots",
             Function::Webhook => "webhook",
+            Function::Schedules => "schedules",
+            Function::Firing => "firing",
+            Function::ScheduleRepair => "schedule_repair",
             Function::Reaper => "reaper",
             Function::Expirer => "expirer",
         }
@@ -106,6 +118,9 @@ impl Function {
             Function::Notifier => notifier::lambda::run().await,
             Function::Slots => slots::lambda::run().await,
             Function::Webhook => webhook::lambda::run().await,
+            Function::Schedules => schedules::lambda::run().await,
+            Function::Firing => schedules::lambda::run_firing().await,
+            Function::ScheduleRepair => schedules::lambda::run_repair().await,
             Function::Reaper => reaper::lambda::run().await,
             Function::Expirer => expirer::lambda::run().await,
         }

@@ -10,7 +10,9 @@
 //! idempotent, so a retried batch frees nothing twice), takes the job out of the waiting
 //! lists if it ended while waiting (a cancel), and sends a dispatch message for as many
 //! waiting jobs as the pool now has free slots (`longhaul_aws::slots::Admitter`): a tenant
-//! pool's in priority order, a kind pool's one tenant at a time, in turn.
+//! pool's in priority order, a kind pool's one tenant at a time, in turn. A job a schedule
+//! submitted is also announced to its schedule (the schedule queue: a `buffer_one` schedule's
+//! held tick is submitted now, a `pause_on_failure` schedule pauses when its job failed).
 //!
 //! The first record that could not be handled is the batch item failure: Lambda retries the
 //! shard from it. A record that cannot be read is logged and skipped (no retry would change
@@ -24,8 +26,11 @@ use std::sync::Arc;
 use aws_lambda_events::dynamodb::{Event, EventRecord};
 use aws_lambda_events::streams::DynamoDbEventResponse;
 use longhaul_aws::config::{ConfigError, Vars};
+use longhaul_aws::jobs::ScheduledBy;
 use longhaul_aws::logs;
-use longhaul_aws::ports::SlotPools;
+use longhaul_aws::ports::{ScheduleFirings, SlotPools};
+use longhaul_aws::queue::ScheduleQueue;
+use longhaul_aws::scheduler::{FiringKind, ScheduleFiring};
 use longhaul_aws::slots::{Admitter, pools_of};
 pub use longhaul_aws::streams::RecordError;
 use longhaul_aws::streams::{failure_at, job_end};
@@ -43,6 +48,8 @@ pub struct Config {
     pub intake_queue_url: String,
     /// `LONGHAUL_TENANT_MAX_RUNNING` (50; 0 = no limit), as the dispatcher has it.
     pub tenant_max_running: u32,
+    /// `SCHEDULE_QUEUE_URL`: where a scheduled job's end is sent to its schedule.
+    pub schedule_queue_url: String,
 }
 
 impl Config {
@@ -52,6 +59,7 @@ impl Config {
             table: vars.required("TABLE_NAME")?,
             intake_queue_url: vars.required("INTAKE_QUEUE_URL")?,
             tenant_max_running: vars.parsed_or("LONGHAUL_TENANT_MAX_RUNNING", 50)?,
+            schedule_queue_url: vars.required("SCHEDULE_QUEUE_URL")?,
         })
     }
 }
@@ -61,6 +69,8 @@ impl Config {
 pub struct Deps {
     /// Slots and waiting lists (which wake waiting jobs through the intake queue).
     pub slots: Arc<dyn SlotPools>,
+    /// The schedule queue: a scheduled job's end goes to its schedule.
+    pub firings: Arc<dyn ScheduleFirings>,
     /// The configuration.
     pub config: Config,
 }
@@ -74,6 +84,10 @@ impl Deps {
                 aws_sdk_sqs::Client::new(sdk),
                 &config.table,
                 &config.intake_queue_url,
+            )),
+            firings: Arc::new(ScheduleQueue::new(
+                aws_sdk_sqs::Client::new(sdk),
+                config.schedule_queue_url.clone(),
             )),
             config: config.clone(),
         }
@@ -107,6 +121,9 @@ pub struct EndedJob {
     /// cancel that ends a waiting job does not): only then is it in a waiting list.
     #[serde(default)]
     pub waiting: Option<serde_json::Value>,
+    /// The schedule tick that submitted it, if one did.
+    #[serde(default)]
+    pub scheduled: Option<ScheduledBy>,
 }
 
 /// The part of a job's stored policy this function reads.
@@ -164,6 +181,18 @@ pub async fn free(deps: &Deps, job: &EndedJob) -> Result<(), longhaul_aws::AwsEr
         deps.slots.release(pool, *limit, std::slice::from_ref(&job.job_id)).await?;
     }
     tracing::info!(status = %job.status, pools = pools.len(), "the job's slots are given back");
+    if let Some(scheduled) = &job.scheduled {
+        // Its schedule may hold a tick until it ends, or pause because it failed.
+        let firing = ScheduleFiring {
+            owner: job.owner.to_string(),
+            schedule_id: scheduled.schedule_id.to_string(),
+            scheduled_at: scheduled.scheduled_at.to_string(),
+            kind: FiringKind::Ended,
+            job_id: Some(job.job_id.clone()),
+            status: Some(job.status),
+        };
+        deps.firings.send_firing(&firing).await?;
+    }
     Ok(())
 }
 

@@ -5,7 +5,9 @@ use super::*;
 use longhaul_domain::Owner;
 
 use longhaul_aws::slots::Pool;
-use longhaul_memory::{MemoryDispatchQueue, MemorySlotPools, job_named, owner};
+use longhaul_memory::{
+    MemoryDispatchQueue, MemoryScheduleFirings, MemorySlotPools, job_named, owner,
+};
 use serde_json::{Value, json};
 
 /// The notifier's sample (a job's move from `running` to `succeeded`), changed by `edit`.
@@ -57,6 +59,7 @@ const KIND_LIMIT: u32 = 1;
 struct World {
     slots: Arc<MemorySlotPools>,
     queue: Arc<MemoryDispatchQueue>,
+    firings: Arc<MemoryScheduleFirings>,
     deps: Deps,
 }
 
@@ -68,8 +71,15 @@ fn world(tenant_max_running: u32) -> World {
         table: "jobs".into(),
         intake_queue_url: "https://sqs.memory.invalid/intake".into(),
         tenant_max_running,
+        schedule_queue_url: "https://sqs.memory.invalid/schedules".into(),
     };
-    World { slots: slots.clone(), queue, deps: Deps { slots, config } }
+    let firings = Arc::new(MemoryScheduleFirings::new());
+    World {
+        slots: slots.clone(),
+        queue,
+        firings: firings.clone(),
+        deps: Deps { slots, firings, config },
+    }
 }
 
 fn tenant(name: &str) -> Pool {
@@ -283,4 +293,37 @@ async fn a_retried_end_gives_back_nothing_twice() {
     // wakes the next job too: the dispatcher gives the slot to one of them and sends the
     // other back to wait.
     assert_eq!(w.woken().len(), 2);
+}
+
+/// A job a schedule submitted is announced to its schedule when it ends (with how it ended);
+/// any other job is not; and an announcement the queue refuses is retried from its record.
+#[tokio::test]
+async fn a_scheduled_jobs_end_is_sent_to_its_schedule_and_retried_until_it_is() {
+    use longhaul_aws::scheduler::FiringKind;
+    let w = world(1);
+    let schedule_id = longhaul_domain::schedules::ScheduleId::new();
+    let scheduled = |r: &mut Value| {
+        r["dynamodb"]["NewImage"]["status"]["S"] = json!("failed");
+        r["dynamodb"]["NewImage"]["scheduled"] = json!({"M": {
+            "schedule_id": {"S": schedule_id.as_str()},
+            "scheduled_at": {"S": "2026-11-26T02:00:00.000Z"},
+        }});
+    };
+    let plain = end_of(&job_named("plain"), &owner("alice"), "1", |_| {});
+    assert!(w.stream(vec![plain]).await.is_empty());
+    assert_eq!(w.firings.take(), vec![], "a job no schedule made is announced to none");
+
+    w.firings.set_unavailable(true);
+    let tick = end_of(&job_named("ticked"), &owner("alice"), "2", scheduled);
+    assert_eq!(w.stream(vec![tick.clone()]).await, vec!["2".to_owned()], "retried from it");
+    w.firings.set_unavailable(false);
+    assert!(w.stream(vec![tick]).await.is_empty());
+    let sent = w.firings.take();
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    assert_eq!(sent[0].kind, FiringKind::Ended);
+    assert_eq!(sent[0].schedule_id, schedule_id.as_str());
+    assert_eq!(sent[0].owner, "alice");
+    assert_eq!(sent[0].scheduled_at, "2026-11-26T02:00:00.000Z");
+    assert_eq!(sent[0].job_id.as_ref(), Some(&job_named("ticked")));
+    assert_eq!(sent[0].status, Some(JobStatus::Failed));
 }

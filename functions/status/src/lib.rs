@@ -307,7 +307,7 @@ async fn list_jobs(deps: &Deps, request: &Request) -> Result<Response<Body>, Pro
     let owner = principal(request).ok_or_else(Problem::unauthorized)?;
     let query = request.query_string_parameters();
     for (name, _) in query.iter() {
-        if !matches!(name, "status" | "type" | "limit" | "cursor") {
+        if !matches!(name, "status" | "type" | "limit" | "cursor" | "schedule_id") {
             return Err(Problem::bad_request(format!("unknown query parameter {name:?}")));
         }
     }
@@ -326,7 +326,13 @@ async fn list_jobs(deps: &Deps, request: &Request) -> Result<Response<Body>, Pro
             })?
         }
     };
-    let filter = ListFilter { status, job_type };
+    let schedule_id = match query.first("schedule_id") {
+        None => None,
+        Some(id) => Some(id.parse().map_err(|_| {
+            Problem::bad_request("schedule_id must be a schedule id (GET /schedules lists yours)")
+        })?),
+    };
+    let filter = ListFilter { status, job_type, schedule_id };
     let (jobs, next) =
         deps.jobs.list(&owner, &filter, limit, query.first("cursor")).await.map_err(
             |err| match err {
@@ -443,6 +449,11 @@ pub fn render(view: &JobView) -> serde_json::Value {
     }
     if let Some(retry_of) = &job.retry_of {
         body["retry_of"] = retry_of.as_str().into();
+    }
+    if let Some(scheduled) = &job.scheduled {
+        // The schedule tick that submitted it.
+        body["schedule_id"] = scheduled.schedule_id.as_str().into();
+        body["scheduled_at"] = json!(scheduled.scheduled_at);
     }
     if let Some(resumed) = &job.resumed_from {
         // A retry that started from the retried job's last checkpoint.

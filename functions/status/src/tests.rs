@@ -332,8 +332,15 @@ async fn optional_fields_show_only_while_they_apply() {
     job.callback_url = Some("https://hooks.example/done".into());
     job.not_before = Some(at(-3600));
     job.priority = Priority::High;
+    let schedule_id = longhaul_domain::schedules::ScheduleId::new();
+    job.scheduled = Some(longhaul_aws::jobs::ScheduledBy {
+        schedule_id: schedule_id.clone(),
+        scheduled_at: at(-60),
+    });
     w.jobs.put_record(job.clone());
     let view = json_of(&w.get("alice", &id).await);
+    assert_eq!(view["schedule_id"], schedule_id.as_str());
+    assert_eq!(view["scheduled_at"], at(-60).to_string());
     assert_eq!(view["retry_at"], job.retry_at.unwrap().to_string());
     assert_eq!(view["last_error"], json!({"code": "Job.Retryable", "message": "timeout"}));
     assert_eq!(view["retry_of"], retried.as_str());
@@ -343,6 +350,9 @@ async fn optional_fields_show_only_while_they_apply() {
     assert_eq!(view["priority"], "high");
     assert!(view.get("stalled").is_none(), "only a running job is or is not stalled");
     assert!(view.get("waiting").is_none(), "only a pending job waits");
+    let unscheduled =
+        json_of(&w.get("alice", &w.job(&owner("alice"), JobStatus::Queued).await).await);
+    assert!(unscheduled.get("schedule_id").is_none() && unscheduled.get("scheduled_at").is_none());
 
     // Not queued: no retry time; succeeded: the last error no longer matters.
     let mut done = job.clone();

@@ -1,6 +1,7 @@
 //! The function's configuration: its variables, read and checked at start-up.
 
 use longhaul_aws::config::{ConfigError, Vars};
+use longhaul_domain::callback::CallbackPolicy;
 use longhaul_domain::policy::PolicyOverrides;
 use longhaul_worker::Registry;
 
@@ -52,6 +53,16 @@ impl Config {
             max_pending: vars.parsed_or("LONGHAUL_TENANT_MAX_PENDING", DEFAULT_MAX_PENDING)?,
             policy_overrides: parse_policy_overrides(vars, &longhaul_jobs::registry())?,
         })
+    }
+
+    /// The job kinds this deployment accepts: the registry, filtered by `ENABLED_JOB_TYPES`.
+    pub fn registry(&self) -> Registry {
+        longhaul_jobs::registry().enabled(&self.enabled_job_types)
+    }
+
+    /// The rules a callback URL is checked by.
+    pub fn callbacks(&self) -> CallbackPolicy {
+        CallbackPolicy { allow_insecure: self.allow_insecure_callbacks }
     }
 }
 

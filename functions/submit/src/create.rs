@@ -6,7 +6,7 @@ use std::time::Duration;
 use lambda_http::http::{StatusCode, header};
 use lambda_http::{Body, Response};
 use longhaul_aws::api::Problem;
-use longhaul_aws::jobs::{IdempotencyRecord, JobRecord, ProgressRecord, StoreError};
+use longhaul_aws::jobs::{IdempotencyRecord, JobRecord, ProgressRecord, ScheduledBy, StoreError};
 use longhaul_aws::logs;
 use longhaul_aws::metrics::{self, Metric};
 use longhaul_domain::admission::Priority;
@@ -27,6 +27,23 @@ use crate::submission::uploads_present;
 /// exists is never in flight, however young the job: the replay answers `200` with it.
 pub const IN_FLIGHT_WINDOW: Duration = Duration::from_secs(10);
 
+/// A submission accepted: the job it created, or (`replay`) the one its key already named.
+#[derive(Debug)]
+pub struct Accepted {
+    /// The job.
+    pub job: JobRecord,
+    /// Whether an earlier request with the key made it (`200`, not `202`).
+    pub replay: bool,
+}
+
+impl Accepted {
+    /// The HTTP answer: `202` with the new job, or `200` with the replayed one.
+    pub(crate) fn into_response(self) -> Response<Body> {
+        let status = if self.replay { StatusCode::OK } else { StatusCode::ACCEPTED };
+        accepted(status, &self.job, self.replay)
+    }
+}
+
 /// What a submission asks for, validated.
 pub(crate) struct NewJob<'a> {
     pub(crate) owner: &'a Owner,
@@ -45,6 +62,8 @@ pub(crate) struct NewJob<'a> {
     /// The uploads its params read (each one of the owner's), checked to exist only by the
     /// request that creates the job ([`uploads_present`]).
     pub(crate) inputs: &'a [String],
+    /// The schedule tick that submits it, if one does.
+    pub(crate) scheduled: Option<ScheduledBy>,
 }
 
 /// A retry that resumes gets, once it holds its idempotency key and before its record is
@@ -79,7 +98,7 @@ async fn resumable(deps: &Deps, mut job: JobRecord, new: &NewJob<'_>) -> JobReco
 /// Only the request that claimed the key is charged: a key that already names a live record
 /// (a replay, a conflicting reuse, a request in flight) is answered without counting, and a
 /// refused submission gives its claim back and writes nothing else.
-pub(crate) async fn create(deps: &Deps, new: &NewJob<'_>) -> Result<Response<Body>, Problem> {
+pub(crate) async fn create(deps: &Deps, new: &NewJob<'_>) -> Result<Accepted, Problem> {
     let mut replacing: Option<JobId> = None;
     // A reused key races at most a few times (another request replacing the same failed job).
     for _ in 0..4 {
@@ -116,7 +135,7 @@ pub(crate) async fn create(deps: &Deps, new: &NewJob<'_>) -> Result<Response<Bod
             KeyTaken::InFlight => return Err(in_flight()),
             KeyTaken::Replay(job) => {
                 logs::current_job(&job);
-                return Ok(accepted(StatusCode::OK, &job, true));
+                return Ok(Accepted { job: *job, replay: true });
             }
             KeyTaken::Replace(job_id) => replacing = Some(job_id),
             KeyTaken::Abandoned => {
@@ -141,7 +160,7 @@ pub(crate) async fn create(deps: &Deps, new: &NewJob<'_>) -> Result<Response<Bod
                             "submitted (finishing an interrupted request)"
                         );
                         enqueue(deps, &job).await;
-                        return Ok(accepted(StatusCode::ACCEPTED, &job, false));
+                        return Ok(Accepted { job, replay: false });
                     }
                     Err(StoreError::Conflict { .. }) => continue, // another request finished it
                     Err(err) => return Err(internal(err)),
@@ -178,6 +197,9 @@ fn key_taken(key: &str, job: Option<JobRecord>, claimed_recently: bool) -> KeyTa
     match job {
         None if claimed_recently => KeyTaken::InFlight,
         None => KeyTaken::Abandoned,
+        // A tick's key names the tick's one job for good, however it ended: a firing retried
+        // after its job failed must not make a second job for the same tick.
+        Some(job) if job.scheduled.is_some() => KeyTaken::Replay(Box::new(job)),
         Some(job) => match job.status {
             JobStatus::Failed | JobStatus::Cancelled => KeyTaken::Replace(job.job_id),
             // A derived key stands for "this request": once its job's result expired, the
@@ -206,7 +228,7 @@ async fn create_claimed(
     deps: &Deps,
     new: &NewJob<'_>,
     job: JobRecord,
-) -> Result<Response<Body>, Problem> {
+) -> Result<Accepted, Problem> {
     let admitted = async {
         uploads_present(deps, new.inputs).await?;
         within_backlog(deps, new.owner).await?;
@@ -228,7 +250,7 @@ async fn create_claimed(
                 "submitted"
             );
             enqueue(deps, job).await;
-            Ok(accepted(StatusCode::ACCEPTED, job, false))
+            Ok(Accepted { job: job.clone(), replay: false })
         }
         // A fresh UUIDv7 is taken only when this request stalled past `IN_FLIGHT_WINDOW`
         // between its writes and another request with the key finished the creation (and
@@ -236,7 +258,7 @@ async fn create_claimed(
         Err(StoreError::Conflict { .. }) => match deps.jobs.job(&job.job_id).await {
             Ok(Some(written)) => {
                 logs::current_job(&written);
-                Ok(accepted(StatusCode::OK, &written, true))
+                Ok(Accepted { job: written, replay: true })
             }
             Ok(None) => {
                 tracing::error!("the job record this request's write collided with is gone");

@@ -48,11 +48,11 @@ mod validation;
 mod tests;
 
 pub use config::{Config, DEFAULT_MAX_PENDING, DEFAULT_SUBMISSIONS_PER_MINUTE};
-pub use create::IN_FLIGHT_WINDOW;
+pub use create::{Accepted, IN_FLIGHT_WINDOW};
 pub use limits::BACKLOG_RETRY_AFTER_SECONDS;
 pub use record::stored_policy;
 pub use response::{IDEMPOTENT_REPLAYED, RETRY_AFTER_SECONDS};
-pub use submission::MAX_KEY_LEN;
+pub use submission::{MAX_KEY_LEN, ScheduledSubmission, check_job_spec, submit_scheduled};
 
 use retry::retry;
 use submission::submit;
@@ -110,8 +110,8 @@ impl Deps {
                 config.bucket.clone(),
             )),
             idempotency_ttl: Duration::from_secs(config.idempotency_ttl_seconds),
-            registry: longhaul_jobs::registry().enabled(&config.enabled_job_types),
-            callbacks: CallbackPolicy { allow_insecure: config.allow_insecure_callbacks },
+            registry: config.registry(),
+            callbacks: config.callbacks(),
             max_pending: config.max_pending,
             policy_overrides: config.policy_overrides.clone(),
             clock: Arc::new(SystemClock),

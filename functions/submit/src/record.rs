@@ -63,6 +63,7 @@ pub(crate) fn new_job(deps: &Deps, new: &NewJob<'_>, job_id: JobId) -> JobRecord
         retry_at: None,
         last_error: None,
         summary: None,
+        scheduled: new.scheduled.clone(),
     }
 }
 

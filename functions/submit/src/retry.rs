@@ -8,7 +8,7 @@ use longhaul_domain::fingerprint::{fingerprint, retry_idempotency_key};
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::create::{NewJob, create};
+use crate::create::{Accepted, NewJob, create};
 use crate::response::internal;
 use crate::validation::check_spec;
 use crate::{Deps, MAX_BODY_BYTES};
@@ -36,7 +36,7 @@ pub(crate) async fn retry(deps: &Deps, request: &Request) -> Result<Response<Bod
         ));
     }
     // A type switched off since the job ran stays off for its retries too.
-    let (kind, _) = check_spec(deps, &original.job_type, &original.params)?;
+    let (kind, _) = check_spec(&deps.registry, &original.job_type, &original.params)?;
     let key = retry_idempotency_key(&job_id);
     let request_fingerprint = fingerprint(&json!({ "retry_of": job_id }));
     let new = NewJob {
@@ -58,8 +58,10 @@ pub(crate) async fn retry(deps: &Deps, request: &Request) -> Result<Response<Bod
         // The retried job's inputs are not checked again (as before the presence check
         // moved into `create`): a retry whose upload is gone fails when its stage reads it.
         inputs: &[],
+        // A retry is its owner's new job, not a tick of the schedule that made the original.
+        scheduled: None,
     };
-    create(deps, &new).await
+    create(deps, &new).await.map(Accepted::into_response)
 }
 
 /// Where `POST /jobs/{id}/retry` starts the new job (body `{"from": "checkpoint" | "start"}`,

@@ -3,15 +3,19 @@
 use lambda_http::http::StatusCode;
 use lambda_http::{Body, Request, Response};
 use longhaul_aws::api::{Problem, json_body, principal};
+use longhaul_aws::jobs::ScheduledBy;
 use longhaul_domain::admission::Priority;
+use longhaul_domain::callback::CallbackPolicy;
 use longhaul_domain::fingerprint::{derived_idempotency_key, fingerprint, submission_fingerprint};
 use longhaul_domain::schedule;
+use longhaul_domain::schedules::tick_idempotency_key;
 use longhaul_domain::uploads::owns_upload;
 use longhaul_domain::{Owner, Timestamp};
+use longhaul_worker::Registry;
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::create::{NewJob, create};
+use crate::create::{Accepted, NewJob, create};
 use crate::validation::{check_spec, validate_callback_url};
 use crate::{Deps, MAX_BODY_BYTES};
 
@@ -49,10 +53,96 @@ pub(crate) async fn submit(deps: &Deps, request: &Request) -> Result<Response<Bo
         serde_json::from_value(json_body(request, MAX_BODY_BYTES)?).map_err(|e| {
             Problem::bad_request(format!("The body does not match the job submission schema: {e}"))
         })?;
-    let (kind, inputs) = check_spec(deps, &body.job_type, &body.params)?;
+    let key = match request.headers().get("idempotency-key") {
+        Some(value) => {
+            let key = value.to_str().ok().filter(|k| {
+                !k.is_empty() && k.len() <= MAX_KEY_LEN && k.bytes().all(|b| b.is_ascii_graphic())
+            });
+            Some(
+                key.ok_or_else(|| {
+                    Problem::bad_request(format!(
+                        "Idempotency-Key must be 1 to {MAX_KEY_LEN} visible ASCII characters."
+                    ))
+                })?
+                .to_owned(),
+            )
+        }
+        None => None,
+    };
+    submit_as(deps, &owner, &body, key, None).await.map(Accepted::into_response)
+}
+
+/// A job a schedule's tick submits, as the schedule's owner.
+#[derive(Debug, Clone)]
+pub struct ScheduledSubmission {
+    /// The schedule's owner.
+    pub owner: Owner,
+    /// The job's kind.
+    pub job_type: String,
+    /// Its params.
+    pub params: serde_json::Value,
+    /// Its callback URL.
+    pub callback_url: Option<String>,
+    /// Its priority.
+    pub priority: Priority,
+    /// The tick.
+    pub scheduled: ScheduledBy,
+}
+
+/// Submits a schedule's tick through the path `POST /jobs` takes — the kind's check, the
+/// owner's uploads, the callback URL's, the backlog cap, the rate limit, fairness — under the
+/// tick's idempotency key ([`tick_idempotency_key`]), so a firing delivered twice makes one
+/// job. A problem is what `POST /jobs` would have answered: a 4xx refuses the tick, a 5xx is
+/// a failure worth retrying.
+pub async fn submit_scheduled(
+    deps: &Deps,
+    submission: &ScheduledSubmission,
+) -> Result<Accepted, Problem> {
+    let body = SubmitBody {
+        job_type: submission.job_type.clone(),
+        params: submission.params.clone(),
+        callback_url: submission.callback_url.clone(),
+        delay_seconds: None,
+        not_before: None,
+        priority: (!submission.priority.is_normal()).then(|| submission.priority.as_str().into()),
+    };
+    let key =
+        tick_idempotency_key(&submission.scheduled.schedule_id, submission.scheduled.scheduled_at);
+    submit_as(deps, &submission.owner, &body, Some(key), Some(submission.scheduled.clone())).await
+}
+
+/// A job spec as `POST /jobs` reads it (`type`, `params`, `callback_url`, `priority`), checked
+/// for `owner` as a submission would be, without submitting: an unknown or disabled kind,
+/// params the kind refuses, an upload that is not the owner's, a callback URL that may not be
+/// called — each the `422` (or `404`) `POST /jobs` answers. Returns the
+/// normalised callback URL.
+pub async fn check_job_spec(
+    registry: &Registry,
+    callbacks: &CallbackPolicy,
+    owner: &Owner,
+    job_type: &str,
+    params: &serde_json::Value,
+    callback_url: Option<&str>,
+) -> Result<Option<String>, Problem> {
+    let (_, inputs) = check_spec(registry, job_type, params)?;
+    owns_uploads(owner, &inputs)?;
+    match callback_url {
+        Some(url) => Ok(Some(validate_callback_url(url, callbacks).await?)),
+        None => Ok(None),
+    }
+}
+
+async fn submit_as(
+    deps: &Deps,
+    owner: &Owner,
+    body: &SubmitBody,
+    key: Option<String>,
+    scheduled: Option<ScheduledBy>,
+) -> Result<Accepted, Problem> {
+    let (kind, inputs) = check_spec(&deps.registry, &body.job_type, &body.params)?;
     // Whether they are there is checked only by the request that creates the job (`create`):
     // a replay answers as the original did, without a HEAD.
-    owns_uploads(&owner, &inputs)?;
+    owns_uploads(owner, &inputs)?;
     let callback_url = match &body.callback_url {
         Some(url) => Some(validate_callback_url(url, &deps.callbacks).await?),
         None => None,
@@ -91,25 +181,12 @@ pub(crate) async fn submit(deps: &Deps, request: &Request) -> Result<Response<Bo
             "not_before": body.not_before,
         }));
     }
-    let key = match request.headers().get("idempotency-key") {
-        Some(value) => {
-            let key = value.to_str().ok().filter(|k| {
-                !k.is_empty() && k.len() <= MAX_KEY_LEN && k.bytes().all(|b| b.is_ascii_graphic())
-            });
-            key.ok_or_else(|| {
-                Problem::bad_request(format!(
-                    "Idempotency-Key must be 1 to {MAX_KEY_LEN} visible ASCII characters."
-                ))
-            })?
-            .to_owned()
-        }
-        // Over the whole request, callback included: a derived key never meets a different
-        // request, so it never answers 422 (see `derived_idempotency_key`).
-        None => derived_idempotency_key(&owner, &request_fingerprint),
-    };
+    // Over the whole request, callback included: a derived key never meets a different
+    // request, so it never answers 422 (see `derived_idempotency_key`).
+    let key = key.unwrap_or_else(|| derived_idempotency_key(owner, &request_fingerprint));
 
     let new = NewJob {
-        owner: &owner,
+        owner,
         kind,
         params: &body.params,
         callback_url: &callback_url,
@@ -120,6 +197,7 @@ pub(crate) async fn submit(deps: &Deps, request: &Request) -> Result<Response<Bo
         priority,
         resume: None,
         inputs: &inputs,
+        scheduled,
     };
     create(deps, &new).await
 }

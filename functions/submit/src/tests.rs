@@ -645,7 +645,8 @@ async fn a_failed_enqueue_still_accepts_the_job_and_leaves_it_pending_for_the_re
     // What the reaper's pending sweep finds it by: pending, never dispatched, in the backlog.
     let job = w.record(&id).await;
     assert_eq!((job.status, job.dispatches, job.enqueues), (JobStatus::Pending, 0, 0));
-    let pending = ListFilter { status: Some(JobStatus::Pending), job_type: None };
+    let pending =
+        ListFilter { status: Some(JobStatus::Pending), job_type: None, schedule_id: None };
     let (listed, _) = w.jobs.list(&owner("alice"), &pending, 10, None).await.unwrap();
     assert_eq!(listed.len(), 1);
     assert_eq!(w.jobs.backlog(&owner("alice"), 10).await.unwrap(), 1);

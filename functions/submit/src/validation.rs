@@ -5,19 +5,17 @@ use std::time::Duration;
 
 use longhaul_aws::api::Problem;
 use longhaul_domain::callback::{CallbackPolicy, Host, check_address, parse_callback_url};
-use longhaul_worker::DynKind;
-
-use crate::Deps;
+use longhaul_worker::{DynKind, Registry};
 
 /// The enabled kind `job_type` names and the uploads `params` read, or the 422 that says why
 /// not: an unknown or disabled kind (naming the enabled ones), or params the kind refuses.
 pub(crate) fn check_spec<'d>(
-    deps: &'d Deps,
+    registry: &'d Registry,
     job_type: &str,
     params: &serde_json::Value,
 ) -> Result<(&'d dyn DynKind, Vec<String>), Problem> {
-    let kind = deps.registry.get(job_type).ok_or_else(|| {
-        let known: Vec<String> = deps.registry.names().iter().map(|n| format!("{n:?}")).collect();
+    let kind = registry.get(job_type).ok_or_else(|| {
+        let known: Vec<String> = registry.names().iter().map(|n| format!("{n:?}")).collect();
         Problem::unprocessable(
             "unknown-job-type",
             "Unknown job type",

@@ -6,6 +6,8 @@
 //!   - the HTTP API (API Gateway HTTP API, payload 2.0, JWT authorizer emulated),
 //!   - the Lambda Invoke endpoint moto's interpreter calls for task states,
 //!   - SQS and DynamoDB stream event source mappings and EventBridge schedules,
+//!   - EventBridge Scheduler's firing of the schedules the functions create (moto stores
+//!     them, `triggers::scheduler` fires them),
 //!   - `/_local/` routes (AWS call counts, firing schedules).
 //!
 //! Every resource and trigger is derived from `template.yaml`, so what runs here is what
@@ -29,7 +31,7 @@ use anyhow::Context;
 use aws_config::{BehaviorVersion, Region, SdkConfig};
 use hosting::{edge, hosted, http_api, jwt};
 use stack::provision;
-use triggers::{event_sources, schedules, streams};
+use triggers::{event_sources, scheduler, schedules, streams};
 
 pub use emulator::Lifetime;
 
@@ -297,6 +299,7 @@ impl LocalStack {
             s3: aws_sdk_s3::Client::new(&direct),
             sfn: aws_sdk_sfn::Client::new(&direct),
             secrets: aws_sdk_secretsmanager::Client::new(&direct),
+            scheduler: aws_sdk_scheduler::Client::new(&direct),
         };
         provision::provision(&template, &clients).await?;
 
@@ -349,11 +352,19 @@ impl LocalStack {
         };
         let authorizer = authorizer(&template, options.state_dir.as_deref())?;
         let schedules = schedules::Schedules::new(&hosted);
+        let firer = scheduler::Firer::new(
+            &template,
+            clients.scheduler.clone(),
+            clients.sqs.clone(),
+            edge_state.policies.clone(),
+            denials.clone(),
+        )?;
         let api_state = http_api::ApiState {
             routes: Arc::new(http_api::routes(&hosted)),
             authorizer: authorizer.clone(),
             calls: calls.clone(),
             schedules: schedules.clone(),
+            scheduler: firer.clone(),
             functions: Arc::new(hosted.clone()),
             metrics: metrics.clone(),
             faults: faults.clone(),
@@ -383,6 +394,7 @@ impl LocalStack {
             },
         ));
         tasks.extend(schedules.spawn());
+        tasks.extend(firer.spawn());
         Ok(LocalStack {
             api_url,
             edge_url,

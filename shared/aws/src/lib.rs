@@ -17,6 +17,7 @@ pub mod ports;
 pub mod queue;
 pub mod redact;
 pub mod runs;
+pub mod scheduler;
 pub mod sdk;
 pub mod secrets;
 pub mod slots;

@@ -76,11 +76,18 @@ pub enum Metric {
     /// the run's budget before the end of the bucket (the reading is a lower bound), 0 when it
     /// is exact.
     ActiveJobsTruncated,
+    /// A schedule's tick submitted a job.
+    ScheduleTicksSubmitted,
+    /// A schedule's tick was skipped (overlap, paused, too late).
+    ScheduleTicksSkipped,
+    /// A schedule's tick was refused (a limit, a kind or params refused): the schedule's
+    /// owner is missing jobs they expect.
+    ScheduleTicksRefused,
 }
 
 impl Metric {
     /// Every metric.
-    pub const ALL: [Metric; 15] = [
+    pub const ALL: [Metric; 18] = [
         Metric::JobsSubmitted,
         Metric::JobsSucceeded,
         Metric::JobsFailed,
@@ -96,6 +103,9 @@ impl Metric {
         Metric::WebhookFailed,
         Metric::ActiveJobs,
         Metric::ActiveJobsTruncated,
+        Metric::ScheduleTicksSubmitted,
+        Metric::ScheduleTicksSkipped,
+        Metric::ScheduleTicksRefused,
     ];
 
     /// Its CloudWatch name.
@@ -116,6 +126,9 @@ impl Metric {
             Metric::WebhookFailed => "WebhookFailed",
             Metric::ActiveJobs => "ActiveJobs",
             Metric::ActiveJobsTruncated => "ActiveJobsTruncated",
+            Metric::ScheduleTicksSubmitted => "ScheduleTicksSubmitted",
+            Metric::ScheduleTicksSkipped => "ScheduleTicksSkipped",
+            Metric::ScheduleTicksRefused => "ScheduleTicksRefused",
         }
     }
 
@@ -201,6 +214,18 @@ pub fn emit_end(job: &JobRecord) {
     if let Some(end) = job.finished_at {
         emit(Metric::JobDuration, end.since(job.created_at).as_millis() as f64, job);
     }
+}
+
+/// Counts one tick of schedule `schedule_id` (of jobs of `job_type`) as `metric`: per job type
+/// and in total, with the schedule's id as a plain property.
+pub fn count_tick(metric: Metric, job_type: &str, schedule_id: &str) {
+    publish(&envelope(
+        metric.name(),
+        1.0,
+        metric.unit(),
+        json!([["JobType"], []]),
+        json!({"JobType": job_type, "schedule_id": schedule_id}),
+    ));
 }
 
 /// Emits one reading of gauge `metric` for status `status`.

@@ -179,6 +179,31 @@ impl DeadLetterQueue {
     }
 }
 
+/// The schedule firing queue: what EventBridge Scheduler's twins send each tick to, and what
+/// the API and the slots function (a scheduled job's end) send a trigger or an end to
+/// ([`crate::scheduler::ScheduleFiring`]); the schedule firing function drains it.
+#[derive(Debug, Clone)]
+pub struct ScheduleQueue {
+    client: aws_sdk_sqs::Client,
+    url: String,
+}
+
+impl ScheduleQueue {
+    /// An adapter for the queue at `url`.
+    pub fn new(client: aws_sdk_sqs::Client, url: String) -> Self {
+        ScheduleQueue { client, url }
+    }
+
+    /// Sends one firing.
+    pub async fn send(&self, firing: &crate::scheduler::ScheduleFiring) -> Result<(), AwsError> {
+        let body = serde_json::to_string(firing).expect("a firing always serialises");
+        self.client.send_message().queue_url(&self.url).message_body(body).send().await.map_err(
+            |e| AwsError::new(format!("send a firing of schedule {}", firing.schedule_id), e),
+        )?;
+        Ok(())
+    }
+}
+
 /// Opens (and pools) a connection to SQS: asks for the queue's ARN, a read of metadata only.
 async fn warm_queue(client: &aws_sdk_sqs::Client, url: &str) {
     let started = std::time::Instant::now();

@@ -260,6 +260,9 @@ impl JobListing for MemoryJobStore {
             .filter(|(_, job)| {
                 filter.status.is_none_or(|status| job.status == status)
                     && filter.job_type.as_ref().is_none_or(|t| &job.job_type == t)
+                    && filter.schedule_id.as_ref().is_none_or(|id| {
+                        job.scheduled.as_ref().is_some_and(|by| &by.schedule_id == id)
+                    })
             })
             .collect();
         owned.sort_by(|a, b| b.0.cmp(&a.0));

@@ -13,6 +13,7 @@ pub mod contract;
 mod jobs;
 mod names;
 mod outside;
+mod schedules;
 mod slots;
 mod streams;
 
@@ -23,6 +24,7 @@ pub use outside::{
     MemoryDeadLetters, MemoryDispatchQueue, MemoryExecutions, MemoryInvocations, MemoryObjects,
     MemoryRateLimits, MemorySigningKey, MemoryWebhookQueue, Started,
 };
+pub use schedules::{MemoryScheduleFirings, MemoryScheduleTwins, MemorySchedules};
 pub use slots::MemorySlotPools;
 pub use streams::MemoryStreamSlots;
 
@@ -54,6 +56,16 @@ impl Outage {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn the_memory_schedules_keep_the_schedule_store_contract() {
+        contract::schedule_store(&MemorySchedules::new()).await;
+    }
+
+    #[tokio::test]
+    async fn the_memory_twins_keep_the_schedule_twins_contract() {
+        contract::schedule_twins(&MemoryScheduleTwins::new()).await;
+    }
 
     #[tokio::test]
     async fn the_memory_job_store_keeps_the_job_table_contract() {

@@ -15,9 +15,13 @@
 //! What is modelled: `Allow` and `Deny` statements with `Action`, `Resource` (`*` and `?`
 //! wildcards), and `Condition` blocks with `StringEquals`/`StringLike` (plain,
 //! `ForAllValues:` and `ForAnyValue:`); the SAM policy templates the template uses; the
-//! managed policies SAM attaches for SQS and DynamoDB stream event sources. For each request,
-//! the IAM actions it needs, the resources and the condition keys `dynamodb:LeadingKeys` and
-//! `s3:prefix`. Anything else — another policy template, a managed policy, a condition
+//! managed policies SAM attaches for SQS and DynamoDB stream event sources; plain
+//! `AWS::IAM::Role`s a service acts as (EventBridge Scheduler sending a schedule's firing as
+//! the schedule's role: the role's inline policies, and its trust policy's service principals
+//! with `aws:SourceAccount`/`aws:SourceArn` conditions). For each request, the IAM actions it
+//! needs, the resources and the condition keys `dynamodb:LeadingKeys`, `s3:prefix` and
+//! `iam:PassedToService` (a schedule created or updated with a role passes it to Scheduler:
+//! `iam:PassRole`). Anything else — another policy template, a managed policy, a condition
 //! operator, a request the edge cannot name — is an error, never a silent allow, so a template
 //! or code change the check does not understand fails loudly.
 //!
@@ -35,7 +39,7 @@ use std::collections::BTreeMap;
 
 use axum::http::{HeaderMap, Uri};
 
-pub use evaluate::Policies;
+pub use evaluate::{Policies, SCHEDULER_SERVICE};
 
 /// The access key id the local stack itself and the tests sign with: the account's
 /// administrator, never checked.
@@ -65,6 +69,11 @@ impl Access {
     /// `lambda:InvokeFunction` on `function_arn`.
     pub fn invoke(function_arn: &str) -> Self {
         Self::new("lambda:InvokeFunction", function_arn)
+    }
+
+    /// `sqs:SendMessage` to the queue `queue_arn`.
+    pub fn send_message(queue_arn: &str) -> Self {
+        Self::new("sqs:SendMessage", queue_arn)
     }
 
     pub(super) fn with(mut self, key: &str, values: Vec<String>) -> Self {

@@ -84,7 +84,8 @@ pub struct EdgeState {
 pub struct Denials(Arc<Mutex<Vec<Denial>>>);
 
 impl Denials {
-    fn record(&self, denial: Denial) {
+    /// Records (and logs) a refusal.
+    pub(crate) fn record(&self, denial: Denial) {
         tracing::error!(
             principal = denial.principal,
             action = denial.action,
@@ -474,7 +475,8 @@ fn emulator_unreachable(err: reqwest::Error) -> Response {
 
 /// The error the service behind `operation` answers a call its caller may not make with.
 fn access_denied(operation: &str, message: &str) -> Response {
-    let json_status = if operation.starts_with("lambda:") {
+    // The REST-JSON services (Lambda, EventBridge Scheduler) answer it with 403.
+    let json_status = if operation.starts_with("lambda:") || operation.starts_with("scheduler:") {
         StatusCode::FORBIDDEN
     } else {
         StatusCode::BAD_REQUEST

@@ -276,6 +276,38 @@ pub fn host(
                 async move { reaper::handle(&deps, deps.clock.now()).await }
             }))
         }
+        Function::Schedules => {
+            let (vars, enabled) = split_enabled_job_types(spec, registry).with_context(context)?;
+            let mut config = schedules::Config::from_vars(&vars).with_context(context)?;
+            config.submit.enabled_job_types = enabled;
+            let mut deps = schedules::Deps::new(sdk, &config);
+            deps.registry = registry.enabled(&config.submit.enabled_job_types);
+            let deps = Arc::new(deps);
+            http(move |request| {
+                let deps = deps.clone();
+                async move { schedules::handle(&deps, request).await }
+            })
+        }
+        Function::Firing => {
+            let (vars, enabled) = split_enabled_job_types(spec, registry).with_context(context)?;
+            let mut config = schedules::fire::FireConfig::from_vars(&vars).with_context(context)?;
+            config.submit.enabled_job_types = enabled;
+            let mut deps = schedules::fire::FireDeps::new(sdk, &config);
+            deps.submit.registry = registry.enabled(&config.submit.enabled_job_types);
+            let deps = Arc::new(deps);
+            Handler::Event(typed(move |event: aws_lambda_events::sqs::SqsEvent, _deadline| {
+                let deps = deps.clone();
+                async move { Ok::<_, Diagnostic>(schedules::fire::handle(&deps, event).await) }
+            }))
+        }
+        Function::ScheduleRepair => {
+            let config = schedules::repair::RepairConfig::from_vars(&vars).with_context(context)?;
+            let deps = Arc::new(schedules::repair::RepairDeps::new(sdk, &config));
+            Handler::Event(typed(move |_event: Value, _deadline| {
+                let deps = deps.clone();
+                async move { Ok::<_, Diagnostic>(schedules::repair::repair(&deps).await) }
+            }))
+        }
         Function::Expirer => {
             let deps = Arc::new(expirer::Deps::new(
                 sdk,

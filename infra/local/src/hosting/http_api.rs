@@ -66,6 +66,8 @@ pub struct ApiState {
     pub calls: CallCounter,
     /// Schedules (`POST /_local/schedules/{name}`).
     pub schedules: Schedules,
+    /// EventBridge Scheduler's firer (`POST /_local/scheduler/{name}`).
+    pub scheduler: crate::triggers::scheduler::Firer,
     /// Every hosted function (`POST /_local/functions/{name}/crash`).
     pub functions: Arc<Vec<HostedFunction>>,
     /// EMF lines (`GET /_local/metrics`).
@@ -180,6 +182,7 @@ pub fn router(state: ApiState) -> axum::Router {
             }),
         )
         .route("/_local/schedules/{name}", axum::routing::post(fire_schedule))
+        .route("/_local/scheduler/{name}", axum::routing::post(fire_scheduler_schedule))
         .route("/_local/functions/{name}/crash", axum::routing::post(crash_function))
         .route("/_local/faults", axum::routing::get(faults).post(set_faults))
         .route(
@@ -228,6 +231,27 @@ async fn fire_schedule(
             axum::Json(json!({"schedule": name, "errorType": diagnostic.error_type, "errorMessage": diagnostic.error_message})),
         )
             .into_response(),
+    }
+}
+
+/// Fires the next tick of an EventBridge Scheduler schedule (`?group=`: of that group; else of
+/// any of the template's groups) now.
+async fn fire_scheduler_schedule(
+    State(state): State<ApiState>,
+    axum::extract::Path(name): axum::extract::Path<String>,
+    axum::extract::Query(query): axum::extract::Query<BTreeMap<String, String>>,
+) -> Response {
+    use crate::triggers::scheduler::NotFired;
+    match state.scheduler.fire_next(&name, query.get("group").map(String::as_str)).await {
+        Ok(fired) => axum::Json(fired).into_response(),
+        Err(err) => {
+            let status = match &err {
+                NotFired::NotFound(_) => StatusCode::NOT_FOUND,
+                NotFired::Disabled(_) | NotFired::NoTick(..) => StatusCode::CONFLICT,
+                NotFired::Failed(_) => StatusCode::BAD_GATEWAY,
+            };
+            (status, axum::Json(json!({"message": format!("{err:#}")}))).into_response()
+        }
     }
 }
 

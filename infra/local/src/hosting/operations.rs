@@ -6,7 +6,8 @@ use axum::http::{HeaderMap, Method};
 use crate::checks::iam::Credential;
 
 /// Names an AWS request `service:Operation`: from `X-Amz-Target` for JSON protocols
-/// (DynamoDB, SQS, Step Functions), from the method and path for S3's REST protocol.
+/// (DynamoDB, SQS, Step Functions), from the method and path for the REST protocols of S3
+/// and EventBridge Scheduler.
 pub fn classify(method: &Method, uri: &axum::http::Uri, headers: &HeaderMap) -> String {
     let service = Credential::of(uri, headers).map_or_else(|| "unknown".into(), |c| c.service);
     if let Some(target) = headers.get("x-amz-target").and_then(|v| v.to_str().ok()) {
@@ -16,7 +17,30 @@ pub fn classify(method: &Method, uri: &axum::http::Uri, headers: &HeaderMap) -> 
     if service == "s3" {
         return format!("s3:{}", s3_operation(method, uri, headers));
     }
+    if service == "scheduler"
+        && let Some(operation) = scheduler_operation(method, uri.path())
+    {
+        return format!("scheduler:{operation}");
+    }
     format!("{service}:{} {}", method, uri.path())
+}
+
+/// EventBridge Scheduler's REST-JSON operations on schedules and schedule groups (its API
+/// reference's request syntax: `POST /schedules/{Name}` creates, `PUT` updates…).
+fn scheduler_operation(method: &Method, path: &str) -> Option<&'static str> {
+    let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    Some(match (method.as_str(), segments.as_slice()) {
+        ("GET", ["schedules"]) => "ListSchedules",
+        ("POST", ["schedules", _]) => "CreateSchedule",
+        ("PUT", ["schedules", _]) => "UpdateSchedule",
+        ("GET", ["schedules", _]) => "GetSchedule",
+        ("DELETE", ["schedules", _]) => "DeleteSchedule",
+        ("GET", ["schedule-groups"]) => "ListScheduleGroups",
+        ("POST", ["schedule-groups", _]) => "CreateScheduleGroup",
+        ("GET", ["schedule-groups", _]) => "GetScheduleGroup",
+        ("DELETE", ["schedule-groups", _]) => "DeleteScheduleGroup",
+        _ => return None,
+    })
 }
 
 fn s3_operation(method: &Method, uri: &axum::http::Uri, headers: &HeaderMap) -> &'static str {
@@ -86,5 +110,22 @@ mod tests {
             ),
             "s3:ListParts"
         );
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            "authorization",
+            "AWS4-HMAC-SHA256 Credential=k/20261122/us-east-1/scheduler/aws4_request, SignedHeaders=x"
+                .parse()
+                .unwrap(),
+        );
+        for (method, path, operation) in [
+            (Method::POST, "/schedules/s1", "scheduler:CreateSchedule"),
+            (Method::PUT, "/schedules/s1", "scheduler:UpdateSchedule"),
+            (Method::GET, "/schedules/s1?groupName=g", "scheduler:GetSchedule"),
+            (Method::DELETE, "/schedules/s1?groupName=g&clientToken=t", "scheduler:DeleteSchedule"),
+            (Method::GET, "/schedules?ScheduleGroup=g", "scheduler:ListSchedules"),
+            (Method::GET, "/schedule-groups/g", "scheduler:GetScheduleGroup"),
+        ] {
+            assert_eq!(classify(&method, &path.parse().unwrap(), &headers), operation, "{path}");
+        }
     }
 }

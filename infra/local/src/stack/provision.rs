@@ -1,4 +1,5 @@
-//! Creates the template's tables, queues, buckets and state machines in the emulator.
+//! Creates the template's tables, queues, buckets, secrets, EventBridge Scheduler schedule
+//! groups and state machines in the emulator.
 //! Idempotent: a restarted stack adopts what exists (and updates state machine definitions).
 
 use anyhow::{Context, anyhow, bail};
@@ -24,6 +25,8 @@ pub struct Clients {
     pub sfn: aws_sdk_sfn::Client,
     /// Secrets Manager.
     pub secrets: aws_sdk_secretsmanager::Client,
+    /// EventBridge Scheduler.
+    pub scheduler: aws_sdk_scheduler::Client,
 }
 
 /// Creates every supported resource; warns about resource types the emulator has no use for.
@@ -35,8 +38,10 @@ pub async fn provision(template: &Template, clients: &Clients) -> anyhow::Result
             "AWS::S3::Bucket" => bucket(template, logical, resource, clients).await,
             "AWS::SQS::Queue" => queue(template, logical, resource, clients, false).await,
             "AWS::SecretsManager::Secret" => secret(template, logical, resource, clients).await,
+            "AWS::Scheduler::ScheduleGroup" => schedule_group(template, logical, clients).await,
             // Functions are hosted by the edge; the API is served by it; policies and the
-            // rest have nothing to emulate.
+            // rest have nothing to emulate (an `AWS::IAM::Role` is judged by the IAM check
+            // from the template, never looked up in the emulator).
             _ => Ok(()),
         };
         result.with_context(|| format!("provisioning {logical} ({kind})"))?;
@@ -104,6 +109,25 @@ async fn secret(
             aws_sdk_secretsmanager::error::DisplayErrorContext(err)
         )),
     }
+}
+
+/// A schedule group (the functions' schedules live in it; the local firer reads them there).
+/// One already in a running emulator is kept with its schedules: moto's create would
+/// replace it with an empty one.
+async fn schedule_group(
+    template: &Template,
+    logical: &str,
+    clients: &Clients,
+) -> anyhow::Result<()> {
+    let name = template.physical_name(logical)?;
+    match clients.scheduler.get_schedule_group().name(&name).send().await {
+        Ok(_) => return Ok(()),
+        Err(err) if err.as_service_error().is_some_and(|e| e.is_resource_not_found_exception()) => {
+        }
+        Err(err) => return Err(aws_err(err)),
+    }
+    clients.scheduler.create_schedule_group().name(&name).send().await.map_err(aws_err)?;
+    Ok(())
 }
 
 fn key_schema(value: &Value) -> anyhow::Result<Vec<KeySchemaElement>> {

@@ -162,6 +162,8 @@ impl Template {
             "AWS::S3::Bucket" => &props["BucketName"],
             "AWS::Serverless::Function" => &props["FunctionName"],
             "AWS::Serverless::StateMachine" => &props["Name"],
+            "AWS::Scheduler::ScheduleGroup" => &props["Name"],
+            "AWS::IAM::Role" => &props["RoleName"],
             _ => &Value::Null,
         };
         if !explicit.is_null() {
@@ -224,6 +226,12 @@ impl Template {
             ("AWS::Serverless::Function", "Arn") => function_arn(&name),
             ("AWS::Serverless::StateMachine", "Arn") => self.reference(logical)?,
             ("AWS::Serverless::StateMachine", "Name") => name,
+            ("AWS::Scheduler::ScheduleGroup", "Arn") => {
+                format!("arn:aws:scheduler:{REGION}:{ACCOUNT}:schedule-group/{name}")
+            }
+            // AWS names a role without `RoleName` `<stack>-<LogicalId>-<random>`: the random
+            // tail is left off locally, as for every other physical name.
+            ("AWS::IAM::Role", "Arn") => format!("arn:aws:iam::{ACCOUNT}:role/{name}"),
             // The emulator names a stream by its creation time: the ARN exists only at runtime
             // (the table's LatestStreamArn), which the stream mappings look up themselves.
             ("AWS::DynamoDB::Table", "StreamArn") => {
@@ -424,6 +432,17 @@ mod tests {
             assert!(env.contains_key("TABLE_NAME"), "{logical}");
         }
         assert_eq!(t.reference("JobsTable").unwrap(), "longhaul-JobsTable");
+        // The schedules' EventBridge Scheduler group and the role its schedules send as.
+        let env = t.function_environment("SchedulesFunction").unwrap();
+        assert_eq!(env["SCHEDULE_GROUP"], "longhaul-schedules");
+        assert_eq!(
+            env["SCHEDULER_ROLE_ARN"],
+            "arn:aws:iam::123456789012:role/longhaul-SchedulerRole"
+        );
+        assert_eq!(
+            t.attribute("ScheduleGroup", "Arn").unwrap(),
+            "arn:aws:scheduler:us-east-1:123456789012:schedule-group/longhaul-schedules"
+        );
     }
 
     /// No function's environment carries a secret's value (a dynamic reference would put it
@@ -569,7 +588,7 @@ mod tests {
              + needed {total_needs} {needs:?} > {ACCOUNT_LIMIT}"
         );
         // The figures the template's comment and the runbook give.
-        assert_eq!((total_reserved, total_needs), (560, 293), "{reserved:?} {needs:?}");
+        assert_eq!((total_reserved, total_needs), (560, 299), "{reserved:?} {needs:?}");
     }
 
     /// A function's `ReservedConcurrentExecutions` with the parameters' defaults: a number, a

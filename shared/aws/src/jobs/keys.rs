@@ -39,6 +39,19 @@ pub const BACKLOG_INDEX: &str = "BacklogIndex";
 /// The job record's attribute that puts it in the backlog index.
 pub const BACKLOG_INDEX_PK: &str = "gsi3pk";
 
+/// Name of the schedule index (`template.yaml`): sparse — only a job a schedule's tick
+/// submitted is in it, under [`SCHEDULE_INDEX_PK`] = [`schedule_index_pk`], sorted by the owner
+/// index's sort key. What `GET /jobs?schedule_id=` reads.
+pub const SCHEDULE_INDEX: &str = "ScheduleIndex";
+/// The job record's attribute that puts it in the schedule index.
+pub const SCHEDULE_INDEX_PK: &str = "gsi4pk";
+
+/// The schedule index's partition of `owner`'s schedule `schedule_id`: owner-scoped, so a
+/// listing by another owner's schedule id reads nothing.
+pub fn schedule_index_pk(owner: &Owner, schedule_id: &str) -> String {
+    format!("SCHEDULE#{}:{owner}#{schedule_id}", owner.len())
+}
+
 /// Name of the owner index (`template.yaml`).
 pub const OWNER_INDEX: &str = "OwnerIndex";
 /// Name of the sparse status index (`template.yaml`): `gsi2pk = <status>#<shard>`,

@@ -16,6 +16,8 @@ pub struct ListFilter {
     pub status: Option<JobStatus>,
     /// Only jobs of this type.
     pub job_type: Option<String>,
+    /// Only jobs this schedule of the owner's submitted.
+    pub schedule_id: Option<longhaul_domain::schedules::ScheduleId>,
 }
 
 /// Why a listing failed.
@@ -57,6 +59,15 @@ pub(super) fn decode_cursor(owner: &Owner, cursor: &str) -> Result<Item, ListErr
     ]))
 }
 
+/// Where a listing reads: the owner index, or the schedule index's partition of one of the
+/// owner's schedules — the index, its partition key's attribute and the partition.
+fn listing_index(owner: &Owner, filter: &ListFilter) -> (&'static str, &'static str, String) {
+    match &filter.schedule_id {
+        Some(id) => (SCHEDULE_INDEX, SCHEDULE_INDEX_PK, schedule_index_pk(owner, id.as_str())),
+        None => (OWNER_INDEX, "gsi1pk", owner_index_pk(owner)),
+    }
+}
+
 impl JobStore {
     /// A page of `owner`'s jobs, newest first, optionally filtered; returns the jobs and the
     /// cursor of the next page. Reads a few index pages if a filter thins them out, so pages
@@ -68,16 +79,28 @@ impl JobStore {
         limit: usize,
         cursor: Option<&str>,
     ) -> Result<(Vec<JobEntry>, Option<String>), ListError> {
-        let mut start = cursor.map(|c| decode_cursor(owner, c)).transpose()?;
+        let (index, partition, key) = listing_index(owner, filter);
+        let mut start = cursor
+            .map(|c| {
+                let mut start = decode_cursor(owner, c)?;
+                if filter.schedule_id.is_some() {
+                    // The same position, in the schedule index's partition.
+                    start.remove("gsi1pk");
+                    start.insert(partition.to_owned(), s(key.clone()));
+                }
+                Ok::<_, ListError>(start)
+            })
+            .transpose()?;
         let mut jobs = Vec::new();
         for _ in 0..5 {
             let mut query = self
                 .client
                 .query()
                 .table_name(&self.table)
-                .index_name(OWNER_INDEX)
-                .key_condition_expression("gsi1pk = :owner")
-                .expression_attribute_values(":owner", s(owner_index_pk(owner)))
+                .index_name(index)
+                .key_condition_expression("#partition = :owner")
+                .expression_attribute_names("#partition", partition)
+                .expression_attribute_values(":owner", s(key.clone()))
                 .scan_index_forward(false)
                 .limit((limit - jobs.len()) as i32)
                 .set_exclusive_start_key(start.take());

@@ -7,6 +7,7 @@
 //! | idempotency | `IDEM#<owner>#<key>` / `IDEM`  |
 //! | secrets     | `SECRET#<len>:<owner>` / `WEBHOOK` |
 //! | delivery    | `DELIVERY#<id>` / `WEBHOOK#<event>#<attempt>` |
+//! | schedule    | `SCHEDULES#<len>:<owner>` / `SCHEDULE#<id>` |
 //!
 //! Every status change is one conditional `UpdateItem` (`#status IN (:from…)`, plus the lease
 //! for the attempt's own writes), so the table, not the caller, decides races. The hot progress
@@ -24,6 +25,7 @@ mod lifecycle;
 mod listing;
 mod progress;
 mod records;
+mod schedules;
 mod sweeps;
 mod transition;
 mod webhooks;
@@ -34,6 +36,7 @@ pub use lifecycle::*;
 pub use listing::*;
 pub use progress::*;
 pub use records::*;
+pub use schedules::*;
 pub use sweeps::*;
 pub use transition::*;
 pub use webhooks::*;
@@ -173,6 +176,13 @@ impl JobStore {
         item.insert("gsi2sk".into(), s(index_at));
         // In its owner's backlog until it first runs or ends (`TransitionRequest`, the claim).
         item.insert(BACKLOG_INDEX_PK.into(), s(owner_index_pk(&job.owner)));
+        if let Some(scheduled) = &job.scheduled {
+            // Listed by its schedule (`GET /jobs?schedule_id=`).
+            item.insert(
+                SCHEDULE_INDEX_PK.into(),
+                s(schedule_index_pk(&job.owner, scheduled.schedule_id.as_str())),
+            );
+        }
         let result = self
             .client
             .put_item()

@@ -112,6 +112,18 @@ pub struct JobRecord {
     /// `longhaul_worker::MAX_SUMMARY_BYTES`); only on a succeeded job.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub summary: Option<serde_json::Value>,
+    /// The schedule tick that submitted the job, if one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduled: Option<ScheduledBy>,
+}
+
+/// The schedule tick that submitted a job (its view shows `schedule_id` and `scheduled_at`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScheduledBy {
+    /// The schedule.
+    pub schedule_id: longhaul_domain::schedules::ScheduleId,
+    /// The tick's time.
+    pub scheduled_at: Timestamp,
 }
 
 /// Where a retry took over from the job it retries (`POST /jobs/{id}/retry`).

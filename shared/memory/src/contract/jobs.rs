@@ -83,6 +83,7 @@ pub fn pending_job(owner: &Owner, created_at: Timestamp) -> JobRecord {
         retry_at: None,
         last_error: None,
         summary: None,
+        scheduled: None,
     }
 }
 
@@ -278,13 +279,25 @@ async fn pages_end_and_hold_every_job_once(store: &impl JobTable) {
     let owner = fresh_owner("list");
     let start = Utc::now() - Span::minutes(10);
     let mut ids = Vec::new();
+    let schedule = longhaul_domain::schedules::ScheduleId::new();
+    let tick = |job: &mut JobRecord| {
+        job.scheduled = Some(longhaul_aws::jobs::ScheduledBy {
+            schedule_id: schedule.clone(),
+            scheduled_at: job.created_at,
+        })
+    };
     for i in 0..5 {
-        let job = pending_job(&owner, Timestamp::from(start + Span::seconds(i)));
+        let mut job = pending_job(&owner, Timestamp::from(start + Span::seconds(i)));
+        if i != 1 && i != 4 {
+            tick(&mut job);
+        }
         store.put_job(&job).await.unwrap();
         ids.push(job.job_id.clone());
     }
     let other = fresh_owner("list-other");
-    store.put_job(&pending_job(&other, Timestamp::now())).await.unwrap();
+    let mut theirs = pending_job(&other, Timestamp::now());
+    tick(&mut theirs);
+    store.put_job(&theirs).await.unwrap();
     let queued = TransitionRequest::new(&ids[1], &[JobStatus::Pending], JobStatus::Queued, "q");
     store.transition(queued).await.unwrap();
 
@@ -312,7 +325,7 @@ async fn pages_end_and_hold_every_job_once(store: &impl JobTable) {
     }
     let newest_first: Vec<JobId> = ids.iter().rev().cloned().collect();
     assert_eq!(seen, newest_first, "every job once, newest first, none of another owner's");
-    let filter = ListFilter { status: Some(JobStatus::Queued), job_type: None };
+    let filter = ListFilter { status: Some(JobStatus::Queued), job_type: None, schedule_id: None };
     let (queued, next) = store.list(&owner, &filter, 10, None).await.unwrap();
     assert_eq!(queued.iter().map(|j| j.job_id.clone()).collect::<Vec<_>>(), vec![ids[1].clone()]);
     assert!(next.is_none());
@@ -320,6 +333,21 @@ async fn pages_end_and_hold_every_job_once(store: &impl JobTable) {
         store.list(&owner, &ListFilter::default(), 2, Some("not-a-cursor")).await,
         Err(ListError::InvalidCursor)
     ));
+
+    // A schedule's jobs: only those its ticks submitted, newest first, paged, its owner's only.
+    let by_schedule = ListFilter { schedule_id: Some(schedule.clone()), ..ListFilter::default() };
+    let (first, next) = store.list(&owner, &by_schedule, 2, None).await.unwrap();
+    let next = next.expect("a third of the schedule's jobs follows");
+    let (rest, last) = store.list(&owner, &by_schedule, 2, Some(&next)).await.unwrap();
+    let listed: Vec<JobId> = first.iter().chain(&rest).map(|j| j.job_id.clone()).collect();
+    assert_eq!(listed, vec![ids[3].clone(), ids[2].clone(), ids[0].clone()], "a schedule's jobs");
+    assert!(last.is_none(), "its pages end");
+    let (seen_by_other, _) = store.list(&other, &by_schedule, 10, None).await.unwrap();
+    assert_eq!(
+        seen_by_other.iter().map(|j| j.job_id.clone()).collect::<Vec<_>>(),
+        vec![theirs.job_id.clone()],
+        "a schedule id lists its caller's jobs only"
+    );
 }
 
 async fn idempotency_keys_are_taken_once(store: &impl JobTable) {

@@ -7,10 +7,13 @@ use anyhow::Context;
 use axum::http::Uri;
 use serde_json::Value;
 
-use super::policy::{Condition, Effect, Quantifier, Statement, role_statements};
+use super::policy::{Condition, Effect, Quantifier, Statement, Trust, iam_role, role_statements};
 use super::requests::s3_path;
 use super::{Access, Denial};
 use crate::stack::template::{ACCOUNT, Template};
+
+/// EventBridge Scheduler's service principal (what a schedule's role must trust).
+pub const SCHEDULER_SERVICE: &str = "scheduler.amazonaws.com";
 
 /// Every principal's statements, resolved from the template.
 #[derive(Debug, Clone, Default)]
@@ -20,6 +23,10 @@ pub struct Policies {
     pub(super) hash_keys: HashMap<String, String>,
     /// The state machines (the callers of the Lambda Invoke API).
     state_machines: Vec<String>,
+    /// The template's plain roles (a service acts as them) by ARN: their logical ids.
+    roles: HashMap<String, String>,
+    /// Their trust policies, by logical id.
+    trusts: HashMap<String, Vec<Trust>>,
 }
 
 impl Policies {
@@ -37,6 +44,14 @@ impl Policies {
                 by_principal.insert(logical.clone(), statements);
             }
         }
+        let (mut roles, mut trusts) = (HashMap::new(), HashMap::new());
+        for (logical, resource) in template.of_type("AWS::IAM::Role") {
+            let (statements, trust) = iam_role(template, resource)
+                .with_context(|| format!("the policies of {logical}"))?;
+            by_principal.insert(logical.clone(), statements);
+            trusts.insert(logical.clone(), trust);
+            roles.insert(template.attribute(logical, "Arn")?, logical.clone());
+        }
         let mut hash_keys = HashMap::new();
         for (logical, table) in template.of_type("AWS::DynamoDB::Table") {
             let arn = template.attribute(logical, "Arn")?;
@@ -52,7 +67,48 @@ impl Policies {
                 }
             }
         }
-        Ok(Self { by_principal, hash_keys, state_machines })
+        Ok(Self { by_principal, hash_keys, state_machines, roles, trusts })
+    }
+
+    /// Checks that `service` may act as the role `role_arn` on behalf of `source_arn` (a
+    /// schedule) — the role is one of the template's and trusts the service, as its trust
+    /// policy's conditions on `aws:SourceAccount` and `aws:SourceArn` allow — and that the role
+    /// grants `accesses`.
+    pub fn check_service_role(
+        &self,
+        service: &str,
+        role_arn: &str,
+        source_arn: &str,
+        accesses: &[Access],
+    ) -> Result<(), Denial> {
+        let refuse = |message: String| Denial {
+            principal: service.to_owned(),
+            action: "sts:AssumeRole".into(),
+            resource: role_arn.to_owned(),
+            message,
+        };
+        let Some(logical) = self.roles.get(role_arn) else {
+            return Err(refuse(format!(
+                "{service} cannot assume {role_arn}: the template has no such role"
+            )));
+        };
+        let assume = Access::new("sts:AssumeRole", "*")
+            .with("aws:SourceAccount", vec![ACCOUNT.to_owned()])
+            .with("aws:SourceArn", vec![source_arn.to_owned()]);
+        let trusting: Vec<&Statement> = self.trusts[logical]
+            .iter()
+            .filter(|t| t.services.iter().any(|s| s == service))
+            .map(|t| &t.statement)
+            .collect();
+        if let Some(why) = refusal(&trusting, &assume) {
+            return Err(refuse(format!(
+                "{service} is not authorized to perform: sts:AssumeRole on resource: {role_arn} (for {source_arn}) {why}"
+            )));
+        }
+        self.check(logical, accesses).map_err(|mut denial| {
+            denial.principal = format!("{logical} (assumed by {service})");
+            denial
+        })
     }
 
     /// Whether `principal` is one whose calls are checked.
@@ -95,25 +151,10 @@ impl Policies {
 
     /// Checks every access of a request; the first refused one is the answer.
     pub fn check(&self, principal: &str, accesses: &[Access]) -> Result<(), Denial> {
-        let statements = self.by_principal.get(principal).map(Vec::as_slice).unwrap_or_default();
+        let statements: Vec<&Statement> =
+            self.by_principal.get(principal).into_iter().flatten().collect();
         for access in accesses {
-            let applies = |s: &&Statement| {
-                s.actions
-                    .iter()
-                    .any(|a| glob(&a.to_ascii_lowercase(), &access.action.to_ascii_lowercase()))
-                    && s.resources.iter().any(|r| glob(r, &access.resource))
-                    && s.conditions.iter().all(|c| c.holds(&access.context))
-            };
-            let denied =
-                statements.iter().filter(|s| s.effect == Effect::Deny).any(|s| applies(&s));
-            let allowed =
-                statements.iter().filter(|s| s.effect == Effect::Allow).any(|s| applies(&s));
-            if denied || !allowed {
-                let why = if denied {
-                    "with an explicit deny"
-                } else {
-                    "because no identity-based policy allows it"
-                };
+            if let Some(why) = refusal(&statements, access) {
                 return Err(Denial {
                     principal: principal.to_owned(),
                     action: access.action.clone(),
@@ -132,6 +173,23 @@ impl Policies {
             }
         }
         Ok(())
+    }
+}
+
+/// Why `statements` refuse `access` (an explicit deny, or no allow applies); `None` if they
+/// allow it.
+fn refusal(statements: &[&Statement], access: &Access) -> Option<&'static str> {
+    let applies = |s: &&&Statement| {
+        s.actions.iter().any(|a| glob(&a.to_ascii_lowercase(), &access.action.to_ascii_lowercase()))
+            && s.resources.iter().any(|r| glob(r, &access.resource))
+            && s.conditions.iter().all(|c| c.holds(&access.context))
+    };
+    if statements.iter().filter(|s| s.effect == Effect::Deny).any(|s| applies(&s)) {
+        Some("with an explicit deny")
+    } else if !statements.iter().filter(|s| s.effect == Effect::Allow).any(|s| applies(&s)) {
+        Some("because no identity-based policy allows it")
+    } else {
+        None
     }
 }
 

@@ -1,5 +1,7 @@
 //! The role policies of the template's functions and state machines, parsed: their own
-//! statements, the SAM policy templates they use and what SAM attaches for event sources.
+//! statements, the SAM policy templates they use and what SAM attaches for event sources;
+//! and the template's plain `AWS::IAM::Role`s a service acts as (EventBridge Scheduler's
+//! role): their inline policies and their trust policy.
 
 use anyhow::{anyhow, bail};
 use serde_json::Value;
@@ -109,6 +111,59 @@ pub(super) fn role_statements(
     Ok(out)
 }
 
+/// A statement of a role's trust policy: the services it lets assume the role (`Principal:
+/// {Service: …}`), and the statement itself (`sts:AssumeRole` on `*`, with its conditions).
+#[derive(Debug, Clone)]
+pub(super) struct Trust {
+    pub(super) services: Vec<String>,
+    pub(super) statement: Statement,
+}
+
+/// The statements of a plain `AWS::IAM::Role`: its inline `Policies`
+/// (`PolicyName`/`PolicyDocument`), and its trust policy (`AssumeRolePolicyDocument`), whose
+/// principals may only be services. A managed policy is an error, as for functions.
+pub(super) fn iam_role(
+    template: &Template,
+    resource: &Value,
+) -> anyhow::Result<(Vec<Statement>, Vec<Trust>)> {
+    let props = template.resolve(&resource["Properties"])?;
+    for key in props.as_object().into_iter().flatten().map(|(k, _)| k) {
+        if !["AssumeRolePolicyDocument", "Policies", "RoleName", "Description", "Path", "Tags"]
+            .contains(&key.as_str())
+        {
+            bail!("role property {key} is not modelled by the local IAM check");
+        }
+    }
+    let list = |value: &Value| match value {
+        Value::Null => vec![],
+        Value::Array(items) => items.clone(),
+        other => vec![other.clone()],
+    };
+    let mut statements = Vec::new();
+    for policy in list(&props["Policies"]) {
+        for statement in list(&policy["PolicyDocument"]["Statement"]) {
+            statements.push(parse_statement(&statement)?);
+        }
+    }
+    let mut trust = Vec::new();
+    for statement in list(&props["AssumeRolePolicyDocument"]["Statement"]) {
+        let principal = &statement["Principal"];
+        if principal.as_object().is_none_or(|p| p.keys().any(|k| k != "Service")) {
+            bail!(
+                "trust principal {principal} is not modelled by the local IAM check (services only)"
+            );
+        }
+        let services = strings(&principal["Service"])?;
+        let mut rest = statement.clone();
+        if let Some(rest) = rest.as_object_mut() {
+            rest.remove("Principal");
+            rest.insert("Resource".into(), Value::String("*".into()));
+        }
+        trust.push(Trust { services, statement: parse_statement(&rest)? });
+    }
+    Ok((statements, trust))
+}
+
 fn allow(actions: &[&str], resources: &[String]) -> Statement {
     Statement {
         effect: Effect::Allow,
@@ -163,6 +218,10 @@ fn parse_statement(statement: &Value) -> anyhow::Result<Statement> {
             let key = match key.as_str() {
                 "dynamodb:leadingkeys" => &"dynamodb:LeadingKeys".to_owned(),
                 "s3:prefix" => key,
+                "iam:passedtoservice" => &"iam:PassedToService".to_owned(),
+                // In trust policies: who asks a service to assume the role.
+                "aws:sourceaccount" => &"aws:SourceAccount".to_owned(),
+                "aws:sourcearn" => &"aws:SourceArn".to_owned(),
                 _ => bail!("condition key {key} is not modelled by the local IAM check"),
             };
             conditions.push(Condition {

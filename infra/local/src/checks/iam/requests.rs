@@ -1,5 +1,6 @@
 //! The IAM accesses an AWS request needs, per service: the actions, the resources and the
-//! condition keys (`dynamodb:LeadingKeys`, `s3:prefix`) IAM would judge.
+//! condition keys (`dynamodb:LeadingKeys`, `s3:prefix`, `iam:PassedToService`) IAM would
+//! judge.
 
 use std::collections::BTreeMap;
 
@@ -29,6 +30,7 @@ impl Policies {
             "states" => states(op, body),
             "secretsmanager" => secretsmanager(op, body),
             "s3" => s3(op, method, uri, headers, body),
+            "scheduler" => scheduler(op, uri, body),
             _ => bail!("the local IAM check does not know the service of {operation}"),
         }
     }
@@ -189,6 +191,64 @@ fn secretsmanager(op: &str, body: &[u8]) -> anyhow::Result<Vec<Access>> {
         .as_str()
         .ok_or_else(|| anyhow!("secretsmanager:{op} without a SecretId"))?;
     Ok(vec![Access::new(format!("secretsmanager:{op}"), secret)])
+}
+
+/// An EventBridge Scheduler request (REST-JSON: the schedule's name in the path, its group in
+/// the body or the `groupName` query) acts on `schedule/<group>/<name>`. A schedule created
+/// or updated with a target role also passes that role to Scheduler: `iam:PassRole` on it,
+/// with `iam:PassedToService` `scheduler.amazonaws.com` — Scheduler refuses the call without
+/// it, whatever the caller's scheduler permissions.
+fn scheduler(op: &str, uri: &Uri, body: &[u8]) -> anyhow::Result<Vec<Access>> {
+    let segments: Vec<&str> = uri.path().trim_start_matches('/').split('/').collect();
+    let name = || -> anyhow::Result<String> {
+        let name = segments.get(1).ok_or_else(|| anyhow!("scheduler:{op} without a name"))?;
+        Ok(percent_decode_str(name).decode_utf8_lossy().into_owned())
+    };
+    let query = || -> BTreeMap<String, String> {
+        url::form_urlencoded::parse(uri.query().unwrap_or_default().as_bytes())
+            .into_owned()
+            .collect()
+    };
+    let body = || -> anyhow::Result<Value> {
+        if body.is_empty() {
+            return Ok(Value::Null);
+        }
+        serde_json::from_slice(body).context("an EventBridge Scheduler request body")
+    };
+    let schedule = |group: Option<&str>, name: &str| {
+        let group = group.unwrap_or("default");
+        format!("arn:aws:scheduler:{REGION}:{ACCOUNT}:schedule/{group}/{name}")
+    };
+    let action = format!("scheduler:{op}");
+    Ok(match op {
+        "CreateSchedule" | "UpdateSchedule" => {
+            let body = body()?;
+            if body.get("KmsKeyArn").is_some_and(|k| !k.is_null()) {
+                bail!("the local IAM check does not model schedules encrypted with a KMS key");
+            }
+            let mut accesses =
+                vec![Access::new(action, schedule(body["GroupName"].as_str(), &name()?))];
+            if let Some(role) = body["Target"]["RoleArn"].as_str() {
+                accesses.push(
+                    Access::new("iam:PassRole", role)
+                        .with("iam:PassedToService", vec![super::SCHEDULER_SERVICE.to_owned()]),
+                );
+            }
+            accesses
+        }
+        "GetSchedule" | "DeleteSchedule" => {
+            vec![Access::new(
+                action,
+                schedule(query().get("groupName").map(String::as_str), &name()?),
+            )]
+        }
+        "ListSchedules" | "ListScheduleGroups" => vec![Access::new(action, "*")],
+        "CreateScheduleGroup" | "GetScheduleGroup" | "DeleteScheduleGroup" => vec![Access::new(
+            action,
+            format!("arn:aws:scheduler:{REGION}:{ACCOUNT}:schedule-group/{}", name()?),
+        )],
+        other => bail!("the local IAM check does not model scheduler:{other}"),
+    })
 }
 
 fn s3(

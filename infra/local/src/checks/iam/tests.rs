@@ -287,3 +287,120 @@ fn every_function_of_the_template_has_a_role() {
     }
     assert!(!p.knows("longhaul"), "the administrator's key is not a role");
 }
+
+/// EventBridge Scheduler: the schedules function writes schedules in the stack's group only,
+/// and passing the scheduler role to Scheduler is part of a create or update; the firing
+/// function may only update (a `pause_on_failure` pause).
+#[test]
+fn the_schedules_function_writes_schedules_in_its_group_and_passes_the_scheduler_role() {
+    let p = policies();
+    let role = "arn:aws:iam::123456789012:role/longhaul-SchedulerRole";
+    let write = |op: &str, method: Method, group: &str, role: &str| {
+        let body = serde_json::json!({
+            "GroupName": group,
+            "ScheduleExpression": "rate(1 minute)",
+            "Target": {"Arn": "arn:aws:sqs:us-east-1:123456789012:longhaul-ScheduleQueue", "RoleArn": role},
+        });
+        p.accesses(
+            &format!("scheduler:{op}"),
+            &method,
+            &"/schedules/s1".parse().unwrap(),
+            &HeaderMap::new(),
+            body.to_string().as_bytes(),
+        )
+        .unwrap()
+    };
+    let create = write("CreateSchedule", Method::POST, "longhaul-schedules", role);
+    assert_eq!(
+        create,
+        vec![
+            Access::new(
+                "scheduler:CreateSchedule",
+                "arn:aws:scheduler:us-east-1:123456789012:schedule/longhaul-schedules/s1"
+            ),
+            Access::new("iam:PassRole", role)
+                .with("iam:PassedToService", vec!["scheduler.amazonaws.com".into()]),
+        ]
+    );
+    p.check("SchedulesFunction", &create).unwrap();
+    assert!(p.check("FiringFunction", &create).is_err(), "the firing function never creates");
+    let update = write("UpdateSchedule", Method::PUT, "longhaul-schedules", role);
+    p.check("SchedulesFunction", &update).unwrap();
+    p.check("FiringFunction", &update).unwrap();
+    assert!(p.check("SlotsFunction", &update).is_err());
+    assert!(
+        p.check("SchedulesFunction", &write("CreateSchedule", Method::POST, "default", role))
+            .is_err(),
+        "another group"
+    );
+    let other_role = "arn:aws:iam::123456789012:role/longhaul-Admin";
+    assert!(
+        p.check(
+            "SchedulesFunction",
+            &write("CreateSchedule", Method::POST, "longhaul-schedules", other_role)
+        )
+        .is_err(),
+        "another role may not be passed"
+    );
+    let read = |op: &str, method: Method, query: &str| {
+        p.accesses(
+            &format!("scheduler:{op}"),
+            &method,
+            &format!("/schedules/s1?{query}").parse().unwrap(),
+            &HeaderMap::new(),
+            b"",
+        )
+        .unwrap()
+    };
+    let get = read("GetSchedule", Method::GET, "groupName=longhaul-schedules");
+    assert_eq!(
+        get[0].resource,
+        "arn:aws:scheduler:us-east-1:123456789012:schedule/longhaul-schedules/s1"
+    );
+    p.check("SchedulesFunction", &get).unwrap();
+    p.check(
+        "SchedulesFunction",
+        &read("DeleteSchedule", Method::DELETE, "groupName=longhaul-schedules&clientToken=t"),
+    )
+    .unwrap();
+    assert!(
+        p.check("SchedulesFunction", &read("GetSchedule", Method::GET, "")).is_err(),
+        "the default group"
+    );
+    assert!(p.check("FiringFunction", &get).is_err());
+}
+
+/// What EventBridge Scheduler sends a firing as: the template's scheduler role, which trusts
+/// Scheduler (for this account) and may send to the schedule queue and its dead-letter queue
+/// only.
+#[test]
+fn scheduler_sends_firings_as_the_scheduler_role() {
+    let p = policies();
+    let role = "arn:aws:iam::123456789012:role/longhaul-SchedulerRole";
+    let schedule = "arn:aws:scheduler:us-east-1:123456789012:schedule/longhaul-schedules/s1";
+    let send = |queue: &str| {
+        [Access::send_message(&format!("arn:aws:sqs:us-east-1:123456789012:{queue}"))]
+    };
+    for queue in ["longhaul-ScheduleQueue", "longhaul-ScheduleDeadLetterQueue"] {
+        p.check_service_role(SCHEDULER_SERVICE, role, schedule, &send(queue)).unwrap();
+    }
+    let refused = p
+        .check_service_role(SCHEDULER_SERVICE, role, schedule, &send("longhaul-IntakeQueue"))
+        .unwrap_err();
+    assert_eq!(refused.action, "sqs:SendMessage");
+    assert!(refused.principal.starts_with("SchedulerRole"), "{refused:?}");
+    let untrusted = p
+        .check_service_role("events.amazonaws.com", role, schedule, &send("longhaul-ScheduleQueue"))
+        .unwrap_err();
+    assert_eq!(untrusted.action, "sts:AssumeRole");
+    assert!(
+        p.check_service_role(
+            SCHEDULER_SERVICE,
+            "arn:aws:iam::123456789012:role/nobody",
+            schedule,
+            &send("longhaul-ScheduleQueue")
+        )
+        .is_err(),
+        "a role the template does not have"
+    );
+}

@@ -1,0 +1,260 @@
+//! **The repair sweep** (`ScheduleRepairFunction`, hourly): every schedule's EventBridge
+//! Scheduler twin is made what its record says.
+//!
+//! The record is the truth, and the API writes the twin after it: a twin write that failed
+//! after a change (answered `503`), a twin deleted or edited by hand in the console, or one
+//! lost with its group would otherwise leave a schedule that fires wrongly or never. Each run
+//! walks every schedule (the status index's `schedule#<shard>` buckets, whoever owns them),
+//! reads its record and its twin, and rewrites the twin whole where it is missing or differs
+//! ([`Twin::of`]), within its budget; a walk the budget cuts starts over next run (a run reads
+//! a few requests per schedule, so at the default budget a deployment's 100 schedules per
+//! tenant of many tenants fit in one). What it cannot repair is logged with the schedule id and
+//! counted; the next run tries again.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use longhaul_aws::config::{ConfigError, Vars};
+use longhaul_aws::jobs::{JobStore, STATUS_SHARDS, ScheduleEntry};
+use longhaul_aws::ports::{ScheduleStore, ScheduleSweep, ScheduleTwins};
+use longhaul_aws::scheduler::{Scheduler, SchedulerTarget, Twin};
+use longhaul_domain::schedules::ScheduleId;
+use serde::Serialize;
+
+/// Schedules read per page of the walk.
+const PAGE: u32 = 100;
+
+/// The sweep's configuration.
+#[derive(Debug, Clone)]
+pub struct RepairConfig {
+    /// `TABLE_NAME`.
+    pub table: String,
+    /// Where twins live and what they send to.
+    pub target: SchedulerTarget,
+    /// `LONGHAUL_REPAIR_BUDGET_SECONDS` (240): how long a run walks.
+    pub budget: Duration,
+}
+
+impl RepairConfig {
+    /// Reads the configuration.
+    pub fn from_vars(vars: &Vars) -> Result<Self, ConfigError> {
+        Ok(RepairConfig {
+            table: vars.required("TABLE_NAME")?,
+            target: SchedulerTarget {
+                group: vars.required("SCHEDULE_GROUP")?,
+                queue_arn: vars.required("SCHEDULE_QUEUE_ARN")?,
+                role_arn: vars.required("SCHEDULER_ROLE_ARN")?,
+                dead_letter_arn: vars.required("SCHEDULE_DLQ_ARN")?,
+            },
+            budget: Duration::from_secs(vars.parsed_or("LONGHAUL_REPAIR_BUDGET_SECONDS", 240)?),
+        })
+    }
+}
+
+/// What the sweep needs: the records, a walk over all of them, and the twins.
+#[derive(Debug, Clone)]
+pub struct RepairDeps {
+    /// The records.
+    pub store: Arc<dyn ScheduleStore>,
+    /// Every schedule, shard by shard.
+    pub sweep: Arc<dyn ScheduleSweep>,
+    /// The twins.
+    pub twins: Arc<dyn ScheduleTwins>,
+    /// How long a run walks.
+    pub budget: Duration,
+}
+
+impl RepairDeps {
+    /// Builds the AWS adapters from one SDK configuration.
+    pub fn new(sdk: &aws_config::SdkConfig, config: &RepairConfig) -> Self {
+        let store = JobStore::new(aws_sdk_dynamodb::Client::new(sdk), config.table.clone());
+        RepairDeps {
+            store: Arc::new(store.clone()),
+            sweep: Arc::new(store),
+            twins: Arc::new(Scheduler::new(
+                aws_sdk_scheduler::Client::new(sdk),
+                config.target.clone(),
+            )),
+            budget: config.budget,
+        }
+    }
+}
+
+/// What a run did (the function's result, and its log line).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct RepairReport {
+    /// Schedules whose twin was compared with their record.
+    pub checked: u64,
+    /// Twins rewritten because they were missing or differed.
+    pub repaired: u64,
+    /// Schedules that could not be checked or repaired (logged; the next run tries again).
+    pub errors: u64,
+    /// Whether the budget cut the walk (the rest waits for the next run).
+    pub unfinished: bool,
+}
+
+/// One run: walks every schedule until done or `budget` is spent.
+pub async fn repair(deps: &RepairDeps) -> RepairReport {
+    let deadline = Instant::now() + deps.budget;
+    let mut report = RepairReport::default();
+    for shard in 0..STATUS_SHARDS {
+        let mut after: Option<ScheduleId> = None;
+        loop {
+            if Instant::now() >= deadline {
+                report.unfinished = true;
+                tracing::warn!(report = ?report, "the budget cut the repair walk; the next run starts over");
+                return report;
+            }
+            let page = match deps.sweep.schedule_entries(shard, after.as_ref(), PAGE).await {
+                Ok(page) => page,
+                Err(err) => {
+                    tracing::error!(shard, error = %err, "listing schedules failed; the shard waits for the next run");
+                    report.errors += 1;
+                    break;
+                }
+            };
+            for entry in &page.entries {
+                check(deps, entry, &mut report).await;
+            }
+            match page.next {
+                Some(next) => after = Some(next),
+                None => break,
+            }
+        }
+    }
+    tracing::info!(report = ?report, "schedule repair run");
+    report
+}
+
+/// Makes `entry`'s twin what its record says.
+async fn check(deps: &RepairDeps, entry: &ScheduleEntry, report: &mut RepairReport) {
+    let id = entry.schedule_id.as_str();
+    let record = match deps.store.schedule(&entry.owner, &entry.schedule_id).await {
+        Ok(Some(record)) => record,
+        // Deleted since it was listed: its twin went first.
+        Ok(None) => return,
+        Err(err) => {
+            tracing::error!(schedule_id = id, error = %err, "reading a schedule to repair failed");
+            report.errors += 1;
+            return;
+        }
+    };
+    report.checked += 1;
+    let expected = Twin::of(&record);
+    match deps.twins.twin(id).await {
+        Ok(Some(twin)) if twin.fires_as(&expected) => {}
+        Ok(found) => match deps.twins.put_twin(&expected).await {
+            Ok(()) => {
+                report.repaired += 1;
+                tracing::warn!(
+                    schedule_id = id,
+                    missing = found.is_none(),
+                    "a schedule's twin was missing or differed from its record; rewritten"
+                );
+            }
+            Err(err) => {
+                tracing::error!(schedule_id = id, error = %err, "rewriting a schedule's twin failed");
+                report.errors += 1;
+            }
+        },
+        Err(err) => {
+            tracing::error!(schedule_id = id, error = %err, "reading a schedule's twin failed");
+            report.errors += 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use longhaul_aws::jobs::ScheduleRecord;
+    use longhaul_domain::Timestamp;
+    use longhaul_domain::schedules::{Overlap, ScheduleState};
+    use longhaul_memory::{MemoryScheduleTwins, MemorySchedules};
+
+    fn record(owner: &str, state: ScheduleState) -> ScheduleRecord {
+        let now = Timestamp::now();
+        ScheduleRecord {
+            schedule_id: ScheduleId::new(),
+            owner: owner.parse().unwrap(),
+            job_type: "demo".into(),
+            params: serde_json::json!({}),
+            callback_url: None,
+            priority: Default::default(),
+            schedule: "rate(5 minutes)".parse().unwrap(),
+            timezone: "UTC".parse().unwrap(),
+            overlap: Overlap::Skip,
+            start_at: None,
+            end_at: None,
+            pause_on_failure: false,
+            state,
+            paused_reason: None,
+            created_at: now,
+            updated_at: now,
+            version: 1,
+            last_tick: None,
+            last_trigger: None,
+            last_fire: None,
+            fired: 0,
+            submitted: 0,
+            skipped: 0,
+            refused: 0,
+            live_job: None,
+            held: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn missing_and_differing_twins_are_rewritten_and_matching_ones_left_alone() {
+        let store = Arc::new(MemorySchedules::new());
+        let twins = Arc::new(MemoryScheduleTwins::new());
+        let (fine, missing, paused_but_firing) = (
+            record("alice", ScheduleState::Enabled),
+            record("bob", ScheduleState::Enabled),
+            record("alice", ScheduleState::Paused),
+        );
+        for r in [&fine, &missing, &paused_but_firing] {
+            assert!(store.create_schedule(r, 10).await.unwrap());
+        }
+        twins.put_twin(&Twin::of(&fine)).await.unwrap();
+        // Edited by hand: enabled although its record is paused.
+        let wrong = Twin { enabled: true, ..Twin::of(&paused_but_firing) };
+        twins.put_twin(&wrong).await.unwrap();
+        let deps = RepairDeps {
+            store: store.clone(),
+            sweep: store.clone(),
+            twins: twins.clone(),
+            budget: Duration::from_secs(60),
+        };
+        let report = repair(&deps).await;
+        assert_eq!(
+            report,
+            RepairReport { checked: 3, repaired: 2, errors: 0, unfinished: false },
+            "{report:?}"
+        );
+        let all = twins.all();
+        for r in [&fine, &missing, &paused_but_firing] {
+            assert_eq!(all.get(r.schedule_id.as_str()), Some(&Twin::of(r)), "as its record says");
+        }
+        // Nothing to do the second time.
+        assert_eq!(repair(&deps).await.repaired, 0);
+    }
+
+    #[tokio::test]
+    async fn a_twin_that_cannot_be_read_is_counted_and_the_walk_goes_on() {
+        let store = Arc::new(MemorySchedules::new());
+        let twins = Arc::new(MemoryScheduleTwins::new());
+        store.create_schedule(&record("alice", ScheduleState::Enabled), 10).await.unwrap();
+        twins.set_unavailable(true);
+        let deps = RepairDeps {
+            store: store.clone(),
+            sweep: store.clone(),
+            twins: twins.clone(),
+            budget: Duration::from_secs(60),
+        };
+        let report = repair(&deps).await;
+        assert_eq!((report.checked, report.repaired, report.errors), (1, 0, 1));
+        twins.set_unavailable(false);
+        assert_eq!(repair(&deps).await.repaired, 1, "the next run repairs it");
+    }
+}
