@@ -580,3 +580,47 @@ async fn callback_urls_are_checked_against_ssrf_at_submission() {
     }
     assert!(Aws::new().await.items_of(&who).await.is_empty());
 }
+
+/// A browser app on another origin can call the API (`CorsConfiguration` of the HTTP API, as
+/// API Gateway applies it): its preflight is answered before the authorizer, and a script may
+/// read the headers the API's answers carry (Retry-After, Location).
+#[tokio::test]
+async fn a_browser_on_another_origin_can_call_the_api_and_read_its_headers() {
+    let base = harness().stack.api_url.clone();
+    let http = reqwest::Client::new();
+    let origin = "https://app.example";
+    let preflight = http
+        .request(reqwest::Method::OPTIONS, format!("{base}/jobs"))
+        .header("origin", origin)
+        .header("access-control-request-method", "POST")
+        .header("access-control-request-headers", "authorization,content-type,idempotency-key")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(preflight.status(), 204, "a preflight needs no token");
+    let header = |r: &reqwest::Response, name: &str| {
+        r.headers().get(name).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned()
+    };
+    assert_eq!(header(&preflight, "access-control-allow-origin"), "*");
+    assert!(header(&preflight, "access-control-allow-methods").contains("POST"));
+    let allowed = header(&preflight, "access-control-allow-headers");
+    for name in ["authorization", "content-type", "idempotency-key"] {
+        assert!(allowed.contains(name), "{name} in {allowed}");
+    }
+
+    let api = Api::new(&principal("cors"));
+    let job_id = api.submit(&demo(1)).await;
+    let read = http
+        .get(format!("{base}/jobs/{job_id}"))
+        .header("origin", origin)
+        .bearer_auth(api.token.clone().expect("a token"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(read.status(), 200);
+    assert_eq!(header(&read, "access-control-allow-origin"), "*");
+    let exposed = header(&read, "access-control-expose-headers");
+    for name in ["retry-after", "location", "idempotent-replayed", "etag"] {
+        assert!(exposed.contains(name), "{name} in {exposed}");
+    }
+}

@@ -6,10 +6,12 @@
 //! lost with its group would otherwise leave a schedule that fires wrongly or never. Each run
 //! walks every schedule (the status index's `schedule#<shard>` buckets, whoever owns them),
 //! reads its record and its twin, and rewrites the twin whole where it is missing or differs
-//! ([`Twin::of`]), within its budget; a walk the budget cuts starts over next run (a run reads
-//! a few requests per schedule, so at the default budget a deployment's 100 schedules per
-//! tenant of many tenants fit in one). What it cannot repair is logged with the schedule id and
-//! counted; the next run tries again.
+//! ([`Twin::of`]); then walks the twins in the group and deletes any whose schedule is gone (a
+//! `DELETE` whose twin could not be deleted, or a twin rewritten by this sweep while its
+//! schedule was being deleted). All within its budget; a walk the budget cuts starts over next
+//! run (a run reads a few requests per schedule, so at the default budget a deployment's 100
+//! schedules per tenant of many tenants fit in one). What it cannot repair is logged with the
+//! schedule id and counted; the next run tries again.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -17,7 +19,7 @@ use std::time::{Duration, Instant};
 use longhaul_aws::config::{ConfigError, Vars};
 use longhaul_aws::jobs::{JobStore, STATUS_SHARDS, ScheduleEntry};
 use longhaul_aws::ports::{ScheduleStore, ScheduleSweep, ScheduleTwins};
-use longhaul_aws::scheduler::{Scheduler, SchedulerTarget, Twin};
+use longhaul_aws::scheduler::{ScheduleFiring, Scheduler, SchedulerTarget, Twin};
 use longhaul_domain::schedules::ScheduleId;
 use serde::Serialize;
 
@@ -87,6 +89,8 @@ pub struct RepairReport {
     pub checked: u64,
     /// Twins rewritten because they were missing or differed.
     pub repaired: u64,
+    /// Twins whose schedule is gone (deleted while its twin could not be), deleted.
+    pub orphans: u64,
     /// Schedules that could not be checked or repaired (logged; the next run tries again).
     pub errors: u64,
     /// Whether the budget cut the walk (the rest waits for the next run).
@@ -122,8 +126,70 @@ pub async fn repair(deps: &RepairDeps) -> RepairReport {
             }
         }
     }
+    // Then the twins: one whose schedule is gone fires into nothing, and is billed for it.
+    let mut token = None;
+    loop {
+        if Instant::now() >= deadline {
+            report.unfinished = true;
+            tracing::warn!(report = ?report, "the budget cut the orphan walk; the next run starts over");
+            return report;
+        }
+        let (names, next) = match deps.twins.twin_names(token).await {
+            Ok(page) => page,
+            Err(err) => {
+                tracing::error!(error = %err, "listing twins failed; orphans wait for the next run");
+                report.errors += 1;
+                break;
+            }
+        };
+        for name in &names {
+            orphan(deps, name, &mut report).await;
+        }
+        match next {
+            Some(next) => token = Some(next),
+            None => break,
+        }
+    }
     tracing::info!(report = ?report, "schedule repair run");
     report
+}
+
+/// Deletes the twin `name` if its schedule is gone.
+async fn orphan(deps: &RepairDeps, name: &str, report: &mut RepairReport) {
+    let failed = |report: &mut RepairReport, doing: &str, err: &dyn std::fmt::Display| {
+        tracing::error!(schedule_id = name, error = %err, "{doing} failed");
+        report.errors += 1;
+    };
+    let twin = match deps.twins.twin(name).await {
+        Ok(Some(twin)) => twin,
+        Ok(None) => return,
+        Err(err) => return failed(report, "reading a twin", &err),
+    };
+    // Its owner is in what it sends; a twin that is not one of ours (its input is not a
+    // firing) is left alone.
+    let Ok(firing) = serde_json::from_str::<ScheduleFiring>(&twin.input) else {
+        tracing::warn!(
+            schedule_id = name,
+            "a twin in the group that is not a schedule's; left alone"
+        );
+        return;
+    };
+    let (Ok(owner), Ok(id)) = (firing.owner.parse(), firing.schedule_id.parse::<ScheduleId>())
+    else {
+        tracing::warn!(schedule_id = name, "a twin whose firing names no schedule; left alone");
+        return;
+    };
+    match deps.store.schedule(&owner, &id).await {
+        Ok(Some(_)) => {}
+        Ok(None) => match deps.twins.delete_twin(name).await {
+            Ok(_) => {
+                report.orphans += 1;
+                tracing::warn!(schedule_id = name, "a twin whose schedule is gone; deleted");
+            }
+            Err(err) => failed(report, "deleting an orphan twin", &err),
+        },
+        Err(err) => failed(report, "reading an orphan twin's schedule", &err),
+    }
 }
 
 /// Makes `entry`'s twin what its record says.
@@ -229,7 +295,7 @@ mod tests {
         let report = repair(&deps).await;
         assert_eq!(
             report,
-            RepairReport { checked: 3, repaired: 2, errors: 0, unfinished: false },
+            RepairReport { checked: 3, repaired: 2, orphans: 0, errors: 0, unfinished: false },
             "{report:?}"
         );
         let all = twins.all();
@@ -238,6 +304,36 @@ mod tests {
         }
         // Nothing to do the second time.
         assert_eq!(repair(&deps).await.repaired, 0);
+    }
+
+    #[tokio::test]
+    async fn a_twin_whose_schedule_is_gone_is_deleted_and_no_other() {
+        let store = Arc::new(MemorySchedules::new());
+        let twins = Arc::new(MemoryScheduleTwins::new());
+        let kept: Vec<ScheduleRecord> =
+            (0..3).map(|_| record("alice", ScheduleState::Enabled)).collect();
+        for r in &kept {
+            store.create_schedule(r, 10).await.unwrap();
+            twins.put_twin(&Twin::of(r)).await.unwrap();
+        }
+        let gone = record("bob", ScheduleState::Enabled);
+        twins.put_twin(&Twin::of(&gone)).await.unwrap();
+        let foreign = Twin { input: "{}".into(), name: "someone-elses".into(), ..Twin::of(&gone) };
+        twins.put_twin(&foreign).await.unwrap();
+        let deps = RepairDeps {
+            store: store.clone(),
+            sweep: store.clone(),
+            twins: twins.clone(),
+            budget: Duration::from_secs(60),
+        };
+        let report = repair(&deps).await;
+        assert_eq!((report.orphans, report.errors), (1, 0), "{report:?}");
+        let left = twins.all();
+        assert!(!left.contains_key(gone.schedule_id.as_str()), "the orphan is deleted");
+        assert!(left.contains_key("someone-elses"), "a twin that is not a schedule's is left");
+        for r in &kept {
+            assert!(left.contains_key(r.schedule_id.as_str()), "a schedule's twin stays");
+        }
     }
 
     #[tokio::test]
@@ -253,7 +349,8 @@ mod tests {
             budget: Duration::from_secs(60),
         };
         let report = repair(&deps).await;
-        assert_eq!((report.checked, report.repaired, report.errors), (1, 0, 1));
+        assert_eq!((report.checked, report.repaired), (1, 0));
+        assert!(report.errors >= 1, "{report:?}");
         twins.set_unavailable(false);
         assert_eq!(repair(&deps).await.repaired, 1, "the next run repairs it");
     }

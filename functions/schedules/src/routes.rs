@@ -308,10 +308,16 @@ fn reason(request: &Request) -> Result<Option<String>, Problem> {
 
 async fn delete(deps: &Deps, owner: &Owner, id: &ScheduleId) -> Result<Response<Body>, Problem> {
     found(deps, owner, id).await?;
-    // The twin first: a schedule whose delete fails halfway keeps its record (and a retry
-    // finishes it) rather than a twin firing for a schedule that is gone.
-    deps.twins.delete_twin(id.as_str()).await.map_err(|e| twin_failed(id, e))?;
+    // The record first: once it is gone no firing makes a job (a firing finds no schedule),
+    // and a twin that cannot be deleted now is an orphan the hourly repair deletes.
     deps.store.delete_schedule(owner, id).await.map_err(internal)?;
+    if let Err(err) = deps.twins.delete_twin(id.as_str()).await {
+        tracing::error!(
+            schedule_id = id.as_str(),
+            error = %err,
+            "deleting a deleted schedule's twin failed; the repair sweep deletes it"
+        );
+    }
     tracing::info!(schedule_id = id.as_str(), "schedule deleted");
     Ok(Response::builder().status(StatusCode::NO_CONTENT).body(Body::Empty).expect("a response"))
 }

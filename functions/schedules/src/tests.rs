@@ -129,6 +129,18 @@ impl Schedules {
 impl Warm for Schedules {}
 
 #[async_trait]
+impl longhaul_aws::ports::ScheduleSweep for Schedules {
+    async fn schedule_entries(
+        &self,
+        shard: u32,
+        after: Option<&ScheduleId>,
+        limit: u32,
+    ) -> Result<longhaul_aws::jobs::ScheduleEntries, StoreError> {
+        self.memory.schedule_entries(shard, after, limit).await
+    }
+}
+
+#[async_trait]
 impl ScheduleStore for Schedules {
     async fn create_schedule(&self, record: &ScheduleRecord, max: u32) -> Result<bool, StoreError> {
         self.memory.create_schedule(record, max).await
@@ -1185,18 +1197,24 @@ async fn a_deleted_schedule_and_its_twin_are_gone() {
 }
 
 #[tokio::test]
-async fn a_delete_whose_twin_cannot_be_deleted_keeps_the_record_for_a_repeat() {
+async fn a_delete_whose_twin_cannot_be_deleted_leaves_an_orphan_the_repair_removes() {
     let w = world();
     let id = w.created(&daily()).await;
     w.twins.set_unavailable(true);
-    assert_eq!(
-        problem(&w.delete("alice", id.as_str()).await),
-        (503, "scheduler-unavailable".into())
-    );
-    assert!(w.record(&id).await.is_some(), "not half-deleted");
+    assert_eq!(w.delete("alice", id.as_str()).await.status(), 204, "the schedule is gone");
+    assert!(w.record(&id).await.is_none());
     w.twins.set_unavailable(false);
-    assert_eq!(w.delete("alice", id.as_str()).await.status(), 204);
-    assert!(w.record(&id).await.is_none() && w.twin(&id).is_none());
+    assert!(w.twin(&id).is_some(), "its twin is left");
+    w.tick(&id, "2099-03-02T09:00:00Z").await.unwrap();
+    assert_eq!(w.all_jobs().await, 0, "and fires into nothing");
+    let repair = crate::repair::RepairDeps {
+        store: w.schedules.clone(),
+        sweep: w.schedules.clone(),
+        twins: w.twins.clone(),
+        budget: std::time::Duration::from_secs(60),
+    };
+    assert_eq!(crate::repair::repair(&repair).await.orphans, 1);
+    assert!(w.twin(&id).is_none(), "until the repair deletes it");
 }
 
 #[tokio::test]

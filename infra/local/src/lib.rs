@@ -370,6 +370,7 @@ impl LocalStack {
             faults: faults.clone(),
             invocations: invocations.clone(),
             denials: denials.clone(),
+            cors: crate::stack::model::api_cors(&template)?,
         };
         let mut tasks = vec![
             tokio::spawn(async move {

@@ -250,6 +250,24 @@ impl Scheduler {
         }
     }
 
+    /// A page of the names of the twins in the group, and the token of the next page.
+    pub async fn names(
+        &self,
+        token: Option<String>,
+    ) -> Result<(Vec<String>, Option<String>), AwsError> {
+        let page = self
+            .client
+            .list_schedules()
+            .group_name(&self.target.group)
+            .set_next_token(token)
+            .max_results(100)
+            .send()
+            .await
+            .map_err(|e| AwsError::new("list schedules", e))?;
+        let names = page.schedules().iter().filter_map(|s| s.name().map(str::to_owned)).collect();
+        Ok((names, page.next_token().map(str::to_owned)))
+    }
+
     /// The twin named `name` as Scheduler holds it, if there is one.
     pub async fn get(&self, name: &str) -> Result<Option<Twin>, AwsError> {
         let read =

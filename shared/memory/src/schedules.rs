@@ -265,6 +265,19 @@ impl ScheduleTwins for MemoryScheduleTwins {
         self.outage.check("read schedule twin")?;
         Ok(self.twins.lock().expect("twins lock").get(name).cloned())
     }
+    async fn twin_names(
+        &self,
+        token: Option<String>,
+    ) -> Result<(Vec<String>, Option<String>), AwsError> {
+        self.outage.check("list schedule twins")?;
+        // Pages of two, so that paging is exercised; the token is the last name given.
+        let twins = self.twins.lock().expect("twins lock");
+        let mut names =
+            twins.keys().filter(|n| token.as_ref().is_none_or(|after| *n > after)).cloned();
+        let page: Vec<String> = names.by_ref().take(2).collect();
+        let next = names.next().and(page.last().cloned());
+        Ok((page, next))
+    }
 }
 
 /// The firings sent, in order.

@@ -324,7 +324,7 @@ export interface paths {
         post?: never;
         /**
          * Delete a schedule
-         * @description Its twin first, then its record: no tick fires after the answer. Its jobs are kept.
+         * @description Its record first: no tick makes a job after the answer (a twin that could not be deleted is removed by the hourly repair). Its jobs are kept.
          */
         delete: operations["deleteSchedule"];
         options?: never;
@@ -2148,16 +2148,6 @@ export interface operations {
             /** @description Internal error. */
             500: {
                 headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description EventBridge Scheduler could not be reached (`/problems/scheduler-unavailable`); a create wrote nothing, a change is stored and its twin is rewritten when the request is repeated. */
-            503: {
-                headers: {
-                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {

@@ -78,6 +78,8 @@ pub struct ApiState {
     pub invocations: crate::hosting::hosted::InvocationLog,
     /// Calls refused by the IAM check (`GET /_local/iam/denials`).
     pub denials: crate::hosting::edge::Denials,
+    /// The HTTP API's CORS configuration, applied as API Gateway does.
+    pub cors: Option<crate::stack::model::UrlCors>,
 }
 
 /// The routes of every hosted API function.
@@ -363,7 +365,44 @@ async fn function_url_invoke(
     function.serve_stream(lambda_request.into()).await
 }
 
+/// An API request, with the HTTP API's CORS configuration applied as API Gateway applies it:
+/// a preflight (`OPTIONS` with `Access-Control-Request-Method`) is answered `204` before any
+/// route or authorizer, and an allowed origin's answer carries `Access-Control-Allow-Origin`
+/// and `Access-Control-Expose-Headers`.
 async fn serve(State(state): State<ApiState>, request: Request) -> Response {
+    let Some(cors) = state.cors.clone() else { return serve_api(State(state), request).await };
+    let origin = request.headers().get("origin").and_then(|v| v.to_str().ok()).map(str::to_owned);
+    let allowed = origin.as_deref().and_then(|o| cors.allow_origin(o));
+    let preflight = request.method() == axum::http::Method::OPTIONS
+        && request.headers().contains_key("access-control-request-method");
+    let mut response = if preflight {
+        StatusCode::NO_CONTENT.into_response()
+    } else {
+        serve_api(State(state), request).await
+    };
+    if let Some(allowed) = allowed {
+        let headers = response.headers_mut();
+        let mut set = |name: &'static str, value: String| {
+            if let Ok(value) = value.parse() {
+                headers.insert(name, value);
+            }
+        };
+        set("access-control-allow-origin", allowed);
+        set("vary", "Origin".into());
+        if preflight {
+            set("access-control-allow-methods", cors.allow_methods.join(","));
+            set("access-control-allow-headers", cors.allow_headers.join(","));
+            if let Some(max_age) = cors.max_age {
+                set("access-control-max-age", max_age.to_string());
+            }
+        } else if !cors.expose_headers.is_empty() {
+            set("access-control-expose-headers", cors.expose_headers.join(","));
+        }
+    }
+    response
+}
+
+async fn serve_api(State(state): State<ApiState>, request: Request) -> Response {
     let (parts, body) = request.into_parts();
     let method = parts.method.as_str().to_owned();
     let path = parts.uri.path().to_owned();

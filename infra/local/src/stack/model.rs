@@ -89,8 +89,9 @@ pub enum EventSpec {
     },
 }
 
-/// A function URL's CORS configuration (`FunctionUrlConfig.Cors`), which Lambda applies to
-/// the URL's answers itself (the function never sees a preflight).
+/// A CORS configuration — a function URL's (`FunctionUrlConfig.Cors`) or the HTTP API's
+/// (`CorsConfiguration`) — which Lambda or API Gateway applies to the answers itself (the
+/// function never sees a preflight).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct UrlCors {
     /// `AllowOrigins` (`*` for any).
@@ -101,6 +102,8 @@ pub struct UrlCors {
     pub allow_headers: Vec<String>,
     /// `MaxAge`, seconds.
     pub max_age: Option<u64>,
+    /// `ExposeHeaders`: the response headers a page's script may read.
+    pub expose_headers: Vec<String>,
 }
 
 impl UrlCors {
@@ -124,6 +127,7 @@ impl UrlCors {
             allow_methods: list(&cors["AllowMethods"]),
             allow_headers: list(&cors["AllowHeaders"]),
             max_age: cors["MaxAge"].as_u64().or_else(|| cors["MaxAge"].as_str()?.parse().ok()),
+            expose_headers: list(&cors["ExposeHeaders"]),
         }
     }
 
@@ -381,6 +385,19 @@ pub fn parse_rate(expr: &str) -> Option<Duration> {
         _ => return None,
     };
     Some(Duration::from_secs(n * seconds))
+}
+
+/// The HTTP API's `CorsConfiguration`, resolved, if it has one.
+pub fn api_cors(template: &Template) -> anyhow::Result<Option<UrlCors>> {
+    let Some((logical, api)) = template.of_type("AWS::Serverless::HttpApi").next() else {
+        return Ok(None);
+    };
+    match &api["Properties"]["CorsConfiguration"] {
+        Value::Null => Ok(None),
+        cors => Ok(Some(UrlCors::from_json(
+            &template.resolve(cors).with_context(|| format!("{logical}'s CorsConfiguration"))?,
+        ))),
+    }
 }
 
 /// Every function in the template with its triggers.

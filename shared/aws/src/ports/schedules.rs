@@ -137,6 +137,12 @@ pub trait ScheduleTwins: Warm {
     async fn delete_twin(&self, name: &str) -> Result<bool, AwsError>;
     /// The twin named `name`, if there is one.
     async fn twin(&self, name: &str) -> Result<Option<Twin>, AwsError>;
+    /// A page of the names of every twin in the group, and the token of the next page
+    /// (`None`: the last); `token` is the previous page's.
+    async fn twin_names(
+        &self,
+        token: Option<String>,
+    ) -> Result<(Vec<String>, Option<String>), AwsError>;
 }
 
 /// Not warmed: a schedule's first write opens the connection.
@@ -153,6 +159,12 @@ impl ScheduleTwins for Scheduler {
     }
     async fn twin(&self, name: &str) -> Result<Option<Twin>, AwsError> {
         Scheduler::get(self, name).await
+    }
+    async fn twin_names(
+        &self,
+        token: Option<String>,
+    ) -> Result<(Vec<String>, Option<String>), AwsError> {
+        Scheduler::names(self, token).await
     }
 }
 

@@ -265,6 +265,18 @@ pub async fn schedule_twins(twins: &impl ScheduleTwins) {
     };
     twins.put_twin(&twin).await.expect("create");
     assert_eq!(twins.twin(&name).await.expect("read"), Some(twin.clone()), "read back whole");
+    let mut listed = Vec::new();
+    let mut token = None;
+    for page in 0.. {
+        assert!(page < 10_000, "the listing's pages end");
+        let (names, next) = twins.twin_names(token).await.expect("list");
+        listed.extend(names);
+        match next {
+            Some(next) => token = Some(next),
+            None => break,
+        }
+    }
+    assert_eq!(listed.iter().filter(|n| **n == name).count(), 1, "listed once: {listed:?}");
     let paused = Twin {
         expression: "rate(5 minutes)".into(),
         timezone: "UTC".into(),
