@@ -335,6 +335,14 @@ async fn on_end(
     job_id: &JobId,
     status: JobStatus,
 ) -> Result<(), FireError> {
+    if status == JobStatus::Failed {
+        // A schedule whose jobs keep failing is alarmed on (ScheduleFailingAlarm).
+        metrics::count_tick(
+            Metric::ScheduledJobsFailed,
+            &schedule.job_type,
+            schedule.schedule_id.as_str(),
+        );
+    }
     if status == JobStatus::Failed && schedule.pause_on_failure {
         if schedule.state == ScheduleState::Enabled {
             schedule = pause_after_failure(deps, schedule, job_id).await?;

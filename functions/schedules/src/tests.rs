@@ -1873,3 +1873,36 @@ async fn a_tick_delivered_after_a_later_trigger_is_not_lost() {
     let record = w.record(&id).await.unwrap();
     assert_eq!(counts(&record), (2, 2, 0, 0), "the trigger delivered twice counts once");
 }
+
+/// Every metric line this test binary's functions printed (the process-wide sink, set once).
+fn metric_lines() -> &'static Mutex<Vec<String>> {
+    static LINES: std::sync::OnceLock<Mutex<Vec<String>>> = std::sync::OnceLock::new();
+    LINES.get_or_init(|| {
+        longhaul_aws::metrics::set_sink(Box::new(|line| {
+            metric_lines().lock().unwrap().push(line.to_owned())
+        }));
+        Mutex::new(Vec::new())
+    })
+}
+
+/// A scheduled job's failure is counted for the schedule's alarm, whatever the schedule's
+/// `pause_on_failure`; a success is not.
+#[tokio::test]
+async fn a_scheduled_jobs_failure_is_counted_with_its_schedule() {
+    let lines = metric_lines();
+    let w = world();
+    let id = w.created(&daily()).await;
+    w.tick(&id, "2099-03-02T09:00:00Z").await.unwrap();
+    let job = w.jobs_of(&id).await[0].job_id.clone();
+    w.end(&id, &job, JobStatus::Succeeded).await.unwrap();
+    w.end(&id, &job, JobStatus::Failed).await.unwrap();
+    let failed: Vec<Value> = lines
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|l| l.get("ScheduledJobsFailed").is_some() && l["schedule_id"] == id.as_str())
+        .collect();
+    assert_eq!(failed.len(), 1, "one failure, no success: {failed:?}");
+    assert_eq!(failed[0]["JobType"], "demo");
+}

@@ -83,11 +83,13 @@ pub enum Metric {
     /// A schedule's tick was refused (a limit, a kind or params refused): the schedule's
     /// owner is missing jobs they expect.
     ScheduleTicksRefused,
+    /// A job a schedule submitted failed (counted when its end reaches the schedule).
+    ScheduledJobsFailed,
 }
 
 impl Metric {
     /// Every metric.
-    pub const ALL: [Metric; 18] = [
+    pub const ALL: [Metric; 19] = [
         Metric::JobsSubmitted,
         Metric::JobsSucceeded,
         Metric::JobsFailed,
@@ -106,6 +108,7 @@ impl Metric {
         Metric::ScheduleTicksSubmitted,
         Metric::ScheduleTicksSkipped,
         Metric::ScheduleTicksRefused,
+        Metric::ScheduledJobsFailed,
     ];
 
     /// Its CloudWatch name.
@@ -129,6 +132,7 @@ impl Metric {
             Metric::ScheduleTicksSubmitted => "ScheduleTicksSubmitted",
             Metric::ScheduleTicksSkipped => "ScheduleTicksSkipped",
             Metric::ScheduleTicksRefused => "ScheduleTicksRefused",
+            Metric::ScheduledJobsFailed => "ScheduledJobsFailed",
         }
     }
 
