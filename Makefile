@@ -97,7 +97,12 @@ bench-faults: venv
 	tests/bench/assemble
 
 ## Re-measure only the volume section: the reaper and the expirer over 1,000 / 10,000 / 50,000
-## seeded jobs (LONGHAUL_VOLUME_NS to choose); the functions' metric lines go to a log.
+## seeded jobs (LONGHAUL_VOLUME_NS to choose); then the reaper over one tenant's waiting backlog,
+## 10,000 then 100,000 jobs (LONGHAUL_VOLUME_WAITING, 0 to skip; LONGHAUL_VOLUME_WAITING_RUNNING
+## running jobs beside it, 2,000; LONGHAUL_VOLUME_WAITING_BUDGET, 600 s; about 25 minutes of the
+## target's 95 on a 2-core machine), failing if a run passes its budget, crowds out the running
+## jobs, reports an untrue ActiveJobs count or allocates more as the list grows. The functions'
+## metric lines go to a log.
 bench-volume: venv
 	cargo run --profile bench-local -p longhaul-bench --bin volume > target/volume-stdout.log
 	tests/bench/assemble

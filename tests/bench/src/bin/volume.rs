@@ -23,6 +23,23 @@
 //! 4. **N due successes** (on the other stack: result retention passed, expiry spread over the last week, each
 //!    with its result object in S3) are seeded, and the expirer runs until nothing is due.
 //!
+//! Then, on a third stack alone, **a waiting backlog of one tenant** (`LONGHAUL_VOLUME_WAITING`,
+//! W, default 100,000; 0 skips it): the tenant's running slots are held by healthy running
+//! jobs of its own, one job is submitted through the API and left waiting by the dispatcher,
+//! and copies of its job record and its waiting-list entry make W waiting jobs — at W/10
+//! first, then topped up to W — beside `LONGHAUL_VOLUME_WAITING_RUNNING` (2,000) running jobs
+//! of another tenant, made as in step 2 (afresh with each size, replacing the last size's).
+//! The reaper runs with a local budget ([`WAITING_BUDGET_S`], `LONGHAUL_VOLUME_WAITING_BUDGET`)
+//! until its waiting sweep has gone through the whole list, and each run is measured against
+//! its budget, for whether the other sweeps judged every running job in the first run, for its
+//! `ActiveJobs` counts (made after the sweeps, within the budget, at most a few pages a shard:
+//! the waiting bucket's a lower bound, each checked against what the table holds), and for
+//! the heap the bench process allocated at its peak during the run (a counting global
+//! allocator, [`heap`]). The bench exits non-zero, after writing the section, if a run passes
+//! its budget by more than [`BUDGET_MARGIN`], a first run leaves a running job unjudged, a count
+//! is wrong (an exact one that is not the truth, a lower bound above it), or the peak grows
+//! with W (more than [`HEAP_GROWTH_LIMIT`] from W/10 to W).
+//!
 //! Counted per run: the edge's AWS calls of the function by operation, its wall time (the
 //! emulator's, not AWS's), the function's own report. Billed units are computed from item
 //! sizes (see [`Billing`]). The stack's own timers for the two schedules are set to a year in
@@ -32,9 +49,10 @@
 //! Run: `cargo run --profile bench-local -p longhaul-bench --bin volume` (needs `make venv`).
 //! Knobs: `LONGHAUL_VOLUME_NS` (comma-separated), `LONGHAUL_VOLUME_REAPER_PAGE` (default: the
 //! function's own default), `LONGHAUL_VOLUME_EXPIRER_PAGE` (likewise), `LONGHAUL_VOLUME_MAX_RUNS`
-//! (30).
+//! (30), `LONGHAUL_VOLUME_WAITING` (100,000), `LONGHAUL_VOLUME_WAITING_RUNNING` (2,000),
+//! `LONGHAUL_VOLUME_WAITING_BUDGET` (600).
 //!
-//! One file of ~2,000 lines on purpose: a benchmark is one scenario read top to bottom (seed,
+//! One file of ~3,000 lines on purpose: a benchmark is one scenario read top to bottom (seed,
 //! run, measure, write the section), and its steps are used nowhere else.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -43,10 +61,12 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes, PutRequest, WriteRequest};
+use aws_sdk_dynamodb::types::{
+    AttributeValue, DeleteRequest, KeysAndAttributes, PutRequest, WriteRequest,
+};
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
-use longhaul_aws::jobs::{STATUS_SHARDS, status_bucket};
+use longhaul_aws::jobs::{STATUS_SHARDS, WAITING_BUCKET, status_bucket};
 use longhaul_domain::format_rfc3339;
 use longhaul_local::{LocalStack, Options};
 use serde_json::{Value, json};
@@ -86,6 +106,19 @@ const EXPIRER_BUDGET_S: u64 = 240;
 /// projection.
 const DEFAULT_REAPER_PAGE: usize = 100;
 const DEFAULT_EXPIRER_PAGE: usize = 200;
+/// The reaper's `ActiveJobs` counts as its defaults set them (`LONGHAUL_REAPER_COUNT_PAGE`,
+/// `LONGHAUL_REAPER_COUNT_MAX_PAGES`, functions/reaper/src/lib.rs `Config`), unless the
+/// template sets them: after the sweeps, within the run's budget, each shard of each live
+/// bucket is counted at most this many pages of this many entries.
+const DEFAULT_COUNT_PAGE: usize = 1000;
+const DEFAULT_COUNT_MAX_PAGES: usize = 2;
+/// The live buckets the reaper sweeps and counts (`pending`, `waiting`, `queued`, `running`:
+/// functions/reaper/src/bucket.rs `Bucket::ALL`), for the projection (the bench reads the
+/// buckets' names from the run's report).
+const LIVE_BUCKETS: usize = 4;
+/// Waiting-list reads a waiting page has in flight at once per shard (functions/reaper/src/
+/// waiting.rs `CHECKS_AT_ONCE`), for the AWS time of a pass over the list.
+const LIST_CHECKS_AT_ONCE: usize = 16;
 /// The page size the bench runs the reaper with unless told otherwise: moto's index query
 /// costs time in proportion to the whole table per page, so the function's default (100)
 /// would spend most of a 50,000-job run in the emulator's page overhead. 1,000 entries of a
@@ -97,6 +130,88 @@ const BENCH_PAGE: usize = 1000;
 /// the whole bucket, so 50,000 objects would make every listing of the run slow. The sample
 /// shows the deletes; jobs without an object cost the same listings.
 const OBJECT_EVERY: usize = 50;
+
+// ------------------------------------------------------------------------------------------
+// The heap, counted
+// ------------------------------------------------------------------------------------------
+
+/// The bench process's heap, counted by its global allocator: the bytes allocated now, and the
+/// most at once since [`heap::reset`]. The local stack hosts the reaper in this process, so
+/// what the process allocated at its peak during a run bounds what the run allocated from
+/// above (it also holds the edge forwarding the run's calls, and whatever else the stack did
+/// meanwhile). Heap, not RSS: code, stacks and memory the allocator keeps after a free are not
+/// in it.
+mod heap {
+    use std::alloc::{GlobalAlloc, Layout, System};
+    use std::sync::atomic::AtomicUsize;
+    use std::sync::atomic::Ordering::Relaxed;
+
+    static NOW: AtomicUsize = AtomicUsize::new(0);
+    static PEAK: AtomicUsize = AtomicUsize::new(0);
+
+    /// The system allocator, counting.
+    pub struct Counting;
+
+    fn grew(bytes: usize) {
+        let now = NOW.fetch_add(bytes, Relaxed) + bytes;
+        PEAK.fetch_max(now, Relaxed);
+    }
+
+    fn shrank(bytes: usize) {
+        NOW.fetch_sub(bytes, Relaxed);
+    }
+
+    // SAFETY: every call is passed on to `System` unchanged; only sizes are counted.
+    unsafe impl GlobalAlloc for Counting {
+        unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+            let ptr = unsafe { System.alloc(layout) };
+            if !ptr.is_null() {
+                grew(layout.size());
+            }
+            ptr
+        }
+
+        unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+            let ptr = unsafe { System.alloc_zeroed(layout) };
+            if !ptr.is_null() {
+                grew(layout.size());
+            }
+            ptr
+        }
+
+        unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+            unsafe { System.dealloc(ptr, layout) };
+            shrank(layout.size());
+        }
+
+        unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+            let new = unsafe { System.realloc(ptr, layout, new_size) };
+            if !new.is_null() {
+                if new_size >= layout.size() {
+                    grew(new_size - layout.size());
+                } else {
+                    shrank(layout.size() - new_size);
+                }
+            }
+            new
+        }
+    }
+
+    /// Starts a new peak from the heap as it is now, and answers that.
+    pub fn reset() -> usize {
+        let now = NOW.load(Relaxed);
+        PEAK.store(now, Relaxed);
+        now
+    }
+
+    /// The most bytes allocated at once since [`reset`].
+    pub fn peak() -> usize {
+        PEAK.load(Relaxed)
+    }
+}
+
+#[global_allocator]
+static HEAP: heap::Counting = heap::Counting;
 
 // ------------------------------------------------------------------------------------------
 // Item sizes and billed units
@@ -269,10 +384,14 @@ const LOCAL_TIMEOUT_S: u64 = 900;
 
 /// A copy of the repository root for the bench's stack: the template with the reaper's and
 /// the expirer's schedule rates set to a year (the bench fires them) and their timeouts set to
-/// [`LOCAL_TIMEOUT_S`], and links to what the template and the stack read beside it (`infra/`,
-/// `.venv`), in `target/volume-stack-<label>` (one per stack the bench runs at once). Returns
-/// the directory and the template's own timeouts of those functions.
-fn stack_root(label: &str) -> anyhow::Result<(PathBuf, BTreeMap<String, Duration>)> {
+/// `timeout_s` ([`LOCAL_TIMEOUT_S`] but for the waiting backlog's stack), and links to what the
+/// template and the stack read beside it (`infra/`, `.venv`), in `target/volume-stack-<label>`
+/// (one per stack the bench runs at once). Returns the directory and the template's own
+/// timeouts of those functions.
+fn stack_root(
+    label: &str,
+    timeout_s: u64,
+) -> anyhow::Result<(PathBuf, BTreeMap<String, Duration>)> {
     let root = longhaul_bench::workspace_root();
     let dir = root.join(format!("target/volume-stack-{label}"));
     std::fs::create_dir_all(&dir)?;
@@ -305,7 +424,7 @@ fn stack_root(label: &str) -> anyhow::Result<(PathBuf, BTreeMap<String, Duration
         {
             let seconds: u64 = seconds.trim().parse().context("a function's Timeout")?;
             timeouts.insert(resource.clone(), Duration::from_secs(seconds));
-            patched.push_str(&format!("{indent}Timeout: {LOCAL_TIMEOUT_S}"));
+            patched.push_str(&format!("{indent}Timeout: {timeout_s}"));
         } else {
             patched.push_str(line);
         }
@@ -386,6 +505,12 @@ struct Knobs {
     expirer_timeout: Duration,
     reaper_memory_mb: f64,
     expirer_memory_mb: f64,
+    /// `LONGHAUL_TENANT_MAX_RUNNING`: a tenant's running slots.
+    tenant_max_running: usize,
+    /// `LONGHAUL_REAPER_COUNT_PAGE`, `LONGHAUL_REAPER_COUNT_MAX_PAGES`: the `ActiveJobs`
+    /// counts' page and the most pages a run counts of a shard.
+    count_page: usize,
+    count_max_pages: usize,
 }
 
 struct Bench {
@@ -431,6 +556,39 @@ impl Run {
     fn number(&self, field: &str) -> u64 {
         self.report.get(field).and_then(Value::as_u64).unwrap_or(0)
     }
+    /// The reaper run's `ActiveJobs` readings (its report's `active`, counted after the
+    /// sweeps), by bucket: the entries counted, and whether the reading is a lower bound (the
+    /// report's `active_at_least`, `ActiveJobsTruncated` = 1: a shard's count stopped at its
+    /// page cap or at the run's deadline). A bucket the run did not count is missing.
+    fn counts(&self) -> BTreeMap<String, (u64, bool)> {
+        let at_least: BTreeSet<&str> = self.report["active_at_least"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        self.report["active"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter_map(|(bucket, n)| {
+                Some((bucket.clone(), (n.as_u64()?, at_least.contains(bucket.as_str()))))
+            })
+            .collect()
+    }
+    /// Index entries the run's counts read: as many as they counted (`Select=COUNT` reads, and
+    /// is billed for, every entry it counts, and stops where its count stops).
+    fn counted(&self) -> u64 {
+        self.counts().values().map(|(n, _)| n).sum()
+    }
+    /// How the run's `ActiveJobs` reading of `bucket` reads: "≥ n" for a lower bound.
+    fn reading(&self, bucket: &str) -> String {
+        match self.counts().get(bucket) {
+            Some((n, true)) => format!("≥ {}", num(*n as f64)),
+            Some((n, false)) => num(*n as f64),
+            None => "not counted".into(),
+        }
+    }
 }
 
 fn env_usize(name: &str) -> Option<usize> {
@@ -438,15 +596,23 @@ fn env_usize(name: &str) -> Option<usize> {
 }
 
 impl Bench {
-    /// Starts a stack of its own (`label` names its directory, see [`stack_root`]).
-    async fn start(label: &str) -> anyhow::Result<Self> {
+    /// Starts a stack of its own (`label` names its directory, see [`stack_root`]), the
+    /// reaper's budget `reaper_budget` seconds (`None`: `LONGHAUL_VOLUME_REAPER_BUDGET`, else
+    /// [`LOCAL_REAPER_BUDGET_S`]), the scheduled functions' timeout `timeout_s`.
+    async fn start(
+        label: &str,
+        reaper_budget: Option<u64>,
+        timeout_s: u64,
+    ) -> anyhow::Result<Self> {
         longhaul_aws::sdk::install_tls_provider();
-        let (root, timeouts) = stack_root(label)?;
+        let (root, timeouts) = stack_root(label, timeout_s)?;
         let mut options = Options::ephemeral(root);
         let reaper_page = env_usize("LONGHAUL_VOLUME_REAPER_PAGE").unwrap_or(BENCH_PAGE);
-        let reaper_budget = env_usize("LONGHAUL_VOLUME_REAPER_BUDGET")
-            .map(|b| b as u64)
-            .unwrap_or(LOCAL_REAPER_BUDGET_S);
+        let reaper_budget = reaper_budget.unwrap_or_else(|| {
+            env_usize("LONGHAUL_VOLUME_REAPER_BUDGET")
+                .map(|b| b as u64)
+                .unwrap_or(LOCAL_REAPER_BUDGET_S)
+        });
         let expirer_page =
             env_usize("LONGHAUL_VOLUME_EXPIRER_PAGE").unwrap_or(DEFAULT_EXPIRER_PAGE);
         let overrides = [
@@ -503,6 +669,11 @@ impl Bench {
             expirer_timeout: timeouts.get("ExpirerFunction").copied().unwrap_or(expirer.timeout),
             reaper_memory_mb: memory("ReaperFunction"),
             expirer_memory_mb: memory("ExpirerFunction"),
+            tenant_max_running: var("LONGHAUL_TENANT_MAX_RUNNING", 50).max(0) as usize,
+            count_page: var("LONGHAUL_REAPER_COUNT_PAGE", DEFAULT_COUNT_PAGE as i64).max(1)
+                as usize,
+            count_max_pages: var("LONGHAUL_REAPER_COUNT_MAX_PAGES", DEFAULT_COUNT_MAX_PAGES as i64)
+                .max(0) as usize,
         };
         Ok(Bench {
             token: stack.token("bench-volume"),
@@ -523,10 +694,21 @@ impl Bench {
         path: &str,
         body: Option<&Value>,
     ) -> anyhow::Result<(u16, Value)> {
+        self.api_as(&self.token, method, path, body).await
+    }
+
+    /// A call of the API as the principal of `token`.
+    async fn api_as(
+        &self,
+        token: &str,
+        method: &str,
+        path: &str,
+        body: Option<&Value>,
+    ) -> anyhow::Result<(u16, Value)> {
         let mut request = self
             .http
             .request(method.parse()?, format!("{}{path}", self.stack.api_url))
-            .bearer_auth(&self.token)
+            .bearer_auth(token)
             .header("idempotency-key", uuid::Uuid::new_v4().simple().to_string());
         if let Some(body) = body {
             request = request.json(body);
@@ -642,16 +824,34 @@ impl Bench {
     }
 
     async fn batch_write(&self, items: Vec<Item>) -> anyhow::Result<()> {
+        self.batch(items, |item| {
+            let put = PutRequest::builder().set_item(Some(item)).build()?;
+            anyhow::Ok(WriteRequest::builder().put_request(put).build())
+        })
+        .await
+    }
+
+    /// Deletes the items of `keys` (uncounted).
+    async fn batch_delete(&self, keys: Vec<Item>) -> anyhow::Result<()> {
+        self.batch(keys, |key| {
+            let delete = DeleteRequest::builder().set_key(Some(key)).build()?;
+            anyhow::Ok(WriteRequest::builder().delete_request(delete).build())
+        })
+        .await
+    }
+
+    /// `request` of each of `items`, written straight into the emulator (uncounted) in
+    /// `BatchWriteItem`s of 25, four at once.
+    async fn batch(
+        &self,
+        items: Vec<Item>,
+        request: impl Fn(Item) -> anyhow::Result<WriteRequest> + Copy,
+    ) -> anyhow::Result<()> {
         let chunks: Vec<Vec<Item>> = items.chunks(25).map(<[Item]>::to_vec).collect();
         let mut writes = futures::stream::iter(chunks)
             .map(|chunk| async move {
-                let mut requests = chunk
-                    .into_iter()
-                    .map(|item| {
-                        let put = PutRequest::builder().set_item(Some(item)).build()?;
-                        anyhow::Ok(WriteRequest::builder().put_request(put).build())
-                    })
-                    .collect::<anyhow::Result<Vec<_>>>()?;
+                let mut requests =
+                    chunk.into_iter().map(request).collect::<anyhow::Result<Vec<_>>>()?;
                 while !requests.is_empty() {
                     let output = self
                         .dynamodb
@@ -869,6 +1069,32 @@ struct Running {
     seconds: f64,
 }
 
+/// A copy of the running template as job `id` under a lease of its own, claimed at `claimed`,
+/// its heartbeat and progress last written at `fresh`, and each `from` of `also` replaced by
+/// its `to` (another owner): its job and progress records.
+fn running_copy(
+    t: &Templates,
+    id: &str,
+    claimed: DateTime<Utc>,
+    fresh: &str,
+    also: &[(&str, &str)],
+) -> anyhow::Result<(Item, Item)> {
+    let lease = uuid::Uuid::new_v4().simple().to_string();
+    let mut map = vec![(t.running_id.as_str(), id), (t.running_lease.as_str(), lease.as_str())];
+    map.extend_from_slice(also);
+    let mut job = copy_of(&t.running_job, &map);
+    let mut progress = copy_of(&t.running_progress, &map);
+    set(&mut job, "gsi2pk", status_bucket("running", &id.parse()?));
+    set(&mut job, "gsi2sk", format_rfc3339(claimed));
+    set(&mut job, "updated_at", format_rfc3339(claimed));
+    set(&mut job, "started_at", format_rfc3339(claimed));
+    job.remove("stalled_at");
+    set(&mut progress, "heartbeat_at", fresh);
+    set(&mut progress, "progress_changed_at", fresh);
+    set(&mut progress, "updated_at", fresh);
+    Ok((job, progress))
+}
+
 async fn seed_running(
     bench: &Bench,
     t: &Templates,
@@ -887,30 +1113,26 @@ async fn seed_running(
     for i in 0..n {
         let kind = Kind::at(i);
         let id = longhaul_domain::JobId::new().to_string();
-        let lease = uuid::Uuid::new_v4().simple().to_string();
         let claimed = now - chrono::Duration::hours(12) + span * i as i32 / n.max(1) as i32;
-        let map =
-            [(t.running_id.as_str(), id.as_str()), (t.running_lease.as_str(), lease.as_str())];
-        let mut job = copy_of(&t.running_job, &map);
-        let mut progress = copy_of(&t.running_progress, &map);
-        let bucket = status_bucket("running", &id.parse()?);
-        *per_shard.entry(bucket.clone()).or_default() += 1;
-        set(&mut job, "gsi2pk", bucket);
-        set(&mut job, "gsi2sk", format_rfc3339(claimed));
-        set(&mut job, "updated_at", format_rfc3339(claimed));
-        set(&mut job, "started_at", format_rfc3339(claimed));
-        job.remove("stalled_at");
         // Healthy: heartbeat and progress fresh for the whole bench.
-        let (mut heartbeat, mut changed) = (ahead.clone(), ahead.clone());
+        let (mut job, mut progress) = running_copy(t, &id, claimed, &ahead, &[])?;
+        let bucket = job.get("gsi2pk").and_then(|v| v.as_s().ok()).cloned().unwrap_or_default();
+        *per_shard.entry(bucket).or_default() += 1;
         match kind {
             Kind::Healthy => {}
             Kind::Zombie => {
                 // Silent for 10 s to 10 min past the timeout.
                 let silent = k.heartbeat_timeout + 10 + (i as i64 * 7) % 600;
-                heartbeat = format_rfc3339(now - secs(silent));
-                changed = heartbeat.clone();
+                let heartbeat = format_rfc3339(now - secs(silent));
+                set(&mut progress, "heartbeat_at", heartbeat.clone());
+                set(&mut progress, "progress_changed_at", heartbeat.clone());
+                set(&mut progress, "updated_at", heartbeat);
             }
-            Kind::Stalled => changed = format_rfc3339(now - secs(k.stall + 100)),
+            Kind::Stalled => {
+                let changed = format_rfc3339(now - secs(k.stall + 100));
+                set(&mut progress, "progress_changed_at", changed.clone());
+                set(&mut progress, "updated_at", changed);
+            }
             Kind::TimedOut => {
                 // Started past the maximum, claimed again since (a second attempt).
                 set(&mut job, "started_at", format_rfc3339(now - secs(k.max_runtime + 3600)));
@@ -918,9 +1140,6 @@ async fn seed_running(
                 job.insert("dispatches".into(), AttributeValue::N("2".into()));
             }
         }
-        set(&mut progress, "heartbeat_at", heartbeat);
-        set(&mut progress, "progress_changed_at", changed.clone());
-        set(&mut progress, "updated_at", changed);
         if kind == Kind::Healthy {
             healthy.push(id);
         } else {
@@ -1119,18 +1338,16 @@ async fn reaper_scenario(
             + run.number("backfilled");
         let cursor_writes = run.call("dynamodb:UpdateItem").saturating_sub(job_writes);
         run.wru = wru + cursor_writes as f64;
-        // Reads: the cursor item; every index query by the entries it read (the counts of the
-        // live buckets read them all, the sweeps what they examined); a progress record per
-        // examined running entry (BatchGetItem, eventually consistent); a consistent query of
-        // job and progress per job that did not look healthy.
-        let active: u64 = run.report["active"]
-            .as_object()
-            .map(|m| m.values().filter_map(Value::as_u64).sum())
-            .unwrap_or(0);
+        // Reads: the cursor item; every index query by the entries it read (the `ActiveJobs`
+        // counts after the sweeps what they counted — at most a few pages a shard, see
+        // [`Run::counted`] — the sweeps what they examined); a progress record per examined
+        // running entry (BatchGetItem, eventually consistent); a consistent query of job and
+        // progress per job that did not look healthy.
+        let counted = run.counted();
         let examined = run.number("examined");
         let views = job_writes + run.number("raced") + run.number("errors");
         let index_queries = run.call("dynamodb:Query").saturating_sub(views);
-        let index_bytes = (active + examined) as f64 * result.running_entry;
+        let index_bytes = (counted + examined) as f64 * result.running_entry;
         run.rru = run.call("dynamodb:GetItem") as f64
             + index_bytes / 8192.0
             + 0.25 * index_queries as f64
@@ -1138,10 +1355,11 @@ async fn reaper_scenario(
             + views as f64 * jp_ru;
         run.found = found;
         eprintln!(
-            "  reaper run {index}: {:.1} s, examined {examined}, found {found}, unfinished {}, calls {}",
+            "  reaper run {index}: {:.1} s, examined {examined}, found {found}, unfinished {}, calls {}, running counted {}",
             run.wall_s,
             run.number("unfinished"),
-            run.total_calls()
+            run.total_calls(),
+            run.reading("running")
         );
         let unfinished = run.number("unfinished");
         let errored = run.report.get("run_error").is_some();
@@ -1304,6 +1522,461 @@ async fn expirer_scenario(
 }
 
 // ------------------------------------------------------------------------------------------
+// A waiting backlog
+// ------------------------------------------------------------------------------------------
+
+/// The principal whose backlog waits (its token's `sub`: the jobs' owner).
+const BACKLOG_OWNER: &str = "bench-backlog";
+/// The reaper's budget in the waiting scenario unless `LONGHAUL_VOLUME_WAITING_BUDGET` says
+/// otherwise. Not the template's 40 s: moto reads the whole table for every page of an index
+/// query, so with 100,000 waiting jobs (some 200,000 items) a page of the list and its
+/// thousand list reads take it about 10 s, and a 40 s run would cover some 4,000 jobs — the
+/// list would take some 25 runs. 600 s still cuts it (into two runs on a 2-core machine),
+/// which is what is to be shown.
+const WAITING_BUDGET_S: u64 = 600;
+/// The reaper's timeout on the waiting backlog's stack, well past the budget and its margin:
+/// a run's sweeps and counts stop at its deadline, but what is in flight then (a waiting page's
+/// list reads, a count page) ends after it in an emulator that serves one call at a time; a
+/// run that overruns is to be measured (and failed past [`BUDGET_MARGIN`]), not killed.
+const WAITING_TIMEOUT_S: u64 = 3600;
+/// How far past its budget a run may go, as a fraction of the budget, before the bench fails:
+/// when the budget runs out, every shard's sweep finishes the page it is on (for a waiting
+/// page, one list read per job, 16 at a time per shard) and every count page started before
+/// the deadline ends (the counts start no page after it), in an emulator that serves one call
+/// at a time.
+const BUDGET_MARGIN: f64 = 0.25;
+/// The most the highest heap peak of the runs at W may be of the highest at W/10 before the
+/// bench fails: a sweep that held the list, or anything per waiting job, would grow with W
+/// (tenfold for the list).
+const HEAP_GROWTH_LIMIT: f64 = 1.5;
+
+/// One reaper run of the waiting scenario, as measured.
+#[derive(Debug)]
+struct WaitingRun {
+    run: Run,
+    /// Heap the bench process held when the run was fired, bytes.
+    heap_before: usize,
+    /// The most the process held above that during the run, bytes.
+    heap_added: usize,
+    /// Waiting-bucket shards whose sweep the budget cut (their cursor saved for the next run).
+    waiting_cut: usize,
+    /// The other sweeps' shards the budget cut (`running#1`, …): any, and some running jobs
+    /// went unjudged in the run.
+    others_cut: Vec<String>,
+    /// Unhealthy running jobs seeded with this size that were handled by the end of the run.
+    judged: usize,
+    /// What each live bucket held at the end of the run, read from the job records (uncounted):
+    /// what its `ActiveJobs` reading, counted after the sweeps, is checked against.
+    truth: BTreeMap<String, u64>,
+}
+
+impl WaitingRun {
+    /// The run's `ActiveJobs` readings that are not true (see [`Run::counts`]): an exact one
+    /// that is not what the bucket held, a lower bound above it, a bucket of unknown name.
+    fn wrong_counts(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for (bucket, (n, at_least)) in self.run.counts() {
+            match self.truth.get(&bucket) {
+                Some(&truth) if at_least && n > truth => out.push(format!(
+                    "`ActiveJobs` {bucket} read at least {} where {} were",
+                    num(n as f64),
+                    num(truth as f64)
+                )),
+                Some(&truth) if !at_least && n != truth => out.push(format!(
+                    "`ActiveJobs` {bucket} read exactly {} where {} were",
+                    num(n as f64),
+                    num(truth as f64)
+                )),
+                Some(_) => {}
+                None => out.push(format!("`ActiveJobs` of an unknown bucket {bucket}")),
+            }
+        }
+        out
+    }
+
+    /// Waiting jobs the run checked against their list: its `GetItem`s less the sweep cursors'
+    /// read and the reconciliation of the tenant's pool (its holders' item, and each of its
+    /// `limit` holders' job). Every job here waits in one list (its tenant's; `demo` has no
+    /// kind limit) and is found there, so one read is one job judged.
+    fn list_reads(&self, limit: usize) -> u64 {
+        self.run.call("dynamodb:GetItem").saturating_sub(2 + limit as u64)
+    }
+
+    fn failed(&self) -> bool {
+        self.run.report.get("run_error").is_some()
+    }
+}
+
+/// The waiting scenario at one size.
+#[derive(Debug, Default)]
+struct WaitingSize {
+    /// Waiting jobs of the tenant.
+    w: usize,
+    /// Unhealthy running jobs seeded with this size.
+    unhealthy: usize,
+    /// Healthy running jobs (the tenant's slot holders, the other tenant's) a run changed.
+    healthy_touched: usize,
+    /// Seconds to seed the waiting jobs added for this size (job record and list entry each).
+    seed_s: f64,
+    runs: Vec<WaitingRun>,
+    /// The run after which every shard of the waiting bucket had been swept to its end once.
+    covered_at: Option<usize>,
+}
+
+impl WaitingSize {
+    fn heap_peak(&self) -> usize {
+        self.runs.iter().map(|r| r.heap_added).max().unwrap_or(0)
+    }
+}
+
+/// The waiting scenario.
+#[derive(Debug, Default)]
+struct WaitingResult {
+    sizes: Vec<WaitingSize>,
+    budget: u64,
+    page: usize,
+    /// The tenant's running slots (`LONGHAUL_TENANT_MAX_RUNNING`).
+    limit: usize,
+    /// Running jobs of the other tenant seeded with each size.
+    running_per_size: usize,
+    job_size: usize,
+    list_entry_size: usize,
+    /// A waiting job's status-index entry, bytes (as the emulator projects it).
+    index_entry: f64,
+    timeout: Duration,
+    memory_mb: f64,
+    /// The `ActiveJobs` counts' page and the most pages a run counts of a shard.
+    count_page: usize,
+    count_max_pages: usize,
+}
+
+impl WaitingResult {
+    /// What fails the bench: a run past its budget by more than the margin (or killed), a
+    /// first run that left a running job unjudged, an `ActiveJobs` reading that is not true, a
+    /// list never covered, list entries the reaper had to put back (the seeding was wrong), a
+    /// heap peak that grows with W.
+    fn failures(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let allowed = self.budget as f64 * (1.0 + BUDGET_MARGIN);
+        for size in &self.sizes {
+            let w = num(size.w as f64);
+            for run in &size.runs {
+                if run.failed() {
+                    out.push(format!("W = {w}, run {}: the run failed", run.run.index));
+                } else if run.run.wall_s > allowed {
+                    out.push(format!(
+                        "W = {w}, run {}: ran {:.1} s, past its {} s budget by more than {:.0} %",
+                        run.run.index,
+                        run.run.wall_s,
+                        self.budget,
+                        BUDGET_MARGIN * 100.0
+                    ));
+                }
+                for wrong in run.wrong_counts() {
+                    out.push(format!("W = {w}, run {}: {wrong}", run.run.index));
+                }
+            }
+            match size.runs.first() {
+                Some(first) if first.judged < size.unhealthy || !first.others_cut.is_empty() => out
+                    .push(format!(
+                        "W = {w}: the first run judged {} of {} unhealthy running jobs, cut {:?}",
+                        first.judged, size.unhealthy, first.others_cut
+                    )),
+                Some(_) => {}
+                None => out.push(format!("W = {w}: no run")),
+            }
+            if size.covered_at.is_none() {
+                out.push(format!("W = {w}: the waiting sweep did not cover the list"));
+            }
+            let restored: u64 = size.runs.iter().map(|r| r.run.number("waiting_restored")).sum();
+            if restored > 0 {
+                out.push(format!("W = {w}: {restored} waiting-list entries put back (seeding)"));
+            }
+        }
+        if let [small, .., large] = self.sizes.as_slice()
+            && large.heap_peak() as f64 > HEAP_GROWTH_LIMIT * small.heap_peak() as f64
+        {
+            out.push(format!(
+                "heap peak {} B at W = {} against {} B at W = {}: more than {HEAP_GROWTH_LIMIT}×",
+                large.heap_peak(),
+                num(large.w as f64),
+                small.heap_peak(),
+                num(small.w as f64)
+            ));
+        }
+        out
+    }
+}
+
+impl Bench {
+    /// Fires the reaper once (see [`Bench::fire`]) and measures the heap the process allocated
+    /// at its peak meanwhile.
+    async fn fire_watched(&self, index: usize) -> anyhow::Result<WaitingRun> {
+        let heap_before = heap::reset();
+        let run = self.fire("reaper", "ReaperFunction", index).await?;
+        let heap_added = heap::peak().saturating_sub(heap_before);
+        Ok(WaitingRun {
+            run,
+            heap_before,
+            heap_added,
+            waiting_cut: 0,
+            others_cut: Vec::new(),
+            judged: 0,
+            truth: BTreeMap::new(),
+        })
+    }
+
+    /// The sweeps whose cursor is saved, by [`longhaul_aws::jobs::sweep_name`]: those the last
+    /// run cut (read uncounted).
+    async fn cut_sweeps(&self) -> anyhow::Result<BTreeSet<String>> {
+        Ok(self
+            .item("SWEEP", "CURSORS")
+            .await?
+            .map(|item| item.into_keys().filter(|name| name.contains('#')).collect())
+            .unwrap_or_default())
+    }
+
+    /// Forgets the saved cursors `names`: their sweeps start from the oldest entry.
+    async fn forget_sweeps(&self, names: &BTreeSet<String>) -> anyhow::Result<()> {
+        if names.is_empty() {
+            return Ok(());
+        }
+        let mut update = self
+            .dynamodb
+            .update_item()
+            .table_name(&self.table)
+            .key("pk", AttributeValue::S("SWEEP".into()))
+            .key("sk", AttributeValue::S("CURSORS".into()));
+        let mut removed = Vec::new();
+        for (i, name) in names.iter().enumerate() {
+            update = update.expression_attribute_names(format!("#c{i}"), name);
+            removed.push(format!("#c{i}"));
+        }
+        update.update_expression(format!("REMOVE {}", removed.join(", "))).send().await?;
+        Ok(())
+    }
+}
+
+fn string_of(item: &Item, name: &str) -> anyhow::Result<String> {
+    item.get(name)
+        .and_then(|v| v.as_s().ok())
+        .cloned()
+        .with_context(|| format!("`{name}` in {item:?}"))
+}
+
+/// Submits a job as [`BACKLOG_OWNER`] (whose slots are all held) and waits until the
+/// dispatcher has left it waiting: its job record and its waiting-list entry.
+async fn waiting_template(
+    bench: &Bench,
+    pool: &longhaul_aws::slots::Pool,
+) -> anyhow::Result<(String, Item, Item)> {
+    let token = bench.stack.token(BACKLOG_OWNER);
+    let body = json!({"type": "demo", "params": {"items": 1, "item_ms": 0}});
+    let (status, reply) = bench.api_as(&token, "POST", "/jobs", Some(&body)).await?;
+    if status != 202 {
+        bail!("submit answered {status}: {reply}");
+    }
+    let id = reply["job_id"].as_str().context("job_id")?.to_owned();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let job = loop {
+        if let Some(job) = bench.item(&format!("JOB#{id}"), "JOB").await?
+            && string_of(&job, "gsi2pk").is_ok_and(|b| b.starts_with(WAITING_BUCKET))
+        {
+            break job;
+        }
+        if Instant::now() > deadline {
+            bail!("job {id} was not left waiting within 120 s");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let waiting = job.get("waiting").and_then(|w| w.as_m().ok()).context("`waiting`")?;
+    let position = string_of(waiting, "position")?;
+    let entry = bench
+        .item(&pool.waiting_pk(), &position)
+        .await?
+        .with_context(|| format!("job {id}'s entry {position} in its waiting list"))?;
+    if status_of(&job) != "pending" {
+        bail!("job {id} waits but is {}, not pending", status_of(&job));
+    }
+    Ok((id, job, entry))
+}
+
+async fn waiting_scenario(
+    bench: &Bench,
+    t: &Templates,
+    w: usize,
+    running_per_size: usize,
+    max_runs: usize,
+) -> anyhow::Result<WaitingResult> {
+    let k = &bench.knobs;
+    if k.tenant_max_running == 0 {
+        bail!("LONGHAUL_TENANT_MAX_RUNNING is 0 (no limit): no job would wait");
+    }
+    let owner: longhaul_domain::Owner = BACKLOG_OWNER.parse()?;
+    let pool = longhaul_aws::slots::Pool::Tenant(owner);
+    // The tenant's slots, held by healthy running jobs of its own; the slot holders' item is
+    // named in shared/aws/src/slots.rs.
+    let now = Utc::now();
+    let ahead = format_rfc3339(now + chrono::Duration::hours(6));
+    let template_owner = string_of(&t.running_job, "owner")?;
+    let (mut items, mut holders) = (Vec::new(), Vec::new());
+    for _ in 0..k.tenant_max_running {
+        let id = longhaul_domain::JobId::new().to_string();
+        let claimed = now - chrono::Duration::hours(1);
+        let also = [(template_owner.as_str(), BACKLOG_OWNER)];
+        let (job, progress) = running_copy(t, &id, claimed, &ahead, &also)?;
+        items.extend([job, progress]);
+        holders.push(id);
+    }
+    items.push(HashMap::from([
+        ("pk".to_owned(), AttributeValue::S(pool.holders_pk())),
+        ("sk".to_owned(), AttributeValue::S("HOLDERS".into())),
+        ("holders".to_owned(), AttributeValue::Ss(holders.clone())),
+    ]));
+    bench.batch_write(items).await?;
+    let (template_id, job, entry) = waiting_template(bench, &pool).await?;
+    eprintln!("waiting: job {template_id} waits; its record and list entry are the template");
+    let mut result = WaitingResult {
+        budget: k.reaper_budget,
+        page: k.reaper_page,
+        limit: k.tenant_max_running,
+        running_per_size,
+        job_size: item_size(&job),
+        list_entry_size: item_size(&entry),
+        timeout: k.reaper_timeout,
+        memory_mb: k.reaper_memory_mb,
+        count_page: k.count_page,
+        count_max_pages: k.count_max_pages,
+        ..Default::default()
+    };
+    let template_created = string_of(&job, "created_at")?;
+    let created_at = DateTime::parse_from_rfc3339(&template_created)?.to_utc();
+    let since_at = DateTime::parse_from_rfc3339(&string_of(&job, "gsi2sk")?)?.to_utc();
+    let mut seeded = 1; // the template
+    let mut previous: Vec<String> = Vec::new();
+    let sizes = BTreeSet::from([(w / 10).max(1), w]);
+    for size in sizes {
+        // Copies of the waiting job, a millisecond apart before it (creation, and the start
+        // of its wait, which is its status-index sort key).
+        let started = Instant::now();
+        eprintln!("W={size}: seeding {} waiting jobs", size - seeded);
+        let mut items = Vec::with_capacity(2 * (size - seeded));
+        for g in seeded..size {
+            let id = longhaul_domain::JobId::new().to_string();
+            let back = chrono::Duration::milliseconds((w - g) as i64);
+            let (created, since) =
+                (format_rfc3339(created_at - back), format_rfc3339(since_at - back));
+            let map = [
+                (template_id.as_str(), id.as_str()),
+                (template_created.as_str(), created.as_str()),
+            ];
+            let mut copy = copy_of(&job, &map);
+            set(&mut copy, "gsi2pk", status_bucket(WAITING_BUCKET, &id.parse()?));
+            set(&mut copy, "gsi2sk", since.clone());
+            if let Some(AttributeValue::M(waiting)) = copy.get_mut("waiting") {
+                waiting.insert("since".into(), AttributeValue::S(since));
+            }
+            items.push(copy);
+            items.push(copy_of(&entry, &map));
+        }
+        bench.batch_write(items).await?;
+        let seed_s = started.elapsed().as_secs_f64();
+        seeded = size;
+        if result.index_entry == 0.0 {
+            result.index_entry = bench.entry_size(WAITING_BUCKET).await?;
+        }
+        // The same running population with each size: the last size's running jobs go, and as
+        // many are seeded afresh (so that the first run has unhealthy jobs to judge).
+        let keys = previous
+            .iter()
+            .flat_map(|id| {
+                ["JOB", "PROGRESS"].map(|sk| {
+                    HashMap::from([
+                        ("pk".to_owned(), AttributeValue::S(format!("JOB#{id}"))),
+                        ("sk".to_owned(), AttributeValue::S(sk.into())),
+                    ])
+                })
+            })
+            .collect();
+        bench.batch_delete(keys).await?;
+        eprintln!("  seeded in {seed_s:.1} s; seeding {running_per_size} running jobs");
+        let running = seed_running(bench, t, running_per_size, Utc::now()).await?;
+        let healthy: Vec<String> = holders.iter().chain(&running.healthy).cloned().collect();
+        previous = running.healthy.iter().chain(running.watched.keys()).cloned().collect();
+        // The sweep of the list starts from its oldest entry with each size.
+        let cut = bench.cut_sweeps().await?;
+        bench.forget_sweeps(&cut).await?;
+        let mut size_result =
+            WaitingSize { w: size, unhealthy: running.watched.len(), seed_s, ..Default::default() };
+        // Every running job of this size: the tenant's slot holders, the other tenant's jobs.
+        let all_running: Vec<String> =
+            healthy.iter().chain(running.watched.keys()).cloned().collect();
+        let mut covered = BTreeSet::new();
+        let mut admitted = 0;
+        for index in 1..=max_runs {
+            let mut run = bench.fire_watched(index).await?;
+            let cut = bench.cut_sweeps().await?;
+            let jobs = bench.jobs(&all_running).await?;
+            run.judged = running
+                .watched
+                .iter()
+                .filter(|(id, (kind, _))| jobs.get(*id).is_some_and(|j| handled(*kind, j).0))
+                .count();
+            // What the live buckets held when the run counted them, after its sweeps: the
+            // running jobs still running, the waiting jobs less any the reaper woke (none,
+            // while the slot holders run), nothing pending or queued.
+            admitted += run.run.number("admitted");
+            let still_running = jobs.values().filter(|j| status_of(j) == "running").count();
+            run.truth = BTreeMap::from([
+                ("pending".to_owned(), 0),
+                (WAITING_BUCKET.to_owned(), (size as u64).saturating_sub(admitted)),
+                ("queued".to_owned(), 0),
+                ("running".to_owned(), still_running as u64),
+            ]);
+            let (waiting_cut, others_cut): (Vec<String>, Vec<String>) =
+                cut.into_iter().partition(|name| name.starts_with(WAITING_BUCKET));
+            if !run.failed() {
+                for shard in 0..STATUS_SHARDS {
+                    let name = longhaul_aws::jobs::sweep_name(WAITING_BUCKET, shard);
+                    if !waiting_cut.contains(&name) {
+                        covered.insert(shard);
+                    }
+                }
+            }
+            (run.waiting_cut, run.others_cut) = (waiting_cut.len(), others_cut);
+            eprintln!(
+                "  reaper run {index}: {:.1} s, waiting jobs checked {} (entries examined {}), waiting shards cut {}, others cut {:?}, judged {}/{}, ActiveJobs {:?} of {:?}{}, heap {:.1} MB +{:.1} MB",
+                run.run.wall_s,
+                run.list_reads(k.tenant_max_running),
+                run.run.number("examined"),
+                run.waiting_cut,
+                run.others_cut,
+                run.judged,
+                size_result.unhealthy,
+                run.run.counts(),
+                run.truth,
+                run.wrong_counts().iter().map(|w| format!(" — {w}")).collect::<String>(),
+                run.heap_before as f64 / 1e6,
+                run.heap_added as f64 / 1e6
+            );
+            size_result.runs.push(run);
+            if covered.len() == STATUS_SHARDS as usize {
+                size_result.covered_at = Some(index);
+                break;
+            }
+        }
+        let jobs = bench.jobs(&healthy).await?;
+        size_result.healthy_touched = jobs
+            .values()
+            .filter(|j| status_of(j) != "running" || j.contains_key("stalled_at"))
+            .count()
+            + healthy.len().saturating_sub(jobs.len());
+        result.sizes.push(size_result);
+    }
+    Ok(result)
+}
+
+// ------------------------------------------------------------------------------------------
 // The report
 // ------------------------------------------------------------------------------------------
 
@@ -1389,49 +2062,90 @@ fn projection_text(billing: &Billing) -> String {
         .join("; ")
 }
 
-/// What one reaper run reads with `n` healthy running jobs (the calls the code makes).
-struct ReaperModel {
-    page: usize,
-    count_queries: f64,
-    sweep_queries: f64,
-    batches: f64,
-    index_rru: f64,
-    progress_rru: f64,
-}
-
 /// One row of the growth table: a quantity read off a reaper and an expirer result.
 type GrowthMeasure = Box<dyn Fn(&ReaperResult, &ExpirerResult) -> f64>;
 
+/// What one reaper run reads with `n` healthy running jobs and the other live buckets empty
+/// (the calls the code makes): the sweeps first, then, with what they left of the budget, the
+/// `ActiveJobs` counts.
+struct ReaperModel {
+    page: usize,
+    /// The counts' queries: for each shard of each live bucket, the pages its entries need (a
+    /// full page names where it goes on, so `⌊entries / page⌋ + 1`: an empty shard's one) up
+    /// to the cap.
+    count_queries: f64,
+    /// The index entries the counts read: per shard, its entries up to cap × page.
+    count_entries: f64,
+    /// The most pages one shard's count reads (the shards are counted at once).
+    count_pages: f64,
+    sweep_queries: f64,
+    batches: f64,
+    count_rru: f64,
+    sweep_rru: f64,
+    progress_rru: f64,
+}
+
 impl ReaperModel {
-    fn new(n: f64, page: usize, entry: f64, progress: usize) -> Self {
+    fn new(
+        n: f64,
+        page: usize,
+        entry: f64,
+        progress: usize,
+        count_page: usize,
+        count_max_pages: usize,
+    ) -> Self {
         let shards = STATUS_SHARDS as f64;
+        let empty = (LIVE_BUCKETS - 1) as f64 * shards;
         let per_shard = n / shards;
         let pages = (per_shard / page as f64).ceil();
-        // The counts read every live bucket shard by shard in 1 MB pages (the empty pending and
-        // queued shards one query each); the sweeps page the running shards (and query the
-        // empty ones once).
-        let count_queries =
-            shards * (per_shard * entry / 1_048_576.0).ceil().max(1.0) + 2.0 * shards;
-        let sweep_queries = shards * pages + 2.0 * shards;
+        // The counts: every running shard as far as the cap, each empty shard one query (of
+        // nothing) — none at all if the cap is 0.
+        let cap = count_max_pages as f64;
+        let count_pages = ((per_shard / count_page.max(1) as f64).floor() + 1.0).min(cap);
+        let count_queries = shards * count_pages + empty * cap.min(1.0);
+        let count_entries = shards * per_shard.min(cap * count_page as f64);
+        // The sweeps page the running shards (and query the empty ones once).
+        let sweep_queries = shards * pages + empty;
         let batches = shards * pages * (page as f64 / 100.0).ceil();
-        let index_rru = 2.0 * n * entry / 8192.0 + 0.25 * (count_queries + sweep_queries);
+        let count_rru = count_entries * entry / 8192.0 + 0.25 * count_queries;
+        let sweep_rru = n * entry / 8192.0 + 0.25 * sweep_queries;
         let progress_rru = n * 0.5 * (progress as f64 / 4096.0).ceil();
-        ReaperModel { page, count_queries, sweep_queries, batches, index_rru, progress_rru }
+        ReaperModel {
+            page,
+            count_queries,
+            count_entries,
+            count_pages: count_pages.max(cap.min(1.0)),
+            sweep_queries,
+            batches,
+            count_rru,
+            sweep_rru,
+            progress_rru,
+        }
     }
     fn requests(&self) -> f64 {
         1.0 + self.count_queries + self.sweep_queries + self.batches
     }
-    fn rru(&self) -> f64 {
-        1.0 + self.index_rru + self.progress_rru
+    fn index_rru(&self) -> f64 {
+        self.count_rru + self.sweep_rru
     }
-    /// The counts, one query after another.
+    fn rru(&self) -> f64 {
+        1.0 + self.index_rru() + self.progress_rru
+    }
+    /// The counts: every shard of every bucket at once, one shard's pages one after another.
     fn count_s(&self, ms: f64) -> f64 {
-        self.count_queries * ms / 1000.0
+        self.count_pages * ms / 1000.0
     }
     /// One running shard's sweep: its queries and batch reads one after another.
     fn sweep_s(&self, ms: f64) -> f64 {
         let shards = STATUS_SHARDS as f64;
-        (self.sweep_queries - 2.0 * shards + self.batches) / shards * ms / 1000.0
+        let empty = (LIVE_BUCKETS - 1) as f64 * shards;
+        (self.sweep_queries - empty + self.batches) / shards * ms / 1000.0
+    }
+    /// A run: its sweeps, to their end or to the budget; then, if the budget is not spent,
+    /// the counts, which start no page past the deadline (so at most one page's time past it).
+    fn run_s(&self, ms: f64, budget: f64) -> f64 {
+        let swept = self.sweep_s(ms);
+        if swept >= budget { budget } else { (swept + self.count_s(ms)).min(budget + ms / 1000.0) }
     }
 }
 
@@ -1439,6 +2153,7 @@ fn report(
     setup: &Setup,
     reapers: &[ReaperResult],
     expirers: &[ExpirerResult],
+    waiting: Option<&WaitingResult>,
     total_s: f64,
 ) -> String {
     let mut md = String::new();
@@ -1508,15 +2223,22 @@ fn report(
          running job record {} B, its progress record {} B, succeeded job record {} B, its progress {} B; index entries \
          are read back from the emulator's index (which projects as the template says). Reads: a query is billed by \
          the bytes of the entries it read, rounded up to 4 KB per request, half a unit each (index reads are eventually \
-         consistent) — the sweeps' pages and the reaper's `ActiveJobs` counts (`Select=COUNT` reads every entry of a \
-         bucket all the same); each progress record in a `BatchGetItem` is half a unit (≤ 4 KB, eventually \
+         consistent) — the sweeps' pages and the reaper's `ActiveJobs` counts (after the sweeps, within the run's \
+         budget, at most {} pages of {} entries a shard of each live bucket: `Select=COUNT` is billed for every entry it \
+         counts, which is what the run's report gives; a bucket larger than that is reported as a lower bound, \
+         shown ≥ below); each progress record in a `BatchGetItem` is half a unit (≤ 4 KB, eventually \
          consistent); the consistent query of job and progress for a job that did not look healthy is one unit per 4 KB; \
          the cursor `GetItem` one. Writes: every change of a seeded job (read back after each run) is billed as DynamoDB \
          does — the item by its larger size per 1 KB, and each index entry added, removed (1 write), moved to another \
          key (2) or with a projected attribute changed (1), by the entry's size per 1 KB; a sweep cursor save is one \
          unit. Requests are the edge's counts of the function's calls. Wall times are **local**: moto's index query scans \
          the whole table per page, so they grow faster than N here and say nothing about AWS.\n",
-        setup.running_job, setup.running_progress, setup.done_job, setup.done_progress
+        setup.running_job,
+        setup.running_progress,
+        setup.done_job,
+        setup.done_progress,
+        k.count_max_pages,
+        num(k.count_page as f64),
     );
 
     // Reaper: found.
@@ -1574,10 +2296,10 @@ fn report(
     let _ = writeln!(w, "**Reaper runs** (local wall times are moto's):\n");
     let _ = writeln!(
         w,
-        "| N | run | wall s (local) | fits {} s timeout | entries examined | found | unfinished shards | requests | DynamoDB requests by operation | other requests | RRU | WRU |",
+        "| N | run | wall s (local) | fits {} s timeout | entries examined | found | unfinished shards | `ActiveJobs` running (after the sweeps) | requests | DynamoDB requests by operation | other requests | RRU | WRU |",
         k.reaper_timeout.as_secs()
     );
-    let _ = writeln!(w, "|--:|--:|--:|---|--:|--:|--:|--:|---|---|--:|--:|");
+    let _ = writeln!(w, "|--:|--:|--:|---|--:|--:|--:|--:|--:|---|---|--:|--:|");
     for r in reapers {
         for run in &r.runs {
             let (ddb, other): (BTreeMap<_, _>, BTreeMap<_, _>) = run
@@ -1587,7 +2309,7 @@ fn report(
                 .partition(|(k, _)| k.starts_with("dynamodb:"));
             let _ = writeln!(
                 w,
-                "| {} | {}{} | {:.1} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {}{} | {:.1} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 num(r.n as f64),
                 run.index,
                 if r.steady.contains(&run.index) { " (steady)" } else { "" },
@@ -1596,6 +2318,7 @@ fn report(
                 num(run.number("examined") as f64),
                 run.found,
                 run.number("unfinished"),
+                run.reading("running"),
                 num(run.total_calls() as f64),
                 ops(&ddb),
                 if other.is_empty() { "–".into() } else { ops(&other) },
@@ -1607,7 +2330,11 @@ fn report(
     let _ = writeln!(
         w,
         "\n\"(steady)\": the full sweep after everything was handled — what watching N healthy running jobs \
-         costs every minute.\n"
+         costs every minute. `ActiveJobs` running: the run's count of the running bucket after its sweeps, \
+         ≥ where it stopped at its cap of {} pages of {} entries a shard (a lower bound, \
+         `ActiveJobsTruncated` 1), \"not counted\" where the sweeps had spent the budget.\n",
+        k.count_max_pages,
+        num(k.count_page as f64),
     );
     let killed: Vec<String> = reapers
         .iter()
@@ -1721,16 +2448,8 @@ fn report(
             Box::new(|r, _| r.steady_sum(|x| x.dynamodb_calls() as f64)),
         ),
         (
-            "reaper, steady sweep: entries read (examined + counted)",
-            Box::new(|r, _| {
-                r.steady_sum(|x| {
-                    x.number("examined") as f64
-                        + x.report["active"]
-                            .as_object()
-                            .map(|m| m.values().filter_map(Value::as_u64).sum::<u64>())
-                            .unwrap_or(0) as f64
-                })
-            }),
+            "reaper, steady sweep: entries read (examined + counted, the counts capped)",
+            Box::new(|r, _| r.steady_sum(|x| (x.number("examined") + x.counted()) as f64)),
         ),
         ("reaper, steady sweep: RRU", Box::new(|r, _| r.steady_sum(|x| x.rru))),
         ("reaper, steady sweep: local wall s (moto)", Box::new(|r, _| r.steady_sum(|x| x.wall_s))),
@@ -1762,24 +2481,61 @@ fn report(
     if let (Some(r), Some(e)) = (reapers.last(), expirers.last()) {
         let _ = writeln!(w, "\n### On paper: 1,000,000 running jobs\n");
         let big = 1e6;
+        let model = |n: f64, page: usize| {
+            ReaperModel::new(
+                n,
+                page,
+                r.running_entry,
+                r.progress_size,
+                k.count_page,
+                k.count_max_pages,
+            )
+        };
         let models: Vec<ReaperModel> = BTreeSet::from([DEFAULT_REAPER_PAGE, setup.reaper_page])
             .into_iter()
-            .map(|page| ReaperModel::new(big, page, r.running_entry, r.progress_size))
+            .map(|page| model(big, page))
             .collect();
-        // Measured, scaled: the steady sweep at the largest N, per entry it examined.
+        // Measured, scaled: the steady sweep at the largest N, per entry it examined — less its
+        // counts, which do not grow with N past their cap: the model's counts at N are taken
+        // out of each steady run, its counts at 1,000,000 put back.
+        let (at_n, at_big) = (model(r.n as f64, setup.reaper_page), model(big, setup.reaper_page));
+        let steady = r.steady_runs().count() as f64;
         let examined = r.steady_sum(|x| x.number("examined") as f64).max(1.0);
-        let measured_requests = r.steady_sum(|x| x.total_calls() as f64) / examined * big;
-        let measured_rru = r.steady_sum(|x| x.rru) / examined * big;
+        let scaled = |measured: f64, counts_at_n: f64, counts_at_big: f64| {
+            (measured - steady * counts_at_n).max(0.0) / examined * big + counts_at_big
+        };
+        let measured_requests = scaled(
+            r.steady_sum(|x| x.total_calls() as f64),
+            at_n.count_queries,
+            at_big.count_queries,
+        );
+        let measured_rru = scaled(r.steady_sum(|x| x.rru), at_n.count_rru, at_big.count_rru);
+        let counted_at_n: Vec<String> = r
+            .steady_runs()
+            .map(|x| x.reading("running"))
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
         let _ = writeln!(
             w,
             "A reaper run (every minute) with 1,000,000 healthy running jobs, {} shards of the running bucket \
              ({} each), index entries of {:.0} B and progress records of {} B (measured), a `BatchGetItem` per \
-             100 progress records. The model counts the calls the code makes; the last column scales what the \
-             steady sweep at N = {} made per entry it examined (page {}).\n",
+             100 progress records. A run sweeps first, to the end of every bucket or to its budget; then, with \
+             what the sweeps left of the budget, it counts every shard of the {LIVE_BUCKETS} live buckets at once \
+             for the `ActiveJobs` gauge, at most {} pages of {} entries a shard, no page started past the deadline \
+             — so the counts read at most {} running entries a run, whatever N, and report a bucket larger than \
+             that as a lower bound (the steady sweep at N = {} counted the running bucket as {}). The model counts \
+             the calls the code makes; the last column scales what the steady sweep at N = {} made per entry it \
+             examined (page {}), its counts taken out and the model's put back.\n",
             STATUS_SHARDS,
             num(big / shards),
             r.running_entry,
             r.progress_size,
+            k.count_max_pages,
+            num(k.count_page as f64),
+            num(shards * (k.count_max_pages * k.count_page) as f64),
+            num(r.n as f64),
+            counted_at_n.join(", "),
             num(r.n as f64),
             setup.reaper_page,
         );
@@ -1799,41 +2555,47 @@ fn report(
             };
         row(
             w,
-            "`ActiveJobs` count queries (1 MB pages of entries, every live bucket)",
+            &format!(
+                "`ActiveJobs` count queries (after the sweeps: per shard of each live bucket the pages its entries need, at least 1, at most {})",
+                k.count_max_pages
+            ),
             &|m| num(m.count_queries),
             String::new(),
         );
+        row(w, "entries the counts read", &|m| num(m.count_entries), String::new());
         row(w, "sweep index queries", &|m| num(m.sweep_queries), String::new());
         row(w, "`BatchGetItem` of progress records", &|m| num(m.batches), String::new());
         row(w, "requests in all", &|m| num(m.requests()), num(measured_requests));
-        row(w, "RRU: index entries (counts + sweep)", &|m| num(m.index_rru), String::new());
+        row(w, "RRU: index entries, the sweep", &|m| num(m.sweep_rru), String::new());
+        row(w, "RRU: index entries, the counts", &|m| num(m.count_rru), String::new());
         row(w, "RRU: progress records", &|m| num(m.progress_rru), String::new());
         row(w, "RRU in all", &|m| num(m.rru()), num(measured_rru));
+        let budget = REAPER_BUDGET_S as f64;
         for ms in [5.0, 10.0] {
             row(
                 w,
                 &format!(
-                    "AWS time at {ms:.0} ms a call: counts (one query after another) + one shard's sweep (shards side by side)"
+                    "AWS time at {ms:.0} ms a call: one shard's sweep (shards side by side) + the counts (every shard at once)"
                 ),
-                &|m| format!("{:.0} s + {:.0} s", m.count_s(ms), m.sweep_s(ms)),
+                &|m| format!("{:.0} s + {:.2} s", m.sweep_s(ms), m.count_s(ms)),
                 String::new(),
             );
             row(
                 w,
                 &format!(
-                    "runs per full sweep at {ms:.0} ms (budget {REAPER_BUDGET_S} s from the end of the counts)"
+                    "runs per full sweep at {ms:.0} ms (budget {REAPER_BUDGET_S} s from the run's start)"
                 ),
-                &|m| num((m.sweep_s(ms) / REAPER_BUDGET_S as f64).ceil().max(1.0)),
+                &|m| num((m.sweep_s(ms) / budget).ceil().max(1.0)),
                 String::new(),
             );
             row(
                 w,
                 &format!(
-                    "a run fits the {} s timeout at {ms:.0} ms (counts + at most the budget)",
+                    "a run fits the {} s timeout at {ms:.0} ms (the sweep to its end or the budget, then the counts within it)",
                     k.reaper_timeout.as_secs()
                 ),
                 &|m| {
-                    let run = m.count_s(ms) + m.sweep_s(ms).min(REAPER_BUDGET_S as f64);
+                    let run = m.run_s(ms, budget);
                     if run < k.reaper_timeout.as_secs_f64() {
                         format!("yes ({run:.0} s)")
                     } else {
@@ -1847,8 +2609,7 @@ fn report(
         let month_rru = m.rru() * MINUTES_PER_MONTH;
         let gb = k.reaper_memory_mb / 1024.0;
         let lambda_month = |ms: f64| {
-            let run = m.count_s(ms) + m.sweep_s(ms).min(REAPER_BUDGET_S as f64);
-            MINUTES_PER_MONTH * (run * gb * GB_S_PRICE + LAMBDA_REQUEST_PRICE)
+            MINUTES_PER_MONTH * (m.run_s(ms, budget) * gb * GB_S_PRICE + LAMBDA_REQUEST_PRICE)
         };
         let heartbeats = big * 2.0 * MINUTES_PER_MONTH * WRU_PRICE;
         let _ = writeln!(
@@ -1861,8 +2622,8 @@ fn report(
             num(month_rru),
             money(month_rru * RRU_PRICE),
             money(m.progress_rru * MINUTES_PER_MONTH * RRU_PRICE),
-            money(m.index_rru / 2.0 * MINUTES_PER_MONTH * RRU_PRICE),
-            money(m.index_rru / 2.0 * MINUTES_PER_MONTH * RRU_PRICE),
+            money(m.sweep_rru * MINUTES_PER_MONTH * RRU_PRICE),
+            money(m.count_rru * MINUTES_PER_MONTH * RRU_PRICE),
             k.reaper_memory_mb,
             money(lambda_month(5.0)),
             money(lambda_month(10.0)),
@@ -1923,6 +2684,9 @@ fn report(
             (secs(big, 10.0) / EXPIRER_BUDGET_S as f64).ceil(),
         );
     }
+    if let Some(waiting) = waiting {
+        w.push_str(&waiting_report(waiting));
+    }
     let _ = writeln!(
         w,
         "Local seeding: {}. Whole bench {:.0} s on this machine.\n",
@@ -1938,6 +2702,254 @@ fn report(
             .collect::<Vec<_>>()
             .join("; "),
         total_s
+    );
+    md
+}
+
+/// The waiting scenario's part of the section.
+fn waiting_report(r: &WaitingResult) -> String {
+    let mut md = String::new();
+    let w = &mut md;
+    let (Some(small), Some(large)) = (r.sizes.first(), r.sizes.last()) else { return md };
+    let mib = |bytes: usize| bytes as f64 / 1_048_576.0;
+    let shards = STATUS_SHARDS as f64;
+    let cap = r.count_max_pages * r.count_page;
+    let _ = writeln!(
+        w,
+        "### Reaper: a waiting backlog of {} jobs of one tenant\n",
+        num(large.w as f64)
+    );
+    let _ = writeln!(
+        w,
+        "`LONGHAUL_VOLUME_WAITING` = W, on a third stack alone (after the others). One tenant has its {} running \
+         slots (`TenantMaxRunningJobs`) held by {} healthy running jobs of its own, and W jobs waiting for one: \
+         the first submitted through the API and left waiting by the dispatcher (status `pending`, `waiting` set, \
+         its status-index entry in the `waiting` bucket, its key in the tenant's waiting list `WAITING#T#…`), the \
+         other W − 1 copies of its job record ({} B) and its list entry ({} B) with the job id, the creation time \
+         and the start of the wait replaced (a millisecond apart), written straight into the emulator — W = {} \
+         first, then topped up to W = {}. With each size, {} running jobs of another tenant, seeded as above \
+         (zombies, stalls and timeouts among them), replace the last size's. The reaper runs with a budget of {} s \
+         (`LONGHAUL_VOLUME_WAITING_BUDGET`; the template's is {REAPER_BUDGET_S} s, but moto reads the whole \
+         table for every page of an index query, so a page of the list takes it seconds where AWS takes \
+         milliseconds) and page {}, and a {WAITING_TIMEOUT_S} s timeout (so that a run past its budget is measured, \
+         not killed), one run after another until its waiting sweep has been through every shard of the list; \
+         each size starts that sweep from the oldest entry. A run sweeps all the live buckets at once against one \
+         deadline, its budget from its start; then, with what the sweeps left of the budget, it counts them for \
+         the `ActiveJobs` gauge — every shard of every bucket at once, at most {} pages of {} entries a shard \
+         (`LONGHAUL_REAPER_COUNT_MAX_PAGES`, `LONGHAUL_REAPER_COUNT_PAGE`), no page started past the deadline. \
+         A bucket with {} entries or more in a shard reads as a lower bound (the report's `active_at_least`, \
+         the gauge `ActiveJobsTruncated` = 1, shown as ≥ below), and a run whose sweeps spent the budget \
+         counts nothing. Each reading is checked against what the bucket held at the end of the run, read \
+         from the job records: an exact one must be that, a lower bound must not pass it. *Heap* is what the \
+         bench process allocated at its peak during the run above what it held when the run was fired (a \
+         counting global allocator): the reaper's run, plus the edge forwarding its calls and whatever else the \
+         stack did meanwhile — an upper bound on the run's own heap, and heap, not RSS.\n",
+        r.limit,
+        r.limit,
+        r.job_size,
+        r.list_entry_size,
+        num(small.w as f64),
+        num(large.w as f64),
+        num(r.running_per_size as f64),
+        r.budget,
+        r.page,
+        r.count_max_pages,
+        num(r.count_page as f64),
+        num(cap as f64),
+    );
+    let _ = writeln!(
+        w,
+        "| W waiting | run | wall s (local; budget {} s) | waiting jobs checked | waiting shards cut | other sweeps cut | unhealthy running jobs judged | `ActiveJobs` waiting, of the jobs waiting | `ActiveJobs` running, of the jobs running | requests | heap, MiB |",
+        r.budget
+    );
+    let _ = writeln!(w, "|--:|--:|--:|--:|--:|---|--:|--:|--:|--:|--:|");
+    let truth =
+        |run: &WaitingRun, bucket: &str| num(run.truth.get(bucket).copied().unwrap_or(0) as f64);
+    // A bucket's reading beside what it held ("not counted" alone if the run did not count it).
+    let against = |run: &WaitingRun, bucket: &str| match run.run.counts().get(bucket) {
+        Some(_) => format!("{} of {}", run.run.reading(bucket), truth(run, bucket)),
+        None => run.run.reading(bucket),
+    };
+    for size in &r.sizes {
+        for run in &size.runs {
+            let _ = writeln!(
+                w,
+                "| {} | {}{} | {:.1} | {} | {} | {} | {} / {} | {} | {} | {} | {:.1} |",
+                num(size.w as f64),
+                run.run.index,
+                if run.failed() { " (failed)" } else { "" },
+                run.run.wall_s,
+                num(run.list_reads(r.limit) as f64),
+                run.waiting_cut,
+                if run.others_cut.is_empty() { "none".into() } else { run.others_cut.join(", ") },
+                run.judged,
+                size.unhealthy,
+                against(run, WAITING_BUCKET),
+                against(run, "running"),
+                num(run.run.total_calls() as f64),
+                mib(run.heap_added),
+            );
+        }
+    }
+    let allowed = r.budget as f64 * (1.0 + BUDGET_MARGIN);
+    let runs = || r.sizes.iter().flat_map(|s| s.runs.iter());
+    let longest = runs().map(|run| run.run.wall_s).fold(0.0, f64::max);
+    let plural = |n: usize, what: &str| format!("{n} {what}{}", if n == 1 { "" } else { "s" });
+    let covered = |s: &WaitingSize| {
+        s.covered_at.map_or_else(|| "not within the runs allowed".into(), |n| plural(n, "run"))
+    };
+    let crowded = r
+        .sizes
+        .iter()
+        .any(|s| s.runs.first().is_none_or(|f| f.judged < s.unhealthy || !f.others_cut.is_empty()));
+    let first_runs = r
+        .sizes
+        .iter()
+        .map(|s| {
+            let first = s.runs.first();
+            format!(
+                "at W = {}, {} of {} zombies, stalls and timeouts judged, {} cut",
+                num(s.w as f64),
+                first.map_or(0, |f| f.judged),
+                s.unhealthy,
+                plural(first.map_or(0, |f| f.others_cut.len()), "running shard"),
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ");
+    // The counts, run by run: what the waiting bucket read, and whether it was a lower bound.
+    let counts = r
+        .sizes
+        .iter()
+        .map(|s| {
+            let runs = s
+                .runs
+                .iter()
+                .map(|run| match run.run.counts().get(WAITING_BUCKET) {
+                    Some((n, at_least)) => format!(
+                        "run {} read {}{} of {} waiting{}",
+                        run.run.index,
+                        if *at_least { "at least " } else { "exactly " },
+                        num(*n as f64),
+                        truth(run, WAITING_BUCKET),
+                        if *at_least { " (`ActiveJobsTruncated` 1)" } else { "" },
+                    ),
+                    None if run.run.counts().is_empty() => format!(
+                        "run {} counted no bucket (its sweeps spent the budget: no `ActiveJobs` point that minute)",
+                        run.run.index
+                    ),
+                    None => format!("run {} did not count the waiting bucket", run.run.index),
+                })
+                .collect::<Vec<_>>()
+                .join(", ");
+            format!("at W = {}, {runs}", num(s.w as f64))
+        })
+        .collect::<Vec<_>>()
+        .join("; ");
+    let wrong: Vec<String> = r
+        .sizes
+        .iter()
+        .flat_map(|s| {
+            s.runs.iter().flat_map(move |run| {
+                run.wrong_counts().into_iter().map(move |wrong| {
+                    format!("W = {} run {}: {wrong}", num(s.w as f64), run.run.index)
+                })
+            })
+        })
+        .collect();
+    let readings = runs().map(|run| run.run.counts().len()).sum::<usize>();
+    let checked = if wrong.is_empty() {
+        format!(
+            "all {readings} readings of the runs held against the table (an exact one equal to what its bucket \
+             held, a lower bound below it)"
+        )
+    } else {
+        format!(
+            "**{} of the runs' {readings} readings were wrong**: {}",
+            wrong.len(),
+            wrong.join("; ")
+        )
+    };
+    let peaks = |s: &WaitingSize| {
+        let low = s.runs.iter().map(|r| r.heap_added).min().unwrap_or(0);
+        format!("{:.1}–{:.1} MiB at W = {}", mib(low), mib(s.heap_peak()), num(s.w as f64))
+    };
+    let (peak_small, peak_large) = (small.heap_peak(), large.heap_peak());
+    let touched: usize = r.sizes.iter().map(|s| s.healthy_touched).sum();
+    // In AWS: the waiting bucket's count, capped, against counting the whole list; and a pass
+    // of the waiting sweep over the list at the template's page.
+    let per_shard = large.w as f64 / shards;
+    let count_pages =
+        ((per_shard / r.count_page as f64).floor() + 1.0).min(r.count_max_pages as f64);
+    let count_entries = per_shard.min(cap as f64);
+    let count_rru =
+        shards * count_pages * query_ru(r.index_entry * count_entries / count_pages.max(1.0));
+    let whole_rru = shards * query_ru(r.index_entry * per_shard);
+    let month = |rru: f64| money(rru * MINUTES_PER_MONTH * RRU_PRICE);
+    let page = DEFAULT_REAPER_PAGE as f64;
+    let pass_pages = (per_shard / page).floor() + 1.0;
+    let pass_calls = pass_pages * (1.0 + (page / LIST_CHECKS_AT_ONCE as f64).ceil());
+    let pass_s = |ms: f64| pass_calls * ms / 1000.0;
+    let runs_per_pass = (pass_s(10.0) / REAPER_BUDGET_S as f64).ceil().max(1.0);
+    let pass_rru = shards * pass_pages * query_ru(r.index_entry * page)
+        + large.w as f64 * 0.5 * (r.list_entry_size as f64 / 4096.0).ceil();
+    let _ = writeln!(
+        w,
+        "\n**Reading.** *Time:* every run ended within {:.1} s of its start (budget {} s; the bench fails a run past \
+         {:.0} s): the budget cuts the list, and a run ends with the pages then in flight and, if its sweeps left \
+         time, its counts. *The other sweeps* {}: in the first run {first_runs} (healthy running jobs changed: \
+         {touched}). *Coverage:* the waiting sweep went through the whole list in {} at W = {} and {} at \
+         W = {}, each run resuming where the last stopped. *The counts:* {counts}; {checked}. *Memory:* the \
+         runs' heap peaks were {} and {}: the highest {} for a list {} as long (the bench fails above \
+         {HEAP_GROWTH_LIMIT}×), against the {} MB the reaper gets (`MemorySize`, which also holds its binary \
+         and runtime); the whole process, the bench's own data and the local stack, held {:.1}–{:.1} MiB of heap \
+         when the runs were fired. *What grows with W* is not a run — its sweeps stop at the budget, its counts \
+         at {} pages a shard — but the passes over the list. In AWS the waiting bucket's count at W = {} reads at \
+         most {} entries of {:.0} B a run, {} RRU ({} a month at one run a minute), where counting the whole list \
+         would read {} RRU ({} a month); and a pass of the waiting sweep over W = {} at the template's page {} \
+         (one list read per job, {LIST_CHECKS_AT_ONCE} at a time per shard, shards side by side) takes \
+         {:.0}–{:.0} s at 5–10 ms a call against the {REAPER_BUDGET_S} s budget ({} a pass at 10 ms) and \
+         reads {} RRU (W index entries and W list entries), {} a month at that pace (a run a minute).\n",
+        longest,
+        r.budget,
+        allowed,
+        if crowded { "**were crowded out**" } else { "were not crowded out" },
+        covered(small),
+        num(small.w as f64),
+        covered(large),
+        num(large.w as f64),
+        peaks(small),
+        peaks(large),
+        ratio(peak_large as f64, peak_small as f64),
+        ratio(large.w as f64, small.w as f64),
+        r.memory_mb,
+        mib(runs().map(|r| r.heap_before).min().unwrap_or(0)),
+        mib(runs().map(|r| r.heap_before).max().unwrap_or(0)),
+        r.count_max_pages,
+        num(large.w as f64),
+        num(shards * count_entries),
+        r.index_entry,
+        num(count_rru),
+        month(count_rru),
+        num(whole_rru),
+        month(whole_rru),
+        num(large.w as f64),
+        DEFAULT_REAPER_PAGE,
+        pass_s(5.0),
+        pass_s(10.0),
+        plural(runs_per_pass as usize, "run"),
+        num(pass_rru),
+        month(pass_rru / runs_per_pass),
+    );
+    let _ = writeln!(
+        w,
+        "Local seeding of the waiting jobs: {}. A run's template timeout is {} s.\n",
+        r.sizes
+            .iter()
+            .map(|s| format!("{:.0} s for W = {}", s.seed_s, num(s.w as f64)))
+            .collect::<Vec<_>>()
+            .join(", "),
+        r.timeout.as_secs()
     );
     md
 }
@@ -1968,7 +2980,7 @@ async fn run() -> anyhow::Result<()> {
         // the longer one instead of the sum.
         let (reaper, expirer) = tokio::try_join!(
             async {
-                let bench = Bench::start("reaper").await?;
+                let bench = Bench::start("reaper", None, LOCAL_TIMEOUT_S).await?;
                 eprintln!("N={n}: reaper's local stack up at {}", bench.stack.api_url);
                 let templates = bench.templates().await?;
                 let result = reaper_scenario(&bench, &templates, n, max_runs).await?;
@@ -1976,7 +2988,7 @@ async fn run() -> anyhow::Result<()> {
                 anyhow::Ok(result)
             },
             async {
-                let bench = Bench::start("expirer").await?;
+                let bench = Bench::start("expirer", None, LOCAL_TIMEOUT_S).await?;
                 eprintln!("N={n}: expirer's local stack up at {}", bench.stack.api_url);
                 let templates = bench.templates().await?;
                 let result = expirer_scenario(&bench, &templates, n, max_runs).await?;
@@ -2002,8 +3014,31 @@ async fn run() -> anyhow::Result<()> {
         setup = Some(expirer.1);
     }
     let setup = setup.context("no N to measure (LONGHAUL_VOLUME_NS)")?;
-    let md = report(&setup, &reapers, &expirers, started.elapsed().as_secs_f64());
+    // A waiting backlog of one tenant, on a stack of its own, alone: its heap is measured in
+    // this process.
+    let waiting_w = env_usize("LONGHAUL_VOLUME_WAITING").unwrap_or(100_000);
+    let waiting = if waiting_w > 0 {
+        let budget = env_usize("LONGHAUL_VOLUME_WAITING_BUDGET")
+            .map_or(WAITING_BUDGET_S, |budget| budget as u64);
+        let running = env_usize("LONGHAUL_VOLUME_WAITING_RUNNING").unwrap_or(2_000);
+        let bench = Bench::start("waiting", Some(budget), WAITING_TIMEOUT_S).await?;
+        eprintln!("W={waiting_w}: the waiting backlog's local stack up at {}", bench.stack.api_url);
+        let templates = bench.templates().await?;
+        let result = waiting_scenario(&bench, &templates, waiting_w, running, max_runs).await?;
+        bench.stack.shutdown();
+        Some(result)
+    } else {
+        None
+    };
+    let md = report(&setup, &reapers, &expirers, waiting.as_ref(), started.elapsed().as_secs_f64());
     longhaul_bench::write_section("20-volume", &md)?;
+    let failures = waiting.as_ref().map(WaitingResult::failures).unwrap_or_default();
+    if !failures.is_empty() {
+        bail!(
+            "the waiting backlog's proof failed (the section is written):\n{}",
+            failures.join("\n")
+        );
+    }
     Ok(())
 }
 
@@ -2156,6 +3191,121 @@ Resources:
         let (out, removed) = without_stream_mappings(&real);
         assert!(removed >= 2 && !out.contains("Type: DynamoDB"));
         assert!(out.contains("Type: HttpApi") && out.contains("Type: SQS"));
+    }
+
+    #[test]
+    fn the_heap_counts_what_is_allocated() {
+        let before = heap::reset();
+        let block = vec![1u8; 8 << 20];
+        assert!(heap::peak() >= before + block.len(), "{} < {before} + 8 MiB", heap::peak());
+    }
+
+    fn waiting_run(index: usize, wall_s: f64, heap_added: usize) -> WaitingRun {
+        WaitingRun {
+            run: Run { index, wall_s, report: json!({}), ..Default::default() },
+            heap_before: 0,
+            heap_added,
+            waiting_cut: 0,
+            others_cut: Vec::new(),
+            judged: 3,
+            truth: BTreeMap::from([("waiting".to_owned(), 1000), ("running".to_owned(), 60)]),
+        }
+    }
+
+    #[test]
+    fn a_run_reads_its_counts_and_whether_each_is_a_lower_bound() {
+        let run = Run {
+            report: json!({"active": {"waiting": 8000, "running": 60}, "active_at_least": ["waiting"]}),
+            ..Default::default()
+        };
+        assert_eq!(
+            run.counts(),
+            BTreeMap::from([
+                ("running".to_owned(), (60, false)),
+                ("waiting".to_owned(), (8000, true))
+            ])
+        );
+        assert_eq!(run.counted(), 8060);
+        assert_eq!(
+            (run.reading("waiting"), run.reading("running")),
+            ("≥ 8,000".into(), "60".into())
+        );
+        assert_eq!(run.reading("queued"), "not counted");
+        // A run whose sweeps spent the budget counts nothing.
+        assert_eq!(Run { report: json!({"active": {}}), ..Default::default() }.counted(), 0);
+    }
+
+    #[test]
+    fn a_count_is_wrong_if_exact_and_not_the_truth_or_a_lower_bound_above_it() {
+        let with = |report: Value| {
+            let mut run = waiting_run(1, 10.0, 0);
+            run.run.report = report;
+            run.wrong_counts()
+        };
+        let fine = with(
+            json!({"active": {"waiting": 800, "running": 60}, "active_at_least": ["waiting"]}),
+        );
+        assert_eq!(fine, Vec::<String>::new());
+        let too_many = with(json!({"active": {"waiting": 1001}, "active_at_least": ["waiting"]}));
+        assert!(too_many[0].contains("at least 1,001"), "{too_many:?}");
+        let not_exact = with(json!({"active": {"waiting": 800}, "active_at_least": []}));
+        assert!(not_exact[0].contains("exactly 800"), "{not_exact:?}");
+        let off = with(json!({"active": {"running": 59}}));
+        assert_eq!(off.len(), 1, "{off:?}");
+        assert_eq!(with(json!({"active": {"sideways": 1}})).len(), 1);
+    }
+
+    #[test]
+    fn the_model_caps_the_counts_and_counts_after_the_sweeps() {
+        // 4 running shards of 250,000: each counted 2 pages of 1,000 (a lower bound), each
+        // empty shard of the other buckets one query.
+        let m = ReaperModel::new(1e6, 100, 500.0, 300, 1000, 2);
+        let empty = ((LIVE_BUCKETS - 1) * STATUS_SHARDS as usize) as f64;
+        assert_eq!(m.count_queries, 2.0 * STATUS_SHARDS as f64 + empty);
+        assert_eq!(m.count_entries, 2000.0 * STATUS_SHARDS as f64);
+        assert_eq!(m.count_s(10.0), 0.02);
+        // A small bucket is counted to its end, a full page needing one more (empty) page.
+        let small = ReaperModel::new(4.0 * 500.0, 100, 500.0, 300, 1000, 2);
+        assert_eq!(small.count_entries, 2000.0);
+        assert_eq!(small.count_queries, STATUS_SHARDS as f64 + empty);
+        let whole = ReaperModel::new(4.0 * 1000.0, 100, 500.0, 300, 1000, 2);
+        assert_eq!(whole.count_queries, 2.0 * STATUS_SHARDS as f64 + empty);
+        // No counts at all with a cap of 0.
+        let off = ReaperModel::new(1e6, 100, 500.0, 300, 1000, 0);
+        assert_eq!((off.count_queries, off.count_entries, off.count_rru), (0.0, 0.0, 0.0));
+        // A sweep past the budget: the run ends at it, the counts get nothing.
+        assert_eq!(m.run_s(10.0, m.sweep_s(10.0) / 2.0), m.sweep_s(10.0) / 2.0);
+        assert_eq!(m.run_s(10.0, 1e9), m.sweep_s(10.0) + m.count_s(10.0));
+    }
+
+    #[test]
+    fn the_waiting_proof_fails_on_a_run_past_its_budget_a_crowded_sweep_or_a_growing_heap() {
+        let size = |w, runs| WaitingSize {
+            w,
+            unhealthy: 3,
+            runs,
+            covered_at: Some(1),
+            ..Default::default()
+        };
+        let result = |small, large| WaitingResult {
+            sizes: vec![size(100, vec![small]), size(1000, vec![large])],
+            budget: 40,
+            ..Default::default()
+        };
+        // Up to 40 s × 1.25 from the run's start, sweeps and counts.
+        let fine = result(waiting_run(1, 49.0, 10 << 20), waiting_run(1, 50.0, 14 << 20));
+        assert_eq!(fine.failures(), Vec::<String>::new());
+        let late = result(waiting_run(1, 49.0, 10 << 20), waiting_run(1, 51.0, 10 << 20));
+        assert_eq!(late.failures().len(), 1, "{:?}", late.failures());
+        let mut miscounted = result(waiting_run(1, 49.0, 10 << 20), waiting_run(1, 50.0, 10 << 20));
+        miscounted.sizes[1].runs[0].run.report = json!({"active": {"waiting": 7}});
+        assert!(miscounted.failures()[0].contains("exactly 7"), "{:?}", miscounted.failures());
+        let grown = result(waiting_run(1, 50.0, 10 << 20), waiting_run(1, 50.0, 16 << 20));
+        assert!(grown.failures()[0].contains("heap"), "{:?}", grown.failures());
+        let mut crowded = fine;
+        crowded.sizes[1].runs[0].others_cut = vec!["running#2".into()];
+        crowded.sizes[0].covered_at = None;
+        assert_eq!(crowded.failures().len(), 2, "{:?}", crowded.failures());
     }
 
     #[test]
