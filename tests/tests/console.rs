@@ -325,13 +325,7 @@ async fn the_console_submits_watches_downloads_and_cancels_in_a_real_browser() {
     assert!(done["refreshes"].as_f64().unwrap() >= 1.0, "{done}");
 
     // Download the result (the 303 to a presigned URL, followed by the page).
-    client
-        .find(Locator::Css(&format!("tr[data-job-id='{job}'] button.download")))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&client, &format!("tr[data-job-id='{job}'] button.download")).await;
     let file = downloads.join(format!("{job}-result.json"));
     let deadline = Instant::now() + Duration::from_secs(20);
     while !file.is_file() {
@@ -397,13 +391,7 @@ async fn the_console_submits_watches_downloads_and_cancels_in_a_real_browser() {
     assert_eq!(report.status, 303, "{}", report.text);
 
     // The job's transitions, in the detail view.
-    client
-        .find(Locator::Css(&format!("tr[data-job-id='{job}'] a.job-link")))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&client, &format!("tr[data-job-id='{job}'] a.job-link")).await;
     client.wait().for_element(Locator::Css("#detail-section:not([hidden])")).await.unwrap();
     let transitions = client.find(Locator::Id("transitions")).await.unwrap().text().await.unwrap();
     for state in ["queued", "running", "succeeded"] {
@@ -418,13 +406,7 @@ async fn the_console_submits_watches_downloads_and_cancels_in_a_real_browser() {
         r["status"] == "running"
     })
     .await;
-    client
-        .find(Locator::Css(&format!("tr[data-job-id='{long}'] button.cancel")))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&client, &format!("tr[data-job-id='{long}'] button.cancel")).await;
     wait_row(&client, &long, Duration::from_secs(60), "long job cancelled", &mut seen, |r| {
         r["status"] == "cancelled"
     })
@@ -432,13 +414,7 @@ async fn the_console_submits_watches_downloads_and_cancels_in_a_real_browser() {
     let cancelled = api.get(&format!("/jobs/{long}")).await;
     assert_eq!(cancelled.json["status"], "cancelled", "{}", cancelled.text);
     // ... and retried: a new job, listed at the top.
-    client
-        .find(Locator::Css(&format!("tr[data-job-id='{long}'] button.retry")))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&client, &format!("tr[data-job-id='{long}'] button.retry")).await;
     let deadline = Instant::now() + Duration::from_secs(20);
     let retried = loop {
         let first = rows(&client).await.into_iter().next().unwrap();
@@ -498,14 +474,20 @@ async fn wait_schedule(
     }
 }
 
+/// Clicks the element `css` finds. The tables re-render as they refresh, so an element found
+/// may be replaced before the click lands (a stale element): then it is found again — a few
+/// times at most; any other error fails the test.
 async fn click(client: &Client, css: &str) {
-    client
-        .find(Locator::Css(css))
-        .await
-        .unwrap_or_else(|e| panic!("{css}: {e}"))
-        .click()
-        .await
-        .unwrap();
+    for attempt in 1.. {
+        let element = client.find(Locator::Css(css)).await.unwrap_or_else(|e| panic!("{css}: {e}"));
+        match element.click().await {
+            Ok(()) => return,
+            Err(fantoccini::error::CmdError::Standard(e))
+                if e.error == fantoccini::error::ErrorStatus::StaleElementReference
+                    && attempt < 10 => {}
+            Err(e) => panic!("clicking {css}: {e}"),
+        }
+    }
 }
 
 async fn fill(client: &Client, id: &str, value: &str) {
