@@ -333,14 +333,15 @@ async fn optional_fields_show_only_while_they_apply() {
     job.not_before = Some(at(-3600));
     job.priority = Priority::High;
     let schedule_id = longhaul_domain::schedules::ScheduleId::new();
+    let tick = at(60);
     job.scheduled = Some(longhaul_aws::jobs::ScheduledBy {
         schedule_id: schedule_id.clone(),
-        scheduled_at: at(-60),
+        scheduled_at: tick,
     });
     w.jobs.put_record(job.clone());
     let view = json_of(&w.get("alice", &id).await);
     assert_eq!(view["schedule_id"], schedule_id.as_str());
-    assert_eq!(view["scheduled_at"], at(-60).to_string());
+    assert_eq!(view["scheduled_at"], tick.to_string());
     assert_eq!(view["retry_at"], job.retry_at.unwrap().to_string());
     assert_eq!(view["last_error"], json!({"code": "Job.Retryable", "message": "timeout"}));
     assert_eq!(view["retry_of"], retried.as_str());
