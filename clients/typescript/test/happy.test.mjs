@@ -67,7 +67,8 @@ test("a demo job is followed over the live stream to succeeded, with progress", 
   for (const r of resumed) {
     assert.ok(seen.has(r.headers.get("last-event-id")), "resumed after an event it had");
   }
-  assert.ok(rec.events.some((e) => e.event === "status"), "the stream's status event");
+  // (No assertion that a `status` event arrived over the stream: wait() may end on the GET
+  // that refreshes an expired link, when that view is already terminal.)
 
   // The result: the 303's presigned URL, and the result itself.
   const url = await lh.jobs.resultUrl(job.job_id);
