@@ -4,6 +4,7 @@
 //! The stack runs on its own thread with its own runtime, so it outlives any single
 //! `#[tokio::test]` runtime; its emulator dies with the test process.
 
+pub mod browser;
 pub mod csvgen;
 pub mod kinds;
 pub mod openapi;

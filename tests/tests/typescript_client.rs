@@ -24,6 +24,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use fantoccini::ClientBuilder;
+use longhaul_tests::browser::{browser, start_driver, which};
 use longhaul_tests::{Harness, harness_with, principal, root};
 use serde_json::{Value, json};
 
@@ -64,12 +65,6 @@ fn stack() -> &'static Harness {
 
 fn package() -> PathBuf {
     root().join("clients/typescript")
-}
-
-fn which(program: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths).map(|dir| dir.join(program)).find(|p| p.is_file())
-    })
 }
 
 fn node() -> PathBuf {
@@ -196,61 +191,9 @@ async fn the_node_suite_passes_against_the_local_stack() {
 
 // ------------------------------------------------------------------------------- the browser
 
-/// chromedriver and chromium, installed from Debian's packages when missing (as `console.rs`).
-fn browser() -> (PathBuf, PathBuf) {
-    let found = || which("chromedriver").zip(which("chromium"));
-    if let Some(found) = found() {
-        return found;
-    }
-    eprintln!("installing chromium and chromium-driver with apt-get");
-    let apt = |args: &[&str]| {
-        Command::new("apt-get")
-            .args(args)
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .output()
-            .map(|o| String::from_utf8_lossy(&o.stderr).into_owned())
-            .unwrap_or_else(|e| format!("apt-get could not run: {e}"))
-    };
-    let update = apt(&["update", "-qq"]);
-    let install = apt(&["install", "-y", "-qq", "chromium", "chromium-driver"]);
-    found().unwrap_or_else(|| {
-        panic!("the browser test needs chromedriver and chromium on PATH:\n{update}\n{install}")
-    })
-}
-
-/// A chromedriver process on a free port, killed when dropped.
-struct Driver {
-    child: std::process::Child,
-    url: String,
-}
-
-impl Drop for Driver {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-async fn start_driver(chromedriver: &Path) -> Driver {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let child = Command::new(chromedriver)
-        .arg(format!("--port={port}"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap_or_else(|e| panic!("starting {}: {e}", chromedriver.display()));
-    let driver = Driver { child, url: format!("http://127.0.0.1:{port}") };
-    for _ in 0..200 {
-        if reqwest::get(format!("{}/status", driver.url)).await.is_ok_and(|r| r.status() == 200) {
-            return driver;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("chromedriver did not answer on {}", driver.url);
-}
-
 /// The test page's server: the package's files (`dist/`, the parser, `test/browser/`) and the
-/// API under `/api` (an app's own origin in front of the API: the HTTP API answers no CORS).
+/// API under `/api` (an app's own origin in front of the API, as some deployments put it; the
+/// live stream stays cross-origin, through the function URL's CORS).
 #[derive(Clone)]
 struct Site {
     api: String,

@@ -30,15 +30,13 @@ use longhaul_aws::jobs::{
     FireRecord, FireWrite, JobStore, ScheduleRecord, ScheduleWrite, ScheduledBy, StoreError,
 };
 use longhaul_aws::metrics::{self, Metric};
-use longhaul_aws::ports::{JobReads, ScheduleStore, ScheduleTwins};
+use longhaul_aws::ports::{ScheduleStore, ScheduleTwins};
 use longhaul_aws::queue::handle_batch;
-use longhaul_aws::scheduler::{FiringKind, ScheduleFiring, Scheduler, SchedulerTarget};
+use longhaul_aws::scheduler::{FiringKind, ScheduleFiring, Scheduler, SchedulerTarget, Twin};
 use longhaul_domain::schedules::{
-    FireOutcome, ScheduleId, ScheduleState, TickDecision, decide, too_late,
+    FireOutcome, Overlap, ScheduleId, ScheduleState, TickDecision, decide, too_late,
 };
 use longhaul_domain::{JobId, JobStatus, Owner, Timestamp};
-
-use crate::routes::twin_of;
 
 /// The firing function's configuration.
 #[derive(Debug, Clone)]
@@ -56,12 +54,7 @@ impl FireConfig {
     pub fn from_vars(vars: &Vars) -> Result<Self, ConfigError> {
         Ok(FireConfig {
             table: vars.required("TABLE_NAME")?,
-            target: SchedulerTarget {
-                group: vars.required("SCHEDULE_GROUP")?,
-                queue_arn: vars.required("SCHEDULE_QUEUE_ARN")?,
-                role_arn: vars.required("SCHEDULER_ROLE_ARN")?,
-                dead_letter_arn: vars.required("SCHEDULE_DLQ_ARN")?,
-            },
+            target: SchedulerTarget::from_vars(vars)?,
             submit: submit::Config::from_vars(vars)?,
         })
     }
@@ -74,9 +67,8 @@ pub struct FireDeps {
     pub store: Arc<dyn ScheduleStore>,
     /// Their twins.
     pub twins: Arc<dyn ScheduleTwins>,
-    /// The jobs (is a schedule's live job still running?).
-    pub jobs: Arc<dyn JobReads>,
-    /// Submission, as `POST /jobs` does it.
+    /// Submission, as `POST /jobs` does it (its job table also says whether a schedule's
+    /// live job still runs).
     pub submit: submit::Deps,
 }
 
@@ -85,12 +77,11 @@ impl FireDeps {
     pub fn new(sdk: &aws_config::SdkConfig, config: &FireConfig) -> Self {
         let store = JobStore::new(aws_sdk_dynamodb::Client::new(sdk), config.table.clone());
         FireDeps {
-            store: Arc::new(store.clone()),
+            store: Arc::new(store),
             twins: Arc::new(Scheduler::new(
                 aws_sdk_scheduler::Client::new(sdk),
                 config.target.clone(),
             )),
-            jobs: Arc::new(store),
             submit: submit::Deps::new(sdk, &config.submit),
         }
     }
@@ -216,13 +207,18 @@ async fn on_tick(
     record(deps, schedule, &fire).await
 }
 
-/// The schedule's live job and its status, if it has one that has not ended.
+/// The schedule's live job and its status, if it has one that has not ended — not read for
+/// `overlap: allow`, which submits whatever runs (a read would be billed for nothing).
 async fn live_job(
     deps: &FireDeps,
     schedule: &ScheduleRecord,
 ) -> Result<Option<(JobId, JobStatus)>, FireError> {
     let Some(job_id) = &schedule.live_job else { return Ok(None) };
+    if schedule.overlap == Overlap::Allow {
+        return Ok(None);
+    }
     Ok(deps
+        .submit
         .jobs
         .job(job_id)
         .await?
@@ -349,7 +345,7 @@ async fn on_end(
         } else {
             // Paused already — perhaps by this very end, delivered again because its twin's
             // write failed: the twin is written again (a write of the same twin is harmless).
-            deps.twins.put_twin(&twin_of(&schedule)).await?;
+            deps.twins.put_twin(&Twin::of(&schedule)).await?;
         }
     }
     let Some(held) = schedule.held else { return Ok(()) };
@@ -381,7 +377,7 @@ async fn pause_after_failure(
         paused.version = read + 1;
         match deps.store.replace_schedule(&paused, read).await? {
             ScheduleWrite::Written => {
-                deps.twins.put_twin(&twin_of(&paused)).await?;
+                deps.twins.put_twin(&Twin::of(&paused)).await?;
                 tracing::warn!(
                     schedule_id = paused.schedule_id.as_str(),
                     job_id = job_id.as_str(),

@@ -65,12 +65,7 @@ impl Config {
     pub fn from_vars(vars: &Vars) -> Result<Self, ConfigError> {
         Ok(Config {
             table: vars.required("TABLE_NAME")?,
-            target: SchedulerTarget {
-                group: vars.required("SCHEDULE_GROUP")?,
-                queue_arn: vars.required("SCHEDULE_QUEUE_ARN")?,
-                role_arn: vars.required("SCHEDULER_ROLE_ARN")?,
-                dead_letter_arn: vars.required("SCHEDULE_DLQ_ARN")?,
-            },
+            target: SchedulerTarget::from_vars(vars)?,
             queue_url: vars.required("SCHEDULE_QUEUE_URL")?,
             max_schedules: vars
                 .parsed_or("LONGHAUL_TENANT_MAX_SCHEDULES", DEFAULT_MAX_SCHEDULES)?,

@@ -13,6 +13,7 @@
 //! schedules per tenant of many tenants fit in one). What it cannot repair is logged with the
 //! schedule id and counted; the next run tries again.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -42,12 +43,7 @@ impl RepairConfig {
     pub fn from_vars(vars: &Vars) -> Result<Self, ConfigError> {
         Ok(RepairConfig {
             table: vars.required("TABLE_NAME")?,
-            target: SchedulerTarget {
-                group: vars.required("SCHEDULE_GROUP")?,
-                queue_arn: vars.required("SCHEDULE_QUEUE_ARN")?,
-                role_arn: vars.required("SCHEDULER_ROLE_ARN")?,
-                dead_letter_arn: vars.required("SCHEDULE_DLQ_ARN")?,
-            },
+            target: SchedulerTarget::from_vars(vars)?,
             budget: Duration::from_secs(vars.parsed_or("LONGHAUL_REPAIR_BUDGET_SECONDS", 240)?),
         })
     }
@@ -101,6 +97,9 @@ pub struct RepairReport {
 pub async fn repair(deps: &RepairDeps) -> RepairReport {
     let deadline = Instant::now() + deps.budget;
     let mut report = RepairReport::default();
+    // The schedules whose record was just read: their twins are no orphans, and are not read
+    // a second time by the orphan walk.
+    let mut recorded = HashSet::new();
     for shard in 0..STATUS_SHARDS {
         let mut after: Option<ScheduleId> = None;
         loop {
@@ -118,7 +117,9 @@ pub async fn repair(deps: &RepairDeps) -> RepairReport {
                 }
             };
             for entry in &page.entries {
-                check(deps, entry, &mut report).await;
+                if check(deps, entry, &mut report).await {
+                    recorded.insert(entry.schedule_id.to_string());
+                }
             }
             match page.next {
                 Some(next) => after = Some(next),
@@ -142,7 +143,7 @@ pub async fn repair(deps: &RepairDeps) -> RepairReport {
                 break;
             }
         };
-        for name in &names {
+        for name in names.iter().filter(|name| !recorded.contains(*name)) {
             orphan(deps, name, &mut report).await;
         }
         match next {
@@ -192,17 +193,17 @@ async fn orphan(deps: &RepairDeps, name: &str, report: &mut RepairReport) {
     }
 }
 
-/// Makes `entry`'s twin what its record says.
-async fn check(deps: &RepairDeps, entry: &ScheduleEntry, report: &mut RepairReport) {
+/// Makes `entry`'s twin what its record says; whether the record was there.
+async fn check(deps: &RepairDeps, entry: &ScheduleEntry, report: &mut RepairReport) -> bool {
     let id = entry.schedule_id.as_str();
     let record = match deps.store.schedule(&entry.owner, &entry.schedule_id).await {
         Ok(Some(record)) => record,
-        // Deleted since it was listed: its twin went first.
-        Ok(None) => return,
+        // Deleted since it was listed: the orphan walk deletes a twin left behind.
+        Ok(None) => return false,
         Err(err) => {
             tracing::error!(schedule_id = id, error = %err, "reading a schedule to repair failed");
             report.errors += 1;
-            return;
+            return false;
         }
     };
     report.checked += 1;
@@ -228,6 +229,7 @@ async fn check(deps: &RepairDeps, entry: &ScheduleEntry, report: &mut RepairRepo
             report.errors += 1;
         }
     }
+    true
 }
 
 #[cfg(test)]
@@ -235,38 +237,20 @@ mod tests {
     use super::*;
     use longhaul_aws::jobs::ScheduleRecord;
     use longhaul_domain::Timestamp;
-    use longhaul_domain::schedules::{Overlap, ScheduleState};
+    use longhaul_domain::schedules::ScheduleState;
     use longhaul_memory::{MemoryScheduleTwins, MemorySchedules};
 
     fn record(owner: &str, state: ScheduleState) -> ScheduleRecord {
-        let now = Timestamp::now();
         ScheduleRecord {
-            schedule_id: ScheduleId::new(),
-            owner: owner.parse().unwrap(),
-            job_type: "demo".into(),
-            params: serde_json::json!({}),
-            callback_url: None,
-            priority: Default::default(),
-            schedule: "rate(5 minutes)".parse().unwrap(),
-            timezone: "UTC".parse().unwrap(),
-            overlap: Overlap::Skip,
-            start_at: None,
-            end_at: None,
-            pause_on_failure: false,
             state,
-            paused_reason: None,
-            created_at: now,
-            updated_at: now,
-            version: 1,
-            last_tick: None,
-            last_trigger: None,
-            last_fire: None,
-            fired: 0,
-            submitted: 0,
-            skipped: 0,
-            refused: 0,
-            live_job: None,
-            held: None,
+            ..ScheduleRecord::new(
+                owner.parse().unwrap(),
+                "demo".into(),
+                serde_json::json!({}),
+                "rate(5 minutes)".parse().unwrap(),
+                "UTC".parse().unwrap(),
+                Timestamp::now(),
+            )
         }
     }
 

@@ -91,13 +91,8 @@ fn no_store(mut response: Response<Body>) -> Response<Body> {
     response
 }
 
-/// The twin that fires `record`, from the record.
-pub(crate) fn twin_of(record: &ScheduleRecord) -> Twin {
-    Twin::of(record)
-}
-
 /// `spec` written into `record` (everything but its identity and its firings).
-fn apply(record: &mut ScheduleRecord, spec: Spec, now: Timestamp) {
+fn apply(record: &mut ScheduleRecord, spec: Spec) {
     record.job_type = spec.job_type;
     record.params = spec.params;
     record.callback_url = spec.callback_url;
@@ -113,7 +108,6 @@ fn apply(record: &mut ScheduleRecord, spec: Spec, now: Timestamp) {
         record.paused_reason = spec.paused.then(|| "paused by its owner".to_owned());
     }
     record.state = state;
-    record.updated_at = now;
 }
 
 async fn create(deps: &Deps, request: &Request, owner: &Owner) -> Result<Response<Body>, Problem> {
@@ -121,35 +115,15 @@ async fn create(deps: &Deps, request: &Request, owner: &Owner) -> Result<Respons
     let now = deps.clock.now();
     let spec = spec::check(deps, owner, body, now).await?;
     let now = Timestamp::from(now);
-    let mut record = ScheduleRecord {
-        schedule_id: ScheduleId::new(),
-        owner: owner.clone(),
-        job_type: String::new(),
-        params: json!({}),
-        callback_url: None,
-        priority: Default::default(),
-        schedule: spec.schedule.clone(),
-        timezone: spec.timezone,
-        overlap: spec.overlap,
-        start_at: None,
-        end_at: None,
-        pause_on_failure: false,
-        state: ScheduleState::Enabled,
-        paused_reason: None,
-        created_at: now,
-        updated_at: now,
-        version: 1,
-        last_tick: None,
-        last_trigger: None,
-        last_fire: None,
-        fired: 0,
-        submitted: 0,
-        skipped: 0,
-        refused: 0,
-        live_job: None,
-        held: None,
-    };
-    apply(&mut record, spec, now);
+    let mut record = ScheduleRecord::new(
+        owner.clone(),
+        spec.job_type.clone(),
+        spec.params.clone(),
+        spec.schedule.clone(),
+        spec.timezone,
+        now,
+    );
+    apply(&mut record, spec);
     if !deps.store.create_schedule(&record, deps.max_schedules).await.map_err(internal)? {
         return Err(Problem::new(
             StatusCode::TOO_MANY_REQUESTS,
@@ -163,7 +137,7 @@ async fn create(deps: &Deps, request: &Request, owner: &Owner) -> Result<Respons
         .with("limit", deps.max_schedules)
         .header(header::RETRY_AFTER, RETRY_AFTER_SECONDS.to_string()));
     }
-    if let Err(err) = deps.twins.put_twin(&twin_of(&record)).await {
+    if let Err(err) = deps.twins.put_twin(&Twin::of(&record)).await {
         // No schedule without its twin: take the record back, so nothing half-made stays.
         if let Err(undo) = deps.store.delete_schedule(owner, &record.schedule_id).await {
             tracing::error!(
@@ -231,24 +205,26 @@ enum Change {
 /// `change` applied to `record` (as read).
 async fn changed(
     deps: &Deps,
-    mut record: ScheduleRecord,
+    read: ScheduleRecord,
     change: &Change,
 ) -> Result<ScheduleRecord, Problem> {
-    let now = Timestamp::from(deps.clock.now());
+    let mut record = read.clone();
     match change {
         Change::Patch(patch) => {
             let body = spec::merged(spec::as_body(&record), patch.clone())?;
             let owner = record.owner.clone();
             let spec = spec::check(deps, &owner, body, record.created_at.as_datetime()).await?;
-            apply(&mut record, spec, now);
+            apply(&mut record, spec);
         }
         Change::State(state, _) if *state == record.state => {}
         Change::State(state, reason) => {
             record.state = *state;
             record.paused_reason = (*state == ScheduleState::Paused)
                 .then(|| reason.clone().unwrap_or_else(|| "paused by its owner".to_owned()));
-            record.updated_at = now;
         }
+    }
+    if record != read {
+        record.updated_at = Timestamp::from(deps.clock.now());
     }
     Ok(record)
 }
@@ -265,10 +241,17 @@ async fn change(
     for _ in 0..WRITE_ATTEMPTS {
         let read = current.version;
         let mut next = changed(deps, current.clone(), &change).await?;
+        if next == current {
+            // Nothing to change (pausing a paused schedule, a repeated patch): the record is
+            // not written again, but the twin is — a repeat is how a change whose twin write
+            // failed is completed.
+            deps.twins.put_twin(&Twin::of(&current)).await.map_err(|e| twin_failed(id, e))?;
+            return Ok(ok(&current, deps));
+        }
         next.version = read + 1;
         match deps.store.replace_schedule(&next, read).await.map_err(internal)? {
             ScheduleWrite::Written => {
-                deps.twins.put_twin(&twin_of(&next)).await.map_err(|e| twin_failed(id, e))?;
+                deps.twins.put_twin(&Twin::of(&next)).await.map_err(|e| twin_failed(id, e))?;
                 return Ok(ok(&next, deps));
             }
             ScheduleWrite::Conflict(Some(now)) => current = *now,

@@ -245,7 +245,6 @@ fn world_limited(per_minute: u32, max_pending: usize) -> World {
     let fire = FireDeps {
         store: schedules.clone(),
         twins: twins.clone(),
-        jobs: jobs.clone(),
         submit: submit::Deps {
             jobs: jobs.clone(),
             limiter: limits.clone(),

@@ -130,6 +130,36 @@ pub struct SchedulerTarget {
     pub dead_letter_arn: String,
 }
 
+impl SchedulerTarget {
+    /// Reads `SCHEDULE_GROUP`, `SCHEDULE_QUEUE_ARN`, `SCHEDULER_ROLE_ARN`, `SCHEDULE_DLQ_ARN`.
+    pub fn from_vars(vars: &crate::config::Vars) -> Result<Self, crate::config::ConfigError> {
+        Ok(SchedulerTarget {
+            group: vars.required("SCHEDULE_GROUP")?,
+            queue_arn: vars.required("SCHEDULE_QUEUE_ARN")?,
+            role_arn: vars.required("SCHEDULER_ROLE_ARN")?,
+            dead_letter_arn: vars.required("SCHEDULE_DLQ_ARN")?,
+        })
+    }
+}
+
+/// `builder` (a `CreateSchedule` or an `UpdateSchedule`: two SDK types with the same setters)
+/// with everything of `twin` that `scheduler` writes: each write is the whole twin.
+macro_rules! with_twin {
+    ($builder:expr, $scheduler:expr, $twin:expr) => {{
+        let (start, end) = $scheduler.window($twin);
+        $builder
+            .group_name(&$scheduler.target.group)
+            .name(&$twin.name)
+            .schedule_expression(&$twin.expression)
+            .schedule_expression_timezone(&$twin.timezone)
+            .set_start_date(start)
+            .set_end_date(end)
+            .state(state_of($twin))
+            .flexible_time_window(window_off())
+            .target($scheduler.target(&$twin.input))
+    }};
+}
+
 /// The EventBridge Scheduler adapter.
 #[derive(Debug, Clone)]
 pub struct Scheduler {
@@ -193,21 +223,7 @@ impl Scheduler {
 
     /// Updates the twin's schedule; `false` if there is none.
     async fn update(&self, twin: &Twin) -> Result<bool, AwsError> {
-        let (start, end) = self.window(twin);
-        let updated = self
-            .client
-            .update_schedule()
-            .group_name(&self.target.group)
-            .name(&twin.name)
-            .schedule_expression(&twin.expression)
-            .schedule_expression_timezone(&twin.timezone)
-            .set_start_date(start)
-            .set_end_date(end)
-            .state(state_of(twin))
-            .flexible_time_window(window_off())
-            .target(self.target(&twin.input))
-            .send()
-            .await;
+        let updated = with_twin!(self.client.update_schedule(), self, twin).send().await;
         match updated {
             Ok(_) => Ok(true),
             Err(err) if err.code() == Some("ResourceNotFoundException") => Ok(false),
@@ -217,21 +233,7 @@ impl Scheduler {
 
     /// Creates the twin's schedule; `false` if it exists already.
     async fn create(&self, twin: &Twin) -> Result<bool, AwsError> {
-        let (start, end) = self.window(twin);
-        let created = self
-            .client
-            .create_schedule()
-            .group_name(&self.target.group)
-            .name(&twin.name)
-            .schedule_expression(&twin.expression)
-            .schedule_expression_timezone(&twin.timezone)
-            .set_start_date(start)
-            .set_end_date(end)
-            .state(state_of(twin))
-            .flexible_time_window(window_off())
-            .target(self.target(&twin.input))
-            .send()
-            .await;
+        let created = with_twin!(self.client.create_schedule(), self, twin).send().await;
         match created {
             Ok(_) => Ok(true),
             Err(err) if err.code() == Some("ConflictException") => Ok(false),

@@ -804,7 +804,7 @@ export interface components {
             /** @description Pause the schedule when one of its jobs fails (default false); the reason is shown in `paused_reason`. */
             pause_on_failure?: boolean;
         };
-        /** @description A JSON merge patch of a schedule's spec: a member replaces, `null` removes (`callback_url`, `start_at`, `end_at`). The result is checked as `POST /schedules` checks a spec. */
+        /** @description A JSON merge patch (RFC 7396) of a schedule's spec: a member replaces, `null` removes (`callback_url`, `start_at`, `end_at`), and `params` is merged member by member. The result is checked as `POST /schedules` checks a spec. */
         SchedulePatch: {
             /** @description The job type. */
             type?: string;

@@ -97,6 +97,48 @@ pub struct ScheduleRecord {
     pub held: Option<Timestamp>,
 }
 
+impl ScheduleRecord {
+    /// A new schedule of `owner`'s, made `now`: enabled, with a fresh id, no callback, normal
+    /// priority, `overlap: skip`, no window, and nothing fired yet.
+    pub fn new(
+        owner: Owner,
+        job_type: String,
+        params: serde_json::Value,
+        schedule: ScheduleExpression,
+        timezone: ScheduleTimeZone,
+        now: Timestamp,
+    ) -> Self {
+        ScheduleRecord {
+            schedule_id: ScheduleId::new(),
+            owner,
+            job_type,
+            params,
+            callback_url: None,
+            priority: Priority::Normal,
+            schedule,
+            timezone,
+            overlap: Overlap::Skip,
+            start_at: None,
+            end_at: None,
+            pause_on_failure: false,
+            state: ScheduleState::Enabled,
+            paused_reason: None,
+            created_at: now,
+            updated_at: now,
+            version: 1,
+            last_tick: None,
+            last_trigger: None,
+            last_fire: None,
+            fired: 0,
+            submitted: 0,
+            skipped: 0,
+            refused: 0,
+            live_job: None,
+            held: None,
+        }
+    }
+}
+
 /// One firing, to record: its tick and what it came to.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FireRecord {
@@ -567,33 +609,25 @@ mod tests {
 
     #[test]
     fn every_spec_attribute_is_a_records_attribute() {
+        let now = Timestamp::now();
         let record = ScheduleRecord {
-            schedule_id: ScheduleId::new(),
-            owner: "alice".parse().unwrap(),
-            job_type: "demo".into(),
-            params: serde_json::json!({}),
             callback_url: Some("https://example.com/hook".into()),
             priority: Priority::High,
-            schedule: "rate(5 minutes)".parse().unwrap(),
-            timezone: "UTC".parse().unwrap(),
             overlap: Overlap::Allow,
-            start_at: Some(Timestamp::now()),
-            end_at: Some(Timestamp::now()),
+            start_at: Some(now),
+            end_at: Some(now),
             pause_on_failure: true,
             state: ScheduleState::Paused,
             paused_reason: Some("by its owner".into()),
-            created_at: Timestamp::now(),
-            updated_at: Timestamp::now(),
-            version: 1,
-            last_tick: None,
-            last_trigger: None,
-            last_fire: None,
-            fired: 0,
-            submitted: 0,
-            skipped: 0,
-            refused: 0,
-            live_job: None,
-            held: Some(Timestamp::now()),
+            held: Some(now),
+            ..ScheduleRecord::new(
+                "alice".parse().unwrap(),
+                "demo".into(),
+                serde_json::json!({}),
+                "rate(5 minutes)".parse().unwrap(),
+                "UTC".parse().unwrap(),
+                now,
+            )
         };
         let item = to_item(&record);
         for name in SPEC_ATTRIBUTES {

@@ -6,42 +6,20 @@
 use longhaul_aws::jobs::{FireRecord, FireWrite, ScheduleRecord, ScheduleWrite};
 use longhaul_aws::ports::{ScheduleStore, ScheduleSweep, ScheduleTwins};
 use longhaul_aws::scheduler::{Twin, whole_seconds};
-use longhaul_domain::admission::Priority;
-use longhaul_domain::schedules::{FireOutcome, Overlap, ScheduleId, ScheduleState};
+use longhaul_domain::schedules::{FireOutcome, ScheduleId, ScheduleState};
 use longhaul_domain::{JobId, Owner, Timestamp};
 
 use super::fresh_owner;
 
 fn record(owner: &Owner) -> ScheduleRecord {
-    let now = Timestamp::now();
-    ScheduleRecord {
-        schedule_id: ScheduleId::new(),
-        owner: owner.clone(),
-        job_type: "demo".into(),
-        params: serde_json::json!({"items": 3}),
-        callback_url: None,
-        priority: Priority::Normal,
-        schedule: "rate(5 minutes)".parse().expect("an expression"),
-        timezone: "UTC".parse().expect("a zone"),
-        overlap: Overlap::Skip,
-        start_at: None,
-        end_at: None,
-        pause_on_failure: false,
-        state: ScheduleState::Enabled,
-        paused_reason: None,
-        created_at: now,
-        updated_at: now,
-        version: 1,
-        last_tick: None,
-        last_trigger: None,
-        last_fire: None,
-        fired: 0,
-        submitted: 0,
-        skipped: 0,
-        refused: 0,
-        live_job: None,
-        held: None,
-    }
+    ScheduleRecord::new(
+        owner.clone(),
+        "demo".into(),
+        serde_json::json!({"items": 3}),
+        "rate(5 minutes)".parse().expect("an expression"),
+        "UTC".parse().expect("a zone"),
+        Timestamp::now(),
+    )
 }
 
 fn fire(tick: &str, outcome: FireOutcome, job_id: Option<JobId>, hold: bool) -> FireRecord {
