@@ -127,12 +127,7 @@ async fn a_partner_whose_dns_hangs_fails_alone_and_does_not_hold_the_batch() {
         .iter()
         .chain([&fast])
         .map(|job_id| {
-            let message = WebhookMessage {
-                job_id: job_id.clone(),
-                status: JobStatus::Succeeded,
-                attempt: 1,
-                not_before: 0,
-            };
+            let message = WebhookMessage::callback(job_id.clone(), JobStatus::Succeeded);
             json!({"messageId": job_id, "body": serde_json::to_string(&message).unwrap()})
         })
         .collect();

@@ -368,17 +368,9 @@ async fn delivery_rechecks_dns_and_refuses_private_addresses() {
     );
     let config = webhook::Config::from_vars(&longhaul_aws::config::Vars::from_map(vars)).unwrap();
     let deps = webhook::Deps::new(&sdk, &config, Arc::new(Rebound)).unwrap();
-    webhook::process(
-        &deps,
-        &WebhookMessage {
-            job_id: job_id.clone(),
-            status: JobStatus::Succeeded,
-            attempt: 1,
-            not_before: 0,
-        },
-    )
-    .await
-    .unwrap();
+    webhook::process(&deps, &WebhookMessage::callback(job_id.clone(), JobStatus::Succeeded))
+        .await
+        .unwrap();
     let recorded = jobs.deliveries(&job_id).await.unwrap();
     assert_eq!(recorded.len(), 1);
     assert_eq!(

@@ -105,12 +105,7 @@ pub fn ended(record: &EventRecord) -> Result<Option<Ended>, RecordError> {
         return Ok(None);
     }
     Ok(Some(Ended {
-        message: WebhookMessage {
-            job_id: new.job_id,
-            status: new.status,
-            attempt: 1,
-            not_before: 0,
-        },
+        message: WebhookMessage::callback(new.job_id, new.status),
         owner: new.owner,
         attempt: new.attempt,
     }))

@@ -28,12 +28,10 @@ fn a_job_moving_into_a_terminal_status_is_its_first_delivery() {
     let end = ended(&record(|_| {})).unwrap().unwrap();
     assert_eq!(
         end.message,
-        WebhookMessage {
-            job_id: "01a201ea-fb15-7355-87ef-3777d21385c6".parse().unwrap(),
-            status: JobStatus::Succeeded,
-            attempt: 1,
-            not_before: 0
-        }
+        WebhookMessage::callback(
+            "01a201ea-fb15-7355-87ef-3777d21385c6".parse().unwrap(),
+            JobStatus::Succeeded
+        )
     );
     assert_eq!((end.owner.as_str(), end.attempt), ("alice", 1));
     for status in ["failed", "cancelled"] {
@@ -209,13 +207,7 @@ async fn a_job_that_ended_with_a_callback_gets_one_first_delivery() {
     let response = handle(&w.deps, batch(vec![end(1, "failed", |_| {})])).await;
     assert!(failures(&response).is_empty());
     let sent = w.sqs.queue.sent();
-    assert_eq!(
-        sent,
-        [(
-            WebhookMessage { job_id: job(1), status: JobStatus::Failed, attempt: 1, not_before: 0 },
-            0
-        )]
-    );
+    assert_eq!(sent, [(WebhookMessage::callback(job(1), JobStatus::Failed), 0)]);
     assert!(w.dead_letters.kept().is_empty());
 }
 

@@ -254,7 +254,7 @@ impl World {
 }
 
 fn message(job: &JobRecord, attempt: u32) -> WebhookMessage {
-    WebhookMessage { job_id: job.job_id.clone(), status: job.status, attempt, not_before: 0 }
+    WebhookMessage { attempt, ..WebhookMessage::callback(job.job_id.clone(), job.status) }
 }
 
 impl World {
@@ -580,12 +580,7 @@ async fn a_job_that_is_gone_or_sends_no_webhook_is_dropped() {
     let w = world();
     let partner = Partner::start(Answer::Status(204)).await;
     let gone = pending_job(&owner(OWNER), Timestamp::now());
-    let gone = WebhookMessage {
-        job_id: gone.job_id.clone(),
-        status: JobStatus::Succeeded,
-        attempt: 1,
-        not_before: 0,
-    };
+    let gone = WebhookMessage::callback(gone.job_id.clone(), JobStatus::Succeeded);
     process(&w.deps, &gone).await.unwrap();
     assert!(w.jobs.deliveries(&gone.job_id).await.unwrap().is_empty());
     let no_callback = w.ended(JobStatus::Succeeded, None);

@@ -83,6 +83,40 @@ pub struct WebhookMessage {
     /// Epoch seconds before which the attempt must not be made.
     #[serde(default)]
     pub not_before: i64,
+    /// The endpoint it goes to, with [`WebhookMessage::event`]; `None`: the job's own
+    /// `callback_url`, which receives the terminal event `status` names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint_id: Option<longhaul_domain::endpoints::EndpointId>,
+    /// The event, for an endpoint delivery.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event: Option<longhaul_domain::endpoints::EndpointEvent>,
+}
+
+impl WebhookMessage {
+    /// The first attempt of the terminal event of `job_id` (ended `status`) to the job's own
+    /// `callback_url`.
+    pub fn callback(job_id: JobId, status: longhaul_domain::JobStatus) -> Self {
+        WebhookMessage { job_id, status, attempt: 1, not_before: 0, endpoint_id: None, event: None }
+    }
+
+    /// The first attempt of `event` of `job_id` (in `status` when the event happened) to
+    /// `endpoint`, not before `not_before` (epoch seconds; 0: at once).
+    pub fn to_endpoint(
+        job_id: JobId,
+        status: longhaul_domain::JobStatus,
+        endpoint: longhaul_domain::endpoints::EndpointId,
+        event: longhaul_domain::endpoints::EndpointEvent,
+        not_before: i64,
+    ) -> Self {
+        WebhookMessage {
+            job_id,
+            status,
+            attempt: 1,
+            not_before,
+            endpoint_id: Some(endpoint),
+            event: Some(event),
+        }
+    }
 }
 
 /// The webhook queue (and its dead-letter queue for exhausted deliveries).

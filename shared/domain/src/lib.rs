@@ -67,6 +67,7 @@ macro_rules! text_newtype {
 pub mod admission;
 pub mod callback;
 pub mod cursor;
+pub mod endpoints;
 pub mod fingerprint;
 pub mod job;
 pub mod limits;

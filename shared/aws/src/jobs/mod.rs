@@ -19,6 +19,7 @@
 //! marks and counters), the progress record, idempotency records, the owner's listing, the
 //! sweeps' index pages and cursors, webhook secrets and deliveries.
 
+mod endpoints;
 mod idempotency;
 mod keys;
 mod lifecycle;
@@ -30,6 +31,7 @@ mod sweeps;
 mod transition;
 mod webhooks;
 
+pub use endpoints::*;
 pub use idempotency::*;
 pub use keys::*;
 pub use lifecycle::*;

@@ -19,6 +19,7 @@ use async_trait::async_trait;
 
 mod attempts;
 mod clock;
+mod endpoints;
 mod executions;
 mod invocations;
 mod jobs;
@@ -38,6 +39,7 @@ mod webhooks;
 
 pub use attempts::*;
 pub use clock::*;
+pub use endpoints::*;
 pub use executions::*;
 pub use invocations::*;
 pub use jobs::*;

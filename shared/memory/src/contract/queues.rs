@@ -41,10 +41,8 @@ pub async fn webhook_queue(
     received: impl AsyncFn(usize) -> Vec<Value>,
 ) {
     let message = |attempt| WebhookMessage {
-        job_id: JobId::new(),
-        status: JobStatus::Succeeded,
         attempt,
-        not_before: 0,
+        ..WebhookMessage::callback(JobId::new(), JobStatus::Succeeded)
     };
     let batch: Vec<WebhookMessage> = (1..=3).map(message).collect();
     assert_eq!(queue.send_batch(&batch).await.unwrap(), [true, true, true], "every entry taken");

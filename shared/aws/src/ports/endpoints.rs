@@ -1,0 +1,115 @@
+//! Webhook endpoints: their records, their health, their deliveries, and the windows that
+//! space a job's progress events.
+
+use async_trait::async_trait;
+use longhaul_domain::endpoints::{DeliveryStatus, DisabledReason, EndpointEvent, EndpointId};
+use longhaul_domain::{JobId, Owner, Timestamp};
+
+use super::Warm;
+use crate::jobs::{DeliveryPage, EndpointDelivery, EndpointRecord, StoreError};
+
+/// Owners' endpoints: what the API changes and what the notifier and deliverer read.
+#[async_trait]
+pub trait EndpointStore: Warm {
+    /// Creates `record` unless its owner has `max` endpoints already (`Ok(false)`, nothing
+    /// left written).
+    async fn create_endpoint(&self, record: &EndpointRecord, max: u32) -> Result<bool, StoreError>;
+    /// `owner`'s endpoint `id`, if there is one (a strongly consistent read).
+    async fn endpoint(
+        &self,
+        owner: &Owner,
+        id: &EndpointId,
+    ) -> Result<Option<EndpointRecord>, StoreError>;
+    /// All of `owner`'s endpoints (at most the deployment's maximum), oldest first.
+    async fn endpoints(&self, owner: &Owner) -> Result<Vec<EndpointRecord>, StoreError>;
+    /// Writes `record`'s spec (url, events, description), `updated_at` and `version` if the
+    /// stored version is still `read`; whether it was written (`false`: changed meanwhile, or
+    /// deleted). Status and health are not touched.
+    async fn replace_endpoint_spec(
+        &self,
+        record: &EndpointRecord,
+        read: u64,
+    ) -> Result<bool, StoreError>;
+    /// Enables `owner`'s endpoint `id` at `now` (removing the reason, time and failing run of
+    /// a disablement); the record after, `None` if there is no such endpoint.
+    async fn enable_endpoint(
+        &self,
+        owner: &Owner,
+        id: &EndpointId,
+        now: Timestamp,
+    ) -> Result<Option<EndpointRecord>, StoreError>;
+    /// Deletes `owner`'s endpoint `id`; whether there was one. Its delivery records lapse with
+    /// their TTL.
+    async fn delete_endpoint(&self, owner: &Owner, id: &EndpointId) -> Result<bool, StoreError>;
+}
+
+/// What delivery attempts tell about an endpoint's health.
+#[async_trait]
+pub trait EndpointHealth: Warm {
+    /// Records that an unbroken run of failures began at `since`, unless one is recorded (or
+    /// the endpoint is gone).
+    async fn mark_failing(
+        &self,
+        owner: &Owner,
+        id: &EndpointId,
+        since: Timestamp,
+    ) -> Result<(), StoreError>;
+    /// Ends the run of failures (an attempt succeeded).
+    async fn mark_recovered(&self, owner: &Owner, id: &EndpointId) -> Result<(), StoreError>;
+    /// Disables the endpoint for `reason` at `at` if it is enabled; whether this call
+    /// disabled it (so it is counted once).
+    async fn disable_endpoint(
+        &self,
+        owner: &Owner,
+        id: &EndpointId,
+        reason: DisabledReason,
+        at: Timestamp,
+    ) -> Result<bool, StoreError>;
+}
+
+/// Endpoints' delivery records.
+#[async_trait]
+pub trait EndpointDeliveries: Warm {
+    /// Writes `delivery` over the record of the same (endpoint, job, event), keeping the
+    /// stored `created_at` if there is one.
+    async fn record_endpoint_delivery(&self, delivery: &EndpointDelivery)
+    -> Result<(), StoreError>;
+    /// The record of `event` of `job` to `endpoint`, if there is one.
+    async fn endpoint_delivery(
+        &self,
+        endpoint: &EndpointId,
+        job: &JobId,
+        event: EndpointEvent,
+    ) -> Result<Option<EndpointDelivery>, StoreError>;
+    /// A page of at most `limit` of `endpoint`'s deliveries (only those in `status`, if
+    /// given), newest job first, starting after `after` (a previous page's `next`). A
+    /// filtered page may hold fewer than `limit` and still have a `next`.
+    async fn endpoint_deliveries(
+        &self,
+        endpoint: &EndpointId,
+        status: Option<DeliveryStatus>,
+        limit: u32,
+        after: Option<&str>,
+    ) -> Result<DeliveryPage, StoreError>;
+    /// Moves a `failed` delivery back to `pending` (about to be queued again); whether it was
+    /// `failed`. Of two concurrent resends or recoveries, one moves it and queues it.
+    async fn requeue_delivery(
+        &self,
+        endpoint: &EndpointId,
+        job: &JobId,
+        event: EndpointEvent,
+    ) -> Result<bool, StoreError>;
+}
+
+/// The windows that space a job's progress events to at most one per window.
+#[async_trait]
+pub trait ProgressWindows: Warm {
+    /// Opens `job`'s window until `until` unless one is still open at `now`; whether it
+    /// opened (the caller then queues the window's one event).
+    async fn open_progress_window(
+        &self,
+        job: &JobId,
+        now: Timestamp,
+        until: Timestamp,
+    ) -> Result<bool, StoreError>;
+}
