@@ -35,6 +35,11 @@ const state = {
   /** schedule id -> {row, schedule} */
   schedules: new Map(),
   scheduleDetailId: null,
+  /** endpoint id -> {row, endpoint} */
+  endpoints: new Map(),
+  endpointDetailId: null,
+  /** The next page of the open endpoint's deliveries. */
+  deliveryCursor: null,
 };
 
 function apiBase() {
@@ -429,14 +434,19 @@ async function showDetail(jobId) {
   });
 }
 
+/** Empties the description list `dl`; returns what adds one `name: value` pair to it (none
+ * for an empty value). */
+function summaryList(dl) {
+  dl.replaceChildren();
+  return (name, value) => {
+    if (value === undefined || value === null || value === "") return;
+    dl.append(el("dt", {}, name), el("dd", {}, String(value)));
+  };
+}
+
 function renderDetail(job) {
   $("detail-id").textContent = job.job_id;
-  const summary = $("detail-summary");
-  summary.replaceChildren();
-  const add = (name, value) => {
-    if (value === undefined || value === null || value === "") return;
-    summary.append(el("dt", {}, name), el("dd", {}, String(value)));
-  };
+  const add = summaryList($("detail-summary"));
   add("Type", job.type);
   add("Status", job.status);
   add("Priority", job.priority);
@@ -732,14 +742,22 @@ function nextFireText(schedule) {
   return schedule.state === "paused" ? "— (paused)" : "— (none left in its window)";
 }
 
-/** Shows a schedule in the list (a new one at the end: the list is oldest first). */
-function addSchedule(schedule) {
-  let entry = state.schedules.get(schedule.schedule_id);
+/** The entry of `id` in a list kept in `entries` (a Map) and shown in the table `tableId`,
+ * its row marked with the data attribute `attribute`: a new one is added at the end (the
+ * lists are oldest first). */
+function listEntry(entries, tableId, attribute, id) {
+  let entry = entries.get(id);
   if (!entry) {
-    entry = { row: el("tr", { "data-schedule-id": schedule.schedule_id }), schedule };
-    state.schedules.set(schedule.schedule_id, entry);
-    $("schedules").tBodies[0].append(entry.row);
+    entry = { row: el("tr", { [attribute]: id }) };
+    entries.set(id, entry);
+    $(tableId).tBodies[0].append(entry.row);
   }
+  return entry;
+}
+
+/** Shows a schedule in the list. */
+function addSchedule(schedule) {
+  listEntry(state.schedules, "schedules", "data-schedule-id", schedule.schedule_id);
   renderSchedule(schedule);
 }
 
@@ -839,17 +857,22 @@ async function triggerSchedule(id) {
   });
 }
 
-/** Deletes on a second click within a few seconds (no blocking confirm dialog). */
+/** Whether this click of a Delete button confirms the one before it (within a few seconds):
+ * a first click only asks "Really delete?" (no blocking confirm dialog). */
+function confirmedDelete(button) {
+  if (button.classList.contains("confirming")) return true;
+  button.classList.add("confirming");
+  button.textContent = "Really delete?";
+  setTimeout(() => {
+    button.classList.remove("confirming");
+    button.textContent = "Delete";
+  }, 4000);
+  return false;
+}
+
+/** Deletes on a second click within a few seconds. */
 async function deleteSchedule(id, button) {
-  if (!button.classList.contains("confirming")) {
-    button.classList.add("confirming");
-    button.textContent = "Really delete?";
-    setTimeout(() => {
-      button.classList.remove("confirming");
-      button.textContent = "Delete";
-    }, 4000);
-    return;
-  }
+  if (!confirmedDelete(button)) return;
   await attempt(async () => {
     await api("DELETE", schedulePath(id));
     const entry = state.schedules.get(id);
@@ -920,6 +943,252 @@ function closeSchedule() {
   $("schedule-detail-section").hidden = true;
 }
 
+// ------------------------------------------------------------------ webhook endpoints
+
+const endpointPath = (id) => `/webhooks/endpoints/${encodeURIComponent(id)}`;
+
+/** Why an endpoint is not simply healthy ("" when it is). */
+function endpointHealth(endpoint) {
+  if (endpoint.status === "disabled") {
+    const why = {
+      gone: "it answered 410 Gone",
+      failing: "every attempt failed for too long",
+    }[endpoint.disabled_reason] || endpoint.disabled_reason || "";
+    return `disabled ${fmtTime(endpoint.disabled_at)}${why ? ` (${why})` : ""}`;
+  }
+  if (endpoint.failing_since) return `failing since ${fmtTime(endpoint.failing_since)}`;
+  return "";
+}
+
+/** Shows an endpoint in the list. */
+function addEndpoint(endpoint) {
+  listEntry(state.endpoints, "endpoints", "data-endpoint-id", endpoint.endpoint_id);
+  renderEndpoint(endpoint);
+}
+
+function renderEndpoint(endpoint) {
+  const entry = state.endpoints.get(endpoint.endpoint_id);
+  if (!entry) return;
+  entry.endpoint = endpoint;
+  const id = endpoint.endpoint_id;
+  const row = entry.row;
+  row.dataset.status = endpoint.status;
+  row.dataset.disabledReason = endpoint.disabled_reason || "";
+  row.dataset.failingSince = endpoint.failing_since || "";
+  const actions = el("td", { class: "actions" });
+  if (endpoint.status === "disabled") {
+    actions.append(el("button", { type: "button", class: "enable", onclick: () => enableEndpoint(id) }, "Enable"));
+  }
+  actions.append(
+    el("button", { type: "button", class: "deliveries", onclick: () => showEndpoint(id) }, "Deliveries"),
+    el("button", { type: "button", class: "delete", onclick: (e) => deleteEndpoint(id, e.currentTarget) }, "Delete"),
+  );
+  const description = endpoint.description ? el("span", { class: "description" }, endpoint.description) : null;
+  row.replaceChildren(
+    el("td", {}, el("a", { href: "#", class: "endpoint-link", onclick: (e) => { e.preventDefault(); showEndpoint(id); } }, id)),
+    el("td", {}, el("span", { class: `status ${endpoint.status}` }, endpoint.status)),
+    el("td", { class: "url" }, endpoint.url, description),
+    el("td", { class: "events" }, (endpoint.events || []).join(", ")),
+    el("td", { class: "health" }, endpointHealth(endpoint)),
+    actions,
+  );
+  if (state.endpointDetailId === id) renderEndpointSummary(endpoint);
+}
+
+async function loadEndpoints() {
+  state.endpoints.clear();
+  $("endpoints").tBodies[0].replaceChildren();
+  if (!signedIn()) return;
+  await attempt(async () => {
+    // One page: an owner has a handful of endpoints at most (the deployment's limit).
+    const { body } = await api("GET", "/webhooks/endpoints");
+    for (const endpoint of body.endpoints) addEndpoint(endpoint);
+    $("endpoints-empty").hidden = state.endpoints.size > 0;
+  });
+}
+
+/** The events ticked in the form. */
+function formEvents() {
+  return [...document.querySelectorAll("input[name='endpoint-event']:checked")].map((box) => box.value);
+}
+
+async function createEndpoint(event) {
+  event.preventDefault();
+  await attempt(async () => {
+    const request = { url: $("endpoint-url").value.trim(), events: formEvents() };
+    const description = $("endpoint-description").value.trim();
+    if (description) request.description = description;
+    const { body } = await api("POST", "/webhooks/endpoints", request);
+    addEndpoint(body);
+    $("endpoints-empty").hidden = true;
+    $("endpoint-url").value = "";
+    $("endpoint-description").value = "";
+    state.endpoints.get(body.endpoint_id).row.scrollIntoView({ block: "nearest" });
+  });
+}
+
+async function enableEndpoint(id) {
+  await attempt(async () => {
+    const { body } = await api("POST", `${endpointPath(id)}/enable`);
+    renderEndpoint(body);
+    if (state.endpointDetailId === id) {
+      $("recover-result").textContent = "Enabled: events are sent to it again. Recover here what failed meanwhile.";
+    }
+  });
+}
+
+/** Deletes on a second click within a few seconds. */
+async function deleteEndpoint(id, button) {
+  if (!confirmedDelete(button)) return;
+  await attempt(async () => {
+    await api("DELETE", endpointPath(id));
+    const entry = state.endpoints.get(id);
+    if (entry) entry.row.remove();
+    state.endpoints.delete(id);
+    $("endpoints-empty").hidden = state.endpoints.size > 0;
+    if (state.endpointDetailId === id) closeEndpoint();
+  });
+}
+
+/** A `datetime-local` value (the browser's zone, to the second) for `date`. */
+function localInputValue(date) {
+  const pad = (n) => String(n).padStart(2, "0");
+  return `${date.getFullYear()}-${pad(date.getMonth() + 1)}-${pad(date.getDate())}`
+    + `T${pad(date.getHours())}:${pad(date.getMinutes())}:${pad(date.getSeconds())}`;
+}
+
+/** An endpoint's view: its spec and health, a recovery, and its deliveries. */
+async function showEndpoint(id) {
+  const switched = state.endpointDetailId !== id;
+  state.endpointDetailId = id;
+  await attempt(async () => {
+    const { body } = await api("GET", endpointPath(id));
+    renderEndpoint(body);
+    renderEndpointSummary(body);
+    if (switched) {
+      $("recover-result").textContent = "";
+      delete $("recover-result").dataset.requeued;
+      // What failed in the last day, unless the user says otherwise.
+      $("recover-since").value = localInputValue(new Date(Date.now() - 24 * 3600 * 1000));
+    }
+    await loadEndpointDeliveries(true);
+    $("endpoint-detail-section").hidden = false;
+    $("endpoint-detail-section").scrollIntoView({ block: "nearest" });
+  });
+}
+
+function renderEndpointSummary(endpoint) {
+  $("endpoint-detail-id").textContent = endpoint.endpoint_id;
+  const add = summaryList($("endpoint-summary"));
+  add("URL", endpoint.url);
+  add("Events", (endpoint.events || []).join(", "));
+  add("Description", endpoint.description);
+  add("Status", endpoint.status);
+  add("Health", endpointHealth(endpoint));
+  add("Created", fmtTime(endpoint.created_at));
+  add("Updated", fmtTime(endpoint.updated_at));
+  $("endpoint-raw").textContent = JSON.stringify(endpoint, null, 2);
+}
+
+/** A page of the open endpoint's deliveries in the chosen status (newest job first). */
+async function loadEndpointDeliveries(reset) {
+  const id = state.endpointDetailId;
+  if (!id) return;
+  if (reset) {
+    state.deliveryCursor = null;
+    $("endpoint-deliveries").tBodies[0].replaceChildren();
+  }
+  const query = new URLSearchParams({ limit: String(PAGE) });
+  if ($("endpoint-deliveries-status").value) query.set("status", $("endpoint-deliveries-status").value);
+  if (!reset && state.deliveryCursor) query.set("cursor", state.deliveryCursor);
+  const { body } = await api("GET", `${endpointPath(id)}/deliveries?${query}`);
+  const rows = $("endpoint-deliveries").tBodies[0];
+  rows.append(...body.deliveries.map(deliveryRow));
+  state.deliveryCursor = body.next_cursor || null;
+  $("endpoint-deliveries-more").hidden = !state.deliveryCursor;
+  $("endpoint-no-deliveries").hidden = rows.rows.length > 0;
+}
+
+/** One delivery of an endpoint: its job and event, where it stands, its last attempt. */
+function deliveryRow(delivery) {
+  const row = el("tr", { "data-webhook-id": delivery.webhook_id, "data-job-id": delivery.job_id, "data-status": delivery.status });
+  const actions = el("td", { class: "actions" });
+  // A pending one is queued already; progress is never sent again (the next one says more).
+  if (delivery.status !== "pending" && delivery.event !== "job.progress") {
+    actions.append(el("button", {
+      type: "button", class: "resend", title: "Send it again (same webhook-id)",
+      onclick: (e) => resendDelivery(delivery.webhook_id, row, e.currentTarget),
+    }, "Resend"));
+  }
+  row.append(
+    // Whole ids: jobs queued close together share their first (time) digits.
+    el("td", {}, jobLink(delivery.job_id)),
+    el("td", {}, delivery.event),
+    el("td", { class: "delivery-status" }, el("span", { class: `status ${delivery.status}` }, delivery.status)),
+    el("td", {}, String(delivery.attempts ?? "")),
+    el("td", { class: "created" }, fmtTime(delivery.last_attempt_at)),
+    el("td", {}, delivery.status_code == null ? "" : String(delivery.status_code)),
+    el("td", {}, delivery.error || ""),
+    actions,
+  );
+  return row;
+}
+
+async function resendDelivery(webhookId, row, button) {
+  await attempt(async () => {
+    button.disabled = true;
+    try {
+      const { body } = await api("POST", `/webhooks/deliveries/${encodeURIComponent(webhookId)}/resend`);
+      row.dataset.status = body.status;
+      row.querySelector(".delivery-status").replaceChildren(el("span", { class: `status ${body.status}` }, `${body.status} (resent)`));
+      button.remove();
+    } finally {
+      button.disabled = false;
+    }
+  });
+}
+
+/** Queues again every failed delivery since the chosen time: one call walks a bounded part,
+ * so it is repeated with the cursor it answers until it says the walk is complete. */
+async function recoverDeliveries(event) {
+  event.preventDefault();
+  const id = state.endpointDetailId;
+  if (!id) return;
+  const result = $("recover-result");
+  let requeued = 0;
+  await attempt(async () => {
+    const since = isoFromLocal($("recover-since").value);
+    if (!since) throw new ApiError(0, "Invalid time", "Choose the time to recover from.");
+    result.textContent = "recovering…";
+    delete result.dataset.requeued;
+    let cursor;
+    try {
+      for (;;) {
+        const request = cursor ? { since, cursor } : { since };
+        const { body } = await api("POST", `${endpointPath(id)}/recover`, request);
+        requeued += body.requeued || 0;
+        if (body.complete) break;
+        if (!body.cursor || body.cursor === cursor) {
+          throw new ApiError(0, "Unexpected answer", "The recovery is not complete but names no new cursor to go on from.");
+        }
+        cursor = body.cursor;
+      }
+    } catch (err) {
+      result.textContent = requeued ? `${requeued} queued again before this failed; repeat to go on.` : "";
+      throw err;
+    }
+    const noun = requeued === 1 ? "delivery" : "deliveries";
+    result.textContent = `${requeued} failed ${noun} since ${fmtTime(since)} queued again.`;
+    result.dataset.requeued = String(requeued);
+    await loadEndpointDeliveries(true);
+  });
+}
+
+function closeEndpoint() {
+  state.endpointDetailId = null;
+  $("endpoint-detail-section").hidden = true;
+}
+
 // ------------------------------------------------------------------ start
 
 function start() {
@@ -935,6 +1204,7 @@ function start() {
     loadJobTypes();
     loadJobs(true);
     loadSchedules(true);
+    loadEndpoints();
   });
   $("sign-out").addEventListener("click", () => {
     sessionStorage.removeItem(TOKEN_KEY);
@@ -943,6 +1213,8 @@ function start() {
     loadJobs(true);
     loadSchedules(true);
     closeSchedule();
+    loadEndpoints();
+    closeEndpoint();
   });
   $("save-api").addEventListener("click", () => {
     const base = $("api-base").value.trim();
@@ -951,6 +1223,7 @@ function start() {
     loadJobTypes();
     loadJobs(true);
     loadSchedules(true);
+    loadEndpoints();
   });
   $("problem-close").addEventListener("click", clearProblem);
   $("refresh").addEventListener("click", () => loadJobs(true));
@@ -973,6 +1246,12 @@ function start() {
   $("schedules-refresh").addEventListener("click", () => loadSchedules(true));
   $("schedules-more").addEventListener("click", () => loadSchedules(false));
   $("schedule-detail-close").addEventListener("click", closeSchedule);
+  $("endpoints-refresh").addEventListener("click", loadEndpoints);
+  $("endpoint-form").addEventListener("submit", createEndpoint);
+  $("endpoint-detail-close").addEventListener("click", closeEndpoint);
+  $("recover-form").addEventListener("submit", recoverDeliveries);
+  $("endpoint-deliveries-status").addEventListener("change", () => attempt(() => loadEndpointDeliveries(true)));
+  $("endpoint-deliveries-more").addEventListener("click", () => attempt(() => loadEndpointDeliveries(false)));
   $("detail-close").addEventListener("click", () => {
     state.detailId = null;
     $("detail-section").hidden = true;
@@ -982,6 +1261,7 @@ function start() {
     loadJobTypes();
     loadJobs(true);
     loadSchedules(true);
+    loadEndpoints();
   }
 }
 

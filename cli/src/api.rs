@@ -120,6 +120,16 @@ impl Api {
         self.send(self.request(Method::POST, path).json(body), &format!("POST {path}")).await
     }
 
+    /// `POST path` without a body (the API's actions that take none, or an optional one).
+    pub async fn post_empty(&self, path: &str) -> Result<Reply, CliError> {
+        self.send(self.request(Method::POST, path), &format!("POST {path}")).await
+    }
+
+    /// `PATCH path` with a JSON (merge) body.
+    pub async fn patch(&self, path: &str, body: &Value) -> Result<Reply, CliError> {
+        self.send(self.request(Method::PATCH, path).json(body), &format!("PATCH {path}")).await
+    }
+
     /// `DELETE path`.
     pub async fn delete(&self, path: &str) -> Result<Reply, CliError> {
         self.send(self.request(Method::DELETE, path), &format!("DELETE {path}")).await

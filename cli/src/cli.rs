@@ -59,6 +59,10 @@ pub enum Command {
     /// Recurring jobs: create, list, show, pause, resume, trigger and remove schedules.
     #[command(subcommand)]
     Schedule(ScheduleCommand),
+    /// Webhook endpoints: create, list, show, change, enable and remove them; list, resend
+    /// and recover their deliveries.
+    #[command(subcommand)]
+    Endpoint(EndpointCommand),
 }
 
 /// `submit`.
@@ -280,6 +284,158 @@ pub struct ScheduleTrigger {
     /// Wait for the tick's job and watch it to its end; the exit code is then the job's.
     #[arg(long)]
     pub wait: bool,
+}
+
+/// `endpoint …`.
+#[derive(Debug, Subcommand)]
+pub enum EndpointCommand {
+    /// Create a webhook endpoint (prints its id).
+    Create(EndpointCreate),
+    /// List your webhook endpoints: status, URL, events, and why one is failing or disabled.
+    #[command(visible_alias = "list")]
+    Ls,
+    /// Show a webhook endpoint (its JSON document).
+    #[command(visible_alias = "show")]
+    Get(EndpointRef),
+    /// Change a webhook endpoint's URL, events or description.
+    Update(EndpointUpdate),
+    /// Delete a webhook endpoint (nothing is sent to it after the answer).
+    #[command(visible_alias = "delete")]
+    Rm(EndpointRef),
+    /// Enable a disabled webhook endpoint (then `recover` sends what it missed).
+    Enable(EndpointRef),
+    /// List a webhook endpoint's deliveries, newest job first.
+    Deliveries(EndpointDeliveries),
+    /// Queue one delivery again (same `webhook-id`, so the receiver can deduplicate it).
+    Resend(DeliveryRef),
+    /// Queue again every failed delivery of an endpoint since a time (prints how many).
+    Recover(EndpointRecover),
+}
+
+/// An event a webhook endpoint subscribes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, ValueEnum)]
+pub enum EndpointEvent {
+    /// A job succeeded.
+    #[value(name = "job.succeeded")]
+    JobSucceeded,
+    /// A job failed.
+    #[value(name = "job.failed")]
+    JobFailed,
+    /// A job was cancelled.
+    #[value(name = "job.cancelled")]
+    JobCancelled,
+    /// A running job's progress (at most one per job every 5 seconds, the latest).
+    #[value(name = "job.progress")]
+    JobProgress,
+    /// A succeeded job's result is deleted in 24 hours.
+    #[value(name = "job.result_expiring")]
+    JobResultExpiring,
+}
+
+impl EndpointEvent {
+    /// The API's spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EndpointEvent::JobSucceeded => "job.succeeded",
+            EndpointEvent::JobFailed => "job.failed",
+            EndpointEvent::JobCancelled => "job.cancelled",
+            EndpointEvent::JobProgress => "job.progress",
+            EndpointEvent::JobResultExpiring => "job.result_expiring",
+        }
+    }
+}
+
+/// `endpoint create`.
+#[derive(Debug, Args)]
+pub struct EndpointCreate {
+    /// Where the events are sent (https, a public host).
+    #[arg(long)]
+    pub url: String,
+    /// The events it receives, comma-separated (or the option repeated).
+    #[arg(long, value_enum, value_delimiter = ',', required = true)]
+    pub events: Vec<EndpointEvent>,
+    /// What it is for (at most 256 characters).
+    #[arg(long, value_name = "TEXT")]
+    pub description: Option<String>,
+}
+
+/// `endpoint update`: what changes (at least one of them); what is not named stays.
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("change").required(true).multiple(true)))]
+pub struct EndpointUpdate {
+    /// The endpoint id.
+    pub id: String,
+    /// The new URL.
+    #[arg(long, group = "change")]
+    pub url: Option<String>,
+    /// The new events, comma-separated (they replace the old ones).
+    #[arg(long, value_enum, value_delimiter = ',', group = "change")]
+    pub events: Option<Vec<EndpointEvent>>,
+    /// The new description.
+    #[arg(long, value_name = "TEXT", group = "change")]
+    pub description: Option<String>,
+    /// Remove the description.
+    #[arg(long, conflicts_with = "description", group = "change")]
+    pub no_description: bool,
+}
+
+/// A command naming one webhook endpoint.
+#[derive(Debug, Args)]
+pub struct EndpointRef {
+    /// The endpoint id.
+    pub id: String,
+}
+
+/// Where a delivery stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DeliveryStatus {
+    /// Queued, or being retried.
+    Pending,
+    /// The endpoint answered 2xx.
+    Delivered,
+    /// Every attempt failed (or the endpoint was disabled).
+    Failed,
+}
+
+impl DeliveryStatus {
+    /// The API's spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeliveryStatus::Pending => "pending",
+            DeliveryStatus::Delivered => "delivered",
+            DeliveryStatus::Failed => "failed",
+        }
+    }
+}
+
+/// `endpoint deliveries`.
+#[derive(Debug, Args)]
+pub struct EndpointDeliveries {
+    /// The endpoint id.
+    pub id: String,
+    /// Only deliveries in this status.
+    #[arg(long, value_enum)]
+    pub status: Option<DeliveryStatus>,
+    /// How many, and whether to follow every page.
+    #[command(flatten)]
+    pub pages: Pages,
+}
+
+/// `endpoint resend`.
+#[derive(Debug, Args)]
+pub struct DeliveryRef {
+    /// The delivery's webhook id (`msg_…`, from `longhaul endpoint deliveries`).
+    pub webhook_id: String,
+}
+
+/// `endpoint recover`.
+#[derive(Debug, Args)]
+pub struct EndpointRecover {
+    /// The endpoint id.
+    pub id: String,
+    /// Failed deliveries first recorded at or after this time (RFC 3339) are queued again.
+    #[arg(long, value_name = "TIME")]
+    pub since: String,
 }
 
 #[cfg(test)]

@@ -417,12 +417,18 @@ const YEARLY: &str = "cron(0 2 1 1 ? *)";
 
 /// Creates a schedule with `longhaul schedule create args…` and returns its id.
 async fn create_schedule(token: &str, args: &[&str]) -> String {
-    let mut line = vec!["schedule", "create"];
+    create(token, "schedule", args).await
+}
+
+/// Runs `longhaul <noun> create args…`, which prints the new id on stdout and says
+/// `<noun> <id> created: …` on stderr; returns the id.
+async fn create(token: &str, noun: &str, args: &[&str]) -> String {
+    let mut line = vec![noun, "create"];
     line.extend_from_slice(args);
     let created = run(token, &line).await;
     assert_eq!(code(&created), 0, "{}", stderr(&created));
     let id = stdout(&created).trim().to_owned();
-    assert!(stderr(&created).contains(&format!("schedule {id} created: ")), "{}", stderr(&created));
+    assert!(stderr(&created).contains(&format!("{noun} {id} created: ")), "{}", stderr(&created));
     id
 }
 
@@ -718,4 +724,407 @@ async fn schedule_errors_show_the_problem_and_exit_non_zero() {
     assert_eq!(cancel.status, 202, "{}", cancel.text);
     let shown = stdout(&run(&me.token, &["schedule", "show", &id]).await);
     assert!(shown.contains("counts:     fired 2 · submitted 1 · skipped 1 · refused 0"), "{shown}");
+}
+
+/// A local partner for the endpoint tests: answers every request with the status it is set
+/// to, and records each request's `webhook-id` with the status it was answered.
+struct Receiver {
+    url: String,
+    status: std::sync::Arc<std::sync::atomic::AtomicU16>,
+    received: std::sync::Arc<std::sync::Mutex<Vec<(String, u16)>>>,
+}
+
+impl Receiver {
+    /// Listens on loopback (the stack allows insecure callbacks), answering `status`.
+    async fn start(status: u16) -> Receiver {
+        use std::sync::atomic::AtomicU16;
+        use std::sync::{Arc, Mutex};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/hook", listener.local_addr().unwrap());
+        let receiver = Receiver {
+            url,
+            status: Arc::new(AtomicU16::new(status)),
+            received: Arc::new(Mutex::new(Vec::new())),
+        };
+        let (answer, received) = (receiver.status.clone(), receiver.received.clone());
+        tokio::spawn(async move {
+            while let Ok((socket, _)) = listener.accept().await {
+                tokio::spawn(Receiver::answer(socket, answer.clone(), received.clone()));
+            }
+        });
+        receiver
+    }
+
+    /// Reads one request (its head, then `content-length` bytes of body) and answers it.
+    async fn answer(
+        mut socket: tokio::net::TcpStream,
+        status: std::sync::Arc<std::sync::atomic::AtomicU16>,
+        received: std::sync::Arc<std::sync::Mutex<Vec<(String, u16)>>>,
+    ) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut request = Vec::new();
+        let mut buf = [0u8; 4096];
+        let head_end = loop {
+            if let Some(at) = request.windows(4).position(|w| w == b"\r\n\r\n") {
+                break at + 4;
+            }
+            match socket.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => request.extend_from_slice(&buf[..n]),
+            }
+        };
+        let head = String::from_utf8_lossy(&request[..head_end]).to_lowercase();
+        let header = |name: &str| {
+            head.lines()
+                .find_map(|line| line.strip_prefix(&format!("{name}:")))
+                .map(|value| value.trim().to_owned())
+        };
+        let length: usize = header("content-length").and_then(|l| l.parse().ok()).unwrap_or(0);
+        while request.len() < head_end + length {
+            match socket.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => request.extend_from_slice(&buf[..n]),
+            }
+        }
+        let code = status.load(std::sync::atomic::Ordering::SeqCst);
+        received.lock().unwrap().push((header("webhook-id").unwrap_or_default(), code));
+        let answer =
+            format!("HTTP/1.1 {code} Set\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+        if let Err(err) = socket.write_all(answer.as_bytes()).await {
+            eprintln!("receiver: answering failed: {err}");
+        }
+    }
+
+    fn answer_with(&self, status: u16) {
+        self.status.store(status, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// How many requests carrying `webhook_id` were answered `status`.
+    fn count(&self, webhook_id: &str, status: u16) -> usize {
+        let received = self.received.lock().unwrap();
+        received.iter().filter(|(id, code)| id == webhook_id && *code == status).count()
+    }
+}
+
+/// Creates an endpoint with `longhaul endpoint create args…` and returns its id.
+async fn create_endpoint(token: &str, args: &[&str]) -> String {
+    create(token, "endpoint", args).await
+}
+
+/// `longhaul --json endpoint deliveries id --all` (with `--status status`) once `check`
+/// holds for its deliveries; panics after a minute, naming `what` it waited for.
+async fn endpoint_deliveries(
+    token: &str,
+    id: &str,
+    status: &str,
+    what: &str,
+    check: impl Fn(&[Value]) -> bool,
+) -> Vec<Value> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let listed =
+            run(token, &["--json", "endpoint", "deliveries", id, "--all", "--status", status])
+                .await;
+        assert_eq!(code(&listed), 0, "{}", stderr(&listed));
+        let deliveries = json_out(&listed)["deliveries"].as_array().cloned().unwrap_or_default();
+        if check(&deliveries) {
+            return deliveries;
+        }
+        assert!(std::time::Instant::now() < deadline, "{what}: {deliveries:?}");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+#[tokio::test]
+async fn endpoint_commands_create_list_get_update_and_remove() {
+    let me = user("cli-endpoints");
+    // Nothing listens on port 9 of loopback; no job is submitted, so nothing is sent there.
+    let url = "http://127.0.0.1:9/hooks/billing";
+    let billing = create_endpoint(
+        &me.token,
+        &["--url", url, "--events", "job.succeeded,job.failed", "--description", "billing"],
+    )
+    .await;
+    let stored = me.api.get(&format!("/webhooks/endpoints/{billing}")).await;
+    assert_eq!(stored.status, 200, "{}", stored.text);
+    let spec = &stored.json;
+    assert_eq!((&spec["url"], &spec["description"]), (&json!(url), &json!("billing")));
+    assert_eq!(spec["events"], json!(["job.failed", "job.succeeded"]), "{spec}");
+    assert_eq!(spec["status"], "enabled", "{spec}");
+
+    // --json prints the endpoint; --events may be repeated.
+    let ops = run(
+        &me.token,
+        &[
+            "--json",
+            "endpoint",
+            "create",
+            "--url",
+            "http://127.0.0.1:9/hooks/ops",
+            "--events",
+            "job.cancelled",
+            "--events",
+            "job.progress",
+        ],
+    )
+    .await;
+    assert_eq!(code(&ops), 0, "{}", stderr(&ops));
+    let ops = json_out(&ops);
+    let ops_id = ops["endpoint_id"].as_str().unwrap().to_owned();
+    assert_eq!(ops["events"], json!(["job.cancelled", "job.progress"]), "{ops}");
+    assert!(ops.get("description").is_none(), "{ops}");
+
+    // ls: a table, or the API's document.
+    let table = run(&me.token, &["endpoint", "ls"]).await;
+    assert_eq!(code(&table), 0);
+    let text = stdout(&table);
+    assert!(text.starts_with("ID "), "{text}");
+    for part in [billing.as_str(), ops_id.as_str(), url, "job.failed,job.succeeded", "enabled"] {
+        assert!(text.contains(part), "{part:?} in\n{text}");
+    }
+    let listed = json_out(&run(&me.token, &["--json", "endpoint", "list"]).await);
+    let mut ids: Vec<&str> = listed["endpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["endpoint_id"].as_str().unwrap())
+        .collect();
+    ids.sort_unstable();
+    let mut expected = [billing.as_str(), ops_id.as_str()];
+    expected.sort_unstable();
+    assert_eq!(ids, expected, "{listed}");
+
+    // get: the endpoint's JSON, with or without --json.
+    for line in [&["endpoint", "get", &billing][..], &["--json", "endpoint", "show", &billing]] {
+        let got = run(&me.token, line).await;
+        assert_eq!(code(&got), 0);
+        assert_eq!(json_out(&got), stored.json, "{line:?}");
+    }
+
+    // update: only what is named changes; --no-description removes it.
+    let updated = run(
+        &me.token,
+        &["endpoint", "update", &billing, "--events", "job.failed", "--no-description"],
+    )
+    .await;
+    assert_eq!(code(&updated), 0, "{}", stderr(&updated));
+    assert_eq!(stdout(&updated).trim(), format!("endpoint {billing} updated: job.failed → {url}"));
+    let view = me.api.get(&format!("/webhooks/endpoints/{billing}")).await.json;
+    assert_eq!((&view["events"], &view["url"]), (&json!(["job.failed"]), &json!(url)), "{view}");
+    assert!(view.get("description").is_none(), "{view}");
+    let moved = "http://127.0.0.1:9/hooks/billing-v2";
+    let updated = run(
+        &me.token,
+        &["--json", "endpoint", "update", &billing, "--url", moved, "--description", "v2"],
+    )
+    .await;
+    assert_eq!(code(&updated), 0, "{}", stderr(&updated));
+    let updated = json_out(&updated);
+    assert_eq!((&updated["url"], &updated["description"]), (&json!(moved), &json!("v2")));
+    assert_eq!(updated["events"], json!(["job.failed"]), "{updated}");
+
+    // enable on an enabled endpoint changes nothing and says so.
+    let enabled = run(&me.token, &["endpoint", "enable", &ops_id]).await;
+    assert_eq!(code(&enabled), 0, "{}", stderr(&enabled));
+    assert_eq!(stdout(&enabled).trim(), format!("endpoint {ops_id} is enabled (it was already)"));
+
+    // Nothing was sent: no deliveries.
+    let none = run(&me.token, &["endpoint", "deliveries", &billing]).await;
+    assert_eq!(code(&none), 0, "{}", stderr(&none));
+    assert_eq!(stdout(&none).trim(), format!("endpoint {billing}: no deliveries"));
+    let none = json_out(&run(&me.token, &["--json", "endpoint", "deliveries", &billing]).await);
+    assert_eq!(none, json!({"deliveries": [], "next_cursor": null}));
+
+    // rm: gone.
+    let removed = run(&me.token, &["endpoint", "rm", &billing]).await;
+    assert_eq!(code(&removed), 0, "{}", stderr(&removed));
+    assert_eq!(stdout(&removed).trim(), format!("endpoint {billing} deleted"));
+    assert_eq!(me.api.get(&format!("/webhooks/endpoints/{billing}")).await.status, 404);
+    let removed = json_out(&run(&me.token, &["--json", "endpoint", "delete", &ops_id]).await);
+    assert_eq!(removed, json!({"endpoint_id": ops_id, "deleted": true}));
+    let none = run(&me.token, &["endpoint", "ls"]).await;
+    assert_eq!(stdout(&none).trim(), "no webhook endpoints");
+}
+
+#[tokio::test]
+async fn endpoint_errors_show_the_problem_and_exit_non_zero() {
+    let me = user("cli-endpoint-errors");
+    // A URL the API refuses: its 422 problem, nothing created.
+    let bad = run(
+        &me.token,
+        &["endpoint", "create", "--url", "ftp://127.0.0.1/hook", "--events", "job.failed"],
+    )
+    .await;
+    assert_eq!(code(&bad), 4);
+    let said = stderr(&bad);
+    assert!(said.contains("error: Invalid endpoint (HTTP 422): "), "{said}");
+    assert!(!said.contains('{'), "never a raw body: {said}");
+    let bad = run(
+        &me.token,
+        &["--json", "endpoint", "create", "--url", "not a url", "--events", "job.failed"],
+    )
+    .await;
+    assert_eq!(code(&bad), 4);
+    let problem = &json_out(&bad)["error"];
+    assert_eq!(problem["status"], 422, "{problem}");
+    assert!(problem["type"].as_str().unwrap().ends_with("invalid-endpoint"), "{problem}");
+    let listed = json_out(&run(&me.token, &["--json", "endpoint", "ls"]).await);
+    assert_eq!(listed["endpoints"], json!([]), "nothing was created: {listed}");
+
+    // Usage errors exit 2 before any request.
+    for args in [
+        &["endpoint", "create", "--url", "http://127.0.0.1:9/h"][..],
+        &["endpoint", "create", "--events", "job.failed"],
+        &["endpoint", "create", "--url", "http://127.0.0.1:9/h", "--events", "job.exploded"],
+        &["endpoint", "update", "0190d2a4-0000-7000-8000-000000000000"],
+        &["endpoint", "deliveries", "0190d2a4-0000-7000-8000-000000000000", "--status", "lost"],
+        &["endpoint", "recover", "0190d2a4-0000-7000-8000-000000000000"],
+        &["endpoint", "frobnicate"],
+    ] {
+        let output = run(&me.token, args).await;
+        assert_eq!(code(&output), 2, "{args:?}: {}", stderr(&output));
+    }
+
+    // Another principal's endpoint, or none: 404 for every command naming one.
+    let other = user("cli-endpoint-other");
+    let theirs = create_endpoint(
+        &other.token,
+        &["--url", "http://127.0.0.1:9/theirs", "--events", "job.failed"],
+    )
+    .await;
+    // A `since` the API accepts (within the record retention): the time that endpoint was
+    // made.
+    let since = other.api.get(&format!("/webhooks/endpoints/{theirs}")).await.json["created_at"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let since = since.as_str();
+    for id in [theirs.as_str(), "0190d2a4-0000-7000-8000-000000000000"] {
+        for line in [
+            &["endpoint", "get", id][..],
+            &["endpoint", "update", id, "--description", "mine now"],
+            &["endpoint", "enable", id],
+            &["endpoint", "deliveries", id],
+            &["endpoint", "recover", id, "--since", since],
+            &["endpoint", "rm", id],
+        ] {
+            let output = run(&me.token, line).await;
+            assert_eq!(code(&output), 4, "{line:?}");
+            assert!(stderr(&output).contains("(HTTP 404)"), "{line:?}: {}", stderr(&output));
+        }
+    }
+    let resend = run(&me.token, &["endpoint", "resend", "msg_nothing"]).await;
+    assert_eq!(code(&resend), 4);
+    assert!(stderr(&resend).contains("(HTTP 404)"), "{}", stderr(&resend));
+    let view = other.api.get(&format!("/webhooks/endpoints/{theirs}")).await;
+    assert_eq!(view.status, 200, "{}", view.text);
+    assert!(view.json.get("description").is_none(), "untouched: {}", view.text);
+
+    // A recovery's `since` the API refuses: its 400.
+    let mine =
+        create_endpoint(&me.token, &["--url", "http://127.0.0.1:9/mine", "--events", "job.failed"])
+            .await;
+    let refused = run(&me.token, &["endpoint", "recover", &mine, "--since", "yesterday"]).await;
+    assert_eq!(code(&refused), 4);
+    assert!(stderr(&refused).contains("(HTTP 400)"), "{}", stderr(&refused));
+}
+
+#[tokio::test]
+async fn a_gone_endpoint_is_listed_disabled_then_enabled_recovered_and_resent() {
+    let me = user("cli-endpoint-deliveries");
+    let receiver = Receiver::start(410).await;
+    let id =
+        create_endpoint(&me.token, &["--url", &receiver.url, "--events", "job.succeeded"]).await;
+    let first = me.api.submit(&json!({"type": "demo", "params": {"items": 1}})).await;
+    // Other params: the same request would be the first one's idempotent replay.
+    let second = me.api.submit(&json!({"type": "demo", "params": {"items": 2}})).await;
+    let since = me.api.wait_terminal(&first, Duration::from_secs(60)).await["created_at"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    me.api.wait_terminal(&second, Duration::from_secs(60)).await;
+
+    // The receiver answers 410: the endpoint is disabled, and both jobs' deliveries failed
+    // (the second one either answered 410 too, or was recorded failed while disabled).
+    let failed =
+        endpoint_deliveries(&me.token, &id, "failed", "both deliveries failed", |d| d.len() == 2)
+            .await;
+    let mut jobs: Vec<&str> = failed.iter().map(|d| d["job_id"].as_str().unwrap()).collect();
+    jobs.sort_unstable();
+    let mut expected = [first.as_str(), second.as_str()];
+    expected.sort_unstable();
+    assert_eq!(jobs, expected, "{failed:?}");
+    let webhook_ids: Vec<String> =
+        failed.iter().map(|d| d["webhook_id"].as_str().unwrap().to_owned()).collect();
+    let view = me.api.get(&format!("/webhooks/endpoints/{id}")).await.json;
+    assert_eq!((&view["status"], &view["disabled_reason"]), (&json!("disabled"), &json!("gone")));
+    let text = stdout(&run(&me.token, &["endpoint", "ls"]).await);
+    assert!(
+        text.contains(&format!("disabled (gone) at {}", view["disabled_at"].as_str().unwrap()))
+    );
+
+    // The table names each delivery's webhook id, its event and the 410.
+    let table = run(&me.token, &["endpoint", "deliveries", &id, "--status", "failed"]).await;
+    let text = stdout(&table);
+    assert!(text.starts_with("WEBHOOK ID "), "{text}");
+    for webhook_id in &webhook_ids {
+        assert!(text.contains(webhook_id.as_str()), "{webhook_id} in\n{text}");
+    }
+    assert!(text.contains("job.succeeded") && text.contains("410"), "{text}");
+    // Pages: --limit 1 leaves a cursor, --all follows it.
+    let one =
+        json_out(&run(&me.token, &["--json", "endpoint", "deliveries", &id, "--limit", "1"]).await);
+    assert_eq!(one["deliveries"].as_array().unwrap().len(), 1, "{one}");
+    assert!(one["next_cursor"].is_string(), "{one}");
+    let text = stdout(&run(&me.token, &["endpoint", "deliveries", &id, "--limit", "1"]).await);
+    assert!(text.ends_with("(more: raise --limit or use --all)\n"), "{text}");
+    let none = run(&me.token, &["endpoint", "deliveries", &id, "--status", "delivered"]).await;
+    assert_eq!(stdout(&none).trim(), format!("endpoint {id}: no delivered deliveries"));
+
+    // Nothing is queued for a disabled endpoint: resend and recover are refused.
+    let refused = run(&me.token, &["endpoint", "resend", &webhook_ids[0]]).await;
+    assert_eq!(code(&refused), 4);
+    assert!(stderr(&refused).contains("(HTTP 409)"), "{}", stderr(&refused));
+    let refused = run(&me.token, &["endpoint", "recover", &id, "--since", &since]).await;
+    assert_eq!(code(&refused), 4);
+    assert!(stderr(&refused).contains("(HTTP 409)"), "{}", stderr(&refused));
+
+    // The partner is back: enable, then recover what failed.
+    receiver.answer_with(200);
+    let enabled = run(&me.token, &["endpoint", "enable", &id]).await;
+    assert_eq!(code(&enabled), 0, "{}", stderr(&enabled));
+    assert_eq!(stdout(&enabled).trim(), format!("endpoint {id} enabled"));
+    let hint = stderr(&enabled);
+    assert!(hint.contains("it was disabled (gone) at "), "{hint}");
+    assert!(hint.contains(&format!("longhaul endpoint recover {id} --since TIME")), "{hint}");
+    assert_eq!(me.api.get(&format!("/webhooks/endpoints/{id}")).await.json["status"], "enabled");
+    let recovered = run(&me.token, &["endpoint", "recover", &id, "--since", &since]).await;
+    assert_eq!(code(&recovered), 0, "{}", stderr(&recovered));
+    assert_eq!(
+        stdout(&recovered).trim(),
+        format!("endpoint {id}: 2 failed deliveries since {since} queued again")
+    );
+    let delivered =
+        endpoint_deliveries(&me.token, &id, "delivered", "both recovered deliveries", |d| {
+            d.len() == 2
+        })
+        .await;
+    for webhook_id in &webhook_ids {
+        assert!(delivered.iter().any(|d| d["webhook_id"] == webhook_id.as_str()), "{delivered:?}");
+        assert!(receiver.count(webhook_id, 200) >= 1, "{webhook_id}: the same webhook-id");
+    }
+    // Nothing failed is left to recover.
+    let again =
+        json_out(&run(&me.token, &["--json", "endpoint", "recover", &id, "--since", &since]).await);
+    assert_eq!(again, json!({"endpoint_id": id, "since": since, "requeued": 0, "complete": true}));
+
+    // A delivered one may be asked for again: same webhook-id.
+    let resent = run(&me.token, &["endpoint", "resend", &webhook_ids[0]]).await;
+    assert_eq!(code(&resent), 0, "{}", stderr(&resent));
+    assert_eq!(stdout(&resent).trim(), format!("delivery {} queued again", webhook_ids[0]));
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while receiver.count(&webhook_ids[0], 200) < 2 {
+        assert!(std::time::Instant::now() < deadline, "the resent delivery never came");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }

@@ -11,7 +11,7 @@
 //! sees EventSource reconnect with Last-Event-ID and then its link expire: the console must
 //! fetch a fresh one, or the bar stops. Screenshots go to `target/console-screenshots/`.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use fantoccini::wd::WebDriverCompatibleCommand;
@@ -20,12 +20,23 @@ use longhaul_tests::browser::{Driver, browser, start_driver};
 use longhaul_tests::{Api, harness_with, principal, root};
 use serde_json::{Value, json};
 
+/// The stack of the console's cases: short stream links (see above), and `http` loopback
+/// webhook endpoints allowed (the endpoint case's partner listens on loopback; nothing here
+/// listens on a public host, and public names may not even resolve).
 fn stack() -> &'static longhaul_tests::Harness {
     harness_with(&[
+        ("LONGHAUL_ALLOW_INSECURE_CALLBACKS", "1"),
         ("LONGHAUL_STREAM_TOKEN_TTL_SECONDS", "3"),
         ("LONGHAUL_STREAM_MAX_SECONDS", "2"),
         ("LONGHAUL_STREAM_POLL_MS", "100"),
     ])
+}
+
+/// The API client of a new principal named after `label`, on the stack of [`stack`] (started
+/// here if it is not yet: the first use of a test binary's stack decides its settings).
+fn user(label: &str) -> Api {
+    stack();
+    Api::new(&principal(label))
 }
 
 /// One browser at a time: two Chromium sessions side by side would slow each other's
@@ -79,6 +90,27 @@ async fn open_browser(driver: &Driver, chromium: &Path, downloads: &Path) -> Cli
         .await
         .expect("allowing downloads");
     client
+}
+
+/// A fresh folder for the browser's downloads (Chromium wants a plain absolute path, no `..`).
+fn downloads_dir() -> PathBuf {
+    let downloads = root().join(format!("target/console-downloads/{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&downloads).unwrap();
+    downloads.canonicalize().unwrap()
+}
+
+/// A browser (and its chromedriver, stopped when dropped) on the console, downloading into
+/// `downloads`, signed in as `api`'s principal from `#token=` (which leaves the address bar at
+/// once). The console is opened on another origin (`localhost`) than the links the stack hands
+/// out (`127.0.0.1`): all of them are cross-origin, as deployed.
+async fn open_console(api: &Api, downloads: &Path) -> (Driver, Client) {
+    let (chromedriver, chromium) = browser();
+    let console_origin = stack().stack.api_url.replace("127.0.0.1", "localhost");
+    let token = api.token.clone().unwrap();
+    let driver = start_driver(&chromedriver).await;
+    let client = open_browser(&driver, &chromium, downloads).await;
+    client.goto(&format!("{console_origin}/console/#token={token}")).await.unwrap();
+    (driver, client)
 }
 
 /// The jobs table as the page shows it.
@@ -168,7 +200,9 @@ async fn severe_log_entries(client: &Client) -> Vec<Value> {
             let message = e["message"].as_str().unwrap_or_default();
             let expected_expiry =
                 message.contains("/_fn/EventsFunction/jobs/") && message.contains("401");
-            let expected_refusal = (message.contains("/jobs ") || message.contains("/schedules "))
+            let expected_refusal = (message.contains("/jobs ")
+                || message.contains("/schedules ")
+                || message.contains("/webhooks/endpoints "))
                 && message.contains("422");
             !(expected_expiry || expected_refusal)
         })
@@ -178,12 +212,7 @@ async fn severe_log_entries(client: &Client) -> Vec<Value> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_console_submits_watches_downloads_and_cancels_in_a_real_browser() {
     let _browser = BROWSER.lock().await;
-    let (chromedriver, chromium) = browser();
-    let api_url = stack().stack.api_url.clone();
-    // Another origin than the links the stack hands out (127.0.0.1): all of them cross-origin.
-    let console_origin = api_url.replace("127.0.0.1", "localhost");
-    let who = principal("console");
-    let api = Api::new(&who);
+    let api = user("console");
     let token = api.token.clone().unwrap();
     let seeded = api
         .post_json("/jobs", &json!({"type": "demo", "params": {"items": 1, "item_ms": 0}}))
@@ -191,15 +220,9 @@ async fn the_console_submits_watches_downloads_and_cancels_in_a_real_browser() {
     assert_eq!(seeded.status, 202, "{}", seeded.text);
     let seeded_id = seeded.json["job_id"].as_str().unwrap().to_owned();
 
-    let downloads = root().join(format!("target/console-downloads/{}", uuid::Uuid::new_v4()));
-    std::fs::create_dir_all(&downloads).unwrap();
-    // Chromium wants a plain absolute path (no `..`).
-    let downloads = downloads.canonicalize().unwrap();
-    let driver = start_driver(&chromedriver).await;
-    let client = open_browser(&driver, &chromium, &downloads).await;
-
+    let downloads = downloads_dir();
     // Signed in from the fragment, which leaves the address bar at once.
-    client.goto(&format!("{console_origin}/console/#token={token}")).await.unwrap();
+    let (driver, client) = open_console(&api, &downloads).await;
     let mut seen = Vec::new();
     wait_row(&client, &seeded_id, Duration::from_secs(30), "seeded job listed", &mut seen, |r| {
         r["status"] == "succeeded"
@@ -364,41 +387,77 @@ async fn the_console_submits_watches_downloads_and_cancels_in_a_real_browser() {
     longhaul_tests::assert_no_access_denied();
 }
 
-/// The schedules table as the page shows it.
-async fn schedule_rows(client: &Client) -> Vec<Value> {
-    let script = r#"return [...document.querySelectorAll('#schedules tbody tr')].map(r => ({
-        id: r.dataset.scheduleId, state: r.dataset.state, next: r.dataset.nextFireAt,
-        outcome: r.dataset.lastOutcome, job: r.dataset.lastJobId, fired: Number(r.dataset.fired),
-        expression: r.querySelector('.expression').textContent,
-        timezone: r.querySelector('.timezone').textContent }));"#;
-    match client.execute(script, vec![]).await.expect("reading the schedules table") {
+/// The rows of a table as `script` (which returns an array) reads them.
+async fn table_rows(client: &Client, script: &str) -> Vec<Value> {
+    match client.execute(script, vec![]).await.expect("reading a table") {
         Value::Array(rows) => rows,
         other => panic!("{other:?}"),
     }
 }
 
-/// Waits until `check` holds for schedule `id`'s row (`None`: the row is gone); panics after
-/// 30 s, with a screenshot.
+/// The schedules table as the page shows it.
+const SCHEDULE_ROWS: &str = r#"return [...document.querySelectorAll('#schedules tbody tr')].map(r => ({
+    id: r.dataset.scheduleId, state: r.dataset.state, next: r.dataset.nextFireAt,
+    outcome: r.dataset.lastOutcome, job: r.dataset.lastJobId, fired: Number(r.dataset.fired),
+    expression: r.querySelector('.expression').textContent,
+    timezone: r.querySelector('.timezone').textContent }));"#;
+
+async fn schedule_rows(client: &Client) -> Vec<Value> {
+    table_rows(client, SCHEDULE_ROWS).await
+}
+
+/// Reads the table `script` reads until `found` picks from its rows what the test waits for;
+/// panics after 30 s, with a screenshot named after `what`.
+async fn wait_rows<T>(
+    client: &Client,
+    script: &str,
+    what: &str,
+    found: impl Fn(&[Value]) -> Option<T>,
+) -> T {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let rows = table_rows(client, script).await;
+        if let Some(found) = found(&rows) {
+            return found;
+        }
+        if Instant::now() > deadline {
+            screenshot(client, &format!("timeout-{what}")).await;
+            let problem = client.find(Locator::Id("problem")).await.unwrap().text().await;
+            panic!("{what}: not within 30 s; rows {rows:?}; the page says {problem:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+}
+
+/// The first row of the table `script` reads, once there is one (the row a form just created).
+async fn first_row(client: &Client, script: &str, what: &str) -> Value {
+    wait_rows(client, script, what, |rows| rows.first().cloned()).await
+}
+
+/// Waits until `check` holds for the row whose `id` is `id` of the table `script` reads
+/// (`None`: the row is gone).
+async fn wait_table_row(
+    client: &Client,
+    script: &str,
+    id: &str,
+    what: &str,
+    check: impl Fn(Option<&Value>) -> bool,
+) -> Option<Value> {
+    wait_rows(client, script, what, |rows| {
+        let row = rows.iter().find(|r| r["id"] == id);
+        check(row).then(|| row.cloned())
+    })
+    .await
+}
+
+/// Waits until `check` holds for schedule `id`'s row (`None`: the row is gone).
 async fn wait_schedule(
     client: &Client,
     id: &str,
     what: &str,
     check: impl Fn(Option<&Value>) -> bool,
 ) -> Option<Value> {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let rows = schedule_rows(client).await;
-        let row = rows.iter().find(|r| r["id"] == id);
-        if check(row) {
-            return row.cloned();
-        }
-        if Instant::now() > deadline {
-            screenshot(client, &format!("timeout-{what}")).await;
-            let problem = client.find(Locator::Id("problem")).await.unwrap().text().await;
-            panic!("{what}: not within 30 s; row {row:?}; the page says {problem:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(150)).await;
-    }
+    wait_table_row(client, SCHEDULE_ROWS, id, what, check).await
 }
 
 /// Clicks the element `css` finds. The tables re-render as they refresh, so an element found
@@ -417,6 +476,15 @@ async fn click(client: &Client, css: &str) {
     }
 }
 
+/// Clicks the link `link` to a view, waits until the view's section (id `section`) shows,
+/// and returns the text of its summary (id `summary`).
+async fn open_view(client: &Client, link: &str, section: &str, summary: &str) -> String {
+    click(client, link).await;
+    let shown = format!("#{section}:not([hidden])");
+    client.wait().for_element(Locator::Css(&shown)).await.unwrap();
+    client.find(Locator::Id(summary)).await.unwrap().text().await.unwrap()
+}
+
 async fn fill(client: &Client, id: &str, value: &str) {
     let input = client.find(Locator::Id(id)).await.unwrap_or_else(|e| panic!("#{id}: {e}"));
     input.clear().await.unwrap();
@@ -426,17 +494,8 @@ async fn fill(client: &Client, id: &str, value: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_console_creates_lists_pauses_resumes_and_runs_a_schedule() {
     let _browser = BROWSER.lock().await;
-    let (chromedriver, chromium) = browser();
-    let api_url = stack().stack.api_url.clone();
-    let console_origin = api_url.replace("127.0.0.1", "localhost");
-    let api = Api::new(&principal("console-schedules"));
-    let token = api.token.clone().unwrap();
-    let downloads = root().join(format!("target/console-downloads/{}", uuid::Uuid::new_v4()));
-    std::fs::create_dir_all(&downloads).unwrap();
-    let downloads = downloads.canonicalize().unwrap();
-    let driver = start_driver(&chromedriver).await;
-    let client = open_browser(&driver, &chromium, &downloads).await;
-    client.goto(&format!("{console_origin}/console/#token={token}")).await.unwrap();
+    let api = user("console-schedules");
+    let (driver, client) = open_console(&api, &downloads_dir()).await;
     client.wait().for_element(Locator::Css("#schedules-empty:not([hidden])")).await.unwrap();
     client.wait().for_element(Locator::Css("#job-type option[value='demo']")).await.unwrap();
 
@@ -468,18 +527,7 @@ async fn the_console_creates_lists_pauses_resumes_and_runs_a_schedule() {
         .await
         .unwrap();
     click(&client, "#submit").await;
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let created = loop {
-        if let Some(row) = schedule_rows(&client).await.into_iter().next() {
-            break row;
-        }
-        if Instant::now() > deadline {
-            screenshot(&client, "timeout-schedule-created").await;
-            let problem = client.find(Locator::Id("problem")).await.unwrap().text().await;
-            panic!("the created schedule never showed; the page says {problem:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let created = first_row(&client, SCHEDULE_ROWS, "schedule-created").await;
     let id = created["id"].as_str().unwrap().to_owned();
     assert_eq!(
         (&created["expression"], &created["timezone"]),
@@ -534,13 +582,8 @@ async fn the_console_creates_lists_pauses_resumes_and_runs_a_schedule() {
     assert_eq!(api.get(&format!("/jobs/{job}")).await.json["schedule_id"], id.as_str());
 
     // Its view: the spec and its recent jobs, each linking to the job's own view.
-    click(&client, &format!("tr[data-schedule-id='{id}'] a.schedule-link")).await;
-    client
-        .wait()
-        .for_element(Locator::Css("#schedule-detail-section:not([hidden])"))
-        .await
-        .unwrap();
-    let summary = client.find(Locator::Id("schedule-summary")).await.unwrap().text().await.unwrap();
+    let link = format!("tr[data-schedule-id='{id}'] a.schedule-link");
+    let summary = open_view(&client, &link, "schedule-detail-section", "schedule-summary").await;
     for part in [yearly, "Europe/Paris", "allow", "1 fired · 1 submitted · 0 skipped · 0 refused"]
     {
         assert!(summary.contains(part), "{part:?} in {summary:?}");
@@ -567,6 +610,228 @@ async fn the_console_creates_lists_pauses_resumes_and_runs_a_schedule() {
             .unwrap()
             .is_some()
     );
+
+    let errors = severe_log_entries(&client).await;
+    assert!(errors.is_empty(), "the browser logged errors: {errors:#?}");
+    client.close().await.unwrap();
+    drop(driver);
+    longhaul_tests::assert_no_access_denied();
+}
+
+/// The webhook endpoints table as the page shows it (`descriptionElements`: elements inside
+/// the description, which is text only).
+const ENDPOINT_ROWS: &str = r#"return [...document.querySelectorAll('#endpoints tbody tr')].map(r => {
+    const description = r.querySelector('.url .description');
+    return { id: r.dataset.endpointId, status: r.dataset.status,
+        reason: r.dataset.disabledReason, url: r.querySelector('.url').firstChild.textContent,
+        description: description ? description.textContent : null,
+        descriptionElements: description ? description.children.length : 0,
+        events: r.querySelector('.events').textContent,
+        health: r.querySelector('.health').textContent }; });"#;
+
+/// The open endpoint's deliveries as the page shows them.
+const DELIVERY_ROWS: &str = r#"return [...document.querySelectorAll('#endpoint-deliveries tbody tr')].map(r => ({
+    id: r.dataset.webhookId, job: r.dataset.jobId, status: r.dataset.status,
+    resend: r.querySelector('button.resend') !== null }));"#;
+
+/// A local partner for the endpoint case: answers every delivery with the status it is set
+/// to, and records each one's `webhook-id` with the status it was answered.
+#[derive(Clone, Default)]
+struct Partner {
+    status: std::sync::Arc<std::sync::atomic::AtomicU16>,
+    received: std::sync::Arc<std::sync::Mutex<Vec<(String, u16)>>>,
+}
+
+impl Partner {
+    /// Listens on loopback, answering `status`; returns it and its URL.
+    async fn start(status: u16) -> (Partner, String) {
+        let partner = Partner::default();
+        partner.answer_with(status);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/hooks/partner", listener.local_addr().unwrap());
+        let app = axum::Router::new()
+            .route("/hooks/partner", axum::routing::post(Partner::receive))
+            .with_state(partner.clone());
+        tokio::spawn(async move {
+            if let Err(err) = axum::serve(listener, app).await {
+                eprintln!("the partner stopped: {err}");
+            }
+        });
+        (partner, url)
+    }
+
+    async fn receive(
+        axum::extract::State(partner): axum::extract::State<Partner>,
+        headers: axum::http::HeaderMap,
+    ) -> axum::http::StatusCode {
+        let id = headers.get("webhook-id").and_then(|v| v.to_str().ok()).unwrap_or_default();
+        let status = partner.status.load(std::sync::atomic::Ordering::SeqCst);
+        partner.received.lock().unwrap().push((id.to_owned(), status));
+        axum::http::StatusCode::from_u16(status).expect("a status code")
+    }
+
+    fn answer_with(&self, status: u16) {
+        self.status.store(status, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// How many deliveries of `webhook_id` it answered `status`.
+    fn count(&self, webhook_id: &str, status: u16) -> usize {
+        let received = self.received.lock().unwrap();
+        received.iter().filter(|(id, code)| id == webhook_id && *code == status).count()
+    }
+
+    /// Waits (up to a minute) until it has answered a delivery of `webhook_id` with 200.
+    async fn wait_delivered(&self, webhook_id: &str) {
+        let deadline = longhaul_tests::Deadline::new(
+            format!("delivery {webhook_id} answered 200"),
+            Duration::from_secs(60),
+        );
+        while self.count(webhook_id, 200) == 0 {
+            deadline.tick(Duration::from_millis(150), format!("{:?}", self.received)).await;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_creates_lists_enables_recovers_and_deletes_a_webhook_endpoint() {
+    let _browser = BROWSER.lock().await;
+    let (partner, partner_url) = Partner::start(410).await;
+    let api = user("console-endpoints");
+    let (driver, client) = open_console(&api, &downloads_dir()).await;
+    client.wait().for_element(Locator::Css("#endpoints-empty:not([hidden])")).await.unwrap();
+
+    // No event ticked: the API's problem is shown, nothing is listed.
+    fill(&client, "endpoint-url", &partner_url).await;
+    for event in ["job.succeeded", "job.failed"] {
+        click(&client, &format!("input[name='endpoint-event'][value='{event}']")).await;
+    }
+    click(&client, "#endpoint-create").await;
+    let problem = client.wait().for_element(Locator::Css("#problem:not([hidden])")).await.unwrap();
+    let shown = problem.text().await.unwrap();
+    assert!(shown.contains("Invalid endpoint") && shown.contains("events"), "{shown:?}");
+    click(&client, "#problem-close").await;
+    assert!(table_rows(&client, ENDPOINT_ROWS).await.is_empty());
+
+    // Created from the form, with a description that is shown as text, never as markup.
+    click(&client, "input[name='endpoint-event'][value='job.succeeded']").await;
+    let description = "billing <b>partner</b> & co";
+    fill(&client, "endpoint-description", description).await;
+    click(&client, "#endpoint-create").await;
+    let created = first_row(&client, ENDPOINT_ROWS, "endpoint-created").await;
+    let id = created["id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        (&created["status"], &created["url"], &created["events"]),
+        (&json!("enabled"), &json!(partner_url), &json!("job.succeeded"))
+    );
+    assert_eq!(
+        (&created["description"], &created["descriptionElements"]),
+        (&json!(description), &json!(0))
+    );
+    assert_eq!(created["health"], "", "{created}");
+    let stored = api.get(&format!("/webhooks/endpoints/{id}")).await;
+    assert_eq!(stored.status, 200, "{}", stored.text);
+    assert_eq!(
+        (&stored.json["url"], &stored.json["events"], &stored.json["description"]),
+        (&json!(partner_url), &json!(["job.succeeded"]), &json!(description))
+    );
+    screenshot(&client, "endpoints-1-created").await;
+
+    // Listed after a reload too (from GET /webhooks/endpoints).
+    client.refresh().await.unwrap();
+    wait_table_row(&client, ENDPOINT_ROWS, &id, "endpoint listed after a reload", |r| {
+        r.is_some_and(|r| r["status"] == "enabled")
+    })
+    .await;
+
+    // Two jobs end; the partner answers 410 Gone: the endpoint is disabled, both deliveries
+    // failed (the second answered 410 too, or was recorded failed while disabled).
+    let first = api.submit(&json!({"type": "demo", "params": {"items": 1}})).await;
+    let second = api.submit(&json!({"type": "demo", "params": {"items": 2}})).await;
+    api.wait_terminal(&first, Duration::from_secs(60)).await;
+    api.wait_terminal(&second, Duration::from_secs(60)).await;
+    let deadline = longhaul_tests::Deadline::new("two failed deliveries", Duration::from_secs(60));
+    loop {
+        let failed = api.get(&format!("/webhooks/endpoints/{id}/deliveries?status=failed")).await;
+        if failed.json["deliveries"].as_array().is_some_and(|d| d.len() == 2) {
+            break;
+        }
+        deadline.tick(Duration::from_millis(200), failed.text).await;
+    }
+    click(&client, "#endpoints-refresh").await;
+    let disabled = wait_table_row(&client, ENDPOINT_ROWS, &id, "endpoint disabled", |r| {
+        r.is_some_and(|r| r["status"] == "disabled")
+    })
+    .await
+    .unwrap();
+    assert_eq!(disabled["reason"], "gone", "{disabled}");
+    assert!(disabled["health"].as_str().unwrap().contains("410 Gone"), "{disabled}");
+    assert!(
+        client
+            .find(Locator::Css(&format!("tr[data-endpoint-id='{id}'] button.enable")))
+            .await
+            .is_ok()
+    );
+
+    // Its view lists the failed deliveries, each with a resend button.
+    let link = format!("tr[data-endpoint-id='{id}'] a.endpoint-link");
+    let summary = open_view(&client, &link, "endpoint-detail-section", "endpoint-summary").await;
+    assert!(summary.contains(&partner_url) && summary.contains("disabled"), "{summary:?}");
+    let deliveries = table_rows(&client, DELIVERY_ROWS).await;
+    let mut jobs: Vec<&str> = deliveries.iter().map(|d| d["job"].as_str().unwrap()).collect();
+    jobs.sort_unstable();
+    let mut expected = [first.as_str(), second.as_str()];
+    expected.sort_unstable();
+    assert_eq!(jobs, expected, "{deliveries:?}");
+    assert!(
+        deliveries.iter().all(|d| d["status"] == "failed" && d["resend"] == true),
+        "{deliveries:?}"
+    );
+    let resent = deliveries[0]["id"].as_str().unwrap().to_owned();
+    let recovered = deliveries[1]["id"].as_str().unwrap().to_owned();
+    screenshot(&client, "endpoints-2-disabled").await;
+
+    // The partner is back: enable it from its row.
+    partner.answer_with(200);
+    click(&client, &format!("tr[data-endpoint-id='{id}'] button.enable")).await;
+    wait_table_row(&client, ENDPOINT_ROWS, &id, "endpoint enabled", |r| {
+        r.is_some_and(|r| r["status"] == "enabled" && r["health"] == "")
+    })
+    .await;
+    assert_eq!(api.get(&format!("/webhooks/endpoints/{id}")).await.json["status"], "enabled");
+
+    // Resend one delivery: queued again (pending), and the partner gets it, same webhook-id.
+    click(&client, &format!("#endpoint-deliveries tr[data-webhook-id='{resent}'] button.resend"))
+        .await;
+    wait_table_row(&client, DELIVERY_ROWS, &resent, "delivery resent", |r| {
+        r.is_some_and(|r| r["status"] == "pending" && r["resend"] == false)
+    })
+    .await;
+    partner.wait_delivered(&resent).await;
+
+    // Recover the rest (the default: failed since a day ago): the other one.
+    click(&client, "#recover").await;
+    let result =
+        client.wait().for_element(Locator::Css("#recover-result[data-requeued]")).await.unwrap();
+    assert_eq!(result.attr("data-requeued").await.unwrap().as_deref(), Some("1"));
+    let said = result.text().await.unwrap();
+    assert!(said.starts_with("1 failed delivery since "), "{said:?}");
+    partner.wait_delivered(&recovered).await;
+    client.wait().for_element(Locator::Css("#endpoint-no-deliveries:not([hidden])")).await.unwrap();
+    screenshot(&client, "endpoints-3-recovered").await;
+
+    // Delete takes a second click; its view closes.
+    click(&client, &format!("tr[data-endpoint-id='{id}'] button.delete")).await;
+    assert_eq!(
+        api.get(&format!("/webhooks/endpoints/{id}")).await.status,
+        200,
+        "one click deletes nothing"
+    );
+    click(&client, &format!("tr[data-endpoint-id='{id}'] button.delete.confirming")).await;
+    wait_table_row(&client, ENDPOINT_ROWS, &id, "endpoint deleted", |r| r.is_none()).await;
+    assert_eq!(api.get(&format!("/webhooks/endpoints/{id}")).await.status, 404);
+    client.wait().for_element(Locator::Css("#endpoints-empty:not([hidden])")).await.unwrap();
+    let detail = client.find(Locator::Id("endpoint-detail-section")).await.unwrap();
+    assert!(detail.attr("hidden").await.unwrap().is_some(), "the deleted endpoint's view closed");
 
     let errors = severe_log_entries(&client).await;
     assert!(errors.is_empty(), "the browser logged errors: {errors:#?}");

@@ -16,6 +16,11 @@ async fn the_dynamodb_job_store_keeps_the_schedule_store_contract() {
     longhaul_memory::contract::schedule_store(&job_store().await).await;
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn the_dynamodb_job_store_keeps_the_endpoint_table_contract() {
+    longhaul_memory::contract::endpoint_table(&job_store().await).await;
+}
+
 /// On a schedule group of the test's own: EventBridge Scheduler as the emulator serves it.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_eventbridge_scheduler_keeps_the_schedule_twins_contract() {
@@ -165,7 +170,7 @@ async fn the_step_functions_executions_keep_the_executions_contract() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_dynamodb_submission_limiter_keeps_the_rate_limit_contract() {
-    let limiter = longhaul_aws::limits::SubmissionLimiter::new(
+    let limiter = longhaul_aws::limits::TenantRateLimiter::new(
         longhaul_tests::Aws::new().await.dynamodb,
         longhaul_tests::harness().stack.resource("JobsTable"),
         2,

@@ -1,5 +1,6 @@
 //! One module per group of commands; [`dispatch`] runs the parsed one.
 
+mod endpoints;
 mod jobs;
 mod result;
 mod schedules;
@@ -28,10 +29,11 @@ pub async fn dispatch(cli: &Cli, out: &Output) -> Result<Exit, CliError> {
         Command::Deliveries(job) => jobs::deliveries(&api, out, &job.id).await,
         Command::JobTypes => jobs::job_types(&api, out).await,
         Command::Schedule(command) => schedules::dispatch(&api, out, command).await,
+        Command::Endpoint(command) => endpoints::dispatch(&api, out, command).await,
     }
 }
 
-/// Largest page a listing (`GET /jobs`, `GET /schedules`) serves.
+/// Largest page a listing (`GET /jobs`, `GET /schedules`, an endpoint's deliveries) serves.
 const MAX_PAGE: u32 = 100;
 
 /// Follows a listing's `next_cursor` from its first page: the `key` array of every page until

@@ -245,17 +245,12 @@ pub fn describe_schedule(schedule: &Value) -> String {
     lines.join("\n")
 }
 
-/// `POST path` without a body (the API's actions that take none, or an optional one).
-async fn post_empty(api: &Api, path: &str) -> Result<Value, CliError> {
-    Ok(api.send(api.request(Method::POST, path), &format!("POST {path}")).await?.body)
-}
-
 /// `schedule pause`: prints `schedule <id> paused (<reason>)` or the schedule.
 async fn pause(api: &Api, out: &Output, args: &SchedulePause) -> Result<Exit, CliError> {
     let path = format!("/schedules/{}/pause", args.id);
     let schedule = match &args.reason {
         Some(reason) => api.post(&path, &json!({ "reason": reason })).await?.body,
-        None => post_empty(api, &path).await?,
+        None => api.post_empty(&path).await?.body,
     };
     out.print(&schedule, || {
         format!("schedule {} paused ({})", args.id, field(&schedule, "paused_reason"))
@@ -265,7 +260,7 @@ async fn pause(api: &Api, out: &Output, args: &SchedulePause) -> Result<Exit, Cl
 
 /// `schedule resume`: prints `schedule <id> resumed: next at …` or the schedule.
 async fn resume(api: &Api, out: &Output, id: &str) -> Result<Exit, CliError> {
-    let schedule = post_empty(api, &format!("/schedules/{id}/resume")).await?;
+    let schedule = api.post_empty(&format!("/schedules/{id}/resume")).await?.body;
     out.print(&schedule, || format!("schedule {id} resumed: {}", when(&schedule)));
     Ok(Exit::Ok)
 }
@@ -284,7 +279,7 @@ async fn remove(api: &Api, out: &Output, id: &str) -> Result<Exit, CliError> {
 /// then the job's; a tick skipped or refused exits 4 saying why).
 async fn trigger(api: &Api, out: &Output, args: &ScheduleTrigger) -> Result<Exit, CliError> {
     let id = &args.id;
-    let reply = post_empty(api, &format!("/schedules/{id}/trigger")).await?;
+    let reply = api.post_empty(&format!("/schedules/{id}/trigger")).await?.body;
     let tick = reply
         .get("scheduled_at")
         .and_then(Value::as_str)

@@ -18,6 +18,7 @@
 //! Lambda deadline. What is left is the oldest of what remains, and the next run starts there.
 
 pub mod lambda;
+pub mod reminders;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -30,8 +31,10 @@ use longhaul_aws::logs;
 use longhaul_aws::metrics::{self, Metric};
 use longhaul_aws::objects::ObjectStore;
 use longhaul_aws::ports::{
-    Clock, IndexEntry, JobRetention, JobTransitions, ObjectCleanup, StatusIndex, SystemClock,
+    Clock, EndpointDeliveries, EndpointStore, IndexEntry, JobRetention, JobTransitions,
+    ObjectCleanup, StatusIndex, SweepCursors, SystemClock, WebhookDispatch,
 };
+use longhaul_aws::queue::WebhookQueue;
 use longhaul_domain::{JobId, JobStatus, Timestamp, format_rfc3339};
 use serde::Serialize;
 use tracing::Instrument;
@@ -52,6 +55,8 @@ pub struct Config {
     pub table: String,
     /// `BUCKET_NAME`.
     pub bucket: String,
+    /// `WEBHOOK_QUEUE_URL`: where result reminders go.
+    pub webhook_queue_url: String,
     /// `LONGHAUL_RECORD_RETENTION_SECONDS` (2,592,000): how long an expired job's records stay.
     pub record_retention: RecordRetention,
     /// `LONGHAUL_EXPIRER_PAGE` (200): index entries read per query (per shard and page).
@@ -67,6 +72,7 @@ impl Config {
         Ok(Config {
             table: vars.required("TABLE_NAME")?,
             bucket: vars.required("BUCKET_NAME")?,
+            webhook_queue_url: vars.required("WEBHOOK_QUEUE_URL")?,
             record_retention: RecordRetention::from_vars(vars)?,
             page: vars.parsed_or("LONGHAUL_EXPIRER_PAGE", 200usize)?.max(1),
             budget: Duration::from_secs(vars.parsed_or("LONGHAUL_EXPIRER_BUDGET_SECONDS", 240)?),
@@ -75,9 +81,15 @@ impl Config {
 }
 
 /// What the function needs of the job table: to page through the status index, to expire a
-/// job, and to mark an expired job's records for deletion.
-pub trait Jobs: StatusIndex + JobTransitions + JobRetention {}
-impl<T: StatusIndex + JobTransitions + JobRetention> Jobs for T {}
+/// job, to mark an expired job's records for deletion, and to keep where its reminders
+/// stopped.
+pub trait Jobs: StatusIndex + JobTransitions + JobRetention + SweepCursors {}
+impl<T: StatusIndex + JobTransitions + JobRetention + SweepCursors> Jobs for T {}
+
+/// What the reminders need of the job table: owners' endpoints, and their delivery records
+/// (a disabled endpoint's skipped reminder).
+pub trait Endpoints: EndpointStore + EndpointDeliveries {}
+impl<T: EndpointStore + EndpointDeliveries> Endpoints for T {}
 
 /// What the handler needs, built once per sandbox: its ports and settings.
 #[derive(Debug, Clone)]
@@ -86,6 +98,10 @@ pub struct Deps {
     pub jobs: Arc<dyn Jobs>,
     /// Results and checkpoints.
     pub objects: Arc<dyn ObjectCleanup>,
+    /// Owners' endpoints and their delivery records ([`reminders`]).
+    pub endpoints: Arc<dyn Endpoints>,
+    /// The webhook queue, where reminders go.
+    pub webhooks: Arc<dyn WebhookDispatch>,
     /// What time it is: a run's time ([`run`]) and what its budget is measured by.
     pub clock: Arc<dyn Clock>,
     /// Settings.
@@ -95,11 +111,17 @@ pub struct Deps {
 impl Deps {
     /// Builds the AWS adapters from one SDK configuration.
     pub fn new(sdk: &aws_config::SdkConfig, config: &Config) -> Self {
+        let store = Arc::new(
+            JobStore::new(aws_sdk_dynamodb::Client::new(sdk), config.table.clone())
+                .retaining(config.record_retention),
+        );
         Deps {
-            jobs: Arc::new(
-                JobStore::new(aws_sdk_dynamodb::Client::new(sdk), config.table.clone())
-                    .retaining(config.record_retention),
-            ),
+            jobs: store.clone(),
+            endpoints: store,
+            webhooks: Arc::new(WebhookQueue::new(
+                aws_sdk_sqs::Client::new(sdk),
+                config.webhook_queue_url.clone(),
+            )),
             objects: Arc::new(ObjectStore::new(
                 aws_sdk_s3::Client::new(sdk),
                 config.bucket.clone(),
@@ -130,6 +152,8 @@ pub struct Report {
     /// The run stopped at its time budget with shards not yet read to their end: the next
     /// run goes on with what is left.
     pub budget_spent: bool,
+    /// What the reminders did ([`reminders`]).
+    pub reminders: reminders::Reminders,
 }
 
 impl Report {
@@ -214,6 +238,14 @@ pub async fn handle(
         for (shard_report, error) in futures::future::join_all(shards).await {
             report.add(shard_report);
             failed = failed.or(error);
+        }
+    }
+    // The reminders after the expiries (what is due comes first), within the same budget.
+    match reminders::remind(deps, now, stop).await {
+        Ok(reminders) => report.reminders = reminders,
+        Err(err) => {
+            tracing::error!(error = %err, "sending reminders failed; the next run goes on from where they stopped");
+            failed = failed.or(Some(err));
         }
     }
     tracing::info!(report = ?report, "expirer run");

@@ -4,11 +4,20 @@
 use super::*;
 use longhaul_domain::JobId;
 
+use crate::reminders::Reminders;
 use chrono::Duration as Span;
-use longhaul_aws::jobs::ProgressRecord;
+use longhaul_aws::endpoint_events::DISABLED_ERROR;
+use longhaul_aws::jobs::{EndpointDelivery, EndpointRecord, ProgressRecord};
+use longhaul_aws::ports::EndpointHealth;
 use longhaul_aws::ports::{JobCreation, JobReads};
+use longhaul_aws::queue::WebhookMessage;
+use longhaul_domain::endpoints::{
+    DeliveryStatus, DisabledReason, EndpointEvent, EndpointSpec, endpoint_message_id,
+};
 use longhaul_memory::contract::{pending_job, shard_of};
-use longhaul_memory::{ManualClock, MemoryJobStore, MemoryObjects, owner};
+use longhaul_memory::{
+    ManualClock, MemoryEndpoints, MemoryJobStore, MemoryObjects, MemoryWebhookQueue, owner,
+};
 
 #[test]
 fn a_run_stops_at_its_budget_or_before_the_deadline_whichever_is_sooner() {
@@ -24,6 +33,8 @@ fn a_run_stops_at_its_budget_or_before_the_deadline_whichever_is_sooner() {
 
 struct World {
     jobs: Arc<MemoryJobStore>,
+    endpoints: Arc<MemoryEndpoints>,
+    webhooks: Arc<MemoryWebhookQueue>,
     objects: Arc<MemoryObjects>,
     /// The run's clock: standing still at the time the world was made, unless a test moves it.
     clock: Arc<ManualClock>,
@@ -34,6 +45,7 @@ fn config(page: usize) -> Config {
     Config {
         table: "jobs".into(),
         bucket: "data".into(),
+        webhook_queue_url: "webhooks".into(),
         record_retention: RecordRetention(Duration::from_secs(1_000)),
         page,
         budget: Duration::from_secs(240),
@@ -52,8 +64,17 @@ fn world_with(config: Config, clock: ManualClock) -> World {
     let jobs = Arc::new(MemoryJobStore::new());
     let objects = Arc::new(MemoryObjects::new());
     let clock = Arc::new(clock);
-    let deps = Deps { jobs: jobs.clone(), objects: objects.clone(), clock: clock.clone(), config };
-    World { jobs, objects, clock, deps }
+    let endpoints = Arc::new(MemoryEndpoints::new());
+    let webhooks = Arc::new(MemoryWebhookQueue::new());
+    let deps = Deps {
+        jobs: jobs.clone(),
+        objects: objects.clone(),
+        endpoints: endpoints.clone(),
+        webhooks: webhooks.clone(),
+        clock: clock.clone(),
+        config,
+    };
+    World { jobs, endpoints, webhooks, objects, clock, deps }
 }
 
 /// Shards a run sweeps: every shard of the `expired` bucket, then of the `succeeded` one.
@@ -141,7 +162,10 @@ async fn a_due_result_is_expired_its_objects_deleted_and_its_records_marked() {
             objects_deleted: 2,
             errors: 0,
             pages: SWEEPS,
-            budget_spent: false
+            budget_spent: false,
+            // The kept result expires within the reminders' lead: looked at, and no endpoint
+            // of its owner wants the reminder.
+            reminders: crate::reminders::Reminders { looked_at: 1, ..Default::default() },
         }
     );
     let job = w.jobs.job(&due).await.unwrap().unwrap();
@@ -347,4 +371,214 @@ async fn a_run_stops_starting_pages_once_its_clock_passes_the_budget() {
     for id in &ids {
         assert_eq!(w.status(id).await, JobStatus::Expired);
     }
+}
+
+// Reminders.
+
+use EndpointEvent::{JobFailed, JobProgress, JobResultExpiring, JobSucceeded};
+
+impl World {
+    /// An endpoint of `owner_name` receiving `events` (disabled, if `disabled`).
+    async fn subscribed(
+        &self,
+        owner_name: &str,
+        events: &[EndpointEvent],
+        disabled: bool,
+    ) -> EndpointRecord {
+        let spec = EndpointSpec {
+            url: "https://hooks.example.com/longhaul".into(),
+            events: events.iter().copied().collect(),
+            description: None,
+        };
+        let record = EndpointRecord::new(owner(owner_name), spec, Timestamp::now());
+        assert!(self.endpoints.create_endpoint(&record, 20).await.unwrap());
+        if disabled {
+            let (owner, id, now) = (&record.owner, &record.endpoint_id, Timestamp::now());
+            let gone = DisabledReason::Gone;
+            assert!(self.endpoints.disable_endpoint(owner, id, gone, now).await.unwrap());
+        }
+        record
+    }
+
+    /// A run at the clock's time, with time to spare.
+    async fn run_at_clock(&self) -> Result<Report, ExpirerError> {
+        run(&self.deps, self.clock.instant() + Duration::from_secs(900)).await
+    }
+
+    /// What the reminders of a run that succeeded did.
+    async fn remind(&self) -> Reminders {
+        self.run_at_clock().await.expect("the run succeeds").reminders
+    }
+
+    /// Every message queued, each at once, in order.
+    fn sent(&self) -> Vec<WebhookMessage> {
+        let sent = self.webhooks.sent();
+        assert!(sent.iter().all(|(_, delay)| *delay == 0), "{sent:?}");
+        sent.into_iter().map(|(message, _)| message).collect()
+    }
+}
+
+/// The reminder of job `id`'s result, expiring at `expires`, to `endpoint`.
+fn reminder(id: &JobId, endpoint: &EndpointRecord, expires: DateTime<Utc>) -> WebhookMessage {
+    let event = JobResultExpiring;
+    WebhookMessage {
+        result_expires_at: Some(at(expires).parse().unwrap()),
+        ..WebhookMessage::to_endpoint(
+            id.clone(),
+            JobStatus::Succeeded,
+            endpoint.endpoint_id.clone(),
+            event,
+            0,
+        )
+        .of(&endpoint.owner)
+    }
+}
+
+fn reminded(looked_at: u32, queued: u32, skipped: u32, errors: u32) -> Reminders {
+    Reminders { looked_at, queued, skipped, errors }
+}
+
+#[tokio::test]
+async fn a_result_expiring_within_a_day_is_reminded_once_to_each_subscribed_endpoint() {
+    let w = world();
+    let first = w.subscribed("alice", &[JobResultExpiring], false).await;
+    let second = w.subscribed("alice", &[JobSucceeded, JobResultExpiring], false).await;
+    w.subscribed("alice", &[JobSucceeded, JobFailed, JobProgress], false).await;
+    w.subscribed("bob", &[JobResultExpiring], false).await;
+    let expires = w.clock.now() + Span::hours(2);
+    let id = w.succeeded(expires, None).await;
+    assert_eq!(w.remind().await, reminded(1, 2, 0, 0));
+    assert_eq!(w.sent(), [reminder(&id, &first, expires), reminder(&id, &second, expires)]);
+    assert!(w.endpoints.all_deliveries().is_empty(), "nothing recorded for enabled endpoints");
+    // The next runs pass it: each saved where its shard's reminders stopped.
+    assert_eq!(w.remind().await, Reminders::default());
+    w.clock.advance(Duration::from_secs(3_600));
+    assert_eq!(w.remind().await, Reminders::default());
+    assert_eq!(w.sent().len(), 2);
+    assert_eq!(w.status(&id).await, JobStatus::Succeeded, "a reminder changes nothing");
+}
+
+#[tokio::test]
+async fn a_result_expiring_later_is_reminded_once_less_than_a_day_is_left() {
+    let t0 = DateTime::from_timestamp(Utc::now().timestamp(), 0).unwrap();
+    let w = world_with(config(200), ManualClock::at(t0));
+    let endpoint = w.subscribed("alice", &[JobResultExpiring], false).await;
+    let expires = t0 + Span::hours(30);
+    let id = w.succeeded(expires, None).await;
+    assert_eq!(w.remind().await, Reminders::default(), "30 hours ahead");
+    w.clock.advance(Duration::from_secs(6 * 3_600));
+    assert_eq!(w.remind().await, Reminders::default(), "exactly a day ahead");
+    w.clock.advance(Duration::from_millis(1));
+    assert_eq!(w.remind().await, reminded(1, 1, 0, 0), "less than a day ahead");
+    assert_eq!(w.sent(), [reminder(&id, &endpoint, expires)]);
+    w.clock.advance(Duration::from_secs(3_600));
+    assert_eq!(w.remind().await, Reminders::default());
+    assert_eq!(w.sent().len(), 1);
+}
+
+#[tokio::test]
+async fn no_reminder_goes_where_no_endpoint_of_the_owner_wants_it() {
+    let w = world();
+    w.subscribed("alice", &[JobSucceeded, JobProgress], false).await;
+    w.subscribed("bob", &[JobResultExpiring], false).await;
+    w.succeeded(w.clock.now() + Span::hours(2), None).await;
+    assert_eq!(w.remind().await, reminded(1, 0, 0, 0));
+    assert!(w.webhooks.sent().is_empty());
+    assert!(w.endpoints.all_deliveries().is_empty());
+}
+
+#[tokio::test]
+async fn a_disabled_endpoints_reminder_is_recorded_failed_and_not_queued() {
+    let w = world();
+    let enabled = w.subscribed("alice", &[JobResultExpiring], false).await;
+    let disabled = w.subscribed("alice", &[JobResultExpiring, JobSucceeded], true).await;
+    w.subscribed("alice", &[JobSucceeded], true).await;
+    let expires = w.clock.now() + Span::hours(2);
+    let id = w.succeeded(expires, None).await;
+    assert_eq!(w.remind().await, reminded(1, 1, 1, 0));
+    assert_eq!(w.sent(), [reminder(&id, &enabled, expires)]);
+    assert_eq!(
+        w.endpoints.all_deliveries(),
+        [EndpointDelivery {
+            webhook_id: endpoint_message_id(&disabled.endpoint_id, &id, JobResultExpiring, None),
+            endpoint_id: disabled.endpoint_id.clone(),
+            job_id: id.clone(),
+            event: JobResultExpiring,
+            status: DeliveryStatus::Failed,
+            attempts: 0,
+            created_at: w.clock.now().into(),
+            last_attempt_at: None,
+            status_code: None,
+            latency_ms: None,
+            error: Some(DISABLED_ERROR.to_owned()),
+            progress_seq: None,
+            result_expires_at: Some(at(expires).parse().unwrap()),
+        }],
+        "what `recover` after `enable` puts back on its message"
+    );
+}
+
+#[tokio::test]
+async fn a_reminder_that_could_not_be_sent_fails_the_run_and_the_next_run_sends_it() {
+    let w = world();
+    let endpoint = w.subscribed("alice", &[JobResultExpiring], false).await;
+    let expires = w.clock.now() + Span::hours(2);
+    let id = w.succeeded(expires, None).await;
+    // The webhook queue, then the endpoints' table, is down.
+    let outages: [&dyn Fn(bool); 2] =
+        [&|down| w.webhooks.set_unavailable(down), &|down| w.endpoints.set_unavailable(down)];
+    for outage in outages {
+        outage(true);
+        let err = w.run_at_clock().await.unwrap_err();
+        assert!(err.to_string().contains(&format!("reminder of {id}")), "{err}");
+        outage(false);
+        assert!(w.webhooks.sent().is_empty());
+    }
+    assert_eq!(w.remind().await, reminded(1, 1, 0, 0));
+    assert_eq!(w.sent(), [reminder(&id, &endpoint, expires)]);
+    assert_eq!(w.remind().await, Reminders::default());
+}
+
+#[tokio::test]
+async fn page_by_page_every_result_in_every_shard_is_reminded_exactly_once() {
+    let w = world_of(config(1));
+    let endpoint = w.subscribed("alice", &[JobResultExpiring], false).await;
+    let now = w.clock.now();
+    let mut ids = Vec::new();
+    for hours in [3, 1, 2] {
+        ids.push(w.succeeded(now + Span::hours(hours), Some(2)).await);
+    }
+    ids.push(w.succeeded(now + Span::hours(2), Some(0)).await);
+    ids.push(w.succeeded(now + Span::hours(5), Some(3)).await);
+    let later = w.succeeded(now + Span::hours(30), Some(2)).await;
+    assert_eq!(w.remind().await, reminded(5, 5, 0, 0));
+    let mut reminded_of: Vec<JobId> = w.sent().into_iter().map(|m| m.job_id).collect();
+    reminded_of.sort();
+    ids.sort();
+    assert_eq!(reminded_of, ids, "each once; none of {later}, a day and more ahead");
+    assert!(w.sent().iter().all(|m| m.endpoint_id.as_ref() == Some(&endpoint.endpoint_id)));
+    assert_eq!(w.remind().await, Reminders::default());
+    // A result that succeeded since, expiring after where its shard stopped: it alone.
+    let new = w.succeeded(now + Span::hours(4), Some(2)).await;
+    assert_eq!(w.remind().await, reminded(1, 1, 0, 0));
+    assert_eq!(w.sent().last().map(|m| m.job_id.clone()), Some(new));
+    assert_eq!(w.sent().len(), 6);
+}
+
+#[tokio::test]
+async fn an_entry_the_reminders_cannot_read_is_counted_and_passed_over() {
+    let w = world();
+    let endpoint = w.subscribed("alice", &[JobResultExpiring], false).await;
+    let now = w.clock.now();
+    let expires = now + Span::hours(3);
+    let id = w.succeeded(expires, None).await;
+    // Before it in its shard: an item that is no job's; and a job whose record is gone.
+    w.jobs.put_stray_index_entry("SWEEP#x", "succeeded", shard_of(&id), &at(now + Span::hours(1)));
+    let gone = pending_job(&owner("alice"), Timestamp::now()).job_id.clone();
+    w.jobs.put_index_entry(&gone, "succeeded", &at(now + Span::hours(2)));
+    let report = w.run_at_clock().await.expect("an unreadable entry does not fail the run");
+    let Reminders { queued, skipped, errors, .. } = report.reminders;
+    assert_eq!((queued, skipped, errors), (1, 0, 2));
+    assert_eq!(w.sent(), [reminder(&id, &endpoint, expires)]);
+    assert_eq!(w.remind().await, Reminders::default(), "passed over for good");
 }

@@ -3,64 +3,111 @@
 //! A job ends in one fenced write of its record, and whoever makes it (a stage, the cancel
 //! function, the reaper) queues nothing itself. The table's stream carries that write here —
 //! filtered by the event source mapping to job records that moved into a terminal status and
-//! have a callback URL — and this function queues the first delivery attempt on the webhook
-//! queue. An ender that dies right after its transition therefore loses no event: the stream
-//! keeps the change (24 hours) until it is queued.
+//! to progress records carrying their job's owner — and this function queues the first
+//! delivery attempts on the webhook queue: the job's own `callback_url` (its terminal event),
+//! and each of the owner's webhook endpoints subscribed to the event
+//! ([`longhaul_aws::endpoint_events`]). An ender that dies right after its transition
+//! therefore loses no event: the stream keeps the change (24 hours) until it is queued.
+//!
+//! **Progress.** A progress change of a job whose owner has an enabled endpoint subscribed to
+//! `job.progress` is sent at once if it opens the job's window ([`PROGRESS_WINDOW`], a
+//! conditional write); a change while the window is open claims the window's one trailing
+//! event, due at its end, which extends the window by one more window (whose own trailing
+//! event a change after that due time claims). The webhook function sends the job's progress
+//! *as it is when it sends* (latest wins), so changes while a claimed trailing event is not
+//! yet due queue nothing: it will carry them. An endpoint gets at most one progress event per
+//! job per window, the first without delay, the last change carried by one; a terminal event
+//! never waits for one. Progress is lossy by design: an event whose message SQS refused is
+//! superseded by the next, not retried (its window's claim is spent).
 //!
 //! Records are handled in stream order. A record that cannot be read (no retry will change
 //! that) goes, whole and with the reason, to the notifier dead-letter queue, and the records
 //! after it go on: Lambda would otherwise retry it and dead-letter the rest of its batch with
-//! it. The first record that could not be queued (SQS failed: worth retrying) is the batch
-//! item failure: Lambda retries from it (the records before it are done), bisects a batch that
-//! keeps failing, and after `MaximumRetryAttempts` sends the batch's shard and sequence range
-//! to the same dead-letter queue (docs/runbook.md#notifier-dead-letters). A retried batch may
-//! queue an event twice; receivers deduplicate by `webhook-id`.
+//! it. The first record whose messages could not all be queued (SQS or the table failed: worth
+//! retrying) is the batch item failure: Lambda retries from it (the records before it are
+//! done), bisects a batch that keeps failing, and after `MaximumRetryAttempts` sends the
+//! batch's shard and sequence range to the same dead-letter queue
+//! (docs/runbook.md#notifier-dead-letters). A retried batch may queue an event twice; receivers
+//! deduplicate by `webhook-id`.
 
 pub mod lambda;
+mod records;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use aws_lambda_events::dynamodb::{Event, EventRecord};
 use aws_lambda_events::streams::DynamoDbEventResponse;
 use longhaul_aws::config::{ConfigError, Vars};
+use longhaul_aws::endpoint_events::{EndpointCache, JobEvent, fan_out};
+use longhaul_aws::jobs::{JobStore, StoreError};
 use longhaul_aws::logs;
-use longhaul_aws::ports::{DeadLetters, WebhookDispatch};
+use longhaul_aws::ports::{
+    Clock, DeadLetters, EndpointDeliveries, EndpointStore, ProgressWindows, SystemClock,
+    WebhookDispatch,
+};
 use longhaul_aws::queue::{DeadLetterQueue, WebhookMessage, WebhookQueue};
 pub use longhaul_aws::streams::RecordError;
-use longhaul_aws::streams::{failure_at, job_end};
-use longhaul_domain::webhooks::event_type;
-use longhaul_domain::{JobId, JobStatus, Owner};
-use serde::Deserialize;
+use longhaul_aws::streams::failure_at;
+use longhaul_domain::endpoints::{EndpointEvent, PROGRESS_WINDOW};
+use longhaul_domain::{JobStatus, Timestamp};
+pub use records::{Change, Ended, Progressed, change};
 
 /// Most messages one `SendMessageBatch` takes.
 const SQS_BATCH: usize = 10;
 
+/// Owners whose endpoints one sandbox keeps at once.
+const CACHED_OWNERS: usize = 10_000;
+
 /// The function's configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
+    /// `TABLE_NAME`: owners' endpoints, their delivery records, the progress windows.
+    pub table: String,
     /// `WEBHOOK_QUEUE_URL`: where first delivery attempts go.
     pub webhook_queue_url: String,
     /// `NOTIFIER_DLQ_URL`: where records that cannot be read go.
     pub dead_letter_url: String,
+    /// `LONGHAUL_ENDPOINT_CACHE_SECONDS` (10): how long a sandbox keeps an owner's endpoints;
+    /// a change to an endpoint reaches its events within it.
+    pub endpoint_cache: Duration,
+    /// `LONGHAUL_RECORD_RETENTION_SECONDS`: how long delivery records are kept (their TTL).
+    pub record_retention: longhaul_aws::jobs::RecordRetention,
 }
 
 impl Config {
     /// Reads the configuration.
     pub fn from_vars(vars: &Vars) -> Result<Self, ConfigError> {
         Ok(Config {
+            table: vars.required("TABLE_NAME")?,
             webhook_queue_url: vars.required("WEBHOOK_QUEUE_URL")?,
             dead_letter_url: vars.required("NOTIFIER_DLQ_URL")?,
+            endpoint_cache: Duration::from_secs(
+                vars.parsed_or("LONGHAUL_ENDPOINT_CACHE_SECONDS", 10)?,
+            ),
+            record_retention: longhaul_aws::jobs::RecordRetention::from_vars(vars)?,
         })
     }
 }
 
-/// What the handler needs, built once per sandbox: its ports.
+/// What the notifier needs of the job table: owners' endpoints, their delivery records (a
+/// disabled endpoint's skipped events) and the progress windows.
+pub trait Endpoints: EndpointStore + EndpointDeliveries + ProgressWindows {}
+impl<T: EndpointStore + EndpointDeliveries + ProgressWindows> Endpoints for T {}
+
+/// What the handler needs, built once per sandbox: its ports and the endpoint cache.
 #[derive(Debug, Clone)]
 pub struct Deps {
     /// The webhook queue.
     pub webhooks: Arc<dyn WebhookDispatch>,
     /// Records that cannot be read.
     pub dead_letters: Arc<dyn DeadLetters>,
+    /// Endpoints, their delivery records, progress windows.
+    pub endpoints: Arc<dyn Endpoints>,
+    /// What time it is (windows, records; the cache's age).
+    pub clock: Arc<dyn Clock>,
+    /// Owners' endpoints as this sandbox read them.
+    pub cache: Arc<EndpointCache>,
 }
 
 impl Deps {
@@ -70,63 +117,41 @@ impl Deps {
         Deps {
             webhooks: Arc::new(WebhookQueue::new(sqs.clone(), config.webhook_queue_url.clone())),
             dead_letters: Arc::new(DeadLetterQueue::new(sqs, config.dead_letter_url.clone())),
+            endpoints: Arc::new(
+                JobStore::new(aws_sdk_dynamodb::Client::new(sdk), config.table.clone())
+                    .retaining(config.record_retention),
+            ),
+            clock: Arc::new(SystemClock),
+            cache: Arc::new(EndpointCache::new(config.endpoint_cache, CACHED_OWNERS)),
         }
     }
 }
 
-/// The fields of a job record's image this function reads.
-#[derive(Debug, Deserialize)]
-struct JobImage {
-    job_id: JobId,
-    owner: Owner,
-    status: JobStatus,
-    attempt: u32,
-    #[serde(default)]
-    callback_url: Option<String>,
-}
+/// A message to queue, with the record it came from (the one to resume from if it is not
+/// queued).
+type Pending<'a> = Vec<(&'a EventRecord, WebhookMessage)>;
 
-/// A job's end that has a webhook to send, read from one stream record.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Ended {
-    /// The first delivery attempt of the job's terminal event.
-    pub message: WebhookMessage,
-    /// The job's owner (for the log lines about it).
-    pub owner: Owner,
-    /// The job's attempt when it ended (for the log lines about it).
-    pub attempt: u32,
-}
-
-/// Reads one stream record: `Some` if it is a job record moving into a terminal status that
-/// has an event and a callback URL, `None` for every other change of the table. The event
-/// source mapping's filter passes only the former; this check does not depend on it.
-pub fn ended(record: &EventRecord) -> Result<Option<Ended>, RecordError> {
-    let Some(new) = job_end::<JobImage>(record)? else { return Ok(None) };
-    if new.callback_url.is_none() || event_type(new.status).is_none() {
-        return Ok(None);
-    }
-    Ok(Some(Ended {
-        message: WebhookMessage::callback(new.job_id, new.status),
-        owner: new.owner,
-        attempt: new.attempt,
-    }))
-}
-
-/// Handles one batch of stream records, in order. Never fails: the first record that could
-/// not be queued (or, unreadable, not dead-lettered) is reported, so Lambda resumes the shard
-/// from it.
+/// Handles one batch of stream records, in order. Never fails: the first record whose
+/// messages could not be queued (or, unreadable, not dead-lettered) is reported, so Lambda
+/// resumes the shard from it.
 pub async fn handle(deps: &Deps, event: Event) -> DynamoDbEventResponse {
-    let mut pending: Vec<(&EventRecord, Ended)> = Vec::with_capacity(SQS_BATCH);
+    let mut pending: Pending = Vec::new();
     for record in &event.records {
-        match ended(record) {
-            Ok(Some(ended)) => {
-                pending.push((record, ended));
-                if pending.len() == SQS_BATCH
-                    && let Some(failed) = queue(deps, &mut pending).await
-                {
-                    return failure_at(failed);
+        let messages = match change(record) {
+            Ok(Some(change)) => match messages(deps, &change).await {
+                Ok(messages) => messages,
+                // A progress event that cannot be made is superseded by the next change or by
+                // the job's end, which a retry of this record would hold up: logged and passed.
+                Err(err) if matches!(change, Change::Progressed(_)) => {
+                    tracing::error!(error = %err, job_id = %change.job_id(), "a progress event could not be queued; the next progress change or the job's end supersedes it");
+                    Vec::new()
                 }
-            }
-            Ok(None) => {}
+                Err(err) => {
+                    tracing::error!(error = %err, job_id = %change.job_id(), "reading or recording endpoint deliveries failed; the stream retries the record");
+                    return failure_at(queue(deps, &mut pending).await.unwrap_or(record));
+                }
+            },
+            Ok(None) => continue,
             Err(err) => {
                 tracing::error!(error = %err, sequence = record.change.sequence_number, "a job record on the stream cannot be read");
                 let dead_letter = serde_json::json!({"reason": err.to_string(), "record": record});
@@ -135,6 +160,13 @@ pub async fn handle(deps: &Deps, event: Event) -> DynamoDbEventResponse {
                     // Queue what came before it, so the retry starts at this record.
                     return failure_at(queue(deps, &mut pending).await.unwrap_or(record));
                 }
+                continue;
+            }
+        };
+        pending.extend(messages.into_iter().map(|message| (record, message)));
+        while pending.len() >= SQS_BATCH {
+            if let Some(failed) = queue(deps, &mut pending).await {
+                return failure_at(failed);
             }
         }
     }
@@ -144,17 +176,72 @@ pub async fn handle(deps: &Deps, event: Event) -> DynamoDbEventResponse {
     }
 }
 
-/// Queues the pending messages (at most ten) in one request and empties `pending`. Answers
-/// the first record whose message was not queued.
-async fn queue<'a>(
-    deps: &Deps,
-    pending: &mut Vec<(&'a EventRecord, Ended)>,
-) -> Option<&'a EventRecord> {
+/// The first attempts `change` makes: the job's callback and its owner's subscribed endpoints
+/// (having recorded the events of disabled ones as skipped), or for progress, one per
+/// subscribed endpoint when it opens a window.
+async fn messages(deps: &Deps, change: &Change) -> Result<Vec<WebhookMessage>, StoreError> {
+    let clock = deps.clock.now();
+    let now = Timestamp::from(clock);
+    let endpoints =
+        deps.cache.endpoints(deps.endpoints.as_ref(), change.owner(), deps.clock.instant()).await?;
+    match change {
+        Change::Ended(ended) => {
+            let mut messages = Vec::new();
+            if ended.callback {
+                messages.push(
+                    WebhookMessage::callback(ended.job_id.clone(), ended.status).of(&ended.owner),
+                );
+            }
+            let Some(event) = EndpointEvent::of_terminal(ended.status) else {
+                return Ok(messages);
+            };
+            let event =
+                JobEvent::now(ended.job_id.clone(), ended.owner.clone(), ended.status, event);
+            let fanout = fan_out(&endpoints, &event, now);
+            for skipped in &fanout.skipped {
+                deps.endpoints.record_endpoint_delivery(skipped).await?;
+                tracing::info!(job_id = %ended.job_id, endpoint_id = %skipped.endpoint_id, event = %event.event, "endpoint disabled: event recorded as failed, not attempted");
+            }
+            messages.extend(fanout.messages);
+            Ok(messages)
+        }
+        Change::Progressed(progressed) => {
+            let event = JobEvent::now(
+                progressed.job_id.clone(),
+                progressed.owner.clone(),
+                JobStatus::Running,
+                EndpointEvent::JobProgress,
+            );
+            if !endpoints.iter().any(|e| e.enabled() && e.spec.receives(event.event)) {
+                return Ok(Vec::new());
+            }
+            let window = chrono::Duration::from_std(PROGRESS_WINDOW).expect("seconds fit");
+            let until = Timestamp::from(clock + window);
+            let windows = &deps.endpoints;
+            let not_before = if windows.open_progress_window(&progressed.job_id, now, until).await?
+            {
+                0
+            } else if let Some(end) =
+                windows.claim_trailing_event(&progressed.job_id, now, PROGRESS_WINDOW).await?
+            {
+                // Whole seconds, rounded up: never before the window's end.
+                (end.as_datetime().timestamp_millis() + 999).div_euclid(1000)
+            } else {
+                return Ok(Vec::new());
+            };
+            Ok(fan_out(&endpoints, &JobEvent { not_before, ..event }, now).messages)
+        }
+    }
+}
+
+/// Queues up to ten of the pending messages in one request and removes them from `pending`.
+/// Answers the first record one of whose messages was not queued.
+async fn queue<'a>(deps: &Deps, pending: &mut Pending<'a>) -> Option<&'a EventRecord> {
     if pending.is_empty() {
         return None;
     }
-    let messages: Vec<WebhookMessage> =
-        pending.iter().map(|(_, ended)| ended.message.clone()).collect();
+    let chunk: Pending = pending.drain(..pending.len().min(SQS_BATCH)).collect();
+    let messages: Vec<WebhookMessage> = chunk.iter().map(|(_, m)| m.clone()).collect();
     let queued = match deps.webhooks.send_batch(&messages).await {
         Ok(queued) => queued,
         Err(err) => {
@@ -163,14 +250,18 @@ async fn queue<'a>(
         }
     };
     let mut first_failed = None;
-    for ((record, ended), queued) in pending.drain(..).zip(queued) {
-        let span =
-            logs::job_span(Some(&ended.message.job_id), Some(ended.attempt), Some(&ended.owner));
+    for ((record, message), queued) in chunk.into_iter().zip(queued) {
+        let span = logs::job_span(Some(&message.job_id), None, None);
         let _entered = span.enter();
+        let event = message.event.map_or("callback", EndpointEvent::as_str);
         if queued {
-            tracing::info!(status = %ended.message.status, "webhook queued");
+            tracing::info!(status = %message.status, event, endpoint_id = ?message.endpoint_id, "webhook queued");
+        } else if message.event == Some(EndpointEvent::JobProgress) {
+            // Lossy by design: the next change or the job's end supersedes it, and a retry
+            // of its record would hold up the terminal events behind it on the stream.
+            tracing::warn!(event, endpoint_id = ?message.endpoint_id, "queueing a progress event failed; superseded by the next");
         } else {
-            tracing::warn!(status = %ended.message.status, "queueing the webhook failed; the stream retries it");
+            tracing::warn!(status = %message.status, event, endpoint_id = ?message.endpoint_id, "queueing the webhook failed; the stream retries it");
             first_failed.get_or_insert(record);
         }
     }

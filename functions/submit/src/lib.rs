@@ -22,7 +22,7 @@ use std::time::Duration;
 use lambda_http::{Body, Request, Response};
 use longhaul_aws::api::{Problem, principal, route_key};
 use longhaul_aws::jobs::JobStore;
-use longhaul_aws::limits::SubmissionLimiter;
+use longhaul_aws::limits::TenantRateLimiter;
 use longhaul_aws::logs;
 use longhaul_aws::objects::ObjectStore;
 use longhaul_aws::ports::{
@@ -96,7 +96,7 @@ impl Deps {
         let dynamodb = aws_sdk_dynamodb::Client::new(sdk);
         Deps {
             jobs: Arc::new(JobStore::new(dynamodb.clone(), config.table.clone())),
-            limiter: Arc::new(SubmissionLimiter::new(
+            limiter: Arc::new(TenantRateLimiter::new(
                 dynamodb,
                 config.table.clone(),
                 config.submissions_per_minute,

@@ -1,10 +1,9 @@
 //! Checking what a request asks for: an enabled kind and params it accepts, a callback URL
 //! that may be called.
 
-use std::time::Duration;
-
 use longhaul_aws::api::Problem;
-use longhaul_domain::callback::{CallbackPolicy, Host, check_address, parse_callback_url};
+use longhaul_aws::callbacks::check_host;
+use longhaul_domain::callback::{CallbackPolicy, parse_callback_url};
 use longhaul_worker::{DynKind, Registry};
 
 /// The enabled kind `job_type` names and the uploads `params` read, or the 422 that says why
@@ -32,12 +31,9 @@ pub(crate) fn check_spec<'d>(
     Ok((kind, inputs))
 }
 
-/// How long resolving a callback host may take at submission.
-const RESOLVE_TIMEOUT: Duration = Duration::from_secs(2);
-
 /// Validates a callback URL now (delivery checks again, against the address it connects
 /// to): `https`, no credentials, and a host that is — and resolves only to — public
-/// addresses. Returns the normalised URL.
+/// addresses ([`check_host`]). Returns the normalised URL.
 pub(crate) async fn validate_callback_url(
     raw: &str,
     policy: &CallbackPolicy,
@@ -46,24 +42,6 @@ pub(crate) async fn validate_callback_url(
         Problem::unprocessable("invalid-callback-url", "Invalid callback URL", detail)
     };
     let url = parse_callback_url(raw, policy).map_err(|e| invalid(e.to_string()))?;
-    if let Host::Domain(name) = url.host() {
-        let lookup = tokio::time::timeout(
-            RESOLVE_TIMEOUT,
-            tokio::net::lookup_host((name.as_str(), url.port())),
-        )
-        .await;
-        let addresses: Vec<_> = match lookup {
-            Ok(Ok(addresses)) => addresses.collect(),
-            _ => return Err(invalid(format!("The callback host {name} does not resolve."))),
-        };
-        if addresses.is_empty() {
-            return Err(invalid(format!("The callback host {name} does not resolve.")));
-        }
-        for address in addresses {
-            check_address(address.ip(), policy).map_err(|_| {
-                invalid(format!("The callback host {name} resolves to a non-public address."))
-            })?;
-        }
-    }
+    check_host(&url, policy).await.map_err(|e| invalid(format!("The callback host {e}.")))?;
     Ok(url.as_str().to_owned())
 }

@@ -1,5 +1,7 @@
-//! **webhook** — delivers partners' terminal events from the webhook queue, signed per
-//! Standard Webhooks, with every attempt recorded.
+//! **webhook** — delivers partners' events from the webhook queue, signed per Standard
+//! Webhooks, with every attempt recorded: a job's terminal event to its own `callback_url`,
+//! and its owner's webhook endpoints' events (see [`endpoint`] for what differs for them:
+//! health, disabling, the tenant's rate, progress and expiry reminders).
 //!
 //! * 2xx → delivered; `410 Gone` → the partner asked us to stop; anything else (another
 //!   status, a timeout, a refused connection) → retried on a schedule of growing delays that
@@ -15,6 +17,7 @@
 //!   takes as long as its slowest delivery (≤ 12 s by default), not their sum, and one slow
 //!   partner cannot time the function out and have SQS redeliver everyone else's webhooks.
 
+mod endpoint;
 pub mod lambda;
 
 use std::net::SocketAddr;
@@ -25,10 +28,12 @@ use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use futures::future::BoxFuture;
 use longhaul_aws::config::{ConfigError, Vars};
 use longhaul_aws::jobs::{DeliveryRecord, JobStore};
+use longhaul_aws::limits::{RateCounter, TenantRateLimiter};
 use longhaul_aws::logs;
 use longhaul_aws::metrics::{self, Metric};
 use longhaul_aws::ports::{
-    Clock, DeliveryLog, JobReads, SystemClock, WebhookDispatch, WebhookSecrets,
+    Clock, DeliveryLog, EndpointDeliveries, EndpointHealth, EndpointStore, JobReads, RateLimits,
+    SystemClock, WebhookDispatch, WebhookSecrets,
 };
 use longhaul_aws::queue::{WebhookMessage, WebhookQueue};
 use longhaul_domain::JobStatus;
@@ -86,6 +91,13 @@ pub struct Config {
     pub allow_insecure: bool,
     /// `LONGHAUL_RECORD_RETENTION_SECONDS`: how long delivery records are kept (their TTL).
     pub record_retention: longhaul_aws::jobs::RecordRetention,
+    /// `LONGHAUL_ENDPOINT_DISABLE_AFTER_SECONDS` (432,000: 5 days): how long every attempt to
+    /// an endpoint may fail before it is disabled.
+    pub disable_after: Duration,
+    /// `LONGHAUL_TENANT_WEBHOOK_RATE` (600): attempts to a tenant's endpoints per minute, and
+    /// as many progress events, counted apart (0: unlimited); a delivery over it waits for the
+    /// next minute without using an attempt, a progress event over it is dropped.
+    pub tenant_rate: u32,
 }
 
 impl Config {
@@ -110,24 +122,40 @@ impl Config {
             ),
             allow_insecure: vars.parsed_or("LONGHAUL_ALLOW_INSECURE_CALLBACKS", 0u8)? == 1,
             record_retention: longhaul_aws::jobs::RecordRetention::from_vars(vars)?,
+            disable_after: Duration::from_secs(vars.parsed_or(
+                "LONGHAUL_ENDPOINT_DISABLE_AFTER_SECONDS",
+                longhaul_domain::endpoints::DEFAULT_DISABLE_AFTER.as_secs(),
+            )?),
+            tenant_rate: vars.parsed_or("LONGHAUL_TENANT_WEBHOOK_RATE", 600)?,
         })
     }
 }
 
 /// What the function needs of the job table: to read a job, its owner's signing secrets, and
-/// to record each delivery attempt.
+/// to record each callback delivery attempt.
 pub trait Jobs: JobReads + WebhookSecrets + DeliveryLog {}
 impl<T: JobReads + WebhookSecrets + DeliveryLog> Jobs for T {}
+
+/// What the function needs of owners' webhook endpoints: to read one, to record what an
+/// attempt says of its health, and to record each delivery.
+pub trait Endpoints: EndpointStore + EndpointHealth + EndpointDeliveries {}
+impl<T: EndpointStore + EndpointHealth + EndpointDeliveries> Endpoints for T {}
 
 /// What the handler needs, built once per sandbox: its ports, settings and resolver.
 #[derive(Clone)]
 pub struct Deps {
     /// The job table (jobs, secrets, delivery records).
     pub jobs: Arc<dyn Jobs>,
+    /// Owners' webhook endpoints and their delivery records.
+    pub endpoints: Arc<dyn Endpoints>,
     /// The webhook queue (retries).
     pub queue: Arc<dyn WebhookDispatch>,
     /// The webhook dead-letter queue.
     pub dead_letters: Arc<dyn WebhookDispatch>,
+    /// Each tenant's rate of attempts to its endpoints (terminal events and reminders).
+    pub rate: Arc<dyn RateLimits>,
+    /// Each tenant's rate of progress events to its endpoints, counted apart.
+    pub progress_rate: Arc<dyn RateLimits>,
     /// Settings.
     pub config: Config,
     /// Callback host resolution.
@@ -165,13 +193,24 @@ impl Deps {
     ) -> Result<Self, ConfigError> {
         longhaul_aws::sdk::install_tls_provider();
         let sqs = aws_sdk_sqs::Client::new(sdk);
+        let dynamodb = aws_sdk_dynamodb::Client::new(sdk);
+        let store = Arc::new(
+            JobStore::new(dynamodb.clone(), config.table.clone())
+                .retaining(config.record_retention),
+        );
         Ok(Deps {
-            jobs: Arc::new(
-                JobStore::new(aws_sdk_dynamodb::Client::new(sdk), config.table.clone())
-                    .retaining(config.record_retention),
-            ),
+            jobs: store.clone(),
+            endpoints: store,
             queue: Arc::new(WebhookQueue::new(sqs.clone(), config.queue_url.clone())),
             dead_letters: Arc::new(WebhookQueue::new(sqs, config.dead_letter_url.clone())),
+            rate: Arc::new(
+                TenantRateLimiter::new(dynamodb.clone(), config.table.clone(), config.tenant_rate)
+                    .counting(RateCounter::Deliveries),
+            ),
+            progress_rate: Arc::new(
+                TenantRateLimiter::new(dynamodb, config.table.clone(), config.tenant_rate)
+                    .counting(RateCounter::ProgressDeliveries),
+            ),
             config: config.clone(),
             resolver,
             clock: Arc::new(SystemClock),
@@ -223,6 +262,9 @@ pub async fn process(deps: &Deps, message: &WebhookMessage) -> Result<(), String
         let wait = (message.not_before - now) as u64;
         return deps.queue.send(message, wait).await.map_err(|e| e.to_string());
     }
+    if let (Some(endpoint), Some(event)) = (&message.endpoint_id, message.event) {
+        return endpoint::process(deps, message, endpoint, event).await;
+    }
     let Some(job) = deps.jobs.job(&message.job_id).await.map_err(|e| e.to_string())? else {
         tracing::warn!("webhook for a job that no longer exists; dropped");
         return Ok(());
@@ -232,37 +274,9 @@ pub async fn process(deps: &Deps, message: &WebhookMessage) -> Result<(), String
         return Ok(());
     };
     let webhook_id = message_id(&job.job_id, message.status);
-    let mut payload = json!({
-        "type": event,
-        "job_id": job.job_id,
-        "status": message.status,
-        "timestamp": job.finished_at.unwrap_or_else(|| at.into()),
-    });
-    if message.status == JobStatus::Succeeded {
-        payload["result_url"] = format!("/jobs/{}/result", job.job_id).into();
-        if let Some(summary) = &job.summary {
-            payload["summary"] = summary.clone();
-        }
-    }
-    if let Some(error) = &job.error {
-        payload["error"] = json!({ "code": error.code, "message": error.message });
-    }
-    let body = serde_json::to_vec(&payload).expect("payloads serialise");
-    let secrets = deps.jobs.webhook_secrets(&job.owner).await.map_err(|e| e.to_string())?;
-    let signature = secrets
-        .active(at.into())
-        .iter()
-        .filter_map(|s| sign(&s.secret, &webhook_id, now, &body).ok())
-        .collect::<Vec<_>>()
-        .join(" ");
-
-    let started = Instant::now();
-    let attempt = deliver(deps, &url, &webhook_id, now, &signature, body).await;
-    let latency_ms = started.elapsed().as_millis() as u64;
-    let (status_code, error) = match &attempt {
-        Ok(code) => (Some(*code), None),
-        Err(err) => (None, Some(err.clone())),
-    };
+    let payload = terminal_payload(&job, message.status, at.into());
+    let Attempt { status_code, error, latency_ms } =
+        attempt(deps, &job.owner, &url, &webhook_id, &payload).await?;
     let further = deps.config.schedule.delay_before(message.attempt + 1).is_some();
     let outcome = DeliveryOutcome::of(status_code, further);
     let record = DeliveryRecord {
@@ -313,6 +327,70 @@ pub async fn process(deps: &Deps, message: &WebhookMessage) -> Result<(), String
         ),
     }
     Ok(())
+}
+
+/// The body of a job's terminal event (`job.succeeded`, `job.failed`, `job.cancelled`), the
+/// same for its callback and its owner's endpoints.
+pub fn terminal_payload(
+    job: &longhaul_aws::jobs::JobRecord,
+    status: JobStatus,
+    at: longhaul_domain::Timestamp,
+) -> serde_json::Value {
+    let mut payload = json!({
+        "type": event_type(status),
+        "job_id": job.job_id,
+        "status": status,
+        "timestamp": job.finished_at.unwrap_or(at),
+    });
+    if status == JobStatus::Succeeded {
+        payload["result_url"] = format!("/jobs/{}/result", job.job_id).into();
+        if let Some(summary) = &job.summary {
+            payload["summary"] = summary.clone();
+        }
+    }
+    if let Some(error) = &job.error {
+        payload["error"] = json!({ "code": error.code, "message": error.message });
+    }
+    payload
+}
+
+/// What one HTTP attempt came to.
+struct Attempt {
+    /// The receiver's status code, if it answered.
+    status_code: Option<u16>,
+    /// Why it did not answer.
+    error: Option<String>,
+    /// How long the attempt took.
+    latency_ms: u64,
+}
+
+/// Signs `payload` as message `webhook_id` with `owner`'s active secrets and POSTs it to
+/// `url` (checked against SSRF again, pinned to the checked address). `Err` only when the
+/// secrets could not be read (the message is retried by SQS).
+async fn attempt(
+    deps: &Deps,
+    owner: &longhaul_domain::Owner,
+    url: &str,
+    webhook_id: &str,
+    payload: &serde_json::Value,
+) -> Result<Attempt, String> {
+    let at = deps.clock.now();
+    let now = at.timestamp();
+    let body = serde_json::to_vec(payload).expect("payloads serialise");
+    let secrets = deps.jobs.webhook_secrets(owner).await.map_err(|e| e.to_string())?;
+    let signature = secrets
+        .active(at.into())
+        .iter()
+        .filter_map(|s| sign(&s.secret, webhook_id, now, &body).ok())
+        .collect::<Vec<_>>()
+        .join(" ");
+    let started = Instant::now();
+    let result = deliver(deps, url, webhook_id, now, &signature, body).await;
+    let latency_ms = started.elapsed().as_millis() as u64;
+    Ok(match result {
+        Ok(code) => Attempt { status_code: Some(code), error: None, latency_ms },
+        Err(err) => Attempt { status_code: None, error: Some(err), latency_ms },
+    })
 }
 
 /// The client of one delivery: `host` connects to `address` (the checked one) and nowhere

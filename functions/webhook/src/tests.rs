@@ -13,11 +13,21 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use aws_lambda_events::sqs::SqsEvent;
-use longhaul_aws::jobs::{DeliveryRecord, JobRecord, RecordRetention};
+use longhaul_aws::endpoint_events::DISABLED_ERROR;
+use longhaul_aws::jobs::{
+    DeliveryRecord, EndpointDelivery, EndpointRecord, JobRecord, ProgressRecord, RecordRetention,
+};
+use longhaul_domain::endpoints::{
+    DeliveryStatus, DisabledReason, EndpointEvent, EndpointSpec, EndpointStatus,
+    endpoint_message_id,
+};
+use longhaul_domain::limits::RateWindow;
 use longhaul_domain::webhooks::verify;
 use longhaul_domain::{JobError, JobStatus, Timestamp};
 use longhaul_memory::contract::pending_job;
-use longhaul_memory::{ManualClock, MemoryJobStore, MemoryWebhookQueue, owner};
+use longhaul_memory::{
+    ManualClock, MemoryEndpoints, MemoryJobStore, MemoryRateLimits, MemoryWebhookQueue, owner,
+};
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
@@ -180,11 +190,15 @@ fn config() -> Config {
         resolve_timeout: Duration::from_millis(300),
         allow_insecure: true,
         record_retention: RecordRetention::default(),
+        disable_after: Duration::from_secs(3_600),
+        tenant_rate: 0,
     }
 }
 
 struct World {
     jobs: Arc<MemoryJobStore>,
+    endpoints: Arc<MemoryEndpoints>,
+    rate: Arc<MemoryRateLimits>,
     queue: Arc<MemoryWebhookQueue>,
     dead_letters: Arc<MemoryWebhookQueue>,
     dns: Arc<Dns>,
@@ -200,16 +214,21 @@ fn world_with(config: Config, lookup: Lookup) -> World {
     let dead_letters = Arc::new(MemoryWebhookQueue::new());
     let dns = Dns::answering(lookup);
     let clock = Arc::new(ManualClock::new());
+    let rate = Arc::new(MemoryRateLimits::new(0));
+    let endpoints = Arc::new(MemoryEndpoints::new());
     let deps = Deps {
         jobs: jobs.clone(),
+        endpoints: endpoints.clone(),
         queue: queue.clone(),
         dead_letters: dead_letters.clone(),
+        rate: rate.clone(),
+        progress_rate: Arc::new(MemoryRateLimits::new(0)),
         config,
         resolver: dns.clone(),
         clock: clock.clone(),
         tls: Arc::new(tls_config().unwrap()),
     };
-    World { jobs, queue, dead_letters, dns, clock, deps }
+    World { jobs, endpoints, rate, queue, dead_letters, dns, clock, deps }
 }
 
 /// The partner's host resolves to the local partner.
@@ -652,4 +671,619 @@ async fn a_succeeded_jobs_summary_travels_in_its_event() {
     let payload: Value = serde_json::from_slice(&received[0].body).unwrap();
     assert_eq!(payload["summary"], json!({"rows_scanned": 5000}), "{payload}");
     assert_eq!(payload["result_url"], format!("/jobs/{}/result", job.job_id));
+}
+
+// Webhook endpoints.
+
+use EndpointEvent::{JobFailed, JobProgress, JobResultExpiring, JobSucceeded};
+
+/// Every metric line this test binary printed (the process-wide sink, set once).
+fn metric_lines() -> &'static Mutex<Vec<String>> {
+    static LINES: std::sync::OnceLock<Mutex<Vec<String>>> = std::sync::OnceLock::new();
+    LINES.get_or_init(|| {
+        longhaul_aws::metrics::set_sink(Box::new(|line| {
+            metric_lines().lock().unwrap().push(line.to_owned())
+        }));
+        Mutex::new(Vec::new())
+    })
+}
+
+/// How many times `metric` was counted about `job` in this test binary.
+fn counted(metric: &str, job: &JobRecord) -> usize {
+    metric_lines()
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|line| line.get(metric).is_some() && line["job_id"] == job.job_id.as_str())
+        .count()
+}
+
+/// A world whose tenants may make `per_minute` endpoint attempts a minute.
+fn world_rated(per_minute: u32) -> World {
+    let mut w = world();
+    w.rate = Arc::new(MemoryRateLimits::new(per_minute));
+    w.deps.rate = w.rate.clone();
+    w
+}
+
+impl World {
+    /// The deliverer's time.
+    fn at(&self) -> Timestamp {
+        self.clock.now().into()
+    }
+
+    /// An endpoint of `owner_name` at `url` receiving `events`.
+    async fn endpoint_of(
+        &self,
+        owner_name: &str,
+        url: &str,
+        events: &[EndpointEvent],
+    ) -> EndpointRecord {
+        let spec = EndpointSpec {
+            url: url.to_owned(),
+            events: events.iter().copied().collect(),
+            description: None,
+        };
+        let record = EndpointRecord::new(owner(owner_name), spec, Timestamp::now());
+        assert!(self.endpoints.create_endpoint(&record, 20).await.unwrap());
+        record
+    }
+
+    /// An endpoint of [`OWNER`] at `url` receiving `events`.
+    async fn endpoint(&self, url: &str, events: &[EndpointEvent]) -> EndpointRecord {
+        self.endpoint_of(OWNER, url, events).await
+    }
+
+    /// `endpoint` as it is stored now.
+    async fn stored(&self, endpoint: &EndpointRecord) -> EndpointRecord {
+        self.endpoints.endpoint(&endpoint.owner, &endpoint.endpoint_id).await.unwrap().unwrap()
+    }
+
+    /// The delivery record of `event` of `job` to `endpoint`.
+    async fn delivery(
+        &self,
+        endpoint: &EndpointRecord,
+        job: &JobRecord,
+        event: EndpointEvent,
+    ) -> EndpointDelivery {
+        self.endpoints
+            .endpoint_delivery(&endpoint.endpoint_id, &job.job_id, event)
+            .await
+            .unwrap()
+            .unwrap_or_else(|| panic!("no record of {event} of {} to the endpoint", job.job_id))
+    }
+
+    /// A running job of [`OWNER`] whose progress record is `progress`.
+    fn running(&self, progress: ProgressRecord) -> JobRecord {
+        let mut job = pending_job(&owner(OWNER), Timestamp::now());
+        job.status = JobStatus::Running;
+        job.attempt = 1;
+        self.jobs.put_record(job.clone());
+        self.jobs.put_progress(&job.job_id, progress);
+        job
+    }
+
+    /// Starts `endpoint` failing at `since`.
+    async fn failing_since(&self, endpoint: &EndpointRecord, since: Timestamp) {
+        let (owner, id) = (&endpoint.owner, &endpoint.endpoint_id);
+        self.endpoints.mark_failing(owner, id, since).await.unwrap();
+    }
+}
+
+/// A world, a partner answering `code`, and an endpoint of [`OWNER`] at the partner's `/hook`
+/// receiving `events`.
+async fn endpoint_world(code: u16, events: &[EndpointEvent]) -> (World, Partner, EndpointRecord) {
+    let w = world();
+    let partner = Partner::start(Answer::Status(code)).await;
+    let endpoint = w.endpoint(&partner.url("/hook"), events).await;
+    (w, partner, endpoint)
+}
+
+impl World {
+    /// Nothing reached `partner`, nothing was recorded of any endpoint, nothing was queued.
+    fn nothing_happened(&self, partner: &Partner) {
+        assert_eq!(partner.connections(), 0);
+        assert!(
+            self.endpoints.all_deliveries().is_empty(),
+            "{:?}",
+            self.endpoints.all_deliveries()
+        );
+        self.nothing_queued();
+    }
+}
+
+/// The first attempt of `event` of `job` (in its status) to `endpoint`, due at once.
+fn to_endpoint(job: &JobRecord, endpoint: &EndpointRecord, event: EndpointEvent) -> WebhookMessage {
+    let id = endpoint.endpoint_id.clone();
+    WebhookMessage::to_endpoint(job.job_id.clone(), job.status, id, event, 0)
+}
+
+/// `at`, `seconds` later.
+fn plus(at: Timestamp, seconds: i64) -> Timestamp {
+    Timestamp::from(at.as_datetime() + chrono::Duration::seconds(seconds))
+}
+
+/// A progress record of a running job: 42.5 %, 17 of 40 items of stage 1 of 3, sequence 7.
+fn scanning() -> ProgressRecord {
+    ProgressRecord {
+        pct: 42.5,
+        stage: "scan".into(),
+        stage_index: 1,
+        stages_total: 3,
+        items_done: 17,
+        items_total: Some(40),
+        eta_seconds: Some(12),
+        seq: 7,
+        ..ProgressRecord::default()
+    }
+}
+
+#[tokio::test]
+async fn an_endpoint_event_is_delivered_signed_under_the_endpoints_webhook_id_and_recorded() {
+    let w = world();
+    let partner = Partner::start(Answer::Status(204)).await;
+    let endpoint = w.endpoint(&partner.url("/partner/events?k=1"), &[JobSucceeded]).await;
+    let job = w.ended(JobStatus::Succeeded, None);
+    // Through the queue's JSON, as SQS hands it over.
+    let message = to_endpoint(&job, &endpoint, JobSucceeded);
+    let body = serde_json::to_string(&message).unwrap();
+    let event: SqsEvent =
+        serde_json::from_value(json!({"Records": [{"messageId": "m-1", "body": body}]})).unwrap();
+    assert!(handle(&w.deps, event).await.batch_item_failures.is_empty());
+
+    let received = partner.received();
+    assert_eq!(received.len(), 1);
+    let request = &received[0];
+    assert_eq!((request.method.as_str(), request.path.as_str()), ("POST", "/partner/events?k=1"));
+    assert_eq!(w.dns.asked(), [(HOST.to_owned(), partner.port)], "resolved once, checked");
+    let id = &request.headers["webhook-id"];
+    assert_eq!(id, &endpoint_message_id(&endpoint.endpoint_id, &job.job_id, JobSucceeded, None));
+    let timestamp: i64 = request.headers["webhook-timestamp"].parse().unwrap();
+    assert_eq!(timestamp, w.now());
+    let signature = &request.headers["webhook-signature"];
+    let secret = w.jobs.webhook_secrets(&owner(OWNER)).await.unwrap().secrets[0].secret.clone();
+    assert!(verify(&secret, id, timestamp, &request.body, signature));
+    let stranger =
+        w.jobs.webhook_secrets(&owner("mallory")).await.unwrap().secrets[0].secret.clone();
+    assert!(!verify(&stranger, id, timestamp, &request.body, signature));
+    let payload: Value = serde_json::from_slice(&request.body).unwrap();
+    assert_eq!(
+        payload,
+        json!({
+            "type": "job.succeeded",
+            "job_id": job.job_id,
+            "status": "succeeded",
+            "timestamp": job.finished_at,
+            "result_url": format!("/jobs/{}/result", job.job_id),
+        })
+    );
+
+    let recorded = w.delivery(&endpoint, &job, JobSucceeded).await;
+    assert_eq!(
+        recorded,
+        EndpointDelivery {
+            webhook_id: id.clone(),
+            endpoint_id: endpoint.endpoint_id.clone(),
+            job_id: job.job_id.clone(),
+            event: JobSucceeded,
+            status: DeliveryStatus::Delivered,
+            attempts: 1,
+            created_at: w.at(),
+            last_attempt_at: Some(w.at()),
+            status_code: Some(204),
+            latency_ms: recorded.latency_ms,
+            error: None,
+            progress_seq: None,
+            result_expires_at: None,
+        }
+    );
+    assert!(recorded.latency_ms.is_some());
+    assert_eq!(w.endpoints.all_deliveries().len(), 1);
+    assert!(w.deliveries(&job).await.is_empty(), "no callback delivery of a job without one");
+    w.nothing_queued();
+    let stored = w.stored(&endpoint).await;
+    assert_eq!((stored.status, stored.failing_since), (EndpointStatus::Enabled, None));
+}
+
+#[tokio::test]
+async fn an_endpoint_hears_a_jobs_end_in_the_shape_its_callback_does() {
+    for status in [JobStatus::Succeeded, JobStatus::Failed, JobStatus::Cancelled] {
+        let event = EndpointEvent::of_terminal(status).unwrap();
+        let (w, partner, endpoint) = endpoint_world(200, &[event]).await;
+        let mut job = w.ended(status, Some(&partner.url("/callback")));
+        if status == JobStatus::Succeeded {
+            job.summary = Some(json!({"rows": 3}));
+            w.jobs.put_record(job.clone());
+        }
+        process(&w.deps, &message(&job, 1)).await.unwrap();
+        process(&w.deps, &to_endpoint(&job, &endpoint, event)).await.unwrap();
+        let received = partner.received();
+        let bodies: Vec<Value> =
+            received.iter().map(|r| serde_json::from_slice(&r.body).unwrap()).collect();
+        assert_eq!(bodies.len(), 2, "{status}");
+        assert_eq!(bodies[0], bodies[1], "{status}");
+        assert_eq!(bodies[1]["type"], event.as_str());
+        assert_eq!(received[1].path, "/hook");
+        assert_ne!(received[0].headers["webhook-id"], received[1].headers["webhook-id"]);
+        assert_eq!(w.delivery(&endpoint, &job, event).await.status, DeliveryStatus::Delivered);
+    }
+}
+
+#[tokio::test]
+async fn a_progress_event_carries_the_jobs_progress_as_it_is_when_sent() {
+    let (w, partner, endpoint) = endpoint_world(200, &[JobProgress]).await;
+    let job = w.running(scanning());
+    // Queued due at its window's end: held until then, unread and unsent.
+    let due =
+        WebhookMessage { not_before: w.now() + 5, ..to_endpoint(&job, &endpoint, JobProgress) };
+    process(&w.deps, &due).await.unwrap();
+    assert_eq!(w.queue.sent(), [(due.clone(), 5)]);
+    assert_eq!(partner.connections(), 0);
+    // Meanwhile the job got on: the event carries where it is now (latest wins).
+    let later =
+        ProgressRecord { pct: 60.0, items_done: 24, eta_seconds: Some(8), seq: 9, ..scanning() };
+    w.jobs.put_progress(&job.job_id, later);
+    w.clock.advance(Duration::from_secs(5));
+    process(&w.deps, &due).await.unwrap();
+    let received = partner.received();
+    assert_eq!(received.len(), 1);
+    let mut payload: Value = serde_json::from_slice(&received[0].body).unwrap();
+    let progress = payload.as_object_mut().unwrap().remove("progress").unwrap();
+    assert_eq!(
+        payload,
+        json!({
+            "type": "job.progress",
+            "job_id": job.job_id,
+            "status": "running",
+            "timestamp": w.at(),
+        })
+    );
+    // The members docs/api.md names (the ETA's name: see the ignored test below).
+    for (member, value) in [
+        ("pct", json!(60.0)),
+        ("stage", json!("scan")),
+        ("items_done", json!(24)),
+        ("items_total", json!(40)),
+    ] {
+        assert_eq!(progress[member], value, "{member}: {progress}");
+    }
+    let id = endpoint_message_id(&endpoint.endpoint_id, &job.job_id, JobProgress, Some(9));
+    assert_eq!(received[0].headers["webhook-id"], id, "each progress is its own event");
+    let secret = w.jobs.webhook_secrets(&owner(OWNER)).await.unwrap().secrets[0].secret.clone();
+    let timestamp: i64 = received[0].headers["webhook-timestamp"].parse().unwrap();
+    let signature = &received[0].headers["webhook-signature"];
+    assert!(verify(&secret, &id, timestamp, &received[0].body, signature));
+    let recorded = w.delivery(&endpoint, &job, JobProgress).await;
+    assert_eq!((recorded.status, recorded.progress_seq), (DeliveryStatus::Delivered, Some(9)));
+    assert_eq!((recorded.webhook_id, recorded.attempts), (id, 1));
+    assert_eq!(w.queue.sent().len(), 1, "only the hop");
+}
+
+/// docs/api.md: `progress` as `GET /jobs/{id}` shows it (its ETA is `eta`).
+#[tokio::test]
+async fn a_progress_events_eta_is_named_as_documented() {
+    let (w, partner, endpoint) = endpoint_world(200, &[JobProgress]).await;
+    let job = w.running(scanning());
+    process(&w.deps, &to_endpoint(&job, &endpoint, JobProgress)).await.unwrap();
+    let payload: Value = serde_json::from_slice(&partner.received()[0].body).unwrap();
+    assert_eq!(payload["progress"]["eta"], 12, "{payload}");
+}
+
+#[tokio::test]
+async fn a_progress_event_of_a_job_no_longer_running_is_dropped_unsent() {
+    let (w, partner, endpoint) = endpoint_world(200, &[JobProgress]).await;
+    for status in [JobStatus::Succeeded, JobStatus::Failed, JobStatus::Queued] {
+        let job = JobRecord { status, ..w.running(scanning()) };
+        w.jobs.put_record(job.clone());
+        let message = WebhookMessage {
+            status: JobStatus::Running,
+            ..to_endpoint(&job, &endpoint, JobProgress)
+        };
+        process(&w.deps, &message).await.unwrap();
+    }
+    w.nothing_happened(&partner);
+}
+
+#[tokio::test]
+async fn a_progress_event_that_fails_is_not_retried_but_counts_against_the_endpoint() {
+    let (w, partner, endpoint) = endpoint_world(500, &[JobProgress]).await;
+    let job = w.running(scanning());
+    process(&w.deps, &to_endpoint(&job, &endpoint, JobProgress)).await.unwrap();
+    assert_eq!(partner.received().len(), 1);
+    let recorded = w.delivery(&endpoint, &job, JobProgress).await;
+    assert_eq!(
+        (recorded.status, recorded.attempts, recorded.status_code),
+        (DeliveryStatus::Failed, 1, Some(500))
+    );
+    w.nothing_queued();
+    assert_eq!(w.stored(&endpoint).await.failing_since, Some(w.at()));
+}
+
+#[tokio::test]
+async fn a_reminder_carries_when_the_result_expires_and_only_while_it_is_there() {
+    let (w, partner, endpoint) = endpoint_world(200, &[JobResultExpiring]).await;
+    let job = w.ended(JobStatus::Succeeded, None);
+    let expires = plus(w.at(), 20 * 3600);
+    let reminder = WebhookMessage {
+        result_expires_at: Some(expires),
+        ..to_endpoint(&job, &endpoint, JobResultExpiring)
+    };
+    process(&w.deps, &reminder).await.unwrap();
+    let received = partner.received();
+    assert_eq!(received.len(), 1);
+    let payload: Value = serde_json::from_slice(&received[0].body).unwrap();
+    assert_eq!(
+        payload,
+        json!({
+            "type": "job.result_expiring",
+            "job_id": job.job_id,
+            "status": "succeeded",
+            "result_url": format!("/jobs/{}/result", job.job_id),
+            "expires_at": expires,
+            "timestamp": w.at(),
+        })
+    );
+    let id = endpoint_message_id(&endpoint.endpoint_id, &job.job_id, JobResultExpiring, None);
+    assert_eq!(received[0].headers["webhook-id"], id);
+    let recorded = w.delivery(&endpoint, &job, JobResultExpiring).await;
+    assert_eq!(recorded.status, DeliveryStatus::Delivered);
+    assert_eq!(recorded.result_expires_at, Some(expires), "what a resend puts back");
+
+    // A result that is no longer there (expired early, or a stray message): not sent, and
+    // recorded failed with the reason.
+    let expired = w.ended(JobStatus::Expired, None);
+    let stale = WebhookMessage {
+        result_expires_at: Some(expires),
+        ..to_endpoint(&expired, &endpoint, JobResultExpiring)
+    };
+    process(&w.deps, &stale).await.unwrap();
+    assert_eq!(partner.received().len(), 1);
+    let unsent = w.delivery(&endpoint, &expired, JobResultExpiring).await;
+    assert_eq!(unsent.status, DeliveryStatus::Failed);
+    assert!(unsent.error.as_deref().is_some_and(|e| e.contains("no longer there")), "{unsent:?}");
+    w.nothing_queued();
+}
+
+#[tokio::test]
+async fn a_failed_attempt_is_pending_retried_on_the_schedule_and_starts_the_endpoint_failing() {
+    let (w, partner, endpoint) = endpoint_world(500, &[JobFailed]).await;
+    let job = w.ended(JobStatus::Failed, None);
+    let first = to_endpoint(&job, &endpoint, JobFailed);
+    let started = w.at();
+    process(&w.deps, &first).await.unwrap();
+    let recorded = w.delivery(&endpoint, &job, JobFailed).await;
+    assert_eq!(
+        (recorded.status, recorded.attempts, recorded.status_code),
+        (DeliveryStatus::Pending, 1, Some(500))
+    );
+    let second = WebhookMessage { attempt: 2, not_before: w.now() + 5, ..first.clone() };
+    assert_eq!(w.queue.sent(), [(second.clone(), 5)], "the same event, the next attempt");
+    assert_eq!(w.stored(&endpoint).await.failing_since, Some(started), "its first failure");
+
+    w.clock.advance(Duration::from_secs(5));
+    process(&w.deps, &second).await.unwrap();
+    let third = WebhookMessage { attempt: 3, not_before: w.now() + 300, ..first.clone() };
+    assert_eq!(w.queue.sent()[1..], [(third.clone(), 300)]);
+    let recorded = w.delivery(&endpoint, &job, JobFailed).await;
+    assert_eq!((recorded.status, recorded.attempts), (DeliveryStatus::Pending, 2));
+    assert_eq!(recorded.created_at, started, "one record of the delivery, first made then");
+    assert_eq!(w.stored(&endpoint).await.failing_since, Some(started), "still the first");
+
+    // The schedule's last attempt fails: failed for good (`recover` can queue it again).
+    w.clock.advance(Duration::from_secs(300));
+    process(&w.deps, &third).await.unwrap();
+    let recorded = w.delivery(&endpoint, &job, JobFailed).await;
+    assert_eq!((recorded.status, recorded.attempts), (DeliveryStatus::Failed, 3));
+    assert_eq!(recorded.last_attempt_at, Some(w.at()));
+    assert_eq!(w.queue.sent().len(), 2, "no further attempt");
+    let ids: Vec<String> =
+        partner.received().iter().map(|r| r.headers["webhook-id"].clone()).collect();
+    assert_eq!(ids.len(), 3);
+    assert!(ids.iter().all(|id| *id == recorded.webhook_id), "{ids:?}");
+    assert_eq!(w.stored(&endpoint).await.status, EndpointStatus::Enabled, "within disable_after");
+}
+
+#[tokio::test]
+async fn a_410_disables_the_endpoint_at_once_and_counts_it() {
+    metric_lines(); // Installs the sink before anything is counted.
+    let (w, partner, endpoint) = endpoint_world(410, &[JobSucceeded]).await;
+    let job = w.ended(JobStatus::Succeeded, None);
+    process(&w.deps, &to_endpoint(&job, &endpoint, JobSucceeded)).await.unwrap();
+    let recorded = w.delivery(&endpoint, &job, JobSucceeded).await;
+    assert_eq!(
+        (recorded.status, recorded.attempts, recorded.status_code),
+        (DeliveryStatus::Failed, 1, Some(410))
+    );
+    w.nothing_queued();
+    let stored = w.stored(&endpoint).await;
+    assert_eq!(stored.status, EndpointStatus::Disabled);
+    assert_eq!(
+        (stored.disabled_reason, stored.disabled_at),
+        (Some(DisabledReason::Gone), Some(w.at()))
+    );
+    assert_eq!(counted("WebhookEndpointDisabled", &job), 1);
+
+    // The next event to it is not attempted: recorded failed, for `recover` after `enable`.
+    let next = w.ended(JobStatus::Succeeded, None);
+    process(&w.deps, &to_endpoint(&next, &endpoint, JobSucceeded)).await.unwrap();
+    assert_eq!(partner.connections(), 1);
+    let skipped = w.delivery(&endpoint, &next, JobSucceeded).await;
+    assert_eq!(
+        (skipped.status, skipped.attempts, skipped.error.as_deref()),
+        (DeliveryStatus::Failed, 0, Some(DISABLED_ERROR))
+    );
+    assert_eq!((skipped.status_code, skipped.last_attempt_at), (None, None));
+    w.nothing_queued();
+    assert_eq!(counted("WebhookEndpointDisabled", &next), 0, "disabled once");
+}
+
+#[tokio::test]
+async fn an_endpoint_failing_for_disable_after_is_disabled_and_one_failing_less_is_not() {
+    metric_lines(); // Installs the sink before anything is counted.
+    let (w, partner, long) = endpoint_world(503, &[JobSucceeded]).await;
+    let recent = w.endpoint(&partner.url("/recent"), &[JobSucceeded]).await;
+    // The config's disable_after is an hour.
+    w.failing_since(&long, plus(w.at(), -3_600)).await;
+    w.failing_since(&recent, plus(w.at(), -3_599)).await;
+    let job = w.ended(JobStatus::Succeeded, None);
+    process(&w.deps, &to_endpoint(&job, &long, JobSucceeded)).await.unwrap();
+    process(&w.deps, &to_endpoint(&job, &recent, JobSucceeded)).await.unwrap();
+    assert_eq!(partner.received().len(), 2);
+    let long = w.stored(&long).await;
+    assert_eq!(long.status, EndpointStatus::Disabled);
+    assert_eq!(
+        (long.disabled_reason, long.disabled_at),
+        (Some(DisabledReason::Failing), Some(w.at()))
+    );
+    let recent = w.stored(&recent).await;
+    assert_eq!(recent.status, EndpointStatus::Enabled);
+    assert_eq!(recent.failing_since, Some(plus(w.at(), -3_599)), "the run it is in");
+    assert_eq!(counted("WebhookEndpointDisabled", &job), 1);
+}
+
+/// The design: "retry on the schedule unless progress (one attempt) or disabled"; the issue:
+/// "nothing is queued for it while disabled".
+#[tokio::test]
+async fn the_attempt_that_disables_a_failing_endpoint_queues_no_retry() {
+    let (w, partner, endpoint) = endpoint_world(503, &[JobSucceeded]).await;
+    w.failing_since(&endpoint, plus(w.at(), -3_600)).await;
+    let job = w.ended(JobStatus::Succeeded, None);
+    process(&w.deps, &to_endpoint(&job, &endpoint, JobSucceeded)).await.unwrap();
+    assert_eq!(w.stored(&endpoint).await.status, EndpointStatus::Disabled);
+    assert_eq!(partner.received().len(), 1);
+    w.nothing_queued();
+    let recorded = w.delivery(&endpoint, &job, JobSucceeded).await;
+    assert_eq!(recorded.status, DeliveryStatus::Failed, "recoverable after `enable`");
+}
+
+#[tokio::test]
+async fn a_success_ends_the_endpoints_run_of_failures() {
+    let (w, partner, endpoint) = endpoint_world(202, &[JobSucceeded]).await;
+    w.failing_since(&endpoint, plus(w.at(), -600)).await;
+    let job = w.ended(JobStatus::Succeeded, None);
+    process(&w.deps, &to_endpoint(&job, &endpoint, JobSucceeded)).await.unwrap();
+    let stored = w.stored(&endpoint).await;
+    assert_eq!((stored.status, stored.failing_since), (EndpointStatus::Enabled, None));
+    assert_eq!(w.delivery(&endpoint, &job, JobSucceeded).await.status, DeliveryStatus::Delivered);
+    assert_eq!(partner.received().len(), 1);
+}
+
+#[tokio::test]
+async fn a_disabled_endpoint_is_not_attempted_its_event_recorded_failed() {
+    let (w, partner, endpoint) = endpoint_world(200, &[JobSucceeded, JobProgress]).await;
+    let (owner, id) = (&endpoint.owner, &endpoint.endpoint_id);
+    let disabled_at = plus(w.at(), -60);
+    assert!(
+        w.endpoints
+            .disable_endpoint(owner, id, DisabledReason::Failing, disabled_at)
+            .await
+            .unwrap()
+    );
+    let job = w.ended(JobStatus::Succeeded, None);
+    // A retry that was queued before it was disabled: the attempts made so far.
+    let retry = WebhookMessage { attempt: 3, ..to_endpoint(&job, &endpoint, JobSucceeded) };
+    process(&w.deps, &retry).await.unwrap();
+    let skipped = w.delivery(&endpoint, &job, JobSucceeded).await;
+    assert_eq!(
+        skipped,
+        EndpointDelivery {
+            webhook_id: endpoint_message_id(id, &job.job_id, JobSucceeded, None),
+            endpoint_id: id.clone(),
+            job_id: job.job_id.clone(),
+            event: JobSucceeded,
+            status: DeliveryStatus::Failed,
+            attempts: 2,
+            created_at: w.at(),
+            last_attempt_at: None,
+            status_code: None,
+            latency_ms: None,
+            error: Some(DISABLED_ERROR.to_owned()),
+            progress_seq: None,
+            result_expires_at: None,
+        }
+    );
+    // Progress to it: not attempted, and not recorded (a later event supersedes it).
+    let running = w.running(scanning());
+    process(&w.deps, &to_endpoint(&running, &endpoint, JobProgress)).await.unwrap();
+    assert_eq!(w.endpoints.all_deliveries().len(), 1);
+    assert_eq!(partner.connections(), 0);
+    assert!(w.dns.asked().is_empty());
+    w.nothing_queued();
+    let stored = w.stored(&endpoint).await;
+    assert_eq!(stored.disabled_at, Some(disabled_at), "left as it was");
+}
+
+#[tokio::test]
+async fn an_event_to_an_endpoint_that_is_gone_or_not_the_owners_is_dropped_and_one_of_a_gone_job_recorded_failed()
+ {
+    let (w, partner, deleted) = endpoint_world(200, &[JobSucceeded]).await;
+    assert!(w.endpoints.delete_endpoint(&deleted.owner, &deleted.endpoint_id).await.unwrap());
+    let bobs = w.endpoint_of("bob", &partner.url("/bob"), &[JobSucceeded]).await;
+    let job = w.ended(JobStatus::Succeeded, None);
+    for endpoint in [&deleted, &bobs] {
+        process(&w.deps, &to_endpoint(&job, endpoint, JobSucceeded)).await.unwrap();
+    }
+    // And a job that is gone.
+    let gone = pending_job(&owner(OWNER), Timestamp::now());
+    let endpoint = w.endpoint(&partner.url("/live"), &[JobSucceeded]).await;
+    let message = WebhookMessage {
+        status: JobStatus::Succeeded,
+        ..to_endpoint(&gone, &endpoint, JobSucceeded)
+    };
+    process(&w.deps, &message).await.unwrap();
+    // Nothing sent or queued; the gone job's event is recorded failed with the reason (a
+    // resend that moved it to `pending` must not leave it there).
+    assert_eq!(partner.connections(), 0);
+    w.nothing_queued();
+    let recorded = w.endpoints.all_deliveries();
+    assert_eq!(recorded.len(), 1, "{recorded:?}");
+    assert_eq!(
+        (recorded[0].job_id.clone(), recorded[0].status, recorded[0].error.as_deref()),
+        (gone.job_id.clone(), DeliveryStatus::Failed, Some("the job no longer exists"))
+    );
+}
+
+#[tokio::test]
+async fn over_its_tenants_rate_a_delivery_waits_for_the_next_minute_without_an_attempt() {
+    // The in-memory rate counts in the machine's minutes: a run that straddles two tells
+    // nothing, and is made again.
+    for _ in 0..3 {
+        let w = world_rated(1);
+        let partner = Partner::start(Answer::Status(200)).await;
+        let endpoint = w.endpoint(&partner.url("/alice"), &[JobSucceeded]).await;
+        let bobs = w.endpoint_of("bob", &partner.url("/bob"), &[JobSucceeded]).await;
+        let (first, second) =
+            (w.ended(JobStatus::Succeeded, None), w.ended(JobStatus::Succeeded, None));
+        let mut bob_job = pending_job(&owner("bob"), Timestamp::now());
+        bob_job.status = JobStatus::Succeeded;
+        w.jobs.put_record(bob_job.clone());
+        let minute = RateWindow::at(chrono::Utc::now().timestamp()).index;
+        process(&w.deps, &to_endpoint(&first, &endpoint, JobSucceeded)).await.unwrap();
+        let held = WebhookMessage { attempt: 2, ..to_endpoint(&second, &endpoint, JobSucceeded) };
+        process(&w.deps, &held).await.unwrap();
+        process(&w.deps, &to_endpoint(&bob_job, &bobs, JobSucceeded)).await.unwrap();
+        if RateWindow::at(chrono::Utc::now().timestamp()).index != minute {
+            continue;
+        }
+        let paths: Vec<String> = partner.received().iter().map(|r| r.path.clone()).collect();
+        assert_eq!(paths, ["/alice", "/bob"], "another tenant's delivery is not held up");
+        let sent = w.queue.sent();
+        assert_eq!(sent.len(), 1, "{sent:?}");
+        let (later, wait) = sent[0].clone();
+        assert!((1..=60).contains(&wait), "until the next minute: {wait}");
+        assert_eq!(later, WebhookMessage { not_before: w.now() + wait as i64, ..held });
+        assert_eq!(later.attempt, 2, "no attempt used");
+        assert!(
+            w.endpoints
+                .endpoint_delivery(&endpoint.endpoint_id, &second.job_id, JobSucceeded)
+                .await
+                .unwrap()
+                .is_none(),
+            "nothing recorded of the delivery that waits"
+        );
+        assert_eq!(w.endpoints.all_deliveries().len(), 2);
+        return;
+    }
+    panic!("three runs each straddled a minute");
 }

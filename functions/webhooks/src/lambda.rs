@@ -14,7 +14,7 @@ pub async fn run() -> Result<(), Error> {
     lambda_http::tracing::init_default_subscriber();
     let config = Config::from_vars(&Vars::from_env())?;
     let deps = Deps::new(&load_sdk_config().await?, &config);
-    warm_up(deps.jobs.warm()).await;
+    warm_up(deps.endpoints.warm()).await;
     let deps = &deps;
     lambda_http::run(service_fn(move |request: Request| async move {
         Ok::<_, std::convert::Infallible>(crate::handle(deps, request).await)

@@ -1,60 +1,123 @@
-//! **webhooks** — the caller's webhook signing secrets: `GET /webhooks/secret` (created on
-//! first use) and `POST /webhooks/secret/rotate` (a new secret signs from now on; the previous
-//! one keeps signing alongside it for 24 hours, so receivers can switch without a gap).
+//! **webhooks** — the caller's webhooks: its signing secrets ([`secrets`]), its webhook
+//! endpoints ([`endpoints`]) and their deliveries ([`deliveries`]).
 //!
-//! At most two secrets are active ([`MAX_ACTIVE_SECRETS`]): a rotation within 24 hours of the
-//! previous one retires the oldest at once. Rotations are conditional writes: of two at the
-//! same time one wins and the other is answered `409` (`/problems/rotation-conflict`) — its
-//! secret was never stored, so it is never handed out; `GET /webhooks/secret` shows the
-//! winner's. Secrets are [`SecretString`](longhaul_domain::webhooks::SecretString)s, exposed
-//! here only to be returned to their owner.
+//! * `GET /webhooks/secret` (created on first use), `POST /webhooks/secret/rotate`.
+//! * `POST /webhooks/endpoints` (201), `GET /webhooks/endpoints`,
+//!   `GET|PATCH|DELETE /webhooks/endpoints/{endpoint_id}`,
+//!   `POST /webhooks/endpoints/{endpoint_id}/enable`.
+//! * `GET /webhooks/endpoints/{endpoint_id}/deliveries`,
+//!   `POST /webhooks/deliveries/{webhook_id}/resend`,
+//!   `POST /webhooks/endpoints/{endpoint_id}/recover`.
+//!
+//! Everything is the principal's own: another principal's endpoint, or a delivery of it, is
+//! `404`, as a malformed id is. Every refusal is a problem (`application/problem+json`) and
+//! writes nothing. One concern per file: `secrets`, `endpoints` (the endpoint routes),
+//! `deliveries` (listing, resending and recovering deliveries), `view` (what an endpoint and
+//! a delivery read as).
 
 pub mod lambda;
 
+mod deliveries;
+mod endpoints;
+mod secrets;
+mod view;
+
+#[cfg(test)]
+mod tests;
+#[cfg(test)]
+mod tests_deliveries;
+#[cfg(test)]
+mod tests_endpoints;
+
 use std::sync::Arc;
-use std::time::Duration;
 
-use lambda_http::http::{HeaderValue, StatusCode, header};
 use lambda_http::{Body, Request, Response};
-use longhaul_aws::api::{Problem, json_response, principal, route_key};
+use longhaul_aws::api::{Problem, principal, route_key};
 use longhaul_aws::config::{ConfigError, Vars};
-use longhaul_aws::jobs::{JobStore, MAX_ACTIVE_SECRETS, Rotation, SecretsRecord};
-use longhaul_aws::ports::{Clock, SystemClock, WebhookSecrets};
-use longhaul_domain::Timestamp;
-use longhaul_domain::webhooks::ExposeSecret;
-use serde_json::json;
+use longhaul_aws::jobs::{JobStore, RecordRetention};
+use longhaul_aws::ports::{
+    Clock, EndpointDeliveries, EndpointStore, SystemClock, WebhookDispatch, WebhookSecrets,
+};
+use longhaul_aws::queue::WebhookQueue;
+use longhaul_domain::callback::CallbackPolicy;
+use longhaul_domain::endpoints::DEFAULT_MAX_ENDPOINTS;
 
-/// How long a rotated-out secret keeps signing.
-pub const ROTATION_OVERLAP: Duration = Duration::from_secs(24 * 3600);
+pub use secrets::ROTATION_OVERLAP;
+
+/// Largest accepted request body (an endpoint's spec, a recovery): a URL is at most 2 KiB and
+/// a description 256 characters.
+pub const MAX_BODY_BYTES: usize = 16 * 1024;
 
 /// The function's configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
     /// `TABLE_NAME`.
     pub table: String,
+    /// `WEBHOOK_QUEUE_URL`: where resent and recovered deliveries are queued.
+    pub queue_url: String,
+    /// `LONGHAUL_MAX_ENDPOINTS` (the template's `TenantMaxEndpoints`; default
+    /// [`DEFAULT_MAX_ENDPOINTS`]): endpoints per principal.
+    pub max_endpoints: u32,
+    /// `LONGHAUL_ALLOW_INSECURE_CALLBACKS=1` (local stack only): endpoint URLs may be `http`
+    /// and loopback, as callback URLs may.
+    pub allow_insecure: bool,
+    /// `LONGHAUL_RECORD_RETENTION_SECONDS`: how long delivery records are kept, so how far
+    /// back a recovery may reach.
+    pub record_retention: RecordRetention,
 }
 
 impl Config {
     /// Reads the configuration.
     pub fn from_vars(vars: &Vars) -> Result<Self, ConfigError> {
-        Ok(Config { table: vars.required("TABLE_NAME")? })
+        Ok(Config {
+            table: vars.required("TABLE_NAME")?,
+            queue_url: vars.required("WEBHOOK_QUEUE_URL")?,
+            max_endpoints: vars.parsed_or("LONGHAUL_MAX_ENDPOINTS", DEFAULT_MAX_ENDPOINTS)?,
+            allow_insecure: vars.parsed_or("LONGHAUL_ALLOW_INSECURE_CALLBACKS", 0u8)? == 1,
+            record_retention: RecordRetention::from_vars(vars)?,
+        })
     }
 }
 
-/// What the handler needs, built once per sandbox: its ports.
+/// What the handler needs, built once per sandbox: its ports and settings.
 #[derive(Debug, Clone)]
 pub struct Deps {
-    /// The job table's webhook secret records.
-    pub jobs: Arc<dyn WebhookSecrets>,
-    /// What time it is: when a rotation's overlap ends, which secrets are still shown.
+    /// The owners' webhook secret records.
+    pub secrets: Arc<dyn WebhookSecrets>,
+    /// The owners' endpoints.
+    pub endpoints: Arc<dyn EndpointStore>,
+    /// The endpoints' delivery records.
+    pub deliveries: Arc<dyn EndpointDeliveries>,
+    /// The webhook queue: resent and recovered deliveries go there.
+    pub queue: Arc<dyn WebhookDispatch>,
+    /// The rules an endpoint's URL follows (a job's `callback_url`'s).
+    pub callbacks: CallbackPolicy,
+    /// Endpoints per principal.
+    pub max_endpoints: u32,
+    /// How long delivery records are kept.
+    pub record_retention: RecordRetention,
+    /// What time it is.
     pub clock: Arc<dyn Clock>,
 }
 
 impl Deps {
-    /// Builds the AWS adapter from one SDK configuration.
+    /// Builds the AWS adapters from one SDK configuration.
     pub fn new(sdk: &aws_config::SdkConfig, config: &Config) -> Self {
+        let table = Arc::new(
+            JobStore::new(aws_sdk_dynamodb::Client::new(sdk), config.table.clone())
+                .retaining(config.record_retention),
+        );
         Deps {
-            jobs: Arc::new(JobStore::new(aws_sdk_dynamodb::Client::new(sdk), config.table.clone())),
+            secrets: table.clone(),
+            endpoints: table.clone(),
+            deliveries: table,
+            queue: Arc::new(WebhookQueue::new(
+                aws_sdk_sqs::Client::new(sdk),
+                config.queue_url.clone(),
+            )),
+            callbacks: CallbackPolicy { allow_insecure: config.allow_insecure },
+            max_endpoints: config.max_endpoints,
+            record_retention: config.record_retention,
             clock: Arc::new(SystemClock),
         }
     }
@@ -62,68 +125,51 @@ impl Deps {
 
 /// Handles one request. Never fails: every error is a problem response.
 ///
-/// Runs in a `job` span ([`longhaul_aws::logs`]) carrying the principal only: webhook
-/// secrets belong to the principal, not to a job (no `job_id`, no `attempt`).
+/// Runs in a `job` span ([`longhaul_aws::logs`]) carrying the principal only: secrets and
+/// endpoints belong to the principal, not to a job (no `job_id`, no `attempt`).
 pub async fn handle(deps: &Deps, request: Request) -> Response<Body> {
     use tracing::Instrument;
     let span = longhaul_aws::logs::job_span(None, None, principal(&request).as_ref());
-    secrets(deps, &request).instrument(span).await.unwrap_or_else(Problem::into_response)
+    route(deps, &request).instrument(span).await.unwrap_or_else(Problem::into_response)
 }
 
-async fn secrets(deps: &Deps, request: &Request) -> Result<Response<Body>, Problem> {
-    let owner = principal(request).ok_or_else(Problem::unauthorized)?;
-    let failed = |err: longhaul_aws::jobs::StoreError| {
-        tracing::error!(error = %err, "webhook secrets failed");
-        Problem::internal()
-    };
-    let record = match route_key(request).as_deref() {
-        Some("POST /webhooks/secret/rotate") => {
-            let until = deps.clock.now()
-                + chrono::Duration::from_std(ROTATION_OVERLAP).expect("a day fits");
-            match deps.jobs.rotate_webhook_secret(&owner, until.into()).await {
-                Ok(Rotation::Rotated(record)) => record,
-                Ok(Rotation::Lost(_)) => {
-                    tracing::info!("a concurrent rotation won; this one was not stored");
-                    return Err(rotation_conflict());
-                }
-                Err(err) => return Err(failed(err)),
-            }
+async fn route(deps: &Deps, request: &Request) -> Result<Response<Body>, Problem> {
+    let owner = &principal(request).ok_or_else(Problem::unauthorized)?;
+    match route_key(request).unwrap_or_default().as_str() {
+        "GET /webhooks/secret" => secrets::get(deps, owner).await,
+        "POST /webhooks/secret/rotate" => secrets::rotate(deps, owner).await,
+        "POST /webhooks/endpoints" => endpoints::create(deps, request, owner).await,
+        "GET /webhooks/endpoints" => endpoints::list(deps, owner).await,
+        "GET /webhooks/endpoints/{endpoint_id}" => endpoints::get(deps, request, owner).await,
+        "PATCH /webhooks/endpoints/{endpoint_id}" => endpoints::patch(deps, request, owner).await,
+        "DELETE /webhooks/endpoints/{endpoint_id}" => endpoints::delete(deps, request, owner).await,
+        "POST /webhooks/endpoints/{endpoint_id}/enable" => {
+            endpoints::enable(deps, request, owner).await
         }
-        _ => deps.jobs.webhook_secrets(&owner).await.map_err(failed)?,
-    };
-    let mut response = json_response(StatusCode::OK, &render(&record, deps.clock.now().into()));
+        "GET /webhooks/endpoints/{endpoint_id}/deliveries" => {
+            deliveries::list(deps, request, owner).await
+        }
+        "POST /webhooks/deliveries/{webhook_id}/resend" => {
+            deliveries::resend(deps, request, owner).await
+        }
+        "POST /webhooks/endpoints/{endpoint_id}/recover" => {
+            deliveries::recover(deps, request, owner).await
+        }
+        _ => Err(Problem::not_found()),
+    }
+}
+
+/// A store failure, logged with what was being done; the caller gets a plain `500`.
+fn internal(doing: &'static str) -> impl Fn(longhaul_aws::jobs::StoreError) -> Problem {
+    move |err| {
+        tracing::error!(error = %err, "{doing} failed");
+        Problem::internal()
+    }
+}
+
+/// `response` marked never to be cached (what it shows changes, or is a secret).
+fn no_store(mut response: Response<Body>) -> Response<Body> {
+    use lambda_http::http::{HeaderValue, header};
     response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    Ok(response)
+    response
 }
-
-/// 409: another rotation was stored between this one's read and its write.
-fn rotation_conflict() -> Problem {
-    Problem::new(
-        StatusCode::CONFLICT,
-        "rotation-conflict",
-        "Another rotation won",
-        "Another rotation of your webhook secret was made at the same time and won; this one \
-         was not made. GET /webhooks/secret shows the secrets that sign now.",
-    )
-}
-
-/// The body of both routes, at `now`. The one place a secret is exposed outside signing: to
-/// its owner.
-fn render(record: &SecretsRecord, now: Timestamp) -> serde_json::Value {
-    let secrets: Vec<_> = record
-        .active(now)
-        .into_iter()
-        .take(MAX_ACTIVE_SECRETS)
-        .map(|s| {
-            json!({
-                "secret": s.secret.expose_secret(),
-                "created_at": s.created_at,
-                "expires_at": s.expires_at,
-            })
-        })
-        .collect();
-    json!({ "secrets": secrets })
-}
-
-#[cfg(test)]
-mod tests;

@@ -1,15 +1,17 @@
-//! The handler over the in-memory job table: reading and rotating secrets, and every refusal;
-//! and the secret records' own rules.
+//! The handler over the in-memory adapters: reading and rotating secrets, and every refusal;
+//! the secret records' own rules; and the test world the endpoint and delivery tests share.
 
 use super::*;
 use longhaul_domain::Owner;
 
 use async_trait::async_trait;
 use lambda_http::Body;
-use longhaul_aws::jobs::{StoreError, WebhookSecret};
+use longhaul_aws::jobs::{MAX_ACTIVE_SECRETS, Rotation, SecretsRecord, StoreError, WebhookSecret};
 use longhaul_aws::ports::Warm;
+use longhaul_domain::Timestamp;
+use longhaul_domain::webhooks::ExposeSecret;
 use longhaul_memory::api::{ApiRequest, json_of};
-use longhaul_memory::{ManualClock, MemoryJobStore, owner};
+use longhaul_memory::{ManualClock, MemoryEndpoints, MemoryJobStore, MemoryWebhookQueue, owner};
 
 fn t(text: &str) -> Timestamp {
     text.parse().expect("a test time")
@@ -73,17 +75,37 @@ fn a_rotations_debug_output_shows_no_secret() {
 
 // The handler.
 
-struct World {
-    jobs: Arc<MemoryJobStore>,
+/// The handler's ports in memory, and the handler's dependencies over them.
+pub(crate) struct World {
+    /// The secrets.
+    pub(crate) jobs: Arc<MemoryJobStore>,
+    /// Endpoints and their deliveries.
+    pub(crate) endpoints: Arc<MemoryEndpoints>,
+    /// The webhook queue.
+    pub(crate) queue: Arc<MemoryWebhookQueue>,
     /// The handler's clock: standing still at the time the world was made, unless moved.
-    clock: Arc<ManualClock>,
-    deps: Deps,
+    pub(crate) clock: Arc<ManualClock>,
+    pub(crate) deps: Deps,
 }
 
-fn world() -> World {
+/// A world with no secrets, endpoints or deliveries, the strict callback policy (endpoint URLs
+/// in the tests are public IP literals: nothing is looked up) and the default caps.
+pub(crate) fn world() -> World {
     let jobs = Arc::new(MemoryJobStore::new());
+    let endpoints = Arc::new(MemoryEndpoints::new());
+    let queue = Arc::new(MemoryWebhookQueue::new());
     let clock = Arc::new(ManualClock::new());
-    World { deps: Deps { jobs: jobs.clone(), clock: clock.clone() }, jobs, clock }
+    let deps = Deps {
+        secrets: jobs.clone(),
+        endpoints: endpoints.clone(),
+        deliveries: endpoints.clone(),
+        queue: queue.clone(),
+        callbacks: CallbackPolicy { allow_insecure: false },
+        max_endpoints: longhaul_domain::endpoints::DEFAULT_MAX_ENDPOINTS,
+        record_retention: RecordRetention::default(),
+        clock: clock.clone(),
+    };
+    World { jobs, endpoints, queue, clock, deps }
 }
 
 async fn get(deps: &Deps, owner: &Owner) -> Response<Body> {
@@ -227,7 +249,7 @@ impl WebhookSecrets for Raced {
 #[tokio::test]
 async fn a_rotation_that_loses_a_race_is_409_and_hands_out_no_secret() {
     let jobs = Arc::new(MemoryJobStore::new());
-    let deps = Deps { jobs: Arc::new(Raced(jobs.clone())), clock: Arc::new(ManualClock::new()) };
+    let deps = Deps { secrets: Arc::new(Raced(jobs.clone())), ..world().deps };
     let response = rotate(&deps, &owner("alice")).await;
     assert_eq!(response.status(), 409);
     let problem = json_of(&response);

@@ -5,7 +5,9 @@
 //! the same handlers against the local stack.
 
 pub mod api;
+pub mod callbacks;
 pub mod config;
+pub mod endpoint_events;
 pub mod executions;
 pub mod invocations;
 pub mod jobs;

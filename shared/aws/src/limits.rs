@@ -1,9 +1,10 @@
-//! Per-tenant limits kept in the job table: the submission rate and the open progress
-//! streams (the arithmetic is [`longhaul_domain::limits`]).
+//! Per-tenant limits kept in the job table: the rates of submissions and of webhook endpoint
+//! attempts, and the open progress streams (the arithmetic is [`longhaul_domain::limits`]).
 //!
 //! | item | pk / sk |
 //! |------|---------|
 //! | submissions in one minute | `RATE#<len>:<owner>` / `SUBMIT#<minute>` — `n`, `expires_at` (TTL) |
+//! | endpoint attempts in one minute | `WEBHOOKRATE#<len>:<owner>` / `WEBHOOK#<minute>`, `PROGRESS#<minute>` — likewise |
 //! | a tenant's open streams | `STREAMS#<len>:<owner>` / `TENANT` — `leases` (stream id → expiry), `version` |
 //! | a job's open streams | `STREAMS#<len>:<owner>` / `JOB#<id>` — likewise |
 //! | the deployment's open streams | `STREAMS#ALL` / `DEPLOYMENT` — likewise |
@@ -57,23 +58,63 @@ pub enum Admission {
     },
 }
 
-/// A fixed one-minute window of submissions per tenant: one conditional `UpdateItem` per
-/// accepted submission (`ADD n :one` if `n < :limit`), and the same one refused — no read.
-#[derive(Debug, Clone)]
-pub struct SubmissionLimiter {
-    client: aws_sdk_dynamodb::Client,
-    table: String,
-    /// Submissions a tenant may make per minute; 0 means unlimited (no write at all).
-    per_minute: u32,
+/// What a [`TenantRateLimiter`] counts: each has its own counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RateCounter {
+    /// Job submissions (`RATE#<len>:<owner>` / `SUBMIT#<minute>`).
+    Submissions,
+    /// Attempts to deliver terminal events and reminders to webhook endpoints
+    /// (`WEBHOOKRATE#<len>:<owner>` / `WEBHOOK#<minute>`).
+    Deliveries,
+    /// Progress events to webhook endpoints, counted apart so that they never use up the
+    /// terminal events' share (`WEBHOOKRATE#<len>:<owner>` / `PROGRESS#<minute>`).
+    ProgressDeliveries,
 }
 
-impl SubmissionLimiter {
-    /// A limiter of `per_minute` submissions per tenant (0: off) on `table`.
-    pub fn new(client: aws_sdk_dynamodb::Client, table: String, per_minute: u32) -> Self {
-        SubmissionLimiter { client, table, per_minute }
+impl RateCounter {
+    /// The partition of `owner`'s counters: webhook counters apart from submission counters,
+    /// so the webhook function's grant reaches no submission counter.
+    fn partition(self, owner: &Owner) -> String {
+        match self {
+            RateCounter::Submissions => rate_pk(owner),
+            RateCounter::Deliveries | RateCounter::ProgressDeliveries => {
+                format!("WEBHOOKRATE#{}:{owner}", owner.len())
+            }
+        }
     }
 
-    /// Counts one submission of `owner` in the current window, unless the window is full.
+    fn prefix(self) -> &'static str {
+        match self {
+            RateCounter::Submissions => "SUBMIT",
+            RateCounter::Deliveries => "WEBHOOK",
+            RateCounter::ProgressDeliveries => "PROGRESS",
+        }
+    }
+}
+
+/// A fixed one-minute window of one [`RateCounter`] per tenant: one conditional `UpdateItem`
+/// per admitted event (`ADD n :one` if `n < :limit`), and the same one refused — no read.
+#[derive(Debug, Clone)]
+pub struct TenantRateLimiter {
+    client: aws_sdk_dynamodb::Client,
+    table: String,
+    /// Events a tenant may have per minute; 0 means unlimited (no write at all).
+    per_minute: u32,
+    counter: RateCounter,
+}
+
+impl TenantRateLimiter {
+    /// A limiter of `per_minute` submissions per tenant (0: off) on `table`.
+    pub fn new(client: aws_sdk_dynamodb::Client, table: String, per_minute: u32) -> Self {
+        TenantRateLimiter { client, table, per_minute, counter: RateCounter::Submissions }
+    }
+
+    /// The same limiter counting `counter` instead.
+    pub fn counting(self, counter: RateCounter) -> Self {
+        TenantRateLimiter { counter, ..self }
+    }
+
+    /// Counts one event of `owner` in the current window, unless the window is full.
     pub async fn charge(&self, owner: &Owner) -> Result<Admission, AwsError> {
         if self.per_minute == 0 {
             return Ok(Admission::Admitted);
@@ -83,8 +124,8 @@ impl SubmissionLimiter {
             .client
             .update_item()
             .table_name(&self.table)
-            .key("pk", s(rate_pk(owner)))
-            .key("sk", s(format!("SUBMIT#{}", window.index)))
+            .key("pk", s(self.counter.partition(owner)))
+            .key("sk", s(format!("{}#{}", self.counter.prefix(), window.index)))
             .update_expression("ADD n :one SET expires_at = :exp")
             .condition_expression("attribute_not_exists(n) OR n < :limit")
             .expression_attribute_values(":one", n(1))
@@ -97,7 +138,7 @@ impl SubmissionLimiter {
             Err(err) if crate::condition_refused(&err) => {
                 Ok(Admission::Limited { retry_after: window.retry_after })
             }
-            Err(err) => Err(AwsError::new("count a submission", err)),
+            Err(err) => Err(AwsError::new(format!("count a {:?} event", self.counter), err)),
         }
     }
 }

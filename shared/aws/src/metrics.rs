@@ -69,6 +69,9 @@ pub enum Metric {
     WebhookDelivered,
     /// A webhook delivery failed for good.
     WebhookFailed,
+    /// A webhook endpoint was disabled (it answered `410 Gone`, or every attempt failed for
+    /// the deployment's `EndpointDisableAfterSeconds`).
+    WebhookEndpointDisabled,
     /// Live jobs by status (a gauge the reaper counts each run, within a cap of index pages:
     /// exact, or a lower bound when [`Metric::ActiveJobsTruncated`] says so).
     ActiveJobs,
@@ -89,7 +92,7 @@ pub enum Metric {
 
 impl Metric {
     /// Every metric.
-    pub const ALL: [Metric; 19] = [
+    pub const ALL: [Metric; 20] = [
         Metric::JobsSubmitted,
         Metric::JobsSucceeded,
         Metric::JobsFailed,
@@ -103,6 +106,7 @@ impl Metric {
         Metric::RetriesScheduled,
         Metric::WebhookDelivered,
         Metric::WebhookFailed,
+        Metric::WebhookEndpointDisabled,
         Metric::ActiveJobs,
         Metric::ActiveJobsTruncated,
         Metric::ScheduleTicksSubmitted,
@@ -127,6 +131,7 @@ impl Metric {
             Metric::RetriesScheduled => "RetriesScheduled",
             Metric::WebhookDelivered => "WebhookDelivered",
             Metric::WebhookFailed => "WebhookFailed",
+            Metric::WebhookEndpointDisabled => "WebhookEndpointDisabled",
             Metric::ActiveJobs => "ActiveJobs",
             Metric::ActiveJobsTruncated => "ActiveJobsTruncated",
             Metric::ScheduleTicksSubmitted => "ScheduleTicksSubmitted",

@@ -70,13 +70,14 @@ pub fn message_group(owner: &Owner) -> String {
     }
 }
 
-/// A webhook delivery to make: which job's terminal event, which attempt, and — for delays
-/// longer than SQS allows per hop (15 minutes) — not before when.
+/// A webhook delivery to make: which job's event to which receiver (its callback, or one of
+/// its owner's endpoints), which attempt, and — for delays longer than SQS allows per hop
+/// (15 minutes) — not before when.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WebhookMessage {
     /// The job.
     pub job_id: JobId,
-    /// The terminal status the event reports.
+    /// The job's status when the event happened (the terminal status of an end).
     pub status: longhaul_domain::JobStatus,
     /// 1-based attempt number.
     pub attempt: u32,
@@ -90,13 +91,36 @@ pub struct WebhookMessage {
     /// The event, for an endpoint delivery.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub event: Option<longhaul_domain::endpoints::EndpointEvent>,
+    /// When the job's result expires, for a `job.result_expiring` event (the expirer, which
+    /// finds the event, knows it; the job record does not carry it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result_expires_at: Option<longhaul_domain::Timestamp>,
+    /// The job's owner: the message's group on the webhook queue ([`message_group`]), so that
+    /// SQS hands out each tenant's deliveries fairly beside every other's and one tenant's
+    /// backlog — a flood, or a partner's outage retried — does not hold others' up.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<Owner>,
 }
 
 impl WebhookMessage {
     /// The first attempt of the terminal event of `job_id` (ended `status`) to the job's own
     /// `callback_url`.
     pub fn callback(job_id: JobId, status: longhaul_domain::JobStatus) -> Self {
-        WebhookMessage { job_id, status, attempt: 1, not_before: 0, endpoint_id: None, event: None }
+        WebhookMessage {
+            job_id,
+            status,
+            attempt: 1,
+            not_before: 0,
+            endpoint_id: None,
+            event: None,
+            result_expires_at: None,
+            owner: None,
+        }
+    }
+
+    /// This message, grouped on the queue as `owner`'s.
+    pub fn of(self, owner: &Owner) -> Self {
+        WebhookMessage { owner: Some(owner.clone()), ..self }
     }
 
     /// The first attempt of `event` of `job_id` (in `status` when the event happened) to
@@ -115,6 +139,8 @@ impl WebhookMessage {
             not_before,
             endpoint_id: Some(endpoint),
             event: Some(event),
+            result_expires_at: None,
+            owner: None,
         }
     }
 }
@@ -139,6 +165,7 @@ impl WebhookQueue {
             .send_message()
             .queue_url(&self.url)
             .message_body(body)
+            .set_message_group_id(message.owner.as_ref().map(message_group))
             .delay_seconds(delay_seconds.min(900) as i32)
             .send()
             .await
@@ -146,7 +173,8 @@ impl WebhookQueue {
         Ok(())
     }
 
-    /// Queues up to ten messages in one request (`SendMessageBatch`), delivered at once.
+    /// Queues up to ten messages in one request (`SendMessageBatch`), each delivered at once or,
+    /// if it is due later (`not_before`), then.
     /// Answers, in order, whether each message was queued: SQS accepts or refuses each entry
     /// of a batch on its own. An error means the request as a whole failed (none was queued).
     pub async fn send_batch(&self, messages: &[WebhookMessage]) -> Result<Vec<bool>, AwsError> {
@@ -159,11 +187,16 @@ impl WebhookQueue {
             .iter()
             .enumerate()
             .map(|(i, message)| {
+                // A message due later (a progress window's trailing event) waits in the queue,
+                // up to SQS's 15 minutes, instead of hopping through the function.
+                let wait = (message.not_before - chrono::Utc::now().timestamp()).clamp(0, 900);
                 SendMessageBatchRequestEntry::builder()
                     .id(i.to_string())
                     .message_body(
                         serde_json::to_string(message).expect("webhook messages serialise"),
                     )
+                    .delay_seconds(wait as i32)
+                    .set_message_group_id(message.owner.as_ref().map(message_group))
                     .build()
                     .expect("id and body are set")
             })

@@ -137,6 +137,19 @@ impl EndpointEvent {
         }
     }
 
+    /// The status of the job when the event happens: the one it ended in (a reminder's job
+    /// succeeded); `None` for progress, which happens while it runs.
+    pub fn job_status(self) -> Option<JobStatus> {
+        match self {
+            EndpointEvent::JobSucceeded | EndpointEvent::JobResultExpiring => {
+                Some(JobStatus::Succeeded)
+            }
+            EndpointEvent::JobFailed => Some(JobStatus::Failed),
+            EndpointEvent::JobCancelled => Some(JobStatus::Cancelled),
+            EndpointEvent::JobProgress => None,
+        }
+    }
+
     /// Whether a failed delivery of it can be resent or recovered. A progress event cannot:
     /// the next one (or the job's view) says more, and a stale one would mislead.
     pub fn replayable(self) -> bool {
@@ -322,8 +335,9 @@ fn hyphenated(simple: &str) -> Option<String> {
     Some(uuid::Uuid::try_parse(simple).ok()?.as_hyphenated().to_string())
 }
 
-/// What an owner says an endpoint is: its URL, the events it receives and a description.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// What an owner says an endpoint is: its URL, the events it receives and a description. Its
+/// `Debug` leaves the URL out: a partner's URL may carry a token, and no log may hold it.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EndpointSpec {
     /// Where events go: `https`, public addresses only (the rules of a job's `callback_url`).
     pub url: String,
@@ -332,6 +346,16 @@ pub struct EndpointSpec {
     /// The owner's note.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
+}
+
+impl fmt::Debug for EndpointSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EndpointSpec")
+            .field("url", &"[REDACTED]")
+            .field("events", &self.events)
+            .field("description", &self.description)
+            .finish()
+    }
 }
 
 /// Why an endpoint spec was refused; the message is for the caller.
@@ -413,8 +437,11 @@ fn parse_url(
     policy: &CallbackPolicy,
 ) -> Result<String, InvalidEndpoint> {
     let raw = value.as_str().ok_or_else(|| InvalidEndpoint("`url` must be a string.".into()))?;
-    parse_callback_url(raw, policy).map_err(|e| InvalidEndpoint(format!("`url`: {e}")))?;
-    Ok(raw.to_owned())
+    let url =
+        parse_callback_url(raw, policy).map_err(|e| InvalidEndpoint(format!("`url`: {e}")))?;
+    // Stored as parsed (normalised), as a job's callback URL is: what is shown is what is
+    // called, and two spellings of one URL are one URL.
+    Ok(url.as_str().to_owned())
 }
 
 fn parse_events(value: &serde_json::Value) -> Result<BTreeSet<EndpointEvent>, InvalidEndpoint> {

@@ -10,6 +10,7 @@
 pub mod api;
 mod clock;
 pub mod contract;
+mod endpoints;
 mod jobs;
 mod names;
 mod outside;
@@ -18,6 +19,7 @@ mod slots;
 mod streams;
 
 pub use clock::ManualClock;
+pub use endpoints::MemoryEndpoints;
 pub use jobs::MemoryJobStore;
 pub use names::{job_named, nth_job, owner};
 pub use outside::{
@@ -70,6 +72,11 @@ mod tests {
     #[tokio::test]
     async fn the_memory_job_store_keeps_the_job_table_contract() {
         contract::job_table(&MemoryJobStore::new()).await;
+    }
+
+    #[tokio::test]
+    async fn the_memory_endpoints_keep_the_endpoint_table_contract() {
+        contract::endpoint_table(&MemoryEndpoints::new()).await;
     }
 
     #[tokio::test]

@@ -402,6 +402,147 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/webhooks/endpoints": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The caller's webhook endpoints */
+        get: operations["listWebhookEndpoints"];
+        put?: never;
+        /**
+         * Register a webhook endpoint
+         * @description An endpoint receives the events it subscribes to for all the caller's jobs, each signed with the caller's secrets (GET /webhooks/secret) as callbacks are, with a `webhook-id` stable across retries, resends and recoveries. The URL follows a job's `callback_url` rules, and its host is resolved now: every address must be public.
+         */
+        post: operations["createWebhookEndpoint"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/webhooks/endpoints/{endpoint_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The endpoint id (a UUID). Anything that is not one of the caller's endpoints answers 404. */
+                endpoint_id: string;
+            };
+            cookie?: never;
+        };
+        /** Get a webhook endpoint */
+        get: operations["getWebhookEndpoint"];
+        put?: never;
+        post?: never;
+        /**
+         * Delete a webhook endpoint
+         * @description Nothing more is sent to it (a delivery already queued finds it gone and is dropped). Its delivery records lapse with the record retention.
+         */
+        delete: operations["deleteWebhookEndpoint"];
+        options?: never;
+        head?: never;
+        /**
+         * Change a webhook endpoint
+         * @description A merge patch: each member given replaces its value (`description: null` removes it), the others are kept. A changed `url` is checked and resolved as on creation. Changes reach the events sent within 10 seconds.
+         */
+        patch: operations["updateWebhookEndpoint"];
+        trace?: never;
+    };
+    "/webhooks/endpoints/{endpoint_id}/enable": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The endpoint id (a UUID). Anything that is not one of the caller's endpoints answers 404. */
+                endpoint_id: string;
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Enable a disabled webhook endpoint
+         * @description Events are delivered to it again from now on (`disabled_reason`, `disabled_at` and `failing_since` are cleared); POST …/recover queues what failed while it was disabled. Enabling an enabled endpoint changes nothing.
+         */
+        post: operations["enableWebhookEndpoint"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/webhooks/endpoints/{endpoint_id}/deliveries": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The endpoint id (a UUID). Anything that is not one of the caller's endpoints answers 404. */
+                endpoint_id: string;
+            };
+            cookie?: never;
+        };
+        /**
+         * An endpoint's deliveries
+         * @description One record per (job, event) — the latest progress event of a job, its terminal event, its expiry reminder — with the outcome of its last attempt, newest job first. A filtered page may hold fewer than `limit` and still have a `next_cursor`.
+         */
+        get: operations["listEndpointDeliveries"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/webhooks/endpoints/{endpoint_id}/recover": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The endpoint id (a UUID). Anything that is not one of the caller's endpoints answers 404. */
+                endpoint_id: string;
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Queue an endpoint's failed deliveries again
+         * @description Queues again every `failed` delivery of the endpoint first recorded at or after `since`, progress events excepted, each with its own `webhook-id`. Bounded per call: at most 10 pages of 100 records are read (1,000 deliveries queued); when `complete` is false, call again with the same `since` and the returned `cursor`. Of two recoveries at once, each delivery is queued by one.
+         */
+        post: operations["recoverEndpointDeliveries"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/webhooks/deliveries/{webhook_id}/resend": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The delivery's `webhook-id` (`msg_…`, as the endpoint received it and GET …/deliveries lists it). Anything that is not a delivery of one of the caller's endpoints answers 404. */
+                webhook_id: string;
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Send one delivery again
+         * @description Queues the delivery again with its own `webhook-id`: a `failed` one (it becomes `pending`), or a `delivered` one (a receiver may ask again; it shows `delivered` until the new attempt is recorded).
+         */
+        post: operations["resendEndpointDelivery"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -910,6 +1051,122 @@ export interface components {
              */
             scheduled_at: string;
             jobs_url: string;
+        };
+        /**
+         * @description An event an endpoint can subscribe to: a job's end (`job.succeeded`, `job.failed`, `job.cancelled`), its progress (`job.progress`, at most one per job per 5 seconds, latest wins), or a succeeded job's result expiring within 24 hours (`job.result_expiring`).
+         * @enum {string}
+         */
+        EndpointEvent: "job.succeeded" | "job.failed" | "job.cancelled" | "job.progress" | "job.result_expiring";
+        /**
+         * @description `pending`: queued, or being retried; `delivered`: the endpoint answered 2xx; `failed`: its attempts are spent, the endpoint answered 410, or it was disabled — resend and recover queue it again.
+         * @enum {string}
+         */
+        DeliveryStatus: "pending" | "delivered" | "failed";
+        EndpointRequest: {
+            /**
+             * @description Where events are POSTed: `https`, a public host (a job's `callback_url` rules).
+             * @example https://hooks.example.com/longhaul
+             */
+            url: string;
+            /** @description The events it receives (duplicates are ignored). */
+            events: components["schemas"]["EndpointEvent"][];
+            /** @description A note of the caller's (at most 256 characters). */
+            description?: string;
+        };
+        /** @description A merge patch of an endpoint: each member given replaces its value; `description: null` removes the description. */
+        EndpointPatch: {
+            /**
+             * @description Where events are POSTed: `https`, a public host (a job's `callback_url` rules).
+             * @example https://hooks.example.com/longhaul
+             */
+            url?: string;
+            /** @description The events it receives (duplicates are ignored). */
+            events?: components["schemas"]["EndpointEvent"][];
+            description?: string | null;
+        };
+        Endpoint: {
+            /** Format: uuid */
+            endpoint_id: string;
+            url: string;
+            /** @description Sorted by name. */
+            events: components["schemas"]["EndpointEvent"][];
+            description?: string;
+            /**
+             * @description Nothing is sent to a disabled endpoint; its events are recorded `failed`, for recover after enable.
+             * @enum {string}
+             */
+            status: "enabled" | "disabled";
+            /**
+             * @description While disabled: `gone` (it answered 410) or `failing` (every attempt failed for `EndpointDisableAfterSeconds`, 5 days by default).
+             * @enum {string}
+             */
+            disabled_reason?: "gone" | "failing";
+            /**
+             * Format: date-time
+             * @description While disabled: when.
+             */
+            disabled_at?: string;
+            /**
+             * Format: date-time
+             * @description When the unbroken run of failed attempts it is in began; absent after a success.
+             */
+            failing_since?: string;
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            updated_at: string;
+        };
+        EndpointList: {
+            endpoints: components["schemas"]["Endpoint"][];
+        };
+        EndpointDelivery: {
+            /** @description The `webhook-id` the endpoint receives (the same for every attempt, resend and recovery). */
+            webhook_id: string;
+            /** Format: uuid */
+            job_id: string;
+            event: components["schemas"]["EndpointEvent"];
+            status: components["schemas"]["DeliveryStatus"];
+            /** @description Attempts made (0: queued, or recorded `failed` without one while the endpoint was disabled). */
+            attempts: number;
+            /**
+             * Format: date-time
+             * @description When it was first recorded.
+             */
+            created_at: string;
+            /** Format: date-time */
+            last_attempt_at?: string;
+            /** @description The endpoint's answer to the last attempt, if it answered. */
+            status_code?: number;
+            latency_ms?: number;
+            /** @description What went wrong with the last attempt (or why none was made). */
+            error?: string;
+        };
+        EndpointDeliveryList: {
+            deliveries: components["schemas"]["EndpointDelivery"][];
+            /** @description Pass as `cursor` for the next page; absent on the last. */
+            next_cursor?: string;
+        };
+        RecoverRequest: {
+            /**
+             * Format: date-time
+             * @description Deliveries first recorded at or after this time (RFC 3339; not in the future, within the record retention).
+             */
+            since: string;
+            /** @description The `cursor` of the previous call, to go on where it stopped. */
+            cursor?: string;
+        };
+        Recovered: {
+            /** @description Deliveries this call queued again. */
+            requeued: number;
+            /** @description Whether every failed delivery of the endpoint was looked at; if not, call again with `cursor`. */
+            complete: boolean;
+            /** @description When not complete: where the next call goes on. */
+            cursor?: string;
+        };
+        Resent: {
+            webhook_id: string;
+            /** @enum {string} */
+            status: "pending";
         };
     };
     responses: never;
@@ -2469,6 +2726,615 @@ export interface operations {
             /** @description Internal error. */
             500: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    listWebhookEndpoints: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Every endpoint of the caller, oldest first. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EndpointList"];
+                };
+            };
+            /** @description The bearer token is missing or invalid. Answered by the gateway, not as a problem. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GatewayError"];
+                };
+            };
+            /** @description Internal error. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    createWebhookEndpoint: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["EndpointRequest"];
+            };
+        };
+        responses: {
+            /** @description The endpoint, enabled. */
+            201: {
+                headers: {
+                    /** @description `/webhooks/endpoints/{endpoint_id}` */
+                    Location?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Endpoint"];
+                };
+            };
+            /** @description The body is not JSON. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The bearer token is missing or invalid. Answered by the gateway, not as a problem. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GatewayError"];
+                };
+            };
+            /** @description The caller has `TenantMaxEndpoints` endpoints (`/problems/endpoint-limit`, with `limit`); nothing was created. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The body is over 16 KB. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not application/json. */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The spec is not acceptable, nothing was written (`/problems/invalid-endpoint`): not a JSON object, an unknown member, a `url` that is not `https` or names a private, loopback, link-local or local host, a host that does not resolve now or resolves to a non-public address, `events` empty or naming an unknown event, a `description` over 256 characters. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal error. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    getWebhookEndpoint: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The endpoint id (a UUID). Anything that is not one of the caller's endpoints answers 404. */
+                endpoint_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The endpoint. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Endpoint"];
+                };
+            };
+            /** @description The bearer token is missing or invalid. Answered by the gateway, not as a problem. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GatewayError"];
+                };
+            };
+            /** @description No such endpoint for the caller (another principal's endpoint, or an id that is not a canonical UUID, reads the same). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal error. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    deleteWebhookEndpoint: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The endpoint id (a UUID). Anything that is not one of the caller's endpoints answers 404. */
+                endpoint_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted. */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The bearer token is missing or invalid. Answered by the gateway, not as a problem. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GatewayError"];
+                };
+            };
+            /** @description No such endpoint for the caller (another principal's endpoint, or an id that is not a canonical UUID, reads the same). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal error. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    updateWebhookEndpoint: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The endpoint id (a UUID). Anything that is not one of the caller's endpoints answers 404. */
+                endpoint_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["EndpointPatch"];
+            };
+        };
+        responses: {
+            /** @description The endpoint as changed. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Endpoint"];
+                };
+            };
+            /** @description The body is not JSON. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The bearer token is missing or invalid. Answered by the gateway, not as a problem. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GatewayError"];
+                };
+            };
+            /** @description No such endpoint for the caller (another principal's endpoint, or an id that is not a canonical UUID, reads the same). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Other changes to the endpoint kept winning (`/problems/endpoint-changing`); repeat the request. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The body is over 16 KB. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not application/json. */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The spec is not acceptable, nothing was written (`/problems/invalid-endpoint`): not a JSON object, an unknown member, a `url` that is not `https` or names a private, loopback, link-local or local host, a host that does not resolve now or resolves to a non-public address, `events` empty or naming an unknown event, a `description` over 256 characters. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal error. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    enableWebhookEndpoint: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The endpoint id (a UUID). Anything that is not one of the caller's endpoints answers 404. */
+                endpoint_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The endpoint, enabled. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Endpoint"];
+                };
+            };
+            /** @description The bearer token is missing or invalid. Answered by the gateway, not as a problem. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GatewayError"];
+                };
+            };
+            /** @description No such endpoint for the caller (another principal's endpoint, or an id that is not a canonical UUID, reads the same). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal error. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    listEndpointDeliveries: {
+        parameters: {
+            query?: {
+                /** @description Only deliveries in this status. */
+                status?: components["schemas"]["DeliveryStatus"];
+                /** @description Records read for the page (before the status filter). */
+                limit?: number;
+                /** @description Opaque: the `next_cursor` of the previous page of this endpoint. */
+                cursor?: string;
+            };
+            header?: never;
+            path: {
+                /** @description The endpoint id (a UUID). Anything that is not one of the caller's endpoints answers 404. */
+                endpoint_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of deliveries. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EndpointDeliveryList"];
+                };
+            };
+            /** @description An unknown parameter, a `status` or `limit` out of range, or a cursor this API did not issue. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The bearer token is missing or invalid. Answered by the gateway, not as a problem. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GatewayError"];
+                };
+            };
+            /** @description No such endpoint for the caller (another principal's endpoint, or an id that is not a canonical UUID, reads the same). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal error. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    recoverEndpointDeliveries: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The endpoint id (a UUID). Anything that is not one of the caller's endpoints answers 404. */
+                endpoint_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["RecoverRequest"];
+            };
+        };
+        responses: {
+            /** @description Queued. */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Recovered"];
+                };
+            };
+            /** @description Not JSON or not `{"since", "cursor"?}`; `since` missing, not RFC 3339, in the future or older than the record retention; a cursor this API did not issue. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The bearer token is missing or invalid. Answered by the gateway, not as a problem. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GatewayError"];
+                };
+            };
+            /** @description No such endpoint for the caller (another principal's endpoint, or an id that is not a canonical UUID, reads the same). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The endpoint is disabled (`/problems/endpoint-disabled`, with `disabled_reason`): nothing is queued for it; enable it first. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The body is over 16 KB. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not application/json. */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal error. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The webhook queue could not be reached (`/problems/queue-unavailable`); what was not queued is left as it was. Repeat the request after `Retry-After`. */
+            503: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    resendEndpointDelivery: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The delivery's `webhook-id` (`msg_…`, as the endpoint received it and GET …/deliveries lists it). Anything that is not a delivery of one of the caller's endpoints answers 404. */
+                webhook_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Queued. */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Resent"];
+                };
+            };
+            /** @description The bearer token is missing or invalid. Answered by the gateway, not as a problem. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GatewayError"];
+                };
+            };
+            /** @description No such delivery of one of the caller's endpoints. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not sent again: a progress event (`/problems/not-replayable`), a delivery that is `pending` already (`/problems/delivery-pending`), or a disabled endpoint (`/problems/endpoint-disabled`: enable it first). */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal error. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The webhook queue could not be reached (`/problems/queue-unavailable`); what was not queued is left as it was. Repeat the request after `Retry-After`. */
+            503: {
+                headers: {
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {

@@ -273,6 +273,7 @@ impl<'a> Ctx<'a> {
             cancel_requested_at: None,
             progress_changed_at: self.changed_at,
             attempt: Some(self.lease.attempt),
+            owner: Some(self.job.owner.clone()),
         };
         let written = self.deps.jobs.record_progress(&self.job.job_id, &record).await;
         if let Err(ProgressRefused::Cancelled) = &written {

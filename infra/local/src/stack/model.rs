@@ -552,7 +552,7 @@ mod tests {
         let dlq = mapping.on_failure.as_ref().unwrap();
         assert_eq!(dlq.url, "http://127.0.0.1:1/123456789012/longhaul-NotifierDeadLetterQueue");
         assert_eq!(dlq.arn, "arn:aws:sqs:us-east-1:123456789012:longhaul-NotifierDeadLetterQueue");
-        assert_eq!(mapping.filters.len(), 1);
+        assert_eq!(mapping.filters.len(), 2, "job ends, and progress records with their owner");
     }
 
     #[test]

@@ -8,6 +8,9 @@
 //! | secrets     | `SECRET#<len>:<owner>` / `WEBHOOK` |
 //! | delivery    | `DELIVERY#<id>` / `WEBHOOK#<event>#<attempt>` |
 //! | schedule    | `SCHEDULES#<len>:<owner>` / `SCHEDULE#<id>` |
+//! | endpoint    | `ENDPOINTS#<len>:<owner>` / `ENDPOINT#<id>` |
+//! | endpoint delivery | `EPDELIVERY#<endpoint id>` / `<job id>#<event>` |
+//! | progress window | `PROGRESSHOOK#<job id>` / `WINDOW` |
 //!
 //! Every status change is one conditional `UpdateItem` (`#status IN (:from…)`, plus the lease
 //! for the attempt's own writes), so the table, not the caller, decides races. The hot progress
@@ -17,7 +20,8 @@
 //! One concern per file: item and index keys, the records and their views,
 //! a status change ([`TransitionRequest`]), the job's other moves (claim, cancel, fenced
 //! marks and counters), the progress record, idempotency records, the owner's listing, the
-//! sweeps' index pages and cursors, webhook secrets and deliveries.
+//! sweeps' index pages and cursors, webhook secrets and deliveries, webhook endpoints (their
+//! delivery records and the progress windows).
 
 mod endpoints;
 mod idempotency;

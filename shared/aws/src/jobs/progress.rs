@@ -71,6 +71,12 @@ pub struct ProgressRecord {
     /// is refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attempt: Option<u32>,
+    /// The job's owner, written by the stage with every progress write so that the table's
+    /// stream tells the notifier whose endpoints a progress change goes to without a read
+    /// of the job (absent on records written before it was added; a record seeded for a retry
+    /// keeps the retried job's, the same owner).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<Owner>,
 }
 
 impl ProgressRecord {
@@ -128,6 +134,7 @@ impl Default for ProgressRecord {
             cancel_requested_at: None,
             progress_changed_at: None,
             attempt: None,
+            owner: None,
         }
     }
 }

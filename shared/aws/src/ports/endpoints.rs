@@ -6,7 +6,9 @@ use longhaul_domain::endpoints::{DeliveryStatus, DisabledReason, EndpointEvent, 
 use longhaul_domain::{JobId, Owner, Timestamp};
 
 use super::Warm;
-use crate::jobs::{DeliveryPage, EndpointDelivery, EndpointRecord, StoreError};
+use crate::jobs::{
+    DeliveryPage, EndpointDelivery, EndpointRecord, JobStore, ListError, StoreError,
+};
 
 /// Owners' endpoints: what the API changes and what the notifier and deliverer read.
 #[async_trait]
@@ -83,14 +85,15 @@ pub trait EndpointDeliveries: Warm {
     ) -> Result<Option<EndpointDelivery>, StoreError>;
     /// A page of at most `limit` of `endpoint`'s deliveries (only those in `status`, if
     /// given), newest job first, starting after `after` (a previous page's `next`). A
-    /// filtered page may hold fewer than `limit` and still have a `next`.
+    /// filtered page may hold fewer than `limit` and still have a `next`. An `after` that is
+    /// not a `next` this store gave is [`ListError::InvalidCursor`] (the caller's mistake).
     async fn endpoint_deliveries(
         &self,
         endpoint: &EndpointId,
         status: Option<DeliveryStatus>,
         limit: u32,
         after: Option<&str>,
-    ) -> Result<DeliveryPage, StoreError>;
+    ) -> Result<DeliveryPage, ListError>;
     /// Moves a `failed` delivery back to `pending` (about to be queued again); whether it was
     /// `failed`. Of two concurrent resends or recoveries, one moves it and queues it.
     async fn requeue_delivery(
@@ -112,4 +115,130 @@ pub trait ProgressWindows: Warm {
         now: Timestamp,
         until: Timestamp,
     ) -> Result<bool, StoreError>;
+    /// Claims the trailing event of `job`'s window open at `now`: `Some(end)`, the end of that
+    /// window, when the event is due (the caller queues it for then) — and the window is
+    /// extended by `window`, so that the trailing event has its own, whose trailing event can
+    /// be claimed once the first is due; `None` if no window is open or its trailing event is
+    /// claimed and not yet due (it will carry this change: it reads the progress when it is
+    /// sent).
+    async fn claim_trailing_event(
+        &self,
+        job: &JobId,
+        now: Timestamp,
+        window: std::time::Duration,
+    ) -> Result<Option<Timestamp>, StoreError>;
+}
+
+#[async_trait]
+impl EndpointStore for JobStore {
+    async fn create_endpoint(&self, record: &EndpointRecord, max: u32) -> Result<bool, StoreError> {
+        JobStore::create_endpoint(self, record, max).await
+    }
+    async fn endpoint(
+        &self,
+        owner: &Owner,
+        id: &EndpointId,
+    ) -> Result<Option<EndpointRecord>, StoreError> {
+        JobStore::endpoint(self, owner, id).await
+    }
+    async fn endpoints(&self, owner: &Owner) -> Result<Vec<EndpointRecord>, StoreError> {
+        JobStore::endpoints(self, owner).await
+    }
+    async fn replace_endpoint_spec(
+        &self,
+        record: &EndpointRecord,
+        read: u64,
+    ) -> Result<bool, StoreError> {
+        JobStore::replace_endpoint_spec(self, record, read).await
+    }
+    async fn enable_endpoint(
+        &self,
+        owner: &Owner,
+        id: &EndpointId,
+        now: Timestamp,
+    ) -> Result<Option<EndpointRecord>, StoreError> {
+        JobStore::enable_endpoint(self, owner, id, now).await
+    }
+    async fn delete_endpoint(&self, owner: &Owner, id: &EndpointId) -> Result<bool, StoreError> {
+        JobStore::delete_endpoint(self, owner, id).await
+    }
+}
+
+#[async_trait]
+impl EndpointHealth for JobStore {
+    async fn mark_failing(
+        &self,
+        owner: &Owner,
+        id: &EndpointId,
+        since: Timestamp,
+    ) -> Result<(), StoreError> {
+        JobStore::mark_failing(self, owner, id, since).await
+    }
+    async fn mark_recovered(&self, owner: &Owner, id: &EndpointId) -> Result<(), StoreError> {
+        JobStore::mark_recovered(self, owner, id).await
+    }
+    async fn disable_endpoint(
+        &self,
+        owner: &Owner,
+        id: &EndpointId,
+        reason: DisabledReason,
+        at: Timestamp,
+    ) -> Result<bool, StoreError> {
+        JobStore::disable_endpoint(self, owner, id, reason, at).await
+    }
+}
+
+#[async_trait]
+impl EndpointDeliveries for JobStore {
+    async fn record_endpoint_delivery(
+        &self,
+        delivery: &EndpointDelivery,
+    ) -> Result<(), StoreError> {
+        JobStore::record_endpoint_delivery(self, delivery).await
+    }
+    async fn endpoint_delivery(
+        &self,
+        endpoint: &EndpointId,
+        job: &JobId,
+        event: EndpointEvent,
+    ) -> Result<Option<EndpointDelivery>, StoreError> {
+        JobStore::endpoint_delivery(self, endpoint, job, event).await
+    }
+    async fn endpoint_deliveries(
+        &self,
+        endpoint: &EndpointId,
+        status: Option<DeliveryStatus>,
+        limit: u32,
+        after: Option<&str>,
+    ) -> Result<DeliveryPage, ListError> {
+        JobStore::endpoint_deliveries(self, endpoint, status, limit, after).await
+    }
+    async fn requeue_delivery(
+        &self,
+        endpoint: &EndpointId,
+        job: &JobId,
+        event: EndpointEvent,
+    ) -> Result<bool, StoreError> {
+        JobStore::requeue_delivery(self, endpoint, job, event).await
+    }
+}
+
+#[async_trait]
+impl ProgressWindows for JobStore {
+    async fn open_progress_window(
+        &self,
+        job: &JobId,
+        now: Timestamp,
+        until: Timestamp,
+    ) -> Result<bool, StoreError> {
+        JobStore::open_progress_window(self, job, now, until).await
+    }
+    async fn claim_trailing_event(
+        &self,
+        job: &JobId,
+        now: Timestamp,
+        window: std::time::Duration,
+    ) -> Result<Option<Timestamp>, StoreError> {
+        JobStore::claim_trailing_event(self, job, now, window).await
+    }
 }

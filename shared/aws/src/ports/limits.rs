@@ -1,25 +1,25 @@
-//! The per-owner submission rate limit.
+//! Per-owner rate limits (submissions; webhook endpoint deliveries).
 
 use async_trait::async_trait;
 use longhaul_domain::Owner;
 
 use super::Warm;
 use crate::AwsError;
-use crate::limits::{Admission, SubmissionLimiter};
+use crate::limits::{Admission, TenantRateLimiter};
 
-/// The per-owner submission rate limit.
+/// A per-owner rate limit (one [`crate::limits::RateCounter`]).
 #[async_trait]
 pub trait RateLimits: Warm {
-    /// Charges one submission to `owner`: admitted, or refused until a given time.
+    /// Charges one event to `owner`: admitted, or refused until a given time.
     async fn charge(&self, owner: &Owner) -> Result<Admission, AwsError>;
 }
 
 #[async_trait]
-impl Warm for SubmissionLimiter {}
+impl Warm for TenantRateLimiter {}
 
 #[async_trait]
-impl RateLimits for SubmissionLimiter {
+impl RateLimits for TenantRateLimiter {
     async fn charge(&self, owner: &Owner) -> Result<Admission, AwsError> {
-        SubmissionLimiter::charge(self, owner).await
+        TenantRateLimiter::charge(self, owner).await
     }
 }

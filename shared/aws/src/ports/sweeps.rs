@@ -211,6 +211,20 @@ impl SweepCursors for JobStore {
     }
 }
 
+impl IndexEntry {
+    /// The cursor of a sweep that stopped right after this entry of bucket `kind`, shard
+    /// `shard` — what a sweep that must not see an entry twice saves when its last page ended
+    /// short (a short page names no next key).
+    pub fn cursor_after(&self, kind: &str, shard: u32) -> SweepCursor {
+        SweepCursor::from_keys([
+            ("pk".to_owned(), crate::jobs::job_pk(&self.job_id)),
+            ("sk".to_owned(), crate::jobs::JOB_SK.to_owned()),
+            ("gsi2pk".to_owned(), format!("{kind}#{shard}")),
+            ("gsi2sk".to_owned(), self.at.clone()),
+        ])
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,6 +8,7 @@
 
 mod attempts;
 mod clock;
+mod endpoints;
 mod jobs;
 mod links;
 mod objects;
@@ -22,6 +23,7 @@ mod sweeps;
 
 pub use attempts::*;
 pub use clock::*;
+pub use endpoints::*;
 pub use jobs::*;
 pub use links::*;
 pub use objects::*;
