@@ -8,6 +8,7 @@ pub mod browser;
 pub mod csvgen;
 pub mod kinds;
 pub mod openapi;
+pub mod partner;
 pub mod sections;
 
 mod api;

@@ -8,14 +8,11 @@
 //! endpoint cache is off (a new endpoint hears the very next event), and results are kept an
 //! hour, so the expirer's run reminds of every fresh result at once.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::collections::BTreeSet;
 use std::time::Duration;
 
-use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
 use longhaul_domain::JobId;
+use longhaul_tests::partner::{Received, inbox, partner_url};
 use longhaul_tests::{Api, Deadline, Harness, harness_with, principal};
 use serde_json::{Value, json};
 
@@ -32,73 +29,8 @@ fn stack() -> &'static Harness {
     ])
 }
 
-/// One request a receiver got: its headers and its body, as sent.
-#[derive(Debug, Clone)]
-struct Received {
-    headers: HeaderMap,
-    body: Vec<u8>,
-}
-
-impl Received {
-    fn id(&self) -> &str {
-        self.headers.get("webhook-id").and_then(|v| v.to_str().ok()).unwrap_or_default()
-    }
-
-    fn payload(&self) -> Value {
-        serde_json::from_slice(&self.body).unwrap()
-    }
-}
-
-type Inbox = Arc<Mutex<BTreeMap<String, Vec<Received>>>>;
-
-/// Local receivers: `/{mode}/{key}` answers 204 (`ok`), 500 (`fail`) or 410 (`gone`).
-fn receiver() -> &'static (SocketAddr, Inbox) {
-    static RECEIVER: OnceLock<(SocketAddr, Inbox)> = OnceLock::new();
-    RECEIVER.get_or_init(|| {
-        let inbox: Inbox = Default::default();
-        let (tx, rx) = std::sync::mpsc::channel();
-        let state = inbox.clone();
-        std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_all()
-                .build()
-                .unwrap();
-            runtime.block_on(async move {
-                let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-                tx.send(listener.local_addr().unwrap()).unwrap();
-                let app = axum::Router::new()
-                    .route("/{mode}/{key}", axum::routing::post(receive))
-                    .with_state(state);
-                axum::serve(listener, app).await.unwrap();
-            });
-        });
-        (rx.recv().unwrap(), inbox)
-    })
-}
-
-async fn receive(
-    State(inbox): State<Inbox>,
-    Path((mode, key)): Path<(String, String)>,
-    headers: HeaderMap,
-    body: axum::body::Bytes,
-) -> StatusCode {
-    inbox.lock().unwrap().entry(key).or_default().push(Received { headers, body: body.to_vec() });
-    match mode.as_str() {
-        "ok" => StatusCode::NO_CONTENT,
-        "gone" => StatusCode::GONE,
-        _ => StatusCode::INTERNAL_SERVER_ERROR,
-    }
-}
-
-/// A fresh receiver URL answering as `mode`, and the key its requests are kept under.
 fn receiver_url(mode: &str) -> (String, String) {
-    let key = uuid::Uuid::new_v4().simple().to_string();
-    (format!("http://{}/{mode}/{key}", receiver().0), key)
-}
-
-fn inbox(key: &str) -> Vec<Received> {
-    receiver().1.lock().unwrap().get(key).cloned().unwrap_or_default()
+    partner_url(mode)
 }
 
 /// What `key` received, once `done` holds of it.
@@ -107,14 +39,7 @@ async fn received_until(
     what: &str,
     done: impl Fn(&[Received]) -> bool,
 ) -> Vec<Received> {
-    let deadline = Deadline::new(format!("{what} received at {key}"), TIMEOUT);
-    loop {
-        let got = inbox(key);
-        if done(&got) {
-            return got;
-        }
-        deadline.tick(Duration::from_millis(50), format!("{:?}", types(&got))).await;
-    }
+    longhaul_tests::partner::received_until(key, what, TIMEOUT, done).await
 }
 
 /// The types of the events received.

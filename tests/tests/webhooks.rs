@@ -1,17 +1,15 @@
 //! Partner webhooks against the local stack: a local receiver verifies Standard Webhooks
 //! signatures; retries are compressed to one second apart (`LONGHAUL_WEBHOOK_SCHEDULE_SECONDS`).
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
 use longhaul_aws::jobs::{JobStore, TransitionRequest};
 use longhaul_aws::queue::WebhookMessage;
 use longhaul_domain::webhooks::SecretString;
 use longhaul_domain::{JobId, JobStatus, Transition};
+use longhaul_tests::partner::{Received, partner_url, received_until};
 use longhaul_tests::{
     Api, Aws, Deadline, Harness, assert_counted_once, harness_with, metric_points, principal,
 };
@@ -32,85 +30,15 @@ fn stack() -> &'static Harness {
     ])
 }
 
-/// One request the receiver got.
-#[derive(Debug, Clone)]
-struct Received {
-    id: String,
-    timestamp: i64,
-    signature: String,
-    body: Vec<u8>,
-}
-
-type Inbox = Arc<Mutex<BTreeMap<String, Vec<Received>>>>;
-
-/// A local partner: `/{mode}/{key}` answers 200 (`ok`), 500 (`fail`), 410 (`gone`) or too late (`slow`).
-fn receiver() -> &'static (SocketAddr, Inbox) {
-    static RECEIVER: OnceLock<(SocketAddr, Inbox)> = OnceLock::new();
-    RECEIVER.get_or_init(|| {
-        let inbox: Inbox = Default::default();
-        let (tx, rx) = std::sync::mpsc::channel();
-        let state = inbox.clone();
-        std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_all()
-                .build()
-                .unwrap();
-            runtime.block_on(async move {
-                let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-                tx.send(listener.local_addr().unwrap()).unwrap();
-                let app = axum::Router::new()
-                    .route("/{mode}/{key}", axum::routing::post(receive))
-                    .with_state(state);
-                axum::serve(listener, app).await.unwrap();
-            });
-        });
-        (rx.recv().unwrap(), inbox)
-    })
-}
-
-async fn receive(
-    State(inbox): State<Inbox>,
-    Path((mode, key)): Path<(String, String)>,
-    headers: HeaderMap,
-    body: axum::body::Bytes,
-) -> StatusCode {
-    let header =
-        |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
-    let received = Received {
-        id: header("webhook-id"),
-        timestamp: header("webhook-timestamp").parse().unwrap_or(0),
-        signature: header("webhook-signature"),
-        body: body.to_vec(),
-    };
-    inbox.lock().unwrap().entry(key).or_default().push(received);
-    match mode.as_str() {
-        "ok" => StatusCode::NO_CONTENT,
-        "gone" => StatusCode::GONE,
-        "slow" => {
-            tokio::time::sleep(Duration::from_secs(2)).await;
-            StatusCode::OK
-        }
-        _ => StatusCode::INTERNAL_SERVER_ERROR,
-    }
-}
-
 fn callback(mode: &str) -> (String, String) {
-    let key = uuid::Uuid::new_v4().simple().to_string();
-    (format!("http://{}/{mode}/{key}", receiver().0), key)
+    partner_url(mode)
 }
 
 /// What the receiver got for `key`, once it got `at_least` requests (the job has ended; its
 /// retries are a second apart).
 async fn received(key: &str, at_least: usize) -> Vec<Received> {
-    let deadline = Deadline::new(format!("{at_least} requests received for {key}"), TIMEOUT);
-    loop {
-        let got = receiver().1.lock().unwrap().get(key).cloned().unwrap_or_default();
-        if got.len() >= at_least {
-            return got;
-        }
-        deadline.tick(Duration::from_millis(50), format!("{} requests", got.len())).await;
-    }
+    let what = format!("{at_least} requests");
+    received_until(key, &what, TIMEOUT, |got| got.len() >= at_least).await
 }
 
 /// The job's recorded deliveries, once there are `at_least`.
@@ -151,10 +79,10 @@ async fn a_terminal_event_is_delivered_signed() {
     let got = received(&key, 1).await;
     let message = &got[0];
     assert!(
-        verify(&secret, &message.id, message.timestamp, &message.body, &message.signature),
+        verify(&secret, &message.id(), message.timestamp(), &message.body, message.signature()),
         "signature verifies"
     );
-    assert!((chrono::Utc::now().timestamp() - message.timestamp).abs() < 60);
+    assert!((chrono::Utc::now().timestamp() - message.timestamp()).abs() < 60);
     let payload: Value = serde_json::from_slice(&message.body).unwrap();
     assert_eq!(payload["type"], "job.succeeded");
     assert_eq!(payload["job_id"], job_id.as_str());
@@ -165,7 +93,7 @@ async fn a_terminal_event_is_delivered_signed() {
         (recorded[0]["status_code"].as_u64(), recorded[0]["outcome"].as_str()),
         (Some(204), Some("delivered"))
     );
-    assert_eq!(recorded[0]["webhook_id"], message.id.as_str());
+    assert_eq!(recorded[0]["webhook_id"], message.id());
     assert_counted_once("WebhookDelivered", &job_id).await;
     assert!(metric_points("WebhookFailed", &job_id, 0).await.is_empty());
     // Nobody else sees them.
@@ -183,7 +111,7 @@ async fn failures_are_retried_with_the_same_id_then_dead_lettered() {
     let job_id = api.submit(&json!({"type": "demo", "params": {"items": 1, "fail_at": 0, "fail_kind": "fatal"}, "callback_url": url})).await;
     assert_eq!(api.wait_terminal(&job_id, TIMEOUT).await["status"], "failed");
     let got = received(&key, 4).await;
-    assert!(got.iter().all(|m| m.id == got[0].id), "every retry keeps the webhook-id");
+    assert!(got.iter().all(|m| m.id() == got[0].id()), "every retry keeps the webhook-id");
     let payload: Value = serde_json::from_slice(&got[0].body).unwrap();
     assert_eq!(
         (payload["type"].as_str(), payload["error"]["code"].as_str()),
@@ -261,11 +189,11 @@ async fn during_a_rotation_deliveries_carry_both_signatures() {
     let message = received(&key, 1).await.remove(0);
     for secret in &both {
         assert!(
-            verify(secret, &message.id, message.timestamp, &message.body, &message.signature),
+            verify(secret, &message.id(), message.timestamp(), &message.body, message.signature()),
             "{secret}"
         );
     }
-    assert_eq!(message.signature.split(' ').count(), 2);
+    assert_eq!(message.signature().split(' ').count(), 2);
 }
 
 /// The outbox: whoever ends a job only writes its record; the table's stream carries the end
@@ -300,7 +228,7 @@ async fn an_end_whose_ender_queued_nothing_is_still_delivered() {
     .fenced("lease-1");
     jobs.transition(ended).await.unwrap();
     let got = received(&key, 1).await;
-    assert!(verify(&secret, &got[0].id, got[0].timestamp, &got[0].body, &got[0].signature));
+    assert!(verify(&secret, got[0].id(), got[0].timestamp(), &got[0].body, got[0].signature()));
     let payload: Value = serde_json::from_slice(&got[0].body).unwrap();
     assert_eq!(
         (payload["type"].as_str(), payload["job_id"].as_str()),
