@@ -79,7 +79,7 @@ async fn a_terminal_event_is_delivered_signed() {
     let got = received(&key, 1).await;
     let message = &got[0];
     assert!(
-        verify(&secret, &message.id(), message.timestamp(), &message.body, message.signature()),
+        verify(&secret, message.id(), message.timestamp(), &message.body, message.signature()),
         "signature verifies"
     );
     assert!((chrono::Utc::now().timestamp() - message.timestamp()).abs() < 60);
@@ -189,7 +189,7 @@ async fn during_a_rotation_deliveries_carry_both_signatures() {
     let message = received(&key, 1).await.remove(0);
     for secret in &both {
         assert!(
-            verify(secret, &message.id(), message.timestamp(), &message.body, message.signature()),
+            verify(secret, message.id(), message.timestamp(), &message.body, message.signature()),
             "{secret}"
         );
     }
