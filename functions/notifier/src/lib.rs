@@ -52,6 +52,7 @@ use longhaul_aws::streams::failure_at;
 use longhaul_domain::endpoints::{EndpointEvent, PROGRESS_WINDOW};
 use longhaul_domain::{JobStatus, Timestamp};
 pub use records::{Change, Ended, Progressed, change};
+use tracing::Instrument;
 
 /// Most messages one `SendMessageBatch` takes.
 const SQS_BATCH: usize = 10;
@@ -129,7 +130,7 @@ impl Deps {
 
 /// A message to queue, with the record it came from (the one to resume from if it is not
 /// queued).
-type Pending<'a> = Vec<(&'a EventRecord, WebhookMessage)>;
+type Pending<'a> = Vec<(&'a EventRecord, WebhookMessage, tracing::Span)>;
 
 /// Handles one batch of stream records, in order. Never fails: the first record whose
 /// messages could not be queued (or, unreadable, not dead-lettered) is reported, so Lambda
@@ -137,20 +138,26 @@ type Pending<'a> = Vec<(&'a EventRecord, WebhookMessage)>;
 pub async fn handle(deps: &Deps, event: Event) -> DynamoDbEventResponse {
     let mut pending: Pending = Vec::new();
     for record in &event.records {
-        let messages = match change(record) {
-            Ok(Some(change)) => match messages(deps, &change).await {
-                Ok(messages) => messages,
-                // A progress event that cannot be made is superseded by the next change or by
-                // the job's end, which a retry of this record would hold up: logged and passed.
-                Err(err) if matches!(change, Change::Progressed(_)) => {
-                    tracing::error!(error = %err, job_id = %change.job_id(), "a progress event could not be queued; the next progress change or the job's end supersedes it");
-                    Vec::new()
+        let (messages, span) = match change(record) {
+            Ok(Some(change)) => {
+                // In the job's `job` span ([`logs`]): its id, attempt and owner.
+                let span =
+                    logs::job_span(Some(change.job_id()), change.attempt(), Some(change.owner()));
+                match messages(deps, &change).instrument(span.clone()).await {
+                    Ok(messages) => (messages, span),
+                    // A progress event that cannot be made is superseded by the next change or
+                    // by the job's end, which a retry of this record would hold up: logged and
+                    // passed.
+                    Err(err) if matches!(change, Change::Progressed(_)) => {
+                        span.in_scope(|| tracing::error!(error = %err, "a progress event could not be queued; the next progress change or the job's end supersedes it"));
+                        continue;
+                    }
+                    Err(err) => {
+                        span.in_scope(|| tracing::error!(error = %err, "reading or recording endpoint deliveries failed; the stream retries the record"));
+                        return failure_at(queue(deps, &mut pending).await.unwrap_or(record));
+                    }
                 }
-                Err(err) => {
-                    tracing::error!(error = %err, job_id = %change.job_id(), "reading or recording endpoint deliveries failed; the stream retries the record");
-                    return failure_at(queue(deps, &mut pending).await.unwrap_or(record));
-                }
-            },
+            }
             Ok(None) => continue,
             Err(err) => {
                 tracing::error!(error = %err, sequence = record.change.sequence_number, "a job record on the stream cannot be read");
@@ -163,7 +170,7 @@ pub async fn handle(deps: &Deps, event: Event) -> DynamoDbEventResponse {
                 continue;
             }
         };
-        pending.extend(messages.into_iter().map(|message| (record, message)));
+        pending.extend(messages.into_iter().map(|message| (record, message, span.clone())));
         while pending.len() >= SQS_BATCH {
             if let Some(failed) = queue(deps, &mut pending).await {
                 return failure_at(failed);
@@ -200,7 +207,7 @@ async fn messages(deps: &Deps, change: &Change) -> Result<Vec<WebhookMessage>, S
             let fanout = fan_out(&endpoints, &event, now);
             for skipped in &fanout.skipped {
                 deps.endpoints.record_endpoint_delivery(skipped).await?;
-                tracing::info!(job_id = %ended.job_id, endpoint_id = %skipped.endpoint_id, event = %event.event, "endpoint disabled: event recorded as failed, not attempted");
+                tracing::info!(endpoint_id = %skipped.endpoint_id, event = %event.event, "endpoint disabled: event recorded as failed, not attempted");
             }
             messages.extend(fanout.messages);
             Ok(messages)
@@ -241,7 +248,7 @@ async fn queue<'a>(deps: &Deps, pending: &mut Pending<'a>) -> Option<&'a EventRe
         return None;
     }
     let chunk: Pending = pending.drain(..pending.len().min(SQS_BATCH)).collect();
-    let messages: Vec<WebhookMessage> = chunk.iter().map(|(_, m)| m.clone()).collect();
+    let messages: Vec<WebhookMessage> = chunk.iter().map(|(_, m, _)| m.clone()).collect();
     let queued = match deps.webhooks.send_batch(&messages).await {
         Ok(queued) => queued,
         Err(err) => {
@@ -250,8 +257,7 @@ async fn queue<'a>(deps: &Deps, pending: &mut Pending<'a>) -> Option<&'a EventRe
         }
     };
     let mut first_failed = None;
-    for ((record, message), queued) in chunk.into_iter().zip(queued) {
-        let span = logs::job_span(Some(&message.job_id), None, None);
+    for ((record, message, span), queued) in chunk.into_iter().zip(queued) {
         let _entered = span.enter();
         let event = message.event.map_or("callback", EndpointEvent::as_str);
         if queued {

@@ -31,6 +31,15 @@ impl Change {
             Change::Progressed(progressed) => &progressed.owner,
         }
     }
+
+    /// The job's attempt (for the log lines about it): the one it ended in, or the one whose
+    /// progress changed (`None` on a progress record that names none).
+    pub fn attempt(&self) -> Option<u32> {
+        match self {
+            Change::Ended(ended) => Some(ended.attempt),
+            Change::Progressed(progressed) => progressed.attempt,
+        }
+    }
 }
 
 /// A job's end, read from its record's stream record.
@@ -56,6 +65,8 @@ pub struct Progressed {
     pub job_id: JobId,
     /// Its owner.
     pub owner: Owner,
+    /// The attempt whose progress changed.
+    pub attempt: Option<u32>,
 }
 
 fn present<'de, D: serde::Deserializer<'de>>(input: D) -> Result<bool, D::Error> {
@@ -67,6 +78,8 @@ fn present<'de, D: serde::Deserializer<'de>>(input: D) -> Result<bool, D::Error>
 struct ProgressImage {
     #[serde(default)]
     owner: Option<Owner>,
+    #[serde(default)]
+    attempt: Option<u32>,
     #[serde(default)]
     progress_changed_at: Option<Timestamp>,
 }
@@ -109,5 +122,5 @@ pub fn change(record: &EventRecord) -> Result<Option<Change>, RecordError> {
             "a progress record's key is not JOB#<job id>",
         )));
     };
-    Ok(Some(Change::Progressed(Progressed { job_id, owner })))
+    Ok(Some(Change::Progressed(Progressed { job_id, owner, attempt: new.attempt })))
 }

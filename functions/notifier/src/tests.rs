@@ -669,7 +669,11 @@ const T3: &str = "2026-11-22T12:00:03.000Z";
 #[test]
 fn a_progress_record_is_a_change_only_when_its_progress_changed_and_it_names_an_owner() {
     let progressed = |record: &EventRecord| change(record).unwrap();
-    let expected = Some(Change::Progressed(Progressed { job_id: job(1), owner: owner("alice") }));
+    let expected = Some(Change::Progressed(Progressed {
+        job_id: job(1),
+        owner: owner("alice"),
+        attempt: None,
+    }));
     assert_eq!(progressed(&progress(1, None, T1, |_| {})), expected, "an insert");
     assert_eq!(progressed(&progress(1, Some(T1), T2, |_| {})), expected, "a change");
     assert_eq!(progressed(&progress(1, Some(T1), T1, |_| {})), None, "a heartbeat");

@@ -1,9 +1,11 @@
 //! The `run` op: a direct run ([`longhaul_aws::runs`]). The invocation claims the job for
 //! itself (its `claimant`), works through its stages, and ends the job — succeeded,
 //! cancelled, or failed as the state machine's `RecordFailure` would record it — with no
-//! execution. A job that needs more than this invocation (its deadline neared) or whose
-//! stage failed in a way worth retrying is handed over to an execution of the run's name,
-//! whose `Run` state claims it again under the same lease and retries as it always does.
+//! execution; a stage that ran past its stage timeout ends the attempt the same way (the job
+//! waits for its next attempt, or fails once its attempts are spent). A job that needs more
+//! than this invocation (its deadline neared) or whose stage failed in a way worth retrying
+//! within the attempt is handed over to an execution of the run's name, whose `Run` state
+//! claims it again under the same lease and retries as it always does.
 //!
 //! An error this function answers (the job table or Step Functions failing at a step that
 //! must not be skipped) makes Lambda retry the invocation, which claims the job again as its
@@ -18,7 +20,7 @@ use longhaul_aws::runs::{self, DirectRun};
 use longhaul_domain::{JobId, JobStatus};
 use serde_json::{Value, json};
 
-use crate::wire::{Next, StateError, TaskLease, WorkState};
+use crate::wire::{Next, Recorded, StateError, TaskLease, WorkState};
 use crate::{Deps, StageError, record_failure, store_failed, work};
 
 /// Runs `run` of `job_id` until the job ends or is handed over.
@@ -58,7 +60,10 @@ pub(crate) async fn run(
             tracing::info!(why, "another attempt holds the job; this run stops");
             answer("superseded")
         }
-        Err(err @ StageError::Fatal(_)) => {
+        // Ends the attempt: a fatal error fails the job, a stage timeout is retried in a new
+        // attempt within the job's budget (as `RecordFailure` does; an execution's quick
+        // retries could not help either, the attempt's stage clock having run out).
+        Err(err @ (StageError::Fatal(_) | StageError::StageTimeout(_))) => {
             // As the state machine's Catch hands it to `RecordFailure`.
             tracing::error!(error_type = err.name(), error = %err, "task failed");
             let error = StateError {
@@ -70,7 +75,12 @@ pub(crate) async fn run(
             let recorded =
                 record_failure::record_failure(deps, job_id, state, Some(&run.execution), error)
                     .await?;
-            Ok(json!({ "job_id": job_id, "outcome": "failed", "recorded": recorded }))
+            let outcome = match recorded {
+                Recorded::Retry { .. } => "retry_scheduled",
+                Recorded::Cancelled => "cancelled",
+                Recorded::Failed | Recorded::Unrecorded => "failed",
+            };
+            Ok(json!({ "job_id": job_id, "outcome": outcome, "recorded": recorded }))
         }
         Err(err) => {
             // Worth retrying: the execution's `Run` retries it with backoff, and records the

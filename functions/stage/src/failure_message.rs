@@ -109,6 +109,9 @@ fn infrastructure_message(error: &str) -> &'static str {
         }
         _ if error == ErrorCode::Fatal.as_str() => "the job failed and cannot be retried",
         _ if error == ErrorCode::Retryable.as_str() => "the job failed and its retries were spent",
+        _ if error == ErrorCode::StageTimeout.as_str() => {
+            "a stage of the job ran past its stage timeout"
+        }
         _ => "the job's worker failed (an infrastructure error); retrying the job may succeed",
     }
 }

@@ -20,11 +20,13 @@
 //! write is refused, deletes partial results and ends the job `cancelled` with the reason.
 //!
 //! Errors carry stable names the state machine matches: `Job.Retryable` (retried with
-//! backoff), `Job.Fatal` (fails the job), `Job.LeaseLost` (another attempt owns the job: stop
-//! with no further side effects), `Job.NotClaimable` (the job is not waiting to run). What a
-//! failure tells the job's owner is kept apart from what the log is told
-//! ([`failure_message`]): the state machine, and so the job record and its webhook, only ever
-//! gets the former.
+//! backoff), `Job.Fatal` (fails the job), `Job.StageTimeout` (a stage ran past its policy's
+//! stage timeout in this attempt, counted across the invocations that continue it: the
+//! attempt ends and the job is retried in a new one, within its attempts), `Job.LeaseLost`
+//! (another attempt owns the job: stop with no further side effects), `Job.NotClaimable` (the
+//! job is not waiting to run). What a failure tells the job's owner is kept apart from what
+//! the log is told ([`failure_message`]): the state machine, and so the job record and its
+//! webhook, only ever gets the former.
 
 pub mod lambda;
 
@@ -179,9 +181,9 @@ pub struct Deps {
     pub retry_delay: Option<Duration>,
     /// The deployment's override of every job's attempt budget.
     pub max_attempts: Option<u32>,
-    /// What time it is: what the deadline, the progress, heartbeat and checkpoint cadence are
-    /// measured by, and what a backoff's `retry_at`, a result's expiry and the stamps of
-    /// progress and checkpoints count from.
+    /// What time it is: what the deadline, the progress, heartbeat and checkpoint cadence and
+    /// a stage's time against its stage timeout are measured by, and what a backoff's
+    /// `retry_at`, a result's expiry and the stamps of progress and checkpoints count from.
     pub clock: Arc<dyn Clock>,
 }
 

@@ -2,6 +2,8 @@
 //! machine matches on and the owner is told, kept apart from what the log gets
 //! ([`failure_message`]).
 
+use std::time::Duration;
+
 use lambda_runtime::Diagnostic;
 use longhaul_aws::jobs::StoreError;
 use longhaul_domain::{ErrorCode, JobStatus};
@@ -25,6 +27,11 @@ pub enum StageError {
     /// The job is not waiting to be claimed. (Never recorded on the job either.)
     #[error("{0}")]
     NotClaimable(String),
+    /// The stage ran past its policy's stage timeout in this attempt: the attempt ends, and
+    /// the job is retried in a new one within its attempts (the state machine does not retry
+    /// it within the attempt, whose stage clock has run out).
+    #[error("{0}")]
+    StageTimeout(Failure),
     /// The owner asked to cancel the running job.
     #[error("cancellation requested")]
     Cancelled,
@@ -38,6 +45,7 @@ impl StageError {
             StageError::Fatal(_) => ErrorCode::Fatal.as_str(),
             StageError::LeaseLost(_) => ErrorCode::LeaseLost.as_str(),
             StageError::NotClaimable(_) => ErrorCode::NotClaimable.as_str(),
+            StageError::StageTimeout(_) => ErrorCode::StageTimeout.as_str(),
             StageError::Cancelled => ErrorCode::Cancelled.as_str(),
         }
     }
@@ -54,13 +62,23 @@ impl StageError {
         StageError::Fatal(Failure::because(public, internal))
     }
 
-    /// The message the state machine gets (and for `Job.Retryable` and `Job.Fatal`, the job's
-    /// `error.message`): never the internal detail.
+    /// Stage `stage` ran past its stage timeout `limit` (`internal`, for the log: how long it
+    /// ran, since when).
+    pub fn stage_timeout(stage: &str, limit: Duration, internal: impl std::fmt::Display) -> Self {
+        let public = PublicMessage::domain(format!(
+            "stage `{stage}` ran past its {} s stage timeout",
+            limit.as_secs()
+        ));
+        StageError::StageTimeout(Failure::because(public, internal))
+    }
+
+    /// The message the state machine gets (and for `Job.Retryable`, `Job.Fatal` and
+    /// `Job.StageTimeout`, the job's `error.message`): never the internal detail.
     pub fn public_message(&self) -> String {
         match self {
-            StageError::Retryable(failure) | StageError::Fatal(failure) => {
-                failure.public.to_string()
-            }
+            StageError::Retryable(failure)
+            | StageError::Fatal(failure)
+            | StageError::StageTimeout(failure) => failure.public.to_string(),
             other => other.to_string(),
         }
     }

@@ -206,9 +206,21 @@ impl World {
     /// A job of `kind` with `params`, queued and dispatched to its first execution (named as
     /// the job, as the dispatcher names it).
     async fn queued(&self, kind: &str, params: Value) -> JobId {
+        self.queued_with_policy(kind, params, None).await
+    }
+
+    /// [`World::queued`], with `policy` stored on the job as submit stores it (none: the
+    /// kind's current policy rules it).
+    async fn queued_with_policy(
+        &self,
+        kind: &str,
+        params: Value,
+        policy: Option<longhaul_domain::policy::JobPolicy>,
+    ) -> JobId {
         let job = JobRecord {
             job_type: kind.to_owned(),
             params,
+            policy,
             ..pending_job(&owner("alice"), Timestamp::now())
         };
         let id = job.job_id.clone();
@@ -619,6 +631,7 @@ fn script_run() -> crate::engine::KindRun {
         inputs: Vec::new(),
         cadence: longhaul_worker::Cadence { items: 1_000, interval: Duration::from_secs(60) },
         weights: &[],
+        stage_timeout: Duration::from_secs(900),
     }
 }
 
@@ -733,6 +746,7 @@ async fn the_deadline_and_the_progress_heartbeat_and_checkpoint_cadence_follow_t
         inputs: Vec::new(),
         cadence: longhaul_worker::Cadence { items: 1_000, interval: Duration::from_secs(60) },
         weights: &[],
+        stage_timeout: Duration::from_secs(900),
     };
     // The Lambda deadline 90 s after the clock's now: with the 30 s margin, the stage is to
     // stop 60 s in.
@@ -904,3 +918,4 @@ async fn continue_as_new_starts_the_next_execution_with_the_same_lease() {
 }
 
 mod direct;
+mod stage_timeout;

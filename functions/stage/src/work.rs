@@ -185,23 +185,28 @@ async fn run(
     // The policy stored on the job at submit rules it (a record from before policies were
     // stored: the kind's current one).
     let kind_policy = kind.policy();
-    let (cadence, result_retention) = match &job.policy {
+    let (cadence, result_retention, stage_timeout) = match &job.policy {
         Some(stored) => (
             Cadence {
                 items: stored.checkpoint.items,
                 interval: Duration::from_secs(stored.checkpoint.interval_seconds),
             },
             stored.result_retention(),
+            stored.stage_timeout(),
         ),
-        None => (kind_policy.checkpoint, kind_policy.result_retention),
+        None => (kind_policy.checkpoint, kind_policy.result_retention, kind_policy.stage_timeout),
     };
     let progress = view.progress.clone().unwrap_or_default();
-    let run = KindRun { inputs, cadence, weights: kind.stage_weights() };
+    let run = KindRun { inputs, cadence, weights: kind.stage_weights(), stage_timeout };
     let mut ctx = Ctx::new(deps, job, lease, stages, &progress, deadline, &run);
     let outcome = if job.cancellation.is_some() || progress.cancel_requested_at.is_some() {
         Err(StageError::Cancelled)
     } else {
-        kind.run_stage(&mut ctx, &job.params).await.map_err(StageError::from)
+        // A stage whose earlier invocations of this attempt used up its time runs no more.
+        match ctx.check_stage_timeout() {
+            Ok(()) => kind.run_stage(&mut ctx, &job.params).await.map_err(StageError::from),
+            Err(err) => Err(err),
+        }
     };
     let output = |next: Next, result_key: Option<String>, stage: &str| RunOutput {
         next,

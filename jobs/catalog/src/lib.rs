@@ -26,9 +26,6 @@ mod tests {
 
     use longhaul_worker::EVERY_KIND;
 
-    /// Lambda's longest invocation: a stage invocation cannot outlast it.
-    const LAMBDA_MAX_TIMEOUT: Duration = Duration::from_secs(900);
-
     #[test]
     fn the_built_in_kinds_are_registered_and_demo_is_opt_in() {
         let registry = super::registry();
@@ -80,7 +77,8 @@ mod tests {
             ] {
                 assert!(d >= second, "{name}: {what} {d:?}");
             }
-            assert!(policy.stage_timeout <= LAMBDA_MAX_TIMEOUT, "{name}: {policy:?}");
+            // A stage's timeout counts across the invocations that continue it (each within
+            // Lambda's 15 minutes); the job's runtime bounds every stage of it anyway.
             assert!(policy.stage_timeout <= policy.max_runtime, "{name}: {policy:?}");
             assert!(policy.checkpoint.items >= 1, "{name}: {policy:?}");
             assert_ne!(policy.concurrency_limit, Some(0), "{name}: no job could ever run");

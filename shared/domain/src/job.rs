@@ -125,11 +125,14 @@ pub enum ErrorCode {
     Abandoned,
     /// No execution could be started for it (the reaper).
     Undispatchable,
+    /// A stage ran past its policy's stage timeout within the attempt (the stage): a transient
+    /// failure that ends the attempt, retried in the next one within the retry budget.
+    StageTimeout,
 }
 
 impl ErrorCode {
     /// Every code.
-    pub const ALL: [ErrorCode; 8] = [
+    pub const ALL: [ErrorCode; 9] = [
         ErrorCode::Retryable,
         ErrorCode::Fatal,
         ErrorCode::LeaseLost,
@@ -138,6 +141,7 @@ impl ErrorCode {
         ErrorCode::Timeout,
         ErrorCode::Abandoned,
         ErrorCode::Undispatchable,
+        ErrorCode::StageTimeout,
     ];
 
     /// The prefix of every name of ours.
@@ -154,6 +158,7 @@ impl ErrorCode {
             ErrorCode::Timeout => "Job.Timeout",
             ErrorCode::Abandoned => "Job.Abandoned",
             ErrorCode::Undispatchable => "Job.Undispatchable",
+            ErrorCode::StageTimeout => "Job.StageTimeout",
         }
     }
 

@@ -5,7 +5,7 @@
 //! serialises to this shape) with the deployment's overrides applied
 //! (`LONGHAUL_POLICY_OVERRIDES`, the template's `JobPolicyOverrides`). Everything that acts on
 //! a job later — the dispatcher (concurrency limit), the stage (checkpoint cadence, result
-//! retention), the reaper (attempts, runtime) — reads it from the job, so no function needs
+//! retention, stage timeout), the reaper (attempts, runtime) — reads it from the job, so no function needs
 //! per-kind configuration, and a deployment that changes a policy never changes the rules
 //! of a job already accepted.
 
@@ -34,7 +34,9 @@ pub struct JobPolicy {
     pub max_attempts: u32,
     /// Longest the job may run, all attempts together.
     pub max_runtime_seconds: u64,
-    /// Longest one stage invocation may take.
+    /// Longest one stage may run within an attempt, across the invocations that continue it:
+    /// a stage past it ends the attempt with `Job.StageTimeout`, retried in the next attempt
+    /// (from its checkpoint, the stage's clock started afresh) within `max_attempts`.
     pub stage_timeout_seconds: u64,
     /// How long its result is kept after it succeeded.
     pub result_retention_seconds: u64,
@@ -63,14 +65,14 @@ fn default_progress_unit() -> String {
 }
 
 impl Default for JobPolicy {
-    /// The worker API's default policy (three attempts, a day's runtime, 15-minute stages,
+    /// The worker API's default policy (three attempts, a day's runtime, stages of up to a day,
     /// results kept a week, a checkpoint every 1,000 items or minute, no limit, the shared
     /// stage function): what a record from before policies were stored is judged by.
     fn default() -> Self {
         JobPolicy {
             max_attempts: 3,
             max_runtime_seconds: 86_400,
-            stage_timeout_seconds: 900,
+            stage_timeout_seconds: 86_400,
             result_retention_seconds: 604_800,
             checkpoint: CheckpointCadence { items: 1_000, interval_seconds: 60 },
             concurrency_limit: None,
@@ -85,6 +87,11 @@ impl JobPolicy {
     /// The longest the job may run.
     pub fn max_runtime(&self) -> Duration {
         Duration::from_secs(self.max_runtime_seconds)
+    }
+
+    /// The longest one of its stages may run within an attempt.
+    pub fn stage_timeout(&self) -> Duration {
+        Duration::from_secs(self.stage_timeout_seconds)
     }
 
     /// How long its result is kept.

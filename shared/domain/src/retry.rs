@@ -33,17 +33,22 @@ const DETERMINISTIC_STATES_ERRORS: [&str; 6] = [
 
 /// Classifies the error name the state machine caught (`$.error.Error`).
 ///
-/// Our own `Job.*` names say what they are: only `Job.Retryable` is transient. Anything else
-/// comes from the infrastructure — Lambda's (`Lambda.ServiceException`, a throttle),
-/// a timeout (`States.Timeout`, `Sandbox.Timedout`), a crashed invocation (a panic reports its
-/// type name) — and is transient unless it is one of Step Functions' deterministic errors.
+/// Our own `Job.*` names say what they are: `Job.Retryable` and `Job.StageTimeout` (a stage
+/// that ran past its stage timeout: the next attempt starts the stage's clock afresh, from its
+/// checkpoint) are transient, the others final. Anything else comes from the infrastructure —
+/// Lambda's (`Lambda.ServiceException`, a throttle), a timeout (`States.Timeout`,
+/// `Sandbox.Timedout`), a crashed invocation (a panic reports its type name) — and is transient
+/// unless it is one of Step Functions' deterministic errors.
 pub fn classify(error_name: &str) -> FailureClass {
-    if error_name == ErrorCode::Retryable.as_str() {
-        FailureClass::Retryable
-    } else if ErrorCode::is_ours(error_name) || DETERMINISTIC_STATES_ERRORS.contains(&error_name) {
-        FailureClass::Final
-    } else {
-        FailureClass::Retryable
+    match ErrorCode::parse(error_name) {
+        Some(ErrorCode::Retryable | ErrorCode::StageTimeout) => FailureClass::Retryable,
+        Some(_) => FailureClass::Final,
+        None if ErrorCode::is_ours(error_name)
+            || DETERMINISTIC_STATES_ERRORS.contains(&error_name) =>
+        {
+            FailureClass::Final
+        }
+        None => FailureClass::Retryable,
     }
 }
 
@@ -94,10 +99,16 @@ mod tests {
 
     #[test]
     fn only_transient_errors_are_retried() {
-        for name in ["Job.Retryable", "States.Timeout", "Lambda.ServiceException", "&str"] {
+        for name in [
+            "Job.Retryable",
+            "Job.StageTimeout",
+            "States.Timeout",
+            "Lambda.ServiceException",
+            "&str",
+        ] {
             assert_eq!(classify(name), FailureClass::Retryable, "{name}");
         }
-        for name in ["Job.Fatal", "Job.Cancelled", "Job.Timeout", "States.Runtime"] {
+        for name in ["Job.Fatal", "Job.Cancelled", "Job.Timeout", "Job.Unknown", "States.Runtime"] {
             assert_eq!(classify(name), FailureClass::Final, "{name}");
         }
     }

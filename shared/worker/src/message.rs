@@ -51,6 +51,10 @@ pub enum ErrorClass {
     /// Another attempt holds the job: stop with no further side effects. Raised by the
     /// context, never by a kind.
     LeaseLost,
+    /// The stage ran past its policy's `stage_timeout` in this attempt: the attempt ends and
+    /// the job is retried in a new one (within its attempts). Raised by the context, never by
+    /// a kind.
+    StageTimeout,
 }
 
 /// Why a stage stopped without an outcome: a class, a [`PublicMessage`] for the job's owner
@@ -93,6 +97,12 @@ impl KindError {
             public: PublicMessage::fixed("another attempt holds the job"),
             internal: Some(why.to_string()),
         }
+    }
+
+    /// The stage ran past its stage timeout (raised by contexts); `public` says which stage
+    /// and what timeout.
+    pub fn stage_timeout(public: PublicMessage) -> Self {
+        KindError { class: ErrorClass::StageTimeout, public, internal: None }
     }
 
     /// Adds the internal cause (an error chain), for the log only.

@@ -16,7 +16,13 @@ pub struct Policy {
     /// Longest a job may run, all attempts together, before the reaper fails it.
     #[serde(rename = "max_runtime_seconds", serialize_with = "seconds")]
     pub max_runtime: Duration,
-    /// Longest one stage invocation may take (the worker function's timeout bounds it).
+    /// Longest one stage may run within an attempt, across the invocations that continue it
+    /// (each checkpoints and pauses before its Lambda deadline): the stage function ends a
+    /// stage past it at its next progress or heartbeat write — or at its next invocation's
+    /// start — with `Job.StageTimeout`, and the job is retried in a new attempt (from its last
+    /// checkpoint, the stage's clock started afresh) within `max_attempts`. Set it shorter
+    /// than the default (a day, the default `max_runtime`) when a stage running longer than
+    /// some bound is stuck rather than slow.
     #[serde(rename = "stage_timeout_seconds", serialize_with = "seconds")]
     pub stage_timeout: Duration,
     /// How long a result is kept after the job succeeded.
@@ -51,13 +57,14 @@ pub struct Cadence {
 
 impl Default for Policy {
     /// Three attempts a minute's backoff step apart (1, 5, 15 minutes), a day's runtime,
-    /// 15-minute stages, results kept a week, a checkpoint every 1,000 items or minute, no
-    /// concurrency limit, the shared stage function, progress counted in `items`.
+    /// stages of up to a day in an attempt, results kept a week, a checkpoint every 1,000
+    /// items or minute, no concurrency limit, the shared stage function, progress counted in
+    /// `items`.
     fn default() -> Self {
         Policy {
             max_attempts: 3,
             max_runtime: Duration::from_secs(86_400),
-            stage_timeout: Duration::from_secs(900),
+            stage_timeout: Duration::from_secs(86_400),
             result_retention: Duration::from_secs(604_800),
             checkpoint: Cadence { items: 1_000, interval: Duration::from_secs(60) },
             concurrency_limit: None,

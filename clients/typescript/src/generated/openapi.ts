@@ -888,7 +888,7 @@ export interface components {
                 max_attempts: number;
                 /** @description Longest a job may run before it fails with `Job.Timeout`. */
                 max_runtime_seconds: number;
-                /** @description Longest one stage invocation may take. */
+                /** @description Longest one stage may run within an attempt, across the invocations that continue it; past it the attempt ends with `Job.StageTimeout` and is retried within `max_attempts`. */
                 stage_timeout_seconds: number;
                 /** @description How long a result is kept after the job succeeded. */
                 result_retention_seconds: number;

@@ -5,7 +5,9 @@ use super::*;
 
 impl Ctx<'_> {
     /// Saves `state` as the stage's checkpoint and makes it current (fenced); then deletes the
-    /// checkpoint it superseded (see [`Ctx::superseded`]).
+    /// checkpoint it superseded (see [`Ctx::superseded`]). Saved whatever the stage's clock
+    /// says: a stage past its stage timeout ends at its next progress write, and the next
+    /// attempt resumes from here.
     pub async fn checkpoint<T: Serialize>(
         &mut self,
         version: u32,
@@ -266,11 +268,17 @@ impl Ctx<'_> {
         self.write(0, None).await
     }
 
-    /// Moves the progress record to the next stage (the stage boundary). The checkpoint
-    /// pointer is kept: the finished stage's last checkpoint is the next stage's input.
+    /// Moves the progress record to the next stage (the stage boundary), whose clock starts
+    /// now. The checkpoint pointer is kept: the finished stage's last checkpoint is the next
+    /// stage's input.
     pub async fn advance(&mut self, next_stage: &'static str) -> Result<(), StageError> {
         self.stage_index += 1;
         self.stage = next_stage;
+        self.stage_clock = StageClock {
+            attempt: self.lease.attempt,
+            stage_index: self.stage_index,
+            started_at: Timestamp::from(self.deps.clock.now()),
+        };
         self.floor_done = 0;
         self.last_done = 0;
         self.write(0, None).await

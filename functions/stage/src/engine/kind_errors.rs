@@ -8,6 +8,9 @@ impl From<StageError> for KindError {
         match err {
             StageError::Retryable(f) => with_internal(KindError::retryable(f.public), f.internal),
             StageError::Fatal(f) => with_internal(KindError::fatal(f.public), f.internal),
+            StageError::StageTimeout(f) => {
+                with_internal(KindError::stage_timeout(f.public), f.internal)
+            }
             StageError::Cancelled => KindError::cancelled(),
             StageError::LeaseLost(why) | StageError::NotClaimable(why) => {
                 KindError::lease_lost(why)
@@ -33,6 +36,9 @@ impl From<KindError> for StageError {
             }
             ErrorClass::Fatal => {
                 StageError::Fatal(Failure { public: err.public, internal: err.internal })
+            }
+            ErrorClass::StageTimeout => {
+                StageError::StageTimeout(Failure { public: err.public, internal: err.internal })
             }
             ErrorClass::Cancelled => StageError::Cancelled,
             ErrorClass::LeaseLost => {

@@ -11,11 +11,21 @@
 //! bucket's lifecycle rule's. Every checkpoint carries a `schema_version`: one that does not
 //! match the stage's current version is never consumed — the stage restarts from its
 //! beginning, with a warning in the log.
+//!
+//! A stage's time in an attempt is bounded by its policy's stage timeout, across the
+//! invocations that continue it: the progress record keeps when the attempt started the stage
+//! ([`StageClock`]), so a continuation counts on from there, and a new attempt (or the next
+//! stage) starts a clock of its own. A stage past it ends the attempt with `Job.StageTimeout`
+//! at its next progress or heartbeat write or at the start of its next invocation
+//! ([`Ctx::check_stage_timeout`]); its checkpoints are still saved (the next attempt resumes
+//! from the last), and a stage that finishes past it is not failed for it.
 
 use std::time::{Duration, Instant};
 
 use futures::future::{BoxFuture, FutureExt};
-use longhaul_aws::jobs::{FinalCheckpoint, JobRecord, Lease, ProgressRecord, ProgressRefused};
+use longhaul_aws::jobs::{
+    FinalCheckpoint, JobRecord, Lease, ProgressRecord, ProgressRefused, StageClock,
+};
 use longhaul_aws::objects::result_key;
 use longhaul_aws::objects::{PutNewError, checkpoint_key};
 use longhaul_domain::progress::{ETA_WINDOW_SECONDS, Position, ThroughputWindow, weighted_pct};
@@ -94,6 +104,10 @@ pub struct Ctx<'a> {
     inputs: Vec<String>,
     /// The checkpoint cadence: the deployment's override, else the kind's.
     cadence: Cadence,
+    /// The longest the stage may run in this attempt, and since when it runs (kept on the
+    /// progress record with every write).
+    stage_timeout: Duration,
+    stage_clock: StageClock,
     /// How much of the job each stage is (empty: the same).
     weights: &'static [u32],
     /// Whether a write was refused because the owner cancelled: from then on the stage is
@@ -116,6 +130,15 @@ impl<'a> Ctx<'a> {
         let stage_index = progress.stage_index.clamp(1, stages.len() as u32);
         let same_stage = progress.stage_index == stage_index;
         let now = deps.clock.instant();
+        // The stage's clock as an earlier invocation of this attempt left it; else it starts.
+        let stage_clock = progress
+            .stage_clock
+            .filter(|c| same_stage && c.attempt == lease.attempt && c.stage_index == stage_index)
+            .unwrap_or(StageClock {
+                attempt: lease.attempt,
+                stage_index,
+                started_at: Timestamp::from(deps.clock.now()),
+            });
         Ctx {
             deps,
             job,
@@ -143,6 +166,8 @@ impl<'a> Ctx<'a> {
                 interval: deps.checkpoint_interval.unwrap_or(kind.cadence.interval),
             },
             weights: kind.weights,
+            stage_timeout: kind.stage_timeout,
+            stage_clock,
             cancelled: false,
         }
     }
@@ -156,6 +181,26 @@ impl<'a> Ctx<'a> {
     /// invocation within the configured margin.
     pub fn deadline_near(&self) -> bool {
         self.cancelled || self.deps.clock.instant() >= self.stop_at
+    }
+
+    /// `Job.StageTimeout` once the stage has run its stage timeout in this attempt (counted
+    /// from when the attempt started it, across invocations); checked before a stage
+    /// invocation runs and at every progress or heartbeat write.
+    pub fn check_stage_timeout(&self) -> Result<(), StageError> {
+        let started = self.stage_clock.started_at;
+        let ran = Timestamp::from(self.deps.clock.now()).since(started);
+        if ran < self.stage_timeout {
+            return Ok(());
+        }
+        Err(StageError::stage_timeout(
+            self.stage,
+            self.stage_timeout,
+            format!(
+                "attempt {} ran the stage {} s, since {started}",
+                self.lease.attempt,
+                ran.as_secs()
+            ),
+        ))
     }
 
     /// How long ago `at` was, by the clock.
@@ -199,7 +244,8 @@ impl<'a> Ctx<'a> {
     }
 
     /// A progress write from the kind: `Job.Cancelled` once the stage was asked to stop for a
-    /// cancellation; the write that finds it asks and succeeds.
+    /// cancellation; the write that finds it asks and succeeds. `Job.StageTimeout`, with
+    /// nothing written, once the stage ran past its stage timeout.
     async fn write_unless_cancelled(
         &mut self,
         done: u64,
@@ -208,6 +254,7 @@ impl<'a> Ctx<'a> {
         if self.cancelled {
             return Err(StageError::Cancelled);
         }
+        self.check_stage_timeout()?;
         match self.write(done, total).await {
             Err(StageError::Cancelled) => {
                 tracing::info!("cancellation seen; the stage is asked to checkpoint and stop");
@@ -274,6 +321,7 @@ impl<'a> Ctx<'a> {
             progress_changed_at: self.changed_at,
             attempt: Some(self.lease.attempt),
             owner: Some(self.job.owner.clone()),
+            stage_clock: Some(self.stage_clock),
         };
         let written = self.deps.jobs.record_progress(&self.job.job_id, &record).await;
         if let Err(ProgressRefused::Cancelled) = &written {
@@ -358,4 +406,6 @@ pub struct KindRun {
     pub cadence: Cadence,
     /// The kind's stage weights ([`longhaul_worker::JobKind::stage_weights`]).
     pub weights: &'static [u32],
+    /// The longest one stage may run in an attempt: the job's policy's, else the kind's.
+    pub stage_timeout: Duration,
 }

@@ -77,6 +77,25 @@ pub struct ProgressRecord {
     /// keeps the retried job's, the same owner).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner: Option<Owner>,
+    /// When the current stage started in the current attempt: what the stage's timeout
+    /// (its policy's `stage_timeout_seconds`) counts from. Written by the stage function with
+    /// every progress write, kept across the invocations that continue the stage (and by the
+    /// hand-over to the same attempt's next claim); a clock of another attempt or stage is
+    /// stale and the stage starts a new one. Absent on records from before it was kept and on
+    /// a record seeded for a retry: the stage counts from its first look at the record.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stage_clock: Option<StageClock>,
+}
+
+/// When a stage started in an attempt (see [`ProgressRecord::stage_clock`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StageClock {
+    /// The attempt…
+    pub attempt: u32,
+    /// …and the 1-based index of the stage it started.
+    pub stage_index: u32,
+    /// When.
+    pub started_at: Timestamp,
 }
 
 impl ProgressRecord {
@@ -109,6 +128,7 @@ impl ProgressRecord {
             eta_seconds: None,
             cancel_requested_at: None,
             attempt: None,
+            stage_clock: None,
             ..self.clone()
         }
     }
@@ -135,6 +155,7 @@ impl Default for ProgressRecord {
             progress_changed_at: None,
             attempt: None,
             owner: None,
+            stage_clock: None,
         }
     }
 }
