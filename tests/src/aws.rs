@@ -26,8 +26,9 @@ impl Aws {
         }
     }
 
-    /// Every item in the job table that belongs to `owner` (job, progress and idempotency
-    /// records), by a full scan — fine for a test table.
+    /// Every item in the job table that a submission of `owner`'s writes or that names the owner
+    /// (job, idempotency, endpoint records — not progress records, which name their job's owner
+    /// but are the running job's), by a full scan — fine for a test table.
     pub async fn items_of(
         &self,
         owner: &Owner,
@@ -41,8 +42,16 @@ impl Aws {
                 .dynamodb
                 .scan()
                 .table_name(&table)
-                .filter_expression("#owner = :owner OR begins_with(pk, :idem)")
+                // Progress records name their job's owner too (for the notifier), but they are
+                // the running job's, not what a submission writes.
+                .filter_expression(
+                    "(#owner = :owner AND sk <> :progress) OR begins_with(pk, :idem)",
+                )
                 .expression_attribute_names("#owner", "owner")
+                .expression_attribute_values(
+                    ":progress",
+                    AttributeValue::S(longhaul_aws::jobs::PROGRESS_SK.to_owned()),
+                )
                 .expression_attribute_values(":owner", AttributeValue::S(owner.to_string()))
                 .expression_attribute_values(
                     ":idem",
