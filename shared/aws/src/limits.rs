@@ -273,7 +273,15 @@ impl StreamSlots {
         cap: usize,
     ) -> Result<(), TakeError> {
         let (pk, sk) = (&item.pk, &item.sk);
-        for _ in 0..ACQUIRE_ATTEMPTS {
+        for attempt in 0..ACQUIRE_ATTEMPTS {
+            if attempt > 0 {
+                // Streams opened at the same moment race for the same item: back off a little
+                // more each time, staggered by the stream's own id, so they stop colliding.
+                let stagger =
+                    stream_id.bytes().fold(0u64, |h, b| h.wrapping_mul(31) + u64::from(b));
+                let millis = (5u64 << attempt.min(5)) + stagger % 10;
+                tokio::time::sleep(std::time::Duration::from_millis(millis)).await;
+            }
             let item = self
                 .client
                 .get_item()
