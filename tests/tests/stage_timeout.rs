@@ -1,4 +1,4 @@
-//! A kind's stage timeout on the local stack: `demo`'s is set to 2 s (`JobPolicyOverrides`,
+//! A kind's stage timeout on the local stack: `demo`'s is set to 4 s (`JobPolicyOverrides`,
 //! with 2 attempts) and every stage invocation works ~1 s (`LONGHAUL_STAGE_MARGIN_SECONDS` =
 //! the function's timeout − 1), so a job of slow items runs its stage over several
 //! invocations — its direct run's, then its execution's — and the stage's clock, carried across
@@ -9,14 +9,16 @@ use std::time::Duration;
 use longhaul_tests::{Api, Aws, Harness, harness_with, principal};
 use serde_json::json;
 
-/// `demo`'s stage timeout here.
-const STAGE_TIMEOUT: Duration = Duration::from_secs(2);
+/// `demo`'s stage timeout here: four times an invocation's work (1 s), so each attempt's
+/// direct run hands its stage over to an execution before the clock runs out, even on a
+/// machine slowed by other work.
+const STAGE_TIMEOUT: Duration = Duration::from_secs(4);
 /// `demo`'s attempts here.
 const ATTEMPTS: u64 = 2;
 /// The job's items, each this long: work that two attempts cannot finish within their stage
 /// timeouts, however fast the machine (the items' sleeps alone take longer; the first attempt
 /// ends within a progress write of its timeout, and the second resumes from its checkpoint).
-const ITEMS: u64 = 60;
+const ITEMS: u64 = 120;
 const ITEM_MS: u64 = 100;
 /// The longest the job may stand still before the test gives up: an invocation (1 s), a
 /// backoff (the local stack's step, 1 s) or a stage timeout, many times over.
@@ -64,7 +66,7 @@ async fn a_stage_past_its_timeout_is_retried_then_fails_the_job_saying_so() {
         "the first attempt was retried after its backoff: {retried:?}"
     );
 
-    // The direct run of each attempt works half the stage timeout and hands the job over: the
+    // The direct run of each attempt works a quarter of the stage timeout and hands the job over: the
     // stage times out in the execution, whose `Run` does not retry it but ends the attempt.
     let aws = Aws::new().await;
     let executions = aws.executions_named(job_id.as_str()).await;

@@ -3,14 +3,13 @@
 //! other deliveries — other tenants' — go out regardless, concurrently.
 
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::extract::{Path, State};
-use axum::http::StatusCode;
 use longhaul_aws::jobs::JobStore;
 use longhaul_aws::queue::WebhookMessage;
 use longhaul_domain::{JobStatus, Transition};
+use longhaul_tests::partner::{inbox, partner_url};
 use longhaul_tests::{Harness, harness_with, principal};
 use serde_json::json;
 
@@ -19,36 +18,6 @@ const RESOLVE_TIMEOUT: Duration = Duration::from_millis(1500);
 
 fn stack() -> &'static Harness {
     harness_with(&[("LONGHAUL_ALLOW_INSECURE_CALLBACKS", "1")])
-}
-
-type Inbox = Arc<Mutex<Vec<String>>>;
-
-/// A local partner: `POST /{key}` answers 204 and remembers the key.
-fn receiver() -> &'static (SocketAddr, Inbox) {
-    static RECEIVER: OnceLock<(SocketAddr, Inbox)> = OnceLock::new();
-    RECEIVER.get_or_init(|| {
-        let inbox: Inbox = Default::default();
-        let (tx, rx) = std::sync::mpsc::channel();
-        let state = inbox.clone();
-        std::thread::spawn(move || {
-            let runtime =
-                tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-            runtime.block_on(async move {
-                let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-                tx.send(listener.local_addr().unwrap()).unwrap();
-                let app = axum::Router::new()
-                    .route("/{key}", axum::routing::post(receive))
-                    .with_state(state);
-                axum::serve(listener, app).await.unwrap();
-            });
-        });
-        (rx.recv().unwrap(), inbox)
-    })
-}
-
-async fn receive(State(inbox): State<Inbox>, Path(key): Path<String>) -> StatusCode {
-    inbox.lock().unwrap().push(key);
-    StatusCode::NO_CONTENT
 }
 
 /// `fast.partner.test` is the local receiver; every other name's lookup never answers.
@@ -62,7 +31,7 @@ impl webhook::Resolver for Hanging {
     ) -> futures::future::BoxFuture<'a, std::io::Result<Vec<SocketAddr>>> {
         Box::pin(async move {
             if host == "fast.partner.test" {
-                Ok(vec![SocketAddr::new(receiver().0.ip(), port)])
+                Ok(vec![SocketAddr::new(std::net::Ipv4Addr::LOCALHOST.into(), port)])
             } else {
                 std::future::pending().await
             }
@@ -114,9 +83,9 @@ async fn a_partner_whose_dns_hangs_fails_alone_and_does_not_hold_the_batch() {
     let sdk = stack().stack.emulator_sdk_config().await;
     let jobs =
         JobStore::new(aws_sdk_dynamodb::Client::new(&sdk), stack().stack.resource("JobsTable"));
-    let port = receiver().0.port();
-    let key = uuid::Uuid::new_v4().simple().to_string();
-    let fast = job_with_callback(&jobs, &format!("http://fast.partner.test:{port}/{key}")).await;
+    // The shared local partner, under a name the test's resolver answers.
+    let (url, key) = partner_url("ok");
+    let fast = job_with_callback(&jobs, &url.replace("127.0.0.1", "fast.partner.test")).await;
     // Three partners whose lookups hang: delivered one after another they would take three
     // lookup limits; concurrently, one.
     let mut slow = Vec::new();
@@ -146,7 +115,7 @@ async fn a_partner_whose_dns_hangs_fails_alone_and_does_not_hold_the_batch() {
     );
 
     // The other tenant's webhook went out, and is recorded as delivered.
-    assert_eq!(receiver().1.lock().unwrap().iter().filter(|k| **k == key).count(), 1);
+    assert_eq!(inbox(&key).len(), 1);
     let delivered = jobs.deliveries(&fast).await.unwrap();
     assert_eq!(
         (delivered.len(), delivered[0].status_code, delivered[0].outcome.as_str()),

@@ -30,10 +30,6 @@ fn stack() -> &'static Harness {
     ])
 }
 
-fn callback(mode: &str) -> (String, String) {
-    partner_url(mode)
-}
-
 /// What the receiver got for `key`, once it got `at_least` requests (the job has ended; its
 /// retries are a second apart).
 async fn received(key: &str, at_least: usize) -> Vec<Received> {
@@ -72,7 +68,7 @@ async fn a_terminal_event_is_delivered_signed() {
     let api = Api::new(&principal("partner"));
     let secret = secrets(&api).await.remove(0);
     assert_eq!(secrets(&api).await, std::slice::from_ref(&secret), "the secret is stable");
-    let (url, key) = callback("ok");
+    let (url, key) = partner_url("ok");
     let job_id =
         api.submit(&json!({"type": "demo", "params": {"items": 2}, "callback_url": url})).await;
     assert_eq!(api.wait_terminal(&job_id, TIMEOUT).await["status"], "succeeded");
@@ -107,7 +103,7 @@ async fn a_terminal_event_is_delivered_signed() {
 async fn failures_are_retried_with_the_same_id_then_dead_lettered() {
     stack();
     let api = Api::new(&principal("flaky-partner"));
-    let (url, key) = callback("fail");
+    let (url, key) = partner_url("fail");
     let job_id = api.submit(&json!({"type": "demo", "params": {"items": 1, "fail_at": 0, "fail_kind": "fatal"}, "callback_url": url})).await;
     assert_eq!(api.wait_terminal(&job_id, TIMEOUT).await["status"], "failed");
     let got = received(&key, 4).await;
@@ -152,7 +148,7 @@ async fn failures_are_retried_with_the_same_id_then_dead_lettered() {
 async fn a_timeout_is_retried_and_410_stops_deliveries() {
     stack();
     let api = Api::new(&principal("slow-partner"));
-    let (url, key) = callback("slow");
+    let (url, key) = partner_url("slow");
     let job_id =
         api.submit(&json!({"type": "demo", "params": {"items": 1}, "callback_url": url})).await;
     api.wait_terminal(&job_id, TIMEOUT).await;
@@ -161,7 +157,7 @@ async fn a_timeout_is_retried_and_410_stops_deliveries() {
     assert_eq!(recorded[0]["outcome"], "retrying");
     assert!(received(&key, 2).await.len() >= 2);
 
-    let (url, key) = callback("gone");
+    let (url, key) = partner_url("gone");
     let job_id =
         api.submit(&json!({"type": "demo", "params": {"items": 3}, "callback_url": url})).await;
     api.wait_terminal(&job_id, TIMEOUT).await;
@@ -182,7 +178,7 @@ async fn during_a_rotation_deliveries_carry_both_signatures() {
     let both = secrets(&api).await;
     assert_eq!(both.len(), 2);
     assert_eq!(both[1], old);
-    let (url, key) = callback("ok");
+    let (url, key) = partner_url("ok");
     let job_id =
         api.submit(&json!({"type": "demo", "params": {"items": 1}, "callback_url": url})).await;
     api.wait_terminal(&job_id, TIMEOUT).await;
@@ -208,7 +204,7 @@ async fn an_end_whose_ender_queued_nothing_is_still_delivered() {
     let sdk = stack().stack.emulator_sdk_config().await;
     let jobs =
         JobStore::new(aws_sdk_dynamodb::Client::new(&sdk), stack().stack.resource("JobsTable"));
-    let (url, key) = callback("ok");
+    let (url, key) = partner_url("ok");
     let now = longhaul_domain::now_rfc3339();
     let job_id = longhaul_domain::JobId::new();
     let record: longhaul_aws::jobs::JobRecord = serde_json::from_value(json!({
@@ -327,7 +323,7 @@ async fn a_job_failed_by_an_aws_error_shows_no_internals() {
     let http = reqwest::Client::new();
     let plan = json!({"deny": {"operation": "s3:GetObject", "contains": input}});
     assert_eq!(http.post(&faults).json(&plan).send().await.unwrap().status(), 200);
-    let (url, key) = callback("ok");
+    let (url, key) = partner_url("ok");
     let job_id = api
         .submit(&json!({"type": "csv_report", "params": {
             "input": input, "group_by": ["region"], "metrics": [{"op": "count"}], "format": "json",

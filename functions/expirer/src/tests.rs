@@ -8,12 +8,9 @@ use crate::reminders::Reminders;
 use chrono::Duration as Span;
 use longhaul_aws::endpoint_events::DISABLED_ERROR;
 use longhaul_aws::jobs::{EndpointDelivery, EndpointRecord, ProgressRecord};
-use longhaul_aws::ports::EndpointHealth;
 use longhaul_aws::ports::{JobCreation, JobReads};
 use longhaul_aws::queue::WebhookMessage;
-use longhaul_domain::endpoints::{
-    DeliveryStatus, DisabledReason, EndpointEvent, EndpointSpec, endpoint_message_id,
-};
+use longhaul_domain::endpoints::{DeliveryStatus, EndpointEvent, endpoint_message_id};
 use longhaul_memory::contract::{pending_job, shard_of};
 use longhaul_memory::{
     ManualClock, MemoryEndpoints, MemoryJobStore, MemoryObjects, MemoryWebhookQueue, owner,
@@ -379,25 +376,14 @@ use EndpointEvent::{JobFailed, JobProgress, JobResultExpiring, JobSucceeded};
 
 impl World {
     /// An endpoint of `owner_name` receiving `events` (disabled, if `disabled`).
-    async fn subscribed(
+    fn subscribed(
         &self,
         owner_name: &str,
         events: &[EndpointEvent],
         disabled: bool,
     ) -> EndpointRecord {
-        let spec = EndpointSpec {
-            url: "https://hooks.example.com/longhaul".into(),
-            events: events.iter().copied().collect(),
-            description: None,
-        };
-        let record = EndpointRecord::new(owner(owner_name), spec, Timestamp::now());
-        assert!(self.endpoints.create_endpoint(&record, 20).await.unwrap());
-        if disabled {
-            let (owner, id, now) = (&record.owner, &record.endpoint_id, Timestamp::now());
-            let gone = DisabledReason::Gone;
-            assert!(self.endpoints.disable_endpoint(owner, id, gone, now).await.unwrap());
-        }
-        record
+        let url = "https://hooks.example.com/longhaul";
+        self.endpoints.subscribe(&owner(owner_name), url, events, disabled)
     }
 
     /// A run at the clock's time, with time to spare.
@@ -441,10 +427,10 @@ fn reminded(looked_at: u32, queued: u32, skipped: u32, errors: u32) -> Reminders
 #[tokio::test]
 async fn a_result_expiring_within_a_day_is_reminded_once_to_each_subscribed_endpoint() {
     let w = world();
-    let first = w.subscribed("alice", &[JobResultExpiring], false).await;
-    let second = w.subscribed("alice", &[JobSucceeded, JobResultExpiring], false).await;
-    w.subscribed("alice", &[JobSucceeded, JobFailed, JobProgress], false).await;
-    w.subscribed("bob", &[JobResultExpiring], false).await;
+    let first = w.subscribed("alice", &[JobResultExpiring], false);
+    let second = w.subscribed("alice", &[JobSucceeded, JobResultExpiring], false);
+    w.subscribed("alice", &[JobSucceeded, JobFailed, JobProgress], false);
+    w.subscribed("bob", &[JobResultExpiring], false);
     let expires = w.clock.now() + Span::hours(2);
     let id = w.succeeded(expires, None).await;
     assert_eq!(w.remind().await, reminded(1, 2, 0, 0));
@@ -462,7 +448,7 @@ async fn a_result_expiring_within_a_day_is_reminded_once_to_each_subscribed_endp
 async fn a_result_expiring_later_is_reminded_once_less_than_a_day_is_left() {
     let t0 = DateTime::from_timestamp(Utc::now().timestamp(), 0).unwrap();
     let w = world_with(config(200), ManualClock::at(t0));
-    let endpoint = w.subscribed("alice", &[JobResultExpiring], false).await;
+    let endpoint = w.subscribed("alice", &[JobResultExpiring], false);
     let expires = t0 + Span::hours(30);
     let id = w.succeeded(expires, None).await;
     assert_eq!(w.remind().await, Reminders::default(), "30 hours ahead");
@@ -479,8 +465,8 @@ async fn a_result_expiring_later_is_reminded_once_less_than_a_day_is_left() {
 #[tokio::test]
 async fn no_reminder_goes_where_no_endpoint_of_the_owner_wants_it() {
     let w = world();
-    w.subscribed("alice", &[JobSucceeded, JobProgress], false).await;
-    w.subscribed("bob", &[JobResultExpiring], false).await;
+    w.subscribed("alice", &[JobSucceeded, JobProgress], false);
+    w.subscribed("bob", &[JobResultExpiring], false);
     w.succeeded(w.clock.now() + Span::hours(2), None).await;
     assert_eq!(w.remind().await, reminded(1, 0, 0, 0));
     assert!(w.webhooks.sent().is_empty());
@@ -490,9 +476,9 @@ async fn no_reminder_goes_where_no_endpoint_of_the_owner_wants_it() {
 #[tokio::test]
 async fn a_disabled_endpoints_reminder_is_recorded_failed_and_not_queued() {
     let w = world();
-    let enabled = w.subscribed("alice", &[JobResultExpiring], false).await;
-    let disabled = w.subscribed("alice", &[JobResultExpiring, JobSucceeded], true).await;
-    w.subscribed("alice", &[JobSucceeded], true).await;
+    let enabled = w.subscribed("alice", &[JobResultExpiring], false);
+    let disabled = w.subscribed("alice", &[JobResultExpiring, JobSucceeded], true);
+    w.subscribed("alice", &[JobSucceeded], true);
     let expires = w.clock.now() + Span::hours(2);
     let id = w.succeeded(expires, None).await;
     assert_eq!(w.remind().await, reminded(1, 1, 1, 0));
@@ -521,7 +507,7 @@ async fn a_disabled_endpoints_reminder_is_recorded_failed_and_not_queued() {
 #[tokio::test]
 async fn a_reminder_that_could_not_be_sent_fails_the_run_and_the_next_run_sends_it() {
     let w = world();
-    let endpoint = w.subscribed("alice", &[JobResultExpiring], false).await;
+    let endpoint = w.subscribed("alice", &[JobResultExpiring], false);
     let expires = w.clock.now() + Span::hours(2);
     let id = w.succeeded(expires, None).await;
     // The webhook queue, then the endpoints' table, is down.
@@ -542,7 +528,7 @@ async fn a_reminder_that_could_not_be_sent_fails_the_run_and_the_next_run_sends_
 #[tokio::test]
 async fn page_by_page_every_result_in_every_shard_is_reminded_exactly_once() {
     let w = world_of(config(1));
-    let endpoint = w.subscribed("alice", &[JobResultExpiring], false).await;
+    let endpoint = w.subscribed("alice", &[JobResultExpiring], false);
     let now = w.clock.now();
     let mut ids = Vec::new();
     for hours in [3, 1, 2] {
@@ -568,7 +554,7 @@ async fn page_by_page_every_result_in_every_shard_is_reminded_exactly_once() {
 #[tokio::test]
 async fn an_entry_the_reminders_cannot_read_is_counted_and_passed_over() {
     let w = world();
-    let endpoint = w.subscribed("alice", &[JobResultExpiring], false).await;
+    let endpoint = w.subscribed("alice", &[JobResultExpiring], false);
     let now = w.clock.now();
     let expires = now + Span::hours(3);
     let id = w.succeeded(expires, None).await;

@@ -9,13 +9,10 @@ use std::sync::Mutex;
 use async_trait::async_trait;
 use longhaul_aws::AwsError;
 use longhaul_aws::endpoint_events::DISABLED_ERROR;
-use longhaul_aws::jobs::{DeliveryPage, EndpointDelivery, EndpointRecord, ListError, PROGRESS_SK};
+use longhaul_aws::jobs::{EndpointDelivery, EndpointRecord, PROGRESS_SK};
 use longhaul_aws::ports::Warm;
-use longhaul_aws::ports::{EndpointDeliveries, EndpointHealth, EndpointStore, ProgressWindows};
-use longhaul_domain::endpoints::{
-    DeliveryStatus, DisabledReason, EndpointEvent, EndpointId, EndpointSpec, endpoint_message_id,
-};
-use longhaul_domain::{JobId, Owner};
+use longhaul_domain::JobId;
+use longhaul_domain::endpoints::{DeliveryStatus, EndpointEvent, EndpointId, endpoint_message_id};
 use longhaul_memory::{ManualClock, MemoryDeadLetters, MemoryEndpoints, MemoryWebhookQueue, owner};
 
 use super::*;
@@ -370,133 +367,19 @@ async fn an_unreadable_record_the_dead_letter_queue_refuses_is_retried_after_the
 
 // Endpoints.
 
-/// The job table's endpoints ([`MemoryEndpoints`]), counting each owner's endpoints reads;
-/// reading the endpoints of an owner in `failing` fails as an unavailable table does.
-#[derive(Debug, Default)]
-struct Table {
-    inner: MemoryEndpoints,
-    reads: Mutex<Vec<Owner>>,
-    failing: Mutex<HashSet<Owner>>,
-}
-
-impl Table {
-    fn reads_of(&self, owner: &Owner) -> usize {
-        self.reads.lock().unwrap().iter().filter(|o| *o == owner).count()
-    }
-}
-
-#[async_trait]
-impl Warm for Table {}
-
-#[async_trait]
-impl EndpointStore for Table {
-    async fn create_endpoint(&self, record: &EndpointRecord, max: u32) -> Result<bool, StoreError> {
-        self.inner.create_endpoint(record, max).await
-    }
-    async fn endpoint(
-        &self,
-        owner: &Owner,
-        id: &EndpointId,
-    ) -> Result<Option<EndpointRecord>, StoreError> {
-        self.inner.endpoint(owner, id).await
-    }
-    async fn endpoints(&self, owner: &Owner) -> Result<Vec<EndpointRecord>, StoreError> {
-        self.reads.lock().unwrap().push(owner.clone());
-        if self.failing.lock().unwrap().contains(owner) {
-            self.inner.set_unavailable(true);
-            let failed = self.inner.endpoints(owner).await;
-            self.inner.set_unavailable(false);
-            return failed;
-        }
-        self.inner.endpoints(owner).await
-    }
-    async fn replace_endpoint_spec(
-        &self,
-        record: &EndpointRecord,
-        read: u64,
-    ) -> Result<bool, StoreError> {
-        self.inner.replace_endpoint_spec(record, read).await
-    }
-    async fn enable_endpoint(
-        &self,
-        owner: &Owner,
-        id: &EndpointId,
-        now: Timestamp,
-    ) -> Result<Option<EndpointRecord>, StoreError> {
-        self.inner.enable_endpoint(owner, id, now).await
-    }
-    async fn delete_endpoint(&self, owner: &Owner, id: &EndpointId) -> Result<bool, StoreError> {
-        self.inner.delete_endpoint(owner, id).await
-    }
-}
-
-#[async_trait]
-impl EndpointDeliveries for Table {
-    async fn record_endpoint_delivery(
-        &self,
-        delivery: &EndpointDelivery,
-    ) -> Result<(), StoreError> {
-        self.inner.record_endpoint_delivery(delivery).await
-    }
-    async fn endpoint_delivery(
-        &self,
-        endpoint: &EndpointId,
-        job: &JobId,
-        event: EndpointEvent,
-    ) -> Result<Option<EndpointDelivery>, StoreError> {
-        self.inner.endpoint_delivery(endpoint, job, event).await
-    }
-    async fn endpoint_deliveries(
-        &self,
-        endpoint: &EndpointId,
-        status: Option<DeliveryStatus>,
-        limit: u32,
-        after: Option<&str>,
-    ) -> Result<DeliveryPage, ListError> {
-        self.inner.endpoint_deliveries(endpoint, status, limit, after).await
-    }
-    async fn requeue_delivery(
-        &self,
-        endpoint: &EndpointId,
-        job: &JobId,
-        event: EndpointEvent,
-    ) -> Result<bool, StoreError> {
-        self.inner.requeue_delivery(endpoint, job, event).await
-    }
-}
-
-#[async_trait]
-impl ProgressWindows for Table {
-    async fn open_progress_window(
-        &self,
-        job: &JobId,
-        now: Timestamp,
-        until: Timestamp,
-    ) -> Result<bool, StoreError> {
-        self.inner.open_progress_window(job, now, until).await
-    }
-    async fn claim_trailing_event(
-        &self,
-        job: &JobId,
-        now: Timestamp,
-        window: Duration,
-    ) -> Result<Option<Timestamp>, StoreError> {
-        self.inner.claim_trailing_event(job, now, window).await
-    }
-}
-
-/// A world whose endpoints are a counting [`Table`], its owners' endpoints kept for `cache`.
+/// A world whose owners' endpoints are kept for `cache` (the in-memory table counts how often
+/// it lists them).
 struct Counted {
     sqs: Arc<Sqs>,
     dead_letters: Arc<MemoryDeadLetters>,
-    table: Arc<Table>,
+    table: Arc<MemoryEndpoints>,
     clock: Arc<ManualClock>,
     deps: Deps,
 }
 
 fn counted(cache: Duration) -> Counted {
     let w = world();
-    let table = Arc::new(Table::default());
+    let table = Arc::new(MemoryEndpoints::new());
     let deps =
         Deps { endpoints: table.clone(), cache: Arc::new(EndpointCache::new(cache, 16)), ..w.deps };
     Counted { sqs: w.sqs, dead_letters: w.dead_letters, table, clock: w.clock, deps }
@@ -504,26 +387,13 @@ fn counted(cache: Duration) -> Counted {
 
 /// Registers an endpoint of `owner_name` receiving `events` in `endpoints` (disabled, if
 /// `disabled`).
-async fn subscribe(
+fn subscribe(
     endpoints: &MemoryEndpoints,
     owner_name: &str,
     events: &[EndpointEvent],
     disabled: bool,
 ) -> EndpointRecord {
-    let spec = EndpointSpec {
-        url: "https://hooks.example.com/longhaul".into(),
-        events: events.iter().copied().collect(),
-        description: None,
-    };
-    let record = EndpointRecord::new(owner(owner_name), spec, Timestamp::now());
-    assert!(endpoints.create_endpoint(&record, 20).await.unwrap());
-    if disabled {
-        let (id, now) = (&record.endpoint_id, Timestamp::now());
-        assert!(
-            endpoints.disable_endpoint(&record.owner, id, DisabledReason::Gone, now).await.unwrap()
-        );
-    }
-    record
+    endpoints.subscribe(&owner(owner_name), "https://hooks.example.com/longhaul", events, disabled)
 }
 
 /// The first attempts `w`'s queue was sent, with their delays.
@@ -542,11 +412,11 @@ fn to_endpoint(n: u64, status: JobStatus, endpoint: &EndpointRecord) -> WebhookM
 async fn an_end_goes_to_its_callback_and_to_each_of_the_owners_subscribed_endpoints() {
     use EndpointEvent::*;
     let w = world();
-    let both = subscribe(&w.endpoints, "alice", &[JobSucceeded, JobFailed], false).await;
-    let failures_only = subscribe(&w.endpoints, "alice", &[JobFailed], false).await;
-    let progress_only = subscribe(&w.endpoints, "alice", &[JobProgress], false).await;
-    let succeeded_too = subscribe(&w.endpoints, "alice", &[JobSucceeded], false).await;
-    let bobs = subscribe(&w.endpoints, "bob", &[JobSucceeded, JobFailed], false).await;
+    let both = subscribe(&w.endpoints, "alice", &[JobSucceeded, JobFailed], false);
+    let failures_only = subscribe(&w.endpoints, "alice", &[JobFailed], false);
+    let progress_only = subscribe(&w.endpoints, "alice", &[JobProgress], false);
+    let succeeded_too = subscribe(&w.endpoints, "alice", &[JobSucceeded], false);
+    let bobs = subscribe(&w.endpoints, "bob", &[JobSucceeded, JobFailed], false);
     let response = handle(&w.deps, batch(vec![succeeded(1), end(2, "failed", |_| {})])).await;
     assert!(failures(&response).is_empty());
     assert_eq!(
@@ -571,7 +441,7 @@ async fn an_end_goes_to_its_callback_and_to_each_of_the_owners_subscribed_endpoi
 #[tokio::test]
 async fn an_end_without_a_callback_still_reaches_the_endpoints() {
     let w = world();
-    let endpoint = subscribe(&w.endpoints, "alice", &[EndpointEvent::JobCancelled], false).await;
+    let endpoint = subscribe(&w.endpoints, "alice", &[EndpointEvent::JobCancelled], false);
     let record = end(1, "cancelled", |r| {
         drop(r["dynamodb"]["NewImage"].as_object_mut().unwrap().remove("callback_url"))
     });
@@ -591,9 +461,9 @@ async fn an_end_without_a_callback_still_reaches_the_endpoints() {
 async fn a_disabled_endpoint_gets_a_failed_record_of_the_event_and_no_message() {
     use EndpointEvent::*;
     let w = world();
-    let enabled = subscribe(&w.endpoints, "alice", &[JobFailed], false).await;
-    let disabled = subscribe(&w.endpoints, "alice", &[JobFailed, JobProgress], true).await;
-    let unsubscribed = subscribe(&w.endpoints, "alice", &[JobSucceeded], true).await;
+    let enabled = subscribe(&w.endpoints, "alice", &[JobFailed], false);
+    let disabled = subscribe(&w.endpoints, "alice", &[JobFailed, JobProgress], true);
+    let unsubscribed = subscribe(&w.endpoints, "alice", &[JobSucceeded], true);
     let response = handle(&w.deps, batch(vec![end(1, "failed", |_| {})])).await;
     assert!(failures(&response).is_empty());
     assert_eq!(
@@ -708,11 +578,11 @@ fn seconds_up(at: Timestamp) -> i64 {
 async fn a_progress_change_opening_a_window_is_sent_at_once_to_each_subscribed_endpoint() {
     use EndpointEvent::*;
     let w = world();
-    let first = subscribe(&w.endpoints, "alice", &[JobProgress], false).await;
-    let second = subscribe(&w.endpoints, "alice", &[JobProgress, JobSucceeded], false).await;
-    subscribe(&w.endpoints, "alice", &[JobSucceeded], false).await;
-    subscribe(&w.endpoints, "alice", &[JobProgress], true).await;
-    subscribe(&w.endpoints, "bob", &[JobProgress], false).await;
+    let first = subscribe(&w.endpoints, "alice", &[JobProgress], false);
+    let second = subscribe(&w.endpoints, "alice", &[JobProgress, JobSucceeded], false);
+    subscribe(&w.endpoints, "alice", &[JobSucceeded], false);
+    subscribe(&w.endpoints, "alice", &[JobProgress], true);
+    subscribe(&w.endpoints, "bob", &[JobProgress], false);
     let opened = Timestamp::from(w.clock.now());
     let response = handle(&w.deps, batch(vec![progress(1, Some(T1), T2, |_| {})])).await;
     assert!(failures(&response).is_empty());
@@ -730,7 +600,7 @@ async fn a_progress_change_opening_a_window_is_sent_at_once_to_each_subscribed_e
 #[tokio::test]
 async fn changes_within_a_window_claim_its_one_trailing_event_due_at_its_end() {
     let w = world();
-    let endpoint = subscribe(&w.endpoints, "alice", &[EndpointEvent::JobProgress], false).await;
+    let endpoint = subscribe(&w.endpoints, "alice", &[EndpointEvent::JobProgress], false);
     // A clock a fraction into a second: the trailing event's due time is rounded up.
     w.clock.set("2031-02-03T04:05:06.250Z".parse::<Timestamp>().unwrap().as_datetime());
     let t0 = Timestamp::from(w.clock.now());
@@ -777,7 +647,7 @@ async fn changes_within_a_window_claim_its_one_trailing_event_due_at_its_end() {
 #[tokio::test]
 async fn each_jobs_progress_has_its_own_window() {
     let w = world();
-    let endpoint = subscribe(&w.endpoints, "alice", &[EndpointEvent::JobProgress], false).await;
+    let endpoint = subscribe(&w.endpoints, "alice", &[EndpointEvent::JobProgress], false);
     let records = vec![progress(1, None, T1, |_| {}), progress(2, Some(T1), T2, |_| {})];
     assert!(failures(&handle(&w.deps, batch(records)).await).is_empty());
     assert_eq!(
@@ -790,9 +660,9 @@ async fn each_jobs_progress_has_its_own_window() {
 async fn progress_no_endpoint_subscribes_to_opens_no_window_and_queues_nothing() {
     use EndpointEvent::*;
     let w = world();
-    subscribe(&w.endpoints, "alice", &[JobSucceeded, JobFailed], false).await;
-    subscribe(&w.endpoints, "alice", &[JobProgress], true).await;
-    subscribe(&w.endpoints, "bob", &[JobProgress], false).await;
+    subscribe(&w.endpoints, "alice", &[JobSucceeded, JobFailed], false);
+    subscribe(&w.endpoints, "alice", &[JobProgress], true);
+    subscribe(&w.endpoints, "bob", &[JobProgress], false);
     let records = vec![progress(1, Some(T1), T2, |_| {}), progress(2, None, T1, |_| {})];
     assert!(failures(&handle(&w.deps, batch(records)).await).is_empty());
     assert!(w.sqs.batches.lock().unwrap().is_empty(), "{:?}", sent(&w.sqs));
@@ -802,7 +672,7 @@ async fn progress_no_endpoint_subscribes_to_opens_no_window_and_queues_nothing()
     assert!(w.endpoints.all_deliveries().is_empty());
     // A progress record without an owner (written before owners were copied onto it) is
     // passed over, not dead-lettered.
-    subscribe(&w.endpoints, "alice", &[JobProgress], false).await;
+    subscribe(&w.endpoints, "alice", &[JobProgress], false);
     let ownerless = progress(3, Some(T1), T2, |r| {
         drop(r["dynamodb"]["NewImage"].as_object_mut().unwrap().remove("owner"))
     });
@@ -815,8 +685,8 @@ async fn progress_no_endpoint_subscribes_to_opens_no_window_and_queues_nothing()
 #[tokio::test]
 async fn an_endpoints_table_that_fails_names_its_record_after_queueing_the_ones_before_it() {
     let c = counted(Duration::ZERO);
-    let alices = subscribe(&c.table.inner, "alice", &[EndpointEvent::JobSucceeded], false).await;
-    c.table.failing.lock().unwrap().insert(owner("bob"));
+    let alices = subscribe(&c.table, "alice", &[EndpointEvent::JobSucceeded], false);
+    c.table.fail_listing_of(&owner("bob"), true);
     let bobs = end(3, "succeeded", |r| r["dynamodb"]["NewImage"]["owner"]["S"] = json!("bob"));
     let records = vec![succeeded(1), succeeded(2), bobs.clone(), succeeded(4)];
     let response = handle(&c.deps, batch(records)).await;
@@ -831,28 +701,28 @@ async fn an_endpoints_table_that_fails_names_its_record_after_queueing_the_ones_
         ],
         "the ends before it, and nothing of it or after it"
     );
-    assert_eq!(c.table.reads_of(&owner("alice")), 2, "record 4 was not read");
+    assert_eq!(c.table.listings_of(&owner("alice")), 2, "record 4 was not read");
     // Endpoints read (here: kept from an earlier batch), but the table fails when a disabled
     // endpoint's event is recorded: retried too.
     let c = counted(Duration::from_secs(10));
-    subscribe(&c.table.inner, "alice", &[EndpointEvent::JobSucceeded], true).await;
-    subscribe(&c.table.inner, "alice", &[EndpointEvent::JobProgress], false).await;
+    subscribe(&c.table, "alice", &[EndpointEvent::JobSucceeded], true);
+    subscribe(&c.table, "alice", &[EndpointEvent::JobProgress], false);
     assert!(failures(&handle(&c.deps, batch(vec![succeeded(1)])).await).is_empty());
     let before = c.sqs.queue.sent().len();
-    c.table.inner.set_unavailable(true);
+    c.table.set_unavailable(true);
     assert_eq!(failures(&handle(&c.deps, batch(vec![succeeded(2)])).await), ["2"]);
     // A progress event whose window cannot be written is passed over (the next change, or
     // the job's end, supersedes it): no retry holds the shard up, nothing is queued.
     let records = vec![progress(3, None, T1, |_| {}), progress(4, Some(T1), T2, |_| {})];
     assert!(failures(&handle(&c.deps, batch(records)).await).is_empty());
-    c.table.inner.set_unavailable(false);
+    c.table.set_unavailable(false);
     assert_eq!(c.sqs.queue.sent().len(), before, "nothing queued for any of them");
-    assert_eq!(c.table.reads_of(&owner("alice")), 1, "the endpoints were read from the cache");
-    assert_eq!(c.table.inner.window_until(&job(3)), None);
+    assert_eq!(c.table.listings_of(&owner("alice")), 1, "the endpoints were read from the cache");
+    assert_eq!(c.table.window_until(&job(3)), None);
     // Nor when the endpoints cannot be read.
     let c = counted(Duration::ZERO);
-    subscribe(&c.table.inner, "alice", &[EndpointEvent::JobProgress], false).await;
-    c.table.failing.lock().unwrap().insert(owner("alice"));
+    subscribe(&c.table, "alice", &[EndpointEvent::JobProgress], false);
+    c.table.fail_listing_of(&owner("alice"), true);
     let records = vec![progress(1, None, T1, |_| {}), succeeded(2)];
     assert_eq!(failures(&handle(&c.deps, batch(records)).await), ["2"], "the end is retried");
     assert!(c.sqs.queue.sent().is_empty());
@@ -862,18 +732,18 @@ async fn an_endpoints_table_that_fails_names_its_record_after_queueing_the_ones_
 #[tokio::test]
 async fn an_owners_endpoints_are_read_once_within_the_cache_ttl() {
     let c = counted(Duration::from_secs(10));
-    let first = subscribe(&c.table.inner, "alice", &[EndpointEvent::JobSucceeded], false).await;
+    let first = subscribe(&c.table, "alice", &[EndpointEvent::JobSucceeded], false);
     let records = vec![succeeded(1), succeeded(2), succeeded(3)];
     assert!(failures(&handle(&c.deps, batch(records)).await).is_empty());
-    assert_eq!(c.table.reads_of(&owner("alice")), 1, "once for the batch");
+    assert_eq!(c.table.listings_of(&owner("alice")), 1, "once for the batch");
     // A new endpoint reaches events only once the cached read is older than the ttl.
-    let second = subscribe(&c.table.inner, "alice", &[EndpointEvent::JobSucceeded], false).await;
+    let second = subscribe(&c.table, "alice", &[EndpointEvent::JobSucceeded], false);
     c.clock.advance(Duration::from_millis(9_999));
     assert!(failures(&handle(&c.deps, batch(vec![succeeded(4)])).await).is_empty());
-    assert_eq!(c.table.reads_of(&owner("alice")), 1, "a later batch within the ttl");
+    assert_eq!(c.table.listings_of(&owner("alice")), 1, "a later batch within the ttl");
     c.clock.advance(Duration::from_millis(1));
     assert!(failures(&handle(&c.deps, batch(vec![succeeded(5)])).await).is_empty());
-    assert_eq!(c.table.reads_of(&owner("alice")), 2);
+    assert_eq!(c.table.listings_of(&owner("alice")), 2);
     let to: Vec<(JobId, EndpointId)> = c
         .sqs
         .queue
@@ -892,8 +762,7 @@ async fn an_end_for_many_endpoints_goes_ten_messages_to_a_request() {
     let w = world();
     let mut endpoints = Vec::new();
     for _ in 0..12 {
-        endpoints
-            .push(subscribe(&w.endpoints, "alice", &[EndpointEvent::JobSucceeded], false).await);
+        endpoints.push(subscribe(&w.endpoints, "alice", &[EndpointEvent::JobSucceeded], false));
     }
     let response = handle(&w.deps, batch(vec![succeeded(1), succeeded(2)])).await;
     assert!(failures(&response).is_empty());
@@ -910,7 +779,7 @@ async fn an_end_for_many_endpoints_goes_ten_messages_to_a_request() {
     // from it, the first end's thirteen all queued.
     let w = world();
     for _ in 0..12 {
-        subscribe(&w.endpoints, "alice", &[EndpointEvent::JobSucceeded], false).await;
+        subscribe(&w.endpoints, "alice", &[EndpointEvent::JobSucceeded], false);
     }
     w.sqs.refuse(&job(2));
     let response = handle(&w.deps, batch(vec![succeeded(1), succeeded(2), succeeded(3)])).await;
@@ -927,7 +796,7 @@ async fn an_end_for_many_endpoints_goes_ten_messages_to_a_request() {
 #[tokio::test]
 async fn a_trailing_progress_event_that_could_not_be_queued_is_superseded_by_the_next() {
     let w = world();
-    subscribe(&w.endpoints, "alice", &[EndpointEvent::JobProgress], false).await;
+    subscribe(&w.endpoints, "alice", &[EndpointEvent::JobProgress], false);
     assert!(
         failures(&handle(&w.deps, batch(vec![progress(1, None, T1, |_| {})])).await).is_empty()
     );
@@ -955,7 +824,7 @@ async fn a_trailing_progress_event_that_could_not_be_queued_is_superseded_by_the
 #[tokio::test]
 async fn the_last_change_of_a_job_is_announced_even_after_a_trailing_event() {
     let w = world();
-    subscribe(&w.endpoints, "alice", &[EndpointEvent::JobProgress], false).await;
+    subscribe(&w.endpoints, "alice", &[EndpointEvent::JobProgress], false);
     let t0 = w.clock.now();
     let change = |old, new| progress(1, Some(old), new, |_| {});
     for (at, record) in [(0, change(T1, T2)), (1, change(T2, T3))] {

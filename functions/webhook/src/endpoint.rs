@@ -43,21 +43,15 @@ pub(crate) async fn process(
         if !event.replayable() {
             return Ok(());
         }
-        let unsent = EndpointDelivery {
-            webhook_id: endpoint_message_id(endpoint_id, &message.job_id, event, None),
-            endpoint_id: endpoint_id.clone(),
-            job_id: message.job_id.clone(),
+        let unsent = EndpointDelivery::unsent(
+            endpoint_id,
+            &message.job_id,
             event,
-            status: DeliveryStatus::Failed,
-            attempts: message.attempt.saturating_sub(1),
-            created_at: at,
-            last_attempt_at: None,
-            status_code: None,
-            latency_ms: None,
-            error: Some(reason.to_owned()),
-            progress_seq: None,
-            result_expires_at: message.result_expires_at,
-        };
+            message.attempt.saturating_sub(1),
+            at,
+            reason,
+            message.result_expires_at,
+        );
         deps.endpoints.record_endpoint_delivery(&unsent).await.map_err(|e| e.to_string())
     };
     let (job, progress) = if event == EndpointEvent::JobProgress {
@@ -168,9 +162,10 @@ pub(crate) async fn process(
     let delivered = matches!(tried.status_code, Some(200..=299));
     // No retry after a 410, for progress (the next window supersedes it), or to an endpoint
     // this attempt disabled.
-    let next_delay = (event.retried() && !delivered && !matches!(change, HealthChange::Disable(_)))
-        .then(|| deps.config.schedule.delay_before(message.attempt + 1))
-        .flatten();
+    let next_delay =
+        (event.replayable() && !delivered && !matches!(change, HealthChange::Disable(_)))
+            .then(|| deps.config.schedule.delay_before(message.attempt + 1))
+            .flatten();
     let status = match (delivered, next_delay) {
         (true, _) => DeliveryStatus::Delivered,
         (false, Some(_)) => DeliveryStatus::Pending,
@@ -202,7 +197,7 @@ pub(crate) async fn process(
             };
             deps.queue.send(&next, delay).await.map_err(|e| e.to_string())?;
         }
-        _ if event.retried() => {
+        _ if event.replayable() => {
             metrics::count(Metric::WebhookFailed, &job);
             tracing::warn!(%endpoint_id, webhook_id, "endpoint delivery failed for good; `recover` can queue it again");
         }

@@ -18,8 +18,7 @@ use longhaul_aws::jobs::{
     DeliveryRecord, EndpointDelivery, EndpointRecord, JobRecord, ProgressRecord, RecordRetention,
 };
 use longhaul_domain::endpoints::{
-    DeliveryStatus, DisabledReason, EndpointEvent, EndpointSpec, EndpointStatus,
-    endpoint_message_id,
+    DeliveryStatus, DisabledReason, EndpointEvent, EndpointStatus, endpoint_message_id,
 };
 use longhaul_domain::limits::RateWindow;
 use longhaul_domain::webhooks::verify;
@@ -720,14 +719,7 @@ impl World {
         url: &str,
         events: &[EndpointEvent],
     ) -> EndpointRecord {
-        let spec = EndpointSpec {
-            url: url.to_owned(),
-            events: events.iter().copied().collect(),
-            description: None,
-        };
-        let record = EndpointRecord::new(owner(owner_name), spec, Timestamp::now());
-        assert!(self.endpoints.create_endpoint(&record, 20).await.unwrap());
-        record
+        self.endpoints.subscribe(&owner(owner_name), url, events, false)
     }
 
     /// An endpoint of [`OWNER`] at `url` receiving `events`.

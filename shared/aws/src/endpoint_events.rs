@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use longhaul_domain::endpoints::{DeliveryStatus, EndpointEvent, EndpointId, endpoint_message_id};
+use longhaul_domain::endpoints::{EndpointEvent, EndpointId};
 use longhaul_domain::{JobId, JobStatus, Owner, Timestamp};
 
 use crate::jobs::{EndpointDelivery, EndpointRecord, StoreError};
@@ -28,13 +28,6 @@ pub struct Fanout {
     pub messages: Vec<WebhookMessage>,
     /// One `failed` record per disabled endpoint subscribed to it (none for progress).
     pub skipped: Vec<EndpointDelivery>,
-}
-
-impl Fanout {
-    /// Whether no endpoint is subscribed to the event.
-    pub fn is_empty(&self) -> bool {
-        self.messages.is_empty() && self.skipped.is_empty()
-    }
 }
 
 /// One event of one job, as its owner's endpoints are to hear of it.
@@ -83,26 +76,15 @@ pub fn fan_out(endpoints: &[EndpointRecord], event: &JobEvent, now: Timestamp) -
         if endpoint.enabled() {
             fanout.messages.push(event.message(&endpoint.endpoint_id));
         } else if event.event.replayable() {
-            fanout.skipped.push(EndpointDelivery {
-                webhook_id: endpoint_message_id(
-                    &endpoint.endpoint_id,
-                    &event.job_id,
-                    event.event,
-                    None,
-                ),
-                endpoint_id: endpoint.endpoint_id.clone(),
-                job_id: event.job_id.clone(),
-                event: event.event,
-                status: DeliveryStatus::Failed,
-                attempts: 0,
-                created_at: now,
-                last_attempt_at: None,
-                status_code: None,
-                latency_ms: None,
-                error: Some(DISABLED_ERROR.to_owned()),
-                progress_seq: None,
-                result_expires_at: event.result_expires_at,
-            });
+            fanout.skipped.push(EndpointDelivery::unsent(
+                &endpoint.endpoint_id,
+                &event.job_id,
+                event.event,
+                0,
+                now,
+                DISABLED_ERROR,
+                event.result_expires_at,
+            ));
         }
     }
     fanout
@@ -165,6 +147,7 @@ impl EndpointCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use longhaul_domain::endpoints::{DeliveryStatus, endpoint_message_id};
     use longhaul_domain::endpoints::{EndpointSpec, EndpointStatus};
 
     fn endpoint(events: &[EndpointEvent], status: EndpointStatus) -> EndpointRecord {
@@ -222,7 +205,7 @@ mod tests {
             JobStatus::Cancelled,
             JobCancelled,
         );
-        assert!(fan_out(&endpoints, &cancelled, now).is_empty());
+        assert_eq!(fan_out(&endpoints, &cancelled, now), Fanout::default());
         let expiring = JobEvent {
             result_expires_at: Some(now),
             ..JobEvent::now(
@@ -232,7 +215,7 @@ mod tests {
                 JobResultExpiring,
             )
         };
-        assert!(fan_out(&endpoints, &expiring, now).is_empty());
+        assert_eq!(fan_out(&endpoints, &expiring, now), Fanout::default());
     }
 
     /// Owners' endpoints as a table holds them, counting the reads of each owner's; while

@@ -150,15 +150,10 @@ impl EndpointEvent {
         }
     }
 
-    /// Whether a failed delivery of it can be resent or recovered. A progress event cannot:
+    /// Whether a failed delivery of it is worth sending again: retried on the webhook
+    /// schedule, recorded when it cannot be sent, resent, recovered. A progress event is not:
     /// the next one (or the job's view) says more, and a stale one would mislead.
     pub fn replayable(self) -> bool {
-        self != EndpointEvent::JobProgress
-    }
-
-    /// Whether a failed attempt is retried on the webhook schedule (progress is not: the next
-    /// window's event supersedes it).
-    pub fn retried(self) -> bool {
         self != EndpointEvent::JobProgress
     }
 }

@@ -2,7 +2,7 @@
 //! delivery records ([`EndpointDeliveries`]) and the progress windows ([`ProgressWindows`]),
 //! each write decided under one lock with the DynamoDB adapter's conditions.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Mutex, MutexGuard};
 
 use async_trait::async_trait;
@@ -14,7 +14,7 @@ use longhaul_aws::ports::{
     EndpointDeliveries, EndpointHealth, EndpointStore, ProgressWindows, Warm,
 };
 use longhaul_domain::endpoints::{
-    DeliveryStatus, DisabledReason, EndpointEvent, EndpointId, EndpointStatus,
+    DeliveryStatus, DisabledReason, EndpointEvent, EndpointId, EndpointSpec, EndpointStatus,
 };
 use longhaul_domain::{JobId, Owner, Timestamp};
 
@@ -28,6 +28,10 @@ struct Tables {
     deliveries: BTreeMap<(EndpointId, String), EndpointDelivery>,
     /// Each job's window: open until this time, and when its claimed trailing event is due.
     windows: HashMap<JobId, (Timestamp, Option<Timestamp>)>,
+    /// How often each owner's endpoints were listed (what a test of a cache counts).
+    listings: HashMap<Owner, usize>,
+    /// Owners whose listing fails as an unavailable table does.
+    failing_listings: HashSet<Owner>,
 }
 
 /// Endpoints, their deliveries and the progress windows, as the job table holds them. Every
@@ -48,6 +52,47 @@ impl MemoryEndpoints {
     /// While `down`, every call fails as an unavailable table does (a retryable AWS error).
     pub fn set_unavailable(&self, down: bool) {
         self.outage.set(down);
+    }
+
+    /// A test's endpoint of `owner` at `url` receiving `events` — disabled (answered `410`),
+    /// if `disabled` — stored as the API would have created it; the record.
+    pub fn subscribe(
+        &self,
+        owner: &Owner,
+        url: &str,
+        events: &[EndpointEvent],
+        disabled: bool,
+    ) -> EndpointRecord {
+        let spec = EndpointSpec {
+            url: url.to_owned(),
+            events: events.iter().copied().collect(),
+            description: None,
+        };
+        let mut record = EndpointRecord::new(owner.clone(), spec, Timestamp::now());
+        if disabled {
+            record.status = EndpointStatus::Disabled;
+            record.disabled_reason = Some(DisabledReason::Gone);
+            record.disabled_at = Some(record.created_at);
+        }
+        let key = (owner.clone(), record.endpoint_id.clone());
+        self.lock().endpoints.insert(key, record.clone());
+        record
+    }
+
+    /// How often `owner`'s endpoints were listed.
+    pub fn listings_of(&self, owner: &Owner) -> usize {
+        self.lock().listings.get(owner).copied().unwrap_or(0)
+    }
+
+    /// While `failing`, listing `owner`'s endpoints fails as an unavailable table does (the
+    /// other owners' are read as usual).
+    pub fn fail_listing_of(&self, owner: &Owner, failing: bool) {
+        let mut tables = self.lock();
+        if failing {
+            tables.failing_listings.insert(owner.clone());
+        } else {
+            tables.failing_listings.remove(owner);
+        }
     }
 
     /// Every delivery record, by endpoint and then as the endpoint's partition sorts them
@@ -113,7 +158,11 @@ impl EndpointStore for MemoryEndpoints {
 
     async fn endpoints(&self, owner: &Owner) -> Result<Vec<EndpointRecord>, StoreError> {
         self.check("list endpoints")?;
-        let tables = self.lock();
+        let mut tables = self.lock();
+        *tables.listings.entry(owner.clone()).or_default() += 1;
+        if tables.failing_listings.contains(owner) {
+            return Err(crate::Outage::unavailable("list endpoints").into());
+        }
         Ok(tables
             .endpoints
             .iter()

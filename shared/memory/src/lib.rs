@@ -45,13 +45,18 @@ impl Outage {
 
     pub(crate) fn check(&self, doing: &str) -> Result<(), AwsError> {
         if self.0.load(Ordering::SeqCst) {
-            return Err(AwsError {
-                context: doing.to_owned(),
-                detail: "service unavailable (in-memory outage)".to_owned(),
-                refusal: None,
-            });
+            return Err(Outage::unavailable(doing));
         }
         Ok(())
+    }
+
+    /// The error of a call made while the adapter is down.
+    pub(crate) fn unavailable(doing: &str) -> AwsError {
+        AwsError {
+            context: doing.to_owned(),
+            detail: "service unavailable (in-memory outage)".to_owned(),
+            refusal: None,
+        }
     }
 }
 

@@ -112,6 +112,37 @@ pub struct EndpointDelivery {
     pub result_expires_at: Option<Timestamp>,
 }
 
+impl EndpointDelivery {
+    /// `event` of `job` to `endpoint` recorded `failed` at `at` without an attempt (after
+    /// `attempts` earlier ones), for `reason`: an event to a disabled endpoint, or one that
+    /// could not be sent (its job gone, its result expired). `recover` and `resend` find it.
+    pub fn unsent(
+        endpoint: &EndpointId,
+        job: &JobId,
+        event: EndpointEvent,
+        attempts: u32,
+        at: Timestamp,
+        reason: &str,
+        result_expires_at: Option<Timestamp>,
+    ) -> Self {
+        EndpointDelivery {
+            webhook_id: longhaul_domain::endpoints::endpoint_message_id(endpoint, job, event, None),
+            endpoint_id: endpoint.clone(),
+            job_id: job.clone(),
+            event,
+            status: DeliveryStatus::Failed,
+            attempts,
+            created_at: at,
+            last_attempt_at: None,
+            status_code: None,
+            latency_ms: None,
+            error: Some(reason.to_owned()),
+            progress_seq: None,
+            result_expires_at,
+        }
+    }
+}
+
 /// A page of an endpoint's deliveries, newest job first.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct DeliveryPage {
@@ -312,24 +343,7 @@ impl JobStore {
         }
         let mut item = to_item(record);
         item.extend(endpoint_key(&record.owner, &record.endpoint_id));
-        let put = self
-            .client
-            .put_item()
-            .table_name(&self.table)
-            .set_item(Some(item))
-            .condition_expression("attribute_not_exists(pk)")
-            .send()
-            .await;
-        match put {
-            Ok(_) => {}
-            Err(err) if crate::condition_refused(&err) => {
-                return Err(StoreError::Corrupt {
-                    key: format!("endpoint {}", record.endpoint_id),
-                    reason: "a fresh endpoint id was taken".into(),
-                });
-            }
-            Err(err) => return Err(AwsError::new("create endpoint", err).into()),
-        }
+        self.put_fresh(item, &format!("endpoint {}", record.endpoint_id)).await?;
         if self.endpoints(&record.owner).await?.len() > max as usize {
             self.delete_endpoint(&record.owner, &record.endpoint_id).await?;
             return Ok(false);
@@ -437,16 +451,7 @@ impl JobStore {
         owner: &Owner,
         id: &EndpointId,
     ) -> Result<bool, StoreError> {
-        let deleted = self
-            .client
-            .delete_item()
-            .table_name(&self.table)
-            .set_key(Some(endpoint_key(owner, id)))
-            .return_values(ReturnValue::AllOld)
-            .send()
-            .await
-            .map_err(|e| AwsError::new(format!("delete endpoint {id}"), e))?;
-        Ok(deleted.attributes.is_some_and(|a| !a.is_empty()))
+        self.delete_key(endpoint_key(owner, id), &format!("endpoint {id}")).await
     }
 
     /// Records that the endpoint's unbroken run of failures began at `since`, unless one is

@@ -356,3 +356,41 @@ impl JobStore {
         crate::sdk::log_warm_up("dynamodb", started, result);
     }
 }
+
+impl JobStore {
+    /// Writes `item`, the record of a fresh id (a UUIDv7): a conditional put that refuses to
+    /// overwrite, so an id taken after all is an error naming `what`, never a silent overwrite.
+    /// What an owner's capped collections (schedules, endpoints) create their records with.
+    async fn put_fresh(&self, item: Item, what: &str) -> Result<(), StoreError> {
+        let put = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .condition_expression("attribute_not_exists(pk)")
+            .send()
+            .await;
+        match put {
+            Ok(_) => Ok(()),
+            Err(err) if crate::condition_refused(&err) => Err(StoreError::Corrupt {
+                key: what.to_owned(),
+                reason: format!("a fresh id was taken ({what})"),
+            }),
+            Err(err) => Err(AwsError::new(format!("create {what}"), err).into()),
+        }
+    }
+
+    /// Deletes the item at `key`; whether there was one (`what` names it in errors).
+    async fn delete_key(&self, key: Item, what: &str) -> Result<bool, StoreError> {
+        let deleted = self
+            .client
+            .delete_item()
+            .table_name(&self.table)
+            .set_key(Some(key))
+            .return_values(ReturnValue::AllOld)
+            .send()
+            .await
+            .map_err(|e| AwsError::new(format!("delete {what}"), e))?;
+        Ok(deleted.attributes.is_some_and(|a| !a.is_empty()))
+    }
+}

@@ -11,7 +11,6 @@
 
 use super::*;
 
-use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::types::Select;
 use longhaul_domain::admission::Priority;
 use longhaul_domain::recurrence::{ScheduleExpression, ScheduleTimeZone};
@@ -266,23 +265,7 @@ impl JobStore {
         // without a scan (`JobStore::schedule_entries`).
         item.insert("gsi2pk".into(), s(schedule_bucket(&record.schedule_id)));
         item.insert("gsi2sk".into(), s(record.schedule_id.as_str()));
-        let put = self
-            .client
-            .put_item()
-            .table_name(&self.table)
-            .set_item(Some(item))
-            .condition_expression("attribute_not_exists(pk)")
-            .send()
-            .await;
-        if let Err(err) = put {
-            return Err(match err.as_service_error() {
-                Some(PutItemError::ConditionalCheckFailedException(_)) => StoreError::Corrupt {
-                    key: format!("schedule {}", record.schedule_id),
-                    reason: "a fresh schedule id was taken".into(),
-                },
-                _ => AwsError::new("create schedule", err).into(),
-            });
-        }
+        self.put_fresh(item, &format!("schedule {}", record.schedule_id)).await?;
         if self.count_schedules(&record.owner).await? > max {
             self.delete_schedule(&record.owner, &record.schedule_id).await?;
             return Ok(false);
@@ -472,16 +455,7 @@ impl JobStore {
         owner: &Owner,
         id: &ScheduleId,
     ) -> Result<bool, StoreError> {
-        let deleted = self
-            .client
-            .delete_item()
-            .table_name(&self.table)
-            .set_key(Some(schedule_key(owner, id)))
-            .return_values(ReturnValue::AllOld)
-            .send()
-            .await
-            .map_err(|e| AwsError::new(format!("delete schedule {id}"), e))?;
-        Ok(deleted.attributes.is_some_and(|a| !a.is_empty()))
+        self.delete_key(schedule_key(owner, id), &format!("schedule {id}")).await
     }
 
     /// Records a firing of `owner`'s schedule `id`: its tick, `last_fire` and counts, the
