@@ -186,7 +186,8 @@ async fn on_tick(
         let live = live_job(deps, schedule).await?;
         match decide(schedule.overlap, live.is_some(), schedule.held.is_some()) {
             TickDecision::Submit => {
-                FireRecord { trigger, ..submit_tick(deps, schedule, tick).await? }
+                let (fire, made) = submit_tick(deps, schedule, tick).await?;
+                return record(deps, schedule, &FireRecord { trigger, ..fire }, made).await;
             }
             TickDecision::Hold => FireRecord {
                 hold: true,
@@ -204,7 +205,7 @@ async fn on_tick(
             }),
         }
     };
-    record(deps, schedule, &fire).await
+    record(deps, schedule, &fire, false).await
 }
 
 /// The schedule's live job and its status, if it has one that has not ended — not read for
@@ -231,13 +232,14 @@ async fn live_job(
 const IN_FLIGHT_RETRIES: usize = 3;
 const IN_FLIGHT_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// Submits the schedule's job for `tick`: submitted, or refused with the problem's detail. A
-/// 5xx is an error: the firing is retried.
+/// Submits the schedule's job for `tick`: submitted, or refused with the problem's detail, and
+/// whether this submission made the job (not an earlier delivery of the tick). A 5xx is an
+/// error: the firing is retried.
 async fn submit_tick(
     deps: &FireDeps,
     schedule: &ScheduleRecord,
     tick: Timestamp,
-) -> Result<FireRecord, FireError> {
+) -> Result<(FireRecord, bool), FireError> {
     let submission = submit::ScheduledSubmission {
         owner: schedule.owner.clone(),
         job_type: schedule.job_type.clone(),
@@ -260,50 +262,61 @@ async fn submit_tick(
         }
     }
     match submitted {
-        Ok(accepted) => Ok(FireRecord {
-            tick,
-            job_id: Some(accepted.job.job_id),
-            outcome: FireOutcome::Submitted,
-            reason: None,
-            hold: false,
-            trigger: false,
-        }),
+        Ok(accepted) => Ok((
+            FireRecord {
+                tick,
+                job_id: Some(accepted.job.job_id),
+                outcome: FireOutcome::Submitted,
+                reason: None,
+                hold: false,
+                trigger: false,
+            },
+            !accepted.replay,
+        )),
         // Still in flight: that delivery records the tick; this one is retried by SQS and then
         // finds the job.
         Err(problem) if problem.slug == "request-in-flight" => {
             Err(FireError::Submission("another delivery of this tick is making its job".into()))
         }
-        Err(problem) if problem.status.is_client_error() => Ok(FireRecord {
-            tick,
-            job_id: None,
-            outcome: FireOutcome::Refused,
-            reason: Some(format!("{}: {}", problem.title, problem.detail)),
-            hold: false,
-            trigger: false,
-        }),
+        Err(problem) if problem.status.is_client_error() => Ok((
+            FireRecord {
+                tick,
+                job_id: None,
+                outcome: FireOutcome::Refused,
+                reason: Some(format!("{}: {}", problem.title, problem.detail)),
+                hold: false,
+                trigger: false,
+            },
+            false,
+        )),
         Err(problem) => {
             Err(FireError::Submission(format!("{}: {}", problem.title, problem.detail)))
         }
     }
 }
 
-/// Records `fire` and counts it (only if it was recorded: a duplicate counts nothing).
+/// Records `fire` and counts it (only if it was recorded: a duplicate counts nothing). A tick
+/// whose record a later tick superseded — delivered out of order — is still counted if this
+/// delivery made its job (`made`), so every job a schedule made is in its counts once.
 async fn record(
     deps: &FireDeps,
     schedule: &ScheduleRecord,
     fire: &FireRecord,
+    made: bool,
 ) -> Result<(), FireError> {
     let id = &schedule.schedule_id;
     match deps.store.record_fire(&schedule.owner, id, fire).await? {
-        FireWrite::Recorded => {
-            count(schedule, fire);
-            Ok(())
+        FireWrite::Recorded => count(schedule, fire),
+        FireWrite::Superseded if made => {
+            if deps.store.count_fire(&schedule.owner, id, fire).await? {
+                count(schedule, fire);
+            }
         }
-        FireWrite::Stale => {
-            tracing::info!(schedule_id = id.as_str(), tick = %fire.tick, "a later tick was recorded first");
-            Ok(())
+        FireWrite::Superseded | FireWrite::Stale => {
+            tracing::info!(schedule_id = id.as_str(), tick = %fire.tick, "this tick or a later one was recorded first");
         }
     }
+    Ok(())
 }
 
 fn count(schedule: &ScheduleRecord, fire: &FireRecord) {
@@ -352,7 +365,7 @@ async fn on_end(
     if schedule.live_job.as_ref() != Some(job_id) || schedule.state == ScheduleState::Paused {
         return Ok(());
     }
-    let fire = submit_tick(deps, &schedule, held).await?;
+    let (fire, _) = submit_tick(deps, &schedule, held).await?;
     if deps.store.release_held(&schedule.owner, &schedule.schedule_id, &fire).await? {
         count(&schedule, &fire);
     }

@@ -107,6 +107,9 @@ struct Schedules {
     fail_next_fire: AtomicBool,
     /// Written, as another request's change would be, just before the next replace.
     interloper: Mutex<Option<ScheduleRecord>>,
+    /// Recorded, as a later tick's concurrent delivery would be, just before the next firing's
+    /// record.
+    overtaker: Mutex<Option<FireRecord>>,
 }
 
 fn outage(doing: &str) -> StoreError {
@@ -188,7 +191,21 @@ impl ScheduleStore for Schedules {
         if self.fail_next_fire.swap(false, Ordering::SeqCst) {
             return Err(outage("record a firing"));
         }
+        let overtaker = self.overtaker.lock().unwrap().take();
+        if let Some(later) = overtaker {
+            let written = self.memory.record_fire(owner, id, &later).await?;
+            assert_eq!(written, FireWrite::Recorded, "the later tick is recorded first");
+        }
         self.memory.record_fire(owner, id, fire).await
+    }
+    async fn count_fire(
+        &self,
+        owner: &Owner,
+        id: &ScheduleId,
+        fire: &FireRecord,
+    ) -> Result<bool, StoreError> {
+        self.check(id, "count a firing")?;
+        self.memory.count_fire(owner, id, fire).await
     }
     async fn release_held(
         &self,
@@ -1356,6 +1373,36 @@ async fn an_earlier_tick_after_a_later_one_does_nothing() {
     w.deliver(&firing(&id, "2099-03-02T09:00:00Z", FiringKind::Tick)).await.unwrap();
     assert_eq!(w.ticks_of(&id).await, ["2099-03-02T09:05:00.000Z"], "no job for 09:00");
     assert_eq!(w.record(&id).await.unwrap(), after_later, "nothing recorded");
+}
+
+#[tokio::test]
+async fn two_ticks_racing_out_of_order_both_count_and_the_later_stays_last() {
+    let w = world();
+    let id = w
+        .created(&daily_with(json!({"overlap": "allow", "schedule": "cron(0/5 * * * ? *)"})))
+        .await;
+    // 09:05's delivery records first while 09:00's, which read the schedule before it, is
+    // submitting its job.
+    let later_job = JobId::new();
+    let later = FireRecord {
+        tick: "2099-03-02T09:05:00Z".parse().unwrap(),
+        job_id: Some(later_job.clone()),
+        outcome: FireOutcome::Submitted,
+        reason: None,
+        hold: false,
+        trigger: false,
+    };
+    *w.schedules.overtaker.lock().unwrap() = Some(later.clone());
+    w.tick(&id, "2099-03-02T09:00:00Z").await.unwrap();
+    assert_eq!(w.ticks_of(&id).await, ["2099-03-02T09:00:00.000Z"], "09:00's job was made");
+    let record = w.record(&id).await.unwrap();
+    assert_eq!(counts(&record), (2, 2, 0, 0), "both ticks' jobs are counted");
+    assert_eq!(record.last_fire, Some(later.last_fire()), "the later tick stays the last firing");
+    assert_eq!(record.live_job, Some(later_job), "and its job the live one");
+
+    // 09:00 delivered again finds its job and counts nothing twice.
+    w.deliver(&firing(&id, "2099-03-02T09:00:00Z", FiringKind::Tick)).await.unwrap();
+    assert_eq!(counts(&w.record(&id).await.unwrap()), (2, 2, 0, 0));
 }
 
 #[tokio::test]

@@ -44,12 +44,16 @@ impl MemorySchedules {
     }
 }
 
-fn bump(record: &mut ScheduleRecord, fire: &FireRecord) {
+fn count(record: &mut ScheduleRecord, fire: &FireRecord) {
     match fire.outcome {
         FireOutcome::Submitted => record.submitted += 1,
         FireOutcome::Skipped => record.skipped += 1,
         FireOutcome::Refused => record.refused += 1,
     }
+}
+
+fn bump(record: &mut ScheduleRecord, fire: &FireRecord) {
+    count(record, fire);
     record.last_fire = Some(fire.last_fire());
     if let Some(job_id) = &fire.job_id {
         record.live_job = Some(job_id.clone());
@@ -163,8 +167,10 @@ impl ScheduleStore for MemorySchedules {
             }
             record.last_trigger = Some(fire.tick);
         } else {
-            if record.last_tick.is_some_and(|last| last >= fire.tick) {
-                return Ok(FireWrite::Stale);
+            match record.last_tick {
+                Some(last) if last > fire.tick => return Ok(FireWrite::Superseded),
+                Some(last) if last == fire.tick => return Ok(FireWrite::Stale),
+                _ => {}
             }
             record.last_tick = Some(fire.tick);
         }
@@ -176,6 +182,22 @@ impl ScheduleStore for MemorySchedules {
         }
         bump(record, fire);
         Ok(FireWrite::Recorded)
+    }
+
+    async fn count_fire(
+        &self,
+        owner: &Owner,
+        id: &ScheduleId,
+        fire: &FireRecord,
+    ) -> Result<bool, StoreError> {
+        self.check("count a firing")?;
+        let mut records = self.lock();
+        let Some(record) = records.get_mut(&(owner.clone(), id.clone())) else {
+            return Ok(false);
+        };
+        record.fired += 1;
+        count(record, fire);
+        Ok(true)
     }
 
     async fn release_held(

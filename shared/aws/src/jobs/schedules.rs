@@ -11,7 +11,7 @@
 
 use super::*;
 
-use aws_sdk_dynamodb::types::Select;
+use aws_sdk_dynamodb::types::{ReturnValuesOnConditionCheckFailure, Select};
 use longhaul_domain::admission::Priority;
 use longhaul_domain::recurrence::{ScheduleExpression, ScheduleTimeZone};
 use longhaul_domain::schedules::{FireOutcome, LastFire, Overlap, ScheduleId, ScheduleState};
@@ -193,8 +193,12 @@ pub enum ScheduleWrite {
 pub enum FireWrite {
     /// Recorded.
     Recorded,
-    /// Not recorded: this tick or a later one was recorded already, or the schedule is gone.
+    /// Not recorded: this tick was recorded already, or the schedule is gone.
     Stale,
+    /// Not recorded: a later tick was recorded first (two ticks delivered out of order, or a
+    /// tick retried after the next one). The schedule's last firing stays the later one; a job
+    /// this tick made is still counted ([`JobStore::count_fire`]).
+    Superseded,
 }
 
 /// A page of an owner's schedules, oldest first, and the id to continue after.
@@ -490,7 +494,8 @@ impl JobStore {
             .condition_expression(condition)
             .expression_attribute_values(":tick", s(fire.tick.to_string()))
             .expression_attribute_values(":fire", last_fire)
-            .expression_attribute_values(":one", AttributeValue::N("1".into()));
+            .expression_attribute_values(":one", AttributeValue::N("1".into()))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
         if let Some(job_id) = &fire.job_id {
             set.push("live_job = :job");
             update = update.expression_attribute_values(":job", s(job_id.as_str()));
@@ -512,8 +517,46 @@ impl JobStore {
         match written {
             Ok(_) => Ok(FireWrite::Recorded),
             Err(err) => match err.as_service_error() {
-                Some(UpdateItemError::ConditionalCheckFailedException(_)) => Ok(FireWrite::Stale),
+                Some(UpdateItemError::ConditionalCheckFailedException(failed)) => {
+                    let later = !fire.trigger
+                        && failed
+                            .item()
+                            .and_then(|old| old.get("last_tick"))
+                            .and_then(|last| last.as_s().ok())
+                            .and_then(|last| last.parse::<Timestamp>().ok())
+                            .is_some_and(|last| last > fire.tick);
+                    Ok(if later { FireWrite::Superseded } else { FireWrite::Stale })
+                }
                 _ => Err(AwsError::new(format!("record a firing of schedule {id}"), err).into()),
+            },
+        }
+    }
+
+    /// Counts `fire` in `owner`'s schedule `id`'s counts without making it the last firing —
+    /// for a tick whose record was [`FireWrite::Superseded`] but whose job was made; whether
+    /// the schedule is still there.
+    pub async fn count_fire(
+        &self,
+        owner: &Owner,
+        id: &ScheduleId,
+        fire: &FireRecord,
+    ) -> Result<bool, StoreError> {
+        let (counter, _) = fire.attributes();
+        let written = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(schedule_key(owner, id)))
+            .condition_expression("attribute_exists(pk)")
+            .update_expression(format!("ADD fired :one, {counter} :one"))
+            .expression_attribute_values(":one", AttributeValue::N("1".into()))
+            .send()
+            .await;
+        match written {
+            Ok(_) => Ok(true),
+            Err(err) => match err.as_service_error() {
+                Some(UpdateItemError::ConditionalCheckFailedException(_)) => Ok(false),
+                _ => Err(AwsError::new(format!("count a firing of schedule {id}"), err).into()),
             },
         }
     }

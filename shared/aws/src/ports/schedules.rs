@@ -47,6 +47,14 @@ pub trait ScheduleStore: Warm {
         id: &ScheduleId,
         fire: &FireRecord,
     ) -> Result<FireWrite, StoreError>;
+    /// Counts a firing whose record was superseded, leaving the last firing as it is; whether
+    /// the schedule is there.
+    async fn count_fire(
+        &self,
+        owner: &Owner,
+        id: &ScheduleId,
+        fire: &FireRecord,
+    ) -> Result<bool, StoreError>;
     /// Records the release of the held tick `fire.tick`, if it is still held; whether it was.
     async fn release_held(
         &self,
@@ -93,6 +101,14 @@ impl ScheduleStore for JobStore {
         fire: &FireRecord,
     ) -> Result<FireWrite, StoreError> {
         JobStore::record_fire(self, owner, id, fire).await
+    }
+    async fn count_fire(
+        &self,
+        owner: &Owner,
+        id: &ScheduleId,
+        fire: &FireRecord,
+    ) -> Result<bool, StoreError> {
+        JobStore::count_fire(self, owner, id, fire).await
     }
     async fn release_held(
         &self,

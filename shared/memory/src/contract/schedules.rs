@@ -88,11 +88,19 @@ pub async fn schedule_store(store: &(impl ScheduleStore + ScheduleSweep)) {
         FireWrite::Stale,
         "the same tick again records nothing"
     );
-    let earlier = fire("2026-11-26T01:00:00Z", FireOutcome::Skipped, None, false);
+    let earlier = fire("2026-11-26T01:00:00Z", FireOutcome::Submitted, Some(JobId::new()), false);
     assert_eq!(
         store.record_fire(&owner, &first.schedule_id, &earlier).await.expect("fire"),
-        FireWrite::Stale,
-        "an earlier tick after a later one records nothing"
+        FireWrite::Superseded,
+        "an earlier tick after a later one records nothing, and says so"
+    );
+    assert!(
+        store.count_fire(&owner, &first.schedule_id, &earlier).await.expect("count"),
+        "a superseded tick's job is counted"
+    );
+    assert!(
+        !store.count_fire(&other, &first.schedule_id, &earlier).await.expect("count"),
+        "another owner's count finds no schedule"
     );
     assert_eq!(
         store
@@ -127,8 +135,8 @@ pub async fn schedule_store(store: &(impl ScheduleStore + ScheduleSweep)) {
         "a tick before a trigger, delivered after it, is recorded"
     );
     let fired = store.schedule(&owner, &first.schedule_id).await.expect("read").expect("there");
-    assert_eq!((fired.fired, fired.submitted, fired.skipped), (3, 3, 0));
-    assert_eq!(fired.live_job.as_ref(), Some(&job));
+    assert_eq!((fired.fired, fired.submitted, fired.skipped), (4, 4, 0));
+    assert_eq!(fired.live_job.as_ref(), Some(&job), "a superseded tick's job is not the live one");
     assert_eq!(fired.last_fire, Some(tick_after.last_fire()), "the last recorded firing");
 
     // A change is conditional on the version read, and keeps what the firing recorded.
@@ -139,7 +147,7 @@ pub async fn schedule_store(store: &(impl ScheduleStore + ScheduleSweep)) {
     assert_eq!(store.replace_schedule(&paused, 1).await.expect("write"), ScheduleWrite::Written);
     let now = store.schedule(&owner, &first.schedule_id).await.expect("read").expect("there");
     assert_eq!((now.state, now.version), (ScheduleState::Paused, 2));
-    assert_eq!((now.fired, now.live_job.as_ref()), (3, Some(&job)), "the firing is kept");
+    assert_eq!((now.fired, now.live_job.as_ref()), (4, Some(&job)), "the firing is kept");
     let mut stale = first.clone();
     stale.version = 2;
     match store.replace_schedule(&stale, 1).await.expect("write") {
