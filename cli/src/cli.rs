@@ -448,6 +448,31 @@ mod tests {
         Cli::command().debug_assert();
     }
 
+    /// The CLI keeps its own copies of the API's vocabularies (it depends on no server crate);
+    /// each copy spells every value the API's does, in its order, and clap accepts it so.
+    #[test]
+    fn the_clis_vocabularies_are_the_apis() {
+        fn spelled<T: ValueEnum>(as_str: impl Fn(&T) -> &'static str) -> Vec<&'static str> {
+            T::value_variants()
+                .iter()
+                .map(|value| {
+                    let name = value.to_possible_value().expect("a value").get_name().to_owned();
+                    assert_eq!(name, as_str(value), "clap's name is the API's");
+                    as_str(value)
+                })
+                .collect()
+        }
+        use longhaul_domain::{admission, endpoints};
+        assert_eq!(
+            spelled::<EndpointEvent>(|e| e.as_str()),
+            endpoints::EndpointEvent::ALL.map(|e| e.as_str()),
+        );
+        assert_eq!(
+            spelled::<Priority>(|p| p.as_str()),
+            admission::Priority::ALL.map(|p| p.as_str()),
+        );
+    }
+
     #[test]
     fn usage_errors_are_exit_code_2() {
         let err = Cli::try_parse_from(["longhaul", "submit"]).unwrap_err();

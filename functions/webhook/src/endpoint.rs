@@ -6,7 +6,8 @@
 //! wins; a reminder only while the result is there). Each attempt is counted against the
 //! tenant's rate of endpoint attempts: over it, the message waits for the next minute without
 //! using an attempt, so one tenant's flood — or its partner's outage, every attempt of which
-//! may take the full timeout — takes at most its share of the function.
+//! may take the full timeout — takes at most its share of the function. The charge comes first,
+//! before any read, so a delivery that waits costs one counter write per hop.
 //!
 //! After the attempt, the delivery record is overwritten with its outcome and the endpoint's
 //! health follows ([`HealthChange::after_attempt`]): `410 Gone` disables it at once; an
@@ -53,6 +54,20 @@ pub(crate) async fn process(
             message.result_expires_at,
         );
         deps.endpoints.record_endpoint_delivery(&unsent).await.map_err(|e| e.to_string())
+    };
+    // The tenant's rate is charged before anything is read when the message names the owner
+    // (every message queued since owners were carried): a delivery over the rate waits, or a
+    // progress event is dropped, at the cost of one counter write, not three requests.
+    let rate = if event == EndpointEvent::JobProgress { &deps.progress_rate } else { &deps.rate };
+    let charged = match &message.owner {
+        Some(owner) => {
+            let admission = rate.charge(owner).await.map_err(|e| e.to_string())?;
+            if let Admission::Limited { retry_after } = admission {
+                return over_rate(deps, message, endpoint_id, event, retry_after, at).await;
+            }
+            true
+        }
+        None => false,
     };
     let (job, progress) = if event == EndpointEvent::JobProgress {
         match deps.jobs.view(&message.job_id).await.map_err(|e| e.to_string())? {
@@ -130,26 +145,12 @@ pub(crate) async fn process(
     if !endpoint.enabled() {
         return settle(DISABLED_ERROR).await;
     }
-    // Progress is counted apart (its own counter) and never waits: over the rate it is
-    // dropped, superseded by the next, so it can never hold up a terminal event.
-    let rate = if event == EndpointEvent::JobProgress { &deps.progress_rate } else { &deps.rate };
-    match rate.charge(&job.owner).await.map_err(|e| e.to_string())? {
-        Admission::Admitted => {}
-        Admission::Limited { .. } if event == EndpointEvent::JobProgress => {
-            tracing::info!(%endpoint_id, webhook_id, "the tenant's progress events are at their rate; dropped");
-            return Ok(());
-        }
-        Admission::Limited { retry_after } => {
-            // Spread over the next seconds, not all at the minute's turn.
-            let wait = retry_after.clamp(1, 60)
-                + u64::from(at.as_datetime().timestamp_subsec_millis() % 10);
-            let later = WebhookMessage {
-                not_before: at.as_datetime().timestamp() + wait as i64,
-                ..message.clone()
-            };
-            tracing::info!(%endpoint_id, webhook_id, wait, "the tenant's endpoint attempts are at their rate; the delivery waits");
-            return deps.queue.send(&later, wait).await.map_err(|e| e.to_string());
-        }
+    // A message without its owner is charged once the job says whose it is.
+    if !charged
+        && let Admission::Limited { retry_after } =
+            rate.charge(&job.owner).await.map_err(|e| e.to_string())?
+    {
+        return over_rate(deps, message, endpoint_id, event, retry_after, at).await;
     }
 
     let tried = attempt(deps, &job.owner, &endpoint.spec.url, &webhook_id, &payload).await?;
@@ -204,6 +205,32 @@ pub(crate) async fn process(
         _ => {}
     }
     Ok(())
+}
+
+/// A delivery over its tenant's rate. Progress is counted apart (its own counter) and never
+/// waits: it is dropped, superseded by the next, so it can never hold up a terminal event.
+/// Any other event waits for the next minute without using an attempt.
+async fn over_rate(
+    deps: &Deps,
+    message: &WebhookMessage,
+    endpoint_id: &EndpointId,
+    event: EndpointEvent,
+    retry_after: u64,
+    at: Timestamp,
+) -> Result<(), String> {
+    if event == EndpointEvent::JobProgress {
+        tracing::info!(%endpoint_id, "the tenant's progress events are at their rate; dropped");
+        return Ok(());
+    }
+    // Spread over the next seconds, not all at the minute's turn.
+    let wait =
+        retry_after.clamp(1, 60) + u64::from(at.as_datetime().timestamp_subsec_millis() % 10);
+    let later = WebhookMessage {
+        not_before: at.as_datetime().timestamp() + wait as i64,
+        ..message.clone()
+    };
+    tracing::info!(%endpoint_id, event = %event, wait, "the tenant's endpoint attempts are at their rate; the delivery waits");
+    deps.queue.send(&later, wait).await.map_err(|e| e.to_string())
 }
 
 /// Records `change`, what an attempt at `at` says of the endpoint's health.

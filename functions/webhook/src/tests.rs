@@ -788,7 +788,7 @@ impl World {
 /// The first attempt of `event` of `job` (in its status) to `endpoint`, due at once.
 fn to_endpoint(job: &JobRecord, endpoint: &EndpointRecord, event: EndpointEvent) -> WebhookMessage {
     let id = endpoint.endpoint_id.clone();
-    WebhookMessage::to_endpoint(job.job_id.clone(), job.status, id, event, 0)
+    WebhookMessage::to_endpoint(job.job_id.clone(), job.status, id, event, 0).of(&job.owner)
 }
 
 /// `at`, `seconds` later.
@@ -1275,6 +1275,19 @@ async fn over_its_tenants_rate_a_delivery_waits_for_the_next_minute_without_an_a
             "nothing recorded of the delivery that waits"
         );
         assert_eq!(w.endpoints.all_deliveries().len(), 2);
+
+        // The charge comes before any read: a delivery over the rate waits even for a job
+        // that is gone (it would have been settled, had the job been read first).
+        let mut gone = pending_job(&owner("alice"), Timestamp::now());
+        gone.status = JobStatus::Succeeded;
+        process(&w.deps, &to_endpoint(&gone, &endpoint, JobSucceeded)).await.unwrap();
+        if RateWindow::at(chrono::Utc::now().timestamp()).index != minute {
+            continue;
+        }
+        let sent = w.queue.sent();
+        assert_eq!(sent.len(), 2, "the gone job's delivery waits too: {sent:?}");
+        assert_eq!(sent[1].0.job_id, gone.job_id);
+        assert_eq!(w.endpoints.all_deliveries().len(), 2, "and nothing was read or recorded");
         return;
     }
     panic!("three runs each straddled a minute");
