@@ -8,7 +8,7 @@
 
 const TOKEN_KEY = "longhaul.token";
 const API_KEY = "longhaul.api";
-const LIVE = new Set(["pending", "queued", "running"]);
+const LIVE = new Set(["pending", "queued", "running", "paused"]);
 const PAGE = 20;
 
 const $ = (id) => document.getElementById(id);
@@ -203,6 +203,11 @@ function renderActions(jobId) {
   const job = entry.job;
   const cell = entry.row.querySelector(".actions");
   cell.replaceChildren();
+  if (job.status === "paused" || (job.status === "running" && job.pause)) {
+    cell.append(el("button", { type: "button", class: "resume", onclick: () => control(jobId, "resume") }, "Resume"));
+  } else if (LIVE.has(job.status)) {
+    cell.append(el("button", { type: "button", class: "pause", onclick: () => control(jobId, "pause") }, "Pause"));
+  }
   if (LIVE.has(job.status)) {
     cell.append(el("button", { type: "button", class: "cancel", onclick: () => cancel(jobId) }, "Cancel"));
   }
@@ -379,6 +384,20 @@ async function cancel(jobId) {
   });
 }
 
+/** Pauses (a running job at its next progress write) or resumes a job, then follows it. */
+async function control(jobId, action) {
+  await attempt(async () => {
+    const body = action === "pause" ? { reason: "paused from the web console" } : {};
+    await api("POST", `/jobs/${encodeURIComponent(jobId)}/${action}`, body);
+    const entry = state.rows.get(jobId);
+    stopWatching(entry);
+    const { body: job } = await api("GET", `/jobs/${encodeURIComponent(jobId)}`);
+    update(jobId, job);
+    if (state.detailId === jobId) renderDetail(job);
+    if (LIVE.has(job.status)) watch(jobId);
+  });
+}
+
 async function retry(jobId) {
   await attempt(async () => {
     const { body } = await api("POST", `/jobs/${encodeURIComponent(jobId)}/retry`);
@@ -464,6 +483,12 @@ function renderDetail(job) {
   if (job.last_error) add("Last error", `${job.last_error.code}: ${job.last_error.message}`);
   if (job.error) add("Error", `${job.error.code}: ${job.error.message}`);
   if (job.cancellation) add("Cancellation", JSON.stringify(job.cancellation));
+  if (job.pause) {
+    const who = `by ${job.pause.requested_by}${job.pause.reason ? `: ${job.pause.reason}` : ""}`;
+    add("Pause", job.pause.paused_at
+      ? `paused since ${fmtTime(job.pause.paused_at)} ${who} (cancelled at ${fmtTime(job.pause.lapses_at)} unless resumed)`
+      : `asked ${fmtTime(job.pause.requested_at)} ${who}; the stage pauses at its next progress write`);
+  }
   const body = $("transitions").tBodies[0];
   body.replaceChildren(
     ...(job.transitions || []).map((t) => el("tr", {}, el("td", {}, t.state), el("td", {}, fmtTime(t.at)), el("td", {}, t.reason || ""))),

@@ -48,6 +48,10 @@ pub enum Command {
     Ls(List),
     /// Cancel a job.
     Cancel(Cancel),
+    /// Pause a job (a running one saves its checkpoint and stops at its next progress write).
+    Pause(Cancel),
+    /// Resume a paused job from its checkpoint.
+    Resume(JobRef),
     /// Run a failed or cancelled job again, as a new job.
     Retry(JobRef),
     /// Download a succeeded job's result.
@@ -127,7 +131,7 @@ pub struct JobRef {
 /// `ls`.
 #[derive(Debug, Args)]
 pub struct List {
-    /// Only jobs in this status (pending, queued, running, succeeded, failed, cancelled, expired).
+    /// Only jobs in this status (pending, queued, running, paused, succeeded, failed, cancelled, expired).
     #[arg(long)]
     pub status: Option<String>,
     /// Only jobs of this type.
@@ -144,7 +148,7 @@ pub struct List {
     pub all: bool,
 }
 
-/// `cancel`.
+/// `cancel` and `pause`.
 #[derive(Debug, Args)]
 pub struct Cancel {
     /// The job id.

@@ -156,6 +156,34 @@ async fn a_cancelled_job_exits_3_from_watch() {
 }
 
 #[tokio::test]
+async fn pause_and_resume_say_what_became_of_the_job() {
+    let me = user("cli-pause");
+    let job_id = me
+        .api
+        .submit(&json!({"type": "demo", "params": {"items": 1}, "delay_seconds": 3_600}))
+        .await;
+    let paused = run(&me.token, &["pause", &job_id, "--reason", "cli test"]).await;
+    assert_eq!(code(&paused), 0, "{}", stderr(&paused));
+    assert_eq!(stdout(&paused).trim(), format!("job {job_id} paused"));
+    let job = me.api.get(&format!("/jobs/{job_id}")).await.json;
+    assert_eq!(
+        (job["status"].as_str(), job["pause"]["reason"].as_str()),
+        (Some("paused"), Some("cli test"))
+    );
+    let listed = run(&me.token, &["--json", "ls", "--status", "paused"]).await;
+    assert_eq!(code(&listed), 0, "{}", stderr(&listed));
+    assert_eq!(json_out(&listed)["jobs"][0]["job_id"], job_id.as_str());
+
+    let resumed = run(&me.token, &["resume", &job_id]).await;
+    assert_eq!(code(&resumed), 0, "{}", stderr(&resumed));
+    assert_eq!(stdout(&resumed).trim(), format!("job {job_id} resumed (status now pending)"));
+    let again = run(&me.token, &["resume", &job_id]).await;
+    assert_eq!(code(&again), 4, "not paused: the API's 409");
+    assert!(stderr(&again).contains("(HTTP 409)"), "{}", stderr(&again));
+    assert_eq!(code(&run(&me.token, &["cancel", &job_id]).await), 0);
+}
+
+#[tokio::test]
 async fn api_errors_exit_4_showing_the_problem() {
     let bad = run("not-a-token", &["status", "0190d2a4-0000-7000-8000-000000000000"]).await;
     assert_eq!(code(&bad), 4);

@@ -210,7 +210,7 @@ async fn severe_log_entries(client: &Client) -> Vec<Value> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_console_submits_watches_downloads_and_cancels_in_a_real_browser() {
+async fn the_console_submits_watches_downloads_pauses_and_cancels_in_a_real_browser() {
     let _browser = BROWSER.lock().await;
     let api = user("console");
     let token = api.token.clone().unwrap();
@@ -356,6 +356,21 @@ async fn the_console_submits_watches_downloads_and_cancels_in_a_real_browser() {
         r["status"] == "running"
     })
     .await;
+    // Paused from its row (it saves its checkpoint at its next progress write), then resumed.
+    click(&client, &format!("tr[data-job-id='{long}'] button.pause")).await;
+    wait_row(&client, &long, Duration::from_secs(60), "long job paused", &mut seen, |r| {
+        r["status"] == "paused"
+    })
+    .await;
+    let paused = api.get(&format!("/jobs/{long}")).await;
+    assert_eq!(paused.json["pause"]["reason"], "paused from the web console", "{}", paused.text);
+    click(&client, &format!("tr[data-job-id='{long}'] button.resume")).await;
+    wait_row(&client, &long, Duration::from_secs(60), "long job running again", &mut seen, |r| {
+        r["status"] == "running"
+    })
+    .await;
+    let resumed = api.get(&format!("/jobs/{long}")).await;
+    assert!(resumed.json["paused_seconds"].is_u64(), "{}", resumed.text);
     click(&client, &format!("tr[data-job-id='{long}'] button.cancel")).await;
     wait_row(&client, &long, Duration::from_secs(60), "long job cancelled", &mut seen, |r| {
         r["status"] == "cancelled"

@@ -12,6 +12,11 @@ async fn the_dynamodb_job_store_keeps_the_job_table_contract() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn the_dynamodb_job_store_keeps_the_pausing_contract() {
+    longhaul_memory::contract::job_pausing(&job_store().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn the_dynamodb_job_store_keeps_the_schedule_store_contract() {
     longhaul_memory::contract::schedule_store(&job_store().await).await;
 }

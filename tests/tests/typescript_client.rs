@@ -37,6 +37,7 @@ const PRINCIPALS: &[&str] = &[
     "happy",
     "happy-terminal",
     "errors",
+    "pause",
     "idempotency",
     "network",
     "ratelimit",

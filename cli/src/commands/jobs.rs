@@ -124,6 +124,34 @@ pub async fn cancel(api: &Api, out: &Output, args: &Cancel) -> Result<Exit, CliE
     Ok(Exit::Ok)
 }
 
+/// `pause`: pauses the job (a running one at its next progress write, after its checkpoint).
+pub async fn pause(api: &Api, out: &Output, args: &Cancel) -> Result<Exit, CliError> {
+    let mut body = json!({});
+    if let Some(reason) = &args.reason {
+        body["reason"] = reason.clone().into();
+    }
+    let reply = api.post(&format!("/jobs/{}/pause", args.id), &body).await?.body;
+    out.print(&reply, || {
+        let status = field(&reply, "status");
+        if status == "paused" {
+            format!("job {} paused", args.id)
+        } else {
+            format!("job {} pause requested (status now {status})", args.id)
+        }
+    });
+    Ok(Exit::Ok)
+}
+
+/// `resume`: the paused job is dispatched again and continues from its checkpoint.
+pub async fn resume(api: &Api, out: &Output, job_id: &str) -> Result<Exit, CliError> {
+    let reply = api.post(&format!("/jobs/{job_id}/resume"), &json!({})).await?.body;
+    out.print(&reply, || match field(&reply, "status").as_str() {
+        "running" => format!("job {job_id} was not paused yet: its pause is withdrawn"),
+        status => format!("job {job_id} resumed (status now {status})"),
+    });
+    Ok(Exit::Ok)
+}
+
 /// `retry`: the failed or cancelled job runs again as a new job; prints the new job's id.
 pub async fn retry(api: &Api, out: &Output, job_id: &str) -> Result<Exit, CliError> {
     let reply = api.post(&format!("/jobs/{job_id}/retry"), &json!({})).await?.body;

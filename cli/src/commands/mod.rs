@@ -24,6 +24,8 @@ pub async fn dispatch(cli: &Cli, out: &Output) -> Result<Exit, CliError> {
         Command::Watch(job) => watch(&api, out, &job.id).await,
         Command::Ls(args) => jobs::list(&api, out, args).await,
         Command::Cancel(args) => jobs::cancel(&api, out, args).await,
+        Command::Pause(args) => jobs::pause(&api, out, args).await,
+        Command::Resume(job) => jobs::resume(&api, out, &job.id).await,
         Command::Retry(job) => jobs::retry(&api, out, &job.id).await,
         Command::Result(args) => result::result(&api, out, args).await,
         Command::Deliveries(job) => jobs::deliveries(&api, out, &job.id).await,

@@ -9,6 +9,7 @@ import type {
   JobStatus,
   JobSummary,
   JobTypeList,
+  PauseAccepted,
   Priority,
 } from "./types.js";
 import { randomUUID } from "./util.js";
@@ -152,6 +153,38 @@ export class Jobs {
       path: this.path(id, "/cancel"),
       body: options.reason === undefined ? {} : { reason: options.reason },
       idempotent: true,
+      signal: options.signal,
+    });
+    return body;
+  }
+
+  /**
+   * `POST /jobs/{id}/pause`: a `pending` or `queued` job is `paused` at once; a `running` one
+   * is asked to pause (its stage saves its checkpoint at its next progress write and the job
+   * becomes `paused`). Pausing again is harmless, so it is retried. A terminal job is a `409`.
+   */
+  async pause(id: string, options: { reason?: string; signal?: AbortSignal } = {}): Promise<PauseAccepted> {
+    const { body } = await this.transport.json<PauseAccepted>({
+      method: "POST",
+      path: this.path(id, "/pause"),
+      body: options.reason === undefined ? {} : { reason: options.reason },
+      idempotent: true,
+      signal: options.signal,
+    });
+    return body;
+  }
+
+  /**
+   * `POST /jobs/{id}/resume`: a paused job is dispatched again (`pending`) and continues from
+   * its checkpoint. A job that is not paused is a `409` `LonghaulError`, which a retry of a
+   * resume that went through gets too — so a lost answer is not retried: read the job instead.
+   */
+  async resume(id: string, options: { signal?: AbortSignal } = {}): Promise<PauseAccepted> {
+    const { body } = await this.transport.json<PauseAccepted>({
+      method: "POST",
+      path: this.path(id, "/resume"),
+      body: {},
+      idempotent: false,
       signal: options.signal,
     });
     return body;

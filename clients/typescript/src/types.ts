@@ -24,6 +24,8 @@ export type Accepted = Schemas["Accepted"];
 export type SubmitRequest = Schemas["SubmitRequest"];
 /** The answer of a cancellation. */
 export type CancelAccepted = Schemas["CancelAccepted"];
+/** The answer of a pause or a resume. */
+export type PauseAccepted = Schemas["PauseAccepted"];
 /** A presigned PUT for one input file (`POST /uploads`). */
 export type Upload = Schemas["Upload"];
 /** An RFC 9457 problem: every error the API answers. */

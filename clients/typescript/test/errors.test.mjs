@@ -52,6 +52,24 @@ test("problem answers are LonghaulErrors with status, type, title and detail", a
   assert.ok(view.not_before, "the delayed start is shown");
 });
 
+test("pause and resume: a pending job pauses at once, resumes to pending, and refusals are 409s", async () => {
+  const lh = client("pause");
+  const job = await lh.jobs.submit(demo(1, 0, { delaySeconds: 3600 }));
+  const paused = await lh.jobs.pause(job.job_id, { reason: "month end" });
+  assert.equal(paused.status, "paused");
+  assert.equal(paused.pause.reason, "month end");
+  assert.equal(typeof paused.pause.paused_at, "string");
+  const view = await lh.jobs.get(job.job_id);
+  assert.equal(view.status, "paused");
+  assert.equal(typeof view.pause.lapses_at, "string", "when the pause lapses");
+  const resumed = await lh.jobs.resume(job.job_id);
+  assert.equal(resumed.status, "pending");
+  const again = await problem(lh.jobs.resume(job.job_id), 409, "/problems/wrong-status");
+  assert.equal(again.problem.status_now, "pending");
+  await lh.jobs.cancel(job.job_id);
+  await problem(lh.jobs.pause(job.job_id), 409, "/problems/wrong-status");
+});
+
 test("the gateway's 401 is a LonghaulError too; a token function is asked again once", async () => {
   const bad = new Longhaul({ baseUrl: API, token: "not-a-jwt" });
   const err = await problem(bad.jobs.list(), 401, "about:blank");

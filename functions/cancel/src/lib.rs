@@ -1,4 +1,5 @@
-//! **cancel** — `DELETE /jobs/{id}` and `POST /jobs/{id}/cancel`: the owner cancels a job.
+//! **cancel** — `DELETE /jobs/{id}` and `POST /jobs/{id}/cancel`: the owner cancels a job;
+//! and `POST /jobs/{id}/pause` and `/resume` (see [`pause`]): the owner's other controls.
 //!
 //! A `pending` or `queued` job is cancelled at once (and its execution, if one started, is
 //! stopped); a `running` job gets a cooperative cancellation request that its stage honours
@@ -8,13 +9,14 @@
 //! request, and sets the progress record's flag again ([`JobStore::cancel`]): if the first
 //! request's flag write failed (a 500 after the job record took the request), the retry is
 //! what stops the worker. Should the worker die before it sees the flag, the reaper ends the
-//! job `cancelled` with the same reason.
+//! job `cancelled` with the same reason. A `paused` job is cancelled at once.
 
 pub mod lambda;
+mod pause;
 
 use lambda_http::http::{StatusCode, header};
 use lambda_http::{Body, Request, Response};
-use longhaul_aws::api::{Problem, json_response, path_job_id, principal, wrong_status};
+use longhaul_aws::api::{Problem, json_response, path_job_id, principal, route_key, wrong_status};
 use longhaul_aws::config::{ConfigError, Vars};
 use std::sync::Arc;
 
@@ -22,8 +24,11 @@ use longhaul_aws::executions::{Executions, execution_name};
 use longhaul_aws::jobs::{CancelOutcome, JobRecord, JobStore, StoreError};
 use longhaul_aws::logs;
 use longhaul_aws::metrics;
-use longhaul_aws::ports::{Clock, JobCancellation, JobExecutions, JobReads, SystemClock};
-use longhaul_domain::{Cancellation, JobStatus, Timestamp};
+use longhaul_aws::ports::{
+    Clock, DispatchQueue, JobCancellation, JobExecutions, JobPausing, JobReads, SystemClock,
+};
+use longhaul_aws::queue::IntakeQueue;
+use longhaul_domain::{Cancellation, JobStatus, Owner, Timestamp};
 use serde::Deserialize;
 use serde_json::json;
 use tracing::Instrument;
@@ -42,6 +47,8 @@ pub struct Config {
     pub state_machine_arn: String,
     /// `LONGHAUL_RECORD_RETENTION_SECONDS` (default 30 days): the TTL of a job it cancels.
     pub record_retention: longhaul_aws::jobs::RecordRetention,
+    /// `INTAKE_QUEUE_URL`: where a resumed job is enqueued for dispatch.
+    pub intake_queue_url: String,
 }
 
 impl Config {
@@ -51,13 +58,14 @@ impl Config {
             table: vars.required("TABLE_NAME")?,
             state_machine_arn: vars.required("STATE_MACHINE_ARN")?,
             record_retention: longhaul_aws::jobs::RecordRetention::from_vars(vars)?,
+            intake_queue_url: vars.required("INTAKE_QUEUE_URL")?,
         })
     }
 }
 
-/// What the function needs of the job table: to read a job and to cancel it.
-pub trait Jobs: JobReads + JobCancellation {}
-impl<T: JobReads + JobCancellation> Jobs for T {}
+/// What the function needs of the job table: to read a job, to cancel, pause and resume it.
+pub trait Jobs: JobReads + JobCancellation + JobPausing {}
+impl<T: JobReads + JobCancellation + JobPausing> Jobs for T {}
 
 /// What the handler needs, built once per sandbox: its ports.
 #[derive(Debug, Clone)]
@@ -66,8 +74,10 @@ pub struct Deps {
     pub jobs: Arc<dyn Jobs>,
     /// The job state machine's executions, which a cancellation stops.
     pub executions: Arc<dyn JobExecutions>,
-    /// What time it is: a cancellation's `requested_at`.
+    /// What time it is: a cancellation's or pause's `requested_at`.
     pub clock: Arc<dyn Clock>,
+    /// The intake queue, where a resumed job goes to be dispatched again.
+    pub intake: Arc<dyn DispatchQueue>,
 }
 
 impl Deps {
@@ -83,10 +93,15 @@ impl Deps {
                 config.state_machine_arn.clone(),
             )),
             clock: Arc::new(SystemClock),
+            intake: Arc::new(IntakeQueue::new(
+                aws_sdk_sqs::Client::new(sdk),
+                config.intake_queue_url.clone(),
+            )),
         }
     }
 }
 
+/// The body of a cancel or a pause (optional): `{"reason"?}`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct CancelBody {
@@ -100,7 +115,12 @@ struct CancelBody {
 /// the attempt once the job is read.
 pub async fn handle(deps: &Deps, request: Request) -> Response<Body> {
     let span = logs::job_span(None, None, principal(&request).as_ref());
-    cancel(deps, &request).instrument(span).await.unwrap_or_else(Problem::into_response)
+    let answered = match route_key(&request).as_deref() {
+        Some("POST /jobs/{id}/pause") => pause::pause(deps, &request).instrument(span).await,
+        Some("POST /jobs/{id}/resume") => pause::resume(deps, &request).instrument(span).await,
+        _ => cancel(deps, &request).instrument(span).await,
+    };
+    answered.unwrap_or_else(Problem::into_response)
 }
 
 fn body(request: &Request) -> Result<CancelBody, Problem> {
@@ -111,7 +131,7 @@ fn body(request: &Request) -> Result<CancelBody, Problem> {
     }
     let value = longhaul_aws::api::json_body(request, MAX_BODY_BYTES)?;
     let body: CancelBody = serde_json::from_value(value).map_err(|e| {
-        Problem::bad_request(format!("The body does not match the cancel schema: {e}"))
+        Problem::bad_request(format!("The body does not match the schema ({{\"reason\"?}}): {e}"))
     })?;
     if body.reason.as_ref().is_some_and(|r| r.chars().count() > MAX_REASON_CHARS) {
         return Err(Problem::bad_request(format!(
@@ -121,7 +141,12 @@ fn body(request: &Request) -> Result<CancelBody, Problem> {
     Ok(body)
 }
 
-async fn cancel(deps: &Deps, request: &Request) -> Result<Response<Body>, Problem> {
+/// The caller, the body (`{"reason"?}`) and the caller's job the path names (`404` for anyone
+/// else's), read consistently — what every control starts from, recorded in the job's span.
+async fn owned_job(
+    deps: &Deps,
+    request: &Request,
+) -> Result<(Owner, CancelBody, JobRecord), Problem> {
     let owner = principal(request).ok_or_else(Problem::unauthorized)?;
     let job_id = path_job_id(request)?;
     logs::record_job_id(&tracing::Span::current(), &job_id);
@@ -129,6 +154,12 @@ async fn cancel(deps: &Deps, request: &Request) -> Result<Response<Body>, Proble
     let job = deps.jobs.job(&job_id).await.map_err(internal)?;
     let job = job.filter(|job| job.owner == owner).ok_or_else(Problem::not_found)?;
     logs::current_job(&job);
+    Ok((owner, body, job))
+}
+
+async fn cancel(deps: &Deps, request: &Request) -> Result<Response<Body>, Problem> {
+    let (owner, body, job) = owned_job(deps, request).await?;
+    let job_id = job.job_id.clone();
     if job.status.is_terminal() {
         return Err(wrong_status(job.status, format!("The job is already {}.", job.status)));
     }

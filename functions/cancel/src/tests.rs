@@ -7,11 +7,12 @@ use longhaul_aws::ports::{JobCreation, JobTransitions};
 use longhaul_domain::{JobId, Owner, Timestamp};
 use longhaul_memory::api::{ApiRequest, json_of};
 use longhaul_memory::contract::pending_job;
-use longhaul_memory::{ManualClock, MemoryExecutions, MemoryJobStore, owner};
+use longhaul_memory::{ManualClock, MemoryDispatchQueue, MemoryExecutions, MemoryJobStore, owner};
 
 struct World {
     jobs: Arc<MemoryJobStore>,
     executions: Arc<MemoryExecutions>,
+    intake: Arc<MemoryDispatchQueue>,
     /// The handler's clock: standing still at the time the world was made.
     clock: Arc<ManualClock>,
     deps: Deps,
@@ -21,8 +22,14 @@ fn world() -> World {
     let jobs = Arc::new(MemoryJobStore::new());
     let executions = Arc::new(MemoryExecutions::new());
     let clock = Arc::new(ManualClock::new());
-    let deps = Deps { jobs: jobs.clone(), executions: executions.clone(), clock: clock.clone() };
-    World { jobs, executions, clock, deps }
+    let intake = Arc::new(MemoryDispatchQueue::default());
+    let deps = Deps {
+        jobs: jobs.clone(),
+        executions: executions.clone(),
+        clock: clock.clone(),
+        intake: intake.clone(),
+    };
+    World { jobs, executions, intake, clock, deps }
 }
 
 impl World {
@@ -59,6 +66,23 @@ impl World {
     ) -> Response<Body> {
         let mut request =
             ApiRequest::new("POST", &format!("/jobs/{id}/cancel"), principal).param("id", id);
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        handle(&self.deps, request.build()).await
+    }
+
+    /// `POST /jobs/{id}/<control>` (`pause` or `resume`) as API Gateway routes it.
+    async fn control(
+        &self,
+        control: &str,
+        principal: &str,
+        id: &str,
+        body: Option<serde_json::Value>,
+    ) -> Response<Body> {
+        let mut request = ApiRequest::new("POST", &format!("/jobs/{id}/{control}"), principal)
+            .route(&format!("POST /jobs/{{id}}/{control}"))
+            .param("id", id);
         if let Some(body) = body {
             request = request.json(&body);
         }
@@ -209,4 +233,121 @@ async fn a_failing_table_is_a_500_that_names_nothing_inside() {
     assert!(!text.contains("unavailable") && !text.contains("cancel job"), "{text}");
     w.jobs.set_unavailable(false);
     assert_eq!(w.status(&id).await, JobStatus::Pending);
+}
+
+// ---------------------------------------------------------------------------------------------
+// POST /jobs/{id}/pause and /resume
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn a_pending_or_queued_job_pauses_at_once_and_resumes_through_dispatch() {
+    for from in [JobStatus::Pending, JobStatus::Queued] {
+        let w = world();
+        let id = w.job(&owner("alice"), from).await;
+        let at: Timestamp = "2031-02-03T04:05:06.000Z".parse().unwrap();
+        w.clock.set(at.as_datetime());
+        let paused = w.control("pause", "alice", &id, Some(json!({"reason": "month end"}))).await;
+        assert_eq!(paused.status(), 202, "{from}");
+        let body = json_of(&paused);
+        assert_eq!(body["status"], "paused");
+        assert_eq!(body["pause"]["reason"], "month end");
+        assert_eq!(body["pause"]["requested_by"], "alice");
+        assert_eq!(body["pause"]["paused_at"], at.to_string());
+        let job = w.jobs.job(&id).await.unwrap().unwrap();
+        assert_eq!(job.status, JobStatus::Paused);
+        assert_eq!(job.transitions.last().unwrap().reason, "paused by alice: month end");
+        // Its pause lapses a week on (the default max_paused): the reaper's index says so.
+        let (bucket, lapses) = w.jobs.index_entry(&id).expect("indexed while paused");
+        assert!(bucket.starts_with("paused#"), "{bucket}");
+        assert_eq!(lapses, "2031-02-10T04:05:06.000Z");
+        assert!(w.intake.sent().is_empty(), "nothing dispatched while paused");
+
+        // Pausing again changes nothing.
+        let again = w.control("pause", "alice", &id, Some(json!({"reason": "other"}))).await;
+        assert_eq!(again.status(), 200);
+        assert_eq!(json_of(&again)["pause"]["reason"], "month end", "the first pause stands");
+
+        // An hour later it resumes: pending, enqueued for dispatch, the hour counted.
+        w.clock.set(at.as_datetime() + std::time::Duration::from_secs(3600));
+        let resumed = w.control("resume", "alice", &id, None).await;
+        assert_eq!(resumed.status(), 202);
+        assert_eq!(json_of(&resumed)["status"], "pending");
+        let job = w.jobs.job(&id).await.unwrap().unwrap();
+        assert_eq!((job.status, job.pause.is_none()), (JobStatus::Pending, true));
+        assert_eq!((job.paused_seconds, job.resumes), (3600, 1));
+        assert_eq!(job.transitions.last().unwrap().reason, "resumed by alice");
+        let sent = w.intake.sent();
+        assert_eq!(sent.len(), 1);
+        assert_eq!((&sent[0].0.job_id, sent[0].1, &sent[0].2), (&id, 0, &owner("alice")));
+
+        // Resuming a job that is not paused is a conflict naming its status.
+        let not_paused = w.control("resume", "alice", &id, None).await;
+        assert_eq!(not_paused.status(), 409);
+        assert_eq!(json_of(&not_paused)["status_now"], "pending");
+    }
+}
+
+#[tokio::test]
+async fn a_running_job_is_asked_to_pause_and_a_resume_before_it_paused_withdraws_it() {
+    let w = world();
+    let id = w.job(&owner("alice"), JobStatus::Running).await;
+    w.jobs.put_progress(&id, ProgressRecord { lease: "lease-1".into(), ..Default::default() });
+    let asked = w.control("pause", "alice", &id, None).await;
+    assert_eq!(asked.status(), 202);
+    let body = json_of(&asked);
+    assert_eq!(body["status"], "running", "the stage pauses at its next progress write");
+    assert!(body["pause"]["paused_at"].is_null(), "{body}");
+    assert!(w.jobs.progress(&id).unwrap().pause_requested_at.is_some(), "the record is flagged");
+    assert_eq!(w.control("pause", "alice", &id, None).await.status(), 200, "asked already");
+
+    let withdrawn = w.control("resume", "alice", &id, None).await;
+    assert_eq!(withdrawn.status(), 200);
+    assert_eq!(json_of(&withdrawn)["status"], "running");
+    let job = w.jobs.job(&id).await.unwrap().unwrap();
+    assert_eq!((job.status, job.pause.is_none()), (JobStatus::Running, true));
+    assert!(w.jobs.progress(&id).unwrap().pause_requested_at.is_none(), "the flag is gone");
+    assert!(w.intake.sent().is_empty(), "a running job is not dispatched again");
+}
+
+#[tokio::test]
+async fn a_paused_job_can_be_cancelled_and_ended_or_cancelling_jobs_are_409() {
+    let w = world();
+    let id = w.job(&owner("alice"), JobStatus::Pending).await;
+    assert_eq!(w.control("pause", "alice", &id, None).await.status(), 202);
+    let cancelled = w.cancel("alice", &id, Some(json!({"reason": "not needed"}))).await;
+    assert_eq!(cancelled.status(), 202);
+    assert_eq!(w.status(&id).await, JobStatus::Cancelled);
+    assert_eq!(w.jobs.index_entry(&id), None, "out of the paused bucket");
+    for control in ["pause", "resume"] {
+        let refused = w.control(control, "alice", &id, None).await;
+        assert_eq!(refused.status(), 409, "{control}");
+        assert_eq!(json_of(&refused)["status_now"], "cancelled");
+    }
+
+    // A running job its owner is cancelling cannot be paused.
+    let running = w.job(&owner("alice"), JobStatus::Running).await;
+    w.jobs.put_progress(&running, ProgressRecord { lease: "lease-1".into(), ..Default::default() });
+    assert_eq!(w.cancel("alice", &running, None).await.status(), 202);
+    let refused = w.control("pause", "alice", &running, None).await;
+    assert_eq!(refused.status(), 409);
+    assert!(json_of(&refused)["detail"].as_str().unwrap().contains("being cancelled"));
+    assert!(w.jobs.progress(&running).unwrap().pause_requested_at.is_none());
+}
+
+#[tokio::test]
+async fn pause_and_resume_are_the_owners_alone_and_bad_bodies_change_nothing() {
+    let w = world();
+    let id = w.job(&owner("alice"), JobStatus::Pending).await;
+    for control in ["pause", "resume"] {
+        for (who, target) in [("mallory", id.as_str()), ("alice", "nope")] {
+            let response = w.control(control, who, target, None).await;
+            assert_eq!(response.status(), 404, "{control} {who} {target}");
+        }
+        for body in [json!({"reason": "x".repeat(501)}), json!({"why": "no"}), json!([1])] {
+            let response = w.control(control, "alice", &id, Some(body.clone())).await;
+            assert_eq!(response.status(), 400, "{control} {body}");
+        }
+    }
+    assert_eq!(w.status(&id).await, JobStatus::Pending);
+    assert!(w.intake.sent().is_empty());
 }

@@ -308,11 +308,14 @@ pub async fn dispatch(deps: &Deps, job_id: &JobId) -> Result<(), DispatchError> 
             deps.slots.leave_waiting(pool, &job.owner, &position).await?;
         }
     }
-    let name = execution_name(job_id, 1);
+    // A resumed job was dispatched before: its run gets a name of its own, so no run of an
+    // earlier dispatch can claim it.
+    let dispatch = job.dispatches + 1;
+    let name = execution_name(job_id, dispatch);
     let request =
         TransitionRequest::new(job_id, &[JobStatus::Pending], JobStatus::Queued, "dispatched")
             .set("execution", &name)
-            .set("dispatches", 1)
+            .set("dispatches", dispatch)
             .remove("waiting")
             .due(&format_rfc3339(now));
     let job = match deps.jobs.transition(request).await {

@@ -22,12 +22,14 @@ pub enum Bucket {
     Queued,
     /// `running` jobs: zombies, stalls, overtime ([`crate::running`]).
     Running,
+    /// `paused` jobs, keyed by when their pause lapses: cancelled then ([`crate::paused`]).
+    Paused,
 }
 
 impl Bucket {
     /// Every live bucket, in the order the `ActiveJobs` gauge reports them.
-    pub const ALL: [Bucket; 4] =
-        [Bucket::Pending, Bucket::Waiting, Bucket::Queued, Bucket::Running];
+    pub const ALL: [Bucket; 5] =
+        [Bucket::Pending, Bucket::Waiting, Bucket::Queued, Bucket::Running, Bucket::Paused];
 
     /// The bucket's name in the status index (and the gauge's `Status` dimension).
     pub fn as_str(self) -> &'static str {
@@ -36,6 +38,7 @@ impl Bucket {
             Bucket::Waiting => WAITING_BUCKET,
             Bucket::Queued => JobStatus::Queued.as_str(),
             Bucket::Running => JobStatus::Running.as_str(),
+            Bucket::Paused => JobStatus::Paused.as_str(),
         }
     }
 }
@@ -78,7 +81,7 @@ mod tests {
         }
         assert_eq!(
             Bucket::ALL.map(Bucket::as_str),
-            ["pending", "waiting", "queued", "running"],
+            ["pending", "waiting", "queued", "running", "paused"],
             "the index's and the gauge's names"
         );
         for wrong in ["", "Running", "running#0", "succeeded", "expired", "cancelled"] {

@@ -16,11 +16,14 @@
 //! * **job-level timeout** — running longer than its job type's maximum: failed (`Job.Timeout`);
 //! * **requested cancellation** — a zombie or overtime job whose owner asked to cancel it (the
 //!   job record holds the cancellation) is neither rescued nor failed: it ends `cancelled` with
-//!   the requester's reason, its partial results deleted, as its stage would have ended it.
+//!   the requester's reason, its partial results deleted, as its stage would have ended it;
+//! * **lapsed pauses** — a `paused` job paused longer than its kind's `max_paused` (a week by
+//!   default) is cancelled with that reason. Paused jobs are otherwise left alone, and their
+//!   paused time does not count towards `max_runtime`.
 //!
 //! One file per sweep, as River has one per maintenance service: [`pending`], [`queued`],
-//! [`running`], [`waiting`] (the pools of jobs waiting for a running slot); the buckets they
-//! sweep are a [`Bucket`].
+//! [`running`], [`waiting`] (the pools of jobs waiting for a running slot), [`paused`]; the
+//! buckets they sweep are a [`Bucket`].
 //!
 //! Every run sweeps each bucket to its end, within a time budget (see [`sweep`]); every
 //! action is a conditional write (status and lease), so two reapers running at once never act
@@ -38,6 +41,7 @@ use std::time::Duration;
 
 mod bucket;
 mod count;
+mod paused;
 mod pending;
 mod queued;
 mod running;
@@ -239,7 +243,8 @@ pub struct Report {
     /// Jobs failed (budget spent, timed out, undispatchable).
     pub failed: u32,
     /// Running jobs whose owner had asked to cancel them, ended `cancelled` because their
-    /// worker will not (it stopped heartbeating, or the job ran past its maximum).
+    /// worker will not (it stopped heartbeating, or the job ran past its maximum); and paused
+    /// jobs whose pause lapsed (`max_paused`).
     pub cancelled: u32,
     /// Jobs newly flagged stalled.
     pub stalled: u32,
@@ -386,8 +391,22 @@ pub async fn handle(deps: &Deps, now: DateTime<Utc>) -> Result<Report, ReaperErr
         sweep::sweep(deps, Bucket::Waiting, &running_before, deadline, &cursors, |jobs| {
             waiting::waiting_page(deps, jobs, &reconciled)
         });
-    let (pending, queued, running, waiting) = tokio::join!(pending, queued, running, waiting);
-    for swept in [pending, queued, running, waiting] {
+    // Paused jobs are keyed by when their pause lapses: those due now.
+    let lapsed_before = at(now);
+    let paused =
+        sweep::sweep(deps, Bucket::Paused, &lapsed_before, deadline, &cursors, |jobs| async move {
+            let mut report = Report::default();
+            for job in jobs {
+                let span = logs::span_of(&job);
+                let result =
+                    paused::lapsed(deps, now, job, &mut report).instrument(span.clone()).await;
+                counted(result, &span, &mut report);
+            }
+            report
+        });
+    let (pending, queued, running, waiting, paused) =
+        tokio::join!(pending, queued, running, waiting, paused);
+    for swept in [pending, queued, running, waiting, paused] {
         report.merge(swept);
     }
     // The reaper runs every minute anyway: it is the one place that can afford to count the

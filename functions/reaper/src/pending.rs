@@ -22,9 +22,10 @@ pub(crate) async fn lost_pending(
     report: &mut Report,
 ) -> Result<(), ReaperError> {
     let waited = (now - job.created_at.as_datetime()).to_std().unwrap_or_default();
-    // A delayed job waits from its start, not from its submission: the index entry does not
-    // say whether a job is delayed, so the record is read — only on this rare path.
-    if waited >= deps.config.max_pending && !delayed_within(deps, now, &job).await? {
+    // A delayed job waits from its start, a resumed one from its resume, not from its
+    // submission: the index entry says neither, so the record is read — only on this rare
+    // path.
+    if waited >= deps.config.max_pending && !startable_within(deps, now, &job).await? {
         let error = JobError {
             code: ErrorCode::Undispatchable.as_str().into(),
             message: format!(
@@ -80,16 +81,23 @@ pub(crate) async fn lost_pending(
     }
 }
 
-/// Whether `job`, pending for longer than `max_pending` since it was accepted, is a delayed
-/// job that has waited less than that since its start (so it is not undispatchable yet).
-async fn delayed_within(
+/// Whether `job`, pending for longer than `max_pending` since it was accepted, has waited
+/// less than that since it could start — a delayed job since its start, a resumed one since
+/// its resume (its last move into `pending`) — so it is not undispatchable yet.
+async fn startable_within(
     deps: &Deps,
     now: DateTime<Utc>,
     job: &JobEntry,
 ) -> Result<bool, ReaperError> {
     let Some(record) = deps.jobs.job(&job.job_id).await? else { return Ok(false) };
-    Ok(record
-        .not_before
+    let resumed = (record.resumes > 0)
+        .then(|| record.transitions.iter().rev().find(|t| t.state == JobStatus::Pending))
+        .flatten()
+        .map(|t| t.at);
+    Ok([record.not_before, resumed]
+        .into_iter()
+        .flatten()
+        .max()
         .map(Timestamp::as_datetime)
         .is_some_and(|start| (now - start).to_std().unwrap_or_default() < deps.config.max_pending))
 }

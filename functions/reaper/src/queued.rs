@@ -24,7 +24,9 @@ pub(crate) async fn lost_queued(
         Some(_) => {} // it ended without running the job: a new execution, within the budget
         None => return never_started(deps, now, &job, &current, report).await,
     }
-    if job.dispatches >= deps.max_attempts(&job) {
+    // A resume dispatches a job again without spending an attempt: the record says how many
+    // (read only on this rare path).
+    if job.dispatches >= deps.max_attempts(&job) && !resumed_within(deps, &job).await? {
         let error = JobError {
             code: ErrorCode::Undispatchable.as_str().into(),
             message: format!("its execution {current} ended without running it"),
@@ -53,6 +55,13 @@ pub(crate) async fn lost_queued(
         }
         Err(err) => raced(Err(err), report),
     }
+}
+
+/// Whether `job`'s dispatches, less those its resumes made, are still within its budget.
+async fn resumed_within(deps: &Deps, job: &JobEntry) -> Result<bool, ReaperError> {
+    let Some(record) = deps.jobs.job(&job.job_id).await? else { return Ok(false) };
+    Ok(record.resumes > 0
+        && record.dispatches.saturating_sub(record.resumes) < deps.max_attempts(job))
 }
 
 /// A `queued` job whose execution does not exist: its start was throttled or failed (an

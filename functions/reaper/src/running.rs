@@ -30,7 +30,9 @@ pub(crate) async fn running_page(deps: &Deps, now: DateTime<Utc>, jobs: Vec<JobE
     };
     for job in jobs {
         if let Some(progress) = &progress
-            && let Some((_, state)) = running_state(&job, progress.get(&job.job_id), deps)
+            // (The index does not hold the time a job spent paused: one that looks overtime
+            // is judged again from its record, which does.)
+            && let Some((_, state)) = running_state(&job, progress.get(&job.job_id), 0, deps)
             && matches!(judge(now, &state, &deps.config.thresholds), Verdict::Healthy)
         {
             continue;
@@ -43,9 +45,11 @@ pub(crate) async fn running_page(deps: &Deps, now: DateTime<Utc>, jobs: Vec<JobE
 }
 
 /// What the reaper judges a running job by (with its lease), or `None` if it is not running.
+/// `paused_seconds`: how long it spent paused, which its runtime does not count.
 fn running_state(
     job: &JobEntry,
     progress: Option<&ProgressRecord>,
+    paused_seconds: u64,
     deps: &Deps,
 ) -> Option<(String, Running)> {
     let (JobStatus::Running, Some(lease)) = (job.status, job.lease.clone()) else { return None };
@@ -66,11 +70,18 @@ fn running_state(
         progress_changed_at,
         // A running job was claimed: a record without a start is from before `started_at`
         // existed, judged by its claim.
-        started_at: job.started_at.unwrap_or(job.updated_at).as_datetime(),
+        started_at: paused_for(job.started_at.unwrap_or(job.updated_at), paused_seconds),
         stalled_at: job.stalled_at.map(Timestamp::as_datetime),
         max_runtime: deps.config.max_runtime.unwrap_or(policy.max_runtime()),
     };
     Some((lease, state))
+}
+
+/// `started`, moved on by the `seconds` the job spent paused: where its runtime counts from.
+fn paused_for(started: Timestamp, seconds: u64) -> DateTime<Utc> {
+    let started = started.as_datetime();
+    let paused = chrono::Duration::try_seconds(i64::try_from(seconds).unwrap_or(0));
+    paused.and_then(|paused| started.checked_add_signed(paused)).unwrap_or(started)
 }
 
 async fn running(
@@ -83,7 +94,9 @@ async fn running(
     let Some(view) = deps.jobs.view(job_id).await? else { return Ok(()) };
     logs::current_job(&view.job);
     let job = JobEntry::from(&view.job);
-    let Some((lease, state)) = running_state(&job, view.progress.as_ref(), deps) else {
+    let Some((lease, state)) =
+        running_state(&job, view.progress.as_ref(), view.job.paused_seconds, deps)
+    else {
         return Ok(());
     };
     let verdict = judge(now, &state, &deps.config.thresholds);

@@ -7,6 +7,7 @@
 //! instead of waiting for time to pass, and a run's budget is measured by a [`ManualClock`] that
 //! stands still (or steps a fixed amount at each reading), never by the machine's clock.
 
+mod paused;
 mod pending;
 mod queued;
 mod running;
@@ -255,15 +256,18 @@ impl World {
     }
 }
 
+/// How many buckets a run sweeps (each in [`STATUS_SHARDS`] shards).
+const SWEPT: usize = Bucket::ALL.len();
+
 /// The report of a run that found nothing to do but read `examined` entries.
-fn quiet(examined: u64, active: [u64; 4]) -> Report {
+fn quiet(examined: u64, active: [u64; 5]) -> Report {
     Report { examined, active: Bucket::ALL.into_iter().zip(active).collect(), ..Report::default() }
 }
 
 #[tokio::test]
 async fn an_empty_table_is_counted_and_swept_without_a_trace() {
     let world = world();
-    assert_eq!(world.run().await, quiet(0, [0; 4]));
+    assert_eq!(world.run().await, quiet(0, [0; 5]));
     assert!(world.started().is_empty() && world.sent().is_empty());
 }
 
@@ -278,7 +282,10 @@ async fn a_run_counts_the_live_jobs_of_each_bucket() {
     world.jobs.put_index_entry(&waits, "waiting", &at(world.ago(3)));
     let report = world.run().await;
     let active: Vec<(&str, u64)> = report.active.iter().map(|(b, n)| (b.as_str(), *n)).collect();
-    assert_eq!(active, [("pending", 2), ("waiting", 1), ("queued", 1), ("running", 1)]);
+    assert_eq!(
+        active,
+        [("pending", 2), ("waiting", 1), ("queued", 1), ("running", 1), ("paused", 0)]
+    );
     assert!(report.active_at_least.is_empty(), "small buckets are counted exactly: {report:?}");
     let json = serde_json::to_value(&report).unwrap();
     assert_eq!(json["active"]["waiting"], 1, "the report names each bucket: {json}");
@@ -311,7 +318,7 @@ async fn a_bucket_larger_than_the_count_cap_is_reported_as_a_lower_bound_at_a_bo
     );
     // 3 pages of shard 1 of `pending`; one page of every other shard of every bucket (it ends
     // there: an empty page, or the waiting job's).
-    let cap = 3 + (4 * STATUS_SHARDS as usize - 1);
+    let cap = 3 + (SWEPT * STATUS_SHARDS as usize - 1);
     assert_eq!(world.jobs.count_pages_read(), cap, "never more than the cap of pages");
 
     // Ten times as many jobs cost not one request more.
@@ -332,7 +339,7 @@ async fn a_bucket_within_the_count_cap_is_counted_exactly() {
     let report = world.run().await;
     assert_eq!(report.active.get(&Bucket::Pending), Some(&6), "{report:?}");
     assert!(report.active_at_least.is_empty(), "every shard was counted to its end: {report:?}");
-    assert_eq!(world.jobs.count_pages_read(), 3 + (4 * STATUS_SHARDS as usize - 1));
+    assert_eq!(world.jobs.count_pages_read(), 3 + (SWEPT * STATUS_SHARDS as usize - 1));
 }
 
 #[tokio::test]
@@ -347,14 +354,14 @@ async fn the_count_starts_no_page_once_the_sweeps_spent_the_budget() {
 
 #[tokio::test]
 async fn a_count_cut_by_the_deadline_is_a_lower_bound() {
-    // Each reading of the clock is a second later and the budget is 18 s: one reading sets the
-    // deadline, the 16 sweeps (empty but for one shard of `pending`, whose jobs are within the
+    // Each reading of the clock is a second later and the budget is 22 s: one reading sets the
+    // deadline, the 20 sweeps (empty but for one shard of `pending`, whose jobs are within the
     // grace) read the clock once each before their first and only page, so the counts start
     // with one second left: the first count to read the clock reads one page, and every later
     // reading (every other shard's, and that count's before its second page) is too late.
     let world = world_with(
         &[
-            ("LONGHAUL_REAPER_BUDGET_SECONDS", "18"),
+            ("LONGHAUL_REAPER_BUDGET_SECONDS", "22"),
             ("LONGHAUL_REAPER_COUNT_PAGE", "2"),
             ("LONGHAUL_REAPER_COUNT_MAX_PAGES", "3"),
         ],
@@ -388,12 +395,12 @@ async fn every_job_is_judged_whatever_the_page_size() {
 
 #[tokio::test]
 async fn a_run_out_of_budget_saves_where_it_stopped_and_the_next_goes_on_from_there() {
-    // Each reading of the clock is a second later and a run's budget is 17 s: 16 readings
-    // before its deadline, one before each page. Whatever order the 16 shards run in, the 15
+    // Each reading of the clock is a second later and a run's budget is 21 s: 20 readings
+    // before its deadline, one before each page. Whatever order the 20 shards run in, the 19
     // without jobs take one each at most, so the one with jobs reads at least one page of one
     // entry, and never the 17 it takes to reach its end (16 entries, then an empty page).
     let mut world = world_with(
-        &[("LONGHAUL_REAPER_PAGE", "1"), ("LONGHAUL_REAPER_BUDGET_SECONDS", "17")],
+        &[("LONGHAUL_REAPER_PAGE", "1"), ("LONGHAUL_REAPER_BUDGET_SECONDS", "21")],
         ManualClock::new().stepping(Duration::from_secs(1)),
     );
     let shard = 0;
@@ -436,7 +443,7 @@ async fn a_budget_spent_before_the_first_page_skips_no_job() {
     let mut world = world_of(&[("LONGHAUL_REAPER_BUDGET_SECONDS", "0")]);
     let zombie = world.running(&Running::zombie()).await;
     let report = world.run().await;
-    assert_eq!((report.examined, report.unfinished), (0, 4 * STATUS_SHARDS));
+    assert_eq!((report.examined, report.unfinished), (0, SWEPT as u32 * STATUS_SHARDS));
     assert!(report.active.is_empty(), "nor counted: {report:?}");
     assert_eq!(world.job(&zombie).await.status, JobStatus::Running, "not judged yet");
     world.deps.config.budget = Duration::from_secs(40);
@@ -450,7 +457,7 @@ async fn an_unavailable_table_is_reported_and_the_next_run_does_the_work() {
     world.jobs.set_unavailable(true);
     let report = world.run().await;
     // Each bucket's count, the saved cursors, and each shard's first page.
-    let failures = Bucket::ALL.len() as u32 + 1 + 4 * STATUS_SHARDS;
+    let failures = Bucket::ALL.len() as u32 + 1 + SWEPT as u32 * STATUS_SHARDS;
     assert_eq!(report, Report { errors: failures, ..Report::default() });
     world.jobs.set_unavailable(false);
     assert_eq!(world.job(&zombie).await.status, JobStatus::Running, "nothing half-done");

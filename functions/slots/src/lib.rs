@@ -1,11 +1,12 @@
-//! **slots** — gives a job's running slots back when it ends, and wakes the jobs that wait
-//! for them.
+//! **slots** — gives a job's running slots back when it ends or is paused, and wakes the jobs
+//! that wait for them.
 //!
 //! A job ends in one conditional write of its record, made by whoever ends it (a stage, the
 //! cancel function, the reaper); none of them frees slots itself. The table's stream carries
 //! that write here — filtered by the event source mapping to job records that moved into a
-//! terminal status — so a job frees its slots however it ends, even when its ender dies right
-//! after the write (the stream keeps the change 24 hours). For each end this function gives
+//! terminal status, or into `paused` — so a job frees its slots however it ends, even when its
+//! ender dies right after the write (the stream keeps the change 24 hours); a paused job takes
+//! a slot again through dispatch when it resumes. For each end this function gives
 //! back the job's slot of its tenant's pool and of its kind's (`DELETE` from the holders set:
 //! idempotent, so a retried batch frees nothing twice), takes the job out of the waiting
 //! lists if it ended while waiting (a cancel), and sends a dispatch message for as many
@@ -33,7 +34,7 @@ use longhaul_aws::queue::ScheduleQueue;
 use longhaul_aws::scheduler::{FiringKind, ScheduleFiring};
 use longhaul_aws::slots::{Admitter, pools_of};
 pub use longhaul_aws::streams::RecordError;
-use longhaul_aws::streams::{failure_at, job_end};
+use longhaul_aws::streams::{failure_at, job_end, job_paused};
 use longhaul_domain::admission::{Priority, waiting_sort_key};
 use longhaul_domain::{JobId, JobStatus, Owner};
 use serde::Deserialize;
@@ -104,7 +105,7 @@ pub struct EndedJob {
     /// Its kind.
     #[serde(rename = "type")]
     pub job_type: String,
-    /// Its status now (terminal).
+    /// Its status now (terminal, or `paused`).
     pub status: JobStatus,
     /// Its attempt.
     #[serde(default)]
@@ -134,10 +135,13 @@ pub struct PolicyLimit {
     pub concurrency_limit: Option<u32>,
 }
 
-/// Reads one stream record: `Some` if it is a job record moving into a terminal status, `None`
-/// for every other change of the table.
+/// Reads one stream record: `Some` if it is a job record moving into a terminal status or
+/// into `paused`, `None` for every other change of the table.
 pub fn ended(record: &EventRecord) -> Result<Option<EndedJob>, RecordError> {
-    job_end(record)
+    match job_end(record)? {
+        Some(ended) => Ok(Some(ended)),
+        None => job_paused(record),
+    }
 }
 
 /// Handles one batch of stream records, in order. Never fails: the first record whose slots
@@ -173,15 +177,15 @@ pub async fn free(deps: &Deps, job: &EndedJob) -> Result<(), longhaul_aws::AwsEr
     );
     let position = waiting_sort_key(job.priority, &job.created_at, &job.job_id);
     for (pool, limit) in &pools {
-        // Only a job that ended while it waited (a cancel) is in a list: every other end
-        // would pay a delete of nothing.
+        // Only a job that ended (a cancel) or was paused while it waited is in a list: every
+        // other end would pay a delete of nothing.
         if job.waiting.is_some() {
             deps.slots.leave_waiting(pool, &job.owner, &position).await?;
         }
         deps.slots.release(pool, *limit, std::slice::from_ref(&job.job_id)).await?;
     }
     tracing::info!(status = %job.status, pools = pools.len(), "the job's slots are given back");
-    if let Some(scheduled) = &job.scheduled {
+    if let Some(scheduled) = job.scheduled.as_ref().filter(|_| job.status.is_terminal()) {
         // Its schedule may hold a tick until it ends, or pause because it failed.
         let firing = ScheduleFiring {
             owner: job.owner.to_string(),

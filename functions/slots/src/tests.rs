@@ -203,6 +203,39 @@ async fn a_job_cancelled_while_it_waited_leaves_its_lists_and_frees_no_one_elses
 }
 
 #[tokio::test]
+async fn a_paused_job_gives_back_its_slots_and_leaves_its_lists_but_ends_nothing() {
+    let w = world(1);
+    w.holds(&tenant("alice"), &job_named("paused"), 1).await;
+    w.waits(&tenant("alice"), &job_named("next"), &owner("alice")).await;
+    let paused = end_of(&job_named("paused"), &owner("alice"), "1", |r| {
+        r["dynamodb"]["NewImage"]["status"]["S"] = json!("paused");
+        r["dynamodb"]["NewImage"]["scheduled"] = json!({"M": {
+            "schedule_id": {"S": "01a21879-8a98-706a-b1c3-6532b71d601b"},
+            "scheduled_at": {"S": "2026-11-24T09:00:00.000Z"},
+        }});
+    });
+    assert!(w.stream(vec![paused]).await.is_empty());
+    assert!(w.holders(&tenant("alice")).await.is_empty(), "its slot is given back");
+    assert_eq!(w.woken(), [(job_named("next"), owner("alice"))], "and the next job woken");
+    assert!(w.firings.take().is_empty(), "a pause is no end: its schedule hears nothing");
+
+    // Paused while it waited: out of the lists. A later write to the paused job frees nothing.
+    w.waits(&tenant("alice"), &job_named("waiting"), &owner("alice")).await;
+    let waiting = end_of(&job_named("waiting"), &owner("alice"), "2", |r| {
+        r["dynamodb"]["OldImage"]["status"]["S"] = json!("pending");
+        r["dynamodb"]["NewImage"]["status"]["S"] = json!("paused");
+        r["dynamodb"]["NewImage"]["waiting"] = json!({"M": {"reason": {"S": "tenant_limit"}}});
+    });
+    let again = record(|r| {
+        r["dynamodb"]["OldImage"]["status"]["S"] = json!("paused");
+        r["dynamodb"]["NewImage"]["status"]["S"] = json!("paused");
+    });
+    assert_eq!(ended(&again).unwrap(), None);
+    assert!(w.stream(vec![waiting, again]).await.is_empty());
+    assert!(w.waiting(&tenant("alice"), &owner("alice")).await.is_empty());
+}
+
+#[tokio::test]
 async fn changes_that_are_not_ends_free_nothing() {
     let w = world(1);
     w.holds(&tenant("alice"), &job_named("busy"), 1).await;

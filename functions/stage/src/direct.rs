@@ -53,6 +53,7 @@ pub(crate) async fn run(
         Ok(output) => match output.next {
             Next::Done => answer("succeeded"),
             Next::Cancelled => answer("cancelled"),
+            Next::Paused => answer("paused"),
             // The deadline neared (the stage checkpointed), or any answer an execution acts on.
             _ => hand_over(deps, run, &lease).await.and_then(|()| answer("handed_over")),
         },

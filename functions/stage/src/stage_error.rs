@@ -35,6 +35,10 @@ pub enum StageError {
     /// The owner asked to cancel the running job.
     #[error("cancellation requested")]
     Cancelled,
+    /// The owner asked to pause the running job: the stage parks it (never a failure, never
+    /// an answer to the state machine — the work op turns it into the `paused` outcome).
+    #[error("pause requested")]
+    Paused,
 }
 
 impl StageError {
@@ -47,6 +51,7 @@ impl StageError {
             StageError::NotClaimable(_) => ErrorCode::NotClaimable.as_str(),
             StageError::StageTimeout(_) => ErrorCode::StageTimeout.as_str(),
             StageError::Cancelled => ErrorCode::Cancelled.as_str(),
+            StageError::Paused => ErrorCode::Paused.as_str(),
         }
     }
 }

@@ -918,4 +918,5 @@ async fn continue_as_new_starts_the_next_execution_with_the_same_lease() {
 }
 
 mod direct;
+mod pause;
 mod stage_timeout;

@@ -158,6 +158,9 @@ pub enum Next {
     ContinueAsNew,
     /// The owner cancelled the job; it is recorded `cancelled`.
     Cancelled,
+    /// The owner paused the job; it is recorded `paused` at its last checkpoint (its resume
+    /// dispatches it again: this execution ends).
+    Paused,
     /// The job is recorded `succeeded`.
     Done,
     /// A stage boundary was crossed: `work` goes on with the next stage within the same call

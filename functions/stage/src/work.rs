@@ -13,6 +13,7 @@ use longhaul_worker::{Cadence, StageOutcome};
 
 use crate::engine::{Ctx, KindRun};
 use crate::failure_message::{Failure, PublicMessage};
+use crate::park::{self, Parked};
 use crate::wire::{Next, RunOutput, TaskLease};
 use crate::{Deps, StageError, end_job, finish_cancellation, store_failed};
 
@@ -72,6 +73,16 @@ pub(crate) async fn work(
         match output.next {
             // The next stage reads the progress record `run` just moved on (one strong read).
             Next::NextStage => continue,
+            // Parked at the final checkpoint the kind saved for the owner's pause.
+            Next::Paused => match park::park(deps, job_id, lease).await? {
+                Parked::Paused => return Ok(output),
+                // A resume withdrew the pause first: the stage goes on from that checkpoint.
+                Parked::Withdrawn => continue,
+                Parked::Cancelled(cancellation) => {
+                    finish_cancellation(deps, job_id, lease, Some(&cancellation)).await?;
+                    return Ok(RunOutput { next: Next::Cancelled, result_key: None, ..output });
+                }
+            },
             Next::Done => match complete(deps, job_id, lease, &output).await {
                 Ok(()) => return Ok(output),
                 // The owner cancelled while the last stage finished (the job as this
@@ -201,6 +212,10 @@ async fn run(
     let mut ctx = Ctx::new(deps, job, lease, stages, &progress, deadline, &run);
     let outcome = if job.cancellation.is_some() || progress.cancel_requested_at.is_some() {
         Err(StageError::Cancelled)
+    } else if job.pause.is_some() || progress.pause_requested_at.is_some() {
+        // Asked to pause before this stage began (or at the boundary that led to it): parked
+        // before anything runs.
+        Err(StageError::Paused)
     } else {
         // A stage whose earlier invocations of this attempt used up its time runs no more.
         match ctx.check_stage_timeout() {
@@ -225,6 +240,10 @@ async fn run(
             finish_cancellation(deps, job_id, lease, job.cancellation.as_ref()).await?;
             Ok(output(Next::Cancelled, None, ctx.stage))
         }
+        // The owner paused the job and the stage stopped as asked (its final checkpoint
+        // saved): parked by `work`. (A stage that finished anyway goes on: its result counts.)
+        Ok(StageOutcome::Paused) if ctx.pausing() => Ok(output(Next::Paused, None, ctx.stage)),
+        Err(StageError::Paused) => Ok(output(Next::Paused, None, ctx.stage)),
         Ok(StageOutcome::Paused) if loops >= deps.runs_per_execution => {
             Ok(output(Next::ContinueAsNew, None, ctx.stage))
         }

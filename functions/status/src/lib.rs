@@ -314,7 +314,8 @@ async fn list_jobs(deps: &Deps, request: &Request) -> Result<Response<Body>, Pro
     let status = match query.first("status") {
         None => None,
         Some(s) => Some(s.parse::<JobStatus>().map_err(|_| {
-            Problem::bad_request("status must be one of pending, queued, running, succeeded, failed, cancelled, expired")
+            let statuses: Vec<&str> = JobStatus::ALL.iter().map(|s| s.as_str()).collect();
+            Problem::bad_request(format!("status must be one of {}", statuses.join(", ")))
         })?),
     };
     let job_type = query.first("type").map(|t| t.chars().take(64).collect::<String>());
@@ -471,6 +472,19 @@ pub fn render(view: &JobView) -> serde_json::Value {
     }
     if let Some(cancellation) = &job.cancellation {
         body["cancellation"] = serde_json::to_value(cancellation).expect("cancellations serialise");
+    }
+    if let Some(pause) = job.pause.as_ref().filter(|_| !job.status.is_terminal()) {
+        // Paused since `paused_at` (cancelled at `lapses_at` unless resumed), or — a running
+        // job without `paused_at` — asked to pause at its stage's next progress write.
+        body["pause"] = serde_json::to_value(pause).expect("pauses serialise");
+        if let Some(paused_at) = pause.paused_at {
+            body["pause"]["lapses_at"] =
+                job.policy_or_default().pause_lapses_at(paused_at).to_string().into();
+        }
+    }
+    if job.resumes > 0 {
+        // Time spent paused, all pauses together: not counted towards `max_runtime`.
+        body["paused_seconds"] = job.paused_seconds.into();
     }
     body["priority"] = job.priority.as_str().into();
     if let Some(waiting) = job.waiting.as_ref().filter(|_| job.status == JobStatus::Pending) {

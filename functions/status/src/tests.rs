@@ -62,6 +62,7 @@ impl World {
             JobStatus::Succeeded => &[JobStatus::Queued, JobStatus::Running, JobStatus::Succeeded],
             JobStatus::Failed => &[JobStatus::Queued, JobStatus::Running, JobStatus::Failed],
             JobStatus::Cancelled => &[JobStatus::Cancelled],
+            JobStatus::Paused => &[JobStatus::Paused],
             JobStatus::Expired => {
                 &[JobStatus::Queued, JobStatus::Running, JobStatus::Succeeded, JobStatus::Expired]
             }
@@ -78,6 +79,17 @@ impl World {
                     request = request.set(
                         "error",
                         JobError { code: "Job.Fatal".into(), message: "bad input".into() },
+                    )
+                }
+                JobStatus::Paused => {
+                    request = request.set(
+                        "pause",
+                        longhaul_domain::Pause {
+                            requested_at: at(30),
+                            requested_by: owner.clone(),
+                            reason: Some("month end".into()),
+                            paused_at: Some(at(30)),
+                        },
                     )
                 }
                 JobStatus::Cancelled => {
@@ -283,6 +295,23 @@ async fn a_terminal_job_is_cacheable_by_its_etag_and_revalidates_to_304() {
     }
     let changed = w.call(get_job("alice", &id).header("if-none-match", "\"stale\"")).await;
     assert_eq!(changed.status(), 200, "a tag that no longer matches gets the body");
+}
+
+#[tokio::test]
+async fn a_paused_jobs_view_says_who_paused_it_since_when_and_when_the_pause_lapses() {
+    let w = world();
+    let paused = w.job(&owner("alice"), JobStatus::Paused).await;
+    let view = json_of(&w.get("alice", &paused).await);
+    assert_eq!(view["status"], "paused");
+    let pause = &view["pause"];
+    assert_eq!(
+        (pause["requested_by"].as_str(), pause["reason"].as_str()),
+        (Some("alice"), Some("month end"))
+    );
+    let paused_at: Timestamp = pause["paused_at"].as_str().unwrap().parse().unwrap();
+    let lapses_at: Timestamp = pause["lapses_at"].as_str().unwrap().parse().unwrap();
+    assert_eq!(lapses_at.since(paused_at).as_secs(), 604_800, "a week: the default max_paused");
+    assert!(view.get("paused_seconds").is_none(), "not resumed yet: {view}");
 }
 
 #[tokio::test]

@@ -208,6 +208,7 @@ fn key_taken(key: &str, job: Option<JobRecord>, claimed_recently: bool) -> KeyTa
             JobStatus::Pending
             | JobStatus::Queued
             | JobStatus::Running
+            | JobStatus::Paused
             | JobStatus::Succeeded
             | JobStatus::Expired => KeyTaken::Replay(Box::new(job)),
         },

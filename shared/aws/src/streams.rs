@@ -3,7 +3,7 @@
 //! A job ends in one write of its record; its stream record carries the images before and
 //! after. Both consumers act on the same change — a job record moving into `succeeded`,
 //! `failed` or `cancelled` from a live status — and report a failure the same way (the record
-//! to resume the shard from).
+//! to resume the shard from). The slots function also acts on a move into `paused`.
 
 use aws_lambda_events::dynamodb::EventRecord;
 use aws_lambda_events::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
@@ -35,6 +35,23 @@ struct StatusImage {
 /// `failed` or `cancelled` from a live status; `None` for every other change of the table
 /// (event source mappings filter those out; this check does not depend on it).
 pub fn job_end<T: DeserializeOwned>(record: &EventRecord) -> Result<Option<T>, RecordError> {
+    job_moved(record, |status| {
+        matches!(status, JobStatus::Succeeded | JobStatus::Failed | JobStatus::Cancelled)
+    })
+}
+
+/// The job's new image, read as `T`, if `record` is a job record moving into `paused` (its
+/// owner paused it: it gives back its slots); `None` for every other change.
+pub fn job_paused<T: DeserializeOwned>(record: &EventRecord) -> Result<Option<T>, RecordError> {
+    job_moved(record, |status| status == JobStatus::Paused)
+}
+
+/// The job's new image, if `record` is a job record moving into a status `into` holds of
+/// from one it does not hold of and that is not terminal.
+fn job_moved<T: DeserializeOwned>(
+    record: &EventRecord,
+    into: impl Fn(JobStatus) -> bool,
+) -> Result<Option<T>, RecordError> {
     let change = &record.change;
     let is_job_record = change
         .keys
@@ -44,14 +61,14 @@ pub fn job_end<T: DeserializeOwned>(record: &EventRecord) -> Result<Option<T>, R
         return Ok(None);
     }
     let new: StatusImage = serde_dynamo::from_item(change.new_image.clone())?;
-    if !matches!(new.status, JobStatus::Succeeded | JobStatus::Failed | JobStatus::Cancelled) {
+    if !into(new.status) {
         return Ok(None);
     }
     if change.old_image.is_empty() {
         return Err(RecordError::NoOldImage);
     }
     let old: StatusImage = serde_dynamo::from_item(change.old_image.clone())?;
-    if old.status.is_terminal() {
+    if old.status.is_terminal() || into(old.status) {
         return Ok(None);
     }
     Ok(Some(serde_dynamo::from_item(change.new_image.clone())?))

@@ -82,6 +82,32 @@ impl Cancellation {
     }
 }
 
+/// An owner's pause of a job: who asked, when and why, and — once the job stopped — since
+/// when it is `paused`. Kept while the pause is asked for or holds; `resume` removes it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Pause {
+    /// When it was asked for.
+    pub requested_at: Timestamp,
+    /// The principal that asked.
+    pub requested_by: crate::Owner,
+    /// The reason they gave, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// When the job became `paused` (absent while a running job is still on its way there).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused_at: Option<Timestamp>,
+}
+
+impl Pause {
+    /// The job's transition log entry for it: who paused, and why if they said.
+    pub fn log_reason(&self) -> String {
+        match &self.reason {
+            Some(reason) => format!("paused by {}: {reason}", self.requested_by),
+            None => format!("paused by {}", self.requested_by),
+        }
+    }
+}
+
 /// Why a job failed: a stable code and a message.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct JobError {
@@ -119,6 +145,8 @@ pub enum ErrorCode {
     NotClaimable,
     /// The owner cancelled the running job (never recorded as a failure).
     Cancelled,
+    /// The owner paused the running job (never recorded as a failure: the stage parks it).
+    Paused,
     /// It ran longer than its policy's maximum runtime (the reaper).
     Timeout,
     /// Its worker died and its attempts were spent (the reaper).
@@ -132,12 +160,13 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Every code.
-    pub const ALL: [ErrorCode; 9] = [
+    pub const ALL: [ErrorCode; 10] = [
         ErrorCode::Retryable,
         ErrorCode::Fatal,
         ErrorCode::LeaseLost,
         ErrorCode::NotClaimable,
         ErrorCode::Cancelled,
+        ErrorCode::Paused,
         ErrorCode::Timeout,
         ErrorCode::Abandoned,
         ErrorCode::Undispatchable,
@@ -155,6 +184,7 @@ impl ErrorCode {
             ErrorCode::LeaseLost => "Job.LeaseLost",
             ErrorCode::NotClaimable => "Job.NotClaimable",
             ErrorCode::Cancelled => "Job.Cancelled",
+            ErrorCode::Paused => "Job.Paused",
             ErrorCode::Timeout => "Job.Timeout",
             ErrorCode::Abandoned => "Job.Abandoned",
             ErrorCode::Undispatchable => "Job.Undispatchable",
@@ -204,6 +234,19 @@ mod tests {
         assert_eq!(c.log_reason(), "cancelled by alice: the partner is down");
         c.reason = None;
         assert_eq!(c.log_reason(), "cancelled by alice");
+    }
+
+    #[test]
+    fn a_pause_reads_in_the_log_as_who_and_why() {
+        let mut p = Pause {
+            requested_at: "2026-11-24T18:00:00.000Z".parse().unwrap(),
+            requested_by: "alice".parse().unwrap(),
+            reason: Some("the month's close".into()),
+            paused_at: None,
+        };
+        assert_eq!(p.log_reason(), "paused by alice: the month's close");
+        p.reason = None;
+        assert_eq!(p.log_reason(), "paused by alice");
     }
 
     #[test]

@@ -85,7 +85,7 @@ pub mod time;
 pub mod uploads;
 pub mod webhooks;
 
-pub use job::{Cancellation, ErrorCode, JobError, JobId, Transition};
+pub use job::{Cancellation, ErrorCode, JobError, JobId, Pause, Transition};
 pub use owner::{InvalidOwner, Owner};
 pub use status::{JobStatus, TransitionError};
 pub use time::{InvalidTimestamp, Timestamp};

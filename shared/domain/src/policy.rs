@@ -40,6 +40,10 @@ pub struct JobPolicy {
     pub stage_timeout_seconds: u64,
     /// How long its result is kept after it succeeded.
     pub result_retention_seconds: u64,
+    /// Longest it may stay paused: the reaper cancels it then. Records from before it was
+    /// stored get the default, a week.
+    #[serde(default = "default_max_paused")]
+    pub max_paused_seconds: u64,
     /// How often its stages checkpoint.
     pub checkpoint: CheckpointCadence,
     /// Most jobs of its kind running at once, if limited.
@@ -60,6 +64,10 @@ fn default_retry_delay() -> u64 {
     60
 }
 
+fn default_max_paused() -> u64 {
+    604_800
+}
+
 fn default_progress_unit() -> String {
     "items".into()
 }
@@ -74,6 +82,7 @@ impl Default for JobPolicy {
             max_runtime_seconds: 86_400,
             stage_timeout_seconds: 86_400,
             result_retention_seconds: 604_800,
+            max_paused_seconds: default_max_paused(),
             checkpoint: CheckpointCadence { items: 1_000, interval_seconds: 60 },
             concurrency_limit: None,
             worker: SHARED_WORKER.into(),
@@ -98,6 +107,23 @@ impl JobPolicy {
     pub fn result_retention(&self) -> Duration {
         Duration::from_secs(self.result_retention_seconds)
     }
+
+    /// The longest it may stay paused.
+    pub fn max_paused(&self) -> Duration {
+        Duration::from_secs(self.max_paused_seconds)
+    }
+
+    /// When a pause that began at `paused_at` lapses (the reaper cancels the job then).
+    pub fn pause_lapses_at(&self, paused_at: crate::Timestamp) -> crate::Timestamp {
+        let seconds = i64::try_from(self.max_paused_seconds).unwrap_or(i64::MAX);
+        let lapse = chrono::Duration::try_seconds(seconds).unwrap_or(chrono::Duration::MAX);
+        crate::Timestamp::from(
+            paused_at
+                .as_datetime()
+                .checked_add_signed(lapse)
+                .unwrap_or(chrono::DateTime::<chrono::Utc>::MAX_UTC),
+        )
+    }
 }
 
 /// What a deployment changes in one kind's policy (every field optional).
@@ -112,6 +138,8 @@ pub struct PolicyOverride {
     pub stage_timeout_seconds: Option<u64>,
     /// See [`JobPolicy::result_retention_seconds`].
     pub result_retention_seconds: Option<u64>,
+    /// See [`JobPolicy::max_paused_seconds`].
+    pub max_paused_seconds: Option<u64>,
     /// See [`JobPolicy::checkpoint`].
     pub checkpoint: Option<CheckpointCadence>,
     /// See [`JobPolicy::concurrency_limit`]; `0` removes the kind's limit.
@@ -166,6 +194,9 @@ impl PolicyOverrides {
             if o.stage_timeout_seconds == Some(0) {
                 return zero("stage_timeout_seconds");
             }
+            if o.max_paused_seconds == Some(0) {
+                return zero("max_paused_seconds");
+            }
             if o.checkpoint.is_some_and(|c| c.items == 0 || c.interval_seconds == 0) {
                 return zero("checkpoint");
             }
@@ -185,6 +216,7 @@ impl PolicyOverrides {
             o.stage_timeout_seconds.unwrap_or(policy.stage_timeout_seconds);
         policy.result_retention_seconds =
             o.result_retention_seconds.unwrap_or(policy.result_retention_seconds);
+        policy.max_paused_seconds = o.max_paused_seconds.unwrap_or(policy.max_paused_seconds);
         policy.checkpoint = o.checkpoint.unwrap_or(policy.checkpoint);
         policy.retry_delay_seconds = o.retry_delay_seconds.unwrap_or(policy.retry_delay_seconds);
         if let Some(limit) = o.concurrency_limit {

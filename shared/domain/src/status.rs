@@ -1,8 +1,9 @@
 //! The job state machine as a pure function.
 //!
 //! `pending → queued → running → succeeded | failed | cancelled`, `succeeded → expired`,
-//! `running → queued` for a retry within budget, any live state → `cancelled`. Terminal states
-//! never change (except `succeeded → expired`). The store enforces the same rules with
+//! `running → queued` for a retry within budget, any live state → `cancelled`; a live job may
+//! be `paused` by its owner and `paused → pending` resumes it through dispatch again. Terminal
+//! states never change (except `succeeded → expired`). The store enforces the same rules with
 //! conditional writes; this module is the single source of which moves are legal.
 
 use serde::{Deserialize, Serialize};
@@ -27,14 +28,18 @@ pub enum JobStatus {
     Cancelled,
     /// Succeeded, but the result has passed its retention and was deleted.
     Expired,
+    /// Paused by its owner: no worker runs and it holds no running slot; its last checkpoint
+    /// is where `resume` continues from. Not terminal.
+    Paused,
 }
 
 impl JobStatus {
     /// Every status, in lifecycle order.
-    pub const ALL: [JobStatus; 7] = [
+    pub const ALL: [JobStatus; 8] = [
         JobStatus::Pending,
         JobStatus::Queued,
         JobStatus::Running,
+        JobStatus::Paused,
         JobStatus::Succeeded,
         JobStatus::Failed,
         JobStatus::Cancelled,
@@ -51,6 +56,7 @@ impl JobStatus {
             JobStatus::Failed => "failed",
             JobStatus::Cancelled => "cancelled",
             JobStatus::Expired => "expired",
+            JobStatus::Paused => "paused",
         }
     }
 
@@ -72,7 +78,11 @@ impl JobStatus {
                 | (Running, Succeeded)
                 | (Running, Failed)
                 | (Running, Queued)
-                | (Pending | Queued | Running, Cancelled)
+                | (Pending | Queued | Running | Paused, Cancelled)
+                // The owner pauses a live job (a running one at its stage's next progress
+                // write); resuming dispatches it again.
+                | (Pending | Queued | Running, Paused)
+                | (Paused, Pending)
                 // A job can fail before it ever runs (e.g. dispatch exhausted its retries).
                 | (Pending | Queued, Failed)
                 | (Succeeded, Expired)
@@ -196,23 +206,44 @@ mod tests {
         }
     }
 
-    /// No state moves to itself and nothing returns to pending (checked on every pair).
+    /// No state moves to itself and only a resume returns to pending (checked on every pair).
     #[test]
-    fn no_self_loops_or_return_to_pending() {
+    fn no_self_loops_and_only_a_resume_returns_to_pending() {
         for from in JobStatus::ALL {
             for to in moves_from(from) {
                 assert_ne!(from, to);
-                assert_ne!(to, JobStatus::Pending, "{from} → pending");
+                if to == JobStatus::Pending {
+                    assert_eq!(from, JobStatus::Paused, "{from} → pending");
+                }
             }
         }
     }
 
-    /// The retry edge running → queued is the only way round: without it the moves form no
-    /// cycle (every state drops out when states are repeatedly removed once nothing moves to
-    /// them), and with it queued → running → queued is one.
+    /// A paused job neither runs nor ends on its own: it resumes (to pending) or is cancelled.
     #[test]
-    fn the_retry_is_the_only_cycle() {
-        let is_retry = |from, to| (from, to) == (JobStatus::Running, JobStatus::Queued);
+    fn a_paused_job_resumes_or_is_cancelled() {
+        assert_eq!(moves_from(JobStatus::Paused), [JobStatus::Pending, JobStatus::Cancelled]);
+        assert!(!JobStatus::Paused.is_terminal());
+        for from in [JobStatus::Pending, JobStatus::Queued, JobStatus::Running] {
+            assert!(from.can_transition_to(JobStatus::Paused), "{from} cannot be paused");
+        }
+    }
+
+    /// Whether `from → to` goes round again: the retry (running → queued) or a pause or resume
+    /// (an owner's doing).
+    fn goes_round(from: JobStatus, to: JobStatus) -> bool {
+        (from, to) == (JobStatus::Running, JobStatus::Queued)
+            || to == JobStatus::Paused
+            || from == JobStatus::Paused && to == JobStatus::Pending
+    }
+
+    /// The retry edge running → queued and the owner's pause and resume are the only ways
+    /// round: without them the moves form no cycle (every state drops out when states are
+    /// repeatedly removed once nothing moves to them), and with the retry queued → running →
+    /// queued is one.
+    #[test]
+    fn the_retry_and_the_pause_are_the_only_cycles() {
+        let is_retry = goes_round;
         let mut left = JobStatus::ALL.to_vec();
         let entered = |left: &[JobStatus], to: JobStatus| {
             left.iter().any(|from| from.can_transition_to(to) && !is_retry(*from, to))
@@ -220,7 +251,7 @@ mod tests {
         while let Some(i) = left.iter().position(|to| !entered(&left, *to)) {
             left.remove(i);
         }
-        assert!(left.is_empty(), "{left:?} form a cycle without the retry");
+        assert!(left.is_empty(), "{left:?} form a cycle without the retry and the pause");
         assert!(JobStatus::Queued.can_transition_to(JobStatus::Running));
         assert!(JobStatus::Running.can_transition_to(JobStatus::Queued));
     }
@@ -239,6 +270,8 @@ mod tests {
                 let next: Vec<_> = moves_from(status)
                     .into_iter()
                     .filter(|to| retried < retries || (status, *to) != (JobStatus::Running, JobStatus::Queued))
+                    // A pause and its resume are the owner's: a walk of the system alone has none.
+                    .filter(|to| !goes_round(status, *to) || (status, *to) == (JobStatus::Running, JobStatus::Queued))
                     .collect();
                 if next.is_empty() { break; }
                 let choice = choices.next().expect("a walk longer than 4 moves + 2 per retry");
@@ -274,8 +307,8 @@ mod tests {
                     let retried = walk[last_visit..]
                         .windows(2)
                         .chain([[status, to].as_slice()])
-                        .any(|pair| (pair[0], pair[1]) == (JobStatus::Running, JobStatus::Queued));
-                    prop_assert!(retried, "{:?} came back to {} without a retry", walk, to);
+                        .any(|pair| goes_round(pair[0], pair[1]));
+                    prop_assert!(retried, "{:?} came back to {} without a retry or a pause", walk, to);
                 }
                 walk.push(to);
             }

@@ -24,6 +24,8 @@ use crate::Outage;
 /// An attempt's writes (the claim, progress, fenced marks): `attempts.rs`.
 mod attempts;
 mod index;
+/// An owner's pause and resume, and the stage's parking of a paused job: `pausing.rs`.
+mod pausing;
 /// The reaper's moves (re-enqueue counts, next looks, re-dispatch, stall flags): `reaping.rs`.
 mod reaping;
 
@@ -134,6 +136,7 @@ impl Table {
         let holds = request.from.contains(&job.status)
             && request.fence.as_ref().is_none_or(|lease| job.lease.as_ref() == Some(lease))
             && (!request.unless_cancelled || job.cancellation.is_none())
+            && request.unchanged_since.is_none_or(|read| job.updated_at == read)
             && request.due_at.as_ref().is_none_or(|due| {
                 job.not_before.is_none_or(|at| at.to_rfc3339().as_str() <= due.as_str())
             });
@@ -201,7 +204,7 @@ impl JobCancellation for MemoryJobStore {
         let mut table = self.lock();
         let request = TransitionRequest::new(
             job_id,
-            &[JobStatus::Pending, JobStatus::Queued],
+            &[JobStatus::Pending, JobStatus::Queued, JobStatus::Paused],
             JobStatus::Cancelled,
             cancellation.log_reason(),
         )

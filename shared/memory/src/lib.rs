@@ -80,6 +80,11 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn the_memory_job_store_keeps_the_pausing_contract() {
+        contract::job_pausing(&MemoryJobStore::new()).await;
+    }
+
+    #[tokio::test]
     async fn the_memory_endpoints_keep_the_endpoint_table_contract() {
         contract::endpoint_table(&MemoryEndpoints::new()).await;
     }

@@ -391,12 +391,14 @@ pub trait StageContext: Send {
     ) -> BoxFuture<'_, Result<(), KindError>>;
 
     /// Whether the stage must checkpoint and return [`StageOutcome::Paused`] now: the
-    /// invocation's deadline is near, or the owner cancelled the job. A cancelled stage's
-    /// checkpoint is its final one, kept so that a retry of the job resumes from it.
+    /// invocation's deadline is near, or the owner cancelled or paused the job. A cancelled
+    /// stage's checkpoint is its final one, kept so that a retry of the job resumes from it; a
+    /// paused stage's is where its resume continues. A kind that goes on instead is stopped at
+    /// its next progress report (the error's class says which: `Cancelled` or `Paused`).
     fn deadline_near(&self) -> bool;
 
     /// Whether a checkpoint is due at `items` done (the kind's cadence; always once the owner
-    /// cancelled, see [`StageContext::deadline_near`]).
+    /// cancelled or paused the job, see [`StageContext::deadline_near`]).
     fn checkpoint_due(&self, items: u64) -> bool;
 
     /// Whether the owner's cancellation has been seen. The progress write that sees it

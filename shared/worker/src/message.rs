@@ -48,6 +48,10 @@ pub enum ErrorClass {
     /// The owner cancelled the job: the framework ends it `cancelled`. Raised by the context
     /// (a refused progress write), never by a kind.
     Cancelled,
+    /// The owner paused the job: the framework parks it `paused` at its last checkpoint, and
+    /// its resume continues from there. Raised by the context (a progress write after the
+    /// stage was asked to stop for a pause), never by a kind.
+    Paused,
     /// Another attempt holds the job: stop with no further side effects. Raised by the
     /// context, never by a kind.
     LeaseLost,
@@ -86,6 +90,15 @@ impl KindError {
         KindError {
             class: ErrorClass::Cancelled,
             public: PublicMessage::fixed("cancellation requested"),
+            internal: None,
+        }
+    }
+
+    /// The owner paused the job (raised by contexts).
+    pub fn paused() -> Self {
+        KindError {
+            class: ErrorClass::Paused,
+            public: PublicMessage::fixed("pause requested"),
             internal: None,
         }
     }

@@ -28,6 +28,10 @@ pub struct Policy {
     /// How long a result is kept after the job succeeded.
     #[serde(rename = "result_retention_seconds", serialize_with = "seconds")]
     pub result_retention: Duration,
+    /// Longest a job may stay paused by its owner: the reaper cancels one paused longer, with
+    /// that reason. Paused time does not count towards `max_runtime`.
+    #[serde(rename = "max_paused_seconds", serialize_with = "seconds")]
+    pub max_paused: Duration,
     /// How often a stage should checkpoint (see `StageContext::checkpoint_due`).
     pub checkpoint: Cadence,
     /// Most jobs of this kind running at once, if limited.
@@ -57,7 +61,8 @@ pub struct Cadence {
 
 impl Default for Policy {
     /// Three attempts a minute's backoff step apart (1, 5, 15 minutes), a day's runtime,
-    /// stages of up to a day in an attempt, results kept a week, a checkpoint every 1,000
+    /// stages of up to a day in an attempt, results kept a week, a week's pause at most, a
+    /// checkpoint every 1,000
     /// items or minute, no concurrency limit, the shared stage function, progress counted in
     /// `items`.
     fn default() -> Self {
@@ -66,6 +71,7 @@ impl Default for Policy {
             max_runtime: Duration::from_secs(86_400),
             stage_timeout: Duration::from_secs(86_400),
             result_retention: Duration::from_secs(604_800),
+            max_paused: Duration::from_secs(604_800),
             checkpoint: Cadence { items: 1_000, interval: Duration::from_secs(60) },
             concurrency_limit: None,
             worker: SHARED_WORKER,

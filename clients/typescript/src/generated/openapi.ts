@@ -78,6 +78,52 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/jobs/{id}/pause": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The job id (a UUID). Anything that is not a job id answers 404. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Pause a job
+         * @description The owner pauses a job. A `pending` or `queued` job is `paused` at once and gives back its running slot; a `running` job's stage saves its checkpoint at its next progress write and the job becomes `paused`. While paused no worker runs and nothing is polled; the reaper cancels a job paused longer than its type's `max_paused_seconds` (a week by default), and paused time does not count towards `max_runtime_seconds`. Pausing again is idempotent; `DELETE /jobs/{id}` cancels a paused job.
+         */
+        post: operations["pauseJob"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/jobs/{id}/resume": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The job id (a UUID). Anything that is not a job id answers 404. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Resume a paused job
+         * @description The owner resumes a paused job: it is dispatched again and continues from the checkpoint it paused at. A running job whose pause has not taken effect yet has the pause withdrawn.
+         */
+        post: operations["resumeJob"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/jobs/{id}/result": {
         parameters: {
             query?: never;
@@ -548,10 +594,10 @@ export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
         /**
-         * @description Where a job is in its life. `pending`: stored, not yet dispatched; `queued`: dispatched, waiting for a worker; `running`: a worker holds it. Terminal: `succeeded`, `failed`, `cancelled`, and `expired` (succeeded, result deleted after its retention period).
+         * @description Where a job is in its life. `pending`: stored, not yet dispatched; `queued`: dispatched, waiting for a worker; `running`: a worker holds it; `paused`: paused by its owner (no worker runs, no running slot held; `POST /jobs/{id}/resume` continues it from its last checkpoint). Terminal: `succeeded`, `failed`, `cancelled`, and `expired` (succeeded, result deleted after its retention period).
          * @enum {string}
          */
-        JobStatus: "pending" | "queued" | "running" | "succeeded" | "failed" | "cancelled" | "expired";
+        JobStatus: "pending" | "queued" | "running" | "paused" | "succeeded" | "failed" | "cancelled" | "expired";
         /** @description An RFC 9457 problem. Branch on `type` (`/problems/<slug>`); `title` is fixed per type, `detail` describes this occurrence. Extension members may follow. */
         Problem: {
             /**
@@ -716,6 +762,10 @@ export interface components {
             callback_url?: string;
             /** @description Present once cancellation was requested. */
             cancellation?: components["schemas"]["Cancellation"];
+            /** @description Present while the job is paused, or running and asked to pause. */
+            pause?: components["schemas"]["Pause"];
+            /** @description Whole seconds the job spent paused, all pauses together (present once it was resumed): not counted towards its `max_runtime_seconds`. */
+            paused_seconds?: number;
             /** @description Present while the job runs: true when its worker heartbeats but its progress has not moved for the stall threshold (5 minutes by default). */
             stalled?: boolean;
             /**
@@ -892,6 +942,8 @@ export interface components {
                 stage_timeout_seconds: number;
                 /** @description How long a result is kept after the job succeeded. */
                 result_retention_seconds: number;
+                /** @description Longest a job may stay paused by its owner; the reaper then cancels it. Paused time does not count towards `max_runtime_seconds`. */
+                max_paused_seconds: number;
                 checkpoint: {
                     items: number;
                     /** @description Longest time between checkpoints. */
@@ -1167,6 +1219,36 @@ export interface components {
             webhook_id: string;
             /** @enum {string} */
             status: "pending";
+        };
+        /** @description Who paused the job, when and why; and, once it stopped, since when it is `paused` and when the pause lapses (the job is then cancelled, as its type's `max_paused_seconds` says). Shown while the job is paused or, running, on its way there. */
+        Pause: {
+            /** Format: date-time */
+            requested_at: string;
+            /** @description The principal that asked. */
+            requested_by: string;
+            /** @description The reason given, if any. */
+            reason?: string;
+            /**
+             * Format: date-time
+             * @description When the job became `paused` (absent while a running job's stage has yet to stop).
+             */
+            paused_at?: string;
+            /**
+             * Format: date-time
+             * @description When the pause lapses and the job is cancelled, unless resumed before (on the job view of a paused job).
+             */
+            lapses_at?: string;
+        };
+        /** @description What a pause or resume did: the job's status now and its pause, if one holds. */
+        PauseAccepted: {
+            /** Format: uuid */
+            job_id: string;
+            /** @description `paused` (a pending or queued job paused at once), `running` (its stage pauses it at its next progress write; or a resume withdrew a pause that had not taken effect), or `pending` (resumed, to be dispatched). */
+            status: components["schemas"]["JobStatus"];
+            /** @description `/jobs/{job_id}`. */
+            status_url: string;
+            /** @description The pause, while one is asked for or holds (null once resumed). */
+            pause?: components["schemas"]["Pause"] | null;
         };
     };
     responses: never;
@@ -1591,6 +1673,214 @@ export interface operations {
                 };
             };
             /** @description The job is already terminal (`/problems/wrong-status`; `status_now` names the job's status). */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The body is over 4 KB (`/problems/payload-too-large`). */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The body is not `application/json` (`/problems/unsupported-media-type`). */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal error (`/problems/internal`). Safe to retry; the detail carries no internals. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    pauseJob: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The job id (a UUID). Anything that is not a job id answers 404. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        /** @description Optional: `{"reason"}` (at most 500 characters), recorded with the pause. */
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["CancelRequest"];
+            };
+        };
+        responses: {
+            /** @description A pause was asked for or holds already: nothing changed (the first request stands). */
+            200: {
+                headers: {
+                    /** @description The job's status URL, `/jobs/{job_id}`. */
+                    Location?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PauseAccepted"];
+                };
+            };
+            /** @description Paused (a `pending` or `queued` job), or pause requested (a `running` job: its stage saves its checkpoint and parks the job at its next progress write; poll the job to see it become `paused`). */
+            202: {
+                headers: {
+                    /** @description The job's status URL, `/jobs/{job_id}`. */
+                    Location?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PauseAccepted"];
+                };
+            };
+            /** @description The body is not valid JSON, has unknown members, or `reason` is over 500 characters (`/problems/bad-request`). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The bearer token is missing or invalid. Answered by the gateway, not as a problem. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GatewayError"];
+                };
+            };
+            /** @description No such job for this caller (`/problems/not-found`). Another principal's job and a malformed id answer the same. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The job is terminal, or its owner is cancelling it (`/problems/wrong-status`; `status_now` names the job's status). */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The body is over 4 KB (`/problems/payload-too-large`). */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The body is not `application/json` (`/problems/unsupported-media-type`). */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal error (`/problems/internal`). Safe to retry; the detail carries no internals. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    resumeJob: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The job id (a UUID). Anything that is not a job id answers 404. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        /** @description Optional; none is needed. A body that is sent must be a JSON object, `{}` or `{"reason"}` (at most 500 characters, not recorded). */
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["CancelRequest"];
+            };
+        };
+        responses: {
+            /** @description A running job's pause had not taken effect: withdrawn, the job runs on. */
+            200: {
+                headers: {
+                    /** @description The job's status URL, `/jobs/{job_id}`. */
+                    Location?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PauseAccepted"];
+                };
+            };
+            /** @description Resumed: the job is `pending` again and is dispatched as a new job would be (taking a running slot, waiting if its tenant is at its limit); its stage continues from the checkpoint it paused at. The resume does not count against the job's attempts. */
+            202: {
+                headers: {
+                    /** @description The job's status URL, `/jobs/{job_id}`. */
+                    Location?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PauseAccepted"];
+                };
+            };
+            /** @description The body is not valid JSON, has unknown members, or `reason` is over 500 characters (`/problems/bad-request`). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The bearer token is missing or invalid. Answered by the gateway, not as a problem. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GatewayError"];
+                };
+            };
+            /** @description No such job for this caller (`/problems/not-found`). Another principal's job and a malformed id answer the same. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The job is not paused (`/problems/wrong-status`; `status_now` names its status). */
             409: {
                 headers: {
                     [name: string]: unknown;

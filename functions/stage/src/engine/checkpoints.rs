@@ -35,7 +35,7 @@ impl Ctx<'_> {
                 StageError::from(failure_message::aws_failure(CHECKPOINT_FAILED, &e))
             }
         })?;
-        if !self.cancelled {
+        if self.stop.is_none() {
             self.checkpoint_key = Some(key.clone());
             match self.write(done, total).await {
                 Ok(()) => {
@@ -43,13 +43,15 @@ impl Ctx<'_> {
                     self.superseded(superseded).await;
                     return Ok(());
                 }
-                // Cancelled while it was saved: it becomes the final checkpoint, below.
-                Err(StageError::Cancelled) => {}
+                // Cancelled or paused while it was saved: it becomes the final checkpoint,
+                // below.
+                Err(StageError::Cancelled | StageError::Paused) => {}
                 Err(err) => return Err(err),
             }
         }
-        // The attempt's final checkpoint, after its owner cancelled: made current by the one
-        // write a cancelled attempt may still make, so a retry resumes from here.
+        // The attempt's final checkpoint, after its owner cancelled or paused the job: made
+        // current by the one write a stopped attempt may still make, so a retry or the resume
+        // continues from here.
         self.seq += 1;
         let items_done = done.max(self.floor_done);
         self.deps
@@ -69,7 +71,7 @@ impl Ctx<'_> {
             .map_err(refused)?;
         self.checkpoint_key = Some(key);
         self.last_checkpoint = (self.deps.clock.instant(), done);
-        tracing::info!(items_done, "final checkpoint of the cancelled attempt saved");
+        tracing::info!(items_done, stop = ?self.stop, "final checkpoint of the stopped attempt saved");
         self.superseded(superseded).await;
         Ok(())
     }
@@ -281,6 +283,11 @@ impl Ctx<'_> {
         };
         self.floor_done = 0;
         self.last_done = 0;
-        self.write(0, None).await
+        match self.write(0, None).await {
+            // The owner paused the job as the stage ended: the boundary is crossed all the
+            // same (the write carrying the flag), so the resume starts the next stage.
+            Err(StageError::Paused) => self.write(0, None).await,
+            other => other,
+        }
     }
 }

@@ -222,7 +222,7 @@ impl StageContext for Ctx<'_> {
     }
 
     fn cancelled(&self) -> bool {
-        self.cancelled
+        Ctx::cancelled(self)
     }
 
     fn attempt_failures(&self) -> u32 {

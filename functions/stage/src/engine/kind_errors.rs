@@ -12,6 +12,7 @@ impl From<StageError> for KindError {
                 with_internal(KindError::stage_timeout(f.public), f.internal)
             }
             StageError::Cancelled => KindError::cancelled(),
+            StageError::Paused => KindError::paused(),
             StageError::LeaseLost(why) | StageError::NotClaimable(why) => {
                 KindError::lease_lost(why)
             }
@@ -41,6 +42,7 @@ impl From<KindError> for StageError {
                 StageError::StageTimeout(Failure { public: err.public, internal: err.internal })
             }
             ErrorClass::Cancelled => StageError::Cancelled,
+            ErrorClass::Paused => StageError::Paused,
             ErrorClass::LeaseLost => {
                 StageError::LeaseLost(err.internal.unwrap_or_else(|| err.public.to_string()))
             }

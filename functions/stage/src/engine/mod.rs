@@ -110,10 +110,11 @@ pub struct Ctx<'a> {
     stage_clock: StageClock,
     /// How much of the job each stage is (empty: the same).
     weights: &'static [u32],
-    /// Whether a write was refused because the owner cancelled: from then on the stage is
-    /// asked to stop (`deadline_near`), its next checkpoint is the attempt's final one, and any
-    /// further progress write fails with `Job.Cancelled`.
-    cancelled: bool,
+    /// Whether a write was refused because the owner cancelled or paused the job: from then
+    /// on the stage is asked to stop (`deadline_near`), its next checkpoint is the attempt's
+    /// final one, and any further progress write fails with `Job.Cancelled` (or, paused, the
+    /// error that parks the job). A cancellation outranks a pause.
+    stop: Option<Stop>,
 }
 
 impl<'a> Ctx<'a> {
@@ -168,7 +169,7 @@ impl<'a> Ctx<'a> {
             weights: kind.weights,
             stage_timeout: kind.stage_timeout,
             stage_clock,
-            cancelled: false,
+            stop: None,
         }
     }
 
@@ -180,7 +181,7 @@ impl<'a> Ctx<'a> {
     /// Whether the stage must stop now (checkpoint and return `Paused`): Lambda would stop the
     /// invocation within the configured margin.
     pub fn deadline_near(&self) -> bool {
-        self.cancelled || self.deps.clock.instant() >= self.stop_at
+        self.stop.is_some() || self.deps.clock.instant() >= self.stop_at
     }
 
     /// `Job.StageTimeout` once the stage has run its stage timeout in this attempt (counted
@@ -211,7 +212,7 @@ impl<'a> Ctx<'a> {
     /// Whether a checkpoint is due: every `checkpoint_items` items or `checkpoint_interval`,
     /// whichever comes first.
     pub fn checkpoint_due(&self, items_done: u64) -> bool {
-        self.cancelled
+        self.stop.is_some()
             || items_done.saturating_sub(self.last_checkpoint.1) >= self.cadence.items
             || self.since(self.last_checkpoint.0) >= self.cadence.interval
     }
@@ -221,10 +222,11 @@ impl<'a> Ctx<'a> {
     /// the heartbeat. Writing on every whole percent as well, as this once did, cost a 10 s
     /// job about a hundred writes instead of five (`make bench` measured it).
     ///
-    /// The write that finds the job cancelled does not fail: it asks the stage to stop
-    /// ([`Ctx::deadline_near`]), so that a kind that checkpoints and pauses there saves where
-    /// it got to — a retry of the cancelled job resumes from that. A kind that goes on
-    /// regardless fails with `Job.Cancelled` at its next progress report.
+    /// The write that finds the job cancelled (or paused) does not fail: it asks the stage to
+    /// stop ([`Ctx::deadline_near`]), so that a kind that checkpoints and pauses there saves
+    /// where it got to — a retry of the cancelled job, or the paused job's resume, continues
+    /// from that. A kind that goes on regardless fails with `Job.Cancelled` (or the error that
+    /// parks a paused job) at its next progress report.
     pub async fn progress(&mut self, done: u64, total: Option<u64>) -> Result<(), StageError> {
         self.last_total = total;
         let since = self.since(self.last_write);
@@ -251,13 +253,19 @@ impl<'a> Ctx<'a> {
         done: u64,
         total: Option<u64>,
     ) -> Result<(), StageError> {
-        if self.cancelled {
-            return Err(StageError::Cancelled);
+        match self.stop {
+            Some(Stop::Cancel) => return Err(StageError::Cancelled),
+            Some(Stop::Pause) => return Err(StageError::Paused),
+            None => {}
         }
         self.check_stage_timeout()?;
         match self.write(done, total).await {
             Err(StageError::Cancelled) => {
                 tracing::info!("cancellation seen; the stage is asked to checkpoint and stop");
+                Ok(())
+            }
+            Err(StageError::Paused) => {
+                tracing::info!("pause seen; the stage is asked to checkpoint and stop");
                 Ok(())
             }
             other => other,
@@ -266,7 +274,12 @@ impl<'a> Ctx<'a> {
 
     /// Whether the owner's cancellation was seen.
     pub fn cancelled(&self) -> bool {
-        self.cancelled
+        self.stop == Some(Stop::Cancel)
+    }
+
+    /// Whether the owner's pause was seen (and no cancellation since).
+    pub fn pausing(&self) -> bool {
+        self.stop == Some(Stop::Pause)
     }
 
     /// Where the current stage ends, as the kind last reported it (the total it counted, if
@@ -318,14 +331,20 @@ impl<'a> Ctx<'a> {
             lease: self.lease.token.clone(),
             checkpoint_key: self.checkpoint_key.clone(),
             cancel_requested_at: None,
+            // Kept while the stage is on its way to being parked (its boundary write).
+            pause_requested_at: self.pausing().then_some(stamp),
             progress_changed_at: self.changed_at,
             attempt: Some(self.lease.attempt),
             owner: Some(self.job.owner.clone()),
             stage_clock: Some(self.stage_clock),
         };
         let written = self.deps.jobs.record_progress(&self.job.job_id, &record).await;
-        if let Err(ProgressRefused::Cancelled) = &written {
-            self.cancelled = true;
+        match &written {
+            Err(ProgressRefused::Cancelled) => self.stop = Some(Stop::Cancel),
+            Err(ProgressRefused::PauseRequested) if self.stop.is_none() => {
+                self.stop = Some(Stop::Pause)
+            }
+            _ => {}
         }
         written.map_err(refused)?;
         self.last_write = now;
@@ -352,7 +371,7 @@ impl<'a> Ctx<'a> {
                 out = &mut call => return Ok(out),
                 () = tokio::time::sleep(step) => match self.heartbeat(done, total).await {
                     Ok(()) => {}
-                    Err(StageError::Cancelled) => {} // the stage stops after the call
+                    Err(StageError::Cancelled | StageError::Paused) => {} // the stage stops after the call
                     Err(err) => return Err(err),
                 },
             }
@@ -368,8 +387,10 @@ impl<'a> Ctx<'a> {
         done: u64,
         total: Option<u64>,
     ) -> Result<(), StageError> {
-        if self.cancelled {
-            return Err(StageError::Cancelled);
+        match self.stop {
+            Some(Stop::Cancel) => return Err(StageError::Cancelled),
+            Some(Stop::Pause) => return Err(StageError::Paused),
+            None => {}
         }
         let step =
             self.deps.heartbeat_interval.min(Duration::from_secs(5)).max(Duration::from_millis(1));
@@ -377,7 +398,7 @@ impl<'a> Ctx<'a> {
         while let Some(left) = end.checked_duration_since(Instant::now()).filter(|d| !d.is_zero()) {
             tokio::time::sleep(left.min(step)).await;
             self.heartbeat(done, total).await?;
-            if self.cancelled {
+            if self.stop.is_some() {
                 break; // asked to stop: the kind checkpoints and pauses
             }
         }
@@ -388,12 +409,22 @@ impl<'a> Ctx<'a> {
 fn refused(err: ProgressRefused) -> StageError {
     match err {
         ProgressRefused::Cancelled => StageError::Cancelled,
+        ProgressRefused::PauseRequested => StageError::Paused,
         ProgressRefused::LeaseLost => StageError::LeaseLost("another attempt holds the job".into()),
         ProgressRefused::Stale { seq } => {
             StageError::LeaseLost(format!("a duplicate worker already recorded progress {seq}"))
         }
         ProgressRefused::Store(err) => crate::store_failed(err),
     }
+}
+
+/// Why the owner asked a running stage to stop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stop {
+    /// The job is to end `cancelled`.
+    Cancel,
+    /// The job is to be parked `paused`, to be resumed.
+    Pause,
 }
 
 /// What the engine needs to know of the job's kind.

@@ -20,7 +20,8 @@ pub enum CancelOutcome {
 }
 
 impl JobStore {
-    /// Cancels a job for its owner: a `pending` or `queued` job becomes `cancelled` at once;
+    /// Cancels a job for its owner: a `pending`, `queued` or `paused` job becomes `cancelled` at
+    /// once;
     /// a `running` job gets a cancellation request that its stage sees at its next progress
     /// write (the flag is set on the progress record too, which that write is conditional on).
     /// Repeating the request for a running job keeps the first request on the job record and
@@ -43,7 +44,7 @@ impl JobStore {
             rounds += 1;
             let request = TransitionRequest::new(
                 job_id,
-                &[JobStatus::Pending, JobStatus::Queued],
+                &[JobStatus::Pending, JobStatus::Queued, JobStatus::Paused],
                 JobStatus::Cancelled,
                 reason.clone(),
             )
@@ -108,20 +109,38 @@ impl JobStore {
         job_id: &JobId,
         requested_at: &Timestamp,
     ) -> Result<(), StoreError> {
-        let flagged = self
+        self.flag_progress(job_id, "cancel_requested_at", Some(*requested_at)).await
+    }
+
+    /// Sets the owner's request `flag` (an attribute of the job's progress record, which
+    /// progress writes are conditional on the absence of) with its time `at` — idempotent, a
+    /// flag already set keeps its time — or, `None`, removes it. A job without a progress
+    /// record has nothing to flag.
+    pub(super) async fn flag_progress(
+        &self,
+        job_id: &JobId,
+        flag: &str,
+        at: Option<Timestamp>,
+    ) -> Result<(), StoreError> {
+        let update = self
             .client
             .update_item()
             .table_name(&self.table)
             .set_key(Some(Self::progress_key(job_id).into_iter().collect()))
-            .update_expression("SET cancel_requested_at = if_not_exists(cancel_requested_at, :at)")
             .condition_expression("attribute_exists(pk)")
-            .expression_attribute_values(":at", s(requested_at.to_rfc3339()))
-            .send()
-            .await;
+            .expression_attribute_names("#flag", flag);
+        let flagged = match at {
+            Some(at) => update
+                .update_expression("SET #flag = if_not_exists(#flag, :at)")
+                .expression_attribute_values(":at", s(at.to_rfc3339())),
+            None => update.update_expression("REMOVE #flag"),
+        }
+        .send()
+        .await;
         match flagged {
             Ok(_) => Ok(()),
             Err(err) if crate::condition_refused(&err) => Ok(()),
-            Err(err) => Err(AwsError::new(format!("flag cancellation of {job_id}"), err).into()),
+            Err(err) => Err(AwsError::new(format!("set {flag} of job {job_id}"), err).into()),
         }
     }
 
@@ -168,7 +187,7 @@ impl JobStore {
         match self.claim_update(request, execution).await {
             Ok(job) => {
                 let lease = Lease { attempt: job.attempt, token };
-                let progress = self.take_progress(job_id, &lease).await?;
+                let progress = self.take_progress(job_id, &lease, job.pause.is_some()).await?;
                 Ok((lease, JobView { job, progress: Some(progress) }))
             }
             Err(StoreError::Conflict { current: Some(job) })
@@ -176,7 +195,7 @@ impl JobStore {
             {
                 let lease =
                     Lease { attempt: job.attempt, token: job.lease.clone().unwrap_or_default() };
-                let progress = self.take_progress(job_id, &lease).await?;
+                let progress = self.take_progress(job_id, &lease, job.pause.is_some()).await?;
                 Ok((lease, JobView { job: *job, progress: Some(progress) }))
             }
             Err(err) => Err(err),

@@ -63,6 +63,11 @@ pub struct ProgressRecord {
     /// how a running stage learns of the cancellation without an extra read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cancel_requested_at: Option<Timestamp>,
+    /// Set by a pause request of the running job; progress writes are refused while it is
+    /// set, as for a cancellation, and the stage parks the job `paused` at its checkpoint.
+    /// Removed by a resume (and by a claim of a job no pause is asked for).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pause_requested_at: Option<Timestamp>,
     /// When `pct` or `items_done` last changed (heartbeats alone do not change it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress_changed_at: Option<Timestamp>,
@@ -127,6 +132,7 @@ impl ProgressRecord {
             progress_changed_at: Some(now),
             eta_seconds: None,
             cancel_requested_at: None,
+            pause_requested_at: None,
             attempt: None,
             stage_clock: None,
             ..self.clone()
@@ -152,6 +158,7 @@ impl Default for ProgressRecord {
             lease: String::new(),
             checkpoint_key: None,
             cancel_requested_at: None,
+            pause_requested_at: None,
             progress_changed_at: None,
             attempt: None,
             owner: None,
@@ -166,6 +173,9 @@ pub enum ProgressRefused {
     /// The owner asked to cancel the job.
     #[error("cancellation requested")]
     Cancelled,
+    /// The owner asked to pause the job.
+    #[error("pause requested")]
+    PauseRequested,
     /// Another attempt holds the job.
     #[error("lease lost")]
     LeaseLost,
@@ -257,7 +267,12 @@ impl JobStore {
         &self,
         job_id: &JobId,
         lease: &Lease,
+        keep_pause: bool,
     ) -> Result<ProgressRecord, StoreError> {
+        // A pause flag stays only while the job's record still asks for the pause (a pause
+        // that outlived a failed attempt parks the next one at its first write); one a resume
+        // could not remove goes here.
+        let unflag = if keep_pause { "" } else { ", pause_requested_at" };
         let now = now_rfc3339();
         let zero = AttributeValue::N("0".into());
         let taken = self
@@ -265,13 +280,13 @@ impl JobStore {
             .update_item()
             .table_name(&self.table)
             .set_key(Some(Self::progress_key(job_id).into_iter().collect()))
-            .update_expression(
+            .update_expression(format!(
                 "SET lease = :lease, #attempt = :attempt, heartbeat_at = :now, updated_at = :now, progress_changed_at = :now, \
                  seq = if_not_exists(seq, :zero), pct = if_not_exists(pct, :zero), \
                  stage = if_not_exists(stage, :empty), stage_index = if_not_exists(stage_index, :zero), \
                  stages_total = if_not_exists(stages_total, :zero), items_done = if_not_exists(items_done, :zero), \
-                 expires_at = :ttl REMOVE gsi2pk, gsi2sk",
-            )
+                 expires_at = :ttl REMOVE gsi2pk, gsi2sk{unflag}",
+            ))
             .condition_expression("attribute_not_exists(#attempt) OR #attempt <= :attempt")
             .expression_attribute_names("#attempt", "attempt")
             .expression_attribute_values(":lease", s(&lease.token))
@@ -358,8 +373,9 @@ impl JobStore {
 
     /// Records progress (a heartbeat, possibly a new checkpoint pointer) for the attempt
     /// holding `progress.lease`. Refused when another attempt owns the job, when the sequence
-    /// number does not advance (so progress never goes backwards), or when a cancellation was
-    /// requested — and the refusal says which, from the record as it is (same request).
+    /// number does not advance (so progress never goes backwards), or when a cancellation (or,
+    /// unless the write carries the flag itself, a pause) was requested — and the refusal says
+    /// which, from the record as it is (same request).
     pub async fn record_progress(
         &self,
         job_id: &JobId,
@@ -376,9 +392,14 @@ impl JobStore {
             .put_item()
             .table_name(&self.table)
             .set_item(Some(item))
-            .condition_expression(
-                "lease = :lease AND seq < :seq AND attribute_not_exists(cancel_requested_at)",
-            )
+            // A write that carries the pause flag itself (a stage crossing a boundary on its
+            // way to being parked) is not refused by it.
+            .condition_expression(if progress.pause_requested_at.is_some() {
+                "lease = :lease AND seq < :seq AND attribute_not_exists(cancel_requested_at)"
+            } else {
+                "lease = :lease AND seq < :seq AND attribute_not_exists(cancel_requested_at) \
+                 AND attribute_not_exists(pause_requested_at)"
+            })
             .expression_attribute_values(":lease", s(&progress.lease))
             .expression_attribute_values(":seq", AttributeValue::N(progress.seq.to_string()))
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
@@ -398,6 +419,9 @@ impl JobStore {
                     Err(match current {
                         Some(p) if p.lease == progress.lease && p.cancel_requested_at.is_some() => {
                             ProgressRefused::Cancelled
+                        }
+                        Some(p) if p.lease == progress.lease && p.pause_requested_at.is_some() => {
+                            ProgressRefused::PauseRequested
                         }
                         Some(p) if p.lease == progress.lease => {
                             ProgressRefused::Stale { seq: p.seq }

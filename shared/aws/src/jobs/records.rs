@@ -4,7 +4,9 @@ use super::*;
 
 use longhaul_domain::admission::{Priority, Waiting};
 use longhaul_domain::policy::JobPolicy;
-use longhaul_domain::{Cancellation, JobError, JobId, JobStatus, Owner, Timestamp, Transition};
+use longhaul_domain::{
+    Cancellation, JobError, JobId, JobStatus, Owner, Pause, Timestamp, Transition,
+};
 use serde::{Deserialize, Serialize};
 
 /// The job record. Its `Debug` leaves out what must not reach a log: the params, the
@@ -72,6 +74,18 @@ pub struct JobRecord {
     /// Who asked to cancel the job, when and why.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cancellation: Option<Cancellation>,
+    /// Who paused the job, when and why (and since when it is `paused`): while a pause is asked
+    /// for or holds; its resume removes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pause: Option<Pause>,
+    /// Seconds it spent `paused`, all pauses together (added at each resume): `max_runtime`
+    /// does not count them.
+    #[serde(default)]
+    pub paused_seconds: u64,
+    /// How many times it was resumed: each resume dispatches it again, and those dispatches
+    /// are not counted against its attempts.
+    #[serde(default)]
+    pub resumes: u32,
     /// How many times the current attempt continued as a new execution.
     #[serde(default)]
     pub continuations: u32,
@@ -193,6 +207,9 @@ impl std::fmt::Debug for JobRecord {
             .field("injected_failures", &self.injected_failures)
             .field("retry_of", &self.retry_of)
             .field("cancellation", &self.cancellation)
+            .field("pause", &self.pause)
+            .field("paused_seconds", &self.paused_seconds)
+            .field("resumes", &self.resumes)
             .field("continuations", &self.continuations)
             .field("dispatches", &self.dispatches)
             .field("enqueues", &self.enqueues)

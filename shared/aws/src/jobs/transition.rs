@@ -34,6 +34,9 @@ pub struct TransitionRequest {
     /// attempt's end that would hide the request (a retry, a failure) is refused, and the
     /// caller ends the job `cancelled` instead.
     pub unless_cancelled: bool,
+    /// When set (the record's `updated_at` as it was read), the change applies only if nothing
+    /// wrote the record since: for a change computed from what was read.
+    pub unchanged_since: Option<Timestamp>,
 }
 
 impl TransitionRequest {
@@ -55,7 +58,14 @@ impl TransitionRequest {
             due_at: None,
             remove: Vec::new(),
             unless_cancelled: false,
+            unchanged_since: None,
         }
+    }
+
+    /// Applies only if the record was not written since it was read with `updated_at`.
+    pub fn unchanged_since(mut self, updated_at: Timestamp) -> Self {
+        self.unchanged_since = Some(updated_at);
+        self
     }
 
     /// Applies only if the job's owner has not asked to cancel it (see
@@ -145,13 +155,19 @@ impl JobStore {
             removed.push(format!("#r{i}"));
             names.insert(format!("#r{i}"), name);
         }
-        // The status index holds only what the reaper and the expirer look for. An expired
+        // The status index holds only what the reaper and the expirer look for (a `paused` job
+        // under the time its pause lapses, a resumed `pending` one under its resume). An expired
         // job stays (in `expired#<shard>`) until the expirer has deleted its objects and
         // marked its progress record ([`JobStore::retain_until`] takes it out): a run that
         // dies in between leaves the rest to the next run.
         match (request.to, request.index_at) {
             (
-                JobStatus::Queued | JobStatus::Running | JobStatus::Succeeded | JobStatus::Expired,
+                JobStatus::Pending
+                | JobStatus::Queued
+                | JobStatus::Running
+                | JobStatus::Paused
+                | JobStatus::Succeeded
+                | JobStatus::Expired,
                 at,
             ) => {
                 update.push_str(", gsi2pk = :bucket, gsi2sk = :index_at");
@@ -183,6 +199,10 @@ impl JobStore {
         }
         if request.unless_cancelled {
             condition.push_str(" AND attribute_not_exists(cancellation)");
+        }
+        if let Some(read) = request.unchanged_since {
+            condition.push_str(" AND updated_at = :read");
+            values.insert(":read".into(), s(read.to_rfc3339()));
         }
         if let Some(now) = request.due_at {
             // Stored timestamps share one format, so they compare as strings.

@@ -2,14 +2,13 @@
 //! listing, creating, marking a wait.
 
 use async_trait::async_trait;
-use longhaul_domain::Cancellation;
 use longhaul_domain::admission::Waiting;
-use longhaul_domain::{JobId, Owner};
+use longhaul_domain::{Cancellation, JobId, Owner, Pause, Timestamp};
 
 use super::Warm;
 use crate::jobs::{
     CancelOutcome, IdempotencyRecord, JobEntry, JobRecord, JobStore, JobView, ListError,
-    ListFilter, ProgressRecord, StoreError, TransitionRequest,
+    ListFilter, PauseOutcome, ProgressRecord, ResumeOutcome, StoreError, TransitionRequest,
 };
 
 /// Reading one job.
@@ -38,6 +37,34 @@ pub trait JobCancellation: Warm {
         job_id: &JobId,
         cancellation: &Cancellation,
     ) -> Result<CancelOutcome, StoreError>;
+}
+
+/// An owner's pause and resume of a job, and the stage's parking of a job it paused
+/// (`JobStore::pause`, `JobStore::resume`, `JobStore::park` say what each does).
+#[async_trait]
+pub trait JobPausing: Warm {
+    /// Pauses a pending or queued job at once, or records the request for a running one.
+    async fn pause(
+        &self,
+        job_id: &JobId,
+        pause: &Pause,
+        lapses_at: Timestamp,
+    ) -> Result<PauseOutcome, StoreError>;
+    /// Resumes `job` as read: `paused → pending`, or a pause not yet taken effect withdrawn.
+    async fn resume(
+        &self,
+        job: &JobRecord,
+        resumed_by: &Owner,
+        now: Timestamp,
+    ) -> Result<ResumeOutcome, StoreError>;
+    /// `running → paused` by the stage holding `lease`, after it saw the pause of `job`.
+    async fn park(
+        &self,
+        job: &JobRecord,
+        lease: &str,
+        now: Timestamp,
+        lapses_at: Timestamp,
+    ) -> Result<JobRecord, StoreError>;
 }
 
 /// An owner's listing of their jobs.
@@ -128,6 +155,35 @@ impl JobCancellation for JobStore {
         cancellation: &Cancellation,
     ) -> Result<CancelOutcome, StoreError> {
         JobStore::cancel(self, job_id, cancellation).await
+    }
+}
+
+#[async_trait]
+impl JobPausing for JobStore {
+    async fn pause(
+        &self,
+        job_id: &JobId,
+        pause: &Pause,
+        lapses_at: Timestamp,
+    ) -> Result<PauseOutcome, StoreError> {
+        JobStore::pause(self, job_id, pause, lapses_at).await
+    }
+    async fn resume(
+        &self,
+        job: &JobRecord,
+        resumed_by: &Owner,
+        now: Timestamp,
+    ) -> Result<ResumeOutcome, StoreError> {
+        JobStore::resume(self, job, resumed_by, now).await
+    }
+    async fn park(
+        &self,
+        job: &JobRecord,
+        lease: &str,
+        now: Timestamp,
+        lapses_at: Timestamp,
+    ) -> Result<JobRecord, StoreError> {
+        JobStore::park(self, job, lease, now, lapses_at).await
     }
 }
 

@@ -50,12 +50,13 @@ impl Table {
     }
 
     /// Hands the progress record to `lease` (creating it if there is none), keeping its stage,
-    /// counts, checkpoint pointer and any cancellation flag; refused, with the job record, if
-    /// a later attempt holds it.
+    /// counts, checkpoint pointer and any cancellation flag (a pause flag only while
+    /// `keep_pause`); refused, with the job record, if a later attempt holds it.
     fn take_progress(
         &mut self,
         job_id: &JobId,
         lease: &Lease,
+        keep_pause: bool,
     ) -> Result<ProgressRecord, StoreError> {
         let now = Timestamp::now();
         // A new record starts as the hand-over's `if_not_exists` writes it: nothing done.
@@ -68,6 +69,9 @@ impl Table {
         progress.heartbeat_at = now;
         progress.updated_at = now;
         progress.progress_changed_at = Some(now);
+        if !keep_pause {
+            progress.pause_requested_at = None;
+        }
         Ok(progress.clone())
     }
 
@@ -121,7 +125,7 @@ impl JobAttempts for MemoryJobStore {
             Ok(job) => {
                 let lease =
                     Lease { attempt: job.attempt, token: job.lease.clone().unwrap_or_default() };
-                let progress = table.take_progress(job_id, &lease)?;
+                let progress = table.take_progress(job_id, &lease, job.pause.is_some())?;
                 Ok((lease, JobView { job, progress: Some(progress) }))
             }
             // This execution holds the job already (the claim's answer was lost): its lease
@@ -131,7 +135,7 @@ impl JobAttempts for MemoryJobStore {
             {
                 let lease =
                     Lease { attempt: job.attempt, token: job.lease.clone().unwrap_or_default() };
-                let progress = table.take_progress(job_id, &lease)?;
+                let progress = table.take_progress(job_id, &lease, job.pause.is_some())?;
                 Ok((lease, JobView { job: *job, progress: Some(progress) }))
             }
             Err(err) => Err(err),
@@ -149,13 +153,18 @@ impl JobAttempts for MemoryJobStore {
             Some(p)
                 if p.lease == progress.lease
                     && p.seq < progress.seq
-                    && p.cancel_requested_at.is_none() =>
+                    && p.cancel_requested_at.is_none()
+                    && (p.pause_requested_at.is_none()
+                        || progress.pause_requested_at.is_some()) =>
             {
                 table.progress.insert(job_id.to_owned(), progress.clone());
                 Ok(())
             }
             Some(p) if p.lease == progress.lease && p.cancel_requested_at.is_some() => {
                 Err(ProgressRefused::Cancelled)
+            }
+            Some(p) if p.lease == progress.lease && p.pause_requested_at.is_some() => {
+                Err(ProgressRefused::PauseRequested)
             }
             Some(p) if p.lease == progress.lease => Err(ProgressRefused::Stale { seq: p.seq }),
             _ => Err(ProgressRefused::LeaseLost),

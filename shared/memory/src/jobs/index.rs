@@ -57,7 +57,12 @@ impl Index {
         now: &str,
     ) {
         match to {
-            JobStatus::Queued | JobStatus::Running | JobStatus::Succeeded | JobStatus::Expired => {
+            JobStatus::Pending
+            | JobStatus::Queued
+            | JobStatus::Running
+            | JobStatus::Paused
+            | JobStatus::Succeeded
+            | JobStatus::Expired => {
                 self.put(job_id, to.as_str(), index_at.unwrap_or(now).to_owned())
             }
             _ => {

@@ -11,7 +11,7 @@ use longhaul_aws::ports::JobReaping;
 impl Table {
     /// An update of a job record applied only if `holds` holds of it (and the record exists);
     /// refused with the record as it is. The record afterwards.
-    fn update_when(
+    pub(super) fn update_when(
         &mut self,
         job_id: &JobId,
         holds: impl FnOnce(&JobRecord) -> bool,

@@ -1,0 +1,55 @@
+//! `paused` jobs whose pause lapsed: paused longer than their policy's `max_paused`, they are
+//! cancelled with that reason (the owner is told by the `job.cancelled` webhook, as for any
+//! cancellation). The status index keys a paused job by when its pause lapses, so the sweep
+//! reads only those due.
+
+use crate::*;
+
+use chrono::{DateTime, Utc};
+use longhaul_domain::{Cancellation, Timestamp};
+
+/// A paused job whose index entry says its pause lapsed: read again (the index is eventually
+/// consistent, and a job resumed and paused again lapses later), then cancelled if it still
+/// is paused, unchanged since the read.
+pub(crate) async fn lapsed(
+    deps: &Deps,
+    now: DateTime<Utc>,
+    job: JobEntry,
+    report: &mut Report,
+) -> Result<(), ReaperError> {
+    let Some(record) = deps.jobs.job(&job.job_id).await? else { return Ok(()) };
+    let Some(paused_at) = record.pause.as_ref().and_then(|p| p.paused_at) else {
+        return Ok(()); // resumed (or ended) since
+    };
+    let policy = record.policy_or_default();
+    let lapses_at = policy.pause_lapses_at(paused_at);
+    if record.status != JobStatus::Paused || lapses_at.as_datetime() > now {
+        return Ok(());
+    }
+    let reason = format!(
+        "paused since {paused_at}, longer than its max_paused ({} s)",
+        policy.max_paused_seconds
+    );
+    let cancellation = Cancellation {
+        requested_at: Timestamp::from(now),
+        requested_by: record.owner.clone(),
+        reason: Some(reason.clone()),
+    };
+    let request = TransitionRequest::new(
+        &job.job_id,
+        &[JobStatus::Paused],
+        JobStatus::Cancelled,
+        format!("cancelled by the reaper: {reason}"),
+    )
+    .unchanged_since(record.updated_at)
+    .set("cancellation", &cancellation);
+    match deps.jobs.transition(request).await {
+        Ok(ended) => {
+            metrics::emit_end(&ended);
+            tracing::warn!(%paused_at, %lapses_at, "the pause lapsed; the job is cancelled");
+            report.cancelled += 1;
+            Ok(())
+        }
+        Err(err) => raced(Err(err), report),
+    }
+}

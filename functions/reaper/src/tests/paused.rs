@@ -1,0 +1,78 @@
+//! Paused jobs: left alone while their pause holds, cancelled once it lapsed, and their paused
+//! time not counted against `max_runtime`.
+
+use super::*;
+
+use longhaul_aws::ports::JobPausing;
+use longhaul_domain::Pause;
+use longhaul_domain::policy::JobPolicy;
+
+/// A job of [`OWNER`]'s paused by them `seconds` before the world's `now` (its policy's
+/// `max_paused` a day), through the store's own pause.
+async fn paused(world: &World, seconds: i64) -> JobId {
+    let id = world
+        .submitted_with(seconds + 10, |job| {
+            job.policy = Some(JobPolicy { max_paused_seconds: 86_400, ..JobPolicy::default() })
+        })
+        .await
+        .job_id;
+    let at = world.at_ago(seconds);
+    let pause =
+        Pause { requested_at: at, requested_by: owner(OWNER), reason: None, paused_at: None };
+    let lapses_at = Timestamp::from(at.as_datetime() + Span::days(1));
+    world.jobs.pause(&id, &pause, lapses_at).await.expect("a pending job pauses");
+    id
+}
+
+#[tokio::test]
+async fn a_paused_job_is_left_alone_until_its_pause_lapses_then_cancelled_with_why() {
+    let world = world();
+    let holds = paused(&world, 3_600).await;
+    let lapsed = paused(&world, 86_400 + 60).await;
+    let report = world.run().await;
+    assert_eq!(report.cancelled, 1, "{report:?}");
+    assert_eq!(report.active.get(&Bucket::Paused), Some(&1), "one paused job left");
+    assert_eq!(world.job(&holds).await.status, JobStatus::Paused, "its pause holds");
+    assert!(world.sent().is_empty(), "a paused job is not enqueued");
+    let job = world.job(&lapsed).await;
+    assert_eq!(job.status, JobStatus::Cancelled);
+    let reason = job.cancellation.expect("who and why").reason.expect("a reason");
+    assert!(reason.contains("longer than its max_paused (86400 s)"), "{reason}");
+    assert_eq!(world.entry(&lapsed), None, "out of the index");
+}
+
+#[tokio::test]
+async fn a_stale_entry_of_a_job_resumed_and_paused_again_cancels_nothing() {
+    let world = world();
+    let id = paused(&world, 60).await;
+    // The index still holds an old pause's lapse (it is eventually consistent): the record
+    // says when the current one lapses.
+    world.jobs.put_index_entry(&id, "paused", &at(world.ago(10)));
+    let report = world.run().await;
+    assert_eq!(report.cancelled, 0, "{report:?}");
+    assert_eq!(world.job(&id).await.status, JobStatus::Paused);
+}
+
+#[tokio::test]
+async fn time_spent_paused_does_not_count_towards_the_maximum_runtime() {
+    let world = world();
+    let policy = JobPolicy { max_runtime_seconds: 3_600, ..JobPolicy::default() };
+    let how = Running { started: 7_200, ..Running::healthy() };
+    // Started two hours ago, of which it spent 90 minutes paused: it has run 30 minutes.
+    let rested = world
+        .running_with(&how, None, |job| {
+            job.policy = Some(policy.clone());
+            job.paused_seconds = 5_400;
+        })
+        .await;
+    let overtime = world
+        .running_with(&how, None, |job| {
+            job.policy = Some(policy.clone());
+            job.paused_seconds = 1_800;
+        })
+        .await;
+    let report = world.run().await;
+    assert_eq!(report.failed, 1, "{report:?}");
+    assert_eq!(world.job(&rested).await.status, JobStatus::Running);
+    world.failure(&overtime, ErrorCode::Timeout).await;
+}

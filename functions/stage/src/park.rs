@@ -1,0 +1,65 @@
+//! Parking a job its owner paused while this stage ran it: the stage saw the pause at a
+//! progress write, its kind saved its final checkpoint and stopped, and now the job becomes
+//! `paused` under this lease ([`JobPausing::park`]) — its slot given back by the slots
+//! function, no worker left running, its resume continuing from that checkpoint.
+//!
+//! The job is read again first (the pause landed after this invocation's read): a pause
+//! withdrawn meanwhile by a resume means the stage just goes on; a cancellation since means
+//! the job ends `cancelled` instead.
+
+use longhaul_aws::jobs::{Lease, StoreError};
+use longhaul_domain::{Cancellation, JobId, JobStatus, Timestamp};
+
+use crate::failure_message::PublicMessage;
+use crate::{Deps, StageError, store_failed};
+
+/// What became of a pause the stage saw.
+#[derive(Debug)]
+pub(crate) enum Parked {
+    /// The job is `paused`.
+    Paused,
+    /// A resume withdrew the pause before it took effect: the stage goes on.
+    Withdrawn,
+    /// The owner cancelled the job since: it ends `cancelled`.
+    Cancelled(Cancellation),
+}
+
+/// Parks `job_id` under `lease` (see the module documentation). Re-reads and tries again if
+/// the job was written between the read and the park (a counter, a stall flag); a lost lease
+/// is [`StageError::LeaseLost`].
+pub(crate) async fn park(deps: &Deps, job_id: &JobId, lease: &Lease) -> Result<Parked, StageError> {
+    for _ in 0..3 {
+        let job = deps.jobs.job(job_id).await.map_err(store_failed)?;
+        let Some(job) = job.filter(|job| job.lease.as_deref() == Some(lease.token.as_str())) else {
+            return Err(StageError::LeaseLost("another attempt holds the job".into()));
+        };
+        if let Some(cancellation) = job.cancellation {
+            return Ok(Parked::Cancelled(cancellation));
+        }
+        match job.status {
+            JobStatus::Running => {}
+            // A retried call whose park landed.
+            JobStatus::Paused => return Ok(Parked::Paused),
+            status => return Err(StageError::LeaseLost(format!("the job is {status}"))),
+        }
+        if job.pause.is_none() {
+            tracing::info!("the pause was withdrawn before it took effect; the stage goes on");
+            return Ok(Parked::Withdrawn);
+        }
+        let now = Timestamp::from(deps.clock.now());
+        let lapses_at = job.policy_or_default().pause_lapses_at(now);
+        match deps.jobs.park(&job, &lease.token, now, lapses_at).await {
+            Ok(_) => {
+                tracing::info!(%lapses_at, "paused at its last checkpoint");
+                return Ok(Parked::Paused);
+            }
+            // Written since the read: read again.
+            Err(StoreError::Conflict { .. }) => {}
+            Err(err) => return Err(store_failed(err)),
+        }
+    }
+    Err(StageError::retryable(
+        PublicMessage::fixed("the job could not be paused"),
+        "the job record kept changing while the stage parked it",
+    ))
+}

@@ -1,0 +1,106 @@
+//! An owner's pause and resume in memory ([`JobPausing`]): each decided under the table's one
+//! lock with the DynamoDB adapter's conditions — the very transition requests it writes
+//! (`pause_request`, `resume_request`, `park_request`) — refusing as it does with the record as
+//! it is.
+
+use super::*;
+
+use longhaul_aws::jobs::{
+    PauseOutcome, ResumeOutcome, park_request, pause_request, resume_request,
+};
+use longhaul_aws::ports::JobPausing;
+use longhaul_domain::Pause;
+
+impl Table {
+    /// Sets (or, `None`, removes) the pause flag of the job's progress record, if it has one
+    /// (a flag already set keeps its time).
+    fn flag_pause(&mut self, job_id: &JobId, at: Option<Timestamp>) {
+        if let Some(progress) = self.progress.get_mut(job_id) {
+            progress.pause_requested_at = at.and(progress.pause_requested_at).or(at);
+        }
+    }
+}
+
+#[async_trait]
+impl JobPausing for MemoryJobStore {
+    async fn pause(
+        &self,
+        job_id: &JobId,
+        pause: &Pause,
+        lapses_at: Timestamp,
+    ) -> Result<PauseOutcome, StoreError> {
+        self.check("pause job")?;
+        let mut table = self.lock();
+        let current = match table.transition(pause_request(job_id, pause, lapses_at)) {
+            Ok(job) => return Ok(PauseOutcome::Paused(Box::new(job))),
+            Err(StoreError::Conflict { current: Some(job) }) => job,
+            Err(err) => return Err(err),
+        };
+        match (current.status, &current.pause, &current.cancellation) {
+            (_, _, Some(_)) => Err(StoreError::Conflict { current: Some(current) }),
+            (JobStatus::Paused, _, _) => Ok(PauseOutcome::Already(current)),
+            (JobStatus::Running, Some(asked), _) => {
+                let at = asked.requested_at;
+                table.flag_pause(job_id, Some(at));
+                Ok(PauseOutcome::Already(current))
+            }
+            (JobStatus::Running, None, _) => {
+                let job = table.update_when(
+                    job_id,
+                    |_| true,
+                    |job| {
+                        job.pause = Some(pause.clone());
+                        job.updated_at = Timestamp::now();
+                    },
+                )?;
+                table.flag_pause(job_id, Some(pause.requested_at));
+                Ok(PauseOutcome::Requested(Box::new(job)))
+            }
+            _ => Err(StoreError::Conflict { current: Some(current) }),
+        }
+    }
+
+    async fn resume(
+        &self,
+        job: &JobRecord,
+        resumed_by: &Owner,
+        now: Timestamp,
+    ) -> Result<ResumeOutcome, StoreError> {
+        self.check("resume job")?;
+        let mut table = self.lock();
+        match (job.status, job.pause.as_ref().and_then(|p| p.paused_at)) {
+            (JobStatus::Paused, _) => {
+                let resumed = table.transition(resume_request(job, resumed_by, now))?;
+                table.flag_pause(&job.job_id, None);
+                Ok(ResumeOutcome::Resumed(Box::new(resumed)))
+            }
+            (JobStatus::Running, None) if job.pause.is_some() => {
+                let withdrawn = table.update_when(
+                    &job.job_id,
+                    |current| current.status == JobStatus::Running && current.pause.is_some(),
+                    |current| {
+                        current.pause = None;
+                        current.updated_at = now;
+                    },
+                )?;
+                table.flag_pause(&job.job_id, None);
+                Ok(ResumeOutcome::Withdrawn(Box::new(withdrawn)))
+            }
+            _ => Err(StoreError::Conflict { current: Some(Box::new(job.clone())) }),
+        }
+    }
+
+    async fn park(
+        &self,
+        job: &JobRecord,
+        lease: &str,
+        now: Timestamp,
+        lapses_at: Timestamp,
+    ) -> Result<JobRecord, StoreError> {
+        self.check("park job")?;
+        let Some(request) = park_request(job, lease, now, lapses_at) else {
+            return Err(StoreError::Conflict { current: Some(Box::new(job.clone())) });
+        };
+        self.lock().transition(request)
+    }
+}
