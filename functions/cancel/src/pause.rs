@@ -43,7 +43,12 @@ pub(crate) async fn pause(deps: &Deps, request: &Request) -> Result<Response<Bod
         Ok(PauseOutcome::Already(job)) => (StatusCode::OK, job),
         Err(StoreError::Conflict { current: Some(job) }) => {
             refuse_ended(&job)?;
-            return Err(wrong_status(job.status, "The job is being cancelled."));
+            let detail = if job.cancellation.is_some() {
+                "The job is being cancelled."
+            } else {
+                "The job changed while it was being paused; try again."
+            };
+            return Err(wrong_status(job.status, detail));
         }
         Err(err) => return Err(internal(err)),
     };

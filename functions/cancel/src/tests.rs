@@ -243,6 +243,7 @@ async fn a_failing_table_is_a_500_that_names_nothing_inside() {
 async fn a_pending_or_queued_job_pauses_at_once_and_resumes_through_dispatch() {
     for from in [JobStatus::Pending, JobStatus::Queued] {
         let w = world();
+        // (Queued: dispatched, not yet claimed — never started either.)
         let id = w.job(&owner("alice"), from).await;
         let at: Timestamp = "2031-02-03T04:05:06.000Z".parse().unwrap();
         w.clock.set(at.as_datetime());
@@ -267,14 +268,15 @@ async fn a_pending_or_queued_job_pauses_at_once_and_resumes_through_dispatch() {
         assert_eq!(again.status(), 200);
         assert_eq!(json_of(&again)["pause"]["reason"], "month end", "the first pause stands");
 
-        // An hour later it resumes: pending, enqueued for dispatch, the hour counted.
+        // An hour later it resumes: pending, enqueued for dispatch. (The hour is not added to
+        // its runtime's allowance: it had not started, its runtime has yet to begin.)
         w.clock.set(at.as_datetime() + std::time::Duration::from_secs(3600));
         let resumed = w.control("resume", "alice", &id, None).await;
         assert_eq!(resumed.status(), 202);
         assert_eq!(json_of(&resumed)["status"], "pending");
         let job = w.jobs.job(&id).await.unwrap().unwrap();
         assert_eq!((job.status, job.pause.is_none()), (JobStatus::Pending, true));
-        assert_eq!((job.paused_seconds, job.resumes), (3600, 1));
+        assert_eq!((job.paused_seconds, job.resumes), (0, 1));
         assert_eq!(job.transitions.last().unwrap().reason, "resumed by alice");
         let sent = w.intake.sent();
         assert_eq!(sent.len(), 1);

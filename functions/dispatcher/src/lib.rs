@@ -269,8 +269,10 @@ pub async fn dispatch(deps: &Deps, job_id: &JobId) -> Result<(), DispatchError> 
             return Ok(());
         }
     }
-    let start_at = job.not_before.map(Timestamp::as_datetime);
-    if let Some(start_at) = start_at.filter(|at| *at > now) {
+    // Not before its delayed start, nor — a job paused while it waited out a backoff and
+    // resumed since — before its next attempt's `retry_at`.
+    let start_at = [job.not_before, job.retry_at].into_iter().flatten().max();
+    if let Some(start_at) = start_at.map(Timestamp::as_datetime).filter(|at| *at > now) {
         return delay_again(deps, &job, start_at, now).await;
     }
     let pools = pools_of(

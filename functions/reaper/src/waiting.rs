@@ -241,8 +241,8 @@ async fn still_waiting(
     Ok(())
 }
 
-/// Gives back `pool`'s slots held by jobs that ended or are gone, then wakes as many waiting
-/// jobs as it has free slots.
+/// Gives back `pool`'s slots held by jobs that ended, are paused or are gone, then wakes as
+/// many waiting jobs as it has free slots.
 async fn reconcile(
     deps: &Deps,
     pool: &Pool,
@@ -253,9 +253,9 @@ async fn reconcile(
     let mut ended = Vec::new();
     for job_id in &holders {
         // A pending holder is being dispatched (or its dispatch died, and the pending sweep
-        // sends it again): only an end frees a slot.
+        // sends it again): only an end, or a pause, frees a slot.
         match deps.jobs.job(job_id).await? {
-            Some(job) if !job.status.is_terminal() => {}
+            Some(job) if !job.status.is_terminal() && job.status != JobStatus::Paused => {}
             _ => ended.push(job_id.clone()),
         }
     }

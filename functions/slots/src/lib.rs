@@ -27,9 +27,10 @@ use std::sync::Arc;
 use aws_lambda_events::dynamodb::{Event, EventRecord};
 use aws_lambda_events::streams::DynamoDbEventResponse;
 use longhaul_aws::config::{ConfigError, Vars};
+use longhaul_aws::jobs::JobStore;
 use longhaul_aws::jobs::ScheduledBy;
 use longhaul_aws::logs;
-use longhaul_aws::ports::{ScheduleFirings, SlotPools};
+use longhaul_aws::ports::{JobReads, ScheduleFirings, SlotPools};
 use longhaul_aws::queue::ScheduleQueue;
 use longhaul_aws::scheduler::{FiringKind, ScheduleFiring};
 use longhaul_aws::slots::{Admitter, pools_of};
@@ -72,6 +73,8 @@ pub struct Deps {
     pub slots: Arc<dyn SlotPools>,
     /// The schedule queue: a scheduled job's end goes to its schedule.
     pub firings: Arc<dyn ScheduleFirings>,
+    /// The job table: a pause is read again before its slots go back (see [`still_paused`]).
+    pub jobs: Arc<dyn JobReads>,
     /// The configuration.
     pub config: Config,
 }
@@ -90,6 +93,7 @@ impl Deps {
                 aws_sdk_sqs::Client::new(sdk),
                 config.schedule_queue_url.clone(),
             )),
+            jobs: Arc::new(JobStore::new(aws_sdk_dynamodb::Client::new(sdk), config.table.clone())),
             config: config.clone(),
         }
     }
@@ -110,6 +114,9 @@ pub struct EndedJob {
     /// Its attempt.
     #[serde(default)]
     pub attempt: u32,
+    /// How many times it was resumed (which pause this is, for a pause).
+    #[serde(default)]
+    pub resumes: u32,
     /// When it was submitted (its waiting-list position).
     pub created_at: String,
     /// Its priority (its waiting-list position).
@@ -157,7 +164,14 @@ pub async fn handle(deps: &Deps, event: Event) -> DynamoDbEventResponse {
             }
         };
         let span = logs::job_span(Some(&job.job_id), Some(job.attempt), Some(&job.owner));
-        if let Err(err) = free(deps, &job).instrument(span.clone()).await {
+        let freed = async {
+            if job.status == JobStatus::Paused && !still_paused(deps, &job).await? {
+                tracing::info!("resumed since it paused: its slots are its run's again");
+                return Ok(());
+            }
+            free(deps, &job).await
+        };
+        if let Err(err) = freed.instrument(span.clone()).await {
             span.in_scope(|| {
                 tracing::error!(error = %err, "giving back the job's slots failed; the stream retries it")
             });
@@ -165,6 +179,18 @@ pub async fn handle(deps: &Deps, event: Event) -> DynamoDbEventResponse {
         }
     }
     DynamoDbEventResponse::default()
+}
+
+/// Whether the job a pause record is about is still in that pause: a resume dispatches it
+/// again at once, and its new run takes slots of its own that a late record of the pause must
+/// not give back. (An end needs no such read: nothing follows it.)
+async fn still_paused(deps: &Deps, paused: &EndedJob) -> Result<bool, longhaul_aws::AwsError> {
+    let job = deps.jobs.job(&paused.job_id).await.map_err(|err| longhaul_aws::AwsError {
+        context: format!("read job {}", paused.job_id),
+        detail: err.to_string(),
+        refusal: None,
+    })?;
+    Ok(job.is_some_and(|job| job.status == JobStatus::Paused && job.resumes == paused.resumes))
 }
 
 /// Gives back `job`'s slots, takes it out of the waiting lists, and wakes who waits.

@@ -6,7 +6,7 @@ use longhaul_domain::Owner;
 
 use longhaul_aws::slots::Pool;
 use longhaul_memory::{
-    MemoryDispatchQueue, MemoryScheduleFirings, MemorySlotPools, job_named, owner,
+    MemoryDispatchQueue, MemoryJobStore, MemoryScheduleFirings, MemorySlotPools, job_named, owner,
 };
 use serde_json::{Value, json};
 
@@ -60,6 +60,7 @@ struct World {
     slots: Arc<MemorySlotPools>,
     queue: Arc<MemoryDispatchQueue>,
     firings: Arc<MemoryScheduleFirings>,
+    jobs: Arc<MemoryJobStore>,
     deps: Deps,
 }
 
@@ -74,11 +75,13 @@ fn world(tenant_max_running: u32) -> World {
         schedule_queue_url: "https://sqs.memory.invalid/schedules".into(),
     };
     let firings = Arc::new(MemoryScheduleFirings::new());
+    let jobs = Arc::new(MemoryJobStore::new());
     World {
         slots: slots.clone(),
         queue,
         firings: firings.clone(),
-        deps: Deps { slots, firings, config },
+        jobs: jobs.clone(),
+        deps: Deps { slots, firings, jobs, config },
     }
 }
 
@@ -202,9 +205,58 @@ async fn a_job_cancelled_while_it_waited_leaves_its_lists_and_frees_no_one_elses
     assert!(w.woken().is_empty(), "no slot freed: no one woken");
 }
 
+impl World {
+    /// A job record named `name`, of `owner`, `paused` after `resumes` resumes (as the slots
+    /// function reads it again).
+    fn paused_job(&self, name: &str, owner_name: &str, resumes: u32) {
+        let mut job = longhaul_memory::contract::pending_job(
+            &owner(owner_name),
+            longhaul_domain::Timestamp::now(),
+        );
+        job.job_id = job_named(name);
+        job.status = JobStatus::Paused;
+        job.resumes = resumes;
+        self.jobs.put_record(job);
+    }
+}
+
+#[tokio::test]
+async fn a_pause_whose_job_was_resumed_since_gives_back_nothing() {
+    let w = world(1);
+    // Paused, resumed and dispatched again (its new run holds the slot) before the pause's
+    // record came: the record of that pause frees nothing.
+    w.holds(&tenant("alice"), &job_named("quick"), 1).await;
+    w.paused_job("quick", "alice", 0);
+    let mut resumed = w.jobs.job(&job_named("quick")).await.unwrap().unwrap();
+    resumed.status = JobStatus::Running;
+    resumed.resumes = 1;
+    w.jobs.put_record(resumed);
+    let paused = end_of(&job_named("quick"), &owner("alice"), "1", |r| {
+        r["dynamodb"]["NewImage"]["status"]["S"] = json!("paused");
+    });
+    assert!(w.stream(vec![paused]).await.is_empty());
+    assert_eq!(w.holders(&tenant("alice")).await, [job_named("quick")], "its run's slot stays");
+    // Paused again since (its second pause): the first pause's late record frees nothing
+    // either; the second's does.
+    w.paused_job("quick", "alice", 1);
+    let first = end_of(&job_named("quick"), &owner("alice"), "2", |r| {
+        r["dynamodb"]["NewImage"]["status"]["S"] = json!("paused");
+    });
+    assert!(w.stream(vec![first]).await.is_empty());
+    assert_eq!(w.holders(&tenant("alice")).await, [job_named("quick")]);
+    let second = end_of(&job_named("quick"), &owner("alice"), "3", |r| {
+        r["dynamodb"]["NewImage"]["status"]["S"] = json!("paused");
+        r["dynamodb"]["NewImage"]["resumes"] = json!({"N": "1"});
+    });
+    assert!(w.stream(vec![second]).await.is_empty());
+    assert!(w.holders(&tenant("alice")).await.is_empty());
+}
+
 #[tokio::test]
 async fn a_paused_job_gives_back_its_slots_and_leaves_its_lists_but_ends_nothing() {
     let w = world(1);
+    w.paused_job("paused", "alice", 0);
+    w.paused_job("waiting", "alice", 0);
     w.holds(&tenant("alice"), &job_named("paused"), 1).await;
     w.waits(&tenant("alice"), &job_named("next"), &owner("alice")).await;
     let paused = end_of(&job_named("paused"), &owner("alice"), "1", |r| {

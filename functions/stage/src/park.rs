@@ -43,6 +43,16 @@ pub(crate) async fn park(deps: &Deps, job_id: &JobId, lease: &Lease) -> Result<P
             status => return Err(StageError::LeaseLost(format!("the job is {status}"))),
         }
         if job.pause.is_none() {
+            // The flag that stopped the stage asks for nothing any more (a racing request set
+            // it again after the withdrawal): dropped under this lease, so the stage goes on
+            // instead of stopping at it again.
+            match deps.jobs.drop_stale_pause_flag(job_id, &lease.token).await {
+                Ok(()) => {}
+                Err(StoreError::Conflict { .. }) => {
+                    return Err(StageError::LeaseLost("another attempt holds the job".into()));
+                }
+                Err(err) => return Err(store_failed(err)),
+            }
             tracing::info!("the pause was withdrawn before it took effect; the stage goes on");
             return Ok(Parked::Withdrawn);
         }

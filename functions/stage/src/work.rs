@@ -48,7 +48,9 @@ pub(crate) async fn claim_as(
     let job = &view.job;
     logs::record_job(&tracing::Span::current(), job);
     tracing::info!("claimed");
+    // The wait before the job's first run (a resumed one's claim is not it).
     if lease.attempt == 1
+        && job.resumes == 0
         && let Some(started) = job.started_at
     {
         metrics::emit(Metric::QueueWait, started.since(job.created_at).as_millis() as f64, job);

@@ -68,6 +68,11 @@ fn default_max_paused() -> u64 {
     604_800
 }
 
+/// The longest `max_paused_seconds` a deployment may set: under the 30 days a job's progress
+/// record and checkpoints are kept after their last write (`LONGHAUL_RECORD_RETENTION_SECONDS`
+/// and the bucket's lifecycle, by default), so a paused job's checkpoint outlives its pause.
+pub const MAX_PAUSED_LIMIT_SECONDS: u64 = 29 * 86_400;
+
 fn default_progress_unit() -> String {
     "items".into()
 }
@@ -165,6 +170,16 @@ pub enum OverrideError {
         /// The field.
         field: &'static str,
     },
+    /// A value longer than what it must stay under.
+    #[error("{kind}: {field} must be at most {max}")]
+    TooLong {
+        /// The kind.
+        kind: String,
+        /// The field.
+        field: &'static str,
+        /// Its largest value.
+        max: u64,
+    },
 }
 
 /// A deployment's overrides, by kind name.
@@ -197,6 +212,13 @@ impl PolicyOverrides {
             if o.max_paused_seconds == Some(0) {
                 return zero("max_paused_seconds");
             }
+            if o.max_paused_seconds.is_some_and(|s| s > MAX_PAUSED_LIMIT_SECONDS) {
+                return Err(OverrideError::TooLong {
+                    kind: kind.clone(),
+                    field: "max_paused_seconds",
+                    max: MAX_PAUSED_LIMIT_SECONDS,
+                });
+            }
             if o.checkpoint.is_some_and(|c| c.items == 0 || c.interval_seconds == 0) {
                 return zero("checkpoint");
             }
@@ -207,8 +229,10 @@ impl PolicyOverrides {
         Ok(PolicyOverrides(map))
     }
 
-    /// `policy` of kind `kind` with this deployment's overrides applied.
+    /// `policy` of kind `kind` with this deployment's overrides applied (and its pause bounded
+    /// by [`MAX_PAUSED_LIMIT_SECONDS`], whatever the kind asks).
     pub fn apply(&self, kind: &str, mut policy: JobPolicy) -> JobPolicy {
+        policy.max_paused_seconds = policy.max_paused_seconds.min(MAX_PAUSED_LIMIT_SECONDS);
         let Some(o) = self.0.get(kind) else { return policy };
         policy.max_attempts = o.max_attempts.unwrap_or(policy.max_attempts);
         policy.max_runtime_seconds = o.max_runtime_seconds.unwrap_or(policy.max_runtime_seconds);
@@ -270,6 +294,12 @@ mod tests {
             PolicyOverrides::parse(r#"{"demo": {"retry_delay_seconds": 0}}"#, &known),
             Err(OverrideError::Zero { field: "retry_delay_seconds", .. })
         ));
+        assert!(matches!(
+            PolicyOverrides::parse(r#"{"demo": {"max_paused_seconds": 2592000}}"#, &known),
+            Err(OverrideError::TooLong { field: "max_paused_seconds", .. })
+        ));
+        let month = PolicyOverrides::parse(r#"{"demo": {"max_paused_seconds": 2505600}}"#, &known);
+        assert_eq!(month.unwrap().apply("demo", policy()).max_paused_seconds, 2_505_600);
         assert!(PolicyOverrides::parse("[]", &known).is_err());
     }
 

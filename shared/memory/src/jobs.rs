@@ -121,6 +121,12 @@ fn with_attributes(
     })
 }
 
+/// Whether the record, as stored, has attribute `name` (`attribute_exists`).
+fn has_attribute(job: &JobRecord, name: &str) -> bool {
+    let value = serde_json::to_value(job).expect("records serialise");
+    value.get(name).is_some_and(|v| !v.is_null())
+}
+
 fn conflict(current: Option<&JobRecord>) -> StoreError {
     StoreError::Conflict { current: current.cloned().map(Box::new) }
 }
@@ -137,6 +143,7 @@ impl Table {
             && request.fence.as_ref().is_none_or(|lease| job.lease.as_ref() == Some(lease))
             && (!request.unless_cancelled || job.cancellation.is_none())
             && request.unchanged_since.is_none_or(|read| job.updated_at == read)
+            && request.requires.iter().all(|name| has_attribute(job, name))
             && request.due_at.as_ref().is_none_or(|due| {
                 job.not_before.is_none_or(|at| at.to_rfc3339().as_str() <= due.as_str())
             });
@@ -151,7 +158,7 @@ impl Table {
         if request.to.is_terminal() {
             next.finished_at = Some(now);
         }
-        if !matches!(request.to, JobStatus::Pending | JobStatus::Queued) {
+        if !matches!(request.to, JobStatus::Pending | JobStatus::Queued | JobStatus::Paused) {
             self.backlog.remove(&request.job_id);
         }
         self.index.moved(

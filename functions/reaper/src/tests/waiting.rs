@@ -106,6 +106,20 @@ async fn a_slot_held_by_an_ended_job_goes_to_the_first_waiting_job() {
 }
 
 #[tokio::test]
+async fn a_slot_held_by_a_paused_job_goes_to_the_first_waiting_job() {
+    let world = world_of(&[("LONGHAUL_TENANT_MAX_RUNNING", "1")]);
+    let paused = world.holder(&tenant(), None, false).await;
+    let mut job = world.job(&paused).await;
+    job.status = JobStatus::Paused;
+    world.jobs.put_record(job); // as the stage parks it, its pause's record lost on the way
+    let (waiting, _) = world.waiting(None, WaitReason::TenantLimit, Some(&tenant())).await;
+    let report = world.run().await;
+    assert_eq!((report.slots_reclaimed, report.admitted), (1, 1), "{report:?}");
+    assert!(!world.slots.holders(&tenant()).await.unwrap().contains(&paused), "given back");
+    assert_eq!(world.sent(), [(waiting, 0)]);
+}
+
+#[tokio::test]
 async fn a_pool_whose_holders_still_run_wakes_no_one() {
     let world = world_of(&[("LONGHAUL_TENANT_MAX_RUNNING", "1")]);
     world.holder(&tenant(), None, false).await;

@@ -279,6 +279,7 @@ impl Ctx<'_> {
         self.stage_clock = StageClock {
             attempt: self.lease.attempt,
             stage_index: self.stage_index,
+            resumes: self.job.resumes,
             started_at: Timestamp::from(self.deps.clock.now()),
         };
         self.floor_done = 0;

@@ -131,13 +131,20 @@ impl<'a> Ctx<'a> {
         let stage_index = progress.stage_index.clamp(1, stages.len() as u32);
         let same_stage = progress.stage_index == stage_index;
         let now = deps.clock.instant();
-        // The stage's clock as an earlier invocation of this attempt left it; else it starts.
+        // The stage's clock as an earlier invocation of this attempt (since the job's last
+        // resume) left it; else it starts.
         let stage_clock = progress
             .stage_clock
-            .filter(|c| same_stage && c.attempt == lease.attempt && c.stage_index == stage_index)
+            .filter(|c| {
+                same_stage
+                    && c.attempt == lease.attempt
+                    && c.stage_index == stage_index
+                    && c.resumes == job.resumes
+            })
             .unwrap_or(StageClock {
                 attempt: lease.attempt,
                 stage_index,
+                resumes: job.resumes,
                 started_at: Timestamp::from(deps.clock.now()),
             });
         Ctx {

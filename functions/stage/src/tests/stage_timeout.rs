@@ -68,7 +68,7 @@ async fn a_stage_whose_clock_passes_its_timeout_between_two_writes_ends_the_atte
     assert_eq!(progress.items_done, 2, "the write past the timeout was not made");
     assert_eq!(
         w.stage_clock(&id),
-        StageClock { attempt: 1, stage_index: 1, started_at: started },
+        StageClock { attempt: 1, stage_index: 1, resumes: 0, started_at: started },
         "counted from when the attempt started the stage"
     );
 
@@ -115,7 +115,7 @@ async fn the_clock_carries_across_the_invocations_that_continue_the_stage() {
     let started = Timestamp::from(w.clock.now());
     let first = w.first_run(&id, near()).await.expect("paused at the deadline");
     assert_eq!(first["run"]["next"], "continue");
-    let clock = StageClock { attempt: 1, stage_index: 1, started_at: started };
+    let clock = StageClock { attempt: 1, stage_index: 1, resumes: 0, started_at: started };
     assert_eq!(w.stage_clock(&id), clock);
 
     // The next invocation counts on from the same start.
@@ -153,7 +153,7 @@ async fn each_stage_has_its_own_clock() {
     drop(ctx);
     assert_eq!(
         w.stage_clock(&id),
-        StageClock { attempt: 1, stage_index: 2, started_at: boundary },
+        StageClock { attempt: 1, stage_index: 2, resumes: 0, started_at: boundary },
         "the report stage's clock starts at the boundary"
     );
     // Past the count stage's start by more than the timeout, not the report stage's.
@@ -172,7 +172,8 @@ async fn a_clock_of_an_earlier_attempt_or_from_before_it_was_kept_starts_afresh(
     let (id, lease, job) = claimed_script(&w).await;
     let long_ago: Timestamp = "2020-01-01T00:00:00Z".parse().unwrap();
     let now = Timestamp::from(w.clock.now());
-    let earlier = StageClock { attempt: lease.attempt - 1, stage_index: 1, started_at: long_ago };
+    let earlier =
+        StageClock { attempt: lease.attempt - 1, stage_index: 1, resumes: 0, started_at: long_ago };
     for kept in [Some(earlier), None] {
         let progress = ProgressRecord { stage_index: 1, stage_clock: kept, ..w.progress(&id) };
         let mut ctx = timed_ctx(&w, &job, &lease, &progress);
@@ -180,7 +181,7 @@ async fn a_clock_of_an_earlier_attempt_or_from_before_it_was_kept_starts_afresh(
         ctx.progress(1, Some(10)).await.expect("written");
         assert_eq!(
             w.stage_clock(&id),
-            StageClock { attempt: lease.attempt, stage_index: 1, started_at: now },
+            StageClock { attempt: lease.attempt, stage_index: 1, resumes: 0, started_at: now },
             "{kept:?}"
         );
     }

@@ -109,37 +109,38 @@ impl JobStore {
         job_id: &JobId,
         requested_at: &Timestamp,
     ) -> Result<(), StoreError> {
-        self.flag_progress(job_id, "cancel_requested_at", Some(*requested_at)).await
+        self.flag_progress(job_id, "cancel_requested_at", Some(*requested_at)).await.map(|_| ())
     }
 
     /// Sets the owner's request `flag` (an attribute of the job's progress record, which
     /// progress writes are conditional on the absence of) with its time `at` — idempotent, a
     /// flag already set keeps its time — or, `None`, removes it. A job without a progress
-    /// record has nothing to flag.
+    /// record has nothing to flag: whether it had one.
     pub(super) async fn flag_progress(
         &self,
         job_id: &JobId,
         flag: &str,
         at: Option<Timestamp>,
-    ) -> Result<(), StoreError> {
+    ) -> Result<bool, StoreError> {
         let update = self
             .client
             .update_item()
             .table_name(&self.table)
             .set_key(Some(Self::progress_key(job_id).into_iter().collect()))
-            .condition_expression("attribute_exists(pk)")
-            .expression_attribute_names("#flag", flag);
+            .condition_expression("attribute_exists(pk)");
+        // The flag by its name in the expression (one of ours, not a reserved word), as the
+        // request shows it.
         let flagged = match at {
             Some(at) => update
-                .update_expression("SET #flag = if_not_exists(#flag, :at)")
+                .update_expression(format!("SET {flag} = if_not_exists({flag}, :at)"))
                 .expression_attribute_values(":at", s(at.to_rfc3339())),
-            None => update.update_expression("REMOVE #flag"),
+            None => update.update_expression(format!("REMOVE {flag}")),
         }
         .send()
         .await;
         match flagged {
-            Ok(_) => Ok(()),
-            Err(err) if crate::condition_refused(&err) => Ok(()),
+            Ok(_) => Ok(true),
+            Err(err) if crate::condition_refused(&err) => Ok(false),
             Err(err) => Err(AwsError::new(format!("set {flag} of job {job_id}"), err).into()),
         }
     }
@@ -187,7 +188,7 @@ impl JobStore {
         match self.claim_update(request, execution).await {
             Ok(job) => {
                 let lease = Lease { attempt: job.attempt, token };
-                let progress = self.take_progress(job_id, &lease, job.pause.is_some()).await?;
+                let progress = self.take_progress(job_id, &lease).await?;
                 Ok((lease, JobView { job, progress: Some(progress) }))
             }
             Err(StoreError::Conflict { current: Some(job) })
@@ -195,7 +196,7 @@ impl JobStore {
             {
                 let lease =
                     Lease { attempt: job.attempt, token: job.lease.clone().unwrap_or_default() };
-                let progress = self.take_progress(job_id, &lease, job.pause.is_some()).await?;
+                let progress = self.take_progress(job_id, &lease).await?;
                 Ok((lease, JobView { job: *job, progress: Some(progress) }))
             }
             Err(err) => Err(err),

@@ -52,9 +52,13 @@ pub fn pause_request(job_id: &JobId, pause: &Pause, lapses_at: Timestamp) -> Tra
 }
 
 /// `paused → pending` of `job` as read, resumed by `by` at `now`: the paused time and the
-/// resume counted, the pause and any wait for a slot gone.
+/// resume counted, the pause and any wait for a slot gone (a `retry_at` stays: the dispatcher
+/// holds the job until then, as it would have).
 pub fn resume_request(job: &JobRecord, by: &Owner, now: Timestamp) -> TransitionRequest {
-    let paused_at = job.pause.as_ref().and_then(|p| p.paused_at);
+    // Only a job that had started counts the time: its runtime counts from `started_at`,
+    // which a job paused before it ever ran has yet to get.
+    let started = job.started_at.is_some();
+    let paused_at = job.pause.as_ref().and_then(|p| p.paused_at).filter(|_| started);
     let paused_for = paused_at.map_or(0, |at| now.since(at).as_secs());
     TransitionRequest::new(
         &job.job_id,
@@ -69,8 +73,9 @@ pub fn resume_request(job: &JobRecord, by: &Owner, now: Timestamp) -> Transition
     .remove("waiting")
 }
 
-/// `running → paused` of `job` as read (its pause asked for), under `lease` at `now`: the
-/// attempt given back, indexed by when the pause lapses. `None` if no pause is asked for.
+/// `running → paused` of `job` as read (its pause asked for), under `lease` at `now`, while a
+/// pause is still asked for: the attempt given back, indexed by when the pause lapses. `None`
+/// if `job` asks no pause.
 pub fn park_request(
     job: &JobRecord,
     lease: &str,
@@ -87,7 +92,7 @@ pub fn park_request(
         )
         .fenced(lease)
         .unless_cancelled()
-        .unchanged_since(job.updated_at)
+        .requires("pause")
         .set("pause", Pause { paused_at: Some(now), ..pause.clone() })
         .set("attempt", job.attempt.saturating_sub(1))
         .indexed_at(lapses_at.to_rfc3339()),
@@ -119,7 +124,7 @@ impl JobStore {
                 (_, _, Some(_)) => return Err(StoreError::Conflict { current: Some(current) }),
                 (JobStatus::Paused, _, _) => return Ok(PauseOutcome::Already(current)),
                 (JobStatus::Running, Some(asked), _) => {
-                    self.flag_pause(job_id, asked.requested_at).await?;
+                    self.flag_pause_soon(job_id, asked.requested_at).await?;
                     return Ok(PauseOutcome::Already(current));
                 }
                 (JobStatus::Running, None, _) => {}
@@ -144,7 +149,7 @@ impl JobStore {
                 .await;
             match requested {
                 Ok(job) => {
-                    self.flag_pause(job_id, pause.requested_at).await?;
+                    self.flag_pause_soon(job_id, pause.requested_at).await?;
                     return Ok(PauseOutcome::Requested(Box::new(job)));
                 }
                 // Back to waiting for an attempt: paused as such in the next round.
@@ -172,25 +177,30 @@ impl JobStore {
         let job_id = &job.job_id;
         match (job.status, job.pause.as_ref().and_then(|p| p.paused_at)) {
             (JobStatus::Paused, _) => {
-                let resumed = self.transition(resume_request(job, resumed_by, now)).await?;
-                // A flag left by a running job's pause: the next claim clears it too.
+                // The flag a running job's pause left goes first, while no stage can run the
+                // job: should the transition then fail, the retried resume finds it paused.
                 self.unflag_pause(job_id).await?;
+                let resumed = self.transition(resume_request(job, resumed_by, now)).await?;
                 Ok(ResumeOutcome::Resumed(Box::new(resumed)))
             }
-            (JobStatus::Running, None) if job.pause.is_some() => {
+            (JobStatus::Running | JobStatus::Queued, None) if job.pause.is_some() => {
                 // The flag first: should the second write fail, the stage runs on and a retry
-                // of the resume withdraws the request.
+                // of the resume withdraws the request. (A flag a racing pause sets again after
+                // this is found stale by the stage, which drops it.)
                 self.unflag_pause(job_id).await?;
                 let names = HashMap::from([("#status".to_owned(), "status".to_owned())]);
                 let values = HashMap::from([
                     (":running".to_owned(), s(JobStatus::Running.as_str())),
-                    (":now".to_owned(), s(now.to_rfc3339())),
+                    (":queued".to_owned(), s(JobStatus::Queued.as_str())),
+                    (":now".to_owned(), s(now_rfc3339())),
                 ]);
                 let withdrawn = self
                     .update_job(
                         job_id,
                         "SET updated_at = :now REMOVE pause".into(),
-                        "#status = :running AND attribute_exists(pause)".into(),
+                        "#status IN (:running, :queued) AND attribute_exists(pause) \
+                         AND attribute_not_exists(pause.paused_at)"
+                            .into(),
                         names,
                         values,
                     )
@@ -204,8 +214,9 @@ impl JobStore {
     /// `running → paused` by the stage holding `lease`, which saw the pause request of `job`
     /// (as read after it) and saved its final checkpoint: the attempt is not spent — its next
     /// claim, after the resume, has the same number — and the pause lapses at `lapses_at`.
-    /// Refused if the lease is lost, the job was written since the read (the pause withdrawn,
-    /// say), or its owner asked to cancel it.
+    /// Refused if the lease is lost, the pause was withdrawn since, or its owner asked to
+    /// cancel the job. (Nothing else it writes can have changed under the lease: the attempt is
+    /// the lease's, the pause is asked for once.)
     pub async fn park(
         &self,
         job: &JobRecord,
@@ -219,17 +230,64 @@ impl JobStore {
         self.transition(request).await
     }
 
-    /// Sets the pause flag on the job's progress record (a job without one yet has nothing to
-    /// flag: its stage reads the job record's pause before its first write).
-    async fn flag_pause(&self, job_id: &JobId, requested_at: Timestamp) -> Result<(), StoreError> {
-        self.flag_progress(job_id, PAUSE_FLAG, Some(requested_at)).await
+    /// Sets the pause flag on the running job's progress record. A record not there yet is a
+    /// claim on its way (its hand-over of the record follows the claim at once, from a job
+    /// record read before the pause): asked again a few times, briefly. One still missing then
+    /// belongs to a claim that died, whose rescue's next claim reads the job's pause.
+    async fn flag_pause_soon(
+        &self,
+        job_id: &JobId,
+        requested_at: Timestamp,
+    ) -> Result<(), StoreError> {
+        for _ in 0..FLAG_TRIES {
+            if self.flag_progress(job_id, PAUSE_FLAG, Some(requested_at)).await? {
+                return Ok(());
+            }
+            tokio::time::sleep(FLAG_RETRY).await;
+        }
+        tracing::info!(%job_id, "no progress record to flag; the next claim reads the pause");
+        Ok(())
     }
 
     /// Removes the pause flag from the job's progress record, if it has one.
     async fn unflag_pause(&self, job_id: &JobId) -> Result<(), StoreError> {
-        self.flag_progress(job_id, PAUSE_FLAG, None).await
+        self.flag_progress(job_id, PAUSE_FLAG, None).await.map(|_| ())
+    }
+
+    /// Removes a pause flag nothing asks for any more (its pause was withdrawn, and a racing
+    /// request set the flag again after the withdrawal) under `lease`: the stage holding the
+    /// job does this when it finds the job record without a pause. Refused (a conflict) once
+    /// another lease holds the record.
+    pub async fn drop_stale_pause_flag(
+        &self,
+        job_id: &JobId,
+        lease: &str,
+    ) -> Result<(), StoreError> {
+        let dropped = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(Self::progress_key(job_id).into_iter().collect()))
+            .update_expression(format!("REMOVE {PAUSE_FLAG}"))
+            .condition_expression("lease = :lease")
+            .expression_attribute_values(":lease", s(lease))
+            .send()
+            .await;
+        match dropped {
+            Ok(_) => Ok(()),
+            Err(err) if crate::condition_refused(&err) => {
+                Err(StoreError::Conflict { current: None })
+            }
+            Err(err) => {
+                Err(crate::AwsError::new(format!("drop the pause flag of {job_id}"), err).into())
+            }
+        }
     }
 }
 
 /// The progress record's attribute a pause request sets.
 const PAUSE_FLAG: &str = "pause_requested_at";
+/// How often, and how far apart, a pause asks for a running job's progress record that is not
+/// there yet.
+const FLAG_TRIES: usize = 5;
+const FLAG_RETRY: std::time::Duration = std::time::Duration::from_millis(100);

@@ -97,8 +97,13 @@ pub struct ProgressRecord {
 pub struct StageClock {
     /// The attempt…
     pub attempt: u32,
-    /// …and the 1-based index of the stage it started.
+    /// …and the 1-based index of the stage it started…
     pub stage_index: u32,
+    /// …after how many resumes of the job: a resumed run has the paused attempt's number, and
+    /// starts the stage's clock afresh (time paused is not time run). Absent on clocks from
+    /// before pauses existed: none.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub resumes: u32,
     /// When.
     pub started_at: Timestamp,
 }
@@ -267,12 +272,9 @@ impl JobStore {
         &self,
         job_id: &JobId,
         lease: &Lease,
-        keep_pause: bool,
     ) -> Result<ProgressRecord, StoreError> {
-        // A pause flag stays only while the job's record still asks for the pause (a pause
-        // that outlived a failed attempt parks the next one at its first write); one a resume
-        // could not remove goes here.
-        let unflag = if keep_pause { "" } else { ", pause_requested_at" };
+        // A pause flag stays (a resume removes it before the job can be claimed again; a
+        // pause that outlived a failed attempt parks the next one at its first write).
         let now = now_rfc3339();
         let zero = AttributeValue::N("0".into());
         let taken = self
@@ -280,13 +282,13 @@ impl JobStore {
             .update_item()
             .table_name(&self.table)
             .set_key(Some(Self::progress_key(job_id).into_iter().collect()))
-            .update_expression(format!(
+            .update_expression(
                 "SET lease = :lease, #attempt = :attempt, heartbeat_at = :now, updated_at = :now, progress_changed_at = :now, \
                  seq = if_not_exists(seq, :zero), pct = if_not_exists(pct, :zero), \
                  stage = if_not_exists(stage, :empty), stage_index = if_not_exists(stage_index, :zero), \
                  stages_total = if_not_exists(stages_total, :zero), items_done = if_not_exists(items_done, :zero), \
-                 expires_at = :ttl REMOVE gsi2pk, gsi2sk{unflag}",
-            ))
+                 expires_at = :ttl REMOVE gsi2pk, gsi2sk",
+            )
             .condition_expression("attribute_not_exists(#attempt) OR #attempt <= :attempt")
             .expression_attribute_names("#attempt", "attempt")
             .expression_attribute_values(":lease", s(&lease.token))
@@ -479,4 +481,8 @@ impl JobStore {
             )),
         }
     }
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }

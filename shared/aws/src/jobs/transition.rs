@@ -37,6 +37,8 @@ pub struct TransitionRequest {
     /// When set (the record's `updated_at` as it was read), the change applies only if nothing
     /// wrote the record since: for a change computed from what was read.
     pub unchanged_since: Option<Timestamp>,
+    /// Attributes the record must have for the change to apply.
+    pub requires: Vec<String>,
 }
 
 impl TransitionRequest {
@@ -59,7 +61,14 @@ impl TransitionRequest {
             remove: Vec::new(),
             unless_cancelled: false,
             unchanged_since: None,
+            requires: Vec::new(),
         }
+    }
+
+    /// Applies only if the record has attribute `name`.
+    pub fn requires(mut self, name: &str) -> Self {
+        self.requires.push(name.to_owned());
+        self
     }
 
     /// Applies only if the record was not written since it was read with `updated_at`.
@@ -147,8 +156,9 @@ impl JobStore {
         }
         let mut removed: Vec<String> = Vec::new();
         // Out of its owner's backlog once it runs or ends (a job back in `queued` after an
-        // attempt has run: it ran).
-        if !matches!(request.to, JobStatus::Pending | JobStatus::Queued) {
+        // attempt has run: it ran). A job paused before it ran stays in it: paused and resumed,
+        // it is still a job its tenant submitted and that has not run.
+        if !matches!(request.to, JobStatus::Pending | JobStatus::Queued | JobStatus::Paused) {
             removed.push(BACKLOG_INDEX_PK.to_owned());
         }
         for (i, name) in request.remove.into_iter().enumerate() {
@@ -199,6 +209,10 @@ impl JobStore {
         }
         if request.unless_cancelled {
             condition.push_str(" AND attribute_not_exists(cancellation)");
+        }
+        for (i, name) in request.requires.iter().enumerate() {
+            condition.push_str(&format!(" AND attribute_exists(#q{i})"));
+            names.insert(format!("#q{i}"), name.clone());
         }
         if let Some(read) = request.unchanged_since {
             condition.push_str(" AND updated_at = :read");

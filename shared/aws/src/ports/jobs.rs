@@ -57,6 +57,9 @@ pub trait JobPausing: Warm {
         resumed_by: &Owner,
         now: Timestamp,
     ) -> Result<ResumeOutcome, StoreError>;
+    /// Removes the pause flag of the job's progress record under `lease`: the stage holding
+    /// the job found it stale (the job record asks no pause).
+    async fn drop_stale_pause_flag(&self, job_id: &JobId, lease: &str) -> Result<(), StoreError>;
     /// `running → paused` by the stage holding `lease`, after it saw the pause of `job`.
     async fn park(
         &self,
@@ -175,6 +178,9 @@ impl JobPausing for JobStore {
         now: Timestamp,
     ) -> Result<ResumeOutcome, StoreError> {
         JobStore::resume(self, job, resumed_by, now).await
+    }
+    async fn drop_stale_pause_flag(&self, job_id: &JobId, lease: &str) -> Result<(), StoreError> {
+        JobStore::drop_stale_pause_flag(self, job_id, lease).await
     }
     async fn park(
         &self,

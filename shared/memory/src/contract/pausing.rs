@@ -90,7 +90,11 @@ async fn a_job_not_running_pauses_at_once_and_resumes_once(store: &impl PausingT
             panic!("a paused job resumes: {resumed:?}")
         };
         assert_eq!((resumed.status, resumed.pause.is_none()), (JobStatus::Pending, true));
-        assert_eq!((resumed.paused_seconds, resumed.resumes), (90, 1), "the time and the resume");
+        assert_eq!(
+            (resumed.paused_seconds, resumed.resumes),
+            (0, 1),
+            "the resume counted; not the time, of a job that had not started (its runtime has not)"
+        );
         assert!(
             matches!(
                 store.resume(&paused, owner, later(at, 95)).await,
@@ -147,7 +151,10 @@ async fn a_running_job_is_asked_flagged_parked_and_resumed_from_where_it_stopped
         "asked already"
     );
 
+    // Written since the read (a fenced counter): the park still applies — it needs the lease
+    // and a pause still asked for, not an unchanged record.
     let read = job(store, id).await;
+    store.count_injected_failure(id, &lease.token).await.expect("a fenced write");
     assert!(
         matches!(
             store.park(&read, "another-lease", later(at, 2), later(at, 62)).await,

@@ -50,13 +50,12 @@ impl Table {
     }
 
     /// Hands the progress record to `lease` (creating it if there is none), keeping its stage,
-    /// counts, checkpoint pointer and any cancellation flag (a pause flag only while
-    /// `keep_pause`); refused, with the job record, if a later attempt holds it.
+    /// counts, checkpoint pointer and any cancellation or pause flag; refused, with the job
+    /// record, if a later attempt holds it.
     fn take_progress(
         &mut self,
         job_id: &JobId,
         lease: &Lease,
-        keep_pause: bool,
     ) -> Result<ProgressRecord, StoreError> {
         let now = Timestamp::now();
         // A new record starts as the hand-over's `if_not_exists` writes it: nothing done.
@@ -69,9 +68,6 @@ impl Table {
         progress.heartbeat_at = now;
         progress.updated_at = now;
         progress.progress_changed_at = Some(now);
-        if !keep_pause {
-            progress.pause_requested_at = None;
-        }
         Ok(progress.clone())
     }
 
@@ -125,7 +121,7 @@ impl JobAttempts for MemoryJobStore {
             Ok(job) => {
                 let lease =
                     Lease { attempt: job.attempt, token: job.lease.clone().unwrap_or_default() };
-                let progress = table.take_progress(job_id, &lease, job.pause.is_some())?;
+                let progress = table.take_progress(job_id, &lease)?;
                 Ok((lease, JobView { job, progress: Some(progress) }))
             }
             // This execution holds the job already (the claim's answer was lost): its lease
@@ -135,7 +131,7 @@ impl JobAttempts for MemoryJobStore {
             {
                 let lease =
                     Lease { attempt: job.attempt, token: job.lease.clone().unwrap_or_default() };
-                let progress = table.take_progress(job_id, &lease, job.pause.is_some())?;
+                let progress = table.take_progress(job_id, &lease)?;
                 Ok((lease, JobView { job: *job, progress: Some(progress) }))
             }
             Err(err) => Err(err),

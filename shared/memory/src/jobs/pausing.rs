@@ -74,10 +74,13 @@ impl JobPausing for MemoryJobStore {
                 table.flag_pause(&job.job_id, None);
                 Ok(ResumeOutcome::Resumed(Box::new(resumed)))
             }
-            (JobStatus::Running, None) if job.pause.is_some() => {
+            (JobStatus::Running | JobStatus::Queued, None) if job.pause.is_some() => {
                 let withdrawn = table.update_when(
                     &job.job_id,
-                    |current| current.status == JobStatus::Running && current.pause.is_some(),
+                    |current| {
+                        matches!(current.status, JobStatus::Running | JobStatus::Queued)
+                            && current.pause.as_ref().is_some_and(|p| p.paused_at.is_none())
+                    },
                     |current| {
                         current.pause = None;
                         current.updated_at = now;
@@ -87,6 +90,18 @@ impl JobPausing for MemoryJobStore {
                 Ok(ResumeOutcome::Withdrawn(Box::new(withdrawn)))
             }
             _ => Err(StoreError::Conflict { current: Some(Box::new(job.clone())) }),
+        }
+    }
+
+    async fn drop_stale_pause_flag(&self, job_id: &JobId, lease: &str) -> Result<(), StoreError> {
+        self.check("drop a pause flag")?;
+        let mut table = self.lock();
+        match table.progress.get_mut(job_id) {
+            Some(progress) if progress.lease == lease => {
+                progress.pause_requested_at = None;
+                Ok(())
+            }
+            _ => Err(StoreError::Conflict { current: None }),
         }
     }
 
