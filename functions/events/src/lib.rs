@@ -347,6 +347,10 @@ struct State {
     /// ([`ProgressView::is_ended`]): a succeeded job's stream ends with that view before its
     /// status event, whatever the worker's last write said.
     complete_sent: bool,
+    /// The live status the last progress event said (`None`: none sent yet): a move between
+    /// live statuses that writes no progress — a pause, a resume — is sent as a progress event
+    /// of its own, so a follower sees a job paused.
+    status_sent: Option<JobStatus>,
 }
 
 /// The events of one job after event id `after`.
@@ -370,6 +374,7 @@ fn stream(
         last_sent: started,
         done: false,
         first: true,
+        status_sent: None,
         complete_sent: false,
     };
     futures::stream::unfold(state, |st| {
@@ -458,14 +463,19 @@ async fn poll(mut st: State) -> Option<(Bytes, State)> {
             }
             return Some((event(id, "status", &data), st));
         }
-        if let Some(progress) = view.progress.as_ref().filter(|p| p.seq > st.last_id) {
-            st.last_id = progress.seq;
+        let status_moved = st.status_sent.is_some_and(|sent| sent != view.job.status);
+        if let Some(progress) =
+            view.progress.as_ref().filter(|p| p.seq > st.last_id || status_moved)
+        {
+            // (A status move alone repeats the last event's id: no new progress to resume past.)
+            st.last_id = progress.seq.max(st.last_id);
             st.last_sent = st.deps.clock.instant();
+            st.status_sent = Some(view.job.status);
             let shown =
                 progress.recorded().for_status(view.job.status, view.job.ended_at_stage.as_ref());
             // A write that already says what the end will: no second event at the end.
             st.complete_sent = shown.is_ended();
-            return Some((event(progress.seq, "progress", &progress_data(&view, shown)), st));
+            return Some((event(st.last_id, "progress", &progress_data(&view, shown)), st));
         }
         if st.deps.clock.instant().saturating_duration_since(st.last_sent)
             >= st.deps.config.keepalive

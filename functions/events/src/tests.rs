@@ -371,6 +371,31 @@ async fn a_valid_token_streams_the_progress_then_the_full_bar_and_the_end() {
 }
 
 #[tokio::test]
+async fn a_pause_and_a_resume_are_sent_though_they_write_no_progress() {
+    let w = world();
+    let job = w.running(&owner(ALICE));
+    w.progress(&job, 1, 3);
+    let mut sse = w.stream(&job, None).await;
+    assert_eq!(sse.event().await.data["status"], "running");
+    let mut paused = job.clone();
+    paused.status = JobStatus::Paused;
+    w.table.store.put_record(paused.clone());
+    let pause = sse.event().await;
+    assert_eq!((pause.id, pause.kind.as_str()), (1, "progress"), "no new progress: its id again");
+    assert_eq!(
+        (pause.data["status"].as_str(), pause.data["items_done"].as_u64()),
+        (Some("paused"), Some(3))
+    );
+    let mut resumed = paused;
+    resumed.status = JobStatus::Pending;
+    w.table.store.put_record(resumed);
+    assert_eq!(sse.event().await.data["status"], "pending", "the stream goes on: not an end");
+    w.progress(&job, 2, 4);
+    let next = sse.event().await;
+    assert_eq!((next.id, next.data["items_done"].as_u64()), (2, Some(4)));
+}
+
+#[tokio::test]
 async fn a_job_that_failed_or_was_cancelled_ends_with_its_status_alone() {
     let w = world();
     let failed = w.running(&owner(ALICE));
