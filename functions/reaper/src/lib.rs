@@ -17,6 +17,8 @@
 //! * **requested cancellation** — a zombie or overtime job whose owner asked to cancel it (the
 //!   job record holds the cancellation) is neither rescued nor failed: it ends `cancelled` with
 //!   the requester's reason, its partial results deleted, as its stage would have ended it;
+//!   a zombie whose owner asked to pause it is parked `paused`, as its stage would have, its
+//!   attempt unspent (its resume continues from the last checkpoint it saved);
 //! * **lapsed pauses** — a `paused` job paused longer than its kind's `max_paused` (a week by
 //!   default) is cancelled with that reason. Paused jobs are otherwise left alone, and their
 //!   paused time does not count towards `max_runtime`.
@@ -59,8 +61,8 @@ use longhaul_aws::logs;
 use longhaul_aws::metrics::{self, Metric};
 use longhaul_aws::objects::ObjectStore;
 use longhaul_aws::ports::{
-    DispatchQueue, JobAttempts, JobExecutions, JobReads, JobReaping, JobTransitions, ObjectCleanup,
-    SlotPools, StatusIndex, SweepCursors,
+    DispatchQueue, JobAttempts, JobExecutions, JobPausing, JobReads, JobReaping, JobTransitions,
+    ObjectCleanup, SlotPools, StatusIndex, SweepCursors,
 };
 use longhaul_aws::queue::IntakeQueue;
 use longhaul_aws::slots::Admitter;
@@ -163,12 +165,18 @@ impl Config {
 /// ([`JobAttempts::revoke_progress`]), its own moves ([`JobReaping`]), and to page through the
 /// status index from where the last run stopped.
 pub trait Jobs:
-    JobReads + JobTransitions + JobAttempts + JobReaping + StatusIndex + SweepCursors
+    JobReads + JobTransitions + JobAttempts + JobPausing + JobReaping + StatusIndex + SweepCursors
 {
 }
 
 impl<T> Jobs for T where
-    T: JobReads + JobTransitions + JobAttempts + JobReaping + StatusIndex + SweepCursors
+    T: JobReads
+        + JobTransitions
+        + JobAttempts
+        + JobPausing
+        + JobReaping
+        + StatusIndex
+        + SweepCursors
 {
 }
 
@@ -246,6 +254,9 @@ pub struct Report {
     /// worker will not (it stopped heartbeating, or the job ran past its maximum); and paused
     /// jobs whose pause lapsed (`max_paused`).
     pub cancelled: u32,
+    /// Running jobs whose owner had asked to pause them, parked `paused` because their worker
+    /// died before it could.
+    pub parked: u32,
     /// Jobs newly flagged stalled.
     pub stalled: u32,
     /// Stalled flags cleared.
@@ -286,6 +297,7 @@ impl Report {
         self.backfilled += other.backfilled;
         self.failed += other.failed;
         self.cancelled += other.cancelled;
+        self.parked += other.parked;
         self.stalled += other.stalled;
         self.recovered += other.recovered;
         self.raced += other.raced;

@@ -100,7 +100,7 @@ async fn running(
         return Ok(());
     };
     let verdict = judge(now, &state, &deps.config.thresholds);
-    match action(verdict, view.job.cancellation.as_ref()) {
+    match action(verdict, view.job.cancellation.as_ref(), view.job.pause.is_some()) {
         Action::Leave => Ok(()),
         Action::FlagStalled => {
             let result = deps.jobs.mark_stalled(job_id, &lease, Some(Timestamp::from(now))).await;
@@ -127,6 +127,18 @@ async fn running(
             raced(result, report)
         }
         Action::Rescue(reason) => zombie(deps, now, &job, &lease, reason, report).await,
+        Action::Park(why) => {
+            let at = Timestamp::from(now);
+            let lapses_at = view.job.policy_or_default().pause_lapses_at(at);
+            let result = deps.jobs.park(&view.job, &lease, at, lapses_at).await;
+            if result.is_ok() {
+                revoke(deps, job_id, &lease).await;
+                stop_execution(deps, &job, "paused by its owner").await;
+                tracing::warn!(why, "paused by the reaper: its owner asked, and its worker cannot");
+                report.parked += 1;
+            }
+            raced(result.map(|_| ()), report)
+        }
         Action::Cancel { cancellation, why, worker_gone } => {
             let result = cancel(deps, &job, &lease, &cancellation, &why).await;
             if result.is_ok() {
@@ -155,6 +167,9 @@ enum Action {
     TimeOut(String),
     /// Its worker is gone: rescue it ([`zombie`]), with the reason.
     Rescue(String),
+    /// Its owner asked to pause it and its worker is gone: park it `paused` (the reason, for
+    /// the log).
+    Park(String),
     /// Its owner asked to cancel it and its worker will not end it: end it `cancelled`
     /// ([`cancel`]) with the requester's reason.
     Cancel {
@@ -172,8 +187,9 @@ enum Action {
 /// job whose owner asked to cancel it must not be re-dispatched, back-filled as a success or
 /// failed (`Job.Abandoned`, `Job.Timeout`, and a `job.failed` webhook) just because its
 /// worker died (or overran) before it saw the request. Stall flags are left as they are: a
-/// stalled worker still heartbeats, and its next refused progress write stops it.
-fn action(verdict: Verdict, cancellation: Option<&Cancellation>) -> Action {
+/// stalled worker still heartbeats, and its next refused progress write stops it. A requested
+/// pause (`paused`) turns a zombie's rescue into a park: its worker died before parking it.
+fn action(verdict: Verdict, cancellation: Option<&Cancellation>, paused: bool) -> Action {
     match (verdict, cancellation) {
         (Verdict::Healthy, _) => Action::Leave,
         (Verdict::Stalled, _) => Action::FlagStalled,
@@ -185,6 +201,7 @@ fn action(verdict: Verdict, cancellation: Option<&Cancellation>) -> Action {
             Action::Cancel { cancellation: cancellation.clone(), why, worker_gone: false }
         }
         (Verdict::TimedOut(reason), None) => Action::TimeOut(reason),
+        (Verdict::Zombie(why), None) if paused => Action::Park(why),
         (Verdict::Zombie(reason), None) => Action::Rescue(reason),
     }
 }
@@ -328,7 +345,7 @@ mod tests {
     fn a_requested_cancellation_ends_a_zombie_cancelled_instead_of_rescuing_it() {
         let asked = cancellation();
         assert_eq!(
-            action(Verdict::Zombie("no heartbeat for 95 s".into()), Some(&asked)),
+            action(Verdict::Zombie("no heartbeat for 95 s".into()), Some(&asked), false),
             Action::Cancel {
                 cancellation: asked.clone(),
                 why: "no heartbeat for 95 s".into(),
@@ -336,7 +353,7 @@ mod tests {
             }
         );
         assert_eq!(
-            action(Verdict::Zombie("no heartbeat for 95 s".into()), None),
+            action(Verdict::Zombie("no heartbeat for 95 s".into()), None, false),
             Action::Rescue("no heartbeat for 95 s".into())
         );
     }
@@ -345,7 +362,11 @@ mod tests {
     fn a_requested_cancellation_ends_an_overtime_job_cancelled_instead_of_failing_it() {
         let asked = cancellation();
         assert_eq!(
-            action(Verdict::TimedOut("ran longer than its maximum of 40 s".into()), Some(&asked)),
+            action(
+                Verdict::TimedOut("ran longer than its maximum of 40 s".into()),
+                Some(&asked),
+                false
+            ),
             Action::Cancel {
                 cancellation: asked.clone(),
                 why: "ran longer than its maximum of 40 s".into(),
@@ -353,18 +374,35 @@ mod tests {
             }
         );
         assert_eq!(
-            action(Verdict::TimedOut("ran longer than its maximum of 40 s".into()), None),
+            action(Verdict::TimedOut("ran longer than its maximum of 40 s".into()), None, false),
             Action::TimeOut("ran longer than its maximum of 40 s".into())
         );
+    }
+
+    #[test]
+    fn a_requested_pause_parks_a_zombie_but_a_cancellation_outranks_it() {
+        let why = || "no heartbeat for 95 s".to_owned();
+        assert_eq!(action(Verdict::Zombie(why()), None, true), Action::Park(why()));
+        let asked = cancellation();
+        assert!(matches!(
+            action(Verdict::Zombie(why()), Some(&asked), true),
+            Action::Cancel { worker_gone: true, .. }
+        ));
+        // A live worker parks the job itself; an overtime one is timed out as before.
+        assert_eq!(action(Verdict::Healthy, None, true), Action::Leave);
+        assert!(matches!(
+            action(Verdict::TimedOut("ran too long".into()), None, true),
+            Action::TimeOut(_)
+        ));
     }
 
     #[test]
     fn a_live_worker_is_left_to_honour_the_cancellation_itself() {
         let asked = cancellation();
         for cancellation in [None, Some(&asked)] {
-            assert_eq!(action(Verdict::Healthy, cancellation), Action::Leave);
-            assert_eq!(action(Verdict::Stalled, cancellation), Action::FlagStalled);
-            assert_eq!(action(Verdict::Recovered, cancellation), Action::ClearStalled);
+            assert_eq!(action(Verdict::Healthy, cancellation, false), Action::Leave);
+            assert_eq!(action(Verdict::Stalled, cancellation, false), Action::FlagStalled);
+            assert_eq!(action(Verdict::Recovered, cancellation, false), Action::ClearStalled);
         }
     }
 }

@@ -76,3 +76,25 @@ async fn time_spent_paused_does_not_count_towards_the_maximum_runtime() {
     assert_eq!(world.job(&rested).await.status, JobStatus::Running);
     world.failure(&overtime, ErrorCode::Timeout).await;
 }
+
+#[tokio::test]
+async fn a_zombie_whose_owner_asked_to_pause_it_is_parked_not_rescued() {
+    let world = world();
+    let at = world.at_ago(300);
+    let asked =
+        Pause { requested_at: at, requested_by: owner(OWNER), reason: None, paused_at: None };
+    let id = world.running_with(&Running::zombie(), None, |job| job.pause = Some(asked)).await;
+    let report = world.run().await;
+    assert_eq!((report.parked, report.redispatched, report.failed), (1, 0, 0), "{report:?}");
+    let job = world.job(&id).await;
+    assert_eq!(job.status, JobStatus::Paused);
+    assert_eq!(job.attempt, 0, "its attempt is not spent");
+    assert!(job.pause.and_then(|p| p.paused_at).is_some(), "paused since the reaper's run");
+    assert_eq!(
+        world.progress(&id).lease,
+        format!("revoked:{LEASE}"),
+        "a live worker writes no more"
+    );
+    assert_eq!(world.execution_of(&id).0, "ABORTED");
+    assert_eq!(world.entry(&id).map(|(bucket, _)| bucket), Some("paused".into()));
+}

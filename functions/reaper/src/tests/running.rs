@@ -9,12 +9,12 @@ use longhaul_domain::policy::JobPolicy;
 
 impl World {
     /// The job's progress record (what a revocation changes).
-    fn progress(&self, id: &JobId) -> ProgressRecord {
+    pub(super) fn progress(&self, id: &JobId) -> ProgressRecord {
         self.jobs.progress(id).expect("a progress record")
     }
 
     /// The status of execution `name` and the cause it was stopped with, if it was.
-    fn execution_of(&self, name: &str) -> (String, Option<String>) {
+    pub(super) fn execution_of(&self, name: &str) -> (String, Option<String>) {
         let execution = self.executions.started().into_iter().find(|e| e.name == name);
         let execution = execution.expect("the execution was started");
         (execution.status, execution.stopped_because)
