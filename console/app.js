@@ -179,6 +179,8 @@ function update(jobId, patch) {
   const entry = state.rows.get(jobId);
   if (!entry) return;
   const job = Object.assign(entry.job, patch);
+  // What a paused job's view said holds only while it is paused.
+  if (job.status !== "paused") delete job.paused;
   const row = entry.row;
   row.dataset.status = job.status || "";
   row.querySelector(".status").textContent = job.status || "";
@@ -203,7 +205,9 @@ function renderActions(jobId) {
   const job = entry.job;
   const cell = entry.row.querySelector(".actions");
   cell.replaceChildren();
-  if (job.status === "paused" || (job.status === "running" && job.pause)) {
+  if (job.paused && job.paused.signal) {
+    cell.append(el("button", { type: "button", class: "signal", onclick: () => signal(jobId, job.paused.signal) }, `Signal ${job.paused.signal}`));
+  } else if (job.status === "paused" || (job.status === "running" && job.pause)) {
     cell.append(el("button", { type: "button", class: "resume", onclick: () => control(jobId, "resume") }, "Resume"));
   } else if (LIVE.has(job.status)) {
     cell.append(el("button", { type: "button", class: "pause", onclick: () => control(jobId, "pause") }, "Pause"));
@@ -319,6 +323,7 @@ function open(jobId, watcher, url) {
   });
   source.addEventListener("progress", (event) => {
     const data = JSON.parse(event.data);
+    const was = state.rows.get(jobId)?.job.status;
     update(jobId, {
       status: data.status,
       progress: {
@@ -326,6 +331,14 @@ function open(jobId, watcher, url) {
         items_total: data.items_total, eta: data.eta,
       },
     });
+    // Paused (by its owner, or waiting for a signal): the job's view says why, and offers
+    // what to do (resume, or send the signal).
+    if (data.status === "paused" && was !== "paused") {
+      attempt(async () => {
+        const { body } = await api("GET", `/jobs/${encodeURIComponent(jobId)}`);
+        update(jobId, body);
+      });
+    }
   });
   source.addEventListener("status", (event) => {
     // The terminal event: the stream is over (closing stops EventSource reconnecting).
@@ -389,6 +402,22 @@ async function control(jobId, action) {
   await attempt(async () => {
     const body = action === "pause" ? { reason: "paused from the web console" } : {};
     await api("POST", `/jobs/${encodeURIComponent(jobId)}/${action}`, body);
+    const entry = state.rows.get(jobId);
+    stopWatching(entry);
+    const { body: job } = await api("GET", `/jobs/${encodeURIComponent(jobId)}`);
+    update(jobId, job);
+    if (state.detailId === jobId) renderDetail(job);
+    if (LIVE.has(job.status)) watch(jobId);
+  });
+}
+
+/** Sends the signal a waiting job waits for, with a payload typed as JSON (empty: none). */
+async function signal(jobId, name) {
+  const text = window.prompt(`Payload of signal ${name} (JSON; empty for none)`, "");
+  if (text === null) return;
+  await attempt(async () => {
+    const body = text.trim() === "" ? {} : { payload: JSON.parse(text) };
+    await api("POST", `/jobs/${encodeURIComponent(jobId)}/signals/${encodeURIComponent(name)}`, body);
     const entry = state.rows.get(jobId);
     stopWatching(entry);
     const { body: job } = await api("GET", `/jobs/${encodeURIComponent(jobId)}`);
@@ -483,7 +512,9 @@ function renderDetail(job) {
   if (job.last_error) add("Last error", `${job.last_error.code}: ${job.last_error.message}`);
   if (job.error) add("Error", `${job.error.code}: ${job.error.message}`);
   if (job.cancellation) add("Cancellation", JSON.stringify(job.cancellation));
-  if (job.pause) {
+  if (job.paused && job.paused.signal) {
+    add("Waiting", `for signal ${job.paused.signal} until ${fmtTime(job.paused.until)} (link: ${job.paused.signal_url || "-"})`);
+  } else if (job.pause) {
     const who = `by ${job.pause.requested_by}${job.pause.reason ? `: ${job.pause.reason}` : ""}`;
     add("Pause", job.pause.paused_at
       ? `paused since ${fmtTime(job.pause.paused_at)} ${who} (cancelled at ${fmtTime(job.pause.lapses_at)} unless resumed)`

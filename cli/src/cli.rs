@@ -52,6 +52,8 @@ pub enum Command {
     Pause(Cancel),
     /// Resume a paused job from its checkpoint.
     Resume(JobRef),
+    /// Send a job a signal its stage waits for (or will).
+    Signal(SignalArgs),
     /// Run a failed or cancelled job again, as a new job.
     Retry(JobRef),
     /// Download a succeeded job's result.
@@ -156,6 +158,18 @@ pub struct Cancel {
     /// Why (recorded on the job).
     #[arg(long)]
     pub reason: Option<String>,
+}
+
+/// `signal`.
+#[derive(Debug, Args)]
+pub struct SignalArgs {
+    /// The job id.
+    pub id: String,
+    /// The signal's name.
+    pub name: String,
+    /// Its payload: JSON inline, or `@file` (default: none).
+    #[arg(long)]
+    pub payload: Option<String>,
 }
 
 /// `result`.

@@ -184,6 +184,25 @@ async fn pause_and_resume_say_what_became_of_the_job() {
 }
 
 #[tokio::test]
+async fn signal_sends_what_a_waiting_job_waits_for() {
+    let me = user("cli-signal");
+    let job_id = me
+        .api
+        .submit(&json!({"type": "demo", "params": {"items": 3, "wait_for":
+            {"signal": "approval", "at_item": 1, "timeout_seconds": 3_600}}}))
+        .await;
+    me.api.wait_for(&job_id, "waiting", |j| j["status"] == "paused").await;
+    let sent =
+        run(&me.token, &["signal", &job_id, "approval", "--payload", r#"{"ok": true}"#]).await;
+    assert_eq!(code(&sent), 0, "{}", stderr(&sent));
+    assert_eq!(stdout(&sent).trim(), format!("signal approval sent: job {job_id} resumes"));
+    let bad = run(&me.token, &["signal", &job_id, "approval", "--payload", "{nope"]).await;
+    assert_eq!(code(&bad), 2, "a usage error: {}", stderr(&bad));
+    let done = me.api.wait_terminal(&job_id, Duration::from_secs(60)).await;
+    assert_eq!(done["status"], "succeeded", "{done}");
+}
+
+#[tokio::test]
 async fn api_errors_exit_4_showing_the_problem() {
     let bad = run("not-a-token", &["status", "0190d2a4-0000-7000-8000-000000000000"]).await;
     assert_eq!(code(&bad), 4);

@@ -76,7 +76,13 @@ pub fn check(method: &str, path: &str, reply: &Reply) {
         .unwrap_or("")
         .trim()
         .to_owned();
-    if reply.status == 401 {
+    // A route without the gateway's authorizer (`security: []`) answers its own 401s.
+    let public = path_template(path).is_some_and(|template| {
+        DOCUMENT["paths"][&template][method.to_lowercase()]["security"]
+            .as_array()
+            .is_some_and(|schemes| schemes.is_empty())
+    });
+    if reply.status == 401 && !public {
         // The gateway's own answer, the same for every route.
         assert_eq!(reply.json, serde_json::json!({"message": "Unauthorized"}), "{context}");
         return;

@@ -4,7 +4,7 @@
 use serde_json::{Value, json};
 
 use crate::api::Api;
-use crate::cli::{Cancel, List};
+use crate::cli::{Cancel, List, SignalArgs};
 use crate::error::{CliError, Exit};
 use crate::output::{Output, describe_progress, field, table};
 
@@ -148,6 +148,27 @@ pub async fn resume(api: &Api, out: &Output, job_id: &str) -> Result<Exit, CliEr
     out.print(&reply, || match field(&reply, "status").as_str() {
         "running" => format!("job {job_id} was not paused yet: its pause is withdrawn"),
         status => format!("job {job_id} resumed (status now {status})"),
+    });
+    Ok(Exit::Ok)
+}
+
+/// `signal`: sends the job signal `name` (with `--payload`, any JSON inline or `@file`).
+pub async fn signal(api: &Api, out: &Output, args: &SignalArgs) -> Result<Exit, CliError> {
+    let mut body = json!({});
+    if let Some(payload) = &args.payload {
+        let text = match payload.strip_prefix('@') {
+            Some(path) => std::fs::read_to_string(path)
+                .map_err(|e| CliError::Usage(format!("--payload @{path}: {e}")))?,
+            None => payload.clone(),
+        };
+        body["payload"] = serde_json::from_str(&text)
+            .map_err(|e| CliError::Usage(format!("--payload: not valid JSON: {e}")))?;
+    }
+    let path = format!("/jobs/{}/signals/{}", args.id, args.name);
+    let reply = api.post(&path, &body).await?.body;
+    out.print(&reply, || match field(&reply, "status").as_str() {
+        "pending" => format!("signal {} sent: job {} resumes", args.name, args.id),
+        status => format!("signal {} kept for job {} (status {status})", args.name, args.id),
     });
     Ok(Exit::Ok)
 }

@@ -26,6 +26,7 @@ pub async fn dispatch(cli: &Cli, out: &Output) -> Result<Exit, CliError> {
         Command::Cancel(args) => jobs::cancel(&api, out, args).await,
         Command::Pause(args) => jobs::pause(&api, out, args).await,
         Command::Resume(job) => jobs::resume(&api, out, &job.id).await,
+        Command::Signal(args) => jobs::signal(&api, out, args).await,
         Command::Retry(job) => jobs::retry(&api, out, &job.id).await,
         Command::Result(args) => result::result(&api, out, args).await,
         Command::Deliveries(job) => jobs::deliveries(&api, out, &job.id).await,

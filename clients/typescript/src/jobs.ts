@@ -11,6 +11,7 @@ import type {
   JobTypeList,
   PauseAccepted,
   Priority,
+  SignalAccepted,
 } from "./types.js";
 import { randomUUID } from "./util.js";
 import { type WaitOptions, waitForJob } from "./wait.js";
@@ -184,6 +185,28 @@ export class Jobs {
       method: "POST",
       path: this.path(id, "/resume"),
       body: {},
+      idempotent: false,
+      signal: options.signal,
+    });
+    return body;
+  }
+
+  /**
+   * `POST /jobs/{id}/signals/{name}`: sends the job signal `name` with `payload` (any JSON, at
+   * most 64 KB). A job waiting for it resumes at once (`pending`); one not waiting yet keeps
+   * it for when its wait starts. A job receives each name once: a second is a `409`, so a
+   * lost answer is not retried — read the job instead.
+   */
+  async signal(
+    id: string,
+    name: string,
+    payload?: unknown,
+    options: { signal?: AbortSignal } = {},
+  ): Promise<SignalAccepted> {
+    const { body } = await this.transport.json<SignalAccepted>({
+      method: "POST",
+      path: this.path(id, `/signals/${encodeURIComponent(name)}`),
+      body: payload === undefined ? {} : { payload },
       idempotent: false,
       signal: options.signal,
     });

@@ -26,6 +26,8 @@ export type SubmitRequest = Schemas["SubmitRequest"];
 export type CancelAccepted = Schemas["CancelAccepted"];
 /** The answer of a pause or a resume. */
 export type PauseAccepted = Schemas["PauseAccepted"];
+/** The answer of a signal. */
+export type SignalAccepted = Schemas["SignalAccepted"];
 /** A presigned PUT for one input file (`POST /uploads`). */
 export type Upload = Schemas["Upload"];
 /** An RFC 9457 problem: every error the API answers. */

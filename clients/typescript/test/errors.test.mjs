@@ -70,6 +70,28 @@ test("pause and resume: a pending job pauses at once, resumes to pending, and re
   await problem(lh.jobs.pause(job.job_id), 409, "/problems/wrong-status");
 });
 
+test("signal: a job waiting for one resumes; a second of the name is a 409", async () => {
+  const lh = client("pause");
+  const job = await lh.jobs.submit({
+    type: "demo",
+    params: { items: 2, wait_for: { signal: "approval", at_item: 1, timeout_seconds: 3600 } },
+  });
+  const deadline = Date.now() + 60_000;
+  let view = await lh.jobs.get(job.job_id);
+  while (view.status !== "paused") {
+    assert.ok(Date.now() < deadline, `never parked: ${JSON.stringify(view)}`);
+    await new Promise((r) => setTimeout(r, 50));
+    view = await lh.jobs.get(job.job_id);
+  }
+  assert.equal(view.paused.reason, "waiting");
+  assert.equal(view.paused.signal, "approval");
+  const sent = await lh.jobs.signal(job.job_id, "approval", { ok: true });
+  assert.equal(sent.status, "pending");
+  await problem(lh.jobs.signal(job.job_id, "approval"), 409, "/problems/wrong-status");
+  const done = await lh.jobs.wait(job.job_id);
+  assert.equal(done.status, "succeeded");
+});
+
 test("the gateway's 401 is a LonghaulError too; a token function is asked again once", async () => {
   const bad = new Longhaul({ baseUrl: API, token: "not-a-jwt" });
   const err = await problem(bad.jobs.list(), 401, "about:blank");

@@ -1,5 +1,7 @@
 //! **cancel** — `DELETE /jobs/{id}` and `POST /jobs/{id}/cancel`: the owner cancels a job;
-//! and `POST /jobs/{id}/pause` and `/resume` (see [`pause`]): the owner's other controls.
+//! `POST /jobs/{id}/pause` and `/resume` (see [`pause`]): the owner's other controls; and
+//! `POST /jobs/{id}/signals/{name}` (and its signed link, see [`signals`]): a signal a job's
+//! stage waits for.
 //!
 //! A `pending` or `queued` job is cancelled at once (and its execution, if one started, is
 //! stopped); a `running` job gets a cooperative cancellation request that its stage honours
@@ -13,6 +15,7 @@
 
 pub mod lambda;
 mod pause;
+mod signals;
 
 use lambda_http::http::{StatusCode, header};
 use lambda_http::{Body, Request, Response};
@@ -25,9 +28,11 @@ use longhaul_aws::jobs::{CancelOutcome, JobRecord, JobStore, StoreError};
 use longhaul_aws::logs;
 use longhaul_aws::metrics;
 use longhaul_aws::ports::{
-    Clock, DispatchQueue, JobCancellation, JobExecutions, JobPausing, JobReads, SystemClock,
+    Clock, DispatchQueue, JobCancellation, JobExecutions, JobPausing, JobReads, JobSignals,
+    SigningKey, SystemClock,
 };
 use longhaul_aws::queue::IntakeQueue;
+use longhaul_aws::secrets::SecretKey;
 use longhaul_domain::{Cancellation, JobStatus, Owner, Timestamp};
 use serde::Deserialize;
 use serde_json::json;
@@ -49,6 +54,9 @@ pub struct Config {
     pub record_retention: longhaul_aws::jobs::RecordRetention,
     /// `INTAKE_QUEUE_URL`: where a resumed job is enqueued for dispatch.
     pub intake_queue_url: String,
+    /// `STREAM_TOKEN_SECRET_ARN`: the secret whose value signs signal links (and, under
+    /// another tag, stream links).
+    pub token_secret_arn: String,
 }
 
 impl Config {
@@ -59,13 +67,15 @@ impl Config {
             state_machine_arn: vars.required("STATE_MACHINE_ARN")?,
             record_retention: longhaul_aws::jobs::RecordRetention::from_vars(vars)?,
             intake_queue_url: vars.required("INTAKE_QUEUE_URL")?,
+            token_secret_arn: vars.required("STREAM_TOKEN_SECRET_ARN")?,
         })
     }
 }
 
-/// What the function needs of the job table: to read a job, to cancel, pause and resume it.
-pub trait Jobs: JobReads + JobCancellation + JobPausing {}
-impl<T: JobReads + JobCancellation + JobPausing> Jobs for T {}
+/// What the function needs of the job table: to read a job, to cancel, pause and resume it,
+/// and to keep its signals.
+pub trait Jobs: JobReads + JobCancellation + JobPausing + JobSignals {}
+impl<T: JobReads + JobCancellation + JobPausing + JobSignals> Jobs for T {}
 
 /// What the handler needs, built once per sandbox: its ports.
 #[derive(Debug, Clone)]
@@ -78,6 +88,8 @@ pub struct Deps {
     pub clock: Arc<dyn Clock>,
     /// The intake queue, where a resumed job goes to be dispatched again.
     pub intake: Arc<dyn DispatchQueue>,
+    /// The key signal links are signed with.
+    pub token_key: Arc<dyn SigningKey>,
 }
 
 impl Deps {
@@ -96,6 +108,10 @@ impl Deps {
             intake: Arc::new(IntakeQueue::new(
                 aws_sdk_sqs::Client::new(sdk),
                 config.intake_queue_url.clone(),
+            )),
+            token_key: Arc::new(SecretKey::new(
+                aws_sdk_secretsmanager::Client::new(sdk),
+                config.token_secret_arn.clone(),
             )),
         }
     }
@@ -118,6 +134,12 @@ pub async fn handle(deps: &Deps, request: Request) -> Response<Body> {
     let answered = match route_key(&request).as_deref() {
         Some("POST /jobs/{id}/pause") => pause::pause(deps, &request).instrument(span).await,
         Some("POST /jobs/{id}/resume") => pause::resume(deps, &request).instrument(span).await,
+        Some("POST /jobs/{id}/signals/{name}") => {
+            signals::by_owner(deps, &request).instrument(span).await
+        }
+        Some("POST /jobs/{id}/signals/{name}/{token}") => {
+            signals::by_link(deps, &request).instrument(span).await
+        }
         _ => cancel(deps, &request).instrument(span).await,
     };
     answered.unwrap_or_else(Problem::into_response)

@@ -29,8 +29,13 @@ pub(crate) async fn pause(deps: &Deps, request: &Request) -> Result<Response<Bod
     refuse_ended(&job)?;
     let now = Timestamp::from(deps.clock.now());
     let lapses_at = job.policy_or_default().pause_lapses_at(now);
-    let pause =
-        Pause { requested_at: now, requested_by: owner, reason: body.reason, paused_at: None };
+    let pause = Pause {
+        requested_at: now,
+        requested_by: owner,
+        reason: body.reason,
+        paused_at: None,
+        wait: None,
+    };
     let (status, job) = match deps.jobs.pause(&job_id, &pause, lapses_at).await {
         Ok(PauseOutcome::Paused(job)) => {
             tracing::info!(%lapses_at, "paused");

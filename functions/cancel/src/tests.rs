@@ -7,7 +7,12 @@ use longhaul_aws::ports::{JobCreation, JobTransitions};
 use longhaul_domain::{JobId, Owner, Timestamp};
 use longhaul_memory::api::{ApiRequest, json_of};
 use longhaul_memory::contract::pending_job;
-use longhaul_memory::{ManualClock, MemoryDispatchQueue, MemoryExecutions, MemoryJobStore, owner};
+use longhaul_memory::{
+    ManualClock, MemoryDispatchQueue, MemoryExecutions, MemoryJobStore, MemorySigningKey, owner,
+};
+
+/// The key signal links are signed with in these tests.
+const KEY: &str = "signal-link-key";
 
 struct World {
     jobs: Arc<MemoryJobStore>,
@@ -28,6 +33,7 @@ fn world() -> World {
         executions: executions.clone(),
         clock: clock.clone(),
         intake: intake.clone(),
+        token_key: Arc::new(MemorySigningKey::new(KEY)),
     };
     World { jobs, executions, intake, clock, deps }
 }
@@ -352,4 +358,148 @@ async fn pause_and_resume_are_the_owners_alone_and_bad_bodies_change_nothing() {
     }
     assert_eq!(w.status(&id).await, JobStatus::Pending);
     assert!(w.intake.sent().is_empty());
+}
+
+// ---------------------------------------------------------------------------------------------
+// POST /jobs/{id}/signals/{name} and its signed link
+// ---------------------------------------------------------------------------------------------
+
+use longhaul_aws::jobs::SignalRecord;
+use longhaul_aws::ports::{JobPausing, JobSignals};
+use longhaul_domain::signals::{self as signal_links, SignalName, Wait};
+
+impl World {
+    /// A running job of `owner`'s, parked by its stage waiting for `signal`.
+    async fn waiting(&self, owner: &Owner, signal: &str) -> JobId {
+        let id = self.job(owner, JobStatus::Running).await;
+        let job = self.jobs.job(&id).await.unwrap().unwrap();
+        let until = Timestamp::from(self.clock.now() + chrono_hours(1));
+        let wait = Wait { signal: signal.parse().unwrap(), until };
+        self.jobs
+            .park_waiting(&job, "lease-1", &wait, Timestamp::from(self.clock.now()))
+            .await
+            .unwrap();
+        id
+    }
+
+    /// `POST /jobs/{id}/signals/{name}` by `principal`, or (`link`) by its signed link.
+    async fn signal(
+        &self,
+        principal: &str,
+        id: &str,
+        name: &str,
+        link: Option<&str>,
+        body: Option<serde_json::Value>,
+    ) -> Response<Body> {
+        let mut request = match link {
+            Some(token) => {
+                ApiRequest::new("POST", &format!("/jobs/{id}/signals/{name}/{token}"), principal)
+                    .anonymous()
+                    .route("POST /jobs/{id}/signals/{name}/{token}")
+                    .param("token", token)
+            }
+            None => ApiRequest::new("POST", &format!("/jobs/{id}/signals/{name}"), principal)
+                .route("POST /jobs/{id}/signals/{name}"),
+        }
+        .param("id", id)
+        .param("name", name);
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        handle(&self.deps, request.build()).await
+    }
+
+    async fn kept(&self, id: &JobId, name: &str) -> Option<SignalRecord> {
+        self.jobs.signal(id, &name.parse::<SignalName>().unwrap()).await.unwrap()
+    }
+}
+
+fn chrono_hours(n: u64) -> std::time::Duration {
+    std::time::Duration::from_secs(n * 3_600)
+}
+
+#[tokio::test]
+async fn a_signal_resumes_the_job_that_waits_for_it_with_its_payload_kept() {
+    let w = world();
+    let id = w.waiting(&owner("alice"), "approval").await;
+    let sent =
+        w.signal("alice", &id, "approval", None, Some(json!({"payload": {"ok": true}}))).await;
+    assert_eq!(sent.status(), 202, "{:?}", json_of(&sent));
+    assert_eq!(json_of(&sent)["status"], "pending", "resumed");
+    assert_eq!(w.status(&id).await, JobStatus::Pending);
+    assert!(
+        matches!(w.kept(&id, "approval").await, Some(SignalRecord::Received { payload, .. }) if payload == json!({"ok": true}))
+    );
+    assert_eq!(w.intake.sent().len(), 1, "dispatched again");
+    // A second signal of the name is refused, and changes nothing.
+    let again = w.signal("alice", &id, "approval", None, Some(json!({"payload": 2}))).await;
+    assert_eq!(again.status(), 409);
+    assert!(
+        matches!(w.kept(&id, "approval").await, Some(SignalRecord::Received { payload, .. }) if payload == json!({"ok": true}))
+    );
+}
+
+#[tokio::test]
+async fn a_signal_before_its_wait_is_kept_and_one_for_another_wait_is_409_naming_it() {
+    let w = world();
+    let running = w.job(&owner("alice"), JobStatus::Running).await;
+    let early = w.signal("alice", &running, "file.arrived", None, None).await;
+    assert_eq!(early.status(), 202);
+    assert_eq!(json_of(&early)["status"], "running", "kept for the wait to come");
+    assert!(
+        matches!(w.kept(&running, "file.arrived").await, Some(SignalRecord::Received { payload, .. }) if payload.is_null())
+    );
+    assert!(w.intake.sent().is_empty());
+
+    let waiting = w.waiting(&owner("alice"), "approval").await;
+    let other = w.signal("alice", &waiting, "rejection", None, None).await;
+    assert_eq!(other.status(), 409);
+    assert!(json_of(&other)["detail"].as_str().unwrap().contains("waits for signal approval"));
+    assert!(w.kept(&waiting, "rejection").await.is_none(), "nothing kept");
+}
+
+#[tokio::test]
+async fn a_signed_link_sends_the_signal_without_a_bearer_and_a_bad_one_reads_nothing() {
+    let w = world();
+    let id = w.waiting(&owner("alice"), "approval").await;
+    let now = w.clock.now().timestamp();
+    let name: SignalName = "approval".parse().unwrap();
+    let token = signal_links::issue(KEY.as_bytes(), &id, &name, now + 3_600);
+    let forged = signal_links::issue(b"not the key", &id, &name, now + 3_600);
+    let expired = signal_links::issue(KEY.as_bytes(), &id, &name, now - 1);
+    // The table is down: a refusal that read anything would be a 500.
+    w.jobs.set_unavailable(true);
+    for bad in [forged.as_str(), expired.as_str(), "nonsense"] {
+        let refused = w.signal("", &id, "approval", Some(bad), Some(json!({"payload": 1}))).await;
+        assert_eq!(refused.status(), 401, "{bad}: refused before any read");
+    }
+    w.jobs.set_unavailable(false);
+    let other_name = w.signal("", &id, "rejection", Some(&token), None).await;
+    assert_eq!(other_name.status(), 401, "a link opens its own signal only");
+    let sent = w.signal("", &id, "approval", Some(&token), Some(json!({"payload": "yes"}))).await;
+    assert_eq!(sent.status(), 202);
+    assert_eq!(w.status(&id).await, JobStatus::Pending);
+    let again =
+        w.signal("", &id, "approval", Some(&token), Some(json!({"payload": "again"}))).await;
+    assert_eq!(again.status(), 409, "one time");
+}
+
+#[tokio::test]
+async fn bad_signals_are_4xx_and_keep_nothing() {
+    let w = world();
+    let id = w.waiting(&owner("alice"), "approval").await;
+    let big = json!({"payload": "x".repeat(64 * 1024)});
+    let cases = [
+        ("alice", "approval", Some(big), 413),
+        ("alice", "approval", Some(json!({"payload": 1, "extra": 2})), 400),
+        ("alice", "bad%20name", None, 400),
+        ("mallory", "approval", None, 404),
+    ];
+    for (who, name, body, status) in cases {
+        let response = w.signal(who, &id, name, None, body).await;
+        assert_eq!(response.status(), status, "{who} {name}");
+    }
+    assert!(w.kept(&id, "approval").await.is_none());
+    let done = w.job(&owner("alice"), JobStatus::Succeeded).await;
+    assert_eq!(w.signal("alice", &done, "approval", None, None).await.status(), 409);
 }

@@ -20,7 +20,8 @@
 //!   a zombie whose owner asked to pause it is parked `paused`, as its stage would have, its
 //!   attempt unspent (its resume continues from the last checkpoint it saved);
 //! * **lapsed pauses** — a `paused` job paused longer than its kind's `max_paused` (a week by
-//!   default) is cancelled with that reason. Paused jobs are otherwise left alone, and their
+//!   default) is cancelled with that reason; one whose stage waits for a signal past the wait's
+//!   timeout is resumed, the timeout recorded for its stage. Paused jobs are otherwise left alone, and their
 //!   paused time does not count towards `max_runtime`.
 //!
 //! One file per sweep, as River has one per maintenance service: [`pending`], [`queued`],
@@ -61,8 +62,8 @@ use longhaul_aws::logs;
 use longhaul_aws::metrics::{self, Metric};
 use longhaul_aws::objects::ObjectStore;
 use longhaul_aws::ports::{
-    DispatchQueue, JobAttempts, JobExecutions, JobPausing, JobReads, JobReaping, JobTransitions,
-    ObjectCleanup, SlotPools, StatusIndex, SweepCursors,
+    DispatchQueue, JobAttempts, JobExecutions, JobPausing, JobReads, JobReaping, JobSignals,
+    JobTransitions, ObjectCleanup, SlotPools, StatusIndex, SweepCursors,
 };
 use longhaul_aws::queue::IntakeQueue;
 use longhaul_aws::slots::Admitter;
@@ -165,7 +166,14 @@ impl Config {
 /// ([`JobAttempts::revoke_progress`]), its own moves ([`JobReaping`]), and to page through the
 /// status index from where the last run stopped.
 pub trait Jobs:
-    JobReads + JobTransitions + JobAttempts + JobPausing + JobReaping + StatusIndex + SweepCursors
+    JobReads
+    + JobTransitions
+    + JobAttempts
+    + JobPausing
+    + JobSignals
+    + JobReaping
+    + StatusIndex
+    + SweepCursors
 {
 }
 
@@ -174,6 +182,7 @@ impl<T> Jobs for T where
         + JobTransitions
         + JobAttempts
         + JobPausing
+        + JobSignals
         + JobReaping
         + StatusIndex
         + SweepCursors
@@ -257,6 +266,8 @@ pub struct Report {
     /// Running jobs whose owner had asked to pause them, parked `paused` because their worker
     /// died before it could.
     pub parked: u32,
+    /// Jobs waiting for a signal whose wait timed out, resumed (their stage told so).
+    pub resumed: u32,
     /// Jobs newly flagged stalled.
     pub stalled: u32,
     /// Stalled flags cleared.
@@ -298,6 +309,7 @@ impl Report {
         self.failed += other.failed;
         self.cancelled += other.cancelled;
         self.parked += other.parked;
+        self.resumed += other.resumed;
         self.stalled += other.stalled;
         self.recovered += other.recovered;
         self.raced += other.raced;

@@ -40,8 +40,8 @@ use longhaul_aws::logs;
 use longhaul_aws::metrics;
 use longhaul_aws::objects::{ObjectStore, result_key};
 use longhaul_aws::ports::{
-    Clock, DispatchQueue, JobAttempts, JobExecutions, JobPausing, JobReads, JobTransitions,
-    MultipartUploads, Objects, SystemClock,
+    Clock, DispatchQueue, JobAttempts, JobExecutions, JobPausing, JobReads, JobSignals,
+    JobTransitions, MultipartUploads, Objects, SystemClock,
 };
 use longhaul_aws::queue::IntakeQueue;
 use longhaul_domain::{Cancellation, JobId, JobStatus};
@@ -143,8 +143,8 @@ impl Config {
 
 /// What the stage needs of the job table: to read a job, move its status, and make its
 /// attempts' own writes (claim, progress, fenced marks).
-pub trait Jobs: JobReads + JobTransitions + JobAttempts + JobPausing {}
-impl<T: JobReads + JobTransitions + JobAttempts + JobPausing> Jobs for T {}
+pub trait Jobs: JobReads + JobTransitions + JobAttempts + JobPausing + JobSignals {}
+impl<T: JobReads + JobTransitions + JobAttempts + JobPausing + JobSignals> Jobs for T {}
 
 /// What the stage needs of the bucket: objects by key (and deleted by prefix), and results
 /// uploaded in parts.

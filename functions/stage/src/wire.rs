@@ -144,6 +144,9 @@ pub struct RunOutput {
     /// `None`: not known (a retried call whose end already landed tidies by prefix).
     #[serde(skip)]
     pub leftovers: Option<Vec<String>>,
+    /// When paused by its own stage: the signal it waits for, and until when.
+    #[serde(skip)]
+    pub wait: Option<longhaul_domain::signals::Wait>,
 }
 
 /// What `work` answers: the state machine's `Next?` choice reads it.

@@ -75,8 +75,9 @@ pub(crate) async fn work(
         match output.next {
             // The next stage reads the progress record `run` just moved on (one strong read).
             Next::NextStage => continue,
-            // Parked at the final checkpoint the kind saved for the owner's pause.
-            Next::Paused => match park::park(deps, job_id, lease).await? {
+            // Parked at the final checkpoint the kind saved for the owner's pause, or (its
+            // stage waiting for a signal) at the last one it saved before the wait.
+            Next::Paused => match park::park(deps, job_id, lease, output.wait.as_ref()).await? {
                 Parked::Paused => return Ok(output),
                 // A resume withdrew the pause first: the stage goes on from that checkpoint.
                 Parked::Withdrawn => continue,
@@ -234,6 +235,7 @@ async fn run(
         summary: None,
         leftovers: None,
         ended_at_stage: None,
+        wait: None,
     };
     match outcome {
         // The owner cancelled and the stage stopped as asked (having saved its final
@@ -244,8 +246,13 @@ async fn run(
         }
         // The owner paused the job and the stage stopped as asked (its final checkpoint
         // saved): parked by `work`. (A stage that finished anyway goes on: its result counts.)
-        Ok(StageOutcome::Paused) if ctx.pausing() => Ok(output(Next::Paused, None, ctx.stage)),
-        Err(StageError::Paused) => Ok(output(Next::Paused, None, ctx.stage)),
+        // Paused by the owner, or by the kind's own wait for a signal (propagated, or answered
+        // with `Paused`).
+        Ok(StageOutcome::Paused) | Err(StageError::Paused)
+            if ctx.pausing() || ctx.waiting().is_some() || outcome_is_pause(&outcome) =>
+        {
+            Ok(RunOutput { wait: ctx.waiting().cloned(), ..output(Next::Paused, None, ctx.stage) })
+        }
         Ok(StageOutcome::Paused) if loops >= deps.runs_per_execution => {
             Ok(output(Next::ContinueAsNew, None, ctx.stage))
         }
@@ -289,4 +296,10 @@ async fn run(
         }
         Err(err) => Err(err),
     }
+}
+
+/// Whether the stage ended with the error that parks its job (an owner's pause seen before it
+/// ran, or a wait), as against a kind's own `Paused` before a deadline.
+fn outcome_is_pause(outcome: &Result<StageOutcome, StageError>) -> bool {
+    matches!(outcome, Err(StageError::Paused))
 }

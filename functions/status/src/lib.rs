@@ -273,6 +273,20 @@ async fn get_job(deps: &Deps, request: &Request) -> Result<Response<Body>, Probl
         );
         rendered["events_url"] =
             format!("{}/jobs/{}/events?token={token}", deps.events_url, view.job.job_id).into();
+        // A job parked waiting for a signal offers the link a partner sends it by (no bearer
+        // token: the link's own, valid until the wait times out).
+        if let Some(wait) = view.job.pause.as_ref().and_then(|p| p.wait.as_ref())
+            && view.job.status == JobStatus::Paused
+        {
+            let token = longhaul_domain::signals::issue(
+                key.expose_secret().as_bytes(),
+                &view.job.job_id,
+                &wait.signal,
+                wait.until.as_datetime().timestamp(),
+            );
+            rendered["paused"]["signal_url"] =
+                format!("/jobs/{}/signals/{}/{token}", view.job.job_id, wait.signal).into();
+        }
     }
     let body = serde_json::to_vec(&rendered).expect("views always serialise");
     let etag = format!("\"{}\"", &hex::encode(Sha256::digest(&body))[..32]);
@@ -481,6 +495,23 @@ pub fn render(view: &JobView) -> serde_json::Value {
             body["pause"]["lapses_at"] =
                 job.policy_or_default().pause_lapses_at(paused_at).to_string().into();
         }
+    }
+    if let Some(pause) = job.pause.as_ref().filter(|_| job.status == JobStatus::Paused) {
+        // Why it is paused: its owner's pause (until it lapses), or its stage waiting for a
+        // signal (until the wait times out; `GET /jobs/{id}` adds the link to send it by).
+        body["paused"] = match &pause.wait {
+            Some(wait) => json!({
+                "reason": "waiting",
+                "signal": wait.signal,
+                "since": pause.paused_at,
+                "until": wait.until,
+            }),
+            None => json!({
+                "reason": pause.reason.as_deref().unwrap_or("paused by its owner"),
+                "since": pause.paused_at,
+                "until": pause.paused_at.map(|at| job.policy_or_default().pause_lapses_at(at)),
+            }),
+        };
     }
     if job.resumes > 0 {
         // Time spent paused, all pauses together: not counted towards `max_runtime`.

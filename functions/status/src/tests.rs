@@ -89,6 +89,7 @@ impl World {
                             requested_by: owner.clone(),
                             reason: Some("month end".into()),
                             paused_at: Some(at(30)),
+                            wait: None,
                         },
                     )
                 }
@@ -303,6 +304,8 @@ async fn a_paused_jobs_view_says_who_paused_it_since_when_and_when_the_pause_lap
     let paused = w.job(&owner("alice"), JobStatus::Paused).await;
     let view = json_of(&w.get("alice", &paused).await);
     assert_eq!(view["status"], "paused");
+    assert_eq!(view["paused"]["reason"], "month end", "{view}");
+    assert!(view["paused"].get("signal_url").is_none(), "an owner's pause offers no link");
     let pause = &view["pause"];
     assert_eq!(
         (pause["requested_by"].as_str(), pause["reason"].as_str()),
@@ -312,6 +315,28 @@ async fn a_paused_jobs_view_says_who_paused_it_since_when_and_when_the_pause_lap
     let lapses_at: Timestamp = pause["lapses_at"].as_str().unwrap().parse().unwrap();
     assert_eq!(lapses_at.since(paused_at).as_secs(), 604_800, "a week: the default max_paused");
     assert!(view.get("paused_seconds").is_none(), "not resumed yet: {view}");
+}
+
+#[tokio::test]
+async fn a_job_waiting_for_a_signal_shows_what_it_waits_for_and_the_link_to_send_it_by() {
+    let w = world();
+    let id = w.job(&owner("alice"), JobStatus::Paused).await;
+    let mut job = w.record(&id).await;
+    let until = at(-3_600);
+    let wait = longhaul_domain::signals::Wait { signal: "approval".parse().unwrap(), until };
+    job.pause =
+        Some(longhaul_domain::Pause { wait: Some(wait), reason: None, ..job.pause.unwrap() });
+    w.jobs.put_record(job);
+    let view = json_of(&w.get("alice", &id).await);
+    assert_eq!(view["paused"]["reason"], "waiting", "{view}");
+    assert_eq!(view["paused"]["signal"], "approval");
+    assert_eq!(view["paused"]["until"], until.to_string());
+    let link = view["paused"]["signal_url"].as_str().expect("a link");
+    let token = link.rsplit('/').next().unwrap();
+    assert_eq!(link, format!("/jobs/{id}/signals/approval/{token}"));
+    let name = "approval".parse().unwrap();
+    let now = chrono::Utc::now().timestamp();
+    assert_eq!(longhaul_domain::signals::verify(KEY.as_bytes(), token, &id, &name, now), Ok(()));
 }
 
 #[tokio::test]

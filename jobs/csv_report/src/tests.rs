@@ -245,6 +245,13 @@ impl StageContext for Recording<'_> {
     fn cancelled(&self) -> bool {
         self.inner.cancelled()
     }
+    fn wait_for(
+        &mut self,
+        name: &str,
+        timeout: Duration,
+    ) -> BoxFuture<'_, Result<longhaul_worker::Waited, KindError>> {
+        self.inner.wait_for(name, timeout)
+    }
     fn attempt_failures(&self) -> u32 {
         self.inner.attempt_failures()
     }

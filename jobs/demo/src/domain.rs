@@ -51,6 +51,23 @@ pub struct DemoParams {
     /// How long the stall lasts (milliseconds, at most one hour).
     #[serde(default)]
     pub stall_ms: Option<u64>,
+    /// Wait for a signal before an item: the job parks `paused` (costing nothing) until the
+    /// signal comes, and its payload goes into the result's `signals`; a wait that times out
+    /// fails the job, saying so.
+    #[serde(default)]
+    pub wait_for: Option<WaitFor>,
+}
+
+/// A demo job's wait for a signal.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WaitFor {
+    /// The signal's name (1–64 ASCII letters, digits, `.`, `_`, `-`).
+    pub signal: String,
+    /// The item index before which the job waits (below `items`).
+    pub at_item: u64,
+    /// How long it waits at most (1 second to 29 days).
+    pub timeout_seconds: u64,
 }
 
 /// An injected failure's kind.
@@ -96,6 +113,20 @@ impl DemoParams {
         {
             return invalid(format!("fail_times must be between 1 and {MAX_FAIL_TIMES}"));
         }
+        if let Some(wait) = &self.wait_for {
+            if !longhaul_worker::is_signal_name(&wait.signal) {
+                return invalid(
+                    "wait_for.signal must be 1 to 64 ASCII letters, digits, '.', '_' or '-'".into(),
+                );
+            }
+            if wait.at_item >= self.items {
+                return invalid("wait_for.at_item must be an item index below items".into());
+            }
+            let max = longhaul_worker::MAX_WAIT.as_secs();
+            if !(1..=max).contains(&wait.timeout_seconds) {
+                return invalid(format!("wait_for.timeout_seconds must be between 1 and {max}"));
+            }
+        }
         Ok(())
     }
 
@@ -110,18 +141,22 @@ impl DemoParams {
     }
 }
 
-/// Where a demo run is: the next item and the hash chain so far. This is the checkpoint.
+/// Where a demo run is: the next item and the hash chain so far, and the signals it received.
+/// This is the checkpoint.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DemoState {
     /// Index of the next item to process.
     pub next_item: u64,
     /// Hex SHA-256 chain over the items processed so far.
     pub digest: String,
+    /// The signals received, by name (their payloads).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub signals: std::collections::BTreeMap<String, serde_json::Value>,
 }
 
 impl Default for DemoState {
     fn default() -> Self {
-        DemoState { next_item: 0, digest: hex::encode([0u8; 32]) }
+        DemoState { next_item: 0, digest: hex::encode([0u8; 32]), signals: Default::default() }
     }
 }
 
@@ -143,6 +178,9 @@ pub struct DemoResult {
     pub items: u64,
     /// Final hash chain digest.
     pub digest: String,
+    /// The signals the job received, by name (their payloads).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub signals: std::collections::BTreeMap<String, serde_json::Value>,
 }
 
 impl DemoResult {
@@ -152,7 +190,7 @@ impl DemoResult {
         for _ in 0..items {
             state.process_next();
         }
-        DemoResult { items, digest: state.digest }
+        DemoResult { items, digest: state.digest, signals: Default::default() }
     }
 }
 

@@ -7,7 +7,7 @@ pub mod domain;
 use std::time::Duration;
 
 use longhaul_worker::{
-    Checkpoint, JobKind, KindError, Policy, PublicMessage, StageContext, StageOutcome,
+    Checkpoint, JobKind, KindError, Policy, PublicMessage, StageContext, StageOutcome, Waited,
 };
 
 pub use domain::{DemoParams, DemoResult, DemoState, FailKind};
@@ -70,6 +70,24 @@ async fn process(
                 FailKind::Fatal => KindError::fatal(message),
             });
         }
+        if let Some(wait) = params.wait_for.as_ref().filter(|w| w.at_item == state.next_item)
+            && !state.signals.contains_key(&wait.signal)
+        {
+            // Where the resume starts (the wait parks the job until the signal comes).
+            ctx.checkpoint(&state, state.next_item, total).await?;
+            let timeout = Duration::from_secs(wait.timeout_seconds);
+            match ctx.wait_for(&wait.signal, timeout).await? {
+                Waited::Signal(payload) => {
+                    state.signals.insert(wait.signal.clone(), payload);
+                }
+                Waited::TimedOut => {
+                    return Err(KindError::fatal(PublicMessage::domain(format!(
+                        "waited {} s for signal {}; it did not come",
+                        wait.timeout_seconds, wait.signal
+                    ))));
+                }
+            }
+        }
         if params.stall_at == Some(state.next_item) {
             tracing::info!(item = state.next_item, "stalling as asked");
             let stall = Duration::from_millis(params.stall_ms.unwrap_or(0));
@@ -88,7 +106,11 @@ async fn process(
             ctx.progress(state.next_item, total).await?;
         }
     }
-    let result = DemoResult { items: state.next_item, digest: state.digest.clone() };
+    let result = DemoResult {
+        items: state.next_item,
+        digest: state.digest.clone(),
+        signals: state.signals.clone(),
+    };
     let body = serde_json::to_vec(&result).map_err(|e| {
         KindError::fatal(PublicMessage::fixed("the job's result could not be encoded")).because(e)
     })?;
@@ -110,6 +132,45 @@ mod tests {
 
     fn expected(items: u64) -> Vec<u8> {
         serde_json::to_vec(&DemoResult::expected(items)).unwrap()
+    }
+
+    fn waiting(signal: &str) -> serde_json::Value {
+        json!({"items": 6, "wait_for": {"signal": signal, "at_item": 3, "timeout_seconds": 60}})
+    }
+
+    #[test]
+    fn a_wait_parks_the_job_until_its_signal_and_the_payload_goes_into_the_result() {
+        // No signal: the job parks before item 3, its checkpoint saved there.
+        let (parked, trace) = Host::new().run_traced(&Demo, &waiting("approval"));
+        assert_eq!(parked.unwrap_err().class, ErrorClass::Paused);
+        assert_eq!(trace.waiting.as_deref(), Some("approval"));
+        assert_eq!(trace.checkpoints, 1, "the resume starts at the wait");
+        // The signal sent (before the wait, or while it waits: the same to the stage).
+        let host = Host::new().signal("approval", json!({"by": "ops"}));
+        let finished = host.run(&Demo, &waiting("approval")).unwrap();
+        let result: DemoResult = serde_json::from_slice(&finished.body).unwrap();
+        assert_eq!((result.items, result.digest.clone()), (6, DemoResult::expected(6).digest));
+        assert_eq!(result.signals["approval"], json!({"by": "ops"}));
+        assert_resumable(&Demo, &host, &waiting("approval"));
+    }
+
+    #[test]
+    fn a_wait_that_times_out_fails_the_job_saying_so() {
+        let err = Host::new().time_out("approval").run(&Demo, &waiting("approval")).unwrap_err();
+        assert_eq!(err.class, ErrorClass::Fatal);
+        assert_eq!(err.public.to_string(), "waited 60 s for signal approval; it did not come");
+    }
+
+    #[test]
+    fn bad_waits_are_refused() {
+        for bad in [
+            json!({"items": 6, "wait_for": {"signal": "a b", "at_item": 3, "timeout_seconds": 60}}),
+            json!({"items": 6, "wait_for": {"signal": "ok", "at_item": 6, "timeout_seconds": 60}}),
+            json!({"items": 6, "wait_for": {"signal": "ok", "at_item": 3, "timeout_seconds": 0}}),
+            json!({"items": 6, "wait_for": {"signal": "ok", "at_item": 3}}),
+        ] {
+            assert!(Host::new().run(&Demo, &bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -96,14 +96,20 @@ pub struct Pause {
     /// When the job became `paused` (absent while a running job is still on its way there).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paused_at: Option<Timestamp>,
+    /// A job its own stage parked to wait for a signal: the signal it waits for, and until
+    /// when (then its stage is told the wait timed out). Absent on an owner's pause.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait: Option<crate::signals::Wait>,
 }
 
 impl Pause {
-    /// The job's transition log entry for it: who paused, and why if they said.
+    /// The job's transition log entry for it: who paused, and why if they said — or what its
+    /// stage waits for.
     pub fn log_reason(&self) -> String {
-        match &self.reason {
-            Some(reason) => format!("paused by {}: {reason}", self.requested_by),
-            None => format!("paused by {}", self.requested_by),
+        match (&self.wait, &self.reason) {
+            (Some(wait), _) => format!("waiting for signal {} until {}", wait.signal, wait.until),
+            (None, Some(reason)) => format!("paused by {}: {reason}", self.requested_by),
+            (None, None) => format!("paused by {}", self.requested_by),
         }
     }
 }
@@ -243,6 +249,7 @@ mod tests {
             requested_by: "alice".parse().unwrap(),
             reason: Some("the month's close".into()),
             paused_at: None,
+            wait: None,
         };
         assert_eq!(p.log_reason(), "paused by alice: the month's close");
         p.reason = None;

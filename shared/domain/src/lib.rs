@@ -79,6 +79,7 @@ pub mod recurrence;
 pub mod retry;
 pub mod schedule;
 pub mod schedules;
+pub mod signals;
 pub mod status;
 pub mod stream_token;
 pub mod time;

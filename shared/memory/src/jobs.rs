@@ -28,6 +28,8 @@ mod index;
 mod pausing;
 /// The reaper's moves (re-enqueue counts, next looks, re-dispatch, stall flags): `reaping.rs`.
 mod reaping;
+/// A job's signals: `signals.rs`.
+mod signals;
 
 #[derive(Debug, Default)]
 struct Table {
@@ -41,6 +43,9 @@ struct Table {
     backlog: HashSet<JobId>,
     /// The status index, the sweeps' cursors and the TTL marks (`index.rs`).
     index: index::Index,
+    /// Jobs' signals, by job and name (`signals.rs`).
+    signals:
+        HashMap<(JobId, longhaul_domain::signals::SignalName), longhaul_aws::jobs::SignalRecord>,
 }
 
 /// The job table in memory. Every write is decided under one lock, so it is atomic as a

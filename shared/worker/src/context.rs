@@ -406,11 +406,46 @@ pub trait StageContext: Send {
     /// reported after that fails with an error for which [`KindError::is_cancelled`] holds.
     fn cancelled(&self) -> bool;
 
+    /// Waits for the job's signal `name` (1–64 ASCII letters, digits, `.`, `_`, `-`) for at
+    /// most `timeout` (at most 29 days). A signal that came already — before the wait started
+    /// included — is answered at once ([`Waited::Signal`] with its payload), as is a wait that
+    /// timed out ([`Waited::TimedOut`]: the kind decides what that means). Otherwise the job is
+    /// parked `paused`, waiting: this returns an error of class `Paused` that the kind must
+    /// propagate with `?`, and the invocation ends — nothing runs or is billed while the job
+    /// waits. When the signal comes (or the wait times out) the job is dispatched again and
+    /// the stage starts over from its last checkpoint, so **save a checkpoint before calling
+    /// this**: the stage then calls it again and gets the answer. Each name is received once
+    /// per job; asking again for a name answers the same.
+    fn wait_for(
+        &mut self,
+        name: &str,
+        timeout: Duration,
+    ) -> BoxFuture<'_, Result<Waited, KindError>>;
+
     /// Diagnostic kinds' injected failures: how many this job has had so far…
     fn attempt_failures(&self) -> u32;
 
     /// …and counting one more (fenced, durable across attempts).
     fn count_failure(&mut self) -> BoxFuture<'_, Result<(), KindError>>;
+}
+
+/// The longest a wait for a signal may last ([`StageContext::wait_for`]): 29 days (a paused
+/// job's checkpoint is kept 30 days).
+pub const MAX_WAIT: Duration = Duration::from_secs(29 * 86_400);
+
+/// Whether `name` is a signal name: 1 to 64 ASCII letters, digits, `.`, `_` or `-`.
+pub fn is_signal_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+/// What a wait for a signal came to ([`StageContext::wait_for`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Waited {
+    /// The signal came, with this payload (any JSON, at most 64 KB).
+    Signal(serde_json::Value),
+    /// The wait's timeout passed first.
+    TimedOut,
 }
 
 fn unserialisable(err: serde_json::Error) -> KindError {

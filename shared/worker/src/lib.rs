@@ -83,8 +83,9 @@ pub mod registry;
 pub mod testing;
 
 pub use context::{
-    ByteStream, Checkpoint, MAX_PARTS, MAX_RESULT_NAME_BYTES, MAX_SUMMARY_BYTES, MIN_PART_SIZE,
-    ResultRef, ResultUpload, StageContext, StageOutcome, StagedFile, UploadedPart, is_result_name,
+    ByteStream, Checkpoint, MAX_PARTS, MAX_RESULT_NAME_BYTES, MAX_SUMMARY_BYTES, MAX_WAIT,
+    MIN_PART_SIZE, ResultRef, ResultUpload, StageContext, StageOutcome, StagedFile, UploadedPart,
+    Waited, is_result_name, is_signal_name,
 };
 pub use message::{ErrorClass, KindError, PublicMessage};
 pub use policy::{Cadence, Policy, SHARED_WORKER};

@@ -124,6 +124,58 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/jobs/{id}/signals/{name}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The job id (a UUID). Anything that is not a job id answers 404. */
+                id: string;
+                /** @description The signal's name: 1–64 ASCII letters, digits, `.`, `_`, `-`. */
+                name: string;
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Send a job a signal
+         * @description The owner sends signal `name` with an optional payload. A job receives each name once: a job waiting for it resumes at once; one not waiting yet gets it when its wait starts.
+         */
+        post: operations["signalJob"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/jobs/{id}/signals/{name}/{token}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The job id (a UUID). Anything that is not a job id answers 404. */
+                id: string;
+                /** @description The signal's name: 1–64 ASCII letters, digits, `.`, `_`, `-`. */
+                name: string;
+                /** @description The link's token (from the job's `paused.signal_url`). */
+                token: string;
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Send a job a signal by its link
+         * @description A partner sends the signal a waiting job's view offers (`paused.signal_url`), without a bearer token: the token in the path is an HMAC of the job, the signal and the expiry, checked before anything is read. One time: a second signal of the name is `409`.
+         */
+        post: operations["signalJobByLink"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/jobs/{id}/result": {
         parameters: {
             query?: never;
@@ -764,6 +816,8 @@ export interface components {
             cancellation?: components["schemas"]["Cancellation"];
             /** @description Present while the job is paused, or running and asked to pause. */
             pause?: components["schemas"]["Pause"];
+            /** @description Present while the job is `paused`: why, since when, until when. */
+            paused?: components["schemas"]["Paused"];
             /** @description Whole seconds the job spent paused, all pauses together (present once it was resumed): not counted towards its `max_runtime_seconds`. */
             paused_seconds?: number;
             /** @description Present while the job runs: true when its worker heartbeats but its progress has not moved for the stall threshold (5 minutes by default). */
@@ -1238,6 +1292,8 @@ export interface components {
              * @description When the pause lapses and the job is cancelled, unless resumed before (on the job view of a paused job).
              */
             lapses_at?: string;
+            /** @description A job its own stage parked to wait for a signal: the signal, and when the wait times out. */
+            wait?: components["schemas"]["Wait"];
         };
         /** @description What a pause or resume did: the job's status now and its pause, if one holds. */
         PauseAccepted: {
@@ -1249,6 +1305,33 @@ export interface components {
             status_url: string;
             /** @description The pause, while one is asked for or holds (null once resumed). */
             pause?: components["schemas"]["Pause"] | null;
+        };
+        Wait: {
+            signal: string;
+            /** Format: date-time */
+            until: string;
+        };
+        /** @description Why a `paused` job is paused: its owner's pause (`reason` their reason, or `paused by its owner`; `until` when it lapses and the job is cancelled) or its stage waiting for a signal (`reason` `waiting`, `signal`, `until` when the wait times out and the stage is told so, and — on `GET /jobs/{id}` — `signal_url`, the path a partner sends the signal by, without a bearer token). */
+        Paused: {
+            reason: string;
+            /** Format: date-time */
+            since?: string | null;
+            /** Format: date-time */
+            until?: string | null;
+            signal?: string;
+            /** @description `/jobs/{id}/signals/{name}/{token}`: `POST` it `{"payload"?}` to send the signal (one time; valid until the wait times out). */
+            signal_url?: string;
+        };
+        SignalRequest: {
+            /** @description Any JSON, at most 64 KB (absent: null). The waiting stage receives it. */
+            payload?: unknown;
+        };
+        SignalAccepted: {
+            /** Format: uuid */
+            job_id: string;
+            signal: string;
+            /** @description `pending` (the job waited for the signal: resumed), or its status unchanged (kept until its wait starts). */
+            status: components["schemas"]["JobStatus"];
         };
     };
     responses: never;
@@ -1890,6 +1973,192 @@ export interface operations {
                 };
             };
             /** @description The body is over 4 KB (`/problems/payload-too-large`). */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The body is not `application/json` (`/problems/unsupported-media-type`). */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal error (`/problems/internal`). Safe to retry; the detail carries no internals. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    signalJob: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The job id (a UUID). Anything that is not a job id answers 404. */
+                id: string;
+                /** @description The signal's name: 1–64 ASCII letters, digits, `.`, `_`, `-`. */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["SignalRequest"];
+            };
+        };
+        responses: {
+            /** @description Kept (and the job resumed if it waited for it). */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SignalAccepted"];
+                };
+            };
+            /** @description The body is not `{"payload"?}`, or the name is not a signal name (`/problems/bad-request`). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The bearer token is missing or invalid. Answered by the gateway, not as a problem. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GatewayError"];
+                };
+            };
+            /** @description No such job (for this caller) (`/problems/not-found`). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The job ended, waits for another signal, or this signal was already sent (or its wait timed out) (`/problems/wrong-status`; the detail says what it waits for). */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The payload is over 64 KB (`/problems/payload-too-large`). */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The body is not `application/json` (`/problems/unsupported-media-type`). */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal error (`/problems/internal`). Safe to retry; the detail carries no internals. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    signalJobByLink: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The job id (a UUID). Anything that is not a job id answers 404. */
+                id: string;
+                /** @description The signal's name: 1–64 ASCII letters, digits, `.`, `_`, `-`. */
+                name: string;
+                /** @description The link's token (from the job's `paused.signal_url`). */
+                token: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["SignalRequest"];
+            };
+        };
+        responses: {
+            /** @description Kept (and the job resumed if it waited for it). */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SignalAccepted"];
+                };
+            };
+            /** @description The body is not `{"payload"?}`, or the name is not a signal name (`/problems/bad-request`). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The link's token is unknown, altered or expired (`/problems/invalid-signal-link`); answered before anything is read. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No such job (for this caller) (`/problems/not-found`). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The job ended, waits for another signal, or this signal was already sent (or its wait timed out) (`/problems/wrong-status`; the detail says what it waits for). */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The payload is over 64 KB (`/problems/payload-too-large`). */
             413: {
                 headers: {
                     [name: string]: unknown;

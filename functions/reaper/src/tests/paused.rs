@@ -17,8 +17,13 @@ async fn paused(world: &World, seconds: i64) -> JobId {
         .await
         .job_id;
     let at = world.at_ago(seconds);
-    let pause =
-        Pause { requested_at: at, requested_by: owner(OWNER), reason: None, paused_at: None };
+    let pause = Pause {
+        requested_at: at,
+        requested_by: owner(OWNER),
+        reason: None,
+        paused_at: None,
+        wait: None,
+    };
     let lapses_at = Timestamp::from(at.as_datetime() + Span::days(1));
     world.jobs.pause(&id, &pause, lapses_at).await.expect("a pending job pauses");
     id
@@ -81,8 +86,13 @@ async fn time_spent_paused_does_not_count_towards_the_maximum_runtime() {
 async fn a_zombie_whose_owner_asked_to_pause_it_is_parked_not_rescued() {
     let world = world();
     let at = world.at_ago(300);
-    let asked =
-        Pause { requested_at: at, requested_by: owner(OWNER), reason: None, paused_at: None };
+    let asked = Pause {
+        requested_at: at,
+        requested_by: owner(OWNER),
+        reason: None,
+        paused_at: None,
+        wait: None,
+    };
     let id = world.running_with(&Running::zombie(), None, |job| job.pause = Some(asked)).await;
     let report = world.run().await;
     assert_eq!((report.parked, report.redispatched, report.failed), (1, 0, 0), "{report:?}");

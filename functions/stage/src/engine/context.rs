@@ -225,6 +225,15 @@ impl StageContext for Ctx<'_> {
         Ctx::cancelled(self)
     }
 
+    fn wait_for(
+        &mut self,
+        name: &str,
+        timeout: Duration,
+    ) -> BoxFuture<'_, Result<longhaul_worker::Waited, KindError>> {
+        let name = name.to_owned();
+        async move { Ok(Ctx::wait_for(self, &name, timeout).await?) }.boxed()
+    }
+
     fn attempt_failures(&self) -> u32 {
         self.job.injected_failures
     }

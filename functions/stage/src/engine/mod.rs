@@ -24,16 +24,18 @@ use std::time::{Duration, Instant};
 
 use futures::future::{BoxFuture, FutureExt};
 use longhaul_aws::jobs::{
-    FinalCheckpoint, JobRecord, Lease, ProgressRecord, ProgressRefused, StageClock,
+    FinalCheckpoint, JobRecord, Lease, ProgressRecord, ProgressRefused, SignalRecord, StageClock,
 };
 use longhaul_aws::objects::result_key;
 use longhaul_aws::objects::{PutNewError, checkpoint_key};
 use longhaul_domain::progress::{ETA_WINDOW_SECONDS, Position, ThroughputWindow, weighted_pct};
+use longhaul_domain::signals::{InvalidSignalName, MAX_WAIT_SECONDS, SignalName, Wait};
 use longhaul_domain::uploads::owns_upload;
 use longhaul_domain::{JobId, Timestamp};
 use longhaul_worker::context::check_result_name;
 use longhaul_worker::{
-    ByteStream, Cadence, KindError, ResultRef, ResultUpload, StageContext, StagedFile, UploadedPart,
+    ByteStream, Cadence, KindError, ResultRef, ResultUpload, StageContext, StagedFile,
+    UploadedPart, Waited,
 };
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -115,6 +117,8 @@ pub struct Ctx<'a> {
     /// final one, and any further progress write fails with `Job.Cancelled` (or, paused, the
     /// error that parks the job). A cancellation outranks a pause.
     stop: Option<Stop>,
+    /// The signal the kind waits for (it asked, none came yet): the job is parked for it.
+    waiting: Option<Wait>,
 }
 
 impl<'a> Ctx<'a> {
@@ -177,6 +181,7 @@ impl<'a> Ctx<'a> {
             stage_timeout: kind.stage_timeout,
             stage_clock,
             stop: None,
+            waiting: None,
         }
     }
 
@@ -287,6 +292,33 @@ impl<'a> Ctx<'a> {
     /// Whether the owner's pause was seen (and no cancellation since).
     pub fn pausing(&self) -> bool {
         self.stop == Some(Stop::Pause)
+    }
+
+    /// The signal the kind waits for, if it asked for one that has not come.
+    pub fn waiting(&self) -> Option<&Wait> {
+        self.waiting.as_ref()
+    }
+
+    /// The kind's wait for signal `name` ([`longhaul_worker::StageContext::wait_for`]): the
+    /// signal, or that its wait timed out, if either is recorded; else the job is to be parked
+    /// waiting until `timeout` from now ([`StageError::Paused`], which the kind propagates).
+    pub async fn wait_for(&mut self, name: &str, timeout: Duration) -> Result<Waited, StageError> {
+        let signal: SignalName = name.parse().map_err(|e: InvalidSignalName| {
+            StageError::Fatal(Failure::new(PublicMessage::domain(e.to_string())))
+        })?;
+        match self.deps.jobs.signal(&self.job.job_id, &signal).await.map_err(crate::store_failed)? {
+            Some(SignalRecord::Received { payload, .. }) => Ok(Waited::Signal(payload)),
+            Some(SignalRecord::TimedOut { .. }) => Ok(Waited::TimedOut),
+            None => {
+                let timeout = timeout.min(Duration::from_secs(MAX_WAIT_SECONDS));
+                let now = self.deps.clock.now();
+                let until =
+                    Timestamp::from(now + chrono::Duration::from_std(timeout).unwrap_or_default());
+                tracing::info!(signal = %signal, %until, "waiting for a signal; the job parks");
+                self.waiting = Some(Wait { signal, until });
+                Err(StageError::Paused)
+            }
+        }
     }
 
     /// Where the current stage ends, as the kind last reported it (the total it counted, if

@@ -16,6 +16,7 @@ fn owners_pause() -> Pause {
         requested_by: owner("alice"),
         reason: Some("month end".into()),
         paused_at: None,
+        wait: None,
     }
 }
 
@@ -151,4 +152,49 @@ async fn a_pause_that_lands_as_a_stage_ends_parks_the_job_at_the_next_stage() {
     let result: Value =
         serde_json::from_slice(&w.object(&job.result_key.unwrap()).await.unwrap()).unwrap();
     assert_eq!(result["counted"], 3, "the report stage read what count carried over");
+}
+
+#[tokio::test]
+async fn a_kind_waiting_for_a_signal_parks_the_job_until_it_and_then_receives_its_payload() {
+    use longhaul_aws::ports::JobSignals;
+    let w = world();
+    let params = json!({"items": 5, "wait_for": {"signal": "approval", "at_item": 2, "timeout_seconds": 600}});
+    let id = w.queued("demo", params).await;
+    let out = w.first_run(&id, far()).await.expect("the run ends parked");
+    assert_eq!(out["run"]["next"], "paused");
+    let job = w.job(&id).await;
+    assert_eq!((job.status, job.attempt), (JobStatus::Paused, 0), "parked, its attempt unspent");
+    let wait = job.pause.as_ref().and_then(|p| p.wait.clone()).expect("what it waits for");
+    assert_eq!(wait.signal.as_str(), "approval");
+    assert_eq!(
+        job.transitions.last().unwrap().reason,
+        format!("waiting for signal approval until {}", wait.until)
+    );
+    let (bucket, at) = w.jobs.index_entry(&id).expect("indexed");
+    assert!(bucket.starts_with("paused#"), "{bucket}");
+    assert_eq!(at, wait.until.to_rfc3339(), "keyed by when the wait times out");
+
+    let name = "approval".parse().unwrap();
+    assert!(w.jobs.put_signal(&id, &name, &json!("yes"), Timestamp::now()).await.unwrap());
+    let execution = w.resume_and_dispatch(&id).await;
+    let start = json!({"job_id": id, "worker_arn": WORKER});
+    w.run(&id, &execution, start, far()).await.expect("the resumed run finishes");
+    let job = w.job(&id).await;
+    assert_eq!(job.status, JobStatus::Succeeded);
+    let result: Value =
+        serde_json::from_slice(&w.object(&job.result_key.unwrap()).await.unwrap()).unwrap();
+    assert_eq!(result["signals"], json!({"approval": "yes"}));
+    assert_eq!(result["digest"], longhaul_job_demo::DemoResult::expected(5).digest);
+}
+
+#[test]
+fn the_worker_api_and_the_domain_agree_on_signal_names() {
+    for name in ["ok", "a.b_c-d", "", "a b", "é", &"x".repeat(64), &"x".repeat(65), "a/b"] {
+        assert_eq!(
+            name.parse::<longhaul_domain::signals::SignalName>().is_ok(),
+            longhaul_worker::is_signal_name(name),
+            "{name:?}"
+        );
+    }
+    assert_eq!(longhaul_worker::MAX_WAIT.as_secs(), longhaul_domain::signals::MAX_WAIT_SECONDS);
 }

@@ -13,6 +13,7 @@ use super::*;
 use std::collections::HashMap;
 
 use aws_sdk_dynamodb::types::AttributeValue;
+use longhaul_domain::signals::Wait;
 use longhaul_domain::{JobStatus, Pause, Timestamp, now_rfc3339};
 
 /// What a pause request did.
@@ -99,7 +100,47 @@ pub fn park_request(
     )
 }
 
+/// `running → paused` of `job` as read, under `lease` at `now`, its stage waiting for `wait`:
+/// the attempt given back, indexed by when the wait times out.
+pub fn wait_request(
+    job: &JobRecord,
+    lease: &str,
+    wait: &Wait,
+    now: Timestamp,
+) -> TransitionRequest {
+    let pause = Pause {
+        requested_at: now,
+        requested_by: job.owner.clone(),
+        reason: None,
+        paused_at: Some(now),
+        wait: Some(wait.clone()),
+    };
+    TransitionRequest::new(
+        &job.job_id,
+        &[JobStatus::Running],
+        JobStatus::Paused,
+        pause.log_reason(),
+    )
+    .fenced(lease)
+    .unless_cancelled()
+    .set("pause", pause)
+    .set("attempt", job.attempt.saturating_sub(1))
+    .indexed_at(wait.until.to_rfc3339())
+}
+
 impl JobStore {
+    /// Parks `job` (as read) `paused` under `lease`, its stage waiting for `wait` (see
+    /// [`wait_request`]). Refused if the lease is lost or its owner asked to cancel it.
+    pub async fn park_waiting(
+        &self,
+        job: &JobRecord,
+        lease: &str,
+        wait: &Wait,
+        now: Timestamp,
+    ) -> Result<JobRecord, StoreError> {
+        self.transition(wait_request(job, lease, wait, now)).await
+    }
+
     /// Pauses a job for its owner (see the module documentation); `lapses_at` is when a paused
     /// job's pause lapses (the reaper cancels it then): the status index keys it so. A job
     /// being cancelled, or ended, is a conflict carrying the job.

@@ -3,12 +3,14 @@
 
 use async_trait::async_trait;
 use longhaul_domain::admission::Waiting;
+use longhaul_domain::signals::{SignalName, Wait};
 use longhaul_domain::{Cancellation, JobId, Owner, Pause, Timestamp};
 
 use super::Warm;
 use crate::jobs::{
     CancelOutcome, IdempotencyRecord, JobEntry, JobRecord, JobStore, JobView, ListError,
-    ListFilter, PauseOutcome, ProgressRecord, ResumeOutcome, StoreError, TransitionRequest,
+    ListFilter, PauseOutcome, ProgressRecord, ResumeOutcome, SignalRecord, StoreError,
+    TransitionRequest,
 };
 
 /// Reading one job.
@@ -60,6 +62,14 @@ pub trait JobPausing: Warm {
     /// Removes the pause flag of the job's progress record under `lease`: the stage holding
     /// the job found it stale (the job record asks no pause).
     async fn drop_stale_pause_flag(&self, job_id: &JobId, lease: &str) -> Result<(), StoreError>;
+    /// `running → paused` by the stage holding `lease`, its stage waiting for `wait`.
+    async fn park_waiting(
+        &self,
+        job: &JobRecord,
+        lease: &str,
+        wait: &Wait,
+        now: Timestamp,
+    ) -> Result<JobRecord, StoreError>;
     /// `running → paused` by the stage holding `lease`, after it saw the pause of `job`.
     async fn park(
         &self,
@@ -68,6 +78,61 @@ pub trait JobPausing: Warm {
         now: Timestamp,
         lapses_at: Timestamp,
     ) -> Result<JobRecord, StoreError>;
+}
+
+/// A job's signals: each name received once (or its wait timed out first).
+#[async_trait]
+pub trait JobSignals: Warm {
+    /// Keeps signal `name` with `payload` unless the name has a record: whether it was kept.
+    async fn put_signal(
+        &self,
+        job_id: &JobId,
+        name: &SignalName,
+        payload: &serde_json::Value,
+        at: Timestamp,
+    ) -> Result<bool, StoreError>;
+    /// Records that the wait for `name` timed out, unless the signal came first: whether it
+    /// was recorded.
+    async fn time_out_signal(
+        &self,
+        job_id: &JobId,
+        name: &SignalName,
+        at: Timestamp,
+    ) -> Result<bool, StoreError>;
+    /// What became of signal `name`, if anything.
+    async fn signal(
+        &self,
+        job_id: &JobId,
+        name: &SignalName,
+    ) -> Result<Option<SignalRecord>, StoreError>;
+}
+
+#[async_trait]
+impl JobSignals for JobStore {
+    async fn put_signal(
+        &self,
+        job_id: &JobId,
+        name: &SignalName,
+        payload: &serde_json::Value,
+        at: Timestamp,
+    ) -> Result<bool, StoreError> {
+        JobStore::put_signal(self, job_id, name, payload, at).await
+    }
+    async fn time_out_signal(
+        &self,
+        job_id: &JobId,
+        name: &SignalName,
+        at: Timestamp,
+    ) -> Result<bool, StoreError> {
+        JobStore::time_out_signal(self, job_id, name, at).await
+    }
+    async fn signal(
+        &self,
+        job_id: &JobId,
+        name: &SignalName,
+    ) -> Result<Option<SignalRecord>, StoreError> {
+        JobStore::signal(self, job_id, name).await
+    }
 }
 
 /// An owner's listing of their jobs.
@@ -181,6 +246,15 @@ impl JobPausing for JobStore {
     }
     async fn drop_stale_pause_flag(&self, job_id: &JobId, lease: &str) -> Result<(), StoreError> {
         JobStore::drop_stale_pause_flag(self, job_id, lease).await
+    }
+    async fn park_waiting(
+        &self,
+        job: &JobRecord,
+        lease: &str,
+        wait: &Wait,
+        now: Timestamp,
+    ) -> Result<JobRecord, StoreError> {
+        JobStore::park_waiting(self, job, lease, wait, now).await
     }
     async fn park(
         &self,

@@ -7,25 +7,33 @@
 
 use std::time::Duration;
 
+use longhaul_aws::jobs::SignalRecord;
 use longhaul_aws::jobs::{
     JobRecord, PauseOutcome, ProgressRecord, ProgressRefused, ResumeOutcome, StoreError,
     TransitionRequest,
 };
 use longhaul_aws::ports::{
-    JobAttempts, JobCancellation, JobCreation, JobPausing, JobReads, JobTransitions,
+    JobAttempts, JobCancellation, JobCreation, JobPausing, JobReads, JobSignals, JobTransitions,
 };
+use longhaul_domain::signals::{SignalName, Wait};
 use longhaul_domain::{Cancellation, JobId, JobStatus, Owner, Pause, Timestamp};
 
 use super::{fresh_owner, pending_job};
 
 /// The job-table ports the pausing contract arranges its jobs with, and the pausing port.
 pub trait PausingTable:
-    JobReads + JobTransitions + JobCreation + JobCancellation + JobAttempts + JobPausing
+    JobReads + JobTransitions + JobCreation + JobCancellation + JobAttempts + JobPausing + JobSignals
 {
 }
 
 impl<T> PausingTable for T where
-    T: JobReads + JobTransitions + JobCreation + JobCancellation + JobAttempts + JobPausing
+    T: JobReads
+        + JobTransitions
+        + JobCreation
+        + JobCancellation
+        + JobAttempts
+        + JobPausing
+        + JobSignals
 {
 }
 
@@ -35,6 +43,41 @@ pub async fn job_pausing(store: &impl PausingTable) {
     a_running_job_is_asked_flagged_parked_and_resumed_from_where_it_stopped(store).await;
     a_pause_not_taken_effect_is_withdrawn(store).await;
     cancelling_or_ended_jobs_do_not_pause(store).await;
+    a_signal_name_is_recorded_once_and_a_wait_parks_by_its_lease(store).await;
+}
+
+async fn a_signal_name_is_recorded_once_and_a_wait_parks_by_its_lease(store: &impl PausingTable) {
+    let job = created(store, "signal", Some("exec-1")).await;
+    let id = &job.job_id;
+    let name: SignalName = "approval".parse().unwrap();
+    let at = Timestamp::now();
+    assert_eq!(store.signal(id, &name).await.unwrap(), None, "nothing yet");
+    assert!(store.put_signal(id, &name, &serde_json::json!({"ok": true}), at).await.unwrap());
+    assert!(
+        !store.put_signal(id, &name, &serde_json::json!(2), later(at, 1)).await.unwrap(),
+        "a name is kept once"
+    );
+    assert!(!store.time_out_signal(id, &name, later(at, 2)).await.unwrap(), "it came first");
+    assert_eq!(
+        store.signal(id, &name).await.unwrap(),
+        Some(SignalRecord::Received { payload: serde_json::json!({"ok": true}), at })
+    );
+    let other: SignalName = "other".parse().unwrap();
+    assert!(store.time_out_signal(id, &other, at).await.unwrap());
+    assert_eq!(store.signal(id, &other).await.unwrap(), Some(SignalRecord::TimedOut { at }));
+
+    let (lease, running) = store.claim(id, "exec-1").await.expect("claimed");
+    let wait = Wait { signal: name.clone(), until: later(at, 600) };
+    assert!(
+        matches!(
+            store.park_waiting(&running, "another-lease", &wait, at).await,
+            Err(StoreError::Conflict { .. })
+        ),
+        "only the lease parks the job"
+    );
+    let parked = store.park_waiting(&running, &lease.token, &wait, at).await.expect("parked");
+    assert_eq!((parked.status, parked.attempt), (JobStatus::Paused, 0));
+    assert_eq!(parked.pause.and_then(|p| p.wait), Some(wait));
 }
 
 fn pause_of(owner: &Owner, at: Timestamp) -> Pause {
@@ -43,6 +86,7 @@ fn pause_of(owner: &Owner, at: Timestamp) -> Pause {
         requested_by: owner.clone(),
         reason: Some("contract".into()),
         paused_at: None,
+        wait: None,
     }
 }
 

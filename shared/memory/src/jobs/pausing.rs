@@ -6,10 +6,11 @@
 use super::*;
 
 use longhaul_aws::jobs::{
-    PauseOutcome, ResumeOutcome, park_request, pause_request, resume_request,
+    PauseOutcome, ResumeOutcome, park_request, pause_request, resume_request, wait_request,
 };
 use longhaul_aws::ports::JobPausing;
 use longhaul_domain::Pause;
+use longhaul_domain::signals::Wait;
 
 impl Table {
     /// Sets (or, `None`, removes) the pause flag of the job's progress record, if it has one
@@ -103,6 +104,17 @@ impl JobPausing for MemoryJobStore {
             }
             _ => Err(StoreError::Conflict { current: None }),
         }
+    }
+
+    async fn park_waiting(
+        &self,
+        job: &JobRecord,
+        lease: &str,
+        wait: &Wait,
+        now: Timestamp,
+    ) -> Result<JobRecord, StoreError> {
+        self.check("park job")?;
+        self.lock().transition(wait_request(job, lease, wait, now))
     }
 
     async fn park(

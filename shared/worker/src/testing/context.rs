@@ -418,6 +418,20 @@ impl StageContext for MemoryContext<'_> {
         self.cancelled
     }
 
+    fn wait_for(
+        &mut self,
+        name: &str,
+        _timeout: Duration,
+    ) -> BoxFuture<'_, Result<crate::Waited, KindError>> {
+        let waited = match self.host.signals.get(name) {
+            Some(Some(payload)) => Some(crate::Waited::Signal(payload.clone())),
+            Some(None) => Some(crate::Waited::TimedOut),
+            None => None,
+        };
+        self.durable.trace.waits.push((name.to_owned(), waited.clone()));
+        async move { waited.ok_or_else(KindError::paused) }.boxed()
+    }
+
     fn attempt_failures(&self) -> u32 {
         self.durable.failures
     }

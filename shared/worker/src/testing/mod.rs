@@ -90,6 +90,11 @@ pub struct Trace {
     /// Multipart result uploads completed (a completion repeated after a lost answer is not
     /// counted again).
     pub uploads_completed: u32,
+    /// Every wait for a signal, in order, with what it came to: the payload, `TimedOut`, or
+    /// (`None`) parked — the run ends there.
+    pub waits: Vec<(String, Option<crate::Waited>)>,
+    /// The signal a run that ended parked waits for.
+    pub waiting: Option<String>,
 }
 
 /// One `upload_part` call that stored a part.
@@ -116,6 +121,8 @@ pub struct Host {
     cancel_after_writes: Option<u32>,
     max_attempts: u32,
     checkpoint_items: u64,
+    /// Signals by name: sent with a payload, or (`None`) their wait timed out.
+    signals: HashMap<String, Option<Value>>,
 }
 
 impl Default for Host {
@@ -191,7 +198,20 @@ impl Host {
             cancel_after_writes: None,
             max_attempts: 10,
             checkpoint_items: 1_000,
+            signals: HashMap::new(),
         }
+    }
+
+    /// Signal `name` is sent with `payload` (before the run: kept until a wait asks for it).
+    pub fn signal(mut self, name: &str, payload: Value) -> Self {
+        self.signals.insert(name.to_owned(), Some(payload));
+        self
+    }
+
+    /// The wait for signal `name` times out.
+    pub fn time_out(mut self, name: &str) -> Self {
+        self.signals.insert(name.to_owned(), None);
+        self
     }
 
     /// Adds an upload of the job's owner named `name`, read back in chunks of `chunk` bytes
@@ -245,7 +265,9 @@ impl Host {
     }
 
     /// Runs `kind`'s job with `params` (checked as submit checks them) to its end: its result,
-    /// or the error that ended it (fatal, cancelled, or retryable with the attempts spent).
+    /// or the error that ended it (fatal, cancelled, or retryable with the attempts spent) — or,
+    /// class `Paused`, that it waits for a signal this host was not given
+    /// ([`Trace::waiting`] names it).
     pub fn run<K: JobKind + Clone>(&self, kind: &K, params: &Value) -> Result<Finished, KindError> {
         self.run_traced(kind, params).0
     }
@@ -348,6 +370,12 @@ impl Host {
                     if durable.tries >= TRIES_PER_ATTEMPT {
                         durable.next_attempt();
                     }
+                }
+                // Parked waiting for a signal this host was not given: the job waits for ever.
+                Err(e) if e.class == ErrorClass::Paused => {
+                    durable.trace.waiting =
+                        durable.trace.waits.last().map(|(name, _)| name.clone());
+                    return (Err(e), durable.trace);
                 }
                 Err(e) => return (Err(e), durable.trace),
             }
