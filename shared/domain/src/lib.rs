@@ -71,6 +71,7 @@ pub mod endpoints;
 pub mod fingerprint;
 pub mod job;
 pub mod limits;
+mod link_mac;
 pub mod owner;
 pub mod policy;
 pub mod progress;

@@ -110,14 +110,7 @@ pub enum TokenError {
 }
 
 fn mac(secret: &[u8], job_id: &JobId, name: &SignalName, expires: i64) -> Hmac<Sha256> {
-    let mut mac = Hmac::<Sha256>::new_from_slice(secret).expect("HMAC takes any key length");
-    mac.update(TAG);
-    for field in [job_id.as_bytes(), name.as_str().as_bytes()] {
-        mac.update(&(field.len() as u64).to_be_bytes());
-        mac.update(field);
-    }
-    mac.update(&expires.to_be_bytes());
-    mac
+    crate::link_mac::mac(secret, TAG, &[job_id.as_bytes(), name.as_str().as_bytes()], expires)
 }
 
 /// A token for signal `name` of job `job_id`, valid until `expires` (epoch seconds).
@@ -142,11 +135,7 @@ pub fn verify(
     let Some((expires, signature)) = token.split_once('.') else {
         return Err(TokenError::Malformed);
     };
-    let expires = expires
-        .parse::<i64>()
-        .ok()
-        .filter(|e| e.to_string() == expires)
-        .ok_or(TokenError::Malformed)?;
+    let expires = crate::link_mac::parse_expiry(expires).ok_or(TokenError::Malformed)?;
     let signature = URL_SAFE_NO_PAD.decode(signature).map_err(|_| TokenError::Malformed)?;
     mac(secret, job_id, name, expires)
         .verify_slice(&signature)

@@ -60,16 +60,8 @@ pub enum TokenError {
 /// The MAC of a token. `owner` is the token's text, not yet an [`Owner`]: [`verify`] checks
 /// the MAC before it trusts anything the token says.
 fn mac(secret: &[u8], job_id: &JobId, owner: &str, expires: i64) -> Hmac<Sha256> {
-    let mut mac = Hmac::<Sha256>::new_from_slice(secret).expect("HMAC takes any key length");
-    mac.update(TAG);
-    // Length prefixes: no choice of job id and owner can collide with another pair (owners
-    // such as `auth0|123` contain any separator one might pick).
-    for field in [job_id.as_bytes(), owner.as_bytes()] {
-        mac.update(&(field.len() as u64).to_be_bytes());
-        mac.update(field);
-    }
-    mac.update(&expires.to_be_bytes());
-    mac
+    // Length-prefixed: owners such as `auth0|123` contain any separator one might pick.
+    crate::link_mac::mac(secret, TAG, &[job_id.as_bytes(), owner.as_bytes()], expires)
 }
 
 /// A token for `owner`'s job `job_id`, valid until `expires` (epoch seconds).
@@ -99,11 +91,7 @@ pub fn verify(secret: &[u8], token: &str, job_id: &JobId, now: i64) -> Result<Gr
         return Err(TokenError::Malformed);
     };
     // Only the form `issue` writes: no sign, no leading zeros, so a token has one spelling.
-    let expires = expires
-        .parse::<i64>()
-        .ok()
-        .filter(|e| e.to_string() == expires)
-        .ok_or(TokenError::Malformed)?;
+    let expires = crate::link_mac::parse_expiry(expires).ok_or(TokenError::Malformed)?;
     let owner = URL_SAFE_NO_PAD
         .decode(owner)
         .ok()
