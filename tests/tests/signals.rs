@@ -82,12 +82,25 @@ async fn a_partner_sends_the_signal_by_the_link_once_without_a_bearer_token() {
 async fn a_signal_sent_before_the_wait_is_kept_for_it() {
     stack();
     let api = Api::new(&principal("signal-early"));
-    let job_id = api.submit(&waiting("file.arrived", 3_600)).await;
+    // A delayed job: it does not start for 5 s, so the signal surely comes before its wait.
+    let mut body = waiting("file.arrived", 3_600);
+    body["delay_seconds"] = json!(5);
+    let job_id = api.submit(&body).await;
     let sent = api
         .post_json(&format!("/jobs/{job_id}/signals/file.arrived"), &json!({"payload": [1, 2]}))
         .await;
     assert_eq!(sent.status, 202, "{}", sent.text);
-    assert_eq!(result(&api, &job_id).await.signals["file.arrived"], json!([1, 2]));
+    assert_eq!(sent.json["status"], "pending", "kept, the job not started: {}", sent.text);
+    let done = result(&api, &job_id).await;
+    assert_eq!(done.signals["file.arrived"], json!([1, 2]));
+    let view = api.get(&format!("/jobs/{job_id}")).await.json;
+    let states: Vec<&str> = view["transitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["state"].as_str())
+        .collect();
+    assert!(!states.contains(&"paused"), "the wait answered at once, never parked: {states:?}");
 }
 
 #[tokio::test]

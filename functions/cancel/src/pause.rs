@@ -27,6 +27,7 @@ pub(crate) async fn pause(deps: &Deps, request: &Request) -> Result<Response<Bod
     let (owner, body, job) = owned_job(deps, request).await?;
     let job_id = job.job_id.clone();
     refuse_ended(&job)?;
+    refuse_waiting(&job)?;
     let now = Timestamp::from(deps.clock.now());
     let lapses_at = job.policy_or_default().pause_lapses_at(now);
     let pause = Pause {
@@ -65,6 +66,7 @@ pub(crate) async fn resume(deps: &Deps, request: &Request) -> Result<Response<Bo
     // No body is needed; one that is sent must still be a well-formed one.
     let (owner, _, mut job) = owned_job(deps, request).await?;
     let job_id = job.job_id.clone();
+    refuse_waiting(&job)?;
     // A job written between the read and the resume (its stage parking it, a heartbeat's
     // flag) is read again from the refusal: a few rounds are plenty.
     for _ in 0..3 {
@@ -72,7 +74,7 @@ pub(crate) async fn resume(deps: &Deps, request: &Request) -> Result<Response<Bo
             break;
         }
         let now = Timestamp::from(deps.clock.now());
-        match deps.jobs.resume(&job, &owner, now).await {
+        match deps.jobs.resume(&job, &format!("resumed by {owner}"), now).await {
             Ok(ResumeOutcome::Resumed(resumed)) => {
                 let message = DispatchMessage { job_id: job_id.clone() };
                 if let Err(err) = deps.intake.send(&message, &resumed.owner).await {
@@ -99,6 +101,21 @@ fn resumable(job: &JobRecord) -> bool {
         JobStatus::Paused => true,
         JobStatus::Running => job.pause.is_some(),
         _ => false,
+    }
+}
+
+/// A job its stage parked to wait for a signal is neither paused again nor resumed by its
+/// owner: the signal (or the wait's timeout) resumes it, and cancelling stops it.
+fn refuse_waiting(job: &JobRecord) -> Result<(), Problem> {
+    match job.pause.as_ref().and_then(|p| p.wait.as_ref()) {
+        Some(wait) if job.status == JobStatus::Paused => Err(wrong_status(
+            job.status,
+            format!(
+                "The job waits for signal {}, until {}: send it (POST /jobs/{}/signals/{}), or cancel the job.",
+                wait.signal, wait.until, job.job_id, wait.signal
+            ),
+        )),
+        _ => Ok(()),
     }
 }
 

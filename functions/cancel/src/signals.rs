@@ -12,7 +12,7 @@
 use lambda_http::http::StatusCode;
 use lambda_http::{Body, Request, RequestExt, Response};
 use longhaul_aws::api::{Problem, json_body, json_response, path_job_id, principal, wrong_status};
-use longhaul_aws::jobs::{JobRecord, ResumeOutcome, StoreError};
+use longhaul_aws::jobs::{JobRecord, ResumeOutcome, SignalRecord, StoreError};
 use longhaul_aws::logs;
 use longhaul_aws::queue::DispatchMessage;
 use longhaul_domain::signals::{self, MAX_PAYLOAD_BYTES, SignalName};
@@ -38,7 +38,15 @@ pub(crate) async fn by_owner(deps: &Deps, request: &Request) -> Result<Response<
     let payload = payload(request)?;
     let job = deps.jobs.job(&job_id).await.map_err(internal)?;
     let job = job.filter(|job| job.owner == owner).ok_or_else(Problem::not_found)?;
-    deliver(deps, job, &name, payload).await
+    deliver(deps, job, &name, payload, Sender::Owner).await
+}
+
+/// Who sends a signal: the job's owner, or the holder of a link for one signal (who is told
+/// nothing of the job's other signals).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sender {
+    Owner,
+    Link,
 }
 
 /// `POST /jobs/{id}/signals/{name}/{token}`: a signal by the waiting job's link. The token is
@@ -64,7 +72,7 @@ pub(crate) async fn by_link(deps: &Deps, request: &Request) -> Result<Response<B
     )?;
     let payload = payload(request)?;
     let job = deps.jobs.job(&job_id).await.map_err(internal)?.ok_or_else(Problem::not_found)?;
-    deliver(deps, job, &name, payload).await
+    deliver(deps, job, &name, payload, Sender::Link).await
 }
 
 /// The path's job id and signal name (`404` for a malformed id, `400` for a bad name).
@@ -102,6 +110,7 @@ async fn deliver(
     job: JobRecord,
     name: &SignalName,
     payload: Value,
+    sender: Sender,
 ) -> Result<Response<Body>, Problem> {
     logs::current_job(&job);
     if job.status.is_terminal() {
@@ -109,14 +118,27 @@ async fn deliver(
     }
     let waits_for = job.pause.as_ref().and_then(|p| p.wait.as_ref()).map(|w| w.signal.clone());
     if let Some(other) = waits_for.as_ref().filter(|other| *other != name) {
-        return Err(wrong_status(
-            job.status,
-            format!("The job waits for signal {other}, not {name}."),
-        ));
+        let detail = match sender {
+            Sender::Owner => format!("The job waits for signal {other}, not {name}."),
+            Sender::Link => format!("The job waits for another signal, not {name}."),
+        };
+        return Err(wrong_status(job.status, detail));
     }
     let now = Timestamp::from(deps.clock.now());
     if !deps.jobs.put_signal(&job.job_id, name, &payload, now).await.map_err(internal)? {
-        let waits = waits_for.map_or_else(String::new, |w| format!(" It waits for {w}."));
+        // Kept before — and if the job still waits for it, the sender that kept it did not
+        // get to resume it (it failed after the write): resumed now, so no wake-up is lost.
+        if waits_for.as_ref() == Some(name)
+            && job.status == JobStatus::Paused
+            && let Some(SignalRecord::Received { .. }) =
+                deps.jobs.signal(&job.job_id, name).await.map_err(internal)?
+        {
+            resume(deps, &job, name, now).await?;
+        }
+        let waits = match (sender, waits_for) {
+            (Sender::Owner, Some(w)) if &w != name => format!(" It waits for {w}."),
+            _ => String::new(),
+        };
         return Err(wrong_status(
             job.status,
             format!("Signal {name} was already sent to this job (or its wait timed out).{waits}"),
@@ -128,7 +150,7 @@ async fn deliver(
     let job = deps.jobs.job(&job.job_id).await.map_err(internal)?.unwrap_or(job);
     let waiting = job.status == JobStatus::Paused
         && job.pause.as_ref().and_then(|p| p.wait.as_ref()).is_some_and(|w| &w.signal == name);
-    let status = if waiting { resume(deps, &job, now).await? } else { job.status };
+    let status = if waiting { resume(deps, &job, name, now).await? } else { job.status };
     Ok(json_response(
         StatusCode::ACCEPTED,
         &json!({"job_id": job.job_id, "signal": name, "status": status}),
@@ -136,8 +158,13 @@ async fn deliver(
 }
 
 /// Resumes `job`, parked waiting for the signal just kept, and enqueues it; its status now.
-async fn resume(deps: &Deps, job: &JobRecord, now: Timestamp) -> Result<JobStatus, Problem> {
-    match deps.jobs.resume(job, &job.owner, now).await {
+async fn resume(
+    deps: &Deps,
+    job: &JobRecord,
+    name: &SignalName,
+    now: Timestamp,
+) -> Result<JobStatus, Problem> {
+    match deps.jobs.resume(job, &format!("signal {name} came"), now).await {
         Ok(ResumeOutcome::Resumed(resumed)) => {
             let message = DispatchMessage { job_id: job.job_id.clone() };
             if let Err(err) = deps.intake.send(&message, &resumed.owner).await {

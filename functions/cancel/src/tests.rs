@@ -503,3 +503,33 @@ async fn bad_signals_are_4xx_and_keep_nothing() {
     let done = w.job(&owner("alice"), JobStatus::Succeeded).await;
     assert_eq!(w.signal("alice", &done, "approval", None, None).await.status(), 409);
 }
+
+#[tokio::test]
+async fn a_waiting_job_is_neither_paused_nor_resumed_by_its_owner_but_can_be_cancelled() {
+    let w = world();
+    let id = w.waiting(&owner("alice"), "approval").await;
+    for control in ["pause", "resume"] {
+        let refused = w.control(control, "alice", &id, None).await;
+        assert_eq!(refused.status(), 409, "{control}");
+        assert!(
+            json_of(&refused)["detail"].as_str().unwrap().contains("waits for signal approval")
+        );
+    }
+    assert_eq!(w.status(&id).await, JobStatus::Paused);
+    assert_eq!(w.cancel("alice", &id, None).await.status(), 202);
+    assert_eq!(w.status(&id).await, JobStatus::Cancelled);
+}
+
+#[tokio::test]
+async fn a_signal_kept_whose_resume_failed_is_resumed_by_the_next_try() {
+    let w = world();
+    let id = w.waiting(&owner("alice"), "approval").await;
+    // The first sender's write landed, then it died before resuming the job.
+    let name: SignalName = "approval".parse().unwrap();
+    w.jobs.put_signal(&id, &name, &json!("yes"), Timestamp::now()).await.unwrap();
+    assert_eq!(w.status(&id).await, JobStatus::Paused);
+    let again = w.signal("alice", &id, "approval", None, None).await;
+    assert_eq!(again.status(), 409, "sent already");
+    assert_eq!(w.status(&id).await, JobStatus::Pending, "but the job it waited for resumed");
+    assert_eq!(w.intake.sent().len(), 1);
+}

@@ -78,7 +78,11 @@ async fn timed_out(
     }
     let at = Timestamp::from(now);
     let recorded = deps.jobs.time_out_signal(&record.job_id, &wait.signal, at).await?;
-    match deps.jobs.resume(record, &record.owner, at).await {
+    match deps
+        .jobs
+        .resume(record, &format!("the wait for signal {} timed out", wait.signal), at)
+        .await
+    {
         Ok(ResumeOutcome::Resumed(resumed)) => {
             let message = DispatchMessage { job_id: record.job_id.clone() };
             deps.intake.send(&message, &resumed.owner).await?;

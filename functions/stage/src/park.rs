@@ -14,7 +14,7 @@
 //! look and the park (its sender found the job still running) resumes the job at once, so no
 //! signal is left waiting for a job that waits for it.
 
-use longhaul_aws::jobs::{Lease, ResumeOutcome, StoreError};
+use longhaul_aws::jobs::{JobRecord, Lease, ResumeOutcome, StoreError};
 use longhaul_aws::queue::DispatchMessage;
 use longhaul_domain::signals::Wait;
 use longhaul_domain::{Cancellation, JobId, JobStatus, Timestamp};
@@ -34,8 +34,8 @@ pub(crate) enum Parked {
 }
 
 /// Parks `job_id` under `lease` (see the module documentation). Re-reads and tries again if
-/// the job was written between the read and the park (a counter, a stall flag); a lost lease
-/// is [`StageError::LeaseLost`].
+/// the job was written between the read and the park (a counter, a stall flag, an owner's pause
+/// landing on a wait); a lost lease is [`StageError::LeaseLost`].
 pub(crate) async fn park(
     deps: &Deps,
     job_id: &JobId,
@@ -52,12 +52,22 @@ pub(crate) async fn park(
         }
         match job.status {
             JobStatus::Running => {}
-            // A retried call whose park landed.
-            JobStatus::Paused => return Ok(Parked::Paused),
+            // A retried call whose park landed: if it parked a wait, the signal is read again
+            // (the call may have died between the park and that read).
+            JobStatus::Paused => {
+                if let Some(wait) = wait {
+                    resume_if_signalled(deps, &job, wait).await?;
+                }
+                return Ok(Parked::Paused);
+            }
             status => return Err(StageError::LeaseLost(format!("the job is {status}"))),
         }
         if let (None, Some(wait)) = (&job.pause, wait) {
-            return park_waiting(deps, &job, lease, wait).await;
+            match park_waiting(deps, &job, lease, wait).await? {
+                Some(parked) => return Ok(parked),
+                // Its owner paused it meanwhile: read again, and parked as their pause.
+                None => continue,
+            }
         }
         if job.pause.is_none() {
             // The flag that stopped the stage asks for nothing any more (a racing request set
@@ -91,45 +101,67 @@ pub(crate) async fn park(
     ))
 }
 
-/// Parks `job` waiting for `wait`, then reads the signal again (see the module documentation).
+/// Parks `job` waiting for `wait`, then reads the signal again (see the module documentation);
+/// `None` if its owner paused it meanwhile (the caller parks it as their pause).
 async fn park_waiting(
     deps: &Deps,
-    job: &longhaul_aws::jobs::JobRecord,
+    job: &JobRecord,
     lease: &Lease,
     wait: &Wait,
-) -> Result<Parked, StageError> {
+) -> Result<Option<Parked>, StageError> {
     let now = Timestamp::from(deps.clock.now());
     let parked = match deps.jobs.park_waiting(job, &lease.token, wait, now).await {
         Ok(parked) => parked,
-        // Cancelled meanwhile (the job ends so), or another attempt holds it (this stops).
-        Err(StoreError::Conflict { current }) => {
-            return match current.and_then(|job| job.cancellation) {
-                Some(cancellation) => Ok(Parked::Cancelled(cancellation)),
-                None => Err(StageError::LeaseLost("another attempt holds the job".into())),
+        // Cancelled meanwhile (it ends so), paused by its owner (their pause it is), or held
+        // by another attempt (this stage stops).
+        Err(StoreError::Conflict { current: Some(current) })
+            if current.lease.as_deref() == Some(lease.token.as_str()) =>
+        {
+            return match current.cancellation {
+                Some(cancellation) => Ok(Some(Parked::Cancelled(cancellation))),
+                None => Ok(None),
             };
+        }
+        Err(StoreError::Conflict { .. }) => {
+            return Err(StageError::LeaseLost("another attempt holds the job".into()));
         }
         Err(err) => return Err(store_failed(err)),
     };
     tracing::info!(signal = %wait.signal, until = %wait.until, "parked, waiting for a signal");
-    if deps.jobs.signal(&job.job_id, &wait.signal).await.map_err(store_failed)?.is_some() {
-        // It came while the job was being parked: resumed at once, dispatched again.
-        match deps.jobs.resume(&parked, &parked.owner, now).await {
-            Ok(ResumeOutcome::Resumed(resumed)) => {
-                let message = DispatchMessage { job_id: job.job_id.clone() };
-                match deps.intake.send(&message, &resumed.owner).await {
-                    Ok(()) => {
-                        tracing::info!(signal = %wait.signal, "the signal came as the job parked; resumed")
-                    }
-                    // Pending again either way: the reaper's pending sweep enqueues it.
-                    Err(err) => {
-                        tracing::error!(error = %err, "enqueueing the resumed job failed; the reaper enqueues it")
-                    }
+    resume_if_signalled(deps, &parked, wait).await?;
+    Ok(Some(Parked::Paused))
+}
+
+/// Resumes `parked` — paused, waiting for `wait` — if its signal came (while it was being
+/// parked, or before a retried park call looked), and dispatches it again.
+async fn resume_if_signalled(
+    deps: &Deps,
+    parked: &JobRecord,
+    wait: &Wait,
+) -> Result<(), StageError> {
+    if parked.pause.as_ref().and_then(|p| p.wait.as_ref()) != Some(wait) {
+        return Ok(());
+    }
+    if deps.jobs.signal(&parked.job_id, &wait.signal).await.map_err(store_failed)?.is_none() {
+        return Ok(());
+    }
+    let now = Timestamp::from(deps.clock.now());
+    match deps.jobs.resume(parked, &format!("signal {} came", wait.signal), now).await {
+        Ok(ResumeOutcome::Resumed(resumed)) => {
+            let message = DispatchMessage { job_id: parked.job_id.clone() };
+            match deps.intake.send(&message, &resumed.owner).await {
+                Ok(()) => {
+                    tracing::info!(signal = %wait.signal, "the signal came as the job parked; resumed")
+                }
+                // Pending again either way: the reaper's pending sweep enqueues it.
+                Err(err) => {
+                    tracing::error!(error = %err, "enqueueing the resumed job failed; the reaper enqueues it")
                 }
             }
-            // Its sender (or the reaper) resumed it first.
-            Ok(ResumeOutcome::Withdrawn(_)) | Err(StoreError::Conflict { .. }) => {}
-            Err(err) => return Err(store_failed(err)),
+            Ok(())
         }
+        // Its sender (or the reaper) resumed it first.
+        Ok(ResumeOutcome::Withdrawn(_)) | Err(StoreError::Conflict { .. }) => Ok(()),
+        Err(err) => Err(store_failed(err)),
     }
-    Ok(Parked::Paused)
 }

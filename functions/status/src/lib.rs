@@ -491,7 +491,8 @@ pub fn render(view: &JobView) -> serde_json::Value {
         // Paused since `paused_at` (cancelled at `lapses_at` unless resumed), or — a running
         // job without `paused_at` — asked to pause at its stage's next progress write.
         body["pause"] = serde_json::to_value(pause).expect("pauses serialise");
-        if let Some(paused_at) = pause.paused_at {
+        // (An owner's pause lapses; a wait times out at its `until` instead.)
+        if let Some(paused_at) = pause.paused_at.filter(|_| pause.wait.is_none()) {
             body["pause"]["lapses_at"] =
                 job.policy_or_default().pause_lapses_at(paused_at).to_string().into();
         }

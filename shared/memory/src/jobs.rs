@@ -149,6 +149,7 @@ impl Table {
             && (!request.unless_cancelled || job.cancellation.is_none())
             && request.unchanged_since.is_none_or(|read| job.updated_at == read)
             && request.requires.iter().all(|name| has_attribute(job, name))
+            && !request.lacks.iter().any(|name| has_attribute(job, name))
             && request.due_at.as_ref().is_none_or(|due| {
                 job.not_before.is_none_or(|at| at.to_rfc3339().as_str() <= due.as_str())
             });

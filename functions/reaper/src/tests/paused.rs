@@ -108,3 +108,26 @@ async fn a_zombie_whose_owner_asked_to_pause_it_is_parked_not_rescued() {
     assert_eq!(world.execution_of(&id).0, "ABORTED");
     assert_eq!(world.entry(&id).map(|(bucket, _)| bucket), Some("paused".into()));
 }
+
+#[tokio::test]
+async fn a_wait_past_its_end_is_recorded_timed_out_and_the_job_resumed() {
+    use longhaul_aws::jobs::SignalRecord;
+    use longhaul_aws::ports::{JobAttempts, JobSignals};
+    use longhaul_domain::signals::Wait;
+    let world = world();
+    let id = world.queued(60, 1).await;
+    let (lease, running) = world.jobs.claim(&id, &execution_name(&id, 1)).await.unwrap();
+    let until = world.at_ago(30);
+    let wait = Wait { signal: "approval".parse().unwrap(), until };
+    world.jobs.park_waiting(&running, &lease.token, &wait, world.at_ago(90)).await.unwrap();
+    let report = world.run().await;
+    assert_eq!((report.resumed, report.cancelled), (1, 0), "{report:?}");
+    let job = world.job(&id).await;
+    assert_eq!(job.status, JobStatus::Pending, "resumed, its stage to be told");
+    assert_eq!(job.transitions.last().unwrap().reason, "the wait for signal approval timed out");
+    assert!(matches!(
+        world.jobs.signal(&id, &wait.signal).await.unwrap(),
+        Some(SignalRecord::TimedOut { .. })
+    ));
+    assert_eq!(world.sent(), [(id, 0)], "dispatched again");
+}

@@ -30,7 +30,7 @@ impl World {
     /// execution); the new execution's name.
     async fn resume_and_dispatch(&self, id: &JobId) -> String {
         let job = self.job(id).await;
-        self.jobs.resume(&job, &owner("alice"), Timestamp::now()).await.expect("resumed");
+        self.jobs.resume(&job, "resumed by alice", Timestamp::now()).await.expect("resumed");
         let job = self.job(id).await;
         assert_eq!(job.status, JobStatus::Pending);
         let name = execution_name(id, job.dispatches + 1);
@@ -105,7 +105,7 @@ async fn a_pause_withdrawn_before_the_stage_parks_the_job_lets_it_go_on() {
         jobs.pause(&job, &owners_pause(), lapses()).await.unwrap();
         // Resumed before the stage's next write saw the flag: the request is withdrawn.
         let asked = jobs.job(&job).await.unwrap().unwrap();
-        jobs.resume(&asked, &owner("alice"), Timestamp::now()).await.unwrap();
+        jobs.resume(&asked, "resumed by alice", Timestamp::now()).await.unwrap();
     });
     let out = w.first_run(&id, far()).await.expect("the run finishes");
     assert_eq!(out["run"]["next"], "done");

@@ -55,23 +55,18 @@ pub fn pause_request(job_id: &JobId, pause: &Pause, lapses_at: Timestamp) -> Tra
 /// `paused → pending` of `job` as read, resumed by `by` at `now`: the paused time and the
 /// resume counted, the pause and any wait for a slot gone (a `retry_at` stays: the dispatcher
 /// holds the job until then, as it would have).
-pub fn resume_request(job: &JobRecord, by: &Owner, now: Timestamp) -> TransitionRequest {
+pub fn resume_request(job: &JobRecord, why: &str, now: Timestamp) -> TransitionRequest {
     // Only a job that had started counts the time: its runtime counts from `started_at`,
     // which a job paused before it ever ran has yet to get.
     let started = job.started_at.is_some();
     let paused_at = job.pause.as_ref().and_then(|p| p.paused_at).filter(|_| started);
     let paused_for = paused_at.map_or(0, |at| now.since(at).as_secs());
-    TransitionRequest::new(
-        &job.job_id,
-        &[JobStatus::Paused],
-        JobStatus::Pending,
-        format!("resumed by {by}"),
-    )
-    .unchanged_since(job.updated_at)
-    .set("paused_seconds", job.paused_seconds.saturating_add(paused_for))
-    .set("resumes", job.resumes + 1)
-    .remove("pause")
-    .remove("waiting")
+    TransitionRequest::new(&job.job_id, &[JobStatus::Paused], JobStatus::Pending, why)
+        .unchanged_since(job.updated_at)
+        .set("paused_seconds", job.paused_seconds.saturating_add(paused_for))
+        .set("resumes", job.resumes + 1)
+        .remove("pause")
+        .remove("waiting")
 }
 
 /// `running → paused` of `job` as read (its pause asked for), under `lease` at `now`, while a
@@ -123,6 +118,8 @@ pub fn wait_request(
     )
     .fenced(lease)
     .unless_cancelled()
+    // An owner's pause that landed since the stage's read parks the job as theirs instead.
+    .lacks("pause")
     .set("pause", pause)
     .set("attempt", job.attempt.saturating_sub(1))
     .indexed_at(wait.until.to_rfc3339())
@@ -130,7 +127,8 @@ pub fn wait_request(
 
 impl JobStore {
     /// Parks `job` (as read) `paused` under `lease`, its stage waiting for `wait` (see
-    /// [`wait_request`]). Refused if the lease is lost or its owner asked to cancel it.
+    /// [`wait_request`]). Refused if the lease is lost, or its owner asked to cancel or pause
+    /// it meanwhile.
     pub async fn park_waiting(
         &self,
         job: &JobRecord,
@@ -212,7 +210,7 @@ impl JobStore {
     pub async fn resume(
         &self,
         job: &JobRecord,
-        resumed_by: &Owner,
+        why: &str,
         now: Timestamp,
     ) -> Result<ResumeOutcome, StoreError> {
         let job_id = &job.job_id;
@@ -221,7 +219,7 @@ impl JobStore {
                 // The flag a running job's pause left goes first, while no stage can run the
                 // job: should the transition then fail, the retried resume finds it paused.
                 self.unflag_pause(job_id).await?;
-                let resumed = self.transition(resume_request(job, resumed_by, now)).await?;
+                let resumed = self.transition(resume_request(job, why, now)).await?;
                 Ok(ResumeOutcome::Resumed(Box::new(resumed)))
             }
             (JobStatus::Running | JobStatus::Queued, None) if job.pause.is_some() => {

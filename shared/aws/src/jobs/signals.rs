@@ -68,7 +68,12 @@ impl JobStore {
     ) -> Result<bool, StoreError> {
         let mut item = signal_key(job_id, name);
         item.insert("at".into(), s(at.to_rfc3339()));
-        item.insert("expires_at".into(), self.retention.ttl_from_now());
+        // Kept past the longest wait a job could still start (a signal may come long before),
+        // and then as long as the job's records.
+        let keep =
+            self.retention.0 + Duration::from_secs(longhaul_domain::signals::MAX_WAIT_SECONDS);
+        let expires = chrono::Utc::now() + chrono::Duration::from_std(keep).unwrap_or_default();
+        item.insert("expires_at".into(), AttributeValue::N(expires.timestamp().to_string()));
         match payload {
             Some(text) => item.insert("payload".into(), s(text)),
             None => item.insert("timed_out".into(), AttributeValue::Bool(true)),

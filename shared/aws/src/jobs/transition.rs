@@ -39,6 +39,8 @@ pub struct TransitionRequest {
     pub unchanged_since: Option<Timestamp>,
     /// Attributes the record must have for the change to apply.
     pub requires: Vec<String>,
+    /// Attributes the record must not have for the change to apply.
+    pub lacks: Vec<String>,
 }
 
 impl TransitionRequest {
@@ -62,7 +64,14 @@ impl TransitionRequest {
             unless_cancelled: false,
             unchanged_since: None,
             requires: Vec::new(),
+            lacks: Vec::new(),
         }
+    }
+
+    /// Applies only if the record has no attribute `name`.
+    pub fn lacks(mut self, name: &str) -> Self {
+        self.lacks.push(name.to_owned());
+        self
     }
 
     /// Applies only if the record has attribute `name`.
@@ -213,6 +222,10 @@ impl JobStore {
         for (i, name) in request.requires.iter().enumerate() {
             condition.push_str(&format!(" AND attribute_exists(#q{i})"));
             names.insert(format!("#q{i}"), name.clone());
+        }
+        for (i, name) in request.lacks.iter().enumerate() {
+            condition.push_str(&format!(" AND attribute_not_exists(#n{i})"));
+            names.insert(format!("#n{i}"), name.clone());
         }
         if let Some(read) = request.unchanged_since {
             condition.push_str(" AND updated_at = :read");

@@ -56,7 +56,7 @@ pub trait JobPausing: Warm {
     async fn resume(
         &self,
         job: &JobRecord,
-        resumed_by: &Owner,
+        why: &str,
         now: Timestamp,
     ) -> Result<ResumeOutcome, StoreError>;
     /// Removes the pause flag of the job's progress record under `lease`: the stage holding
@@ -239,10 +239,10 @@ impl JobPausing for JobStore {
     async fn resume(
         &self,
         job: &JobRecord,
-        resumed_by: &Owner,
+        why: &str,
         now: Timestamp,
     ) -> Result<ResumeOutcome, StoreError> {
-        JobStore::resume(self, job, resumed_by, now).await
+        JobStore::resume(self, job, why, now).await
     }
     async fn drop_stale_pause_flag(&self, job_id: &JobId, lease: &str) -> Result<(), StoreError> {
         JobStore::drop_stale_pause_flag(self, job_id, lease).await

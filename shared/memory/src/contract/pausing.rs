@@ -129,7 +129,7 @@ async fn a_job_not_running_pauses_at_once_and_resumes_once(store: &impl PausingT
         );
         assert_eq!(job(store, id).await, *paused, "nor writes anything");
 
-        let resumed = store.resume(&paused, owner, later(at, 90)).await.unwrap();
+        let resumed = store.resume(&paused, "resumed by its owner", later(at, 90)).await.unwrap();
         let ResumeOutcome::Resumed(resumed) = resumed else {
             panic!("a paused job resumes: {resumed:?}")
         };
@@ -141,7 +141,7 @@ async fn a_job_not_running_pauses_at_once_and_resumes_once(store: &impl PausingT
         );
         assert!(
             matches!(
-                store.resume(&paused, owner, later(at, 95)).await,
+                store.resume(&paused, "resumed by its owner", later(at, 95)).await,
                 Err(StoreError::Conflict { current: Some(_) })
             ),
             "a resume from a stale read is refused"
@@ -220,7 +220,7 @@ async fn a_running_job_is_asked_flagged_parked_and_resumed_from_where_it_stopped
     );
 
     let ResumeOutcome::Resumed(resumed) =
-        store.resume(&parked, owner, later(at, 12)).await.unwrap()
+        store.resume(&parked, "resumed by its owner", later(at, 12)).await.unwrap()
     else {
         panic!("the parked job resumes")
     };
@@ -250,7 +250,7 @@ async fn a_pause_not_taken_effect_is_withdrawn(store: &impl PausingTable) {
     store.pause(id, &pause_of(owner, at), later(at, 60)).await.unwrap();
     let asked = job(store, id).await;
     let ResumeOutcome::Withdrawn(running) =
-        store.resume(&asked, owner, later(at, 1)).await.unwrap()
+        store.resume(&asked, "resumed by its owner", later(at, 1)).await.unwrap()
     else {
         panic!("a pause not taken effect is withdrawn")
     };
@@ -291,7 +291,7 @@ async fn cancelling_or_ended_jobs_do_not_pause(store: &impl PausingTable) {
     ));
     let cancelled = job(store, id).await;
     assert!(matches!(
-        store.resume(&cancelled, owner, at).await,
+        store.resume(&cancelled, "resumed by its owner", at).await,
         Err(StoreError::Conflict { current: Some(_) })
     ));
 

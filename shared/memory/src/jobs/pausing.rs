@@ -64,14 +64,14 @@ impl JobPausing for MemoryJobStore {
     async fn resume(
         &self,
         job: &JobRecord,
-        resumed_by: &Owner,
+        why: &str,
         now: Timestamp,
     ) -> Result<ResumeOutcome, StoreError> {
         self.check("resume job")?;
         let mut table = self.lock();
         match (job.status, job.pause.as_ref().and_then(|p| p.paused_at)) {
             (JobStatus::Paused, _) => {
-                let resumed = table.transition(resume_request(job, resumed_by, now))?;
+                let resumed = table.transition(resume_request(job, why, now))?;
                 table.flag_pause(&job.job_id, None);
                 Ok(ResumeOutcome::Resumed(Box::new(resumed)))
             }

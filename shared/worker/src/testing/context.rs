@@ -421,8 +421,13 @@ impl StageContext for MemoryContext<'_> {
     fn wait_for(
         &mut self,
         name: &str,
-        _timeout: Duration,
+        timeout: Duration,
     ) -> BoxFuture<'_, Result<crate::Waited, KindError>> {
+        // As the stage function refuses them: a bad name fails the job.
+        if !crate::is_signal_name(name) || timeout.is_zero() {
+            let message = format!("{name:?} is not a signal name, or the wait has no time");
+            return async move { Err(KindError::fatal(PublicMessage::domain(message))) }.boxed();
+        }
         let waited = match self.host.signals.get(name) {
             Some(Some(payload)) => Some(crate::Waited::Signal(payload.clone())),
             Some(None) => Some(crate::Waited::TimedOut),
