@@ -109,7 +109,28 @@ impl JobStore {
         job_id: &JobId,
         requested_at: &Timestamp,
     ) -> Result<(), StoreError> {
-        self.flag_progress(job_id, "cancel_requested_at", Some(*requested_at)).await.map(|_| ())
+        self.flag_progress_soon(job_id, "cancel_requested_at", *requested_at).await
+    }
+
+    /// Sets the owner's request `flag` on the running job's progress record. A record not
+    /// there yet is a claim on its way (its hand-over of the record follows the claim at once,
+    /// from a job record read before the request): asked again a few times, briefly. One still
+    /// missing then belongs to a claim that died, whose rescue's next claim reads the request
+    /// from the job record.
+    pub(super) async fn flag_progress_soon(
+        &self,
+        job_id: &JobId,
+        flag: &str,
+        at: Timestamp,
+    ) -> Result<(), StoreError> {
+        for _ in 0..FLAG_TRIES {
+            if self.flag_progress(job_id, flag, Some(at)).await? {
+                return Ok(());
+            }
+            tokio::time::sleep(FLAG_RETRY).await;
+        }
+        tracing::info!(%job_id, flag, "no progress record to flag; the next claim reads the request");
+        Ok(())
     }
 
     /// Sets the owner's request `flag` (an attribute of the job's progress record, which
@@ -490,3 +511,8 @@ impl JobStore {
         self.count_fenced(job_id, lease, "injected_failures").await
     }
 }
+
+/// How often, and how far apart, a request asks for a running job's progress record that is
+/// not there yet ([`JobStore::flag_progress_soon`]).
+const FLAG_TRIES: usize = 5;
+const FLAG_RETRY: std::time::Duration = std::time::Duration::from_millis(100);

@@ -269,23 +269,14 @@ impl JobStore {
         self.transition(request).await
     }
 
-    /// Sets the pause flag on the running job's progress record. A record not there yet is a
-    /// claim on its way (its hand-over of the record follows the claim at once, from a job
-    /// record read before the pause): asked again a few times, briefly. One still missing then
-    /// belongs to a claim that died, whose rescue's next claim reads the job's pause.
+    /// Sets the pause flag on the running job's progress record (see
+    /// [`JobStore::flag_progress_soon`]).
     async fn flag_pause_soon(
         &self,
         job_id: &JobId,
         requested_at: Timestamp,
     ) -> Result<(), StoreError> {
-        for _ in 0..FLAG_TRIES {
-            if self.flag_progress(job_id, PAUSE_FLAG, Some(requested_at)).await? {
-                return Ok(());
-            }
-            tokio::time::sleep(FLAG_RETRY).await;
-        }
-        tracing::info!(%job_id, "no progress record to flag; the next claim reads the pause");
-        Ok(())
+        self.flag_progress_soon(job_id, PAUSE_FLAG, requested_at).await
     }
 
     /// Removes the pause flag from the job's progress record, if it has one.
@@ -326,7 +317,3 @@ impl JobStore {
 
 /// The progress record's attribute a pause request sets.
 const PAUSE_FLAG: &str = "pause_requested_at";
-/// How often, and how far apart, a pause asks for a running job's progress record that is not
-/// there yet.
-const FLAG_TRIES: usize = 5;
-const FLAG_RETRY: std::time::Duration = std::time::Duration::from_millis(100);
