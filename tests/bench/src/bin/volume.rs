@@ -3195,9 +3195,16 @@ Resources:
 
     #[test]
     fn the_heap_counts_what_is_allocated() {
+        // The other tests of this binary allocate and free beside this one (the count is the
+        // process's): what they free meanwhile is allowed for, well under the block.
+        const SLACK: usize = 4 << 20;
         let before = heap::reset();
         let block = vec![1u8; 8 << 20];
-        assert!(heap::peak() >= before + block.len(), "{} < {before} + 8 MiB", heap::peak());
+        assert!(
+            heap::peak() + SLACK >= before + block.len(),
+            "{} < {before} + 8 MiB - 4 MiB",
+            heap::peak()
+        );
     }
 
     fn waiting_run(index: usize, wall_s: f64, heap_added: usize) -> WaitingRun {
