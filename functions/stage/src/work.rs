@@ -248,9 +248,10 @@ async fn run(
         // saved): parked by `work`. (A stage that finished anyway goes on: its result counts.)
         // Paused by the owner, or by the kind's own wait for a signal (propagated, or answered
         // with `Paused`).
-        Ok(StageOutcome::Paused) | Err(StageError::Paused)
-            if ctx.pausing() || ctx.waiting().is_some() || outcome_is_pause(&outcome) =>
-        {
+        Err(StageError::Paused) => {
+            Ok(RunOutput { wait: ctx.waiting().cloned(), ..output(Next::Paused, None, ctx.stage) })
+        }
+        Ok(StageOutcome::Paused) if ctx.pausing() || ctx.waiting().is_some() => {
             Ok(RunOutput { wait: ctx.waiting().cloned(), ..output(Next::Paused, None, ctx.stage) })
         }
         Ok(StageOutcome::Paused) if loops >= deps.runs_per_execution => {
@@ -296,10 +297,4 @@ async fn run(
         }
         Err(err) => Err(err),
     }
-}
-
-/// Whether the stage ended with the error that parks its job (an owner's pause seen before it
-/// ran, or a wait), as against a kind's own `Paused` before a deadline.
-fn outcome_is_pause(outcome: &Result<StageOutcome, StageError>) -> bool {
-    matches!(outcome, Err(StageError::Paused))
 }

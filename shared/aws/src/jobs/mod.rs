@@ -366,6 +366,18 @@ impl JobStore {
     /// overwrite, so an id taken after all is an error naming `what`, never a silent overwrite.
     /// What an owner's capped collections (schedules, endpoints) create their records with.
     async fn put_fresh(&self, item: Item, what: &str) -> Result<(), StoreError> {
+        if self.put_if_absent(item, what).await? {
+            return Ok(());
+        }
+        Err(StoreError::Corrupt {
+            key: what.to_owned(),
+            reason: format!("a fresh id was taken ({what})"),
+        })
+    }
+
+    /// Writes `item` unless an item with its key exists (a conditional put): whether it did.
+    /// `what` names it in an error.
+    async fn put_if_absent(&self, item: Item, what: &str) -> Result<bool, StoreError> {
         let put = self
             .client
             .put_item()
@@ -375,12 +387,9 @@ impl JobStore {
             .send()
             .await;
         match put {
-            Ok(_) => Ok(()),
-            Err(err) if crate::condition_refused(&err) => Err(StoreError::Corrupt {
-                key: what.to_owned(),
-                reason: format!("a fresh id was taken ({what})"),
-            }),
-            Err(err) => Err(AwsError::new(format!("create {what}"), err).into()),
+            Ok(_) => Ok(true),
+            Err(err) if crate::condition_refused(&err) => Ok(false),
+            Err(err) => Err(AwsError::new(format!("write {what}"), err).into()),
         }
     }
 

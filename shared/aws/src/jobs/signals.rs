@@ -78,19 +78,7 @@ impl JobStore {
             Some(text) => item.insert("payload".into(), s(text)),
             None => item.insert("timed_out".into(), AttributeValue::Bool(true)),
         };
-        let put = self
-            .client
-            .put_item()
-            .table_name(&self.table)
-            .set_item(Some(item))
-            .condition_expression("attribute_not_exists(pk)")
-            .send()
-            .await;
-        match put {
-            Ok(_) => Ok(true),
-            Err(err) if crate::condition_refused(&err) => Ok(false),
-            Err(err) => Err(AwsError::new(format!("record signal {name} of {job_id}"), err).into()),
-        }
+        self.put_if_absent(item, &format!("signal {name} of {job_id}")).await
     }
 
     /// What became of signal `name` of job `job_id`, if anything (a strongly consistent read).
