@@ -8,7 +8,7 @@
 
 const TOKEN_KEY = "longhaul.token";
 const API_KEY = "longhaul.api";
-const LIVE = new Set(["pending", "queued", "running", "paused"]);
+const LIVE = new Set(["pending", "queued", "running", "paused", "compensating"]);
 const PAGE = 20;
 
 const $ = (id) => document.getElementById(id);
@@ -512,6 +512,12 @@ function renderDetail(job) {
   if (job.last_error) add("Last error", `${job.last_error.code}: ${job.last_error.message}`);
   if (job.error) add("Error", `${job.error.code}: ${job.error.message}`);
   if (job.cancellation) add("Cancellation", JSON.stringify(job.cancellation));
+  if (job.compensation) {
+    const steps = (job.compensation.stages || [])
+      .map((s) => `${s.stage}: ${s.status}${s.error ? ` (${s.error})` : ""}`)
+      .join("; ");
+    add("Compensation", `${job.compensation.status}, then ${job.compensation.ends_as}${steps ? ` — ${steps}` : " — nothing to undo"}`);
+  }
   if (job.paused && job.paused.signal) {
     add("Waiting", `for signal ${job.paused.signal} until ${fmtTime(job.paused.until)} (link: ${job.paused.signal_url || "-"})`);
   } else if (job.pause) {

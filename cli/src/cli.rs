@@ -133,7 +133,7 @@ pub struct JobRef {
 /// `ls`.
 #[derive(Debug, Args)]
 pub struct List {
-    /// Only jobs in this status (pending, queued, running, paused, succeeded, failed, cancelled, expired).
+    /// Only jobs in this status (pending, queued, running, paused, compensating, succeeded, failed, cancelled, expired).
     #[arg(long)]
     pub status: Option<String>,
     /// Only jobs of this type.

@@ -57,6 +57,23 @@ pub fn describe_job(job: &Value) -> String {
     if let Some(cancellation) = job.get("cancellation").filter(|c| c.is_object()) {
         lines.push(format!("cancelled: {}", field(cancellation, "reason")));
     }
+    if let Some(compensation) = job.get("compensation").filter(|c| c.is_object()) {
+        // The undos of the stages it started, run before it ends.
+        lines.push(format!(
+            "undo:      {}, then {}",
+            field(compensation, "status"),
+            field(compensation, "ends_as")
+        ));
+        for step in compensation.get("stages").and_then(Value::as_array).into_iter().flatten() {
+            let error = step.get("error").and_then(Value::as_str).map(|e| format!(" ({e})"));
+            lines.push(format!(
+                "  {}: {}{}",
+                field(step, "stage"),
+                field(step, "status"),
+                error.unwrap_or_default()
+            ));
+        }
+    }
     if job.get("result_url").is_some_and(|v| !v.is_null()) {
         lines.push(format!("result:    longhaul result {} -o FILE", field(job, "job_id")));
     }
@@ -277,6 +294,18 @@ mod tests {
         assert!(text.contains("status:    failed"), "{text}");
         assert!(text.contains("error:     Job.Fatal: boom"), "{text}");
         assert!(text.contains("progress:  40%"), "{text}");
+    }
+
+    #[test]
+    fn a_compensated_job_lists_its_undos() {
+        let job = json!({"job_id": "j1", "type": "demo", "status": "failed",
+            "compensation": {"status": "failed", "ends_as": "failed", "stages": [
+                {"stage": "ship", "status": "failed", "error": "refused"},
+                {"stage": "charge", "status": "done"}]}});
+        let text = describe_job(&job);
+        assert!(text.contains("undo:      failed, then failed"), "{text}");
+        assert!(text.contains("  ship: failed (refused)"), "{text}");
+        assert!(text.contains("  charge: done"), "{text}");
     }
 
     #[test]

@@ -12,6 +12,11 @@
 //! request's flag write failed (a 500 after the job record took the request), the retry is
 //! what stops the worker. Should the worker die before it sees the flag, the reaper ends the
 //! job `cancelled` with the same reason. A `paused` job is cancelled at once.
+//!
+//! A job that started stages its kind gave an undo ends through `compensating`: a `running`
+//! one when its stage sees the request, a `pending`, `queued` or `paused` one at once (202
+//! `compensating`), its worker then running the undos before it is `cancelled`. A
+//! `compensating` job answers 409: it is ending already.
 
 pub mod lambda;
 mod pause;
@@ -29,7 +34,7 @@ use longhaul_aws::logs;
 use longhaul_aws::metrics;
 use longhaul_aws::ports::{
     Clock, DispatchQueue, JobCancellation, JobExecutions, JobPausing, JobReads, JobSignals,
-    SigningKey, SystemClock,
+    JobTransitions, SigningKey, SystemClock,
 };
 use longhaul_aws::queue::IntakeQueue;
 use longhaul_aws::secrets::SecretKey;
@@ -74,8 +79,8 @@ impl Config {
 
 /// What the function needs of the job table: to read a job, to cancel, pause and resume it,
 /// and to keep its signals.
-pub trait Jobs: JobReads + JobCancellation + JobPausing + JobSignals {}
-impl<T: JobReads + JobCancellation + JobPausing + JobSignals> Jobs for T {}
+pub trait Jobs: JobReads + JobTransitions + JobCancellation + JobPausing + JobSignals {}
+impl<T: JobReads + JobTransitions + JobCancellation + JobPausing + JobSignals> Jobs for T {}
 
 /// What the handler needs, built once per sandbox: its ports.
 #[derive(Debug, Clone)]
@@ -190,6 +195,9 @@ async fn cancel(deps: &Deps, request: &Request) -> Result<Response<Body>, Proble
         requested_by: owner,
         reason: body.reason,
     };
+    if let Some(compensating) = compensate_instead(deps, &job, &cancellation).await? {
+        return Ok(accepted(&compensating));
+    }
     let job = match deps.jobs.cancel(&job_id, &cancellation).await {
         Ok(CancelOutcome::Cancelled(job)) => {
             if job.transitions.iter().any(|t| t.state == JobStatus::Queued) {
@@ -214,6 +222,65 @@ async fn cancel(deps: &Deps, request: &Request) -> Result<Response<Body>, Proble
         Err(err) => return Err(internal(err)),
     };
     Ok(accepted(&job))
+}
+
+/// A `pending`, `queued` or `paused` job (as read) that started stages with an undo moves to
+/// `compensating` instead of `cancelled`, unchanged since the read, and is sent to the
+/// dispatcher, whose worker runs its undos and then ends it `cancelled`: the job, so moved.
+/// `None`: it is cancelled as any other (or it moved meanwhile: the store's cancellation
+/// then acts on it as it is now — a running one compensates when its stage sees the request).
+async fn compensate_instead(
+    deps: &Deps,
+    job: &JobRecord,
+    cancellation: &Cancellation,
+) -> Result<Option<JobRecord>, Problem> {
+    let mut job = job.clone();
+    // Each round needs the job to have changed between the read and the write (dispatched,
+    // claimed, paused by its stage); three are plenty.
+    let mut rounds = 0;
+    let (from, moved) = loop {
+        rounds += 1;
+        let from = job.status;
+        if !job.wants_compensation()
+            || !matches!(from, JobStatus::Pending | JobStatus::Queued | JobStatus::Paused)
+        {
+            return Ok(None);
+        }
+        let ending = longhaul_domain::compensation::Ending {
+            status: JobStatus::Cancelled,
+            reason: cancellation.log_reason(),
+            error: None,
+        };
+        let request = longhaul_aws::jobs::compensation_request(
+            &job.job_id,
+            &[from],
+            ending,
+            cancellation.requested_at,
+        )
+        .unchanged_since(job.updated_at)
+        .set("cancellation", cancellation);
+        match deps.jobs.transition(request).await {
+            Ok(moved) => break (from, moved),
+            Err(StoreError::Conflict { current: Some(current) }) if rounds < 3 => job = *current,
+            Err(StoreError::Conflict { .. }) => return Ok(None),
+            Err(err) => return Err(internal(err)),
+        }
+    };
+    if from == JobStatus::Queued {
+        // Waiting out a backoff: the execution of its last attempt may not have ended yet.
+        if let Some(name) = &moved.execution
+            && let Err(err) = deps.executions.stop(name, "cancelled by its owner").await
+        {
+            tracing::warn!(error = %err, "stopping the execution failed");
+        }
+    }
+    let message = longhaul_aws::queue::DispatchMessage { job_id: moved.job_id.clone() };
+    if let Err(err) = deps.intake.send(&message, &moved.owner).await {
+        // Compensating is recorded: the reaper's compensating sweep sends it once it is due.
+        tracing::warn!(error = %err, "sending the compensation failed; the reaper sends it later");
+    }
+    tracing::info!(%from, "cancelled; compensating first");
+    Ok(Some(moved))
 }
 
 fn internal(err: StoreError) -> Problem {

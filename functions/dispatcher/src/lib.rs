@@ -41,7 +41,7 @@ use longhaul_aws::ports::{
     SlotPools, SystemClock, WorkerInvocations,
 };
 use longhaul_aws::queue::DispatchMessage;
-use longhaul_aws::runs::{self, DirectRun, GivenUpRun};
+use longhaul_aws::runs::{self, DirectRun, GivenUpCompensation, GivenUpRun};
 use longhaul_aws::slots::{Admitter, Pool, pools_of};
 use longhaul_aws::workers::Workers;
 use longhaul_domain::admission::{Waiting, waiting_sort_key};
@@ -156,6 +156,8 @@ enum IntakeMessage {
     Dispatch(DispatchMessage),
     /// A direct run Lambda gave up on (the worker functions' on-failure destination).
     GivenUp(Box<GivenUpRun>),
+    /// A compensation Lambda gave up on (the same destination).
+    GivenUpCompensation(GivenUpCompensation),
 }
 
 /// One record, in its job's `job` span ([`logs`]): the job id from the message, the attempt
@@ -176,12 +178,20 @@ async fn dispatch_record(deps: &Deps, record: &SqsMessage) -> Result<(), Dispatc
     let job_id = match &message {
         IntakeMessage::Dispatch(message) => &message.job_id,
         IntakeMessage::GivenUp(given_up) => &given_up.request_payload.job_id,
+        IntakeMessage::GivenUpCompensation(given_up) => &given_up.request_payload.job_id,
     };
     let span = logs::job_span(Some(job_id), None, None);
     async {
         let result = match &message {
             IntakeMessage::Dispatch(message) => dispatch(deps, &message.job_id).await,
             IntakeMessage::GivenUp(given_up) => take_over(deps, given_up).await,
+            // Its undos' attempts are counted before they run, so a compensation that keeps
+            // crashing gives its undos up; the reaper dispatches it again once its worker has
+            // been silent for long enough (not at once: an outage is waited out, not looped).
+            IntakeMessage::GivenUpCompensation(_) => {
+                tracing::error!("Lambda gave up on the job's compensation; the reaper dispatches it again later");
+                Ok(())
+            }
         };
         if let Err(err) = &result {
             tracing::error!(message_id, error = %err, "dispatch failed; the message will be retried");
@@ -264,6 +274,7 @@ pub async fn dispatch(deps: &Deps, job_id: &JobId) -> Result<(), DispatchError> 
             let name = job.execution.clone().unwrap_or_else(|| execution_name(job_id, 1));
             return start(deps, &job, &name).await;
         }
+        JobStatus::Compensating => return compensate(deps, &job).await,
         status => {
             tracing::info!(%status, "job is past dispatch; nothing to do");
             return Ok(());
@@ -378,6 +389,15 @@ async fn start(deps: &Deps, job: &JobRecord, name: &str) -> Result<(), DispatchE
     let run = DirectRun::new(&job.job_id, name, worker);
     deps.invocations.invoke_async(worker, &run.payload()).await?;
     tracing::info!(execution = name, "run queued");
+    Ok(())
+}
+
+/// Invokes the job's worker to run its undos (its `compensate` op), which holds no slot: the
+/// job keeps the ones it ran with until it ends.
+async fn compensate(deps: &Deps, job: &JobRecord) -> Result<(), DispatchError> {
+    let worker = deps.config.workers.worker_of(&job.policy_or_default());
+    deps.invocations.invoke_async(worker, &runs::compensation_payload(&job.job_id)).await?;
+    tracing::info!("compensation queued");
     Ok(())
 }
 

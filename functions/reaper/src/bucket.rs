@@ -24,12 +24,21 @@ pub enum Bucket {
     Running,
     /// `paused` jobs, keyed by when their pause lapses: cancelled then ([`crate::paused`]).
     Paused,
+    /// `compensating` jobs, keyed by when their worker should next have been heard of:
+    /// dispatched again then ([`crate::compensating`]).
+    Compensating,
 }
 
 impl Bucket {
     /// Every live bucket, in the order the `ActiveJobs` gauge reports them.
-    pub const ALL: [Bucket; 5] =
-        [Bucket::Pending, Bucket::Waiting, Bucket::Queued, Bucket::Running, Bucket::Paused];
+    pub const ALL: [Bucket; 6] = [
+        Bucket::Pending,
+        Bucket::Waiting,
+        Bucket::Queued,
+        Bucket::Running,
+        Bucket::Paused,
+        Bucket::Compensating,
+    ];
 
     /// The bucket's name in the status index (and the gauge's `Status` dimension).
     pub fn as_str(self) -> &'static str {
@@ -39,6 +48,7 @@ impl Bucket {
             Bucket::Queued => JobStatus::Queued.as_str(),
             Bucket::Running => JobStatus::Running.as_str(),
             Bucket::Paused => JobStatus::Paused.as_str(),
+            Bucket::Compensating => JobStatus::Compensating.as_str(),
         }
     }
 }
@@ -81,7 +91,7 @@ mod tests {
         }
         assert_eq!(
             Bucket::ALL.map(Bucket::as_str),
-            ["pending", "waiting", "queued", "running", "paused"],
+            ["pending", "waiting", "queued", "running", "paused", "compensating"],
             "the index's and the gauge's names"
         );
         for wrong in ["", "Running", "running#0", "succeeded", "expired", "cancelled"] {

@@ -43,6 +43,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 mod bucket;
+mod compensating;
 mod count;
 mod paused;
 mod pending;
@@ -428,9 +429,29 @@ pub async fn handle(deps: &Deps, now: DateTime<Utc>) -> Result<Report, ReaperErr
             }
             report
         });
-    let (pending, queued, running, waiting, paused) =
-        tokio::join!(pending, queued, running, waiting, paused);
-    for swept in [pending, queued, running, waiting, paused] {
+    // Compensating jobs are keyed by when their worker should next have been heard of.
+    let silent_before = at(now);
+    let compensating = sweep::sweep(
+        deps,
+        Bucket::Compensating,
+        &silent_before,
+        deadline,
+        &cursors,
+        |jobs| async move {
+            let mut report = Report::default();
+            for job in jobs {
+                let span = logs::span_of(&job);
+                let result = compensating::silent(deps, now, job, &mut report)
+                    .instrument(span.clone())
+                    .await;
+                counted(result, &span, &mut report);
+            }
+            report
+        },
+    );
+    let (pending, queued, running, waiting, paused, compensating) =
+        tokio::join!(pending, queued, running, waiting, paused, compensating);
+    for swept in [pending, queued, running, waiting, paused, compensating] {
         report.merge(swept);
     }
     // The reaper runs every minute anyway: it is the one place that can afford to count the
@@ -478,7 +499,9 @@ fn raced(result: Result<(), StoreError>, report: &mut Report) -> Result<(), Reap
     }
 }
 
-/// Fails a job (conditionally), stops its execution and tidies up after it.
+/// Fails a job (conditionally), stops its execution and tidies up after it — or, if it
+/// started stages with an undo, moves it to `compensating` (to end `failed` once they ran)
+/// and sends it to the dispatcher, which has its worker run them.
 async fn fail(
     deps: &Deps,
     job: &JobEntry,
@@ -486,6 +509,19 @@ async fn fail(
     lease: Option<&str>,
     error: JobError,
 ) -> Result<(), StoreError> {
+    let ending = longhaul_domain::compensation::Ending {
+        status: JobStatus::Failed,
+        reason: error.message.clone(),
+        error: Some(error.clone()),
+    };
+    if compensate_instead(deps, job, from, lease, ending, None).await? {
+        tracing::warn!(
+            code = error.code,
+            message = error.message,
+            "failed by the reaper; compensating first"
+        );
+        return Ok(());
+    }
     let mut request =
         TransitionRequest::new(&job.job_id, from, JobStatus::Failed, error.message.clone())
             .set("error", &error);
@@ -506,6 +542,46 @@ async fn fail(
         tracing::warn!(error = %err, "cleanup after failing the job failed; the lifecycle rule is the backstop");
     }
     Ok(())
+}
+
+/// If `job` (read again: the index entry does not carry its kind's undos) started stages with
+/// an undo, moves it from `from` to `compensating`, to end as `ending` says once they ran
+/// (fenced by `lease`; only if unchanged since the read when `unchanged`, a change computed
+/// from it), takes the progress record from the lease, stops its execution and sends it to
+/// the dispatcher, which has its worker run them: `true`. `false`: it ends now, as the caller
+/// was going to end it.
+async fn compensate_instead(
+    deps: &Deps,
+    job: &JobEntry,
+    from: &[JobStatus],
+    lease: Option<&str>,
+    ending: longhaul_domain::compensation::Ending,
+    cancellation: Option<&longhaul_domain::Cancellation>,
+) -> Result<bool, StoreError> {
+    let Some(record) = deps.jobs.job(&job.job_id).await?.filter(|r| r.wants_compensation()) else {
+        return Ok(false);
+    };
+    let now = longhaul_domain::Timestamp::from(deps.clock.now());
+    let cause = ending.reason.clone();
+    let mut request = longhaul_aws::jobs::compensation_request(&job.job_id, from, ending, now)
+        .unchanged_since(record.updated_at);
+    if let Some(lease) = lease {
+        request = request.fenced(lease);
+    }
+    if let Some(cancellation) = cancellation {
+        request = request.set("cancellation", cancellation);
+    }
+    deps.jobs.transition(request).await?;
+    if let Some(lease) = lease {
+        revoke(deps, &job.job_id, lease).await;
+    }
+    stop_execution(deps, job, &cause).await;
+    let message = longhaul_aws::queue::DispatchMessage { job_id: record.job_id.clone() };
+    if let Err(err) = deps.intake.send(&message, &record.owner).await {
+        // Compensating is recorded: the compensating sweep dispatches it once it is due.
+        tracing::warn!(error = %err, "sending the compensation failed; the reaper's sweep sends it later");
+    }
+    Ok(true)
 }
 
 /// Takes the progress record from the lease of a job the reaper just ended: its worker may be

@@ -44,6 +44,22 @@ pub(crate) async fn lapsed(
         requested_by: record.owner.clone(),
         reason: Some(reason.clone()),
     };
+    let ending = longhaul_domain::compensation::Ending {
+        status: JobStatus::Cancelled,
+        reason: format!("cancelled by the reaper: {reason}"),
+        error: None,
+    };
+    match compensate_instead(deps, &job, &[JobStatus::Paused], None, ending, Some(&cancellation))
+        .await
+    {
+        Ok(true) => {
+            tracing::warn!(%paused_at, %lapses_at, "the pause lapsed; the job compensates, then is cancelled");
+            report.cancelled += 1;
+            return Ok(());
+        }
+        Ok(false) => {}
+        Err(err) => return raced(Err(err), report),
+    }
     let request = TransitionRequest::new(
         &job.job_id,
         &[JobStatus::Paused],

@@ -223,6 +223,18 @@ async fn cancel(
 ) -> Result<(), StoreError> {
     let job_id = &job.job_id;
     deps.objects.delete_prefix(&result_key(job_id, "")).await?;
+    let ending = longhaul_domain::compensation::Ending {
+        status: JobStatus::Cancelled,
+        reason: cancellation.log_reason(),
+        error: None,
+    };
+    if compensate_instead(deps, job, &[JobStatus::Running], Some(lease), ending, None).await? {
+        tracing::warn!(
+            why,
+            "its owner asked to cancel it, and its worker cannot: compensating first"
+        );
+        return Ok(());
+    }
     let request = TransitionRequest::new(
         job_id,
         &[JobStatus::Running],

@@ -260,14 +260,14 @@ impl World {
 const SWEPT: usize = Bucket::ALL.len();
 
 /// The report of a run that found nothing to do but read `examined` entries.
-fn quiet(examined: u64, active: [u64; 5]) -> Report {
+fn quiet(examined: u64, active: [u64; 6]) -> Report {
     Report { examined, active: Bucket::ALL.into_iter().zip(active).collect(), ..Report::default() }
 }
 
 #[tokio::test]
 async fn an_empty_table_is_counted_and_swept_without_a_trace() {
     let world = world();
-    assert_eq!(world.run().await, quiet(0, [0; 5]));
+    assert_eq!(world.run().await, quiet(0, [0; 6]));
     assert!(world.started().is_empty() && world.sent().is_empty());
 }
 
@@ -284,7 +284,14 @@ async fn a_run_counts_the_live_jobs_of_each_bucket() {
     let active: Vec<(&str, u64)> = report.active.iter().map(|(b, n)| (b.as_str(), *n)).collect();
     assert_eq!(
         active,
-        [("pending", 2), ("waiting", 1), ("queued", 1), ("running", 1), ("paused", 0)]
+        [
+            ("pending", 2),
+            ("waiting", 1),
+            ("queued", 1),
+            ("running", 1),
+            ("paused", 0),
+            ("compensating", 0)
+        ]
     );
     assert!(report.active_at_least.is_empty(), "small buckets are counted exactly: {report:?}");
     let json = serde_json::to_value(&report).unwrap();
@@ -354,14 +361,14 @@ async fn the_count_starts_no_page_once_the_sweeps_spent_the_budget() {
 
 #[tokio::test]
 async fn a_count_cut_by_the_deadline_is_a_lower_bound() {
-    // Each reading of the clock is a second later and the budget is 22 s: one reading sets the
-    // deadline, the 20 sweeps (empty but for one shard of `pending`, whose jobs are within the
+    // Each reading of the clock is a second later and the budget is 26 s: one reading sets the
+    // deadline, the 24 sweeps (empty but for one shard of `pending`, whose jobs are within the
     // grace) read the clock once each before their first and only page, so the counts start
     // with one second left: the first count to read the clock reads one page, and every later
     // reading (every other shard's, and that count's before its second page) is too late.
     let world = world_with(
         &[
-            ("LONGHAUL_REAPER_BUDGET_SECONDS", "22"),
+            ("LONGHAUL_REAPER_BUDGET_SECONDS", "26"),
             ("LONGHAUL_REAPER_COUNT_PAGE", "2"),
             ("LONGHAUL_REAPER_COUNT_MAX_PAGES", "3"),
         ],

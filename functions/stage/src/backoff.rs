@@ -117,6 +117,12 @@ async fn enqueue(deps: &Deps, job: &JobRecord, retry_at: Timestamp) -> Result<()
     deps.intake.send_delayed(&message, delay, &job.owner).await.map_err(StageError::from)
 }
 
+/// The wait before attempt `failed + 1` of something of a job with `policy` (an undo's), by the
+/// same backoff as its attempts, jittered.
+pub(crate) fn delay(deployment: Option<Duration>, policy: &JobPolicy, failed: u32) -> Duration {
+    backoff_of(deployment, policy).delay(failed, random_unit())
+}
+
 /// The backoff of a job with `policy`: the deployment's step for every job if it sets one,
 /// else the policy's.
 fn backoff_of(deployment: Option<Duration>, policy: &JobPolicy) -> Backoff {

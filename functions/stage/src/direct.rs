@@ -53,6 +53,7 @@ pub(crate) async fn run(
         Ok(output) => match output.next {
             Next::Done => answer("succeeded"),
             Next::Cancelled => answer("cancelled"),
+            Next::Compensating => answer("compensating"),
             Next::Paused => answer("paused"),
             // The deadline neared (the stage checkpointed), or any answer an execution acts on.
             _ => hand_over(deps, run, &lease).await.and_then(|()| answer("handed_over")),
@@ -79,6 +80,7 @@ pub(crate) async fn run(
             let outcome = match recorded {
                 Recorded::Retry { .. } => "retry_scheduled",
                 Recorded::Cancelled => "cancelled",
+                Recorded::Compensating => "compensating",
                 Recorded::Failed | Recorded::Unrecorded => "failed",
             };
             Ok(json!({ "job_id": job_id, "outcome": outcome, "recorded": recorded }))

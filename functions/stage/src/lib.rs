@@ -40,8 +40,8 @@ use longhaul_aws::logs;
 use longhaul_aws::metrics;
 use longhaul_aws::objects::{ObjectStore, result_key};
 use longhaul_aws::ports::{
-    Clock, DispatchQueue, JobAttempts, JobExecutions, JobPausing, JobReads, JobSignals,
-    JobTransitions, MultipartUploads, Objects, SystemClock,
+    Clock, DispatchQueue, JobAttempts, JobCompensation, JobExecutions, JobPausing, JobReads,
+    JobSignals, JobTransitions, MultipartUploads, Objects, SystemClock,
 };
 use longhaul_aws::queue::IntakeQueue;
 use longhaul_domain::{Cancellation, JobId, JobStatus};
@@ -50,6 +50,7 @@ use serde_json::json;
 use tracing::Instrument;
 
 pub mod backoff;
+mod compensate;
 mod direct;
 pub mod engine;
 pub mod failure_message;
@@ -143,8 +144,14 @@ impl Config {
 
 /// What the stage needs of the job table: to read a job, move its status, and make its
 /// attempts' own writes (claim, progress, fenced marks).
-pub trait Jobs: JobReads + JobTransitions + JobAttempts + JobPausing + JobSignals {}
-impl<T: JobReads + JobTransitions + JobAttempts + JobPausing + JobSignals> Jobs for T {}
+pub trait Jobs:
+    JobReads + JobTransitions + JobAttempts + JobPausing + JobSignals + JobCompensation
+{
+}
+impl<T: JobReads + JobTransitions + JobAttempts + JobPausing + JobSignals + JobCompensation> Jobs
+    for T
+{
+}
 
 /// What the stage needs of the bucket: objects by key (and deleted by prefix), and results
 /// uploaded in parts.
@@ -244,6 +251,7 @@ pub async fn handle(
         StageInput::Work { job_id, state, .. } => (job_id.parse().ok(), state.lease.as_ref()),
         StageInput::Fail { job_id, state, .. } => (job_id.parse().ok(), state.lease.as_ref()),
         StageInput::ContinueAsNew { job_id, lease, .. } => (job_id.parse().ok(), Some(lease)),
+        StageInput::Compensate { job_id } => (job_id.parse().ok(), None),
     };
     // The state machine copies the id from the execution's input: one that is not a job id
     // names no job, and is answered as a missing job is ([`no_such_job`]).
@@ -290,6 +298,7 @@ async fn task(
             let name = continue_as_new(deps, job_id, &lease, worker_arn).await?;
             Ok(json!({ "execution": name }))
         }
+        StageInput::Compensate { .. } => compensate::run(deps, job_id, deadline).await,
         StageInput::Fail { state, execution, error, .. } => {
             let recorded =
                 record_failure::record_failure(deps, job_id, state, execution.as_deref(), error)
@@ -312,6 +321,10 @@ fn no_such_job(input: StageInput) -> Result<serde_json::Value, StageError> {
         }
         StageInput::ContinueAsNew { .. } => {
             Err(StageError::LeaseLost("progress write refused".into()))
+        }
+        StageInput::Compensate { job_id } => {
+            tracing::warn!(job_id, "asked to compensate a job id that is not one; nothing to do");
+            Ok(json!({ "job_id": job_id, "outcome": "missing" }))
         }
         StageInput::Fail { error, .. } => {
             tracing::warn!(
@@ -343,30 +356,36 @@ async fn continue_as_new(
 }
 
 /// Ends a running job whose owner asked to cancel it: partial results are deleted first, so a
-/// `cancelled` job never has a result object, then the job becomes `cancelled` (fenced).
-/// `known`: the cancellation, if the caller's read of the job already shows it (else the
-/// record is read for it: the request landed after that read).
+/// `cancelled` job never has a result object, then the job becomes `cancelled` (fenced) — or,
+/// if it started stages with an undo, `compensating` ([`Next::Compensating`]), to end
+/// `cancelled` once they ran. `known`: the cancellation, if the caller's read of the job
+/// already shows it (the record is read anyway: whether it compensates).
 async fn finish_cancellation(
     deps: &Deps,
     job_id: &JobId,
     lease: &Lease,
     known: Option<&Cancellation>,
-) -> Result<(), StageError> {
-    let reason = match known {
-        Some(cancellation) => cancellation.log_reason(),
-        None => {
-            let job = deps.jobs.job(job_id).await.map_err(store_failed)?;
-            job.and_then(|j| j.cancellation)
-                .map_or_else(|| "cancelled".to_owned(), |c| c.log_reason())
-        }
-    };
+) -> Result<Next, StageError> {
+    let job = deps.jobs.job(job_id).await.map_err(store_failed)?;
+    let reason = known
+        .or_else(|| job.as_ref().and_then(|j| j.cancellation.as_ref()))
+        .map_or_else(|| "cancelled".to_owned(), |c| c.log_reason());
     deps.objects.delete_prefix(&result_key(job_id, "")).await?;
+    if let Some(job) = job.as_ref().filter(|job| job.wants_compensation()) {
+        let ending = longhaul_domain::compensation::Ending {
+            status: JobStatus::Cancelled,
+            reason,
+            error: None,
+        };
+        compensate::begin(deps, job, lease, ending, false).await?;
+        return Ok(Next::Compensating);
+    }
     let request =
         TransitionRequest::new(job_id, &[JobStatus::Running], JobStatus::Cancelled, reason)
             .fenced(&lease.token);
     end_job(deps, request, lease, None).await?;
     tracing::info!("cancelled while running");
-    Ok(())
+    Ok(Next::Cancelled)
 }
 
 /// Ends the job with `request` (a fenced move to a terminal status) and does what follows

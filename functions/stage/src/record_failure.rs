@@ -6,9 +6,12 @@ use longhaul_aws::jobs::{JobRecord, Lease, TransitionRequest};
 use longhaul_aws::logs;
 use longhaul_domain::{JobError, JobId, JobStatus};
 
-use crate::wire::{Recorded, StateError, TaskLease, WorkState};
+use longhaul_domain::compensation::Ending;
+
+use crate::wire::{Next, Recorded, StateError, TaskLease, WorkState};
 use crate::{
-    Deps, StageError, backoff, end_job, failure_message, finish_cancellation, store_failed,
+    Deps, StageError, backoff, compensate, end_job, failure_message, finish_cancellation,
+    store_failed,
 };
 
 /// Records the failure `error` of `job_id`'s attempt held by this execution (the lease in
@@ -55,22 +58,31 @@ pub(crate) async fn record_failure(
         // the job itself), or a failure after the owner asked to cancel: the job ends
         // `cancelled`, as its owner asked, neither `failed` nor retried.
         let known = job.as_ref().and_then(|job| job.cancellation.as_ref());
-        finish_cancellation(deps, job_id, &lease, known).await?;
-        return Ok(Recorded::Cancelled);
+        let next = finish_cancellation(deps, job_id, &lease, known).await?;
+        return Ok(cancelled(next));
     }
     let job_error = JobError { code: error.error, message };
     match end_attempt(deps, job_id, job.as_ref(), &lease, job_error).await {
         // The owner asked to cancel since the job was read: that is how it ends.
         Err(StageError::Cancelled) => {
-            finish_cancellation(deps, job_id, &lease, None).await?;
-            Ok(Recorded::Cancelled)
+            let next = finish_cancellation(deps, job_id, &lease, None).await?;
+            Ok(cancelled(next))
         }
         other => other,
     }
 }
 
-/// The failed attempt's end: the job's next attempt after a backoff, or its end `failed`.
-/// Neither applies once the owner asked to cancel ([`StageError::Cancelled`]).
+/// What a cancellation's end is recorded as: `cancelled`, or `compensating` first.
+fn cancelled(next: Next) -> Recorded {
+    match next {
+        Next::Compensating => Recorded::Compensating,
+        _ => Recorded::Cancelled,
+    }
+}
+
+/// The failed attempt's end: the job's next attempt after a backoff, or its end `failed` —
+/// through `compensating` if it started stages with an undo. None applies once the owner
+/// asked to cancel ([`StageError::Cancelled`]).
 async fn end_attempt(
     deps: &Deps,
     job_id: &JobId,
@@ -82,6 +94,16 @@ async fn end_attempt(
         && let Some(scheduled) = backoff::schedule_retry(deps, job, lease, &job_error).await?
     {
         return Ok(Recorded::Retry { retry_at: scheduled.retry_at });
+    }
+    if let Some(job) = job.filter(|job| job.wants_compensation()) {
+        let ending = Ending {
+            status: JobStatus::Failed,
+            reason: job_error.message.clone(),
+            error: Some(job_error.clone()),
+        };
+        compensate::begin(deps, job, lease, ending, true).await?;
+        tracing::warn!(code = job_error.code, "failed; compensating first");
+        return Ok(Recorded::Compensating);
     }
     let request = TransitionRequest::new(
         job_id,

@@ -157,6 +157,8 @@ struct World {
     executions: Arc<MemoryExecutions>,
     intake: Arc<MemoryDispatchQueue>,
     hook: Hook,
+    /// The undos the `saga` kind ran, in order.
+    undos: compensation::UndoLog,
     /// The handler's clock: standing still at the time the world was made, unless a test
     /// moves it.
     clock: Arc<ManualClock>,
@@ -174,9 +176,11 @@ fn world_with(configure: impl FnOnce(&mut Deps)) -> World {
     let intake = Arc::new(MemoryDispatchQueue::new());
     let clock = Arc::new(ManualClock::new());
     let hook: Hook = Arc::default();
+    let undos: compensation::UndoLog = Arc::default();
     let registry = Registry::builder()
         .kind(Demo)
         .kind(Script { hook: hook.clone() })
+        .kind(compensation::Saga { hook: hook.clone(), undos: undos.clone() })
         .build()
         .expect("the test kinds register");
     let mut deps = Deps {
@@ -199,7 +203,7 @@ fn world_with(configure: impl FnOnce(&mut Deps)) -> World {
         clock: clock.clone(),
     };
     configure(&mut deps);
-    World { jobs, objects, executions, intake, hook, clock, deps }
+    World { jobs, objects, executions, intake, hook, clock, undos, deps }
 }
 
 impl World {
@@ -917,6 +921,7 @@ async fn continue_as_new_starts_the_next_execution_with_the_same_lease() {
     assert_eq!(w.executions.started().len(), 1);
 }
 
+mod compensation;
 mod direct;
 mod pause;
 mod stage_timeout;

@@ -92,6 +92,12 @@ pub enum StageInput {
         /// What went wrong.
         error: StateError,
     },
+    /// Run a compensating job's undos and end it (the dispatcher's asynchronous invocation:
+    /// `crate::compensate`).
+    Compensate {
+        /// The job.
+        job_id: String,
+    },
 }
 
 /// The lease as the state machine carries it (`$.lease`, the claim's output): the
@@ -166,6 +172,9 @@ pub enum Next {
     Paused,
     /// The job is recorded `succeeded`.
     Done,
+    /// The job, ending failed or cancelled, is recorded `compensating`: its undos run
+    /// without this execution (which ends).
+    Compensating,
     /// A stage boundary was crossed: `work` goes on with the next stage within the same call
     /// (never answered to the state machine).
     NextStage,
@@ -188,6 +197,8 @@ pub enum Recorded {
     Failed,
     /// The owner had cancelled the job: it is recorded `cancelled`.
     Cancelled,
+    /// The job is recorded `compensating` (to end failed or cancelled once its undos ran).
+    Compensating,
     /// The execution never held the job: nothing of it was this execution's to record.
     Unrecorded,
 }

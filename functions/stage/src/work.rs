@@ -82,8 +82,9 @@ pub(crate) async fn work(
                 // A resume withdrew the pause first: the stage goes on from that checkpoint.
                 Parked::Withdrawn => continue,
                 Parked::Cancelled(cancellation) => {
-                    finish_cancellation(deps, job_id, lease, Some(&cancellation)).await?;
-                    return Ok(RunOutput { next: Next::Cancelled, result_key: None, ..output });
+                    let next =
+                        finish_cancellation(deps, job_id, lease, Some(&cancellation)).await?;
+                    return Ok(RunOutput { next, result_key: None, ..output });
                 }
             },
             Next::Done => match complete(deps, job_id, lease, &output).await {
@@ -92,8 +93,8 @@ pub(crate) async fn work(
                 // invocation read it, or as its claim left it, predates the request): the job
                 // ends `cancelled`, as the owner was told it would, its result deleted.
                 Err(StageError::Cancelled) => {
-                    finish_cancellation(deps, job_id, lease, None).await?;
-                    return Ok(RunOutput { next: Next::Cancelled, result_key: None, ..output });
+                    let next = finish_cancellation(deps, job_id, lease, None).await?;
+                    return Ok(RunOutput { next, result_key: None, ..output });
                 }
                 Err(err) => return Err(err),
             },
@@ -177,6 +178,8 @@ async fn run(
             finish_cancellation(deps, job_id, lease, job.cancellation.as_ref()).await?;
             return Ok(ended(Next::Cancelled, None));
         }
+        // A retried call whose move into compensating landed: its undos run without it.
+        JobStatus::Compensating if ours => return Ok(ended(Next::Compensating, None)),
         _ => {
             return Err(StageError::LeaseLost(format!(
                 "job is {} under another lease",
@@ -241,8 +244,8 @@ async fn run(
         // The owner cancelled and the stage stopped as asked (having saved its final
         // checkpoint), or finished anyway: the job ends `cancelled`, any result deleted.
         Ok(_) if ctx.cancelled() => {
-            finish_cancellation(deps, job_id, lease, job.cancellation.as_ref()).await?;
-            Ok(output(Next::Cancelled, None, ctx.stage))
+            let next = finish_cancellation(deps, job_id, lease, job.cancellation.as_ref()).await?;
+            Ok(output(next, None, ctx.stage))
         }
         // The owner paused the job and the stage stopped as asked (its final checkpoint
         // saved): parked by `work`. (A stage that finished anyway goes on: its result counts.)
@@ -265,8 +268,9 @@ async fn run(
                 // The boundary write is refused because the owner cancelled meanwhile: the
                 // job ends `cancelled`, never `failed` (Job.Cancelled is not a failure).
                 Err(StageError::Cancelled) => {
-                    finish_cancellation(deps, job_id, lease, job.cancellation.as_ref()).await?;
-                    return Ok(output(Next::Cancelled, None, ctx.stage));
+                    let next =
+                        finish_cancellation(deps, job_id, lease, job.cancellation.as_ref()).await?;
+                    return Ok(output(next, None, ctx.stage));
                 }
                 Err(err) => return Err(err),
             }
@@ -292,8 +296,8 @@ async fn run(
             })
         }
         Err(StageError::Cancelled) => {
-            finish_cancellation(deps, job_id, lease, job.cancellation.as_ref()).await?;
-            Ok(output(Next::Cancelled, None, ctx.stage))
+            let next = finish_cancellation(deps, job_id, lease, job.cancellation.as_ref()).await?;
+            Ok(output(next, None, ctx.stage))
         }
         Err(err) => Err(err),
     }

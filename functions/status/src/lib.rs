@@ -28,6 +28,7 @@ use longhaul_aws::ports::{
     Clock, DeliveryLog, JobListing, JobReads, ObjectLinks, SigningKey, SystemClock,
 };
 use longhaul_aws::secrets::SecretKey;
+use longhaul_domain::compensation::UndoStatus;
 use longhaul_domain::{JobStatus, stream_token};
 use longhaul_worker::Registry;
 use secrecy::ExposeSecret;
@@ -513,6 +514,29 @@ pub fn render(view: &JobView) -> serde_json::Value {
                 "until": pause.paused_at.map(|at| job.policy_or_default().pause_lapses_at(at)),
             }),
         };
+    }
+    if let Some(compensation) = &job.compensation {
+        // The undos of the stages it started: running while it is `compensating`, and how they
+        // went on the job it ended (`failed`: one was given up).
+        body["compensation"] = json!({
+            "status": compensation.status,
+            "ends_as": compensation.ending.status,
+            "stages": compensation.stages.iter().map(|step| {
+                let mut shown = json!({
+                    "stage": step.stage,
+                    "status": step.status,
+                    "at": step.at,
+                    "attempts": step.attempts,
+                });
+                if let Some(error) = &step.error {
+                    shown["error"] = error.as_str().into();
+                }
+                if let Some(retry_at) = step.retry_at.filter(|_| step.status == UndoStatus::Retrying) {
+                    shown["retry_at"] = json!(retry_at);
+                }
+                shown
+            }).collect::<Vec<_>>(),
+        });
     }
     if job.resumes > 0 {
         // Time spent paused, all pauses together: not counted towards `max_runtime`.

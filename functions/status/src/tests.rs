@@ -63,6 +63,9 @@ impl World {
             JobStatus::Failed => &[JobStatus::Queued, JobStatus::Running, JobStatus::Failed],
             JobStatus::Cancelled => &[JobStatus::Cancelled],
             JobStatus::Paused => &[JobStatus::Paused],
+            JobStatus::Compensating => {
+                &[JobStatus::Queued, JobStatus::Running, JobStatus::Compensating]
+            }
             JobStatus::Expired => {
                 &[JobStatus::Queued, JobStatus::Running, JobStatus::Succeeded, JobStatus::Expired]
             }
@@ -91,6 +94,17 @@ impl World {
                             paused_at: Some(at(30)),
                             wait: None,
                         },
+                    )
+                }
+                JobStatus::Compensating => {
+                    let ending = longhaul_domain::compensation::Ending {
+                        status: JobStatus::Failed,
+                        reason: "bad input".into(),
+                        error: None,
+                    };
+                    request = request.set(
+                        "compensation",
+                        longhaul_domain::compensation::Compensation::begin(ending, at(5)),
                     )
                 }
                 JobStatus::Cancelled => {

@@ -209,6 +209,7 @@ fn key_taken(key: &str, job: Option<JobRecord>, claimed_recently: bool) -> KeyTa
             | JobStatus::Queued
             | JobStatus::Running
             | JobStatus::Paused
+            | JobStatus::Compensating
             | JobStatus::Succeeded
             | JobStatus::Expired => KeyTaken::Replay(Box::new(job)),
         },

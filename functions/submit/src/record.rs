@@ -49,6 +49,8 @@ pub(crate) fn new_job(deps: &Deps, new: &NewJob<'_>, job_id: JobId) -> JobRecord
         cancellation: None,
         pause: None,
         paused_seconds: 0,
+        undo_stages: new.kind.undo_stages(new.params).into_iter().map(str::to_owned).collect(),
+        compensation: None,
         resumes: 0,
         continuations: 0,
         dispatches: 0,

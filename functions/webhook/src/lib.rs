@@ -330,7 +330,7 @@ pub async fn process(deps: &Deps, message: &WebhookMessage) -> Result<(), String
 }
 
 /// The body of a job's terminal event (`job.succeeded`, `job.failed`, `job.cancelled`), the
-/// same for its callback and its owner's endpoints.
+/// same for its callback and its owner's endpoints; a job that compensated says how it went.
 pub fn terminal_payload(
     job: &longhaul_aws::jobs::JobRecord,
     status: JobStatus,
@@ -350,6 +350,19 @@ pub fn terminal_payload(
     }
     if let Some(error) = &job.error {
         payload["error"] = json!({ "code": error.code, "message": error.message });
+    }
+    if let Some(compensation) = &job.compensation {
+        // Sent once the undos ran: how they went (`failed`: one was given up, and which).
+        payload["compensation"] = json!({
+            "status": compensation.status,
+            "stages": compensation.stages.iter().map(|step| {
+                let mut shown = json!({"stage": step.stage, "status": step.status, "at": step.at});
+                if let Some(error) = &step.error {
+                    shown["error"] = error.as_str().into();
+                }
+                shown
+            }).collect::<Vec<_>>(),
+        });
     }
     payload
 }

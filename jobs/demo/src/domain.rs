@@ -56,6 +56,14 @@ pub struct DemoParams {
     /// fails the job, saying so.
     #[serde(default)]
     pub wait_for: Option<WaitFor>,
+    /// Give `process` an undo: a job that ends `failed` or `cancelled` after it started
+    /// compensates first, its undo shown in the job's `compensation.stages`.
+    #[serde(default)]
+    pub compensate: bool,
+    /// Make that undo fail (retryably) every time: retried with the job's backoff, then given
+    /// up, the compensation ending `failed` (needs `compensate`).
+    #[serde(default)]
+    pub compensate_fails: bool,
 }
 
 /// A demo job's wait for a signal.
@@ -86,6 +94,9 @@ impl DemoParams {
         let invalid = |msg: String| Err(SpecError::InvalidParams(msg));
         if self.items == 0 || self.items > MAX_ITEMS {
             return invalid(format!("items must be between 1 and {MAX_ITEMS}"));
+        }
+        if self.compensate_fails && !self.compensate {
+            return invalid("compensate_fails needs compensate".into());
         }
         if self.item_ms > MAX_ITEM_MS {
             return invalid(format!("item_ms must be at most {MAX_ITEM_MS}"));

@@ -7,7 +7,7 @@ pub mod domain;
 use std::time::Duration;
 
 use longhaul_worker::{
-    Checkpoint, JobKind, KindError, Policy, PublicMessage, StageContext, StageOutcome, Waited,
+    Checkpoint, JobKind, KindError, Policy, PublicMessage, StageContext, StageOutcome, Undo, Waited,
 };
 
 pub use domain::{DemoParams, DemoResult, DemoState, FailKind};
@@ -42,6 +42,22 @@ impl JobKind for Demo {
         params: &DemoParams,
     ) -> Result<StageOutcome, KindError> {
         process(ctx, params).await
+    }
+
+    fn undo_stages(&self, params: &DemoParams) -> Vec<&'static str> {
+        if params.compensate { vec!["process"] } else { Vec::new() }
+    }
+
+    async fn undo(&self, undo: &Undo, params: &DemoParams) -> Result<(), KindError> {
+        if params.compensate_fails {
+            return Err(KindError::retryable(PublicMessage::domain(format!(
+                "injected undo failure (attempt {})",
+                undo.attempt
+            ))));
+        }
+        // What a real undo would key its call by (a refund's idempotency key, say).
+        tracing::info!(stage = undo.stage, key = undo.key, attempt = undo.attempt, "demo undo ran");
+        Ok(())
     }
 }
 

@@ -88,11 +88,14 @@ pub enum Metric {
     ScheduleTicksRefused,
     /// A job a schedule submitted failed (counted when its end reaches the schedule).
     ScheduledJobsFailed,
+    /// An undo was given up (a fatal error, or its retries spent): what its stage did stays
+    /// done, and someone must look (the job's `compensation` says which stage and why).
+    UndosFailed,
 }
 
 impl Metric {
     /// Every metric.
-    pub const ALL: [Metric; 20] = [
+    pub const ALL: [Metric; 21] = [
         Metric::JobsSubmitted,
         Metric::JobsSucceeded,
         Metric::JobsFailed,
@@ -113,6 +116,7 @@ impl Metric {
         Metric::ScheduleTicksSkipped,
         Metric::ScheduleTicksRefused,
         Metric::ScheduledJobsFailed,
+        Metric::UndosFailed,
     ];
 
     /// Its CloudWatch name.
@@ -138,6 +142,7 @@ impl Metric {
             Metric::ScheduleTicksSkipped => "ScheduleTicksSkipped",
             Metric::ScheduleTicksRefused => "ScheduleTicksRefused",
             Metric::ScheduledJobsFailed => "ScheduledJobsFailed",
+            Metric::UndosFailed => "UndosFailed",
         }
     }
 

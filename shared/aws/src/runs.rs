@@ -66,6 +66,30 @@ impl DirectRun {
     }
 }
 
+/// The payload of the invocation that runs a compensating job's undos (the worker's
+/// `compensate` op).
+pub fn compensation_payload(job_id: &JobId) -> serde_json::Value {
+    serde_json::json!({ "op": "compensate", "job_id": job_id })
+}
+
+/// What Lambda sends to a worker function's on-failure destination about a compensation it
+/// gave up on (see [`compensation_payload`]).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GivenUpCompensation {
+    /// The invocation, as the dispatcher queued it.
+    pub request_payload: CompensationRequest,
+}
+
+/// The payload of a compensation's invocation, as read back.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct CompensationRequest {
+    /// Always `compensate`.
+    pub op: String,
+    /// The job.
+    pub job_id: JobId,
+}
+
 /// What Lambda sends to a worker function's on-failure destination about a direct run it
 /// gave up on (an asynchronous invocation record: its `requestPayload` is the run's payload).
 #[derive(Debug, Clone, PartialEq, Deserialize)]

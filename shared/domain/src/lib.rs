@@ -66,6 +66,7 @@ macro_rules! text_newtype {
 
 pub mod admission;
 pub mod callback;
+pub mod compensation;
 pub mod cursor;
 pub mod endpoints;
 pub mod fingerprint;

@@ -2,7 +2,9 @@
 //!
 //! `pending → queued → running → succeeded | failed | cancelled`, `succeeded → expired`,
 //! `running → queued` for a retry within budget, any live state → `cancelled`; a live job may
-//! be `paused` by its owner and `paused → pending` resumes it through dispatch again. Terminal
+//! be `paused` by its owner and `paused → pending` resumes it through dispatch again; a live
+//! job that started stages with an undo ends `failed` or `cancelled` through `compensating`
+//! (the undos run) — see [`crate::compensation`]. Terminal
 //! states never change (except `succeeded → expired`). The store enforces the same rules with
 //! conditional writes; this module is the single source of which moves are legal.
 
@@ -31,15 +33,19 @@ pub enum JobStatus {
     /// Paused by its owner: no worker runs and it holds no running slot; its last checkpoint
     /// is where `resume` continues from. Not terminal.
     Paused,
+    /// Ending `failed` or `cancelled`, but first running the undos of the stages it started
+    /// (its `compensation` says which, and how they went). Not terminal.
+    Compensating,
 }
 
 impl JobStatus {
     /// Every status, in lifecycle order.
-    pub const ALL: [JobStatus; 8] = [
+    pub const ALL: [JobStatus; 9] = [
         JobStatus::Pending,
         JobStatus::Queued,
         JobStatus::Running,
         JobStatus::Paused,
+        JobStatus::Compensating,
         JobStatus::Succeeded,
         JobStatus::Failed,
         JobStatus::Cancelled,
@@ -57,6 +63,7 @@ impl JobStatus {
             JobStatus::Cancelled => "cancelled",
             JobStatus::Expired => "expired",
             JobStatus::Paused => "paused",
+            JobStatus::Compensating => "compensating",
         }
     }
 
@@ -85,6 +92,10 @@ impl JobStatus {
                 | (Paused, Pending)
                 // A job can fail before it ever runs (e.g. dispatch exhausted its retries).
                 | (Pending | Queued, Failed)
+                // A job that started stages with an undo, ending failed or cancelled, runs
+                // those undos first (a pending one had started: it was paused and resumed).
+                | (Pending | Queued | Running | Paused, Compensating)
+                | (Compensating, Failed | Cancelled)
                 | (Succeeded, Expired)
         )
     }
@@ -219,13 +230,30 @@ mod tests {
         }
     }
 
-    /// A paused job neither runs nor ends on its own: it resumes (to pending) or is cancelled.
+    /// A paused job neither runs nor ends on its own: it resumes (to pending) or is cancelled
+    /// (compensating first if it started stages with an undo).
     #[test]
     fn a_paused_job_resumes_or_is_cancelled() {
-        assert_eq!(moves_from(JobStatus::Paused), [JobStatus::Pending, JobStatus::Cancelled]);
+        assert_eq!(
+            moves_from(JobStatus::Paused),
+            [JobStatus::Pending, JobStatus::Compensating, JobStatus::Cancelled]
+        );
         assert!(!JobStatus::Paused.is_terminal());
         for from in [JobStatus::Pending, JobStatus::Queued, JobStatus::Running] {
             assert!(from.can_transition_to(JobStatus::Paused), "{from} cannot be paused");
+        }
+    }
+
+    /// A compensating job only ends, failed or cancelled, as it was going to.
+    #[test]
+    fn a_compensating_job_only_ends_failed_or_cancelled() {
+        assert_eq!(moves_from(JobStatus::Compensating), [JobStatus::Failed, JobStatus::Cancelled]);
+        assert!(!JobStatus::Compensating.is_terminal());
+        for from in [JobStatus::Pending, JobStatus::Queued, JobStatus::Running, JobStatus::Paused] {
+            assert!(from.can_transition_to(JobStatus::Compensating), "{from}");
+        }
+        for from in JobStatus::ALL.into_iter().filter(|s| s.is_terminal()) {
+            assert!(!from.can_transition_to(JobStatus::Compensating), "{from}");
         }
     }
 

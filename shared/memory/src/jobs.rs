@@ -23,6 +23,8 @@ use crate::Outage;
 
 /// An attempt's writes (the claim, progress, fenced marks): `attempts.rs`.
 mod attempts;
+/// A compensating job's undos: `compensation.rs`.
+mod compensation;
 mod index;
 /// An owner's pause and resume, and the stage's parking of a paused job: `pausing.rs`.
 mod pausing;

@@ -90,7 +90,7 @@ pub use context::{
 pub use message::{ErrorClass, KindError, PublicMessage};
 pub use policy::{Cadence, Policy, SHARED_WORKER};
 pub use registry::{
-    DynKind, EVERY_KIND, JobKind, ParamsError, Registry, RegistryBuilder, RegistryError,
+    DynKind, EVERY_KIND, JobKind, ParamsError, Registry, RegistryBuilder, RegistryError, Undo,
 };
 
 /// Re-exported so kinds derive `JsonSchema` against the same version as the registry.

@@ -57,6 +57,40 @@ pub trait JobKind: Send + Sync + 'static {
         ctx: &'a mut dyn StageContext,
         params: &'a Self::Params,
     ) -> impl Future<Output = Result<StageOutcome, KindError>> + Send + 'a;
+
+    /// The stages that have an undo ([`JobKind::undo`]) for `params` (none, the default).
+    /// Asked once, at submit, and stored on the job: a job that ends `failed` or `cancelled`
+    /// after one of them started runs their undos, latest stage first, before it ends.
+    fn undo_stages(&self, _params: &Self::Params) -> Vec<&'static str> {
+        Vec::new()
+    }
+
+    /// Undoes what stage `undo.stage` did (reserved stock, a charge): run once the job ends
+    /// `failed` or `cancelled`, for each stage in [`JobKind::undo_stages`] that started,
+    /// whether it finished or not. Must be idempotent: it is retried with backoff on a
+    /// retryable error (within the job's attempts) and may run again after a crash — pass
+    /// `undo.key` as the idempotency key of whatever it calls. A fatal error, or retries
+    /// spent, gives the undo up: the job's compensation ends `failed` (the other undos still
+    /// run).
+    fn undo<'a>(
+        &'a self,
+        _undo: &'a Undo,
+        _params: &'a Self::Params,
+    ) -> impl Future<Output = Result<(), KindError>> + Send + 'a {
+        async { Ok(()) }
+    }
+}
+
+/// One undo to run ([`JobKind::undo`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Undo {
+    /// The stage to undo.
+    pub stage: String,
+    /// A key stable across the undo's attempts and unique to this job and stage: the
+    /// idempotency key for whatever the undo calls.
+    pub key: String,
+    /// Which attempt this is (1, 2, …).
+    pub attempt: u32,
 }
 
 /// Why submitted params were refused (the message goes to the client).
@@ -85,6 +119,14 @@ pub trait DynKind: Send + Sync {
         ctx: &'a mut dyn StageContext,
         params: &'a Value,
     ) -> BoxFuture<'a, Result<StageOutcome, KindError>>;
+    /// See [`JobKind::undo_stages`] (params that do not parse: none).
+    fn undo_stages(&self, params: &Value) -> Vec<&'static str>;
+    /// See [`JobKind::undo`] (params that do not parse: a fatal error).
+    fn undo<'a>(
+        &'a self,
+        undo: &'a Undo,
+        params: &'a Value,
+    ) -> BoxFuture<'a, Result<(), KindError>>;
 }
 
 struct Erased<K>(K);
@@ -133,6 +175,23 @@ impl<K: JobKind> DynKind for Erased<K> {
             let params =
                 self.parse(params).map_err(|e| KindError::fatal(PublicMessage::domain(e)))?;
             self.0.run_stage(ctx, &params).await
+        }
+        .boxed()
+    }
+
+    fn undo_stages(&self, params: &Value) -> Vec<&'static str> {
+        self.parse(params).map(|parsed| self.0.undo_stages(&parsed)).unwrap_or_default()
+    }
+
+    fn undo<'a>(
+        &'a self,
+        undo: &'a Undo,
+        params: &'a Value,
+    ) -> BoxFuture<'a, Result<(), KindError>> {
+        async move {
+            let params =
+                self.parse(params).map_err(|e| KindError::fatal(PublicMessage::domain(e)))?;
+            self.0.undo(undo, &params).await
         }
         .boxed()
     }

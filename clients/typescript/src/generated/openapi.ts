@@ -646,10 +646,10 @@ export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
         /**
-         * @description Where a job is in its life. `pending`: stored, not yet dispatched; `queued`: dispatched, waiting for a worker; `running`: a worker holds it; `paused`: paused by its owner (no worker runs, no running slot held; `POST /jobs/{id}/resume` continues it from its last checkpoint). Terminal: `succeeded`, `failed`, `cancelled`, and `expired` (succeeded, result deleted after its retention period).
+         * @description Where a job is in its life. `pending`: stored, not yet dispatched; `queued`: dispatched, waiting for a worker; `running`: a worker holds it; `paused`: paused by its owner (no worker runs, no running slot held; `POST /jobs/{id}/resume` continues it from its last checkpoint); `compensating`: ending `failed` or `cancelled`, but first running the undos of the stages it started (its `compensation` says how they go). Terminal: `succeeded`, `failed`, `cancelled`, and `expired` (succeeded, result deleted after its retention period).
          * @enum {string}
          */
-        JobStatus: "pending" | "queued" | "running" | "paused" | "succeeded" | "failed" | "cancelled" | "expired";
+        JobStatus: "pending" | "queued" | "running" | "paused" | "compensating" | "succeeded" | "failed" | "cancelled" | "expired";
         /** @description An RFC 9457 problem. Branch on `type` (`/problems/<slug>`); `title` is fixed per type, `detail` describes this occurrence. Extension members may follow. */
         Problem: {
             /**
@@ -820,6 +820,8 @@ export interface components {
             paused?: components["schemas"]["Paused"];
             /** @description Whole seconds the job spent paused, all pauses together (present once it was resumed): not counted towards its `max_runtime_seconds`. */
             paused_seconds?: number;
+            /** @description Present once the job began compensating: the undos of the stages it started (latest first), run before it ended `failed` or `cancelled`. */
+            compensation?: components["schemas"]["Compensation"];
             /** @description Present while the job runs: true when its worker heartbeats but its progress has not moved for the stall threshold (5 minutes by default). */
             stalled?: boolean;
             /**
@@ -1332,6 +1334,36 @@ export interface components {
             signal: string;
             /** @description `pending` (the job waited for the signal: resumed), or its status unchanged (kept until its wait starts). */
             status: components["schemas"]["JobStatus"];
+        };
+        /** @description A job's compensation: its kind's undos of the stages it started, run in reverse order before it ends. `running` while the job is `compensating`; `done` when every undo succeeded; `failed` when one was given up (a fatal error, or its retries spent) — the other undos still ran, and the `UndosFailed` alarm fires. */
+        Compensation: {
+            /** @enum {string} */
+            status: "running" | "done" | "failed";
+            /**
+             * @description What the job ends as once the undos ran.
+             * @enum {string}
+             */
+            ends_as: "failed" | "cancelled";
+            stages: components["schemas"]["UndoStep"][];
+        };
+        /** @description One stage's undo. */
+        UndoStep: {
+            stage: string;
+            /**
+             * @description `pending`: not run yet; `running`: an attempt is under way; `retrying`: it failed and its next attempt starts at `retry_at`; `done`; `failed`: given up.
+             * @enum {string}
+             */
+            status: "pending" | "running" | "retrying" | "done" | "failed";
+            /**
+             * Format: date-time
+             * @description When it last changed (null while pending).
+             */
+            at: string | null;
+            attempts: number;
+            /** Format: date-time */
+            retry_at?: string;
+            /** @description Why its last attempt failed. */
+            error?: string;
         };
     };
     responses: never;

@@ -53,7 +53,7 @@ async fn a_queued_job_whose_execution_runs_is_left_alone() {
     let world = world();
     let id = world.queued(300, 1).await;
     world.execution(&id, &id, None).await;
-    assert_eq!(world.run().await, quiet(1, [0, 0, 1, 0, 0]));
+    assert_eq!(world.run().await, quiet(1, [0, 0, 1, 0, 0, 0]));
     assert_eq!(world.started(), [id.as_str()]);
     assert_eq!(world.job(&id).await.dispatches, 1);
 }
@@ -62,7 +62,7 @@ async fn a_queued_job_whose_execution_runs_is_left_alone() {
 async fn a_queued_job_within_its_grace_is_left_alone() {
     let world = world();
     world.queued(60, 1).await;
-    assert_eq!(world.run().await, quiet(0, [0, 0, 1, 0, 0]));
+    assert_eq!(world.run().await, quiet(0, [0, 0, 1, 0, 0, 0]));
     assert!(world.started().is_empty());
 }
 

@@ -133,7 +133,7 @@ async fn a_zombie_whose_owner_asked_to_cancel_it_ends_cancelled() {
 async fn a_healthy_job_is_left_alone() {
     let world = world();
     let id = world.running(&Running::healthy()).await;
-    assert_eq!(world.run().await, quiet(1, [0, 0, 0, 1, 0]));
+    assert_eq!(world.run().await, quiet(1, [0, 0, 0, 1, 0, 0]));
     assert_eq!(world.job(&id).await.stalled_at, None);
     assert_eq!(world.progress(&id).lease, LEASE);
     assert_eq!(world.execution_of(&id).0, "RUNNING");

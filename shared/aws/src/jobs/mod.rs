@@ -23,6 +23,7 @@
 //! sweeps' index pages and cursors, webhook secrets and deliveries, webhook endpoints (their
 //! delivery records and the progress windows).
 
+mod compensation;
 mod endpoints;
 mod idempotency;
 mod keys;
@@ -37,6 +38,7 @@ mod sweeps;
 mod transition;
 mod webhooks;
 
+pub use compensation::*;
 pub use endpoints::*;
 pub use idempotency::*;
 pub use keys::*;

@@ -86,6 +86,13 @@ pub struct JobRecord {
     /// are not counted against its attempts.
     #[serde(default)]
     pub resumes: u32,
+    /// The stages its kind gives an undo for these params (stored at submit): when it ends
+    /// `failed` or `cancelled` after starting one of them, it compensates first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub undo_stages: Vec<String>,
+    /// Its compensation: while it is `compensating`, and on the job it ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compensation: Option<longhaul_domain::compensation::Compensation>,
     /// How many times the current attempt continued as a new execution.
     #[serde(default)]
     pub continuations: u32,
@@ -152,6 +159,12 @@ pub struct ResumedFrom {
 }
 
 impl JobRecord {
+    /// Whether ending it `failed` or `cancelled` now runs undos first: it started, and its
+    /// kind gave some of its stages an undo.
+    pub fn wants_compensation(&self) -> bool {
+        longhaul_domain::compensation::wanted(&self.undo_stages, self.started_at.is_some())
+    }
+
     /// Whether a claim by `execution` (for `claimant`, a direct run's; none, an execution's)
     /// finds the job already its own, so that it gets the lease back: the job runs under that
     /// execution, held by the same claimant — a direct run's retry, or an execution once no run
@@ -210,6 +223,8 @@ impl std::fmt::Debug for JobRecord {
             .field("pause", &self.pause)
             .field("paused_seconds", &self.paused_seconds)
             .field("resumes", &self.resumes)
+            .field("undo_stages", &self.undo_stages)
+            .field("compensation", &self.compensation)
             .field("continuations", &self.continuations)
             .field("dispatches", &self.dispatches)
             .field("enqueues", &self.enqueues)

@@ -175,7 +175,8 @@ impl JobStore {
             names.insert(format!("#r{i}"), name);
         }
         // The status index holds only what the reaper and the expirer look for (a `paused` job
-        // under the time its pause lapses, a resumed `pending` one under its resume). An expired
+        // under the time its pause lapses, a resumed `pending` one under its resume, a
+        // `compensating` one under when its worker should next be heard of). An expired
         // job stays (in `expired#<shard>`) until the expirer has deleted its objects and
         // marked its progress record ([`JobStore::retain_until`] takes it out): a run that
         // dies in between leaves the rest to the next run.
@@ -185,6 +186,7 @@ impl JobStore {
                 | JobStatus::Queued
                 | JobStatus::Running
                 | JobStatus::Paused
+                | JobStatus::Compensating
                 | JobStatus::Succeeded
                 | JobStatus::Expired,
                 at,

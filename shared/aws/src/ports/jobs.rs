@@ -3,6 +3,7 @@
 
 use async_trait::async_trait;
 use longhaul_domain::admission::Waiting;
+use longhaul_domain::compensation::Compensation;
 use longhaul_domain::signals::{SignalName, Wait};
 use longhaul_domain::{Cancellation, JobId, Owner, Pause, Timestamp};
 
@@ -78,6 +79,30 @@ pub trait JobPausing: Warm {
         now: Timestamp,
         lapses_at: Timestamp,
     ) -> Result<JobRecord, StoreError>;
+}
+
+/// A compensating job's undos, recorded as they go ([`JobStore::record_compensation`]).
+#[async_trait]
+pub trait JobCompensation: Warm {
+    /// Writes `compensation` while the job is `compensating`, indexed under `due`.
+    async fn record_compensation(
+        &self,
+        job_id: &JobId,
+        compensation: &Compensation,
+        due: Timestamp,
+    ) -> Result<JobRecord, StoreError>;
+}
+
+#[async_trait]
+impl JobCompensation for JobStore {
+    async fn record_compensation(
+        &self,
+        job_id: &JobId,
+        compensation: &Compensation,
+        due: Timestamp,
+    ) -> Result<JobRecord, StoreError> {
+        JobStore::record_compensation(self, job_id, compensation, due).await
+    }
 }
 
 /// A job's signals: each name received once (or its wait timed out first).

@@ -73,6 +73,8 @@ pub fn pending_job(owner: &Owner, created_at: Timestamp) -> JobRecord {
         cancellation: None,
         pause: None,
         paused_seconds: 0,
+        undo_stages: Vec::new(),
+        compensation: None,
         resumes: 0,
         continuations: 0,
         dispatches: 0,

@@ -61,6 +61,7 @@ impl Index {
             | JobStatus::Queued
             | JobStatus::Running
             | JobStatus::Paused
+            | JobStatus::Compensating
             | JobStatus::Succeeded
             | JobStatus::Expired => {
                 self.put(job_id, to.as_str(), index_at.unwrap_or(now).to_owned())
