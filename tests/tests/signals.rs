@@ -2,7 +2,7 @@
 //! saying for what, until when, and the link to send it by), resumes when its owner's signal —
 //! or a partner's, by the link, once — comes, and puts the payload in its result; a signal
 //! sent before the wait is kept for it; a wait that times out (the reaper finds it) fails the
-//! demo job, saying so.
+//! demo job, saying so. Compensation (`undos/compensation.rs`) runs on the same stack.
 
 use std::time::Duration;
 
@@ -14,6 +14,10 @@ use serde_json::{Value, json};
 fn stack() -> &'static Harness {
     harness_with(&[])
 }
+
+/// Compensation's tests share this binary's stack (each binary starts one).
+#[path = "undos/compensation.rs"]
+mod compensation;
 
 /// The job's view once nothing about it moved for this long is a stuck job.
 const STILL: Duration = Duration::from_secs(60);

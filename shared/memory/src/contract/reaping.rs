@@ -12,17 +12,25 @@
 use chrono::Utc;
 use longhaul_aws::jobs::{JobRecord, Lease, StoreError, TransitionRequest};
 use longhaul_aws::ports::{
-    JobAttempts, JobCreation, JobDispatchMarks, JobReads, JobReaping, JobTransitions, StatusIndex,
-    SweepCursor,
+    JobAttempts, JobCompensation, JobCreation, JobDispatchMarks, JobReads, JobReaping,
+    JobTransitions, StatusIndex, SweepCursor,
 };
 use longhaul_domain::admission::{WaitReason, Waiting};
+use longhaul_domain::compensation::{Compensation, Ending, UndoStatus};
 use longhaul_domain::{JobId, JobStatus, Timestamp, format_rfc3339};
 
 use super::{fresh_owner, pending_job, shard_of};
 
 /// The job-table ports the reaping contract arranges its jobs with, and the reaper's own.
 pub trait ReapedTable:
-    JobReads + JobCreation + JobTransitions + JobAttempts + JobDispatchMarks + StatusIndex + JobReaping
+    JobReads
+    + JobCreation
+    + JobTransitions
+    + JobAttempts
+    + JobDispatchMarks
+    + StatusIndex
+    + JobReaping
+    + JobCompensation
 {
 }
 
@@ -34,6 +42,7 @@ impl<T> ReapedTable for T where
         + JobDispatchMarks
         + StatusIndex
         + JobReaping
+        + JobCompensation
 {
 }
 
@@ -44,6 +53,57 @@ pub async fn job_reaping(store: &impl ReapedTable) {
     a_queued_job_is_redispatched_once_per_dispatch(store).await;
     a_stall_is_flagged_and_cleared_once_under_the_lease(store).await;
     progress_records_are_read_by_job(store).await;
+    a_compensation_is_recorded_only_while_compensating_and_indexed_as_due(store).await;
+}
+
+/// A compensating job's undos are written while it compensates, each write moving its entry
+/// in the `compensating` bucket to when its worker is next due; once it ended, a write is
+/// refused with the record as it is, and the entry is gone.
+async fn a_compensation_is_recorded_only_while_compensating_and_indexed_as_due(
+    store: &impl ReapedTable,
+) {
+    let job = created(store, "compensation").await;
+    let id = &job.job_id;
+    let missing = JobId::new();
+    let ending = Ending { status: JobStatus::Cancelled, reason: "contract".into(), error: None };
+    let compensation = Compensation::begin(ending.clone(), Timestamp::now());
+    match store.record_compensation(&missing, &compensation, far(7)).await {
+        Err(StoreError::Conflict { current: None }) => {}
+        other => panic!("a missing job's compensation is refused with none: {other:?}"),
+    }
+    match store.record_compensation(id, &compensation, far(7)).await {
+        Err(StoreError::Conflict { current: Some(current) }) => {
+            assert_eq!(current.status, JobStatus::Pending, "refused as it is")
+        }
+        other => panic!("a pending job's compensation is refused: {other:?}"),
+    }
+    let begin = longhaul_aws::jobs::compensation_request(
+        id,
+        &[JobStatus::Pending],
+        ending,
+        Timestamp::now(),
+    );
+    let began = store.transition(begin).await.expect("pending → compensating");
+    assert_eq!(began.status, JobStatus::Compensating);
+    assert_eq!(began.compensation.as_ref().map(|c| c.planned), Some(false));
+    let mut planned = began.compensation.clone().unwrap();
+    planned.plan(&["a", "b"], &["a".into(), "b".into()]);
+    planned.stages[0].status = UndoStatus::Done;
+    planned.stages[0].attempts = 1;
+    let recorded = store.record_compensation(id, &planned, far(8)).await.expect("recorded");
+    assert_eq!(recorded.compensation.as_ref(), Some(&planned));
+    assert_eq!(store.job(id).await.unwrap().unwrap().compensation, Some(planned.clone()));
+    assert_eq!(entry_in(store, "compensating", id).await, Some(far(8).to_rfc3339()));
+    let end = TransitionRequest::new(id, &[JobStatus::Compensating], JobStatus::Cancelled, "end")
+        .set("compensation", &planned);
+    store.transition(end).await.expect("compensating → cancelled");
+    match store.record_compensation(id, &planned, far(9)).await {
+        Err(StoreError::Conflict { current: Some(current) }) => {
+            assert_eq!(current.status, JobStatus::Cancelled)
+        }
+        other => panic!("an ended job's compensation is refused: {other:?}"),
+    }
+    assert_eq!(entry_in(store, "compensating", id).await, None, "out of the bucket once ended");
 }
 
 /// A sort key in the far future (no sweep looks there), distinct per `n`.
