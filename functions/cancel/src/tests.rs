@@ -533,3 +533,61 @@ async fn a_signal_kept_whose_resume_failed_is_resumed_by_the_next_try() {
     assert_eq!(w.status(&id).await, JobStatus::Pending, "but the job it waited for resumed");
     assert_eq!(w.intake.sent().len(), 1);
 }
+
+/// A job of alice's that started (and was paused at its checkpoint, or waits out a backoff
+/// `queued`), its kind giving its stage an undo.
+async fn started_with_undo(w: &World, status: JobStatus) -> JobId {
+    let id = w.job(&owner("alice"), JobStatus::Running).await;
+    let mut job = w.jobs.job(&id).await.unwrap().unwrap();
+    // As its claim stamps it.
+    job.started_at = Some(Timestamp::now());
+    job.undo_stages = vec!["process".into()];
+    w.jobs.put_record(job);
+    let request =
+        TransitionRequest::new(&id, &[JobStatus::Running], status, "arranged").fenced("lease-1");
+    w.jobs.transition(request).await.unwrap();
+    id
+}
+
+#[tokio::test]
+async fn a_started_job_with_undos_cancelled_while_paused_or_backing_off_compensates_first() {
+    for status in [JobStatus::Paused, JobStatus::Queued] {
+        let w = world();
+        let id = started_with_undo(&w, status).await;
+        let response = w.cancel("alice", &id, Some(json!({"reason": "not needed"}))).await;
+        assert_eq!(response.status(), 202, "{status}");
+        let body = json_of(&response);
+        assert_eq!(body["status"], "compensating", "{status}: {body}");
+        assert_eq!(body["cancellation"]["reason"], "not needed");
+        let job = w.jobs.job(&id).await.unwrap().unwrap();
+        assert_eq!(job.status, JobStatus::Compensating);
+        let compensation = job.compensation.expect("to be planned by the worker");
+        assert_eq!(compensation.ending.status, JobStatus::Cancelled);
+        assert!(compensation.ending.reason.contains("not needed"), "{compensation:?}");
+        let sent = w.intake.sent();
+        assert_eq!(sent.len(), 1, "sent to its worker to undo: {sent:?}");
+        assert_eq!(sent[0].0.job_id, id);
+        // It is ending already: a second cancellation, a pause or a resume is refused.
+        for control in ["cancel", "pause", "resume"] {
+            let refused = match control {
+                "cancel" => w.cancel("alice", &id, None).await,
+                _ => w.control(control, "alice", &id, None).await,
+            };
+            assert_eq!(refused.status(), 409, "{control}");
+            assert_eq!(json_of(&refused)["status_now"], "compensating", "{control}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_job_with_undos_that_never_started_is_cancelled_at_once() {
+    let w = world();
+    let id = w.job(&owner("alice"), JobStatus::Pending).await;
+    let mut job = w.jobs.job(&id).await.unwrap().unwrap();
+    job.undo_stages = vec!["process".into()];
+    w.jobs.put_record(job);
+    let response = w.cancel("alice", &id, None).await;
+    assert_eq!(response.status(), 202);
+    assert_eq!(w.status(&id).await, JobStatus::Cancelled, "nothing started: nothing to undo");
+    assert!(w.intake.sent().is_empty());
+}

@@ -713,3 +713,51 @@ async fn a_take_over_the_state_machine_refuses_is_retried() {
     let name = &w.executions.started()[0].name;
     assert_eq!(w.record(&job).await.execution.as_ref(), Some(name), "the one the job names");
 }
+
+/// A job of alice's that failed with stages to undo, as the stage leaves it: `compensating`.
+async fn compensating(w: &World) -> JobRecord {
+    let job = w.job_with(&owner("alice"), |job| job.undo_stages = vec!["process".into()]).await;
+    let ending = longhaul_domain::compensation::Ending {
+        status: JobStatus::Failed,
+        reason: "boom".into(),
+        error: None,
+    };
+    let request = longhaul_aws::jobs::compensation_request(
+        &job.job_id,
+        &[JobStatus::Pending],
+        ending,
+        Timestamp::now(),
+    );
+    w.jobs.transition(request).await.unwrap()
+}
+
+#[tokio::test]
+async fn a_compensating_job_has_its_worker_run_its_undos_without_a_slot_or_an_execution() {
+    let w = world(50);
+    let job = compensating(&w).await;
+    assert!(w.dispatch(&[&job]).await.is_empty());
+    let queued = w.invocations.queued();
+    assert_eq!(queued.len(), 1, "{queued:?}");
+    assert_eq!(queued[0].0, STAGE_ARN, "in the job's worker function");
+    assert_eq!(queued[0].1, json!({"op": "compensate", "job_id": job.job_id}));
+    assert!(w.executions.started().is_empty());
+    assert!(w.holders(&tenant("alice")).await.is_empty(), "no slot taken");
+    assert_eq!(w.record(&job).await.status, JobStatus::Compensating, "the worker ends it");
+}
+
+#[tokio::test]
+async fn a_compensation_lambda_gave_up_on_is_acknowledged_for_the_reaper_to_send_again() {
+    let w = world(50);
+    let job = compensating(&w).await;
+    let given_up = json!({
+        "version": "1.0",
+        "requestContext": {"condition": "RetriesExhausted", "approximateInvokeCount": 3,
+            "functionArn": format!("{STAGE_ARN}:$LATEST")},
+        "requestPayload": runs::compensation_payload(&job.job_id),
+        "responsePayload": {"errorType": "Runtime.ExitError", "errorMessage": "exited"}
+    });
+    let failed = w.deliver(vec![message("g", &given_up.to_string())]).await;
+    assert!(failed.is_empty(), "not a malformed message: {failed:?}");
+    assert!(w.invocations.queued().is_empty(), "no loop of invocations");
+    assert_eq!(w.record(&job).await.status, JobStatus::Compensating);
+}

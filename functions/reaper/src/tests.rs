@@ -7,6 +7,7 @@
 //! instead of waiting for time to pass, and a run's budget is measured by a [`ManualClock`] that
 //! stands still (or steps a fixed amount at each reading), never by the machine's clock.
 
+mod compensating;
 mod paused;
 mod pending;
 mod queued;

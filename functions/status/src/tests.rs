@@ -332,6 +332,38 @@ async fn a_paused_jobs_view_says_who_paused_it_since_when_and_when_the_pause_lap
 }
 
 #[tokio::test]
+async fn a_compensating_jobs_view_shows_its_undos_and_the_status_filter_finds_it() {
+    use longhaul_domain::compensation::UndoStatus;
+    let w = world();
+    let id = w.job(&owner("alice"), JobStatus::Compensating).await;
+    let mut job = w.record(&id).await;
+    let retry_at = at(-50);
+    let compensation = job.compensation.as_mut().expect("arranged");
+    compensation.plan(&["reserve", "charge"], &["reserve".into(), "charge".into()]);
+    compensation.stages[0].status = UndoStatus::Retrying;
+    compensation.stages[0].attempts = 1;
+    compensation.stages[0].at = Some(at(10));
+    compensation.stages[0].retry_at = Some(retry_at);
+    compensation.stages[0].error = Some("refund refused".into());
+    w.jobs.put_record(job);
+    let view = json_of(&w.get("alice", &id).await);
+    assert_eq!(view["status"], "compensating", "{view}");
+    let shown = &view["compensation"];
+    assert_eq!((&shown["status"], &shown["ends_as"]), (&json!("running"), &json!("failed")));
+    let first = &shown["stages"][0];
+    assert_eq!(first["stage"], "charge");
+    assert_eq!((&first["status"], &first["attempts"]), (&json!("retrying"), &json!(1)));
+    assert_eq!(first["error"], "refund refused");
+    assert_eq!(first["retry_at"], retry_at.to_string());
+    let second = &shown["stages"][1];
+    assert_eq!((&second["status"], &second["at"]), (&json!("pending"), &serde_json::Value::Null));
+    assert!(second.get("retry_at").is_none() && second.get("error").is_none(), "{view}");
+    assert!(shown.get("ending").is_none(), "the record's inner fields are not shown: {view}");
+    let listed = json_of(&w.list("alice", &[("status", "compensating")]).await);
+    assert_eq!(listed["jobs"][0]["job_id"], id.as_str(), "{listed}");
+}
+
+#[tokio::test]
 async fn a_job_waiting_for_a_signal_shows_what_it_waits_for_and_the_link_to_send_it_by() {
     let w = world();
     let id = w.job(&owner("alice"), JobStatus::Paused).await;

@@ -100,4 +100,17 @@ mod tests {
         let default: JobPolicy = serde_json::from_value(default).unwrap();
         assert_eq!(default, JobPolicy::default());
     }
+
+    #[test]
+    fn a_kinds_undo_stages_for_the_params_are_what_the_job_stores() {
+        let registry = longhaul_jobs::registry();
+        let demo = registry.get("demo").unwrap();
+        let with = serde_json::json!({"items": 1, "compensate": true});
+        assert_eq!(demo.undo_stages(&with), ["process"]);
+        assert!(demo.undo_stages(&serde_json::json!({"items": 1})).is_empty());
+        assert!(
+            demo.undo_stages(&serde_json::json!({"items": "x"})).is_empty(),
+            "bad params: none"
+        );
+    }
 }

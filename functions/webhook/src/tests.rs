@@ -355,6 +355,35 @@ async fn an_attempt_is_recorded_at_the_clocks_time() {
 }
 
 #[tokio::test]
+async fn a_compensated_jobs_event_says_how_its_undos_went() {
+    use longhaul_domain::compensation::{Compensation, CompensationStatus, Ending, UndoStatus};
+    let w = world();
+    let partner = Partner::start(Answer::Status(200)).await;
+    let mut job = w.ended(JobStatus::Failed, Some(&partner.url("/hook")));
+    let ending = Ending { status: JobStatus::Failed, reason: "bad input".into(), error: None };
+    let mut compensation = Compensation::begin(ending, Timestamp::now());
+    compensation.plan(&["reserve", "charge"], &["reserve".into(), "charge".into()]);
+    compensation.stages[0].status = UndoStatus::Failed;
+    compensation.stages[0].error = Some("refund refused".into());
+    compensation.stages[1].status = UndoStatus::Done;
+    compensation.status = CompensationStatus::Failed;
+    job.compensation = Some(compensation);
+    w.jobs.put_record(job.clone());
+    process(&w.deps, &message(&job, 1)).await.unwrap();
+    let payload: Value = serde_json::from_slice(&partner.received()[0].body).unwrap();
+    assert_eq!(payload["type"], "job.failed");
+    assert_eq!(payload["compensation"]["status"], "failed", "{payload}");
+    let stages = &payload["compensation"]["stages"];
+    assert_eq!(stages[0]["stage"], "charge");
+    assert_eq!(
+        (&stages[0]["status"], &stages[0]["error"]),
+        (&json!("failed"), &json!("refund refused"))
+    );
+    assert_eq!(stages[1]["status"], "done");
+    assert!(stages[1].get("error").is_none(), "{payload}");
+}
+
+#[tokio::test]
 async fn a_failed_jobs_event_carries_its_error_and_no_result_link() {
     let w = world();
     let partner = Partner::start(Answer::Status(200)).await;

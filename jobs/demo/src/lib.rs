@@ -237,6 +237,27 @@ mod tests {
         assert_eq!(err.public.as_str(), "invalid params: items must be between 1 and 10000000");
     }
 
+    #[test]
+    fn compensate_gives_process_an_undo_that_compensate_fails_makes_fail_retryably() {
+        let params = |v: serde_json::Value| -> DemoParams { serde_json::from_value(v).unwrap() };
+        let undo = Undo { stage: "process".into(), key: "j:undo:process".into(), attempt: 2 };
+        let run = |p: &DemoParams| futures::executor::block_on(Demo.undo(&undo, p));
+        let plain = params(json!({"items": 1}));
+        assert!(Demo.undo_stages(&plain).is_empty());
+        let compensated = params(json!({"items": 1, "compensate": true}));
+        assert_eq!(Demo.undo_stages(&compensated), ["process"]);
+        assert_eq!(run(&compensated), Ok(()));
+        let failing = params(json!({"items": 1, "compensate": true, "compensate_fails": true}));
+        let err = run(&failing).unwrap_err();
+        assert_eq!(err.class, ErrorClass::Retryable);
+        assert_eq!(err.public.as_str(), "injected undo failure (attempt 2)");
+        let alone = Host::new().run(&Demo, &json!({"items": 1, "compensate_fails": true}));
+        assert_eq!(
+            alone.unwrap_err().public.as_str(),
+            "invalid params: compensate_fails needs compensate"
+        );
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(24))]
 
