@@ -258,6 +258,25 @@ mod tests {
         );
     }
 
+    #[test]
+    fn a_failed_or_cancelled_run_undoes_process_and_a_failing_undo_is_given_up() {
+        let failing = json!({"items": 5, "fail_at": 2, "fail_kind": "fatal", "compensate": true});
+        let (result, trace) = Host::new().run_traced(&Demo, &failing);
+        assert_eq!(result.unwrap_err().class, ErrorClass::Fatal);
+        assert_eq!(trace.undos.len(), 1, "{trace:?}");
+        assert_eq!((trace.undos[0].stage.as_str(), trace.undos[0].attempts), ("process", 1));
+        assert_eq!(trace.undos[0].result, Ok(()));
+        let cancelled = json!({"items": 5, "compensate": true, "compensate_fails": true});
+        let (result, trace) = Host::new().cancel_after_writes(2).run_traced(&Demo, &cancelled);
+        assert!(result.unwrap_err().is_cancelled());
+        let undo = &trace.undos[0];
+        assert_eq!(undo.attempts, 3, "retried within the policy's attempts: {trace:?}");
+        assert_eq!(undo.result.as_ref().unwrap_err().class, ErrorClass::Retryable);
+        let (result, trace) =
+            Host::new().run_traced(&Demo, &json!({"items": 3, "compensate": true}));
+        assert!(result.is_ok() && trace.undos.is_empty(), "a job that succeeds undoes nothing");
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(24))]
 

@@ -13,6 +13,8 @@
 //!   the stage function, that write asks the stage to stop (`deadline_near`), its next
 //!   checkpoint is the final one ([`Trace::final_checkpoint`]), and progress reported after
 //!   that fails as cancelled.
+//! * a job that ends failed or cancelled runs the undos of the stages it started, latest
+//!   first, as the framework does ([`Trace::undos`]);
 //! * multipart result uploads follow S3's rules (part numbers 1 to 10,000, every part but the
 //!   last at least 5 MiB, parts named by the etag they were stored with, an aborted or
 //!   completed upload is gone) and are traced ([`Trace::parts_uploaded`],
@@ -95,6 +97,19 @@ pub struct Trace {
     pub waits: Vec<(String, Option<crate::Waited>)>,
     /// The signal a run that ended parked waits for.
     pub waiting: Option<String>,
+    /// The undos run after the job failed or was cancelled, in order ([`JobKind::undo`]).
+    pub undos: Vec<UndoRun>,
+}
+
+/// One stage's undo as the host ran it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UndoRun {
+    /// The stage undone.
+    pub stage: String,
+    /// Attempts it took (retryable failures retried within the job's attempts).
+    pub attempts: u32,
+    /// How its last attempt ended: an error here is an undo given up.
+    pub result: Result<(), KindError>,
 }
 
 /// One `upload_part` call that stored a part.
@@ -147,6 +162,8 @@ struct Durable {
     writes: u32,
     /// Multipart uploads by upload id (what S3 keeps of them).
     uploads: HashMap<String, MemoryUpload>,
+    /// Whether a stage began (the job was claimed): what its compensation needs.
+    started: bool,
     trace: Trace,
 }
 
@@ -283,22 +300,62 @@ impl Host {
         futures::executor::block_on(self.drive(kind, params))
     }
 
+    /// Runs the job's stages; a job that ends failed or cancelled then compensates, as the
+    /// framework does: the undos of the stages it started, latest first
+    /// ([`JobKind::undo`]), each retried on a retryable error within its policy's attempts.
     async fn drive(
         &self,
         kind: &dyn DynKind,
         params: &Value,
     ) -> (Result<Finished, KindError>, Trace) {
+        let (outcome, mut durable) = self.drive_stages(kind, params).await;
+        let ended = outcome.as_ref().err().is_some_and(|e| e.class != ErrorClass::Paused);
+        if ended && durable.started {
+            let undoable = kind.undo_stages(params);
+            // The job's attempts, as its policy gives them (the framework's bound on an undo).
+            let undo_attempts = kind.policy().max_attempts.max(1);
+            let started = &kind.stages()[..=durable.stage_index];
+            for stage in started.iter().rev().filter(|s| undoable.contains(s)) {
+                let mut attempt = 0;
+                let result = loop {
+                    attempt += 1;
+                    let undo = crate::registry::Undo {
+                        stage: (*stage).to_owned(),
+                        key: format!("job:undo:{stage}"),
+                        attempt,
+                    };
+                    match kind.undo(&undo, params).await {
+                        Err(e) if e.class == ErrorClass::Retryable && attempt < undo_attempts => {}
+                        other => break other,
+                    }
+                };
+                durable.trace.undos.push(UndoRun {
+                    stage: (*stage).to_owned(),
+                    attempts: attempt,
+                    result,
+                });
+            }
+        }
+        (outcome, durable.trace)
+    }
+
+    async fn drive_stages(
+        &self,
+        kind: &dyn DynKind,
+        params: &Value,
+    ) -> (Result<Finished, KindError>, Durable) {
         let mut durable = Durable { attempt: 1, ..Durable::default() };
         durable.trace.attempts = 1;
         let inputs = match kind.check(params) {
             Ok(inputs) => inputs,
-            Err(e) => return (Err(KindError::fatal(PublicMessage::domain(e))), durable.trace),
+            Err(e) => return (Err(KindError::fatal(PublicMessage::domain(e))), durable),
         };
         let stages = kind.stages();
         // Invocations in a row that paused where the previous one left off.
         let mut stalled_pauses = 0;
         loop {
             durable.trace.invocations += 1;
+            durable.started = true;
             let stage = stages[durable.stage_index];
             let before = (durable.stage_index, durable.checkpoint.clone());
             let mut ctx = MemoryContext {
@@ -323,7 +380,7 @@ impl Host {
                 }
                 // Stopped as asked after the cancellation (or finished regardless): the job
                 // ends cancelled, as the stage function ends it.
-                Ok(_) if cancelled => return (Err(KindError::cancelled()), durable.trace),
+                Ok(_) if cancelled => return (Err(KindError::cancelled()), durable),
                 Ok(StageOutcome::Paused) => {
                     durable.trace.pauses += 1;
                     if before == (durable.stage_index, durable.checkpoint.clone()) {
@@ -332,10 +389,7 @@ impl Host {
                         stalled_pauses = 0;
                     }
                     if stalled_pauses >= STALLED_PAUSES {
-                        return (
-                            Err(KindError::fatal(PublicMessage::fixed(NO_PROGRESS))),
-                            durable.trace,
-                        );
+                        return (Err(KindError::fatal(PublicMessage::fixed(NO_PROGRESS))), durable);
                     }
                 }
                 Ok(StageOutcome::StageDone) if durable.stage_index + 1 < stages.len() => {
@@ -345,7 +399,7 @@ impl Host {
                     let error = KindError::fatal(PublicMessage::fixed(
                         "the last stage ended without a result",
                     ));
-                    return (Err(error), durable.trace);
+                    return (Err(error), durable);
                 }
                 Ok(StageOutcome::Finished(result)) => {
                     let (name, attempt) = parse_result(result.location());
@@ -356,7 +410,7 @@ impl Host {
                         .expect("the result is stored");
                     let summary = result.summary().cloned();
                     let finished = Finished { name, content_type, body, attempt, summary };
-                    return (Ok(finished), durable.trace);
+                    return (Ok(finished), durable);
                 }
                 // The state machine retries the stage within the attempt, then in a new
                 // attempt; the durable state stays.
@@ -375,13 +429,13 @@ impl Host {
                 Err(e) if e.class == ErrorClass::Paused => {
                     durable.trace.waiting =
                         durable.trace.waits.last().map(|(name, _)| name.clone());
-                    return (Err(e), durable.trace);
+                    return (Err(e), durable);
                 }
-                Err(e) => return (Err(e), durable.trace),
+                Err(e) => return (Err(e), durable),
             }
             if durable.trace.invocations > 100_000 {
                 let error = KindError::fatal(PublicMessage::fixed("the job never finished"));
-                return (Err(error), durable.trace);
+                return (Err(error), durable);
             }
         }
     }
