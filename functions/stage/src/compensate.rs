@@ -26,17 +26,17 @@ use longhaul_aws::logs;
 use longhaul_aws::metrics::{self, Metric};
 use longhaul_aws::objects::result_key;
 use longhaul_aws::queue::DispatchMessage;
-use longhaul_domain::compensation::{Compensation, Ending, UndoStatus};
+use longhaul_domain::compensation::{Compensation, CompensationStatus, Ending, UndoStatus};
 use longhaul_domain::{JobId, JobStatus, Timestamp, schedule};
 use longhaul_worker::{ErrorClass, KindError, PublicMessage, Undo};
 use serde_json::{Value, json};
 
 use crate::{Deps, StageError, backoff, stage_error, store_failed, tidy_after_end};
 
-/// Moves the job running under `lease` to `compensating`, to end as `ending` says, and sends
-/// it to be compensated. A repeated call (its answer was lost) finds it compensating under
-/// the same lease and sends it again. `unless_cancelled`: refused, as
-/// [`StageError::Cancelled`], if the owner asked to cancel meanwhile (a failure's end).
+/// Moves the job running under `lease` to `compensating`, to end as `ending` says, then
+/// [`handed_over`]. A repeated call (its answer was lost) finds it compensating under the same
+/// lease and hands it over again. `unless_cancelled`: refused, as [`StageError::Cancelled`], if
+/// the owner asked to cancel meanwhile (a failure's end).
 pub(crate) async fn begin(
     deps: &Deps,
     job: &JobRecord,
@@ -57,6 +57,19 @@ pub(crate) async fn begin(
         Err(err) => return Err(stage_error::end_refused(err, &lease.token)),
     }
     tracing::info!(ends_as = %ends_as, "compensating: its undos run before it ends");
+    handed_over(deps, job, lease).await
+}
+
+/// What follows the job's move into compensating under `lease` (again, for a retried call
+/// whose answer was lost): the lease loses the progress record, so a duplicate of the attempt's
+/// worker still running stops at its next write rather than work beside the undos, and the job
+/// is sent to be compensated.
+pub(crate) async fn handed_over(
+    deps: &Deps,
+    job: &JobRecord,
+    lease: &Lease,
+) -> Result<(), StageError> {
+    deps.jobs.revoke_progress(&job.job_id, &lease.token).await.map_err(store_failed)?;
     send(deps, job, 0).await
 }
 
@@ -93,13 +106,15 @@ pub(crate) async fn run(
         // Cannot be written so (the move into compensating carries it); ended rather than
         // left compensating for good.
         tracing::error!("a compensating job without its compensation record; it fails");
+        metrics::count(Metric::UndosFailed, &job);
         let ending = Ending {
             status: JobStatus::Failed,
-            reason: "its compensation record was lost".into(),
+            reason: "its compensation record was lost: its undos did not run".into(),
             error: None,
         };
         let mut lost = Compensation::begin(ending, Timestamp::from(deps.clock.now()));
         lost.planned = true;
+        lost.status = CompensationStatus::Failed;
         return finish(deps, &job, lost).await;
     };
     let kind = deps.registry.get(&job.job_type);
@@ -107,7 +122,7 @@ pub(crate) async fn run(
         let stages = kind.map(|k| k.stages()).unwrap_or_default();
         let reached = view.progress.as_ref().map(|p| p.stage.as_str());
         compensation.plan(&started_stages(stages, reached), &job.undo_stages);
-        if !record(deps, &job, &compensation, COMPENSATION_SILENCE).await? {
+        if !record(deps, &job, &mut compensation, COMPENSATION_SILENCE).await? {
             return answer("moved_on");
         }
         tracing::info!(undos = compensation.stages.len(), "compensation planned");
@@ -125,17 +140,28 @@ pub(crate) async fn run(
                 .await?;
             return answer("retry_scheduled");
         }
+        let silence = chrono::Duration::from_std(COMPENSATION_SILENCE).unwrap_or_default();
+        if step.status == UndoStatus::Running
+            && step.at.is_some_and(|at| now.as_datetime() - at.as_datetime() < silence)
+        {
+            // Another invocation runs it now (this one is a duplicate): it goes on, and should
+            // it have died, the reaper sends the job again once it has been silent long enough.
+            tracing::info!(stage = step.stage, "the undo is under way in another invocation");
+            return answer("in_progress");
+        }
         if deadline.saturating_duration_since(deps.clock.instant()) < deps.margin {
             send(deps, &job, 0).await?;
             return answer("continued");
         }
+        let mut gave_up = None;
         let step_mut = &mut compensation.stages[i];
         if step.attempts >= max_attempts {
             // Its last attempt began and never recorded an end (the invocation died).
             step_mut.status = UndoStatus::Failed;
             step_mut.at = Some(now);
-            step_mut.error = Some(format!("the undo did not finish in {max_attempts} attempts"));
-            give_up(&job, &step.stage, step_mut.error.as_deref().unwrap_or_default());
+            let why = format!("the undo did not finish in {max_attempts} attempts");
+            step_mut.error = Some(why.clone());
+            gave_up = Some((step.stage.clone(), why));
         } else {
             step_mut.attempts += 1;
             step_mut.status = UndoStatus::Running;
@@ -146,7 +172,7 @@ pub(crate) async fn run(
                 key: format!("{job_id}:undo:{}", step.stage),
                 attempt: step_mut.attempts,
             };
-            if !record(deps, &job, &compensation, COMPENSATION_SILENCE).await? {
+            if !record(deps, &job, &mut compensation, COMPENSATION_SILENCE).await? {
                 return answer("moved_on");
             }
             let result = match kind {
@@ -175,7 +201,7 @@ pub(crate) async fn run(
                     step_mut.retry_at = Some(retry_at);
                     step_mut.error = Some(err.public.as_str().to_owned());
                     tracing::warn!(stage = undo.stage, attempt = undo.attempt, error = %err, %retry_at, "undo failed; retried after a backoff");
-                    if !record(deps, &job, &compensation, delay + COMPENSATION_SILENCE).await? {
+                    if !record(deps, &job, &mut compensation, delay + COMPENSATION_SILENCE).await? {
                         return answer("moved_on");
                     }
                     send(
@@ -189,13 +215,17 @@ pub(crate) async fn run(
                 Err(err) => {
                     step_mut.status = UndoStatus::Failed;
                     step_mut.error = Some(err.public.as_str().to_owned());
-                    tracing::error!(stage = undo.stage, attempt = undo.attempt, error = %err, "undo given up");
-                    give_up(&job, &undo.stage, err.public.as_str());
+                    tracing::warn!(stage = undo.stage, attempt = undo.attempt, error = %err, "the undo failed for good");
+                    gave_up = Some((undo.stage.clone(), err.public.as_str().to_owned()));
                 }
             }
         }
-        if !record(deps, &job, &compensation, COMPENSATION_SILENCE).await? {
+        if !record(deps, &job, &mut compensation, COMPENSATION_SILENCE).await? {
             return answer("moved_on");
+        }
+        // Counted once its give-up is recorded (a retried invocation does not count it again).
+        if let Some((stage, why)) = gave_up {
+            give_up(&job, &stage, &why);
         }
     }
     finish(deps, &job, compensation).await
@@ -215,16 +245,18 @@ fn started_stages<'a>(stages: &[&'a str], progress_stage: Option<&str>) -> Vec<&
     stages.iter().take(reached + 1).copied().collect()
 }
 
-/// Writes `compensation` on the job, due to be heard of again within `silence`; `false` if
-/// the job is no longer compensating (another invocation ended it).
+/// Writes `compensation` on the job (its next revision), due to be heard of again within
+/// `silence`; `false` if the job is no longer compensating, or another invocation wrote it
+/// since this one read it (a duplicate: that one goes on, this one stops).
 async fn record(
     deps: &Deps,
     job: &JobRecord,
-    compensation: &Compensation,
+    compensation: &mut Compensation,
     silence: Duration,
 ) -> Result<bool, StageError> {
     let due =
         Timestamp::from(deps.clock.now() + chrono::Duration::from_std(silence).unwrap_or_default());
+    compensation.revision += 1;
     match deps.jobs.record_compensation(&job.job_id, compensation, due).await {
         Ok(_) => Ok(true),
         Err(StoreError::Conflict { current }) => {
@@ -241,7 +273,9 @@ async fn finish(
     job: &JobRecord,
     mut compensation: Compensation,
 ) -> Result<Value, StageError> {
-    compensation.status = compensation.outcome();
+    if compensation.status == CompensationStatus::Running {
+        compensation.status = compensation.outcome();
+    }
     let ending = compensation.ending.clone();
     let job_id = &job.job_id;
     if ending.status == JobStatus::Cancelled {
@@ -249,7 +283,7 @@ async fn finish(
         deps.objects.delete_prefix(&result_key(job_id, "")).await?;
     }
     let outcome = match compensation.status {
-        longhaul_domain::compensation::CompensationStatus::Failed => "an undo failed",
+        CompensationStatus::Failed => "an undo failed",
         _ => "undone",
     };
     let request = TransitionRequest::new(

@@ -45,6 +45,17 @@ pub(crate) async fn run(
                 let lease = Lease { attempt: job.attempt, token };
                 (TaskLease { lease, principal: Some(job.owner) }, None)
             }
+            // Lambda's retry of this invocation after it moved the job into compensating (its
+            // answer was lost): the hand-over to the compensation is done again.
+            Err(Some(job))
+                if job.status == JobStatus::Compensating
+                    && job.claimant.as_deref() == Some(run.claimant.as_str()) =>
+            {
+                let token = job.lease.clone().unwrap_or_default();
+                let lease = Lease { attempt: job.attempt, token };
+                crate::compensate::handed_over(deps, &job, &lease).await?;
+                return Ok(json!({ "job_id": job_id, "outcome": "compensating" }));
+            }
             Err(current) => return not_claimed(deps, run, current.as_deref()).await,
         };
     logs::record_attempt(&tracing::Span::current(), lease.attempt);

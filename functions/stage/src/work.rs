@@ -178,8 +178,12 @@ async fn run(
             finish_cancellation(deps, job_id, lease, job.cancellation.as_ref()).await?;
             return Ok(ended(Next::Cancelled, None));
         }
-        // A retried call whose move into compensating landed: its undos run without it.
-        JobStatus::Compensating if ours => return Ok(ended(Next::Compensating, None)),
+        // A retried call whose move into compensating landed: its undos run without it (what
+        // followed the move, which may not have happened, is done again).
+        JobStatus::Compensating if ours => {
+            crate::compensate::handed_over(deps, job, lease).await?;
+            return Ok(ended(Next::Compensating, None));
+        }
         _ => {
             return Err(StageError::LeaseLost(format!(
                 "job is {} under another lease",

@@ -95,6 +95,11 @@ pub struct Compensation {
     /// The undos, in the order they run (the latest stage first).
     #[serde(default)]
     pub stages: Vec<UndoStep>,
+    /// Bumped by every write of it while the job compensates: each write is conditional on the
+    /// revision it read, so of two invocations compensating the same job (a duplicate message,
+    /// the reaper's backup) only one goes on.
+    #[serde(default)]
+    pub revision: u64,
 }
 
 impl Compensation {
@@ -106,6 +111,7 @@ impl Compensation {
             started_at: now,
             planned: false,
             stages: Vec::new(),
+            revision: 0,
         }
     }
 

@@ -6,6 +6,7 @@
 
 use super::*;
 
+use longhaul_aws::jobs::COMPENSATION_SILENCE;
 use longhaul_domain::compensation::{CompensationStatus, UndoStatus};
 use longhaul_worker::Undo;
 
@@ -341,4 +342,27 @@ async fn a_compensate_op_for_a_job_that_is_not_compensating_does_nothing() {
     let out = handle(&w.deps, serde_json::from_value(input).unwrap(), far()).await.unwrap();
     assert_eq!(out["outcome"], "missing");
     assert!(w.undone().is_empty());
+}
+
+#[tokio::test]
+async fn a_duplicate_invocation_leaves_an_undo_under_way_to_the_one_running_it() {
+    let w = world();
+    let id = w.saga(json!({"undo": ["reserve", "charge"], "fail_in": "ship"})).await;
+    w.run_to_failure(&id).await;
+    assert!(w.progress(&id).lease.starts_with("revoked:"), "the attempt's worker is fenced off");
+    let job = w.job(&id).await;
+    let mut compensation = job.compensation.unwrap();
+    compensation.plan(&["reserve", "charge", "ship"], &job.undo_stages);
+    compensation.stages[0].status = UndoStatus::Running;
+    compensation.stages[0].attempts = 1;
+    compensation.stages[0].at = Some(Timestamp::from(w.clock.now()));
+    compensation.revision += 1;
+    w.jobs.record_compensation(&id, &compensation, Timestamp::now()).await.unwrap();
+    assert_eq!(w.compensate(&id, far()).await["outcome"], "in_progress");
+    assert!(w.undone().is_empty(), "not run beside the invocation running it");
+    assert_eq!(w.job(&id).await.compensation.unwrap().revision, compensation.revision);
+    // Once that invocation has been silent for long, it is taken to have died.
+    w.clock.advance(COMPENSATION_SILENCE + Duration::from_secs(1));
+    assert_eq!(w.compensate(&id, far()).await["outcome"], "failed");
+    assert_eq!(w.undone(), [pair("charge", 2), pair("reserve", 1)]);
 }

@@ -6,22 +6,31 @@ use super::*;
 
 use std::collections::HashMap;
 
+use aws_sdk_dynamodb::types::AttributeValue;
+
 use longhaul_domain::compensation::Compensation;
 use longhaul_domain::{JobStatus, Timestamp};
 
 impl JobStore {
-    /// Writes `compensation` on the job while it is `compensating`, indexed (for the reaper)
-    /// under `due`: when its worker should next have been heard of. Refused
-    /// ([`StoreError::Conflict`]) once the job has moved on.
+    /// Writes `compensation` on the job while it is `compensating` and its stored revision is
+    /// the one before `compensation.revision` (what the writer read, bumped), indexed (for the
+    /// reaper) under `due`: when its worker should next have been heard of. Refused
+    /// ([`StoreError::Conflict`]) once the job has moved on, or another writer wrote first.
     pub async fn record_compensation(
         &self,
         job_id: &JobId,
         compensation: &Compensation,
         due: Timestamp,
     ) -> Result<JobRecord, StoreError> {
-        let names = HashMap::from([("#status".to_owned(), "status".to_owned())]);
+        let names = HashMap::from([
+            ("#status".to_owned(), "status".to_owned()),
+            ("#c".to_owned(), "compensation".to_owned()),
+            ("#rev".to_owned(), "revision".to_owned()),
+        ]);
+        let read = compensation.revision.saturating_sub(1);
         let values = HashMap::from([
             (":compensating".to_owned(), s(JobStatus::Compensating.as_str())),
+            (":read".to_owned(), AttributeValue::N(read.to_string())),
             (
                 ":c".to_owned(),
                 attribute_value(
@@ -33,8 +42,8 @@ impl JobStore {
         ]);
         self.update_job(
             job_id,
-            "SET compensation = :c, updated_at = :now, gsi2sk = :due".into(),
-            "#status = :compensating".into(),
+            "SET #c = :c, updated_at = :now, gsi2sk = :due".into(),
+            "#status = :compensating AND #c.#rev = :read".into(),
             names,
             values,
         )
@@ -60,4 +69,6 @@ pub fn compensation_request(
     TransitionRequest::new(job_id, from, JobStatus::Compensating, reason)
         .set("compensation", Compensation::begin(ending, now))
         .indexed_at(longhaul_domain::format_rfc3339(due))
+        // Waiting for a slot no longer: it runs no stage again.
+        .remove("waiting")
 }

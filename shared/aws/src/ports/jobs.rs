@@ -84,7 +84,8 @@ pub trait JobPausing: Warm {
 /// A compensating job's undos, recorded as they go ([`JobStore::record_compensation`]).
 #[async_trait]
 pub trait JobCompensation: Warm {
-    /// Writes `compensation` while the job is `compensating`, indexed under `due`.
+    /// Writes `compensation` while the job is `compensating` at the revision before
+    /// `compensation.revision`, indexed under `due`.
     async fn record_compensation(
         &self,
         job_id: &JobId,

@@ -57,7 +57,8 @@ pub async fn job_reaping(store: &impl ReapedTable) {
 }
 
 /// A compensating job's undos are written while it compensates, each write moving its entry
-/// in the `compensating` bucket to when its worker is next due; once it ended, a write is
+/// in the `compensating` bucket to when its worker is next due, and only over the revision the
+/// writer read (a second writer of the same revision is refused); once it ended, a write is
 /// refused with the record as it is, and the entry is gone.
 async fn a_compensation_is_recorded_only_while_compensating_and_indexed_as_due(
     store: &impl ReapedTable,
@@ -66,7 +67,8 @@ async fn a_compensation_is_recorded_only_while_compensating_and_indexed_as_due(
     let id = &job.job_id;
     let missing = JobId::new();
     let ending = Ending { status: JobStatus::Cancelled, reason: "contract".into(), error: None };
-    let compensation = Compensation::begin(ending.clone(), Timestamp::now());
+    let mut compensation = Compensation::begin(ending.clone(), Timestamp::now());
+    compensation.revision = 1;
     match store.record_compensation(&missing, &compensation, far(7)).await {
         Err(StoreError::Conflict { current: None }) => {}
         other => panic!("a missing job's compensation is refused with none: {other:?}"),
@@ -90,13 +92,24 @@ async fn a_compensation_is_recorded_only_while_compensating_and_indexed_as_due(
     planned.plan(&["a", "b"], &["a".into(), "b".into()]);
     planned.stages[0].status = UndoStatus::Done;
     planned.stages[0].attempts = 1;
+    planned.revision = 1;
     let recorded = store.record_compensation(id, &planned, far(8)).await.expect("recorded");
     assert_eq!(recorded.compensation.as_ref(), Some(&planned));
+    // A second writer that read revision 0 too is refused: only one goes on.
+    let mut stale = planned.clone();
+    stale.stages[0].status = UndoStatus::Failed;
+    match store.record_compensation(id, &stale, far(9)).await {
+        Err(StoreError::Conflict { current: Some(current) }) => {
+            assert_eq!(current.compensation.as_ref(), Some(&planned), "unchanged")
+        }
+        other => panic!("a stale revision is refused: {other:?}"),
+    }
     assert_eq!(store.job(id).await.unwrap().unwrap().compensation, Some(planned.clone()));
     assert_eq!(entry_in(store, "compensating", id).await, Some(far(8).to_rfc3339()));
     let end = TransitionRequest::new(id, &[JobStatus::Compensating], JobStatus::Cancelled, "end")
         .set("compensation", &planned);
     store.transition(end).await.expect("compensating → cancelled");
+    planned.revision = 2;
     match store.record_compensation(id, &planned, far(9)).await {
         Err(StoreError::Conflict { current: Some(current) }) => {
             assert_eq!(current.status, JobStatus::Cancelled)

@@ -17,13 +17,15 @@ impl JobCompensation for MemoryJobStore {
         self.check("record a compensation")?;
         let mut table = self.lock();
         let Some(job) = table.jobs.get_mut(job_id) else { return Err(conflict(None)) };
-        if job.status != JobStatus::Compensating {
+        let read = compensation.revision.saturating_sub(1);
+        let stored = job.compensation.as_ref().map(|c| c.revision);
+        if job.status != JobStatus::Compensating || stored != Some(read) {
             return Err(conflict(Some(job)));
         }
         job.compensation = Some(compensation.clone());
         job.updated_at = Timestamp::now();
         let job = job.clone();
-        table.index.moved(job_id, JobStatus::Compensating, Some(&due.to_rfc3339()), "");
+        table.index.resorted(job_id, &due.to_rfc3339());
         Ok(job)
     }
 }
