@@ -209,10 +209,11 @@ function renderActions(jobId) {
     cell.append(el("button", { type: "button", class: "signal", onclick: () => signal(jobId, job.paused.signal) }, `Signal ${job.paused.signal}`));
   } else if (job.status === "paused" || (job.status === "running" && job.pause)) {
     cell.append(el("button", { type: "button", class: "resume", onclick: () => control(jobId, "resume") }, "Resume"));
-  } else if (LIVE.has(job.status)) {
+  } else if (LIVE.has(job.status) && job.status !== "compensating") {
     cell.append(el("button", { type: "button", class: "pause", onclick: () => control(jobId, "pause") }, "Pause"));
   }
-  if (LIVE.has(job.status)) {
+  // A compensating job is ending already (its undos run): nothing to control.
+  if (LIVE.has(job.status) && job.status !== "compensating") {
     cell.append(el("button", { type: "button", class: "cancel", onclick: () => cancel(jobId) }, "Cancel"));
   }
   if (job.status === "failed" || job.status === "cancelled") {

@@ -195,31 +195,51 @@ async fn cancel(deps: &Deps, request: &Request) -> Result<Response<Body>, Proble
         requested_by: owner,
         reason: body.reason,
     };
-    if let Some(compensating) = compensate_instead(deps, &job, &cancellation).await? {
-        return Ok(accepted(&compensating));
-    }
-    let job = match deps.jobs.cancel(&job_id, &cancellation).await {
-        Ok(CancelOutcome::Cancelled(job)) => {
-            if job.transitions.iter().any(|t| t.state == JobStatus::Queued) {
-                // An execution may exist; stop it rather than let it find the job cancelled.
-                let name = job.execution.clone().unwrap_or_else(|| execution_name(&job_id, 1));
-                if let Err(err) = deps.executions.stop(&name, "cancelled by its owner").await {
-                    // The job is cancelled either way: the execution's claim will be refused.
-                    tracing::warn!(error = %err, "stopping the execution failed");
+    // The store cancels only a job that would not compensate; one that turned compensable in
+    // the meantime (claimed, then parked or backing off) comes back here, read as it is now.
+    let mut job = job;
+    let mut rounds = 0;
+    let job = loop {
+        rounds += 1;
+        if let Some(compensating) = compensate_instead(deps, &job, &cancellation).await? {
+            return Ok(accepted(&compensating));
+        }
+        match deps.jobs.cancel(&job_id, &cancellation).await {
+            Ok(CancelOutcome::Cancelled(job)) => {
+                if job.transitions.iter().any(|t| t.state == JobStatus::Queued) {
+                    // An execution may exist; stop it rather than let it find the job cancelled.
+                    let name = job.execution.clone().unwrap_or_else(|| execution_name(&job_id, 1));
+                    if let Err(err) = deps.executions.stop(&name, "cancelled by its owner").await {
+                        // The job is cancelled either way: the execution's claim will be refused.
+                        tracing::warn!(error = %err, "stopping the execution failed");
+                    }
                 }
+                metrics::emit_end(&job);
+                tracing::info!("cancelled");
+                break job;
             }
-            metrics::emit_end(&job);
-            tracing::info!("cancelled");
-            job
+            Ok(CancelOutcome::Requested(job)) => {
+                tracing::info!("cancellation requested from the running stage");
+                break job;
+            }
+            Err(StoreError::Conflict { current: Some(current) })
+                if current.wants_compensation()
+                    && matches!(
+                        current.status,
+                        JobStatus::Pending | JobStatus::Queued | JobStatus::Paused
+                    )
+                    && rounds < 3 =>
+            {
+                job = *current;
+            }
+            Err(StoreError::Conflict { current: Some(job) }) => {
+                return Err(wrong_status(
+                    job.status,
+                    format!("The job is already {}.", job.status),
+                ));
+            }
+            Err(err) => return Err(internal(err)),
         }
-        Ok(CancelOutcome::Requested(job)) => {
-            tracing::info!("cancellation requested from the running stage");
-            job
-        }
-        Err(StoreError::Conflict { current: Some(job) }) => {
-            return Err(wrong_status(job.status, format!("The job is already {}.", job.status)));
-        }
-        Err(err) => return Err(internal(err)),
     };
     Ok(accepted(&job))
 }

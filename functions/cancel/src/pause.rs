@@ -123,6 +123,12 @@ fn refuse_ended(job: &JobRecord) -> Result<(), Problem> {
     if job.status.is_terminal() {
         return Err(wrong_status(job.status, format!("The job is already {}.", job.status)));
     }
+    if job.status == JobStatus::Compensating {
+        return Err(wrong_status(
+            job.status,
+            "The job is ending: it undoes its stages.".to_owned(),
+        ));
+    }
     Ok(())
 }
 

@@ -116,6 +116,12 @@ async fn deliver(
     if job.status.is_terminal() {
         return Err(wrong_status(job.status, format!("The job is already {}.", job.status)));
     }
+    if job.status == JobStatus::Compensating {
+        return Err(wrong_status(
+            job.status,
+            "The job is ending: it undoes its stages, and waits for no signal.".to_owned(),
+        ));
+    }
     let waits_for = job.pause.as_ref().and_then(|p| p.wait.as_ref()).map(|w| w.signal.clone());
     if let Some(other) = waits_for.as_ref().filter(|other| *other != name) {
         let detail = match sender {

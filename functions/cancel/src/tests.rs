@@ -567,15 +567,21 @@ async fn a_started_job_with_undos_cancelled_while_paused_or_backing_off_compensa
         let sent = w.intake.sent();
         assert_eq!(sent.len(), 1, "sent to its worker to undo: {sent:?}");
         assert_eq!(sent[0].0.job_id, id);
-        // It is ending already: a second cancellation, a pause or a resume is refused.
-        for control in ["cancel", "pause", "resume"] {
+        // It is ending already: a second cancellation, a pause, a resume or a signal is
+        // refused, and no signal is kept.
+        for control in ["cancel", "pause", "resume", "signal"] {
             let refused = match control {
                 "cancel" => w.cancel("alice", &id, None).await,
+                "signal" => {
+                    let body = Some(json!({"payload": {"ok": true}}));
+                    w.signal("alice", &id, "approval", None, body).await
+                }
                 _ => w.control(control, "alice", &id, None).await,
             };
             assert_eq!(refused.status(), 409, "{control}");
             assert_eq!(json_of(&refused)["status_now"], "compensating", "{control}");
         }
+        assert_eq!(w.kept(&id, "approval").await, None);
     }
 }
 

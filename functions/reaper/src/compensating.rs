@@ -11,7 +11,7 @@ use chrono::{DateTime, Utc};
 use longhaul_aws::jobs::{COMPENSATION_SILENCE, JobRecord};
 use longhaul_aws::queue::DispatchMessage;
 use longhaul_domain::Timestamp;
-use longhaul_domain::compensation::{CompensationStatus, UndoStatus};
+use longhaul_domain::compensation::{Compensation, CompensationStatus, Ending, UndoStatus};
 
 /// How long a compensation may take in all before the reaper ends it.
 pub(crate) const GIVE_UP_AFTER: std::time::Duration = std::time::Duration::from_secs(86_400);
@@ -38,6 +38,17 @@ pub(crate) async fn silent(
     {
         return Ok(()); // heard of since the index entry was read
     }
+    // Looked at again a silence later (each look sends at most one message), and a worker
+    // that wrote since this read goes on: this write is refused.
+    if let Some(mut compensation) = record.compensation.clone() {
+        compensation.revision += 1;
+        let due = Timestamp::from(
+            now + chrono::Duration::from_std(COMPENSATION_SILENCE).unwrap_or_default(),
+        );
+        if let Err(err) = deps.jobs.record_compensation(&record.job_id, &compensation, due).await {
+            return raced(Err(err), report);
+        }
+    }
     let message = DispatchMessage { job_id: record.job_id.clone() };
     deps.intake.send(&message, &record.owner).await?;
     tracing::warn!(updated_at = %record.updated_at, "compensating job's worker went silent; dispatched again");
@@ -47,10 +58,19 @@ pub(crate) async fn silent(
 
 /// Ends `record` as its compensation says it was going to end, its unfinished undos given up.
 async fn give_up(deps: &Deps, record: &JobRecord, report: &mut Report) -> Result<(), ReaperError> {
-    let Some(mut compensation) = record.compensation.clone() else {
-        tracing::error!("a compensating job without its compensation record; left for an operator");
-        report.errors += 1;
-        return Ok(());
+    let mut compensation = match record.compensation.clone() {
+        Some(compensation) => compensation,
+        None => {
+            // Cannot be written so (the move into compensating carries it): ended failed
+            // rather than left compensating for good.
+            tracing::error!("a compensating job without its compensation record; it fails");
+            let ending = Ending {
+                status: JobStatus::Failed,
+                reason: "its compensation record was lost: its undos did not run".into(),
+                error: None,
+            };
+            Compensation::begin(ending, Timestamp::from(deps.clock.now()))
+        }
     };
     let now = Timestamp::from(deps.clock.now());
     let unfinished = "the undo did not run: the compensation did not end within a day";

@@ -63,8 +63,8 @@ use longhaul_aws::logs;
 use longhaul_aws::metrics::{self, Metric};
 use longhaul_aws::objects::ObjectStore;
 use longhaul_aws::ports::{
-    DispatchQueue, JobAttempts, JobExecutions, JobPausing, JobReads, JobReaping, JobSignals,
-    JobTransitions, ObjectCleanup, SlotPools, StatusIndex, SweepCursors,
+    DispatchQueue, JobAttempts, JobCompensation, JobExecutions, JobPausing, JobReads, JobReaping,
+    JobSignals, JobTransitions, ObjectCleanup, SlotPools, StatusIndex, SweepCursors,
 };
 use longhaul_aws::queue::IntakeQueue;
 use longhaul_aws::slots::Admitter;
@@ -168,6 +168,7 @@ impl Config {
 /// status index from where the last run stopped.
 pub trait Jobs:
     JobReads
+    + JobCompensation
     + JobTransitions
     + JobAttempts
     + JobPausing
@@ -180,6 +181,7 @@ pub trait Jobs:
 
 impl<T> Jobs for T where
     T: JobReads
+        + JobCompensation
         + JobTransitions
         + JobAttempts
         + JobPausing
@@ -514,12 +516,15 @@ async fn fail(
         reason: error.message.clone(),
         error: Some(error.clone()),
     };
-    if compensate_instead(deps, job, from, lease, ending, None).await? {
+    if compensate_instead(deps, job, from, lease, ending, None, None).await? {
         tracing::warn!(
             code = error.code,
             message = error.message,
             "failed by the reaper; compensating first"
         );
+        if error.is(ErrorCode::Undispatchable) {
+            metrics::count(Metric::JobsDeadLettered, job);
+        }
         return Ok(());
     }
     let mut request =
@@ -544,12 +549,14 @@ async fn fail(
     Ok(())
 }
 
-/// If `job` (read again: the index entry does not carry its kind's undos) started stages with
-/// an undo, moves it from `from` to `compensating`, to end as `ending` says once they ran
-/// (fenced by `lease`; only if unchanged since the read when `unchanged`, a change computed
-/// from it), takes the progress record from the lease, stops its execution and sends it to
-/// the dispatcher, which has its worker run them: `true`. `false`: it ends now, as the caller
-/// was going to end it.
+/// If `job` started stages with an undo, moves it from `from` to `compensating`, to end as
+/// `ending` says once they ran — fenced by `lease`, and only if the record is unchanged since
+/// `read` (the caller's read its verdict rests on; none: read here, as the index entry does
+/// not carry the kind's undos) — takes the progress record from the lease, stops its execution
+/// and sends it to the dispatcher, which has its worker run them: `true`. `false`: it ends
+/// now, as the caller was going to end it. A job whose worker may still be alive (held by
+/// `lease`) is sent only after the heartbeat timeout, by when that worker has met its revoked
+/// lease and stopped: an undo never runs beside the work it undoes.
 async fn compensate_instead(
     deps: &Deps,
     job: &JobEntry,
@@ -557,10 +564,22 @@ async fn compensate_instead(
     lease: Option<&str>,
     ending: longhaul_domain::compensation::Ending,
     cancellation: Option<&longhaul_domain::Cancellation>,
+    read: Option<&longhaul_aws::jobs::JobRecord>,
 ) -> Result<bool, StoreError> {
-    let Some(record) = deps.jobs.job(&job.job_id).await?.filter(|r| r.wants_compensation()) else {
-        return Ok(false);
+    let fresh;
+    let record = match read {
+        Some(record) => record,
+        None => match deps.jobs.job(&job.job_id).await? {
+            Some(record) => {
+                fresh = record;
+                &fresh
+            }
+            None => return Ok(false),
+        },
     };
+    if !record.wants_compensation() {
+        return Ok(false);
+    }
     let now = longhaul_domain::Timestamp::from(deps.clock.now());
     let cause = ending.reason.clone();
     let mut request = longhaul_aws::jobs::compensation_request(&job.job_id, from, ending, now)
@@ -577,7 +596,14 @@ async fn compensate_instead(
     }
     stop_execution(deps, job, &cause).await;
     let message = longhaul_aws::queue::DispatchMessage { job_id: record.job_id.clone() };
-    if let Err(err) = deps.intake.send(&message, &record.owner).await {
+    let sent = match lease {
+        Some(_) => {
+            let delay = deps.config.thresholds.heartbeat_timeout.as_secs().clamp(1, 900) as u32;
+            deps.intake.send_delayed(&message, delay, &record.owner).await
+        }
+        None => deps.intake.send(&message, &record.owner).await,
+    };
+    if let Err(err) = sent {
         // Compensating is recorded: the compensating sweep dispatches it once it is due.
         tracing::warn!(error = %err, "sending the compensation failed; the reaper's sweep sends it later");
     }

@@ -49,8 +49,17 @@ pub(crate) async fn lapsed(
         reason: format!("cancelled by the reaper: {reason}"),
         error: None,
     };
-    match compensate_instead(deps, &job, &[JobStatus::Paused], None, ending, Some(&cancellation))
-        .await
+    let read = Some(&record);
+    match compensate_instead(
+        deps,
+        &job,
+        &[JobStatus::Paused],
+        None,
+        ending,
+        Some(&cancellation),
+        read,
+    )
+    .await
     {
         Ok(true) => {
             tracing::warn!(%paused_at, %lapses_at, "the pause lapsed; the job compensates, then is cancelled");

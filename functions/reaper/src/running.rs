@@ -228,7 +228,8 @@ async fn cancel(
         reason: cancellation.log_reason(),
         error: None,
     };
-    if compensate_instead(deps, job, &[JobStatus::Running], Some(lease), ending, None).await? {
+    if compensate_instead(deps, job, &[JobStatus::Running], Some(lease), ending, None, None).await?
+    {
         tracing::warn!(
             why,
             "its owner asked to cancel it, and its worker cannot: compensating first"

@@ -50,10 +50,12 @@ pub(crate) async fn retry(deps: &Deps, request: &Request) -> Result<Response<Bod
         // A retry runs now, whatever the original waited for.
         not_before: None,
         priority: original.priority,
-        // From the last checkpoint it left, unless asked to start over (or it left none).
+        // From the last checkpoint it left, unless asked to start over (or it left none) — or
+        // it compensated: what its stages did was undone, so the retry starts over.
         resume: view
             .progress
             .filter(|p| from == RetryFrom::Checkpoint && p.checkpoint_key.is_some())
+            .filter(|_| original.compensation.is_none())
             .map(|p| (job_id.clone(), p)),
         // The retried job's inputs are not checked again (as before the presence check
         // moved into `create`): a retry whose upload is gone fails when its stage reads it.

@@ -421,6 +421,25 @@ async fn a_retry_resumes_from_the_checkpoint_unless_asked_to_start_over() {
     assert!(w.jobs.progress(&fresh).is_none());
 }
 
+/// A job that compensated had what its stages did undone: its retry starts over, never from
+/// its checkpoint (which would skip the undone stages).
+#[tokio::test]
+async fn a_retry_of_a_job_that_compensated_starts_over() {
+    use longhaul_domain::compensation::{Compensation, Ending};
+    let w = world();
+    let first = w.submitted("alice", &demo(), Some("a")).await;
+    w.set_status(&first, JobStatus::Failed).await;
+    w.checkpointed(&first);
+    let mut job = w.record(&first).await;
+    let ending = Ending { status: JobStatus::Failed, reason: "boom".into(), error: None };
+    job.compensation = Some(Compensation::begin(ending, Timestamp::now()));
+    w.jobs.put_record(job);
+    let response = w.retry("alice", &first, None).await;
+    let fresh = json_of(&response)["job_id"].as_str().unwrap().parse::<JobId>().unwrap();
+    assert!(w.record(&fresh).await.resumed_from.is_none(), "from the start");
+    assert!(w.jobs.progress(&fresh).is_none());
+}
+
 #[tokio::test]
 async fn a_retry_is_refused_for_a_job_not_ended_in_failure_and_for_others_jobs() {
     let w = world();

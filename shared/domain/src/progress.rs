@@ -189,12 +189,15 @@ impl ProgressView {
     /// What a job in `status` shows of `self`, its last progress write (or
     /// [`ProgressView::unknown`]): a live job, that write; a job that succeeded (and one whose
     /// result has since expired), [`ProgressView::ended`]; a job that failed or was cancelled,
-    /// that write without an ETA (it will not complete). `end`: where a succeeded job's last
+    /// that write without an ETA (it will not complete; nor will a compensating one, which is
+    /// ending so). `end`: where a succeeded job's last
     /// stage ended, if its success recorded it ([`ProgressView::ended_at`]).
     pub fn for_status(self, status: JobStatus, end: Option<&StageEnd>) -> Self {
         match status {
             JobStatus::Succeeded | JobStatus::Expired => self.ended_at(end),
-            status if status.is_terminal() => ProgressView { eta: None, ..self },
+            status if status.is_terminal() || status == JobStatus::Compensating => {
+                ProgressView { eta: None, ..self }
+            }
             _ => self,
         }
     }

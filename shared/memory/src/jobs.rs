@@ -149,6 +149,7 @@ impl Table {
         let holds = request.from.contains(&job.status)
             && request.fence.as_ref().is_none_or(|lease| job.lease.as_ref() == Some(lease))
             && (!request.unless_cancelled || job.cancellation.is_none())
+            && (!request.unless_compensable || !job.wants_compensation())
             && request.unchanged_since.is_none_or(|read| job.updated_at == read)
             && request.requires.iter().all(|name| has_attribute(job, name))
             && !request.lacks.iter().any(|name| has_attribute(job, name))
@@ -223,7 +224,9 @@ impl JobCancellation for MemoryJobStore {
             JobStatus::Cancelled,
             cancellation.log_reason(),
         )
-        .set("cancellation", cancellation);
+        .set("cancellation", cancellation)
+        // One that started stages with an undo compensates first: its caller moves it.
+        .unless_compensable();
         let job = match table.transition(request) {
             Ok(job) => return Ok(CancelOutcome::Cancelled(Box::new(job))),
             Err(StoreError::Conflict { current: Some(job) })

@@ -31,6 +31,11 @@ async fn a_zombie_past_its_budget_with_undos_compensates_instead_of_failing() {
     assert_eq!(world.progress(&id).lease, format!("revoked:{LEASE}"), "its worker is fenced off");
     assert_eq!(world.execution_of(&execution_name(&id, 3)).0, "ABORTED");
     assert_eq!(sent_ids(&world), std::slice::from_ref(&id), "sent to its worker to undo");
+    assert_eq!(
+        world.intake.sent()[0].1,
+        90,
+        "once a worker still alive has met its revoked lease (the heartbeat timeout)"
+    );
     assert_eq!(world.entry(&id).map(|(kind, _)| kind).as_deref(), Some("compensating"));
 }
 
@@ -71,6 +76,11 @@ async fn a_silent_compensation_is_sent_again_and_a_recent_one_left_alone() {
     for id in [&recent, &silent] {
         assert_eq!(world.job(id).await.status, JobStatus::Compensating, "its worker ends it");
     }
+    // Looked at again only a silence later: the next run sends nothing more.
+    let (_, due) = world.entry(&silent).expect("still indexed");
+    assert!(due > at(world.now), "re-keyed to its next look: {due}");
+    world.run().await;
+    assert_eq!(world.intake.sent().len(), 1, "one message per look");
 }
 
 #[tokio::test]

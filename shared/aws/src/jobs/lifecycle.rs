@@ -48,7 +48,9 @@ impl JobStore {
                 JobStatus::Cancelled,
                 reason.clone(),
             )
-            .set("cancellation", cancellation);
+            .set("cancellation", cancellation)
+            // One that started stages with an undo compensates first: its caller moves it.
+            .unless_compensable();
             let current = match self.transition(request).await {
                 Ok(job) => return Ok(CancelOutcome::Cancelled(Box::new(job))),
                 Err(StoreError::Conflict { current: Some(job) })

@@ -41,6 +41,9 @@ pub struct TransitionRequest {
     pub requires: Vec<String>,
     /// Attributes the record must not have for the change to apply.
     pub lacks: Vec<String>,
+    /// When set, the change applies only to a job that would not compensate first: one that
+    /// has not started, or whose kind gave it no undo ([`JobRecord::wants_compensation`]).
+    pub unless_compensable: bool,
 }
 
 impl TransitionRequest {
@@ -65,7 +68,15 @@ impl TransitionRequest {
             unchanged_since: None,
             requires: Vec::new(),
             lacks: Vec::new(),
+            unless_compensable: false,
         }
+    }
+
+    /// Applies only to a job that would not compensate first (see
+    /// [`TransitionRequest::unless_compensable`]).
+    pub fn unless_compensable(mut self) -> Self {
+        self.unless_compensable = true;
+        self
     }
 
     /// Applies only if the record has no attribute `name`.
@@ -220,6 +231,12 @@ impl JobStore {
         }
         if request.unless_cancelled {
             condition.push_str(" AND attribute_not_exists(cancellation)");
+        }
+        if request.unless_compensable {
+            // `undo_stages` is stored only when not empty.
+            condition.push_str(
+                " AND (attribute_not_exists(undo_stages) OR attribute_not_exists(started_at))",
+            );
         }
         for (i, name) in request.requires.iter().enumerate() {
             condition.push_str(&format!(" AND attribute_exists(#q{i})"));

@@ -44,6 +44,44 @@ pub async fn job_pausing(store: &impl PausingTable) {
     a_pause_not_taken_effect_is_withdrawn(store).await;
     cancelling_or_ended_jobs_do_not_pause(store).await;
     a_signal_name_is_recorded_once_and_a_wait_parks_by_its_lease(store).await;
+    a_started_job_with_undos_is_not_cancelled_at_once(store).await;
+}
+
+/// The store's cancellation ends at once only a job that would not compensate: a paused job
+/// that started stages with an undo is refused, with its record as it is (its caller moves it
+/// to `compensating`); one that never started is cancelled.
+async fn a_started_job_with_undos_is_not_cancelled_at_once(store: &impl PausingTable) {
+    for started in [true, false] {
+        let mut job = pending_job(&fresh_owner("undo-cancel"), Timestamp::now());
+        job.undo_stages = vec!["reserve".into()];
+        store.put_job(&job).await.expect("a new job is written");
+        let mut pause = TransitionRequest::new(
+            &job.job_id,
+            &[JobStatus::Pending],
+            JobStatus::Paused,
+            "arranged",
+        );
+        if started {
+            pause = pause.set("started_at", Timestamp::now());
+        }
+        store.transition(pause).await.expect("pending → paused");
+        let cancellation = Cancellation {
+            requested_at: Timestamp::now(),
+            requested_by: job.owner.clone(),
+            reason: None,
+        };
+        let outcome = store.cancel(&job.job_id, &cancellation).await;
+        match (started, outcome) {
+            (true, Err(StoreError::Conflict { current: Some(current) })) => {
+                assert_eq!(current.status, JobStatus::Paused, "left as it is");
+                assert!(current.cancellation.is_none() && current.wants_compensation());
+            }
+            (false, Ok(longhaul_aws::jobs::CancelOutcome::Cancelled(ended))) => {
+                assert_eq!(ended.status, JobStatus::Cancelled)
+            }
+            (started, other) => panic!("started {started}: {other:?}"),
+        }
+    }
 }
 
 async fn a_signal_name_is_recorded_once_and_a_wait_parks_by_its_lease(store: &impl PausingTable) {
