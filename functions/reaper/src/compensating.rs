@@ -74,15 +74,16 @@ async fn give_up(deps: &Deps, record: &JobRecord, report: &mut Report) -> Result
     };
     let now = Timestamp::from(deps.clock.now());
     let unfinished = "the undo did not run: the compensation did not end within a day";
+    let mut given_up = 0;
     for step in compensation.stages.iter_mut().filter(|step| !step.status.is_settled()) {
         step.status = UndoStatus::Failed;
         step.at = Some(now);
         step.error = Some(unfinished.to_owned());
-        metrics::count(Metric::UndosFailed, record);
+        given_up += 1;
     }
     if !compensation.planned {
         // Not even planned: what its stages did is unknown, and not undone.
-        metrics::count(Metric::UndosFailed, record);
+        given_up += 1;
         compensation.status = CompensationStatus::Failed;
     } else {
         compensation.status = compensation.outcome();
@@ -101,6 +102,10 @@ async fn give_up(deps: &Deps, record: &JobRecord, report: &mut Report) -> Result
     }
     match deps.jobs.transition(request).await {
         Ok(ended) => {
+            // Counted once the give-up is recorded (a lost race is counted by its winner).
+            for _ in 0..given_up {
+                metrics::count(Metric::UndosFailed, record);
+            }
             metrics::emit_end(&ended);
             tracing::error!(status = %ended.status, "compensation given up after a day");
             if let Err(err) = tidy(deps, &record.job_id, ended.status).await {

@@ -106,7 +106,6 @@ pub(crate) async fn run(
         // Cannot be written so (the move into compensating carries it); ended rather than
         // left compensating for good.
         tracing::error!("a compensating job without its compensation record; it fails");
-        metrics::count(Metric::UndosFailed, &job);
         let ending = Ending {
             status: JobStatus::Failed,
             reason: "its compensation record was lost: its undos did not run".into(),
@@ -115,13 +114,27 @@ pub(crate) async fn run(
         let mut lost = Compensation::begin(ending, Timestamp::from(deps.clock.now()));
         lost.planned = true;
         lost.status = CompensationStatus::Failed;
-        return finish(deps, &job, lost).await;
+        let answer = finish(deps, &job, lost).await?;
+        // Counted once the end is recorded by this invocation (not by a duplicate's).
+        if answer["outcome"] == JobStatus::Failed.as_str() {
+            metrics::count(Metric::UndosFailed, &job);
+        }
+        return Ok(answer);
     };
     let kind = deps.registry.get(&job.job_type);
     if !compensation.planned {
-        let stages = kind.map(|k| k.stages()).unwrap_or_default();
         let reached = view.progress.as_ref().map(|p| p.stage.as_str());
-        compensation.plan(&started_stages(stages, reached), &job.undo_stages);
+        match kind {
+            Some(kind) => {
+                compensation.plan(&started_stages(kind.stages(), reached), &job.undo_stages)
+            }
+            // A kind this worker does not know (retired since): every undo it declared is
+            // planned, and each fails as unknown — given up and counted, never called done.
+            None => {
+                let declared: Vec<&str> = job.undo_stages.iter().map(String::as_str).collect();
+                compensation.plan(&declared, &job.undo_stages);
+            }
+        }
         if !record(deps, &job, &mut compensation, COMPENSATION_SILENCE).await? {
             return answer("moved_on");
         }

@@ -366,3 +366,34 @@ async fn a_duplicate_invocation_leaves_an_undo_under_way_to_the_one_running_it()
     assert_eq!(w.compensate(&id, far()).await["outcome"], "failed");
     assert_eq!(w.undone(), [pair("charge", 2), pair("reserve", 1)]);
 }
+
+#[tokio::test]
+async fn a_kind_this_worker_does_not_know_has_its_undos_given_up_never_called_done() {
+    let w = world();
+    let job = JobRecord {
+        job_type: "retired".into(),
+        params: json!({}),
+        undo_stages: vec!["reserve".into()],
+        ..pending_job(&owner("alice"), Timestamp::now())
+    };
+    let id = job.job_id.clone();
+    w.jobs.put_job(&job).await.unwrap();
+    let ending = longhaul_domain::compensation::Ending {
+        status: JobStatus::Cancelled,
+        reason: "cancelled by alice".into(),
+        error: None,
+    };
+    let begin = longhaul_aws::jobs::compensation_request(
+        &id,
+        &[JobStatus::Pending],
+        ending,
+        Timestamp::now(),
+    );
+    w.jobs.transition(begin).await.unwrap();
+    assert_eq!(w.compensate(&id, far()).await["outcome"], "cancelled");
+    let compensation = w.job(&id).await.compensation.unwrap();
+    assert_eq!(compensation.status, CompensationStatus::Failed);
+    assert_eq!(w.steps(&id).await, [("reserve".into(), UndoStatus::Failed, 1)]);
+    let error = compensation.stages[0].error.as_deref().unwrap();
+    assert!(error.contains("not known to this worker"), "{error}");
+}

@@ -43,7 +43,13 @@ impl JobStore {
         self.update_job(
             job_id,
             "SET #c = :c, updated_at = :now, gsi2sk = :due".into(),
-            "#status = :compensating AND #c.#rev = :read".into(),
+            // A record written without a revision reads as revision 0 (as serde reads it).
+            if read == 0 {
+                "#status = :compensating AND (attribute_not_exists(#c.#rev) OR #c.#rev = :read)"
+            } else {
+                "#status = :compensating AND #c.#rev = :read"
+            }
+            .into(),
             names,
             values,
         )
@@ -69,6 +75,4 @@ pub fn compensation_request(
     TransitionRequest::new(job_id, from, JobStatus::Compensating, reason)
         .set("compensation", Compensation::begin(ending, now))
         .indexed_at(longhaul_domain::format_rfc3339(due))
-        // Waiting for a slot no longer: it runs no stage again.
-        .remove("waiting")
 }
