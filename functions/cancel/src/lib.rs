@@ -254,37 +254,31 @@ async fn compensate_instead(
     job: &JobRecord,
     cancellation: &Cancellation,
 ) -> Result<Option<JobRecord>, Problem> {
-    let mut job = job.clone();
-    // Each round needs the job to have changed between the read and the write (dispatched,
-    // claimed, paused by its stage); three are plenty.
-    let mut rounds = 0;
-    let (from, moved) = loop {
-        rounds += 1;
-        let from = job.status;
-        if !job.wants_compensation()
-            || !matches!(from, JobStatus::Pending | JobStatus::Queued | JobStatus::Paused)
-        {
-            return Ok(None);
-        }
-        let ending = longhaul_domain::compensation::Ending {
-            status: JobStatus::Cancelled,
-            reason: cancellation.log_reason(),
-            error: None,
-        };
-        let request = longhaul_aws::jobs::compensation_request(
-            &job.job_id,
-            &[from],
-            ending,
-            cancellation.requested_at,
-        )
-        .unchanged_since(job.updated_at)
-        .set("cancellation", cancellation);
-        match deps.jobs.transition(request).await {
-            Ok(moved) => break (from, moved),
-            Err(StoreError::Conflict { current: Some(current) }) if rounds < 3 => job = *current,
-            Err(StoreError::Conflict { .. }) => return Ok(None),
-            Err(err) => return Err(internal(err)),
-        }
+    let from = job.status;
+    if !job.wants_compensation()
+        || !matches!(from, JobStatus::Pending | JobStatus::Queued | JobStatus::Paused)
+    {
+        return Ok(None);
+    }
+    let ending = longhaul_domain::compensation::Ending {
+        status: JobStatus::Cancelled,
+        reason: cancellation.log_reason(),
+        error: None,
+    };
+    let request = longhaul_aws::jobs::compensation_request(
+        &job.job_id,
+        &[from],
+        ending,
+        cancellation.requested_at,
+    )
+    .unchanged_since(job.updated_at)
+    .set("cancellation", cancellation);
+    let moved = match deps.jobs.transition(request).await {
+        Ok(moved) => moved,
+        // Changed since the read: the store's cancellation acts on it as it is now (and
+        // hands a job that is still compensable back to the caller's next round).
+        Err(StoreError::Conflict { .. }) => return Ok(None),
+        Err(err) => return Err(internal(err)),
     };
     if from == JobStatus::Queued {
         // Waiting out a backoff: the execution of its last attempt may not have ended yet.

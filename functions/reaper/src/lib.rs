@@ -386,29 +386,16 @@ pub async fn handle(deps: &Deps, now: DateTime<Utc>) -> Result<Report, ReaperErr
         &pending_before,
         deadline,
         &cursors,
-        |jobs| async move {
-            let mut report = Report::default();
-            for job in jobs {
-                let span = logs::span_of(&job);
-                let result = pending::lost_pending(deps, now, job, &mut report)
-                    .instrument(span.clone())
-                    .await;
-                counted(result, &span, &mut report);
-            }
-            report
-        },
+        each_job!(deps, now, pending::lost_pending),
     );
-    let queued =
-        sweep::sweep(deps, Bucket::Queued, &queued_before, deadline, &cursors, |jobs| async move {
-            let mut report = Report::default();
-            for job in jobs {
-                let span = logs::span_of(&job);
-                let result =
-                    queued::lost_queued(deps, now, job, &mut report).instrument(span.clone()).await;
-                counted(result, &span, &mut report);
-            }
-            report
-        });
+    let queued = sweep::sweep(
+        deps,
+        Bucket::Queued,
+        &queued_before,
+        deadline,
+        &cursors,
+        each_job!(deps, now, queued::lost_queued),
+    );
     let running =
         sweep::sweep(deps, Bucket::Running, &running_before, deadline, &cursors, |jobs| {
             running::running_page(deps, now, jobs)
@@ -420,17 +407,14 @@ pub async fn handle(deps: &Deps, now: DateTime<Utc>) -> Result<Report, ReaperErr
         });
     // Paused jobs are keyed by when their pause lapses: those due now.
     let lapsed_before = at(now);
-    let paused =
-        sweep::sweep(deps, Bucket::Paused, &lapsed_before, deadline, &cursors, |jobs| async move {
-            let mut report = Report::default();
-            for job in jobs {
-                let span = logs::span_of(&job);
-                let result =
-                    paused::lapsed(deps, now, job, &mut report).instrument(span.clone()).await;
-                counted(result, &span, &mut report);
-            }
-            report
-        });
+    let paused = sweep::sweep(
+        deps,
+        Bucket::Paused,
+        &lapsed_before,
+        deadline,
+        &cursors,
+        each_job!(deps, now, paused::lapsed),
+    );
     // Compensating jobs are keyed by when their worker should next have been heard of.
     let silent_before = at(now);
     let compensating = sweep::sweep(
@@ -439,17 +423,7 @@ pub async fn handle(deps: &Deps, now: DateTime<Utc>) -> Result<Report, ReaperErr
         &silent_before,
         deadline,
         &cursors,
-        |jobs| async move {
-            let mut report = Report::default();
-            for job in jobs {
-                let span = logs::span_of(&job);
-                let result = compensating::silent(deps, now, job, &mut report)
-                    .instrument(span.clone())
-                    .await;
-                counted(result, &span, &mut report);
-            }
-            report
-        },
+        each_job!(deps, now, compensating::silent),
     );
     let (pending, queued, running, waiting, paused, compensating) =
         tokio::join!(pending, queued, running, waiting, paused, compensating);
@@ -480,6 +454,23 @@ fn readable(
 }
 
 /// Logs and counts a job that could not be handled this run.
+/// A sweep's page handler that judges its jobs one by one with `$handle(deps, now, job,
+/// &mut report)`, each in its job's span, an error counted and logged, not stopping the page.
+macro_rules! each_job {
+    ($deps:expr, $now:expr, $handle:path) => {
+        |jobs| async move {
+            let mut report = Report::default();
+            for job in jobs {
+                let span = logs::span_of(&job);
+                let result = $handle($deps, $now, job, &mut report).instrument(span.clone()).await;
+                counted(result, &span, &mut report);
+            }
+            report
+        }
+    };
+}
+use each_job;
+
 pub(crate) fn counted(result: Result<(), ReaperError>, span: &tracing::Span, report: &mut Report) {
     if let Err(err) = result {
         span.in_scope(

@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 
 use longhaul_aws::config::{ConfigError, ResultTtl, Vars};
 use longhaul_aws::executions::Executions;
-use longhaul_aws::jobs::{JobStore, Lease, StoreError, TransitionRequest};
+use longhaul_aws::jobs::{JobRecord, JobStore, Lease, StoreError, TransitionRequest};
 use longhaul_aws::logs;
 use longhaul_aws::metrics;
 use longhaul_aws::objects::{ObjectStore, result_key};
@@ -44,7 +44,7 @@ use longhaul_aws::ports::{
     JobSignals, JobTransitions, MultipartUploads, Objects, SystemClock,
 };
 use longhaul_aws::queue::IntakeQueue;
-use longhaul_domain::{Cancellation, JobId, JobStatus};
+use longhaul_domain::{JobId, JobStatus};
 use longhaul_worker::Registry;
 use serde_json::json;
 use tracing::Instrument;
@@ -358,20 +358,27 @@ async fn continue_as_new(
 /// Ends a running job whose owner asked to cancel it: partial results are deleted first, so a
 /// `cancelled` job never has a result object, then the job becomes `cancelled` (fenced) — or,
 /// if it started stages with an undo, `compensating` ([`Next::Compensating`]), to end
-/// `cancelled` once they ran. `known`: the cancellation, if the caller's read of the job
-/// already shows it (the record is read anyway: whether it compensates).
+/// `cancelled` once they ran. `known`: the caller's read of the job, if it shows the
+/// cancellation (else the record is read for it: the request landed after that read).
 async fn finish_cancellation(
     deps: &Deps,
     job_id: &JobId,
     lease: &Lease,
-    known: Option<&Cancellation>,
+    known: Option<&JobRecord>,
 ) -> Result<Next, StageError> {
-    let job = deps.jobs.job(job_id).await.map_err(store_failed)?;
-    let reason = known
-        .or_else(|| job.as_ref().and_then(|j| j.cancellation.as_ref()))
+    let read;
+    let job = match known.filter(|job| job.cancellation.is_some()) {
+        Some(job) => Some(job),
+        None => {
+            read = deps.jobs.job(job_id).await.map_err(store_failed)?;
+            read.as_ref()
+        }
+    };
+    let reason = job
+        .and_then(|j| j.cancellation.as_ref())
         .map_or_else(|| "cancelled".to_owned(), |c| c.log_reason());
     deps.objects.delete_prefix(&result_key(job_id, "")).await?;
-    if let Some(job) = job.as_ref().filter(|job| job.wants_compensation()) {
+    if let Some(job) = job.filter(|job| job.wants_compensation()) {
         let ending = longhaul_domain::compensation::Ending {
             status: JobStatus::Cancelled,
             reason,

@@ -17,7 +17,7 @@
 use longhaul_aws::jobs::{JobRecord, Lease, ResumeOutcome, StoreError};
 use longhaul_aws::queue::DispatchMessage;
 use longhaul_domain::signals::Wait;
-use longhaul_domain::{Cancellation, JobId, JobStatus, Timestamp};
+use longhaul_domain::{JobId, JobStatus, Timestamp};
 
 use crate::failure_message::PublicMessage;
 use crate::{Deps, StageError, store_failed};
@@ -29,8 +29,8 @@ pub(crate) enum Parked {
     Paused,
     /// A resume withdrew the pause before it took effect: the stage goes on.
     Withdrawn,
-    /// The owner cancelled the job since: it ends `cancelled`.
-    Cancelled(Cancellation),
+    /// The owner cancelled the job since: it ends `cancelled` (the record that shows it).
+    Cancelled(Box<JobRecord>),
 }
 
 /// Parks `job_id` under `lease` (see the module documentation). Re-reads and tries again if
@@ -47,8 +47,8 @@ pub(crate) async fn park(
         let Some(job) = job.filter(|job| job.lease.as_deref() == Some(lease.token.as_str())) else {
             return Err(StageError::LeaseLost("another attempt holds the job".into()));
         };
-        if let Some(cancellation) = job.cancellation {
-            return Ok(Parked::Cancelled(cancellation));
+        if job.cancellation.is_some() {
+            return Ok(Parked::Cancelled(Box::new(job)));
         }
         match job.status {
             JobStatus::Running => {}
@@ -118,7 +118,7 @@ async fn park_waiting(
             if current.lease.as_deref() == Some(lease.token.as_str()) =>
         {
             return match current.cancellation {
-                Some(cancellation) => Ok(Some(Parked::Cancelled(cancellation))),
+                Some(_) => Ok(Some(Parked::Cancelled(current))),
                 None => Ok(None),
             };
         }

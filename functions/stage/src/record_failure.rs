@@ -57,8 +57,7 @@ pub(crate) async fn record_failure(
         // A cancellation that surfaced as an error (raised where the run could not end
         // the job itself), or a failure after the owner asked to cancel: the job ends
         // `cancelled`, as its owner asked, neither `failed` nor retried.
-        let known = job.as_ref().and_then(|job| job.cancellation.as_ref());
-        let next = finish_cancellation(deps, job_id, &lease, known).await?;
+        let next = finish_cancellation(deps, job_id, &lease, job.as_ref()).await?;
         return Ok(cancelled(next));
     }
     let job_error = JobError { code: error.error, message };

@@ -227,6 +227,11 @@ impl World {
             policy,
             ..pending_job(&owner("alice"), Timestamp::now())
         };
+        self.queued_record(job).await
+    }
+
+    /// `job` (pending, as submit writes it), queued and dispatched to its first execution.
+    async fn queued_record(&self, job: JobRecord) -> JobId {
         let id = job.job_id.clone();
         self.jobs.put_job(&job).await.unwrap();
         let queue = TransitionRequest::new(&id, &[JobStatus::Pending], JobStatus::Queued, "queued")

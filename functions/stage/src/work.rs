@@ -81,9 +81,8 @@ pub(crate) async fn work(
                 Parked::Paused => return Ok(output),
                 // A resume withdrew the pause first: the stage goes on from that checkpoint.
                 Parked::Withdrawn => continue,
-                Parked::Cancelled(cancellation) => {
-                    let next =
-                        finish_cancellation(deps, job_id, lease, Some(&cancellation)).await?;
+                Parked::Cancelled(job) => {
+                    let next = finish_cancellation(deps, job_id, lease, Some(&job)).await?;
                     return Ok(RunOutput { next, result_key: None, ..output });
                 }
             },
@@ -175,7 +174,7 @@ async fn run(
         // (metrics, tidying), which may not have happened, is done again.
         JobStatus::Succeeded if ours => return Ok(ended(Next::Done, job.result_key.clone())),
         JobStatus::Cancelled if ours => {
-            finish_cancellation(deps, job_id, lease, job.cancellation.as_ref()).await?;
+            finish_cancellation(deps, job_id, lease, Some(job)).await?;
             return Ok(ended(Next::Cancelled, None));
         }
         // A retried call whose move into compensating landed: its undos run without it (what
@@ -248,7 +247,7 @@ async fn run(
         // The owner cancelled and the stage stopped as asked (having saved its final
         // checkpoint), or finished anyway: the job ends `cancelled`, any result deleted.
         Ok(_) if ctx.cancelled() => {
-            let next = finish_cancellation(deps, job_id, lease, job.cancellation.as_ref()).await?;
+            let next = finish_cancellation(deps, job_id, lease, Some(job)).await?;
             Ok(output(next, None, ctx.stage))
         }
         // The owner paused the job and the stage stopped as asked (its final checkpoint
@@ -272,8 +271,7 @@ async fn run(
                 // The boundary write is refused because the owner cancelled meanwhile: the
                 // job ends `cancelled`, never `failed` (Job.Cancelled is not a failure).
                 Err(StageError::Cancelled) => {
-                    let next =
-                        finish_cancellation(deps, job_id, lease, job.cancellation.as_ref()).await?;
+                    let next = finish_cancellation(deps, job_id, lease, Some(job)).await?;
                     return Ok(output(next, None, ctx.stage));
                 }
                 Err(err) => return Err(err),
@@ -300,7 +298,7 @@ async fn run(
             })
         }
         Err(StageError::Cancelled) => {
-            let next = finish_cancellation(deps, job_id, lease, job.cancellation.as_ref()).await?;
+            let next = finish_cancellation(deps, job_id, lease, Some(job)).await?;
             Ok(output(next, None, ctx.stage))
         }
         Err(err) => Err(err),

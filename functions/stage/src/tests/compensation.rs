@@ -105,13 +105,7 @@ impl World {
             undo_stages: undo_stages.into_iter().map(str::to_owned).collect(),
             ..pending_job(&owner("alice"), Timestamp::now())
         };
-        let id = job.job_id.clone();
-        self.jobs.put_job(&job).await.unwrap();
-        let queue = TransitionRequest::new(&id, &[JobStatus::Pending], JobStatus::Queued, "queued")
-            .set("execution", &id)
-            .set("dispatches", 1);
-        self.jobs.transition(queue).await.unwrap();
-        id
+        self.queued_record(job).await
     }
 
     /// Runs the job's first execution to its failure, recorded as the state machine records
