@@ -176,6 +176,8 @@ async fn on_tick(
     let now = Timestamp::from(deps.submit.clock.now());
     let fire = if !trigger && schedule.state == ScheduleState::Paused {
         skipped("the schedule is paused".into())
+    } else if let Some(reason) = (!trigger).then(|| outside_window(schedule, tick)).flatten() {
+        skipped(reason)
     } else if !trigger && too_late(tick, now) {
         skipped(format!(
             "delivered {} s after its time; a tick more than {} s late is skipped",
@@ -334,6 +336,21 @@ fn count(schedule: &ScheduleRecord, fire: &FireRecord) {
         reason = fire.reason.as_deref(),
         "schedule fired"
     );
+}
+
+/// Why a tick falls outside the record's window, if it does. The record is the truth and its
+/// twin a copy that can lag it (a change whose twin write failed waits for the repair sweep), so
+/// a tick the twin sent before `start_at` or after `end_at` makes no job.
+fn outside_window(schedule: &ScheduleRecord, tick: Timestamp) -> Option<String> {
+    match (schedule.start_at, schedule.end_at) {
+        (Some(start), _) if tick < start => {
+            Some(format!("the tick is before the schedule's start_at ({start})"))
+        }
+        (_, Some(end)) if tick > end => {
+            Some(format!("the tick is after the schedule's end_at ({end})"))
+        }
+        _ => None,
+    }
 }
 
 /// One of the schedule's jobs ended: a failure pauses a `pause_on_failure` schedule, and the

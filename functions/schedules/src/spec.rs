@@ -123,7 +123,9 @@ pub(crate) async fn check(
                     Problem::unprocessable(
                         "invalid-window",
                         "Invalid schedule window",
-                        format!("{name} must be an RFC 3339 time"),
+                        format!(
+                            "{name} must be an RFC 3339 time between the years 0000 and 9999 (UTC)"
+                        ),
                     )
                 })
             })

@@ -656,6 +656,18 @@ async fn every_bad_input_is_a_problem_that_creates_nothing() {
             "invalid-window",
         ),
         (
+            "start whose offset moves it before year 0000",
+            daily_with(json!({"start_at": "0000-01-01T00:30:00+01:00"})),
+            422,
+            "invalid-window",
+        ),
+        (
+            "end whose offset moves it past year 9999",
+            daily_with(json!({"end_at": "9999-12-31T23:59:59-01:00"})),
+            422,
+            "invalid-window",
+        ),
+        (
             "end before start",
             daily_with(
                 json!({"start_at": "2099-06-01T00:00:00Z", "end_at": "2099-05-01T00:00:00Z"}),
@@ -1534,6 +1546,46 @@ async fn a_paused_schedules_tick_is_skipped_but_a_trigger_submits() {
         ((2, 1, 1, 0), ScheduleState::Paused),
         "still paused"
     );
+}
+
+#[tokio::test]
+async fn a_tick_outside_the_records_window_is_skipped_whatever_the_twin_sent() {
+    // The twin lags the record (its write after a change failed): ticks it still sends before
+    // start_at or after end_at make no job; a trigger still submits.
+    let w = world();
+    let id = w
+        .created(&daily_with(json!({
+            "schedule": "cron(0/5 * * * ? *)",
+            "start_at": "2099-03-02T09:00:00Z",
+            "end_at": "2099-03-02T10:00:00Z",
+        })))
+        .await;
+    w.clock.set(dt("2099-03-02T08:55:00Z"));
+    w.tick(&id, "2099-03-02T08:55:00Z").await.unwrap();
+    let record = w.record(&id).await.unwrap();
+    assert_eq!(
+        last(&record),
+        (
+            FireOutcome::Skipped,
+            "the tick is before the schedule's start_at (2099-03-02T09:00:00.000Z)".into()
+        )
+    );
+    assert_eq!(w.all_jobs().await, 0, "no job");
+    // The window's end fires.
+    w.clock.set(dt("2099-03-02T10:00:00Z"));
+    w.tick(&id, "2099-03-02T10:00:00Z").await.unwrap();
+    assert_eq!(w.ticks_of(&id).await, ["2099-03-02T10:00:00.000Z"]);
+    w.clock.set(dt("2099-03-02T10:05:00Z"));
+    w.tick(&id, "2099-03-02T10:05:00Z").await.unwrap();
+    let record = w.record(&id).await.unwrap();
+    assert_eq!(
+        last(&record),
+        (
+            FireOutcome::Skipped,
+            "the tick is after the schedule's end_at (2099-03-02T10:00:00.000Z)".into()
+        )
+    );
+    assert_eq!(w.all_jobs().await, 1, "no job after the end");
 }
 
 #[tokio::test]

@@ -26,7 +26,7 @@ use longhaul_domain::{JobStatus, Timestamp};
 use serde_json::json;
 
 use super::{Attempt, Deps, attempt, terminal_payload};
-use longhaul_aws::endpoint_events::DISABLED_ERROR;
+use longhaul_aws::endpoint_events::{DISABLED_ERROR, UNSUBSCRIBED_ERROR};
 use longhaul_aws::queue::WebhookMessage;
 
 /// Delivers (or settles without an attempt) `event` of the message's job to `endpoint_id`.
@@ -144,6 +144,11 @@ pub(crate) async fn process(
     };
     if !endpoint.enabled() {
         return settle(DISABLED_ERROR).await;
+    }
+    // The endpoint is read before every attempt, so a change of its events reaches the
+    // deliveries already queued or retrying as well as the events to come.
+    if !endpoint.spec.receives(event) {
+        return settle(UNSUBSCRIBED_ERROR).await;
     }
     // A message without its owner is charged once the job says whose it is.
     if !charged

@@ -13,7 +13,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use aws_lambda_events::sqs::SqsEvent;
-use longhaul_aws::endpoint_events::DISABLED_ERROR;
+use longhaul_aws::endpoint_events::{DISABLED_ERROR, UNSUBSCRIBED_ERROR};
 use longhaul_aws::jobs::{
     DeliveryRecord, EndpointDelivery, EndpointRecord, JobRecord, ProgressRecord, RecordRetention,
 };
@@ -1103,6 +1103,29 @@ async fn a_failed_attempt_is_pending_retried_on_the_schedule_and_starts_the_endp
     assert_eq!(ids.len(), 3);
     assert!(ids.iter().all(|id| *id == recorded.webhook_id), "{ids:?}");
     assert_eq!(w.stored(&endpoint).await.status, EndpointStatus::Enabled, "within disable_after");
+}
+
+#[tokio::test]
+async fn an_event_the_endpoint_no_longer_subscribes_to_is_recorded_not_sent() {
+    // Queued (or retrying) while the endpoint received job.failed; its events have been
+    // changed since to job.succeeded alone.
+    let (w, partner, endpoint) = endpoint_world(204, &[JobSucceeded]).await;
+    let job = w.ended(JobStatus::Failed, None);
+    let mut retry = to_endpoint(&job, &endpoint, JobFailed);
+    retry.attempt = 3;
+    process(&w.deps, &retry).await.unwrap();
+    assert_eq!(partner.connections(), 0, "not sent");
+    w.nothing_queued();
+    let recorded = w.delivery(&endpoint, &job, JobFailed).await;
+    assert_eq!(
+        (recorded.status, recorded.attempts, recorded.error.as_deref()),
+        (DeliveryStatus::Failed, 2, Some(UNSUBSCRIBED_ERROR))
+    );
+    // What it does subscribe to is sent.
+    let other = w.ended(JobStatus::Succeeded, None);
+    process(&w.deps, &to_endpoint(&other, &endpoint, JobSucceeded)).await.unwrap();
+    assert_eq!(partner.connections(), 1);
+    assert_eq!(w.delivery(&endpoint, &other, JobSucceeded).await.status, DeliveryStatus::Delivered);
 }
 
 #[tokio::test]

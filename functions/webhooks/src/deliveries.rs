@@ -3,16 +3,16 @@
 //! and `POST /webhooks/endpoints/{endpoint_id}/recover` (every failed one since a time).
 //!
 //! A delivery is queued again with its own `webhook-id`, so a receiver that already had it
-//! deduplicates it. Only a `failed` delivery is moved back to `pending`, by a conditional
+//! deduplicates it. A delivery is moved to `pending` before it is queued, by a conditional
 //! write ([`EndpointDeliveries::requeue_delivery`](longhaul_aws::ports::EndpointDeliveries)):
-//! of two resends or recoveries at once, one queues it. A `delivered` one may be resent too —
-//! a receiver that lost what it was sent may ask again — and is queued as it stands (two such
-//! resends at once may queue it twice: the same `webhook-id`, so harmless); a `pending` one is
-//! queued already (`409`). Progress events are never resent (`409`): the next one, or the
-//! job's view, says more. Nothing is queued for a disabled endpoint (`409`): enable it first.
+//! of two resends or recoveries at once, one queues it. Recovery moves `failed` ones; a resend
+//! also a `delivered` one — a receiver that lost what it was sent may ask again — so that a
+//! delivery has at most one copy queued however often it is resent; a `pending` one is queued
+//! already (`409`). Progress events are never resent (`409`): the next one, or the job's view,
+//! says more. Nothing is queued for a disabled endpoint (`409`): enable it first.
 //!
 //! If the queue refuses a delivery this call moved to `pending`, the delivery is written back
-//! as it was read (`failed`), so a later resend or recovery finds it; if even that write
+//! as it was read (`failed` or `delivered`), so a later resend or recovery finds it; if even that write
 //! fails it stays `pending` with no message coming — logged with its ids as an error, for an
 //! operator — and neither resend nor recover will pick it up.
 
@@ -23,7 +23,7 @@ use lambda_http::{Body, Request, RequestExt, Response};
 use longhaul_aws::api::{Problem, json_body, json_response};
 use longhaul_aws::jobs::{EndpointDelivery, EndpointRecord, ListError, MAX_DELIVERY_PAGE};
 use longhaul_aws::queue::WebhookMessage;
-use longhaul_domain::endpoints::{DeliveryStatus, parse_endpoint_message_id};
+use longhaul_domain::endpoints::{DeliveryStatus, EndpointEvent, parse_endpoint_message_id};
 use longhaul_domain::{Owner, Timestamp};
 use serde::Deserialize;
 use serde_json::json;
@@ -145,6 +145,17 @@ fn not_replayable() -> Problem {
     )
 }
 
+fn not_subscribed(event: EndpointEvent) -> Problem {
+    Problem::new(
+        StatusCode::CONFLICT,
+        "not-replayable",
+        "This event is not sent again",
+        format!(
+            "The endpoint no longer subscribes to {event}: add it to the endpoint's events to resend it."
+        ),
+    )
+}
+
 fn already_pending(delivery: &EndpointDelivery) -> Problem {
     Problem::new(
         StatusCode::CONFLICT,
@@ -166,7 +177,7 @@ fn queue_unavailable(detail: impl Into<String>) -> Problem {
 }
 
 /// Writes back the deliveries this call moved to `pending` but could not queue, as they were
-/// read (`failed`), so a later resend or recovery finds them. One whose write fails stays
+/// read (`failed`, or `delivered` for a resend), so a later resend or recovery finds them. One whose write fails stays
 /// `pending` with nothing queued: logged, for an operator.
 async fn restore(deps: &Deps, unqueued: &[&EndpointDelivery]) {
     for delivery in unqueued {
@@ -176,7 +187,7 @@ async fn restore(deps: &Deps, unqueued: &[&EndpointDelivery]) {
                 job_id = delivery.job_id.as_str(),
                 webhook_id = delivery.webhook_id,
                 error = %err,
-                "a delivery moved to pending could not be queued nor written back as failed: \
+                "a delivery moved to pending could not be queued nor written back as it was: \
                  it stays pending and nothing will send it"
             );
         }
@@ -205,22 +216,25 @@ pub(crate) async fn resend(
     if !endpoint.enabled() {
         return Err(endpoint_disabled(&endpoint));
     }
-    let moved = match delivery.status {
-        DeliveryStatus::Pending => return Err(already_pending(&delivery)),
-        DeliveryStatus::Delivered => false,
-        DeliveryStatus::Failed => {
-            let moved = deps
-                .deliveries
-                .requeue_delivery(&endpoint_id, &job_id, event)
-                .await
-                .map_err(internal("requeueing a delivery"))?;
-            if !moved {
-                // Another resend or recovery queued it between the read and this write.
-                return Err(already_pending(&delivery));
-            }
-            true
-        }
-    };
+    if !endpoint.spec.receives(event) {
+        return Err(not_subscribed(event));
+    }
+    // A failed or delivered delivery is moved to pending before it is queued, so one copy at
+    // most is in flight: a second resend meanwhile is refused, and repeating resends cannot
+    // grow the webhook queue.
+    if delivery.status == DeliveryStatus::Pending {
+        return Err(already_pending(&delivery));
+    }
+    let moved = deps
+        .deliveries
+        .requeue_delivery(&endpoint_id, &job_id, event, delivery.status)
+        .await
+        .map_err(internal("requeueing a delivery"))?;
+    if !moved {
+        // Another resend or recovery queued it (or an attempt changed it) between the read
+        // and this write.
+        return Err(already_pending(&delivery));
+    }
     if let Err(err) = deps.queue.send(&message, 0).await {
         tracing::error!(
             endpoint_id = endpoint_id.as_str(),
@@ -229,9 +243,7 @@ pub(crate) async fn resend(
             error = %err,
             "queueing a resent delivery failed"
         );
-        if moved {
-            restore(deps, &[&delivery]).await;
-        }
+        restore(deps, &[&delivery]).await;
         return Err(queue_unavailable(
             "The delivery could not be queued; nothing was sent. Repeat the request shortly.",
         ));
@@ -316,7 +328,10 @@ pub(crate) async fn recover(
             .deliveries
             .iter()
             .filter(|d| {
-                d.status == DeliveryStatus::Failed && d.event.replayable() && d.created_at >= since
+                d.status == DeliveryStatus::Failed
+                    && d.event.replayable()
+                    && endpoint.spec.receives(d.event)
+                    && d.created_at >= since
             })
             .collect();
         for batch in due.chunks(BATCH) {
@@ -347,9 +362,9 @@ async fn requeue(
     batch: &[&EndpointDelivery],
     before: usize,
 ) -> Result<usize, Problem> {
-    let moves = futures::future::join_all(
-        batch.iter().map(|d| deps.deliveries.requeue_delivery(&d.endpoint_id, &d.job_id, d.event)),
-    )
+    let moves = futures::future::join_all(batch.iter().map(|d| {
+        deps.deliveries.requeue_delivery(&d.endpoint_id, &d.job_id, d.event, DeliveryStatus::Failed)
+    }))
     .await;
     let mut moved: Vec<(&EndpointDelivery, WebhookMessage)> = Vec::new();
     let mut failure = None;

@@ -52,8 +52,17 @@ async fn seed(w: &World, delivery: &EndpointDelivery) {
 }
 
 /// An endpoint of alice's.
+/// An endpoint of alice's that receives every event these tests deliver.
 async fn endpoint(w: &World) -> EndpointId {
-    created(&w.deps, "alice", &spec()).await.parse().unwrap()
+    let mut every = spec();
+    every["events"] = json!([
+        "job.succeeded",
+        "job.failed",
+        "job.cancelled",
+        "job.progress",
+        "job.result_expiring"
+    ]);
+    created(&w.deps, "alice", &every).await.parse().unwrap()
 }
 
 fn now(w: &World) -> Timestamp {
@@ -249,7 +258,7 @@ async fn a_failed_delivery_is_resent_once_with_its_own_webhook_id() {
 }
 
 #[tokio::test]
-async fn a_delivered_event_may_be_asked_for_again_and_stays_delivered_until_its_attempt() {
+async fn a_delivered_event_may_be_asked_for_again_one_copy_at_a_time() {
     let w = world();
     let id = endpoint(&w).await;
     for (n, event, status) in [
@@ -263,12 +272,15 @@ async fn a_delivered_event_may_be_asked_for_again_and_stays_delivered_until_its_
         assert_eq!(response.status(), 202, "{event}");
         assert_eq!(
             stored(&w, &delivered).await,
-            delivered,
-            "the record is the deliverer's to write"
+            EndpointDelivery { status: DeliveryStatus::Pending, ..delivered.clone() },
+            "moved to pending before it was queued"
         );
         let (message, _) = w.queue.sent().pop().unwrap();
         assert_eq!((message.event, message.status), (Some(event), status));
         assert_eq!(message.result_expires_at, delivered.result_expires_at, "{event}");
+        // While that copy is queued, resending again queues nothing: a client looping on
+        // resend cannot grow the queue.
+        problem(&resend(&w, "alice", &delivered.webhook_id).await, 409, "delivery-pending");
     }
     assert_eq!(w.queue.sent().len(), 3);
 }
@@ -305,21 +317,56 @@ async fn what_cannot_be_resent_is_refused_and_nothing_is_queued() {
 }
 
 #[tokio::test]
-async fn a_resend_the_queue_refuses_is_503_and_leaves_the_delivery_failed() {
+async fn an_event_the_endpoint_no_longer_subscribes_to_is_neither_resent_nor_recovered() {
+    let w = world();
+    let id: EndpointId = created(&w.deps, "alice", &spec()).await.parse().unwrap();
+    // Failed while the endpoint received job.cancelled; its events were changed since.
+    let unsubscribed = delivery(
+        &id,
+        &nth_job(1),
+        EndpointEvent::JobCancelled,
+        DeliveryStatus::Failed,
+        ago(&w, 60),
+    );
+    let subscribed =
+        delivery(&id, &nth_job(2), EndpointEvent::JobFailed, DeliveryStatus::Failed, ago(&w, 60));
+    for d in [&unsubscribed, &subscribed] {
+        seed(&w, d).await;
+    }
+    let refused =
+        problem(&resend(&w, "alice", &unsubscribed.webhook_id).await, 409, "not-replayable");
+    assert!(refused["detail"].as_str().unwrap().contains("job.cancelled"), "{refused}");
+    assert_eq!(stored(&w, &unsubscribed).await, unsubscribed, "unchanged");
+    let response = recover(&w, "alice", id.as_str(), &json!({"since": ago(&w, 3600)})).await;
+    assert_eq!(response.status(), 202);
+    assert_eq!(json_of(&response)["requeued"], 1, "only the subscribed one");
+    let sent = w.queue.sent();
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].0.event, Some(EndpointEvent::JobFailed));
+    assert_eq!(stored(&w, &unsubscribed).await.status, DeliveryStatus::Failed);
+}
+
+#[tokio::test]
+async fn a_resend_the_queue_refuses_is_503_and_leaves_the_delivery_as_it_was() {
     let w = world();
     let id = endpoint(&w).await;
-    let failed =
-        delivery(&id, &nth_job(1), EndpointEvent::JobFailed, DeliveryStatus::Failed, ago(&w, 9));
-    seed(&w, &failed).await;
-    w.queue.set_unavailable(true);
-    let response = resend(&w, "alice", &failed.webhook_id).await;
-    let refused = problem(&response, 503, "queue-unavailable");
-    assert_eq!(response.headers()["retry-after"], "5");
-    assert!(!refused.to_string().contains("in-memory"), "{refused}");
-    assert_eq!(stored(&w, &failed).await.status, DeliveryStatus::Failed, "written back");
-    w.queue.set_unavailable(false);
-    assert_eq!(resend(&w, "alice", &failed.webhook_id).await.status(), 202, "so it can be resent");
-    assert_eq!(w.queue.sent().len(), 1);
+    for (n, status) in [(1, DeliveryStatus::Failed), (2, DeliveryStatus::Delivered)] {
+        let read = delivery(&id, &nth_job(n), EndpointEvent::JobFailed, status, ago(&w, 9));
+        seed(&w, &read).await;
+        w.queue.set_unavailable(true);
+        let response = resend(&w, "alice", &read.webhook_id).await;
+        let refused = problem(&response, 503, "queue-unavailable");
+        assert_eq!(response.headers()["retry-after"], "5");
+        assert!(!refused.to_string().contains("in-memory"), "{refused}");
+        assert_eq!(stored(&w, &read).await.status, status, "written back");
+        w.queue.set_unavailable(false);
+        assert_eq!(
+            resend(&w, "alice", &read.webhook_id).await.status(),
+            202,
+            "so it can be resent"
+        );
+    }
+    assert_eq!(w.queue.sent().len(), 2);
 }
 
 #[tokio::test]

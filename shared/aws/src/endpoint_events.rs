@@ -21,6 +21,11 @@ use crate::queue::WebhookMessage;
 /// The error of a delivery record written instead of an attempt to a disabled endpoint.
 pub const DISABLED_ERROR: &str = "endpoint disabled: not attempted";
 
+/// The error of a delivery record written instead of an attempt of an event its endpoint no
+/// longer subscribes to (its `events` were changed while the delivery was queued or retried).
+pub const UNSUBSCRIBED_ERROR: &str =
+    "the endpoint no longer subscribes to this event: not attempted";
+
 /// What one event of one job comes to for its owner's endpoints.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Fanout {

@@ -12,9 +12,9 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Timestamp(DateTime<Utc>);
 
-/// A text that is not an RFC 3339 timestamp.
+/// A text that is not an RFC 3339 timestamp, or names a moment outside [`YEARS`] in UTC.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("not an RFC 3339 timestamp: {text:?}")]
+#[error("not an RFC 3339 timestamp between the years 0000 and 9999 (UTC): {text:?}")]
 pub struct InvalidTimestamp {
     /// The text (at most 64 characters of it).
     pub text: String,
@@ -48,14 +48,23 @@ impl From<DateTime<Utc>> for Timestamp {
     }
 }
 
+/// The years a stored timestamp can name: its four-digit year field. An RFC 3339 text whose
+/// offset carries it past either end in UTC (`0000-01-01T00:30:00+01:00`) would be stored with a
+/// signed year that no read accepts, and would break lexical order: it is refused instead.
+pub const YEARS: std::ops::RangeInclusive<i32> = 0..=9999;
+
 impl FromStr for Timestamp {
     type Err = InvalidTimestamp;
 
-    /// Any RFC 3339 time (any offset), as UTC at millisecond precision.
+    /// Any RFC 3339 time (any offset) whose UTC year is in [`YEARS`], as UTC at millisecond
+    /// precision.
     fn from_str(text: &str) -> Result<Self, Self::Err> {
-        DateTime::parse_from_rfc3339(text)
-            .map(|at| Timestamp::from(at.to_utc()))
-            .map_err(|_| InvalidTimestamp { text: text.chars().take(64).collect() })
+        let invalid = || InvalidTimestamp { text: text.chars().take(64).collect() };
+        let at = DateTime::parse_from_rfc3339(text).map_err(|_| invalid())?.to_utc();
+        if !YEARS.contains(&chrono::Datelike::year(&at)) {
+            return Err(invalid());
+        }
+        Ok(Timestamp::from(at))
     }
 }
 
@@ -98,6 +107,22 @@ mod tests {
         }
         let now = Timestamp::now();
         assert_eq!(now.to_string().parse::<Timestamp>().unwrap(), now);
+    }
+
+    #[test]
+    fn an_offset_that_moves_the_year_out_of_four_digits_is_refused() {
+        // Each is valid RFC 3339, but in UTC it is year -1 or 10000: stored, it would read
+        // back as no timestamp at all.
+        for text in ["0000-01-01T00:30:00+01:00", "9999-12-31T23:59:59-01:00"] {
+            assert!(text.parse::<Timestamp>().is_err(), "{text}");
+            assert!(serde_json::from_str::<Timestamp>(&format!("{text:?}")).is_err(), "{text}");
+        }
+        // The ends themselves round-trip.
+        for text in ["0000-01-01T00:00:00.000Z", "9999-12-31T23:59:59.999Z"] {
+            let at: Timestamp = text.parse().unwrap();
+            assert_eq!(at.to_string(), text);
+            assert_eq!(at.to_string().parse::<Timestamp>().unwrap(), at);
+        }
     }
 
     proptest! {

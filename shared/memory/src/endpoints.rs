@@ -318,11 +318,12 @@ impl EndpointDeliveries for MemoryEndpoints {
         endpoint: &EndpointId,
         job: &JobId,
         event: EndpointEvent,
+        from: DeliveryStatus,
     ) -> Result<bool, StoreError> {
         self.check("requeue delivery")?;
         let mut tables = self.lock();
         match tables.deliveries.get_mut(&(endpoint.clone(), delivery_sk(job, event))) {
-            Some(delivery) if delivery.status == DeliveryStatus::Failed => {
+            Some(delivery) if delivery.status == from => {
                 delivery.status = DeliveryStatus::Pending;
                 Ok(true)
             }

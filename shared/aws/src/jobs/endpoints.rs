@@ -607,22 +607,23 @@ impl JobStore {
         Ok(DeliveryPage { deliveries, next })
     }
 
-    /// Moves a `failed` delivery back to `pending`; whether it was `failed` (of two
-    /// concurrent resends or recoveries, one moves it).
+    /// Moves a delivery that is `from` (`failed`, or `delivered` for a resend) to `pending`;
+    /// whether it was `from` (of two concurrent resends or recoveries, one moves it).
     pub async fn requeue_delivery(
         &self,
         endpoint: &EndpointId,
         job: &JobId,
         event: EndpointEvent,
+        from: DeliveryStatus,
     ) -> Result<bool, StoreError> {
         let update = Update::default()
             .set("status", s(DeliveryStatus::Pending.as_str()))
-            .value(":failed", s(DeliveryStatus::Failed.as_str()));
+            .value(":from", s(from.as_str()));
         let written = self
             .update_if(
                 delivery_key(endpoint, job, event),
                 update,
-                Some("#status = :failed"),
+                Some("#status = :from"),
                 &format!("requeue delivery of {job} to {endpoint}"),
             )
             .await?;

@@ -94,13 +94,15 @@ pub trait EndpointDeliveries: Warm {
         limit: u32,
         after: Option<&str>,
     ) -> Result<DeliveryPage, ListError>;
-    /// Moves a `failed` delivery back to `pending` (about to be queued again); whether it was
-    /// `failed`. Of two concurrent resends or recoveries, one moves it and queues it.
+    /// Moves a delivery that is `from` (`failed`, or `delivered` for a resend) to `pending`
+    /// (about to be queued again); whether it was `from`. Of two concurrent resends or
+    /// recoveries, one moves it and queues it.
     async fn requeue_delivery(
         &self,
         endpoint: &EndpointId,
         job: &JobId,
         event: EndpointEvent,
+        from: DeliveryStatus,
     ) -> Result<bool, StoreError>;
 }
 
@@ -218,8 +220,9 @@ impl EndpointDeliveries for JobStore {
         endpoint: &EndpointId,
         job: &JobId,
         event: EndpointEvent,
+        from: DeliveryStatus,
     ) -> Result<bool, StoreError> {
-        JobStore::requeue_delivery(self, endpoint, job, event).await
+        JobStore::requeue_delivery(self, endpoint, job, event, from).await
     }
 }
 

@@ -373,10 +373,9 @@ async fn a_failed_delivery_is_requeued_once(store: &impl EndpointTable) {
     let (endpoint, job) = (EndpointId::new(), JobId::new());
     let now = Timestamp::now();
     let event = EndpointEvent::JobSucceeded;
-    assert!(
-        !store.requeue_delivery(&endpoint, &job, event).await.expect("requeue"),
-        "there is nothing to requeue"
-    );
+    let requeue =
+        async |from| store.requeue_delivery(&endpoint, &job, event, from).await.expect("requeue");
+    assert!(!requeue(DeliveryStatus::Failed).await, "there is nothing to requeue");
     assert_eq!(
         store.endpoint_delivery(&endpoint, &job, event).await.expect("read"),
         None,
@@ -384,26 +383,29 @@ async fn a_failed_delivery_is_requeued_once(store: &impl EndpointTable) {
     );
     let delivered = delivery(&endpoint, &job, event, DeliveryStatus::Delivered, now);
     store.record_endpoint_delivery(&delivered).await.expect("record");
-    assert!(
-        !store.requeue_delivery(&endpoint, &job, event).await.expect("requeue"),
-        "a delivered one is not requeued"
-    );
+    assert!(!requeue(DeliveryStatus::Failed).await, "a delivered one is not requeued from failed");
     let failed = EndpointDelivery {
         status: DeliveryStatus::Failed,
         attempts: 8,
         error: Some("timed out".into()),
-        ..delivered
+        ..delivered.clone()
     };
     store.record_endpoint_delivery(&failed).await.expect("record");
-    assert!(store.requeue_delivery(&endpoint, &job, event).await.expect("requeue"));
-    assert!(
-        !store.requeue_delivery(&endpoint, &job, event).await.expect("requeue again"),
-        "of two requeues, one moves it"
-    );
+    assert!(requeue(DeliveryStatus::Failed).await);
+    assert!(!requeue(DeliveryStatus::Failed).await, "of two requeues, one moves it");
     assert_eq!(
         store.endpoint_delivery(&endpoint, &job, event).await.expect("read"),
         Some(EndpointDelivery { status: DeliveryStatus::Pending, ..failed }),
         "pending, the rest as it was"
+    );
+
+    // A resend moves a delivered one, once.
+    store.record_endpoint_delivery(&delivered).await.expect("record");
+    assert!(requeue(DeliveryStatus::Delivered).await);
+    assert!(!requeue(DeliveryStatus::Delivered).await, "of two resends, one moves it");
+    assert_eq!(
+        store.endpoint_delivery(&endpoint, &job, event).await.expect("read"),
+        Some(EndpointDelivery { status: DeliveryStatus::Pending, ..delivered }),
     );
 }
 
