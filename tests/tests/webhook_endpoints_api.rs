@@ -194,7 +194,10 @@ async fn failed_deliveries_are_listed_resent_and_recovered_and_a_disabled_endpoi
     // Disabled (the deliverer's health write): nothing is queued until it is enabled.
     let table = store().await;
     assert!(
-        table.disable_endpoint(&who, &id, DisabledReason::Gone, Timestamp::now()).await.unwrap()
+        table
+            .disable_endpoint(&who, &id, DisabledReason::Gone, None, Timestamp::now())
+            .await
+            .unwrap()
     );
     let since = json!({"since": Timestamp::from(chrono::Utc::now() - chrono::Duration::hours(1))});
     let recover = format!("{path}/recover");

@@ -16,11 +16,11 @@
 //! as a callback is, and recorded `failed` when the schedule is spent; a progress event gets
 //! one attempt (the next window's supersedes it).
 
-use longhaul_aws::jobs::{EndpointDelivery, JobRecord};
+use longhaul_aws::jobs::{EndpointDelivery, EndpointRecord, JobRecord};
 use longhaul_aws::limits::Admission;
 use longhaul_aws::metrics::{self, Metric};
 use longhaul_domain::endpoints::{
-    DeliveryStatus, EndpointEvent, EndpointId, HealthChange, endpoint_message_id,
+    DeliveryStatus, DisabledReason, EndpointEvent, EndpointId, HealthChange, endpoint_message_id,
 };
 use longhaul_domain::{JobStatus, Timestamp};
 use serde_json::json;
@@ -192,7 +192,7 @@ pub(crate) async fn process(
         status = status.as_str(),
         "endpoint attempt made"
     );
-    health(deps, &job, &endpoint.endpoint_id, change, at).await?;
+    health(deps, &job, &endpoint, change, at).await?;
     match (status, next_delay) {
         (DeliveryStatus::Delivered, _) => metrics::count(Metric::WebhookDelivered, &job),
         (DeliveryStatus::Pending, Some(delay)) => {
@@ -238,14 +238,17 @@ async fn over_rate(
     deps.queue.send(&later, wait).await.map_err(|e| e.to_string())
 }
 
-/// Records `change`, what an attempt at `at` says of the endpoint's health.
+/// Records `change`, what an attempt at `at` says of the endpoint's health, as the attempt
+/// read it: a disablement for failing holds only if the run of failures it read still stands
+/// (another attempt's success, or the owner's enable, may have ended it during this one).
 async fn health(
     deps: &Deps,
     job: &JobRecord,
-    endpoint_id: &EndpointId,
+    endpoint: &EndpointRecord,
     change: HealthChange,
     at: Timestamp,
 ) -> Result<(), String> {
+    let endpoint_id = &endpoint.endpoint_id;
     let result = match change {
         HealthChange::Unchanged => Ok(()),
         HealthChange::Recovered => deps.endpoints.mark_recovered(&job.owner, endpoint_id).await,
@@ -253,7 +256,15 @@ async fn health(
             deps.endpoints.mark_failing(&job.owner, endpoint_id, at).await
         }
         HealthChange::Disable(reason) => {
-            match deps.endpoints.disable_endpoint(&job.owner, endpoint_id, reason, at).await {
+            let failing_since = match reason {
+                DisabledReason::Failing => endpoint.failing_since,
+                DisabledReason::Gone => None,
+            };
+            match deps
+                .endpoints
+                .disable_endpoint(&job.owner, endpoint_id, reason, failing_since, at)
+                .await
+            {
                 Ok(true) => {
                     metrics::count(Metric::WebhookEndpointDisabled, job);
                     tracing::warn!(%endpoint_id, reason = reason.as_str(), "webhook endpoint disabled");

@@ -1220,7 +1220,7 @@ async fn a_disabled_endpoint_is_not_attempted_its_event_recorded_failed() {
     let disabled_at = plus(w.at(), -60);
     assert!(
         w.endpoints
-            .disable_endpoint(owner, id, DisabledReason::Failing, disabled_at)
+            .disable_endpoint(owner, id, DisabledReason::Failing, None, disabled_at)
             .await
             .unwrap()
     );

@@ -308,7 +308,10 @@ async fn what_cannot_be_resent_is_refused_and_nothing_is_queued() {
     problem(&resend(&w, "bob", &failed.webhook_id).await, 404, "not-found");
 
     let at = now(&w);
-    w.endpoints.disable_endpoint(&owner("alice"), &id, DisabledReason::Failing, at).await.unwrap();
+    w.endpoints
+        .disable_endpoint(&owner("alice"), &id, DisabledReason::Failing, None, at)
+        .await
+        .unwrap();
     let refused = problem(&resend(&w, "alice", &failed.webhook_id).await, 409, "endpoint-disabled");
     assert!(refused["detail"].as_str().unwrap().contains("enable it first"), "{refused}");
     assert_eq!(refused["disabled_reason"], "failing");
@@ -482,7 +485,7 @@ async fn a_recovery_with_a_bad_since_or_cursor_or_of_a_disabled_endpoint_is_refu
     );
     problem(&recover(&w, "alice", "x", &json!({"since": ago(&w, 60)})).await, 404, "not-found");
     w.endpoints
-        .disable_endpoint(&owner("alice"), &id, DisabledReason::Gone, now(&w))
+        .disable_endpoint(&owner("alice"), &id, DisabledReason::Gone, None, now(&w))
         .await
         .unwrap();
     let disabled = recover(&w, "alice", id.as_str(), &json!({"since": ago(&w, 60)})).await;

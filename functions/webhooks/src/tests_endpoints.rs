@@ -296,7 +296,7 @@ async fn enabling_a_disabled_endpoint_clears_its_disablement_and_an_enabled_one_
     let at = Timestamp::from(w.clock.now());
     w.endpoints.mark_failing(&owner("alice"), &endpoint, at).await.unwrap();
     w.endpoints
-        .disable_endpoint(&owner("alice"), &endpoint, DisabledReason::Gone, at)
+        .disable_endpoint(&owner("alice"), &endpoint, DisabledReason::Gone, None, at)
         .await
         .unwrap();
     let read = call(&w.deps, "alice", "GET /webhooks/endpoints/{endpoint_id}", Some(&id), None);

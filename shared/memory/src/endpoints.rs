@@ -238,11 +238,12 @@ impl EndpointHealth for MemoryEndpoints {
         owner: &Owner,
         id: &EndpointId,
         reason: DisabledReason,
+        failing_since: Option<Timestamp>,
         at: Timestamp,
     ) -> Result<bool, StoreError> {
         self.check("disable endpoint")?;
         let disabled = self.with_endpoint(owner, id, |stored| {
-            if !stored.enabled() {
+            if !stored.enabled() || failing_since.is_some_and(|s| stored.failing_since != Some(s)) {
                 return false;
             }
             stored.status = EndpointStatus::Disabled;

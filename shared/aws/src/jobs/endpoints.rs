@@ -486,26 +486,35 @@ impl JobStore {
         Ok(())
     }
 
-    /// Disables the endpoint for `reason` at `at` if it is enabled; whether this call disabled
-    /// it (`false`: disabled already, or gone).
+    /// Disables the endpoint for `reason` at `at` if it is enabled and, when `failing_since`
+    /// is given, still failing since then; whether this call disabled it (`false`: disabled
+    /// already, recovered or enabled since, or gone).
     pub async fn disable_endpoint(
         &self,
         owner: &Owner,
         id: &EndpointId,
         reason: DisabledReason,
+        failing_since: Option<Timestamp>,
         at: Timestamp,
     ) -> Result<bool, StoreError> {
-        let update = Update::default()
+        let mut update = Update::default()
             .set("status", s(EndpointStatus::Disabled.as_str()))
             .set("disabled_reason", s(reason.as_str()))
             .set("disabled_at", s(at.to_rfc3339()))
             .set("updated_at", s(at.to_rfc3339()))
             .value(":enabled", s(EndpointStatus::Enabled.as_str()));
+        let condition = match failing_since {
+            Some(since) => {
+                update = update.name("failing_since").value(":since", s(since.to_rfc3339()));
+                "#status = :enabled AND #failing_since = :since"
+            }
+            None => "#status = :enabled",
+        };
         let written = self
             .update_if(
                 endpoint_key(owner, id),
                 update,
-                Some("#status = :enabled"),
+                Some(condition),
                 &format!("disable endpoint {id}"),
             )
             .await?;

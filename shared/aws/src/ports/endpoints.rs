@@ -58,13 +58,16 @@ pub trait EndpointHealth: Warm {
     ) -> Result<(), StoreError>;
     /// Ends the run of failures (an attempt succeeded).
     async fn mark_recovered(&self, owner: &Owner, id: &EndpointId) -> Result<(), StoreError>;
-    /// Disables the endpoint for `reason` at `at` if it is enabled; whether this call
+    /// Disables the endpoint for `reason` at `at` if it is enabled and, when `failing_since`
+    /// is given, still failing since then (an attempt that read an older run of failures does
+    /// not disable an endpoint that recovered, or was enabled, meanwhile); whether this call
     /// disabled it (so it is counted once).
     async fn disable_endpoint(
         &self,
         owner: &Owner,
         id: &EndpointId,
         reason: DisabledReason,
+        failing_since: Option<Timestamp>,
         at: Timestamp,
     ) -> Result<bool, StoreError>;
 }
@@ -184,9 +187,10 @@ impl EndpointHealth for JobStore {
         owner: &Owner,
         id: &EndpointId,
         reason: DisabledReason,
+        failing_since: Option<Timestamp>,
         at: Timestamp,
     ) -> Result<bool, StoreError> {
-        JobStore::disable_endpoint(self, owner, id, reason, at).await
+        JobStore::disable_endpoint(self, owner, id, reason, failing_since, at).await
     }
 }
 

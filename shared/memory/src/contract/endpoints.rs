@@ -114,7 +114,9 @@ async fn a_spec_change_is_conditional_and_keeps_status_and_health(store: &impl E
     let since = later(endpoint.created_at, 1);
     store.mark_failing(&owner, id, since).await.expect("mark failing");
     let at = later(endpoint.created_at, 2);
-    assert!(store.disable_endpoint(&owner, id, DisabledReason::Failing, at).await.expect("off"));
+    assert!(
+        store.disable_endpoint(&owner, id, DisabledReason::Failing, None, at).await.expect("off")
+    );
 
     let mut changed = endpoint.clone();
     changed.spec = EndpointSpec {
@@ -172,10 +174,25 @@ async fn health_is_recorded_once_and_enable_clears_it(store: &impl EndpointTable
     store.mark_failing(&owner, id, t(30)).await.expect("a new run");
     assert_eq!(read(store, &owner, id).await.failing_since, Some(t(30)), "a new run, a new start");
 
-    // Disabled once: the second disablement neither counts nor changes the reason.
-    assert!(store.disable_endpoint(&owner, id, DisabledReason::Gone, t(40)).await.expect("off"));
+    // A disablement for failing holds only for the run of failures its attempt read.
     assert!(
-        !store.disable_endpoint(&owner, id, DisabledReason::Failing, t(50)).await.expect("off"),
+        !store
+            .disable_endpoint(&owner, id, DisabledReason::Failing, Some(t(10)), t(35))
+            .await
+            .expect("off"),
+        "a run that has ended since is no reason"
+    );
+    assert_eq!(read(store, &owner, id).await.status, EndpointStatus::Enabled);
+
+    // Disabled once: the second disablement neither counts nor changes the reason.
+    assert!(
+        store.disable_endpoint(&owner, id, DisabledReason::Gone, None, t(40)).await.expect("off")
+    );
+    assert!(
+        !store
+            .disable_endpoint(&owner, id, DisabledReason::Failing, None, t(50))
+            .await
+            .expect("off"),
         "an endpoint is disabled once"
     );
     let disabled = read(store, &owner, id).await;
@@ -196,15 +213,28 @@ async fn health_is_recorded_once_and_enable_clears_it(store: &impl EndpointTable
     assert_eq!(enabled.updated_at, t(60));
     assert_eq!((enabled.spec, enabled.version), (endpoint.spec.clone(), endpoint.version));
     assert!(
-        store.disable_endpoint(&owner, id, DisabledReason::Failing, t(70)).await.expect("off"),
-        "once enabled, it can be disabled again"
+        !store
+            .disable_endpoint(&owner, id, DisabledReason::Failing, Some(t(30)), t(65))
+            .await
+            .expect("off"),
+        "enabling ended the run the disablement read"
+    );
+    store.mark_failing(&owner, id, t(66)).await.expect("a new run");
+    assert!(
+        store
+            .disable_endpoint(&owner, id, DisabledReason::Failing, Some(t(66)), t(70))
+            .await
+            .expect("off"),
+        "once enabled, it can be disabled again, for the run that stands"
     );
 
     // Another owner's id, or none at all: nothing happens, and nothing is created.
     let other = fresh_owner("endpoint-health-other");
     store.mark_failing(&other, id, t(80)).await.expect("mark another's failing");
     store.mark_recovered(&other, id).await.expect("recover another's");
-    assert!(!store.disable_endpoint(&other, id, DisabledReason::Gone, t(80)).await.expect("off"));
+    assert!(
+        !store.disable_endpoint(&other, id, DisabledReason::Gone, None, t(80)).await.expect("off")
+    );
     assert_eq!(store.enable_endpoint(&other, id, t(80)).await.expect("enable"), None);
     assert_eq!(store.endpoint(&other, id).await.expect("read"), None, "nothing created");
     let missing = EndpointId::new();
