@@ -270,11 +270,25 @@ impl JobStore {
         item.insert("gsi2pk".into(), s(schedule_bucket(&record.schedule_id)));
         item.insert("gsi2sk".into(), s(record.schedule_id.as_str()));
         self.put_fresh(item, &format!("schedule {}", record.schedule_id)).await?;
-        if self.count_schedules(&record.owner).await? > max {
-            self.delete_schedule(&record.owner, &record.schedule_id).await?;
-            return Ok(false);
+        match self.count_schedules(&record.owner).await {
+            Ok(count) if count > max => {
+                self.delete_schedule(&record.owner, &record.schedule_id).await?;
+                Ok(false)
+            }
+            Ok(_) => Ok(true),
+            Err(err) => {
+                // Answered as a failure, so the record must not stay (the repair sweep would
+                // give it a twin, and a client repeating the creation would have two).
+                if let Err(undo) = self.delete_schedule(&record.owner, &record.schedule_id).await {
+                    tracing::error!(
+                        schedule_id = record.schedule_id.as_str(),
+                        error = %undo,
+                        "taking back a schedule whose count could not be checked failed"
+                    );
+                }
+                Err(err)
+            }
         }
-        Ok(true)
     }
 
     /// How many schedules `owner` has.
