@@ -294,7 +294,7 @@ pub async fn dispatch(deps: &Deps, job_id: &JobId) -> Result<(), DispatchError> 
     );
     let mut taken: Vec<&(Pool, u32)> = Vec::with_capacity(pools.len());
     let mut waited = job.waiting.is_some();
-    for pool in &pools {
+    for (tried, pool) in pools.iter().enumerate() {
         match take_slot(deps, &job, pool, now).await? {
             Slot::Taken { waited: w } => {
                 waited |= w;
@@ -303,6 +303,12 @@ pub async fn dispatch(deps: &Deps, job_id: &JobId) -> Result<(), DispatchError> 
             Slot::Full => {
                 // Waits in this pool's list; slots of the other pools go back at once.
                 give_back(deps, job_id, &taken).await?;
+                if job.waiting.is_some() {
+                    // A job that waited was woken, perhaps by a later pool's free slot (a
+                    // kind's, on its tenant's turn) that this pool now keeps it from: that
+                    // slot would stay idle, so the later pools admit whoever else waits.
+                    pass_on(deps, &pools[tried + 1..]).await?;
+                }
                 return Ok(());
             }
             Slot::MovedOn(status) => {
@@ -457,6 +463,14 @@ async fn take_slot(
     }
     tracing::info!(reason = ?waiting.reason, limit, "at its limit; the job waits for a slot");
     Ok(Slot::Full)
+}
+
+/// Admits, in each of `pools`, whoever waits for a slot it has free (nothing is given back).
+async fn pass_on(deps: &Deps, pools: &[(Pool, u32)]) -> Result<(), DispatchError> {
+    for (pool, limit) in pools {
+        deps.slots.release(pool, *limit, &[]).await?;
+    }
+    Ok(())
 }
 
 /// Gives `job_id`'s slots of `pools` back, admitting whoever waits for them.

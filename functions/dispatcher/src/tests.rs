@@ -420,6 +420,39 @@ async fn a_kind_at_its_limit_makes_a_job_wait_and_gives_its_tenant_slot_back() {
 }
 
 #[tokio::test]
+async fn a_woken_job_its_tenant_keeps_waiting_passes_the_kinds_slot_on() {
+    // Tenant limit 1, kind limit 1. Bob runs the kind's one job; alice's and carol's wait for
+    // the kind; alice then takes her tenant's one slot with a job of no kind limit.
+    let w = world(1);
+    let limited = |job: &mut JobRecord| {
+        job.policy = Some(JobPolicy { concurrency_limit: Some(1), ..JobPolicy::default() });
+    };
+    let running = w.job_with(&owner("bob"), limited).await;
+    let alices = w.job_with(&owner("alice"), limited).await;
+    let carols = w.job_with(&owner("carol"), limited).await;
+    let kind = Pool::Kind(running.job_type.clone());
+    for job in [&running, &alices, &carols] {
+        assert!(w.dispatch(&[job]).await.is_empty());
+    }
+    assert_eq!(w.slots.ring(&kind), ["alice", "carol"]);
+    let other = w.job(&owner("alice")).await;
+    assert!(w.dispatch(&[&other]).await.is_empty());
+    assert_eq!(w.holders(&tenant("alice")).await, [other.job_id.as_str()]);
+
+    // Bob's job ends: alice's turn in the kind, but her tenant is at its limit.
+    w.slots.release(&kind, 1, std::slice::from_ref(&running.job_id)).await.unwrap();
+    assert_eq!(w.sent(), [alices.job_id.as_str()]);
+    assert!(w.dispatch(&[&alices]).await.is_empty());
+    assert_eq!(w.record(&alices).await.status, JobStatus::Pending, "waits for its tenant");
+    assert_eq!(w.waiting(&tenant("alice"), &owner("alice")).await, [alices.job_id.as_str()]);
+    // The kind's free slot is not left idle: carol's job is woken.
+    assert_eq!(w.sent(), [alices.job_id.as_str(), carols.job_id.as_str()]);
+    assert!(w.dispatch(&[&carols]).await.is_empty());
+    assert_eq!(w.record(&carols).await.status, JobStatus::Queued);
+    assert_eq!(w.holders(&kind).await, [carols.job_id.as_str()]);
+}
+
+#[tokio::test]
 async fn a_job_that_moved_on_or_is_gone_is_not_started() {
     let w = world(50);
     let mut moved_on = Vec::new();

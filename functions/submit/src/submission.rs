@@ -1,5 +1,6 @@
 //! `POST /jobs`: the submission read and checked, its fingerprint and idempotency key.
 
+use futures::{StreamExt, TryStreamExt};
 use lambda_http::http::StatusCode;
 use lambda_http::{Body, Request, Response};
 use longhaul_aws::api::{Problem, json_body, principal};
@@ -8,7 +9,7 @@ use longhaul_domain::admission::Priority;
 use longhaul_domain::callback::CallbackPolicy;
 use longhaul_domain::fingerprint::{derived_idempotency_key, fingerprint, submission_fingerprint};
 use longhaul_domain::schedule;
-use longhaul_domain::schedules::tick_idempotency_key;
+use longhaul_domain::schedules::{TICK_KEY_PREFIX, tick_idempotency_key};
 use longhaul_domain::uploads::owns_upload;
 use longhaul_domain::{Owner, Timestamp};
 use longhaul_worker::Registry;
@@ -56,12 +57,16 @@ pub(crate) async fn submit(deps: &Deps, request: &Request) -> Result<Response<Bo
     let key = match request.headers().get("idempotency-key") {
         Some(value) => {
             let key = value.to_str().ok().filter(|k| {
-                !k.is_empty() && k.len() <= MAX_KEY_LEN && k.bytes().all(|b| b.is_ascii_graphic())
+                !k.is_empty()
+                    && k.len() <= MAX_KEY_LEN
+                    && k.bytes().all(|b| b.is_ascii_graphic())
+                    && !k.starts_with(TICK_KEY_PREFIX)
             });
             Some(
                 key.ok_or_else(|| {
                     Problem::bad_request(format!(
-                        "Idempotency-Key must be 1 to {MAX_KEY_LEN} visible ASCII characters."
+                        "Idempotency-Key must be 1 to {MAX_KEY_LEN} visible ASCII characters, \
+                         not starting with `{TICK_KEY_PREFIX}` (reserved for schedules' ticks)."
                     ))
                 })?
                 .to_owned(),
@@ -222,20 +227,28 @@ fn owns_uploads(owner: &Owner, inputs: &[String]) -> Result<(), Problem> {
     Ok(())
 }
 
+/// How many uploads' HEAD requests one submission has in flight at once.
+pub const UPLOAD_CHECKS_IN_FLIGHT: usize = 16;
+
 /// Every upload a new job's params name exists: one that is not there is refused as one of
 /// someone else's is — the same 404, nothing written — instead of a job accepted only to fail
-/// when its stage reads it. One HEAD request per input, made only by the request that is
-/// about to create the job (see `create`), never by a replay.
+/// when its stage reads it. One HEAD request per distinct input, at most
+/// [`UPLOAD_CHECKS_IN_FLIGHT`] at a time (a kind may take a thousand inputs, and the checks
+/// must end well inside the function's timeout), made only by the request that is about to
+/// create the job (see `create`), never by a replay.
 pub(crate) async fn uploads_present(deps: &Deps, inputs: &[String]) -> Result<(), Problem> {
-    for input in inputs {
-        match deps.uploads.exists(input).await {
-            Ok(true) => {}
-            Ok(false) => return Err(upload_not_found()),
+    let distinct: std::collections::BTreeSet<&str> = inputs.iter().map(String::as_str).collect();
+    let checks: Vec<_> = distinct.into_iter().map(|input| deps.uploads.exists(input)).collect();
+    futures::stream::iter(checks)
+        .buffer_unordered(UPLOAD_CHECKS_IN_FLIGHT)
+        .map(|checked| match checked {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(upload_not_found()),
             Err(err) => {
                 tracing::error!(error = %err, "checking an upload failed");
-                return Err(Problem::internal());
+                Err(Problem::internal())
             }
-        }
-    }
-    Ok(())
+        })
+        .try_collect::<()>()
+        .await
 }

@@ -613,6 +613,16 @@ async fn every_bad_input_is_a_problem_that_changes_nothing() {
             request(&|r| r.json(&demo()).header("idempotency-key", "a key")),
             400,
         ),
+        (
+            "a key a schedule's tick could hold",
+            request(&|r| {
+                r.json(&demo()).header(
+                    "idempotency-key",
+                    "schedule:0193a1b2-0000-7000-8000-000000000000:2099-03-02T09:00:00.000Z",
+                )
+            }),
+            400,
+        ),
         ("no principal", request(&|r| r.json(&demo()).anonymous()), 401),
     ];
     for (what, request, status) in raw {
@@ -704,6 +714,25 @@ async fn an_upload_of_ones_own_that_is_not_there_is_404_like_anyone_elses() {
     let text = String::from_utf8_lossy(response.body().as_ref()).to_string();
     assert!(!text.contains("unavailable") && !text.contains("upload"), "{text}");
     assert_eq!(w.jobs_of(&owner("alice")).await.len(), 1);
+}
+
+#[tokio::test]
+async fn each_distinct_upload_is_checked_once_however_often_it_is_named() {
+    let w = world();
+    let prefix = owner_prefix(&owner("alice"));
+    let uploads: Vec<String> = (0..40).map(|i| format!("{prefix}{i:04}/in.csv")).collect();
+    for upload in &uploads {
+        w.uploads.insert(upload, b"a\n1\n", "text/csv");
+    }
+    // A thousand names of forty uploads: forty HEADs.
+    let named: Vec<String> = uploads.iter().cycle().take(1_000).cloned().collect();
+    crate::submission::uploads_present(&w.deps, &named).await.expect("all there");
+    assert_eq!(w.uploads.heads(), 40);
+    // One missing among them is the 404.
+    let mut with_missing = named.clone();
+    with_missing.push(format!("{prefix}9999/gone.csv"));
+    let refused = crate::submission::uploads_present(&w.deps, &with_missing).await.unwrap_err();
+    assert_eq!(refused.into_response().status(), 404);
 }
 
 #[tokio::test]

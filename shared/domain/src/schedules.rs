@@ -136,11 +136,15 @@ pub fn decide(overlap: Overlap, live: bool, held: bool) -> TickDecision {
     }
 }
 
+/// How every tick's idempotency key starts; reserved: a client's `Idempotency-Key` may not
+/// (it could otherwise take a tick's key before the tick fires).
+pub const TICK_KEY_PREFIX: &str = "schedule:";
+
 /// The idempotency key of a tick's job: one per (schedule, scheduled time), so a retried or
 /// duplicated firing of the tick finds the job the first made. Within the API's key limit
 /// (visible ASCII, ≤ 255).
 pub fn tick_idempotency_key(schedule_id: &ScheduleId, scheduled_at: Timestamp) -> String {
-    format!("schedule:{schedule_id}:{scheduled_at}")
+    format!("{TICK_KEY_PREFIX}{schedule_id}:{scheduled_at}")
 }
 
 /// How late a tick's firing may arrive and still submit: a firing delivered later than this
