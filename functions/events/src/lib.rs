@@ -71,7 +71,7 @@ pub struct Config {
     pub max_duration: Duration,
     /// `LONGHAUL_MAX_STREAMS_PER_JOB` (5; 0 = no cap): streams one job may have open.
     pub max_streams_per_job: usize,
-    /// `LONGHAUL_MAX_STREAMS_PER_TENANT` (50; 0 = no cap): streams one owner may have open.
+    /// `LONGHAUL_MAX_STREAMS_PER_TENANT` (20; 0 = no cap): streams one owner may have open.
     pub max_streams_per_tenant: usize,
     /// `LONGHAUL_MAX_STREAMS` (90; 0 = no cap): streams the deployment may have open, kept
     /// below the function's reserved concurrency (100 by default).
@@ -109,7 +109,7 @@ impl Config {
             ),
             max_duration: Duration::from_secs(vars.parsed_or("LONGHAUL_STREAM_MAX_SECONDS", 840)?),
             max_streams_per_job: vars.parsed_or("LONGHAUL_MAX_STREAMS_PER_JOB", 5)?,
-            max_streams_per_tenant: vars.parsed_or("LONGHAUL_MAX_STREAMS_PER_TENANT", 50)?,
+            max_streams_per_tenant: vars.parsed_or("LONGHAUL_MAX_STREAMS_PER_TENANT", 20)?,
             max_streams: vars.parsed_or("LONGHAUL_MAX_STREAMS", 90)?,
         })
     }
