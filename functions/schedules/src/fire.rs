@@ -375,7 +375,7 @@ async fn on_end(
         } else {
             // Paused already — perhaps by this very end, delivered again because its twin's
             // write failed: the twin is written again (a write of the same twin is harmless).
-            deps.twins.put_twin(&Twin::of(&schedule)).await?;
+            disable_twin(&schedule, deps).await?;
         }
     }
     let Some(held) = schedule.held else { return Ok(()) };
@@ -385,6 +385,19 @@ async fn on_end(
     let (fire, _) = submit_tick(deps, &schedule, held).await?;
     if deps.store.release_held(&schedule.owner, &schedule.schedule_id, &fire).await? {
         count(&schedule, &fire);
+    }
+    Ok(())
+}
+
+/// Writes the twin of `paused` (disabled) over the one there is. The firing function only
+/// updates twins: a missing one (its write after a change failed) is the repair sweep's to
+/// make, from the record, paused as it now is.
+async fn disable_twin(paused: &ScheduleRecord, deps: &FireDeps) -> Result<(), FireError> {
+    if !deps.twins.update_twin(&Twin::of(paused)).await? {
+        tracing::warn!(
+            schedule_id = paused.schedule_id.as_str(),
+            "the paused schedule has no twin to disable; the repair sweep makes it, paused"
+        );
     }
     Ok(())
 }
@@ -407,7 +420,7 @@ async fn pause_after_failure(
         paused.version = read + 1;
         match deps.store.replace_schedule(&paused, read).await? {
             ScheduleWrite::Written => {
-                deps.twins.put_twin(&Twin::of(&paused)).await?;
+                disable_twin(&paused, deps).await?;
                 tracing::warn!(
                     schedule_id = paused.schedule_id.as_str(),
                     job_id = job_id.as_str(),

@@ -22,7 +22,7 @@ use longhaul_aws::jobs::{
     FireRecord, FireWrite, IdempotencyRecord, JobRecord, ListFilter, SchedulePage, ScheduleRecord,
     ScheduleWrite, ScheduledBy, StoreError,
 };
-use longhaul_aws::ports::{JobCreation, JobListing, JobReads, RateLimits, Warm};
+use longhaul_aws::ports::{JobCreation, JobListing, JobReads, RateLimits, ScheduleTwins, Warm};
 use longhaul_aws::scheduler::{FiringKind, SCHEDULED_TIME, ScheduleFiring, Twin};
 use longhaul_domain::admission::Priority;
 use longhaul_domain::fingerprint::submission_fingerprint;
@@ -1915,6 +1915,20 @@ async fn a_pause_on_failure_retried_after_its_twin_write_failed_disables_the_twi
     w.twins.set_unavailable(false);
     w.end(&id, &job, JobStatus::Failed).await.unwrap(); // SQS's redelivery
     assert!(!w.twin(&id).unwrap().enabled, "the twin of a paused schedule still fires");
+}
+
+#[tokio::test]
+async fn a_pause_on_failure_of_a_schedule_whose_twin_is_missing_creates_none() {
+    // The firing function only updates twins: a missing one is the repair sweep's to make.
+    let w = world();
+    let id = w.created(&daily_with(json!({"pause_on_failure": true}))).await;
+    w.tick(&id, "2099-03-02T09:00:00Z").await.unwrap();
+    let job = w.jobs_of(&id).await[0].job_id.clone();
+    let name = Twin::of(&w.record(&id).await.unwrap()).name;
+    assert!(w.twins.delete_twin(&name).await.unwrap());
+    w.end(&id, &job, JobStatus::Failed).await.expect("no error: nothing to retry");
+    assert_eq!(w.record(&id).await.unwrap().state, ScheduleState::Paused, "the record is paused");
+    assert!(w.twin(&id).is_none(), "no twin made by the firing function");
 }
 
 #[tokio::test]

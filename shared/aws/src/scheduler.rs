@@ -222,7 +222,7 @@ impl Scheduler {
     }
 
     /// Updates the twin's schedule; `false` if there is none.
-    async fn update(&self, twin: &Twin) -> Result<bool, AwsError> {
+    pub async fn update(&self, twin: &Twin) -> Result<bool, AwsError> {
         let updated = with_twin!(self.client.update_schedule(), self, twin).send().await;
         match updated {
             Ok(_) => Ok(true),

@@ -279,6 +279,17 @@ impl ScheduleTwins for MemoryScheduleTwins {
         self.twins.lock().expect("twins lock").insert(twin.name.clone(), twin.clone());
         Ok(())
     }
+    async fn update_twin(&self, twin: &Twin) -> Result<bool, AwsError> {
+        self.outage.check("write schedule twin")?;
+        let mut twins = self.twins.lock().expect("twins lock");
+        match twins.get_mut(&twin.name) {
+            Some(stored) => {
+                *stored = twin.clone();
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
     async fn delete_twin(&self, name: &str) -> Result<bool, AwsError> {
         self.outage.check("delete schedule twin")?;
         Ok(self.twins.lock().expect("twins lock").remove(name).is_some())

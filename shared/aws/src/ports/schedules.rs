@@ -149,6 +149,9 @@ impl ScheduleSweep for JobStore {
 pub trait ScheduleTwins: Warm {
     /// Writes `twin` whole (creating it if there is none).
     async fn put_twin(&self, twin: &Twin) -> Result<(), AwsError>;
+    /// Writes `twin` whole over the twin of its name; `false` (and nothing written) if there
+    /// is none.
+    async fn update_twin(&self, twin: &Twin) -> Result<bool, AwsError>;
     /// Deletes the twin named `name`; whether there was one.
     async fn delete_twin(&self, name: &str) -> Result<bool, AwsError>;
     /// The twin named `name`, if there is one.
@@ -169,6 +172,9 @@ impl Warm for Scheduler {}
 impl ScheduleTwins for Scheduler {
     async fn put_twin(&self, twin: &Twin) -> Result<(), AwsError> {
         Scheduler::put(self, twin).await
+    }
+    async fn update_twin(&self, twin: &Twin) -> Result<bool, AwsError> {
+        Scheduler::update(self, twin).await
     }
     async fn delete_twin(&self, name: &str) -> Result<bool, AwsError> {
         Scheduler::delete(self, name).await

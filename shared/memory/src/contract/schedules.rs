@@ -235,6 +235,17 @@ pub async fn schedule_twins(twins: &impl ScheduleTwins) {
     let name = ScheduleId::new().to_string();
     assert_eq!(twins.twin(&name).await.expect("read"), None, "no twin before it is written");
     let owner = fresh_owner("twins");
+    let missing = Twin {
+        name: name.clone(),
+        expression: "rate(5 minutes)".into(),
+        timezone: "UTC".into(),
+        start_at: None,
+        end_at: None,
+        enabled: false,
+        input: Twin::input_for(&owner, &name),
+    };
+    assert!(!twins.update_twin(&missing).await.expect("update none"), "no twin to update");
+    assert_eq!(twins.twin(&name).await.expect("read"), None, "an update creates none");
     let twin = Twin {
         name: name.clone(),
         expression: "cron(30 2 * * ? *)".into(),
@@ -277,6 +288,9 @@ pub async fn schedule_twins(twins: &impl ScheduleTwins) {
         Some(paused.clone()),
         "a write replaces it whole"
     );
+    assert!(twins.update_twin(&twin).await.expect("update"), "an update of one there is");
+    assert_eq!(twins.twin(&name).await.expect("read"), Some(twin.clone()), "replaced whole");
+    twins.put_twin(&paused).await.expect("update");
     let started = Twin {
         start_at: Some(Timestamp::from(chrono::Utc::now() - chrono::Duration::hours(1))),
         ..paused.clone()
