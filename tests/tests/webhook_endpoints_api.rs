@@ -154,7 +154,10 @@ async fn failed_deliveries_are_listed_resent_and_recovered_and_a_disabled_endpoi
     stack();
     let who = principal("endpoint-deliveries");
     let api = Api::new(&who);
-    let body = json!({"url": URL, "events": ["job.failed", "job.succeeded", "job.progress"]});
+    let body = json!({
+        "url": URL,
+        "events": ["job.failed", "job.succeeded", "job.cancelled", "job.progress"]
+    });
     let view = create(&api, &body).await;
     let id: EndpointId = view["endpoint_id"].as_str().unwrap().parse().unwrap();
     let path = format!("/webhooks/endpoints/{id}");
