@@ -467,10 +467,7 @@ async fn take_slot(
 
 /// Admits, in each of `pools`, whoever waits for a slot it has free (nothing is given back).
 async fn pass_on(deps: &Deps, pools: &[(Pool, u32)]) -> Result<(), DispatchError> {
-    for (pool, limit) in pools {
-        deps.slots.release(pool, *limit, &[]).await?;
-    }
-    Ok(())
+    release(deps, &[], pools.iter()).await
 }
 
 /// Gives `job_id`'s slots of `pools` back, admitting whoever waits for them.
@@ -479,8 +476,18 @@ async fn give_back(
     job_id: &JobId,
     pools: &[&(Pool, u32)],
 ) -> Result<(), DispatchError> {
+    release(deps, std::slice::from_ref(job_id), pools.iter().copied()).await
+}
+
+/// Gives `job_ids`' slots of each of `pools` back (none: gives nothing back) and admits whoever
+/// waits for the slots each has free.
+async fn release<'a>(
+    deps: &Deps,
+    job_ids: &[JobId],
+    pools: impl Iterator<Item = &'a (Pool, u32)>,
+) -> Result<(), DispatchError> {
     for (pool, limit) in pools {
-        deps.slots.release(pool, *limit, std::slice::from_ref(job_id)).await?;
+        deps.slots.release(pool, *limit, job_ids).await?;
     }
     Ok(())
 }

@@ -136,24 +136,15 @@ fn message(delivery: &EndpointDelivery, owner: &Owner) -> Option<WebhookMessage>
     })
 }
 
-fn not_replayable() -> Problem {
-    Problem::new(
-        StatusCode::CONFLICT,
-        "not-replayable",
-        "This event is not sent again",
-        "Progress events are not resent: the next one, or GET /jobs/{id}, says more.",
-    )
+/// `409 not-replayable`, saying why (`detail`).
+fn not_replayable(detail: impl Into<String>) -> Problem {
+    Problem::new(StatusCode::CONFLICT, "not-replayable", "This event is not sent again", detail)
 }
 
 fn not_subscribed(event: EndpointEvent) -> Problem {
-    Problem::new(
-        StatusCode::CONFLICT,
-        "not-replayable",
-        "This event is not sent again",
-        format!(
-            "The endpoint no longer subscribes to {event}: add it to the endpoint's events to resend it."
-        ),
-    )
+    not_replayable(format!(
+        "The endpoint no longer subscribes to {event}: add it to the endpoint's events to resend it."
+    ))
 }
 
 fn already_pending(delivery: &EndpointDelivery) -> Problem {
@@ -212,7 +203,11 @@ pub(crate) async fn resend(
         .await
         .map_err(internal("reading a delivery"))?
         .ok_or_else(Problem::not_found)?;
-    let message = message(&delivery, owner).ok_or_else(not_replayable)?;
+    let message = message(&delivery, owner).ok_or_else(|| {
+        not_replayable(
+            "Progress events are not resent: the next one, or GET /jobs/{id}, says more.",
+        )
+    })?;
     if !endpoint.enabled() {
         return Err(endpoint_disabled(&endpoint));
     }
