@@ -44,6 +44,19 @@ async fn executions_of(aws: &Aws, job_id: &JobId) -> Vec<String> {
     aws.executions_named(job_id.as_str()).await
 }
 
+/// Crashes the stage invocation running `job_id` (the local stack kills it mid-run).
+async fn crash_stage(job_id: &JobId) {
+    let crash = reqwest::Client::new()
+        .post(format!(
+            "{}/_local/functions/StageFunction/crash?job_id={job_id}",
+            stack().stack.api_url
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(crash.status(), 200);
+}
+
 #[tokio::test]
 async fn long_jobs_continue_across_invocations_and_executions() {
     stack();
@@ -86,15 +99,7 @@ async fn a_crash_mid_run_resumes_from_the_last_checkpoint() {
         j["progress"]["items_done"].as_u64().unwrap_or(0) >= 30
     })
     .await;
-    let crash = reqwest::Client::new()
-        .post(format!(
-            "{}/_local/functions/StageFunction/crash?job_id={job_id}",
-            stack().stack.api_url
-        ))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(crash.status(), 200);
+    crash_stage(&job_id).await;
     let aws = Aws::new().await;
     let progress = aws.progress_record(&job_id).await;
     let key = progress.checkpoint_key.clone().expect("a checkpoint before the crash");
@@ -120,6 +125,33 @@ async fn a_crash_mid_run_resumes_from_the_last_checkpoint() {
     assert_eq!(
         serde_json::from_slice::<DemoResult>(&api.result(&job_id).await).unwrap(),
         DemoResult::expected(120)
+    );
+}
+
+/// A fanned-out stage on the deployed engine: its shards run across invocations, a crash
+/// resumes the running shard, the progress sums the shards' items and never goes back, and
+/// the result is the digest of the shards' digests in shard order.
+#[tokio::test]
+async fn a_fanned_out_stage_runs_its_shards_across_invocations_and_a_crash() {
+    stack();
+    let api = Api::new(&principal("shards"));
+    let params = json!({"items": 160, "item_ms": 25, "shards": 4});
+    let job_id = api.submit(&json!({"type": "demo", "params": params})).await;
+    let last_done = std::cell::Cell::new(0);
+    let job = wait_for(&api, &job_id, "60 items", |job| {
+        let done = job["progress"]["items_done"].as_u64().unwrap_or(0);
+        assert!(done >= last_done.get(), "progress went back: {last_done:?}→{done}");
+        last_done.set(done);
+        done >= 60
+    })
+    .await;
+    assert_eq!(job["progress"]["items_total"], 160, "the shards' items summed: {job}");
+    crash_stage(&job_id).await;
+    let job = api.wait_terminal(&job_id, TIMEOUT).await;
+    assert_eq!(job["status"], "succeeded", "{job}");
+    assert_eq!(
+        serde_json::from_slice::<DemoResult>(&api.result(&job_id).await).unwrap(),
+        DemoResult::expected_sharded(160, 4)
     );
 }
 

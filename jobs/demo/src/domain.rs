@@ -25,6 +25,8 @@ pub const MAX_ITEM_MS: u64 = 60_000;
 pub const MAX_STALL_MS: u64 = 3_600_000;
 /// Most injected failures.
 pub const MAX_FAIL_TIMES: u32 = 30;
+/// The shards a sharded demo job may have.
+pub const SHARDS: std::ops::RangeInclusive<u64> = 2..=1_000;
 
 /// Parameters of a `demo` job.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -64,6 +66,21 @@ pub struct DemoParams {
     /// up, the compensation ending `failed` (needs `compensate`).
     #[serde(default)]
     pub compensate_fails: bool,
+    /// Fan `process` out into this many shards (2 ..= 1,000): shard `i` runs the chain over
+    /// items `[i·items/shards, (i+1)·items/shards)`, from the initial digest, with its own
+    /// checkpoint; the result's digest is the SHA-256 of the shards' digests (hex, in shard
+    /// order). Absent: one worker runs every item.
+    #[serde(default)]
+    pub shards: Option<u64>,
+}
+
+/// The items one shard of a sharded demo job runs: `[start, end)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ItemRange {
+    /// The first item.
+    pub start: u64,
+    /// One past the last item.
+    pub end: u64,
 }
 
 /// A demo job's wait for a signal.
@@ -89,6 +106,23 @@ pub enum FailKind {
 }
 
 impl DemoParams {
+    /// A plain run over `items` items: no pauses, failures, stalls, waits or shards.
+    pub fn new(items: u64) -> Self {
+        DemoParams {
+            items,
+            item_ms: 0,
+            fail_at: None,
+            fail_kind: None,
+            fail_times: None,
+            stall_at: None,
+            stall_ms: None,
+            wait_for: None,
+            compensate: false,
+            compensate_fails: false,
+            shards: None,
+        }
+    }
+
     /// Checks the ranges serde cannot express.
     pub fn validate(&self) -> Result<(), SpecError> {
         let invalid = |msg: String| Err(SpecError::InvalidParams(msg));
@@ -124,6 +158,20 @@ impl DemoParams {
         {
             return invalid(format!("fail_times must be between 1 and {MAX_FAIL_TIMES}"));
         }
+        if let Some(shards) = self.shards {
+            if !SHARDS.contains(&shards) {
+                return invalid(format!(
+                    "shards must be between {} and {}",
+                    SHARDS.start(),
+                    SHARDS.end()
+                ));
+            }
+            if self.wait_for.is_some() {
+                return invalid(
+                    "wait_for cannot be combined with shards (a shard never waits)".into(),
+                );
+            }
+        }
         if let Some(wait) = &self.wait_for {
             if !longhaul_worker::is_signal_name(&wait.signal) {
                 return invalid(
@@ -139,6 +187,13 @@ impl DemoParams {
             }
         }
         Ok(())
+    }
+
+    /// The items shard `index` of a sharded job runs (see [`DemoParams::shards`]).
+    pub fn shard_range(&self, index: u64) -> ItemRange {
+        let shards = u128::from(self.shards.unwrap_or(1).max(1));
+        let at = |i: u64| (u128::from(i) * u128::from(self.items) / shards) as u64;
+        ItemRange { start: at(index), end: at(index + 1) }
     }
 
     /// The failure to inject before processing `item`, given how many were injected already.
@@ -172,6 +227,11 @@ impl Default for DemoState {
 }
 
 impl DemoState {
+    /// A chain from the initial digest whose next item is `item` (a shard's start).
+    pub fn starting_at(item: u64) -> Self {
+        DemoState { next_item: item, ..DemoState::default() }
+    }
+
     /// Processes the next item.
     pub fn process_next(&mut self) {
         let mut hasher = Sha256::new();
@@ -187,7 +247,10 @@ impl DemoState {
 pub struct DemoResult {
     /// Items processed.
     pub items: u64,
-    /// Final hash chain digest.
+    /// The shards `process` fanned out into (absent: it did not).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shards: Option<u64>,
+    /// Final hash chain digest (of a sharded job: the digest of its shards' digests).
     pub digest: String,
     /// The signals the job received, by name (their payloads).
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
@@ -201,8 +264,39 @@ impl DemoResult {
         for _ in 0..items {
             state.process_next();
         }
-        DemoResult { items, digest: state.digest, signals: Default::default() }
+        DemoResult { items, shards: None, digest: state.digest, signals: Default::default() }
     }
+
+    /// What a correct run over `items` items fanned out into `shards` produces, computed
+    /// directly.
+    pub fn expected_sharded(items: u64, shards: u64) -> DemoResult {
+        let params = DemoParams { shards: Some(shards), ..DemoParams::new(items) };
+        let digests: Vec<String> = (0..shards)
+            .map(|i| {
+                let range = params.shard_range(i);
+                let mut state = DemoState::starting_at(range.start);
+                while state.next_item < range.end {
+                    state.process_next();
+                }
+                state.digest
+            })
+            .collect();
+        DemoResult {
+            items,
+            shards: Some(shards),
+            digest: merged_digest(&digests),
+            signals: Default::default(),
+        }
+    }
+}
+
+/// A sharded job's digest: the SHA-256 of its shards' digests (hex strings), in shard order.
+pub fn merged_digest(shard_digests: &[String]) -> String {
+    let mut hasher = Sha256::new();
+    for digest in shard_digests {
+        hasher.update(digest.as_bytes());
+    }
+    hex::encode(hasher.finalize())
 }
 
 #[cfg(test)]

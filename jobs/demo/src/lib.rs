@@ -7,10 +7,11 @@ pub mod domain;
 use std::time::Duration;
 
 use longhaul_worker::{
-    Checkpoint, JobKind, KindError, Policy, PublicMessage, StageContext, StageOutcome, Undo, Waited,
+    Checkpoint, JobKind, KindError, Policy, PublicMessage, Shard, ShardOutcome, ShardOutput,
+    StageContext, StageOutcome, Undo, Waited,
 };
 
-pub use domain::{DemoParams, DemoResult, DemoState, FailKind};
+pub use domain::{DemoParams, DemoResult, DemoState, FailKind, ItemRange};
 
 /// The `demo` kind.
 #[derive(Debug, Clone, Copy, Default)]
@@ -44,6 +45,45 @@ impl JobKind for Demo {
         process(ctx, params).await
     }
 
+    fn fans_out(&self, _stage: &str, params: &DemoParams) -> bool {
+        params.shards.is_some()
+    }
+
+    async fn split(
+        &self,
+        _ctx: &mut dyn StageContext,
+        params: &DemoParams,
+    ) -> Result<Vec<Shard>, KindError> {
+        let ranges = (0..params.shards.unwrap_or(1)).map(|i| params.shard_range(i));
+        ranges.map(|range| Shard::new(&range, range.end - range.start)).collect()
+    }
+
+    async fn run_shard(
+        &self,
+        ctx: &mut dyn StageContext,
+        params: &DemoParams,
+        shard: &Shard,
+    ) -> Result<ShardOutcome, KindError> {
+        process_shard(ctx, params, shard).await
+    }
+
+    async fn merge(
+        &self,
+        ctx: &mut dyn StageContext,
+        params: &DemoParams,
+        outputs: &[ShardOutput],
+    ) -> Result<StageOutcome, KindError> {
+        let digests: Vec<String> =
+            outputs.iter().map(ShardOutput::get).collect::<Result<_, _>>()?;
+        let result = DemoResult {
+            items: params.items,
+            shards: Some(digests.len() as u64),
+            digest: domain::merged_digest(&digests),
+            signals: Default::default(),
+        };
+        write_result(ctx, &result).await
+    }
+
     fn undo_stages(&self, params: &DemoParams) -> Vec<&'static str> {
         if params.compensate { vec!["process"] } else { Vec::new() }
     }
@@ -61,22 +101,65 @@ impl JobKind for Demo {
     }
 }
 
-/// Runs the `process` stage until done, the deadline, or a failure.
+/// Runs the `process` stage (unsharded) until done, the deadline, or a failure.
 async fn process(
     ctx: &mut dyn StageContext,
     params: &DemoParams,
 ) -> Result<StageOutcome, KindError> {
-    let total = Some(params.items);
     let mut state: DemoState = ctx.resume().await?.unwrap_or_default();
-    ctx.progress(state.next_item, total).await?;
-    while state.next_item < params.items {
+    if chain(ctx, params, &mut state, 0..params.items).await? == Chained::Paused {
+        return Ok(StageOutcome::Paused);
+    }
+    let result = DemoResult {
+        items: state.next_item,
+        shards: None,
+        digest: state.digest.clone(),
+        signals: state.signals.clone(),
+    };
+    write_result(ctx, &result).await
+}
+
+/// Runs one shard of a sharded `process` stage: the chain over its own items.
+async fn process_shard(
+    ctx: &mut dyn StageContext,
+    params: &DemoParams,
+    shard: &Shard,
+) -> Result<ShardOutcome, KindError> {
+    let range: ItemRange = shard.descriptor()?;
+    let mut state: DemoState =
+        ctx.resume().await?.unwrap_or_else(|| DemoState::starting_at(range.start));
+    match chain(ctx, params, &mut state, range.start..range.end).await? {
+        Chained::Paused => Ok(ShardOutcome::Paused),
+        Chained::Done => Ok(ShardOutcome::Done(ShardOutput::new(&state.digest)?)),
+    }
+}
+
+/// Whether [`chain`] got to the end of its items.
+#[derive(Debug, PartialEq, Eq)]
+enum Chained {
+    Done,
+    Paused,
+}
+
+/// Extends `state`'s chain over the items of `range` from `state.next_item`: progress counts
+/// within the range. Paused: the deadline came and the state is checkpointed.
+async fn chain(
+    ctx: &mut dyn StageContext,
+    params: &DemoParams,
+    state: &mut DemoState,
+    range: std::ops::Range<u64>,
+) -> Result<Chained, KindError> {
+    let total = Some(range.end - range.start);
+    let done = |state: &DemoState| state.next_item - range.start;
+    ctx.progress(done(state), total).await?;
+    while state.next_item < range.end {
         if ctx.deadline_near() {
-            ctx.checkpoint(&state, state.next_item, total).await?;
-            return Ok(StageOutcome::Paused);
+            ctx.checkpoint(state, done(state), total).await?;
+            return Ok(Chained::Paused);
         }
         if let Some(kind) = params.injected_failure(state.next_item, ctx.attempt_failures()) {
             // Keep the work done so far, count the failure (fenced), then fail as asked.
-            ctx.checkpoint(&state, state.next_item, total).await?;
+            ctx.checkpoint(state, done(state), total).await?;
             ctx.count_failure().await?;
             let message = PublicMessage::domain(
                 format!("injected {kind:?} failure at item {}", state.next_item).to_lowercase(),
@@ -90,7 +173,7 @@ async fn process(
             && !state.signals.contains_key(&wait.signal)
         {
             // Where the resume starts (the wait parks the job until the signal comes).
-            ctx.checkpoint(&state, state.next_item, total).await?;
+            ctx.checkpoint(state, done(state), total).await?;
             let timeout = Duration::from_secs(wait.timeout_seconds);
             match ctx.wait_for(&wait.signal, timeout).await? {
                 Waited::Signal(payload) => {
@@ -107,27 +190,31 @@ async fn process(
         if params.stall_at == Some(state.next_item) {
             tracing::info!(item = state.next_item, "stalling as asked");
             let stall = Duration::from_millis(params.stall_ms.unwrap_or(0));
-            ctx.pause(stall, state.next_item, total).await?;
+            ctx.pause(stall, done(state), total).await?;
         }
         state.process_next();
         if params.item_ms > 0 {
-            ctx.pause(Duration::from_millis(params.item_ms), state.next_item, total).await?;
+            ctx.pause(Duration::from_millis(params.item_ms), done(state), total).await?;
         }
-        // No checkpoint after the last item, whatever the cadence: the result, written next,
-        // is what keeps the work (a crash before it redoes the items since the last checkpoint).
-        let last = state.next_item == params.items;
-        if !last && ctx.checkpoint_due(state.next_item) {
-            ctx.checkpoint(&state, state.next_item, total).await?;
+        // No checkpoint after the last item, whatever the cadence: the result (or the shard's
+        // output), written next, is what keeps the work (a crash before it redoes the items
+        // since the last checkpoint).
+        let last = state.next_item == range.end;
+        if !last && ctx.checkpoint_due(done(state)) {
+            ctx.checkpoint(state, done(state), total).await?;
         } else {
-            ctx.progress(state.next_item, total).await?;
+            ctx.progress(done(state), total).await?;
         }
     }
-    let result = DemoResult {
-        items: state.next_item,
-        digest: state.digest.clone(),
-        signals: state.signals.clone(),
-    };
-    let body = serde_json::to_vec(&result).map_err(|e| {
+    Ok(Chained::Done)
+}
+
+/// Stores `result` as the job's result.
+async fn write_result(
+    ctx: &mut dyn StageContext,
+    result: &DemoResult,
+) -> Result<StageOutcome, KindError> {
+    let body = serde_json::to_vec(result).map_err(|e| {
         KindError::fatal(PublicMessage::fixed("the job's result could not be encoded")).because(e)
     })?;
     // Nothing is checkpointed after the result: once it is stored, a retry that finds the job
@@ -277,8 +364,90 @@ mod tests {
         assert!(result.is_ok() && trace.undos.is_empty(), "a job that succeeds undoes nothing");
     }
 
+    fn sharded(items: u64, shards: u64) -> Vec<u8> {
+        serde_json::to_vec(&DemoResult::expected_sharded(items, shards)).unwrap()
+    }
+
+    #[test]
+    fn a_sharded_run_digests_its_shards_digests_in_shard_order() {
+        let params = json!({"items": 10, "shards": 3});
+        let (finished, trace) = Host::new().run_traced(&Demo, &params);
+        let body = finished.unwrap().body;
+        assert_eq!(body, sharded(10, 3));
+        let result: DemoResult = serde_json::from_slice(&body).unwrap();
+        assert_eq!((result.items, result.shards), (10, Some(3)));
+        // Shard i covers [i·10/3, (i+1)·10/3): 0..3, 3..6, 6..10, each from the initial digest.
+        let shard = |start: u64, end: u64| {
+            let mut state = DemoState::starting_at(start);
+            (start..end).for_each(|_| state.process_next());
+            state.digest
+        };
+        let digests = [shard(0, 3), shard(3, 6), shard(6, 10)];
+        assert_eq!(result.digest, domain::merged_digest(&digests));
+        assert_ne!(result.digest, DemoResult::expected(10).digest);
+        assert_eq!(trace.checkpoints, 0, "nothing was due: {trace:?}");
+        // More shards than items: the empty shards digest nothing.
+        assert_eq!(
+            Host::new().run(&Demo, &json!({"items": 2, "shards": 5})).unwrap().body,
+            sharded(2, 5)
+        );
+    }
+
+    #[test]
+    fn a_transient_failure_fails_only_its_shard_and_the_done_shards_are_kept() {
+        // Item 7 is in shard 2 of 3 (6..10); the scrambled order runs shard 1 first, and the
+        // retry must not run it again.
+        let params = json!({"items": 10, "shards": 3, "fail_at": 7, "fail_times": 2});
+        let host = Host::new().checkpoint_items(1);
+        let (finished, trace) = host.run_traced(&Demo, &params);
+        assert_eq!(finished.unwrap().body, sharded(10, 3));
+        assert_eq!(trace.retries, 2, "{trace:?}");
+        let fatal = json!({"items": 10, "shards": 3, "fail_at": 7, "fail_kind": "fatal"});
+        let err = Host::new().run(&Demo, &fatal).unwrap_err();
+        assert_eq!(err.public.as_str(), "injected fatal failure at item 7");
+    }
+
+    #[test]
+    fn a_cancelled_sharded_run_stops_with_a_final_checkpoint() {
+        let params = json!({"items": 60, "shards": 4});
+        let (result, trace) = Host::new().cancel_after_writes(5).run_traced(&Demo, &params);
+        assert!(result.unwrap_err().is_cancelled());
+        assert!(trace.final_checkpoint, "{trace:?}");
+    }
+
+    #[test]
+    fn bad_shard_counts_are_refused() {
+        for bad in [
+            json!({"items": 10, "shards": 1}),
+            json!({"items": 10, "shards": 1001}),
+            json!({"items": 10, "shards": 2,
+                   "wait_for": {"signal": "go", "at_item": 3, "timeout_seconds": 60}}),
+        ] {
+            let err = Host::new().run(&Demo, &bad).unwrap_err();
+            assert!(err.public.as_str().starts_with("invalid params: "), "{bad}: {err}");
+        }
+        let most: DemoParams =
+            serde_json::from_value(json!({"items": 10, "shards": 1000})).unwrap();
+        assert_eq!(most.validate(), Ok(()));
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(24))]
+
+        /// Crashed after any checkpoint (in any shard) and resumed, in the same attempt or a
+        /// new one, a sharded run gives the same digest; shards done are not run again.
+        #[test]
+        fn a_sharded_run_resumed_after_any_checkpoint_gives_the_same_result(
+            items in 1u64..40,
+            shards in 2u64..7,
+            every in 1u64..6,
+            deadline in 2u32..8,
+        ) {
+            let host = Host::new().checkpoint_items(every).deadline_every(deadline);
+            let params = json!({"items": items, "shards": shards});
+            prop_assert_eq!(host.run(&Demo, &params).unwrap().body, sharded(items, shards));
+            assert_resumable(&Demo, &host, &params);
+        }
 
         /// Crashed right after any of its checkpoints and resumed, a run gives the same digest.
         #[test]

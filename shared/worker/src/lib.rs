@@ -9,6 +9,10 @@
 //! cancellation. A kind never sees table keys, leases, the bucket layout or the state
 //! machine; nothing here names AWS or Lambda.
 //!
+//! A stage may fan out ([`JobKind::fans_out`]): it splits into [`Shard`]s, each run on its own
+//! with its own checkpoint and progress, whose outputs a merge turns into the stage's outcome
+//! (see [`fan_out`]).
+//!
 //! Kinds are collected in a [`Registry`] (`Registry::builder().kind(A).kind(B).build()`),
 //! which refuses duplicate names at start-up; the functions look kinds up by name.
 //!
@@ -76,6 +80,7 @@
 //! ```
 
 pub mod context;
+pub mod fan_out;
 pub mod message;
 pub mod policy;
 pub mod registry;
@@ -87,6 +92,7 @@ pub use context::{
     MIN_PART_SIZE, ResultRef, ResultUpload, StageContext, StageOutcome, StagedFile, UploadedPart,
     Waited, is_result_name, is_signal_name,
 };
+pub use fan_out::{MAX_SHARD_BYTES, MAX_SHARDS, Shard, ShardOrder, ShardOutcome, ShardOutput};
 pub use message::{ErrorClass, KindError, PublicMessage};
 pub use policy::{Cadence, Policy, SHARED_WORKER};
 pub use registry::{

@@ -10,6 +10,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use crate::context::{StageContext, StageOutcome};
+use crate::fan_out::{Shard, ShardOrder, ShardOutcome, ShardOutput};
 use crate::message::{KindError, PublicMessage};
 use crate::policy::Policy;
 
@@ -58,6 +59,57 @@ pub trait JobKind: Send + Sync + 'static {
         params: &'a Self::Params,
     ) -> impl Future<Output = Result<StageOutcome, KindError>> + Send + 'a;
 
+    /// Whether `stage` fans out for `params` (default: no stage does): the stage then splits
+    /// its work into shards ([`JobKind::split`]), runs each on its own
+    /// ([`JobKind::run_shard`]: its own checkpoint and progress, in an order the framework
+    /// picks) and merges their outputs ([`JobKind::merge`]) instead of running as one worker
+    /// ([`JobKind::run_stage`]). Asked on every invocation of the stage: answer from `params`
+    /// alone.
+    fn fans_out(&self, _stage: &str, _params: &Self::Params) -> bool {
+        false
+    }
+
+    /// The shards a stage that fans out splits into: each a small descriptor of its part of
+    /// the work (see [`Shard`]), 1 to [`crate::MAX_SHARDS`] of them. Asked once, when the
+    /// stage starts (again only if the stage is restarted before its first checkpoint), so it
+    /// may read the previous stage's output ([`StageContext::carried_raw`]) and the inputs'
+    /// sizes; put what the shards need in their descriptors.
+    fn split<'a>(
+        &'a self,
+        _ctx: &'a mut dyn StageContext,
+        _params: &'a Self::Params,
+    ) -> impl Future<Output = Result<Vec<Shard>, KindError>> + Send + 'a {
+        async { Err(KindError::fatal(PublicMessage::fixed(NO_FAN_OUT))) }
+    }
+
+    /// Runs one shard of a stage that fans out ([`JobKind::split`]), until it is done (its output, for
+    /// the merge), the deadline nears (checkpoint and return [`ShardOutcome::Paused`]), or it
+    /// fails. `ctx` is the shard's own: its checkpoint is the shard's, and the progress it
+    /// reports counts to [`Shard::items`]. A shard cannot write the job's result or wait for
+    /// a signal. Shards run in any order; one must not depend on another.
+    fn run_shard<'a>(
+        &'a self,
+        _ctx: &'a mut dyn StageContext,
+        _params: &'a Self::Params,
+        _shard: &'a Shard,
+    ) -> impl Future<Output = Result<ShardOutcome, KindError>> + Send + 'a {
+        async { Err(KindError::fatal(PublicMessage::fixed(NO_FAN_OUT))) }
+    }
+
+    /// Merges the outputs of every shard of a stage that fans out, in shard order, into the
+    /// stage's outcome: [`StageOutcome::Finished`] with the job's result, or
+    /// [`StageOutcome::StageDone`] with the next stage's input saved as the stage's checkpoint.
+    /// Runs within one invocation (it is run again, from the same outputs, if it fails
+    /// retryably or returns [`StageOutcome::Paused`]).
+    fn merge<'a>(
+        &'a self,
+        _ctx: &'a mut dyn StageContext,
+        _params: &'a Self::Params,
+        _outputs: &'a [ShardOutput],
+    ) -> impl Future<Output = Result<StageOutcome, KindError>> + Send + 'a {
+        async { Err(KindError::fatal(PublicMessage::fixed(NO_FAN_OUT))) }
+    }
+
     /// The stages that have an undo ([`JobKind::undo`]) for `params` (none, the default).
     /// Asked once, at submit, and stored on the job: a job that ends `failed` or `cancelled`
     /// after one of them started runs their undos, latest stage first, before it ends.
@@ -80,6 +132,9 @@ pub trait JobKind: Send + Sync + 'static {
         async { Ok(()) }
     }
 }
+
+/// What a kind that splits a stage without running its shards fails with.
+const NO_FAN_OUT: &str = "the job kind fans a stage out but cannot split, run or merge it";
 
 /// One undo to run ([`JobKind::undo`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -113,11 +168,21 @@ pub trait DynKind: Send + Sync {
     /// Parses and validates `params`; answers the uploads they name.
     fn check(&self, params: &Value) -> Result<Vec<String>, ParamsError>;
     /// Runs the current stage with `params` (parsed again: a job's params were checked at
-    /// submit, so a failure here is fatal).
+    /// submit, so a failure here is fatal); a stage that fans out runs its shards in index
+    /// order ([`crate::fan_out::run_stage`]).
     fn run_stage<'a>(
         &'a self,
         ctx: &'a mut dyn StageContext,
         params: &'a Value,
+    ) -> BoxFuture<'a, Result<StageOutcome, KindError>> {
+        self.run_stage_in(ctx, params, ShardOrder::Index)
+    }
+    /// [`DynKind::run_stage`], running a fanned-out stage's shards in `order`.
+    fn run_stage_in<'a>(
+        &'a self,
+        ctx: &'a mut dyn StageContext,
+        params: &'a Value,
+        order: ShardOrder,
     ) -> BoxFuture<'a, Result<StageOutcome, KindError>>;
     /// See [`JobKind::undo_stages`] (params that do not parse: none).
     fn undo_stages(&self, params: &Value) -> Vec<&'static str>;
@@ -166,15 +231,16 @@ impl<K: JobKind> DynKind for Erased<K> {
         Ok(self.0.inputs(&parsed))
     }
 
-    fn run_stage<'a>(
+    fn run_stage_in<'a>(
         &'a self,
         ctx: &'a mut dyn StageContext,
         params: &'a Value,
+        order: ShardOrder,
     ) -> BoxFuture<'a, Result<StageOutcome, KindError>> {
         async move {
             let params =
                 self.parse(params).map_err(|e| KindError::fatal(PublicMessage::domain(e)))?;
-            self.0.run_stage(ctx, &params).await
+            crate::fan_out::run_stage(&self.0, ctx, &params, order).await
         }
         .boxed()
     }

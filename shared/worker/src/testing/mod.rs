@@ -13,6 +13,9 @@
 //!   the stage function, that write asks the stage to stop (`deadline_near`), its next
 //!   checkpoint is the final one ([`Trace::final_checkpoint`]), and progress reported after
 //!   that fails as cancelled.
+//! * a stage that fans out ([`JobKind::fans_out`]) runs its shards in a scrambled order
+//!   ([`crate::ShardOrder::Scrambled`]), so a kind whose shards depend on their order shows
+//!   it; crashes land inside shards as anywhere else;
 //! * a job that ends failed or cancelled runs the undos of the stages it started, latest
 //!   first, as the framework does ([`Trace::undos`]);
 //! * multipart result uploads follow S3's rules (part numbers 1 to 10,000, every part but the
@@ -369,7 +372,7 @@ impl Host {
                 crashed: false,
                 new_attempt: false,
             };
-            let outcome = kind.run_stage(&mut ctx, params).await;
+            let outcome = kind.run_stage_in(&mut ctx, params, crate::ShardOrder::Scrambled).await;
             let (crashed, cancelled, new_attempt) = (ctx.crashed, ctx.cancelled, ctx.new_attempt);
             match outcome {
                 _ if crashed => {
@@ -499,5 +502,7 @@ struct MemoryContext<'a> {
     new_attempt: bool,
 }
 
+#[cfg(test)]
+mod fan_out_tests;
 #[cfg(test)]
 mod tests;

@@ -1,0 +1,479 @@
+//! Fanned-out stages ([`JobKind::fans_out`]): a stage that splits its work into shards
+//! ([`JobKind::split`]), runs
+//! each shard on its own ([`JobKind::run_shard`]) and merges the shards' outputs, in shard
+//! order, into the stage's outcome ([`JobKind::merge`]).
+//!
+//! Each shard has its own checkpoint and its own progress: a crash resumes the shard that was
+//! running from its own checkpoint, and the shards already done are not run again. The job's
+//! progress is the sum of its shards' items ([`Shard::items`]).
+//!
+//! Today every host runs a fanned-out stage's shards one after another within the stage's
+//! invocations ([`run_stage`]): the shards, the running shard's checkpoint and the outputs of
+//! the shards done live in the stage's checkpoint, so the stage pauses, resumes, retries and is cancelled as
+//! any stage is. A kind written against this API never sees how its shards are scheduled.
+//!
+//! [`JobKind::fans_out`]: crate::JobKind::fans_out
+//! [`JobKind::split`]: crate::JobKind::split
+//! [`JobKind::run_shard`]: crate::JobKind::run_shard
+//! [`JobKind::merge`]: crate::JobKind::merge
+
+use std::time::Duration;
+
+use futures::future::{BoxFuture, FutureExt};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::context::{
+    ByteStream, ResultRef, ResultUpload, StageContext, StageOutcome, StagedFile, UploadedPart,
+    Waited,
+};
+use crate::message::{KindError, PublicMessage};
+use crate::registry::JobKind;
+
+/// Most shards one stage may split into.
+pub const MAX_SHARDS: usize = 10_000;
+
+/// Largest shard descriptor ([`Shard::new`]) or shard output ([`ShardOutput::new`]),
+/// serialised: a shard is described by a reference to its work (a byte range, a list of
+/// input names, a frame range) and hands the merge a reference to what it made (a staged
+/// file, a few aggregates) — never the data itself.
+pub const MAX_SHARD_BYTES: usize = 1024;
+
+/// One shard of a fanned-out stage: the kind's description of its part of the work, and how
+/// many items its progress counts to.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Shard {
+    descriptor: Value,
+    items: u64,
+}
+
+impl Shard {
+    /// A shard described by `descriptor` (any serde value of at most [`MAX_SHARD_BYTES`]
+    /// serialised: a larger one is a fatal error, a bug of the kind), whose progress counts
+    /// to `items` (the job's progress bar sums its shards').
+    pub fn new(descriptor: &impl Serialize, items: u64) -> Result<Shard, KindError> {
+        Ok(Shard { descriptor: small_value(descriptor, "shard descriptor")?, items })
+    }
+
+    /// The descriptor, as the type it was made from.
+    pub fn descriptor<T: DeserializeOwned>(&self) -> Result<T, KindError> {
+        serde_json::from_value(self.descriptor.clone()).map_err(|e| {
+            KindError::fatal(PublicMessage::fixed("a shard of the job is unreadable")).because(e)
+        })
+    }
+
+    /// How many items the shard's progress counts to.
+    pub fn items(&self) -> u64 {
+        self.items
+    }
+}
+
+/// What a finished shard hands the merge ([`ShardOutcome::Done`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ShardOutput(Value);
+
+impl ShardOutput {
+    /// An output of `value` (at most [`MAX_SHARD_BYTES`] serialised: a larger one is a fatal
+    /// error — stage a file with [`StageContext::stage_file`] and hand over the
+    /// [`StagedFile`]).
+    pub fn new(value: &impl Serialize) -> Result<ShardOutput, KindError> {
+        Ok(ShardOutput(small_value(value, "shard output")?))
+    }
+
+    /// The output, as the type it was made from.
+    pub fn get<T: DeserializeOwned>(&self) -> Result<T, KindError> {
+        serde_json::from_value(self.0.clone()).map_err(|e| {
+            KindError::fatal(PublicMessage::fixed("a shard's output is unreadable")).because(e)
+        })
+    }
+}
+
+fn small_value(value: &impl Serialize, what: &str) -> Result<Value, KindError> {
+    let value = serde_json::to_value(value).map_err(|e| {
+        KindError::fatal(PublicMessage::fixed("a shard of the job does not serialise"))
+            .because(format!("the {what}: {e}"))
+    })?;
+    let size = value.to_string().len();
+    if size > MAX_SHARD_BYTES {
+        return Err(KindError::fatal(PublicMessage::fixed(
+            "a shard of the job is larger than the framework allows",
+        ))
+        .because(format!("a {what} of {size} bytes; at most {MAX_SHARD_BYTES}")));
+    }
+    Ok(value)
+}
+
+/// How a shard's invocation ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ShardOutcome {
+    /// The deadline is near and the shard's state is checkpointed: run the shard again.
+    Paused,
+    /// The shard is done; its output goes to the merge.
+    Done(ShardOutput),
+}
+
+/// The order a host runs a fanned-out stage's shards in. A kind must not depend on it: the
+/// merge always gets the outputs in shard order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ShardOrder {
+    /// Shard 0 first.
+    #[default]
+    Index,
+    /// A fixed permutation that is far from the index order (test hosts use it, to catch a
+    /// kind whose shards depend on each other).
+    Scrambled,
+}
+
+impl ShardOrder {
+    fn permutation(self, shards: usize) -> Vec<usize> {
+        let mut order: Vec<usize> = (0..shards).collect();
+        if self == ShardOrder::Scrambled {
+            // Odd indexes from the last down, then even ones from the first up.
+            order.sort_by_key(|&i| if i % 2 == 1 { (0, shards - i) } else { (1, i) });
+        }
+        order
+    }
+}
+
+/// The reserved checkpoint version of a fanned-out stage's own checkpoint: kinds' versions
+/// are small numbers.
+const FAN_OUT_VERSION: u32 = u32::MAX;
+
+/// Where a fanned-out stage is, kept as the stage's checkpoint.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct FanOutState {
+    /// The shards the stage split into when it started.
+    shards: Vec<Shard>,
+    /// Each shard's output, once it is done (in shard order).
+    outputs: Vec<Option<ShardOutput>>,
+    /// The shard that saved a checkpoint and is not done yet, with that checkpoint.
+    running: Option<RunningShard>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct RunningShard {
+    index: usize,
+    version: u32,
+    state: Value,
+    done: u64,
+}
+
+impl FanOutState {
+    /// Items done: every finished shard's, and the running shard's as of its checkpoint.
+    fn done(&self, shards: &[Shard]) -> u64 {
+        let finished: u64 = self
+            .outputs
+            .iter()
+            .zip(shards)
+            .filter(|(output, _)| output.is_some())
+            .map(|(_, shard)| shard.items)
+            .fold(0, u64::saturating_add);
+        finished.saturating_add(self.running.as_ref().map_or(0, |r| r.done))
+    }
+}
+
+fn unreadable(err: impl std::fmt::Display) -> KindError {
+    KindError::fatal(PublicMessage::fixed("a checkpoint of the job is unreadable")).because(err)
+}
+
+/// Runs stage `ctx.stage()` of `kind`: a stage that fans out ([`JobKind::fans_out`]) is split
+/// when it starts, its shards run in `order`, one after another, each from its own
+/// checkpoint, then merged; any other stage runs as [`JobKind::run_stage`].
+pub async fn run_stage<K: JobKind>(
+    kind: &K,
+    ctx: &mut dyn StageContext,
+    params: &K::Params,
+    order: ShardOrder,
+) -> Result<StageOutcome, KindError> {
+    if !kind.fans_out(ctx.stage(), params) {
+        return kind.run_stage(ctx, params).await;
+    }
+    // A fanned-out stage's own checkpoint is always a `FanOutState`.
+    let saved = match ctx.has_own_checkpoint() {
+        true => ctx.load_checkpoint_raw(FAN_OUT_VERSION).await?,
+        false => None,
+    };
+    let mut state = match saved {
+        Some(saved) => serde_json::from_value::<FanOutState>(saved).map_err(unreadable)?,
+        None => {
+            let shards = kind.split(ctx, params).await?;
+            if shards.is_empty() || shards.len() > MAX_SHARDS {
+                return Err(KindError::fatal(PublicMessage::fixed(
+                    "the job's stage split into more shards than the framework allows",
+                ))
+                .because(format!("{} shards; 1 to {MAX_SHARDS}", shards.len())));
+            }
+            FanOutState { outputs: vec![None; shards.len()], shards, running: None }
+        }
+    };
+    if state.outputs.len() != state.shards.len() {
+        return Err(unreadable(format!(
+            "{} outputs for {} shards",
+            state.outputs.len(),
+            state.shards.len()
+        )));
+    }
+    let shards = state.shards.clone();
+    let total: u64 = shards.iter().map(|s| s.items).fold(0, u64::saturating_add);
+    let mut order = order.permutation(shards.len());
+    // The shard that was running goes on first: its checkpoint is the stage's.
+    if let Some(running) = &state.running {
+        order.retain(|&i| i != running.index);
+        order.insert(0, running.index);
+    }
+    for index in order {
+        if state.outputs.get(index).is_none_or(Option::is_some) {
+            continue;
+        }
+        let finished_items = state.done(&shards) - state.running.as_ref().map_or(0, |r| r.done);
+        let outcome = {
+            let mut shard_ctx =
+                ShardContext { inner: &mut *ctx, state: &mut state, index, finished_items, total };
+            kind.run_shard(&mut shard_ctx, params, &shards[index]).await?
+        };
+        match outcome {
+            ShardOutcome::Paused => return Ok(StageOutcome::Paused),
+            ShardOutcome::Done(output) => {
+                state.outputs[index] = Some(output);
+                state.running = None;
+            }
+        }
+        let left = state.outputs.iter().any(Option::is_none);
+        let done = state.done(&shards);
+        if left && (ctx.deadline_near() || ctx.checkpoint_due(done)) {
+            save(ctx, &state, done, total).await?;
+            if ctx.deadline_near() {
+                return Ok(StageOutcome::Paused);
+            }
+        }
+    }
+    let outputs: Vec<ShardOutput> = state.outputs.into_iter().flatten().collect();
+    kind.merge(ctx, params, &outputs).await
+}
+
+async fn save(
+    ctx: &mut dyn StageContext,
+    state: &FanOutState,
+    done: u64,
+    total: u64,
+) -> Result<(), KindError> {
+    let value = serde_json::to_value(state).map_err(unreadable)?;
+    ctx.save_checkpoint_raw(FAN_OUT_VERSION, value, done, Some(total)).await
+}
+
+/// What a shard sees: the stage's context, with its own checkpoint and its progress counted
+/// into the stage's. It cannot write the job's result (the merge does) nor wait for a signal.
+struct ShardContext<'a> {
+    inner: &'a mut dyn StageContext,
+    state: &'a mut FanOutState,
+    index: usize,
+    /// Items of the shards done before this one ran.
+    finished_items: u64,
+    total: u64,
+}
+
+impl ShardContext<'_> {
+    fn stage_done(&self, done: u64) -> u64 {
+        self.finished_items.saturating_add(done)
+    }
+
+    fn refused<T: Send + 'static>(what: &'static str) -> BoxFuture<'static, Result<T, KindError>> {
+        async move { Err(KindError::fatal(PublicMessage::fixed(what))) }.boxed()
+    }
+}
+
+const SHARD_RESULT: &str =
+    "a shard cannot write the job's result: it hands the merge an output, and the merge writes it";
+
+impl StageContext for ShardContext<'_> {
+    fn stage(&self) -> &str {
+        self.inner.stage()
+    }
+
+    fn attempt(&self) -> u32 {
+        self.inner.attempt()
+    }
+
+    fn progress(&mut self, done: u64, _total: Option<u64>) -> BoxFuture<'_, Result<(), KindError>> {
+        let done = self.stage_done(done);
+        self.inner.progress(done, Some(self.total))
+    }
+
+    fn save_checkpoint_raw(
+        &mut self,
+        version: u32,
+        state: Value,
+        done: u64,
+        _total: Option<u64>,
+    ) -> BoxFuture<'_, Result<(), KindError>> {
+        self.state.running = Some(RunningShard { index: self.index, version, state, done });
+        let stage_done = self.stage_done(done);
+        let total = self.total;
+        async move { save(&mut *self.inner, &*self.state, stage_done, total).await }.boxed()
+    }
+
+    fn load_checkpoint_raw(
+        &mut self,
+        version: u32,
+    ) -> BoxFuture<'_, Result<Option<Value>, KindError>> {
+        let own = self
+            .state
+            .running
+            .as_ref()
+            .filter(|r| r.index == self.index && r.version == version)
+            .map(|r| r.state.clone());
+        async move { Ok(own) }.boxed()
+    }
+
+    fn has_own_checkpoint(&self) -> bool {
+        self.state.running.as_ref().is_some_and(|r| r.index == self.index)
+    }
+
+    fn carried_raw(
+        &mut self,
+        from_stage: &str,
+        version: u32,
+    ) -> BoxFuture<'_, Result<Value, KindError>> {
+        self.inner.carried_raw(from_stage, version)
+    }
+
+    fn input_size(&mut self, input: &str) -> BoxFuture<'_, Result<u64, KindError>> {
+        self.inner.input_size(input)
+    }
+
+    fn read_input(
+        &mut self,
+        input: &str,
+        offset: u64,
+    ) -> BoxFuture<'_, Result<ByteStream, KindError>> {
+        self.inner.read_input(input, offset)
+    }
+
+    fn stage_file(
+        &mut self,
+        name: &str,
+        content_type: &str,
+        body: Vec<u8>,
+    ) -> BoxFuture<'_, Result<StagedFile, KindError>> {
+        // Each shard's files apart: shards of one stage may use the same names.
+        let name = format!("shard{}-{name}", self.index);
+        let content_type = content_type.to_owned();
+        async move { self.inner.stage_file(&name, &content_type, body).await }.boxed()
+    }
+
+    fn write_result(
+        &mut self,
+        _name: &str,
+        _content_type: &str,
+        _body: Vec<u8>,
+    ) -> BoxFuture<'_, Result<ResultRef, KindError>> {
+        Self::refused(SHARD_RESULT)
+    }
+
+    fn begin_result_upload(
+        &mut self,
+        _name: &str,
+        _content_type: &str,
+    ) -> BoxFuture<'_, Result<ResultUpload, KindError>> {
+        Self::refused(SHARD_RESULT)
+    }
+
+    fn can_continue(&mut self, _upload: &ResultUpload) -> BoxFuture<'_, Result<bool, KindError>> {
+        Self::refused(SHARD_RESULT)
+    }
+
+    fn upload_part(
+        &mut self,
+        _upload: &ResultUpload,
+        _number: u32,
+        _body: Vec<u8>,
+    ) -> BoxFuture<'_, Result<UploadedPart, KindError>> {
+        Self::refused(SHARD_RESULT)
+    }
+
+    fn complete_result_upload(
+        &mut self,
+        _upload: &ResultUpload,
+        _parts: &[UploadedPart],
+    ) -> BoxFuture<'_, Result<ResultRef, KindError>> {
+        Self::refused(SHARD_RESULT)
+    }
+
+    fn input_name(&self, input: &str) -> Result<String, KindError> {
+        self.inner.input_name(input)
+    }
+
+    fn publish(&mut self, _staged: &StagedFile) -> BoxFuture<'_, Result<ResultRef, KindError>> {
+        Self::refused(SHARD_RESULT)
+    }
+
+    fn pause(
+        &mut self,
+        duration: Duration,
+        done: u64,
+        _total: Option<u64>,
+    ) -> BoxFuture<'_, Result<(), KindError>> {
+        let done = self.stage_done(done);
+        self.inner.pause(duration, done, Some(self.total))
+    }
+
+    fn deadline_near(&self) -> bool {
+        self.inner.deadline_near()
+    }
+
+    fn checkpoint_due(&self, items: u64) -> bool {
+        self.inner.checkpoint_due(self.stage_done(items))
+    }
+
+    fn cancelled(&self) -> bool {
+        self.inner.cancelled()
+    }
+
+    fn wait_for(
+        &mut self,
+        _name: &str,
+        _timeout: Duration,
+    ) -> BoxFuture<'_, Result<Waited, KindError>> {
+        Self::refused("a shard cannot wait for a signal: wait before the stage splits, or after it")
+    }
+
+    fn attempt_failures(&self) -> u32 {
+        self.inner.attempt_failures()
+    }
+
+    fn count_failure(&mut self) -> BoxFuture<'_, Result<(), KindError>> {
+        self.inner.count_failure()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_scrambled_order_is_a_permutation_far_from_the_index_order() {
+        for n in [1, 2, 3, 10, 11] {
+            let mut order = ShardOrder::Scrambled.permutation(n);
+            if n > 2 {
+                assert_ne!(order[0], 0, "{order:?}");
+                assert_ne!(order, (0..n).rev().collect::<Vec<_>>(), "not just reversed");
+            }
+            order.sort();
+            assert_eq!(order, (0..n).collect::<Vec<_>>());
+        }
+        assert_eq!(ShardOrder::Index.permutation(3), [0, 1, 2]);
+    }
+
+    #[test]
+    fn descriptors_and_outputs_are_small_typed_values() {
+        let shard = Shard::new(&(3u64, 9u64), 6).unwrap();
+        assert_eq!(shard.descriptor::<(u64, u64)>().unwrap(), (3, 9));
+        assert_eq!(shard.items(), 6);
+        assert!(shard.descriptor::<String>().is_err());
+        let big = "x".repeat(MAX_SHARD_BYTES);
+        assert!(Shard::new(&big, 1).is_err());
+        assert!(ShardOutput::new(&big).is_err());
+        assert_eq!(ShardOutput::new(&"ab").unwrap().get::<String>().unwrap(), "ab");
+    }
+}

@@ -1,0 +1,199 @@
+//! The in-memory host runs fanned-out stages as the framework does: shards out of index
+//! order, each from its own checkpoint, the done ones never again, merged in shard order.
+
+use std::sync::{Arc, Mutex};
+
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use super::*;
+use crate::context::Checkpoint;
+use crate::fan_out::{Shard, ShardOutcome, ShardOutput};
+
+/// Two stages: `split` fans out into `shards` shards of `per_shard` items each (shard `i`'s
+/// output is `i` and its item count), checkpointing every item; `sum` reads what `split`
+/// carried over. Every shard invocation is logged with the item it started at.
+#[derive(Clone, Default)]
+struct Squares {
+    log: Arc<Mutex<Vec<(usize, u64)>>>,
+}
+
+#[derive(Deserialize, schemars::JsonSchema)]
+struct SquaresParams {
+    shards: usize,
+    per_shard: u64,
+}
+
+#[derive(Default, Serialize, Deserialize)]
+struct Counted {
+    done: u64,
+}
+
+impl Checkpoint for Counted {
+    const VERSION: u32 = 1;
+}
+
+#[derive(Serialize, Deserialize)]
+struct Merged {
+    outputs: Vec<(usize, u64)>,
+}
+
+impl Checkpoint for Merged {
+    const VERSION: u32 = 1;
+}
+
+impl JobKind for Squares {
+    const NAME: &'static str = "squares";
+    type Params = SquaresParams;
+
+    fn stages(&self) -> &'static [&'static str] {
+        &["split", "sum"]
+    }
+
+    fn fans_out(&self, stage: &str, _params: &SquaresParams) -> bool {
+        stage == "split"
+    }
+
+    async fn split(
+        &self,
+        _ctx: &mut dyn StageContext,
+        params: &SquaresParams,
+    ) -> Result<Vec<Shard>, KindError> {
+        (0..params.shards).map(|i| Shard::new(&i, params.per_shard)).collect()
+    }
+
+    async fn run_shard(
+        &self,
+        ctx: &mut dyn StageContext,
+        params: &SquaresParams,
+        shard: &Shard,
+    ) -> Result<ShardOutcome, KindError> {
+        let index: usize = shard.descriptor()?;
+        let mut state: Counted = ctx.resume().await?.unwrap_or_default();
+        self.log.lock().unwrap().push((index, state.done));
+        while state.done < params.per_shard {
+            if ctx.deadline_near() {
+                ctx.checkpoint(&state, state.done, None).await?;
+                return Ok(ShardOutcome::Paused);
+            }
+            state.done += 1;
+            ctx.checkpoint(&state, state.done, None).await?;
+        }
+        Ok(ShardOutcome::Done(ShardOutput::new(&(index, state.done))?))
+    }
+
+    async fn merge(
+        &self,
+        ctx: &mut dyn StageContext,
+        _params: &SquaresParams,
+        outputs: &[ShardOutput],
+    ) -> Result<StageOutcome, KindError> {
+        let outputs = outputs.iter().map(ShardOutput::get).collect::<Result<_, _>>()?;
+        ctx.checkpoint(&Merged { outputs }, 0, None).await?;
+        Ok(StageOutcome::StageDone)
+    }
+
+    async fn run_stage(
+        &self,
+        ctx: &mut dyn StageContext,
+        _params: &SquaresParams,
+    ) -> Result<StageOutcome, KindError> {
+        let merged: Merged = ctx.carried("split").await?;
+        let body = serde_json::to_vec(&merged.outputs).unwrap();
+        Ok(StageOutcome::Finished(ctx.write_result("sums.json", "application/json", body).await?))
+    }
+}
+
+fn params(shards: usize, per_shard: u64) -> Value {
+    json!({"shards": shards, "per_shard": per_shard})
+}
+
+/// What a correct run's result is: every shard's output, in shard order.
+fn merged(shards: usize, per_shard: u64) -> Vec<u8> {
+    serde_json::to_vec(&(0..shards).map(|i| (i, per_shard)).collect::<Vec<_>>()).unwrap()
+}
+
+#[test]
+fn shards_run_out_of_order_and_merge_in_shard_order() {
+    let kind = Squares::default();
+    let finished = Host::new().run(&kind, &params(5, 2)).unwrap();
+    assert_eq!(finished.body, merged(5, 2));
+    let log = kind.log.lock().unwrap().clone();
+    let order: Vec<usize> = log.iter().map(|(i, _)| *i).collect();
+    assert_ne!(order, [0, 1, 2, 3, 4], "the host scrambles the order");
+    let mut sorted = order.clone();
+    sorted.sort();
+    assert_eq!(sorted, [0, 1, 2, 3, 4], "each shard ran once: {log:?}");
+}
+
+#[test]
+fn a_crash_resumes_the_running_shard_from_its_checkpoint_and_never_reruns_a_done_one() {
+    // 3 shards of 3 items, a checkpoint per item: the 5th is the second shard's (in run
+    // order) second.
+    let kind = Squares::default();
+    let finished = Host::new().crash_after_checkpoint(5).run(&kind, &params(3, 3)).unwrap();
+    assert_eq!(finished.body, merged(3, 3));
+    let log = kind.log.lock().unwrap().clone();
+    assert_eq!(log.len(), 4, "three shards and one resume: {log:?}");
+    let crashed = log[1].0;
+    assert_eq!(log[2], (crashed, 2), "the crashed shard resumed at its checkpoint: {log:?}");
+    let starts: Vec<usize> = log.iter().filter(|(_, at)| *at == 0).map(|(i, _)| *i).collect();
+    assert_eq!(starts.len(), 3, "no shard started twice: {log:?}");
+}
+
+#[test]
+fn a_fanned_out_stage_survives_any_crash_and_deadlines() {
+    let kind = Squares::default();
+    assert_resumable(&kind, &Host::new(), &params(4, 3));
+    let paced = Host::new().deadline_every(3);
+    assert_eq!(paced.run(&kind, &params(4, 5)).unwrap().body, merged(4, 5));
+    assert_resumable(&kind, &paced, &params(3, 4));
+}
+
+#[test]
+fn a_shard_cannot_write_the_result_nor_wait() {
+    #[derive(Clone)]
+    struct Rogue(bool);
+    impl JobKind for Rogue {
+        const NAME: &'static str = "rogue";
+        type Params = Value;
+        fn stages(&self) -> &'static [&'static str] {
+            &["only"]
+        }
+        fn fans_out(&self, _: &str, _: &Value) -> bool {
+            true
+        }
+        async fn split(
+            &self,
+            _: &mut dyn StageContext,
+            _: &Value,
+        ) -> Result<Vec<Shard>, KindError> {
+            Ok(vec![Shard::new(&0, 1)?])
+        }
+        async fn run_shard(
+            &self,
+            ctx: &mut dyn StageContext,
+            _: &Value,
+            _: &Shard,
+        ) -> Result<ShardOutcome, KindError> {
+            if self.0 {
+                ctx.write_result("r.json", "application/json", vec![]).await?;
+            } else {
+                ctx.wait_for("go", std::time::Duration::from_secs(1)).await?;
+            }
+            Ok(ShardOutcome::Done(ShardOutput::new(&())?))
+        }
+        async fn run_stage(
+            &self,
+            _: &mut dyn StageContext,
+            _: &Value,
+        ) -> Result<StageOutcome, KindError> {
+            unreachable!("the stage fans out")
+        }
+    }
+    let err = Host::new().run(&Rogue(true), &json!({})).unwrap_err();
+    assert_eq!(err.class, ErrorClass::Fatal);
+    assert!(err.public.as_str().starts_with("a shard cannot write the job's result"), "{err}");
+    let err = Host::new().run(&Rogue(false), &json!({})).unwrap_err();
+    assert!(err.public.as_str().starts_with("a shard cannot wait"), "{err}");
+}
