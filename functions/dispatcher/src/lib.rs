@@ -443,7 +443,7 @@ async fn take_slot(
     now: chrono::DateTime<chrono::Utc>,
 ) -> Result<Slot, DispatchError> {
     let slots = &deps.slots;
-    if slots.acquire(pool, *limit, &job.job_id).await? {
+    if slots.acquire(pool, *limit, &job.job_id, job.resumes).await? {
         return Ok(Slot::Taken { waited: false });
     }
     let position = waiting_sort_key(job.priority, &job.created_at.to_rfc3339(), &job.job_id);
@@ -458,7 +458,7 @@ async fn take_slot(
         }
         Err(err) => return Err(err.into()),
     }
-    if slots.acquire(pool, *limit, &job.job_id).await? {
+    if slots.acquire(pool, *limit, &job.job_id, job.resumes).await? {
         return Ok(Slot::Taken { waited: true });
     }
     tracing::info!(reason = ?waiting.reason, limit, "at its limit; the job waits for a slot");

@@ -250,22 +250,29 @@ async fn reconcile(
     report: &mut Report,
 ) -> Result<(), ReaperError> {
     let holders = deps.slots.holders(pool).await?;
+    let mut held = holders.len();
     let mut ended = Vec::new();
     for job_id in &holders {
         // A pending holder is being dispatched (or its dispatch died, and the pending sweep
         // sends it again): only an end, or a pause, frees a slot.
         match deps.jobs.job(job_id).await? {
-            Some(job) if !job.status.is_terminal() && job.status != JobStatus::Paused => {}
+            Some(job) if job.status == JobStatus::Paused => {
+                // Only the paused run's: a resume since the read may have dispatched it again.
+                if let Some(after) = deps.slots.give_back_run(pool, job_id, job.resumes).await? {
+                    tracing::warn!(pool = ?pool, job = %job_id, "a slot held by a paused job; given back");
+                    report.slots_reclaimed += 1;
+                    held = after;
+                }
+            }
+            Some(job) if !job.status.is_terminal() => {}
             _ => ended.push(job_id.clone()),
         }
     }
-    let held = if ended.is_empty() {
-        holders.len()
-    } else {
+    if !ended.is_empty() {
         tracing::warn!(pool = ?pool, jobs = ?ended, "slots held by jobs that ended; given back");
         report.slots_reclaimed += ended.len() as u32;
-        deps.slots.give_back(pool, &ended).await?
-    };
+        held = deps.slots.give_back(pool, &ended).await?;
+    }
     report.admitted += deps.slots.admit(pool, limit, held).await? as u32;
     Ok(())
 }

@@ -182,8 +182,10 @@ pub async fn handle(deps: &Deps, event: Event) -> DynamoDbEventResponse {
 }
 
 /// Whether the job a pause record is about is still in that pause: a resume dispatches it
-/// again at once, and its new run takes slots of its own that a late record of the pause must
-/// not give back. (An end needs no such read: nothing follows it.)
+/// again at once, and its new run may wait in the lists the pause would leave. (An end needs
+/// no such read: nothing follows it.) The read and the writes after it are not one step, so
+/// the slots themselves are given back on condition that the paused run still holds them
+/// ([`SlotPools::give_back_run`]).
 async fn still_paused(deps: &Deps, paused: &EndedJob) -> Result<bool, longhaul_aws::AwsError> {
     let job = deps.jobs.job(&paused.job_id).await.map_err(|err| longhaul_aws::AwsError {
         context: format!("read job {}", paused.job_id),
@@ -208,7 +210,20 @@ pub async fn free(deps: &Deps, job: &EndedJob) -> Result<(), longhaul_aws::AwsEr
         if job.waiting.is_some() {
             deps.slots.leave_waiting(pool, &job.owner, &position).await?;
         }
-        deps.slots.release(pool, *limit, std::slice::from_ref(&job.job_id)).await?;
+        let held = if job.status == JobStatus::Paused {
+            // Only the paused run's slot: a resume may have dispatched the job again since
+            // `still_paused` read it, and its next run's slot is not this pause's to free.
+            match deps.slots.give_back_run(pool, &job.job_id, job.resumes).await? {
+                Some(held) => held,
+                None => {
+                    tracing::info!(pool = ?pool, "resumed since it paused: the slot is its next run's");
+                    continue;
+                }
+            }
+        } else {
+            deps.slots.give_back(pool, std::slice::from_ref(&job.job_id)).await?
+        };
+        deps.slots.admit(pool, *limit, held).await?;
     }
     tracing::info!(status = %job.status, pools = pools.len(), "the job's slots are given back");
     if let Some(scheduled) = job.scheduled.as_ref().filter(|_| job.status.is_terminal()) {

@@ -129,7 +129,12 @@ impl World {
     }
 
     async fn holds(&self, pool: &Pool, job_id: &JobId, limit: u32) {
-        assert!(self.slots.acquire(pool, limit, job_id).await.unwrap());
+        self.holds_in_run(pool, job_id, limit, 0).await;
+    }
+
+    /// `job_id`'s run `run` (after `run` resumes) holds a slot of `pool`.
+    async fn holds_in_run(&self, pool: &Pool, job_id: &JobId, limit: u32, run: u32) {
+        assert!(self.slots.acquire(pool, limit, job_id, run).await.unwrap());
     }
 
     async fn waits(&self, pool: &Pool, job_id: &JobId, owner: &Owner) {
@@ -231,6 +236,7 @@ async fn a_pause_whose_job_was_resumed_since_gives_back_nothing() {
     resumed.status = JobStatus::Running;
     resumed.resumes = 1;
     w.jobs.put_record(resumed);
+    w.holds_in_run(&tenant("alice"), &job_named("quick"), 1, 1).await;
     let paused = end_of(&job_named("quick"), &owner("alice"), "1", |r| {
         r["dynamodb"]["NewImage"]["status"]["S"] = json!("paused");
     });
@@ -250,6 +256,25 @@ async fn a_pause_whose_job_was_resumed_since_gives_back_nothing() {
     });
     assert!(w.stream(vec![second]).await.is_empty());
     assert!(w.holders(&tenant("alice")).await.is_empty());
+}
+
+#[tokio::test]
+async fn a_pause_read_as_current_frees_no_slot_its_next_run_took_meanwhile() {
+    let w = world(1);
+    // The record read again still says paused (pause 0), but between that read and the
+    // give-back the job was resumed and its next run took the slot (run 1): the give-back is
+    // the paused run's only, so the running job keeps its slot and the pool stays full.
+    w.paused_job("racing", "alice", 0);
+    w.holds_in_run(&tenant("alice"), &job_named("racing"), 1, 1).await;
+    w.holds_in_run(&kind(), &job_named("racing"), KIND_LIMIT, 1).await;
+    w.waits(&tenant("alice"), &job_named("next"), &owner("alice")).await;
+    let paused = end_of(&job_named("racing"), &owner("alice"), "1", |r| {
+        r["dynamodb"]["NewImage"]["status"]["S"] = json!("paused");
+    });
+    assert!(w.stream(vec![paused]).await.is_empty());
+    assert_eq!(w.holders(&tenant("alice")).await, [job_named("racing")]);
+    assert_eq!(w.holders(&kind()).await, [job_named("racing")]);
+    assert!(w.woken().is_empty(), "no slot freed, no one woken");
 }
 
 #[tokio::test]

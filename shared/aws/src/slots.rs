@@ -15,6 +15,13 @@
 //! slots or frees someone else's. The set names its holders, which is what lets the reaper
 //! reconcile a pool with the jobs that really run (a counter could only be trusted).
 //!
+//! Each holder's **run** is kept beside the set (`run#<job id>`: how many times the job had
+//! been resumed when it took the slot). A pause gives its slot back on condition that the
+//! holder is still the paused run ([`SlotStore::give_back_run`]): once the job is resumed and
+//! its next run has taken the slot (the id was still in the set, so `acquire` only moved the
+//! run on), a late give-back of the pause is refused instead of freeing the running job's
+//! slot. (A holder written before runs were kept has none, and is given back as before.)
+//!
 //! A tenant pool's waiting list is a partition read in key order: priority, then submission
 //! time. A kind pool is shared by tenants and admits them in turn: each tenant has its own list
 //! (ordered the same way), and the pool's **ring** holds one place per tenant with waiting
@@ -53,6 +60,19 @@ fn s(value: impl Into<String>) -> AttributeValue {
 
 /// Sort key of a pool's holders item.
 const HOLDERS_SK: &str = "HOLDERS";
+
+/// The holders item's attribute keeping which run of `job_id` holds its slot.
+fn run_attribute(job_id: &JobId) -> String {
+    format!("run#{job_id}")
+}
+
+/// How many holders a holders item (as an update returned it) names.
+fn holder_count(attributes: Option<HashMap<String, AttributeValue>>) -> usize {
+    attributes
+        .and_then(|mut a| a.remove("holders"))
+        .and_then(|v| v.as_ss().ok().map(Vec::len))
+        .unwrap_or(0)
+}
 
 /// A limit on running jobs: its slots and its waiting list.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -203,16 +223,25 @@ impl SlotStore {
         SlotStore { client, table }
     }
 
-    /// Takes a slot of `pool` (of `limit`) for `job_id`: `true` if the job holds one now
-    /// (also when it already did), `false` if the pool is full.
-    pub async fn acquire(&self, pool: &Pool, limit: u32, job_id: &JobId) -> Result<bool, AwsError> {
+    /// Takes a slot of `pool` (of `limit`) for run `run` of `job_id`: `true` if the job holds
+    /// one now (also when it already did: the slot is then its run `run`'s), `false` if the
+    /// pool is full.
+    pub async fn acquire(
+        &self,
+        pool: &Pool,
+        limit: u32,
+        job_id: &JobId,
+        run: u32,
+    ) -> Result<bool, AwsError> {
         let result = self
             .client
             .update_item()
             .table_name(&self.table)
             .key("pk", s(pool.holders_pk()))
             .key("sk", s(HOLDERS_SK))
-            .update_expression("ADD holders :job")
+            .update_expression("ADD holders :job SET #run = :run")
+            .expression_attribute_names("#run", run_attribute(job_id))
+            .expression_attribute_values(":run", AttributeValue::N(run.to_string()))
             .condition_expression(
                 "attribute_not_exists(holders) OR size(holders) < :limit OR contains(holders, :id)",
             )
@@ -234,13 +263,17 @@ impl SlotStore {
         if job_ids.is_empty() {
             return Ok(self.holders(pool).await?.len());
         }
+        let runs: Vec<String> = (0..job_ids.len()).map(|i| format!("#run{i}")).collect();
         let output = self
             .client
             .update_item()
             .table_name(&self.table)
             .key("pk", s(pool.holders_pk()))
             .key("sk", s(HOLDERS_SK))
-            .update_expression("DELETE holders :jobs")
+            .update_expression(format!("DELETE holders :jobs REMOVE {}", runs.join(", ")))
+            .set_expression_attribute_names(Some(
+                runs.into_iter().zip(job_ids.iter().map(run_attribute)).collect(),
+            ))
             .expression_attribute_values(
                 ":jobs",
                 AttributeValue::Ss(job_ids.iter().map(String::from).collect()),
@@ -249,11 +282,39 @@ impl SlotStore {
             .send()
             .await
             .map_err(|e| AwsError::new(format!("give back the slots of {job_ids:?}"), e))?;
-        Ok(output
-            .attributes
-            .and_then(|mut a| a.remove("holders"))
-            .and_then(|v| v.as_ss().ok().map(Vec::len))
-            .unwrap_or(0))
+        Ok(holder_count(output.attributes))
+    }
+
+    /// Gives back `job_id`'s slot of `pool` only if it is still its run `run`'s: `Some` with
+    /// how many holders the pool has afterwards, `None` if a later run of the job holds it
+    /// (nothing changes). A job that holds no slot frees none (`Some`).
+    pub async fn give_back_run(
+        &self,
+        pool: &Pool,
+        job_id: &JobId,
+        run: u32,
+    ) -> Result<Option<usize>, AwsError> {
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key("pk", s(pool.holders_pk()))
+            .key("sk", s(HOLDERS_SK))
+            .update_expression("DELETE holders :job REMOVE #run")
+            .condition_expression("attribute_not_exists(#run) OR #run = :run")
+            .expression_attribute_names("#run", run_attribute(job_id))
+            .expression_attribute_values(":job", AttributeValue::Ss(vec![job_id.to_string()]))
+            .expression_attribute_values(":run", AttributeValue::N(run.to_string()))
+            .return_values(ReturnValue::AllNew)
+            .send()
+            .await;
+        match result {
+            Ok(output) => Ok(Some(holder_count(output.attributes))),
+            Err(err) if crate::condition_refused(&err) => Ok(None),
+            Err(err) => {
+                Err(AwsError::new(format!("give back the slot of job {job_id}'s run {run}"), err))
+            }
+        }
     }
 
     /// The jobs that hold a slot of `pool` (a consistent read).

@@ -6,7 +6,7 @@
 //! intake queue refusing a wake-up) leaves what the DynamoDB adapter leaves.
 
 use longhaul_domain::{JobId, Owner};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use async_trait::async_trait;
@@ -39,8 +39,8 @@ struct Place {
 /// The slot items, by the partition keys the table uses.
 #[derive(Debug, Default)]
 struct Items {
-    /// A pool's holders, by [`Pool::holders_pk`].
-    holders: BTreeMap<String, BTreeSet<JobId>>,
+    /// A pool's holders, by [`Pool::holders_pk`], each with the run that holds its slot.
+    holders: BTreeMap<String, BTreeMap<JobId, u32>>,
     /// Waiting lists, by [`Pool::waiting_list_pk`]: position → owner.
     lists: BTreeMap<String, BTreeMap<String, Owner>>,
     /// A kind pool's members, by [`Pool::waiting_pk`], then tenant.
@@ -239,17 +239,41 @@ impl Warm for MemorySlotPools {}
 
 #[async_trait]
 impl SlotPools for MemorySlotPools {
-    async fn acquire(&self, pool: &Pool, limit: u32, job_id: &JobId) -> Result<bool, AwsError> {
+    async fn acquire(
+        &self,
+        pool: &Pool,
+        limit: u32,
+        job_id: &JobId,
+        run: u32,
+    ) -> Result<bool, AwsError> {
         self.outage.check(&format!("take a slot for job {job_id}"))?;
         let mut items = self.items();
         let holders = items.holders.entry(pool.holders_pk()).or_default();
         // `attribute_not_exists(holders) OR size(holders) < :limit OR contains(holders, :id)`
         // (an empty set is no attribute in DynamoDB).
-        let room = holders.is_empty() || holders.len() < limit as usize || holders.contains(job_id);
+        let room =
+            holders.is_empty() || holders.len() < limit as usize || holders.contains_key(job_id);
         if room {
-            holders.insert(job_id.to_owned());
+            holders.insert(job_id.to_owned(), run);
         }
         Ok(room)
+    }
+
+    async fn give_back_run(
+        &self,
+        pool: &Pool,
+        job_id: &JobId,
+        run: u32,
+    ) -> Result<Option<usize>, AwsError> {
+        self.outage.check(&format!("give back the slot of job {job_id}'s run {run}"))?;
+        let mut items = self.items();
+        let holders = items.holders.entry(pool.holders_pk()).or_default();
+        // `attribute_not_exists(#run) OR #run = :run`
+        if holders.get(job_id).is_some_and(|held_by| *held_by != run) {
+            return Ok(None);
+        }
+        holders.remove(job_id);
+        Ok(Some(holders.len()))
     }
 
     async fn give_back(&self, pool: &Pool, job_ids: &[JobId]) -> Result<usize, AwsError> {
@@ -265,7 +289,13 @@ impl SlotPools for MemorySlotPools {
     async fn holders(&self, pool: &Pool) -> Result<Vec<JobId>, AwsError> {
         self.outage.check("read a pool's slot holders")?;
         let items = self.items();
-        Ok(items.holders.get(&pool.holders_pk()).into_iter().flatten().cloned().collect())
+        Ok(items
+            .holders
+            .get(&pool.holders_pk())
+            .into_iter()
+            .flatten()
+            .map(|(id, _)| id.clone())
+            .collect())
     }
 
     async fn enter_waiting(
@@ -434,7 +464,7 @@ mod tests {
         let (_, slots) = pools();
         let pool = Pool::Tenant(owner("alice"));
         slots.set_unavailable(true);
-        assert!(slots.acquire(&pool, 1, &nth_job(1)).await.is_err());
+        assert!(slots.acquire(&pool, 1, &nth_job(1), 0).await.is_err());
         assert!(slots.give_back(&pool, &[]).await.is_err());
         assert!(
             slots

@@ -65,11 +65,21 @@ impl World {
     /// A job holding a slot of `pool`, running (or ended, if `ended`).
     async fn holder(&self, pool: &Pool, policy: Option<JobPolicy>, ended: bool) -> JobId {
         let id = self.running_with(&Running::healthy(), None, |job| job.policy = policy).await;
-        assert!(self.slots.acquire(pool, 1, &id).await.unwrap(), "the holder has its slot");
+        assert!(self.slots.acquire(pool, 1, &id, 0).await.unwrap(), "the holder has its slot");
         if ended {
             self.end(&id).await;
         }
         id
+    }
+
+    /// A job holding a slot of the tenant pool, paused (as the stage parks it, its pause's
+    /// record lost on the way).
+    async fn paused_holder(&self) -> JobId {
+        let paused = self.holder(&tenant(), None, false).await;
+        let mut job = self.job(&paused).await;
+        job.status = JobStatus::Paused;
+        self.jobs.put_record(job);
+        paused
     }
 
     /// The job ends (its owner cancelled it), as the slots function would miss it.
@@ -108,15 +118,26 @@ async fn a_slot_held_by_an_ended_job_goes_to_the_first_waiting_job() {
 #[tokio::test]
 async fn a_slot_held_by_a_paused_job_goes_to_the_first_waiting_job() {
     let world = world_of(&[("LONGHAUL_TENANT_MAX_RUNNING", "1")]);
-    let paused = world.holder(&tenant(), None, false).await;
-    let mut job = world.job(&paused).await;
-    job.status = JobStatus::Paused;
-    world.jobs.put_record(job); // as the stage parks it, its pause's record lost on the way
+    let paused = world.paused_holder().await;
     let (waiting, _) = world.waiting(None, WaitReason::TenantLimit, Some(&tenant())).await;
     let report = world.run().await;
     assert_eq!((report.slots_reclaimed, report.admitted), (1, 1), "{report:?}");
     assert!(!world.slots.holders(&tenant()).await.unwrap().contains(&paused), "given back");
     assert_eq!(world.sent(), [(waiting, 0)]);
+}
+
+#[tokio::test]
+async fn a_paused_holder_whose_next_run_took_the_slot_keeps_it() {
+    let world = world_of(&[("LONGHAUL_TENANT_MAX_RUNNING", "1")]);
+    let paused = world.paused_holder().await;
+    // Read as paused (pause 0), but resumed and dispatched before the reconciliation's
+    // give-back: its run 1 holds the slot now.
+    assert!(world.slots.acquire(&tenant(), 1, &paused, 1).await.unwrap());
+    world.waiting(None, WaitReason::TenantLimit, Some(&tenant())).await;
+    let report = world.run().await;
+    assert_eq!((report.slots_reclaimed, report.admitted), (0, 0), "{report:?}");
+    assert_eq!(world.slots.holders(&tenant()).await.unwrap(), [paused]);
+    assert!(world.sent().is_empty(), "no one woken into a full pool");
 }
 
 #[tokio::test]

@@ -20,14 +20,32 @@ use crate::slots::{Admitter, Pool, Seat, WaitingEntry};
 /// list; the dispatcher takes the slot.
 #[async_trait]
 pub trait SlotPools: Warm {
-    /// Takes a slot of `pool` (of `limit`) for `job_id`: `true` if the job holds one now (also
-    /// when it already did), `false` if the pool is full (nothing changes). A pool no job
-    /// holds gives its first slot whatever `limit` says.
-    async fn acquire(&self, pool: &Pool, limit: u32, job_id: &JobId) -> Result<bool, AwsError>;
+    /// Takes a slot of `pool` (of `limit`) for run `run` of `job_id` (the job's `resumes`):
+    /// `true` if the job holds one now (also when it already did: the slot is then run
+    /// `run`'s), `false` if the pool is full (nothing changes). A pool no job holds gives its
+    /// first slot whatever `limit` says.
+    async fn acquire(
+        &self,
+        pool: &Pool,
+        limit: u32,
+        job_id: &JobId,
+        run: u32,
+    ) -> Result<bool, AwsError>;
 
     /// Gives back the slots of `pool` that `job_ids` hold (none held: nothing changes), waking
     /// no one; answers how many holders the pool has afterwards.
     async fn give_back(&self, pool: &Pool, job_ids: &[JobId]) -> Result<usize, AwsError>;
+
+    /// Gives back `job_id`'s slot of `pool` only while its run `run` holds it (a pause's
+    /// give-back: the job's next run may have taken the slot since), waking no one: `Some`
+    /// with how many holders the pool has afterwards, `None` if a later run holds it (nothing
+    /// changes).
+    async fn give_back_run(
+        &self,
+        pool: &Pool,
+        job_id: &JobId,
+        run: u32,
+    ) -> Result<Option<usize>, AwsError>;
 
     /// The jobs that hold a slot of `pool` (a consistent read; in no particular order).
     async fn holders(&self, pool: &Pool) -> Result<Vec<JobId>, AwsError>;
@@ -96,11 +114,25 @@ impl Warm for Admitter {}
 
 #[async_trait]
 impl SlotPools for Admitter {
-    async fn acquire(&self, pool: &Pool, limit: u32, job_id: &JobId) -> Result<bool, AwsError> {
-        self.slots.acquire(pool, limit, job_id).await
+    async fn acquire(
+        &self,
+        pool: &Pool,
+        limit: u32,
+        job_id: &JobId,
+        run: u32,
+    ) -> Result<bool, AwsError> {
+        self.slots.acquire(pool, limit, job_id, run).await
     }
     async fn give_back(&self, pool: &Pool, job_ids: &[JobId]) -> Result<usize, AwsError> {
         self.slots.release(pool, job_ids).await
+    }
+    async fn give_back_run(
+        &self,
+        pool: &Pool,
+        job_id: &JobId,
+        run: u32,
+    ) -> Result<Option<usize>, AwsError> {
+        self.slots.give_back_run(pool, job_id, run).await
     }
     async fn holders(&self, pool: &Pool) -> Result<Vec<JobId>, AwsError> {
         self.slots.holders(pool).await

@@ -62,6 +62,7 @@ async fn tick() {
 /// admissions sent so far (in any order; ids of other tests may be among them).
 pub async fn slot_pools(slots: &impl SlotPools, woken: impl AsyncFn() -> Vec<JobId>) {
     slots_are_taken_and_given_back(slots).await;
+    a_pause_gives_back_only_its_own_runs_slot(slots).await;
     waiting_lists_keep_their_order(slots).await;
     a_tenant_pool_admits_in_list_order(slots, &woken).await;
     a_kind_pool_admits_tenants_in_turn(slots, &woken).await;
@@ -72,12 +73,12 @@ async fn slots_are_taken_and_given_back(slots: &impl SlotPools) {
     let pool = Pool::Tenant(tenant("holder"));
     let [a, b, c] = [0; 3].map(|_| JobId::new());
     assert!(slots.holders(&pool).await.unwrap().is_empty(), "a new pool has no holder");
-    assert!(slots.acquire(&pool, 2, &a).await.unwrap());
-    assert!(slots.acquire(&pool, 2, &b).await.unwrap());
-    assert!(!slots.acquire(&pool, 2, &c).await.unwrap(), "a full pool refuses");
+    assert!(slots.acquire(&pool, 2, &a, 0).await.unwrap());
+    assert!(slots.acquire(&pool, 2, &b, 0).await.unwrap());
+    assert!(!slots.acquire(&pool, 2, &c, 0).await.unwrap(), "a full pool refuses");
     let both = sorted(vec![a.clone(), b.clone()]);
     assert_eq!(sorted(slots.holders(&pool).await.unwrap()), both, "a refusal changes nothing");
-    assert!(slots.acquire(&pool, 2, &a).await.unwrap(), "a holder takes its own slot again");
+    assert!(slots.acquire(&pool, 2, &a, 0).await.unwrap(), "a holder takes its own slot again");
     assert_eq!(sorted(slots.holders(&pool).await.unwrap()), both, "and holds one");
 
     assert_eq!(slots.give_back(&pool, std::slice::from_ref(&a)).await.unwrap(), 1);
@@ -88,7 +89,7 @@ async fn slots_are_taken_and_given_back(slots: &impl SlotPools) {
         "a job that holds no slot frees none"
     );
     assert_eq!(slots.give_back(&pool, &[]).await.unwrap(), 1, "nothing given back: a read");
-    assert!(slots.acquire(&pool, 2, &c).await.unwrap(), "the slot given back is free");
+    assert!(slots.acquire(&pool, 2, &c, 0).await.unwrap(), "the slot given back is free");
     assert_eq!(slots.give_back(&pool, &[b.clone(), c.clone()]).await.unwrap(), 0);
     assert!(slots.holders(&pool).await.unwrap().is_empty());
 
@@ -96,9 +97,31 @@ async fn slots_are_taken_and_given_back(slots: &impl SlotPools) {
     assert_eq!(slots.give_back(&untouched, std::slice::from_ref(&a)).await.unwrap(), 0);
     // The condition lets the first job into a pool no one holds, whatever its limit (pools
     // of limit 0 are never built: 0 is "no limit").
-    assert!(slots.acquire(&untouched, 0, &a).await.unwrap());
-    assert!(!slots.acquire(&untouched, 0, &b).await.unwrap());
+    assert!(slots.acquire(&untouched, 0, &a, 0).await.unwrap());
+    assert!(!slots.acquire(&untouched, 0, &b, 0).await.unwrap());
     assert_eq!(slots.give_back(&untouched, std::slice::from_ref(&a)).await.unwrap(), 0);
+}
+
+/// A pause gives back the slot of the run it paused, never the slot the job's next run took
+/// since (the id still in the set, so that run's `acquire` only moved the run on).
+async fn a_pause_gives_back_only_its_own_runs_slot(slots: &impl SlotPools) {
+    let pool = Pool::Tenant(tenant("runs"));
+    let [a, b, c] = [0; 3].map(|_| JobId::new());
+    assert!(slots.acquire(&pool, 2, &a, 0).await.unwrap());
+    assert!(slots.acquire(&pool, 2, &b, 3).await.unwrap());
+    assert_eq!(slots.give_back_run(&pool, &a, 0).await.unwrap(), Some(1), "its own run's");
+    assert_eq!(slots.give_back_run(&pool, &a, 0).await.unwrap(), Some(1), "idempotent");
+    // Paused in run 0, resumed: run 1 takes the slot again before the pause's give-back.
+    assert!(slots.acquire(&pool, 2, &a, 0).await.unwrap());
+    assert!(slots.acquire(&pool, 2, &a, 1).await.unwrap(), "the same slot, a later run");
+    assert_eq!(slots.give_back_run(&pool, &a, 0).await.unwrap(), None, "the late pause's");
+    assert!(!slots.acquire(&pool, 2, &c, 0).await.unwrap(), "the pool is still full");
+    assert_eq!(sorted(slots.holders(&pool).await.unwrap()), sorted(vec![a.clone(), b.clone()]));
+    assert_eq!(slots.give_back_run(&pool, &a, 1).await.unwrap(), Some(1));
+    // An unconditional give-back frees whichever run holds it; a job holding none frees none.
+    assert_eq!(slots.give_back(&pool, std::slice::from_ref(&b)).await.unwrap(), 0);
+    assert_eq!(slots.give_back_run(&pool, &c, 0).await.unwrap(), Some(0));
+    assert!(slots.holders(&pool).await.unwrap().is_empty());
 }
 
 async fn waiting_lists_keep_their_order(slots: &impl SlotPools) {
@@ -179,7 +202,7 @@ async fn a_tenant_pool_admits_in_list_order(
 
     // Giving a slot back wakes who waits for it.
     let holder = JobId::new();
-    assert!(slots.acquire(&pool, 1, &holder).await.unwrap());
+    assert!(slots.acquire(&pool, 1, &holder, 0).await.unwrap());
     assert_eq!(slots.release(&pool, 1, std::slice::from_ref(&holder)).await.unwrap(), 1);
     assert!(slots.holders(&pool).await.unwrap().is_empty());
     assert!(woken().await.contains(&waiters[2].job_id));
