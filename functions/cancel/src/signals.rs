@@ -12,10 +12,10 @@
 use lambda_http::http::StatusCode;
 use lambda_http::{Body, Request, RequestExt, Response};
 use longhaul_aws::api::{Problem, json_body, json_response, path_job_id, principal, wrong_status};
-use longhaul_aws::jobs::{JobRecord, ResumeOutcome, SignalRecord, StoreError};
+use longhaul_aws::jobs::{JobRecord, ResumeOutcome, SignalKept, SignalRecord, StoreError};
 use longhaul_aws::logs;
 use longhaul_aws::queue::DispatchMessage;
-use longhaul_domain::signals::{self, MAX_PAYLOAD_BYTES, SignalName};
+use longhaul_domain::signals::{self, MAX_PAYLOAD_BYTES, MAX_SIGNALS_PER_JOB, SignalName};
 use longhaul_domain::{JobId, JobStatus, Timestamp};
 use secrecy::ExposeSecret;
 use serde::Deserialize;
@@ -131,7 +131,23 @@ async fn deliver(
         return Err(wrong_status(job.status, detail));
     }
     let now = Timestamp::from(deps.clock.now());
-    if !deps.jobs.put_signal(&job.job_id, name, &payload, now).await.map_err(internal)? {
+    let kept = match deps.jobs.put_signal(&job.job_id, name, &payload, now).await {
+        Ok(kept) => kept,
+        Err(StoreError::Conflict { current: None }) => return Err(Problem::not_found()),
+        Err(err) => return Err(internal(err)),
+    };
+    if kept == SignalKept::Full {
+        return Err(Problem::new(
+            StatusCode::CONFLICT,
+            "too-many-signals",
+            "The job keeps as many signals as it may",
+            format!(
+                "A job keeps at most {MAX_SIGNALS_PER_JOB} signals, one per name; this one has \
+                 them all. Signal names the job will wait for, or submit a new job."
+            ),
+        ));
+    }
+    if kept == SignalKept::Taken {
         // Kept before — and if the job still waits for it, the sender that kept it did not
         // get to resume it (it failed after the write): resumed now, so no wake-up is lost.
         if waits_for.as_ref() == Some(name)

@@ -459,6 +459,25 @@ async fn a_signal_before_its_wait_is_kept_and_one_for_another_wait_is_409_naming
 }
 
 #[tokio::test]
+async fn a_job_keeps_a_bounded_number_of_signals_and_says_so() {
+    let w = world();
+    let running = w.job(&owner("alice"), JobStatus::Running).await;
+    let bound = longhaul_domain::signals::MAX_SIGNALS_PER_JOB;
+    for i in 0..bound {
+        let kept = w.signal("alice", &running, &format!("s{i}"), None, None).await;
+        assert_eq!(kept.status(), 202, "signal {i}");
+    }
+    let refused = w.signal("alice", &running, "one-more", None, None).await;
+    assert_eq!(refused.status(), 409);
+    let problem = json_of(&refused);
+    assert_eq!(problem["type"], "/problems/too-many-signals", "{problem}");
+    assert!(problem["detail"].as_str().unwrap().contains(&format!("at most {bound}")));
+    assert!(w.kept(&running, "one-more").await.is_none(), "nothing kept");
+    let again = w.signal("alice", &running, "s3", None, None).await;
+    assert!(json_of(&again)["detail"].as_str().unwrap().contains("already sent"), "still taken");
+}
+
+#[tokio::test]
 async fn a_signed_link_sends_the_signal_without_a_bearer_and_a_bad_one_reads_nothing() {
     let w = world();
     let id = w.waiting(&owner("alice"), "approval").await;

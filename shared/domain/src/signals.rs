@@ -29,6 +29,9 @@ pub const MAX_PAYLOAD_BYTES: usize = 64 * 1024;
 /// The longest a wait may last (a paused job's checkpoint is kept 30 days: see
 /// [`crate::policy::MAX_PAUSED_LIMIT_SECONDS`]).
 pub const MAX_WAIT_SECONDS: u64 = crate::policy::MAX_PAUSED_LIMIT_SECONDS;
+/// The most signals a job keeps: a client could otherwise make a job keep records without
+/// end, one per name it invents (each up to [`MAX_PAYLOAD_BYTES`]).
+pub const MAX_SIGNALS_PER_JOB: u32 = 100;
 /// Tokens longer than this are refused unread.
 pub const MAX_TOKEN_LEN: usize = 256;
 /// Domain separation from every other MAC made with the same key.

@@ -48,6 +48,8 @@ struct Table {
     /// Jobs' signals, by job and name (`signals.rs`).
     signals:
         HashMap<(JobId, longhaul_domain::signals::SignalName), longhaul_aws::jobs::SignalRecord>,
+    /// Per job, how many signals it keeps (the job record's `signals_kept`).
+    signals_kept: HashMap<JobId, u32>,
 }
 
 /// The job table in memory. Every write is decided under one lock, so it is atomic as a

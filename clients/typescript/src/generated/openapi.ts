@@ -2087,7 +2087,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The job ended, waits for another signal, or this signal was already sent (or its wait timed out) (`/problems/wrong-status`; the detail says what it waits for). */
+            /** @description The job ended, waits for another signal, or this signal was already sent (or its wait timed out) (`/problems/wrong-status`; the detail says what it waits for); or the job keeps as many signals as it may, 100, none of this name (`/problems/too-many-signals`). */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -2181,7 +2181,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The job ended, waits for another signal, or this signal was already sent (or its wait timed out) (`/problems/wrong-status`; the detail says what it waits for). */
+            /** @description The job ended, waits for another signal, or this signal was already sent (or its wait timed out) (`/problems/wrong-status`; the detail says what it waits for); or the job keeps as many signals as it may, 100, none of this name (`/problems/too-many-signals`). */
             409: {
                 headers: {
                     [name: string]: unknown;

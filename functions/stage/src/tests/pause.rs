@@ -175,7 +175,8 @@ async fn a_kind_waiting_for_a_signal_parks_the_job_until_it_and_then_receives_it
     assert_eq!(at, wait.until.to_rfc3339(), "keyed by when the wait times out");
 
     let name = "approval".parse().unwrap();
-    assert!(w.jobs.put_signal(&id, &name, &json!("yes"), Timestamp::now()).await.unwrap());
+    let kept = w.jobs.put_signal(&id, &name, &json!("yes"), Timestamp::now()).await.unwrap();
+    assert_eq!(kept, longhaul_aws::jobs::SignalKept::Kept);
     let execution = w.resume_and_dispatch(&id).await;
     let start = json!({"job_id": id, "worker_arn": WORKER});
     w.run(&id, &execution, start, far()).await.expect("the resumed run finishes");

@@ -6,9 +6,24 @@ use super::*;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use longhaul_domain::Timestamp;
-use longhaul_domain::signals::SignalName;
+use longhaul_domain::signals::{MAX_SIGNALS_PER_JOB, SignalName};
 
 use crate::AwsError;
+
+/// What a signal sent to a job came to ([`JobStore::put_signal`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SignalKept {
+    /// Kept: the first signal of its name.
+    Kept,
+    /// Not kept: the name has a record already (a signal, or a timed-out wait), also when
+    /// the job keeps as many signals as it may.
+    Taken,
+    /// Not kept: the job keeps [`MAX_SIGNALS_PER_JOB`] signals already, none of this name.
+    Full,
+}
+
+/// The job record's count of the signals kept for it ([`MAX_SIGNALS_PER_JOB`]).
+const SIGNALS_KEPT: &str = "signals_kept";
 
 /// What became of a signal name of a job.
 #[derive(Debug, Clone, PartialEq)]
@@ -36,16 +51,64 @@ fn signal_key(job_id: &JobId, name: &SignalName) -> HashMap<String, AttributeVal
 
 impl JobStore {
     /// Keeps signal `name` of job `job_id` with `payload`, received `at`, unless the name has a
-    /// record already (a signal, or a timed-out wait): whether it was kept.
+    /// record already (a signal, or a timed-out wait) or the job keeps
+    /// [`MAX_SIGNALS_PER_JOB`] signals. The job record counts them: the count is taken first
+    /// (on condition that it is below the bound) and given back when the name was taken, so
+    /// the bound holds whatever the order of concurrent senders. A job that does not exist
+    /// is a [`StoreError::Conflict`].
     pub async fn put_signal(
         &self,
         job_id: &JobId,
         name: &SignalName,
         payload: &serde_json::Value,
         at: Timestamp,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<SignalKept, StoreError> {
+        if !self.count_signal(job_id, 1).await? {
+            if self.signal(job_id, name).await?.is_some() {
+                return Ok(SignalKept::Taken);
+            }
+            return match self.job(job_id).await? {
+                Some(_) => Ok(SignalKept::Full),
+                None => Err(StoreError::Conflict { current: None }),
+            };
+        }
         let text = serde_json::to_string(payload).expect("JSON values serialise");
-        self.put_signal_record(job_id, name, Some(text), at).await
+        if self.put_signal_record(job_id, name, Some(text), at).await? {
+            return Ok(SignalKept::Kept);
+        }
+        if let Err(err) = self.count_signal(job_id, -1).await {
+            // The count stays one high: the job keeps one signal fewer than it may.
+            tracing::error!(error = %err, job_id = %job_id, "giving back a signal's count failed");
+        }
+        Ok(SignalKept::Taken)
+    }
+
+    /// Adds `by` (1 or −1) to the job's count of kept signals, within 0 ..=
+    /// [`MAX_SIGNALS_PER_JOB`]: whether it did (not: the bound, or no such job).
+    async fn count_signal(&self, job_id: &JobId, by: i32) -> Result<bool, StoreError> {
+        let (bound, limit) = match by {
+            1 => ("attribute_not_exists(#kept) OR #kept < :limit", MAX_SIGNALS_PER_JOB),
+            _ => ("#kept > :limit", 0),
+        };
+        let counted = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key("pk", s(job_pk(job_id)))
+            .key("sk", s(JOB_SK))
+            .update_expression("SET #kept = if_not_exists(#kept, :zero) + :by")
+            .condition_expression(format!("attribute_exists(pk) AND ({bound})"))
+            .expression_attribute_names("#kept", SIGNALS_KEPT)
+            .expression_attribute_values(":zero", AttributeValue::N("0".into()))
+            .expression_attribute_values(":by", AttributeValue::N(by.to_string()))
+            .expression_attribute_values(":limit", AttributeValue::N(limit.to_string()))
+            .send()
+            .await;
+        match counted {
+            Ok(_) => Ok(true),
+            Err(err) if crate::condition_refused(&err) => Ok(false),
+            Err(err) => Err(AwsError::new(format!("count a signal of {job_id}"), err).into()),
+        }
     }
 
     /// Records that the wait for signal `name` of job `job_id` timed out `at`, unless the

@@ -10,7 +10,7 @@ use longhaul_domain::{Cancellation, JobId, Owner, Pause, Timestamp};
 use super::Warm;
 use crate::jobs::{
     CancelOutcome, IdempotencyRecord, JobEntry, JobRecord, JobStore, JobView, ListError,
-    ListFilter, PauseOutcome, ProgressRecord, ResumeOutcome, SignalRecord, StoreError,
+    ListFilter, PauseOutcome, ProgressRecord, ResumeOutcome, SignalKept, SignalRecord, StoreError,
     TransitionRequest,
 };
 
@@ -109,14 +109,16 @@ impl JobCompensation for JobStore {
 /// A job's signals: each name received once (or its wait timed out first).
 #[async_trait]
 pub trait JobSignals: Warm {
-    /// Keeps signal `name` with `payload` unless the name has a record: whether it was kept.
+    /// Keeps signal `name` with `payload` unless the name has a record or the job keeps
+    /// [`longhaul_domain::signals::MAX_SIGNALS_PER_JOB`] signals already; a job that does not
+    /// exist is a [`StoreError::Conflict`].
     async fn put_signal(
         &self,
         job_id: &JobId,
         name: &SignalName,
         payload: &serde_json::Value,
         at: Timestamp,
-    ) -> Result<bool, StoreError>;
+    ) -> Result<SignalKept, StoreError>;
     /// Records that the wait for `name` timed out, unless the signal came first: whether it
     /// was recorded.
     async fn time_out_signal(
@@ -141,7 +143,7 @@ impl JobSignals for JobStore {
         name: &SignalName,
         payload: &serde_json::Value,
         at: Timestamp,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<SignalKept, StoreError> {
         JobStore::put_signal(self, job_id, name, payload, at).await
     }
     async fn time_out_signal(

@@ -7,15 +7,15 @@
 
 use std::time::Duration;
 
-use longhaul_aws::jobs::SignalRecord;
 use longhaul_aws::jobs::{
     JobRecord, PauseOutcome, ProgressRecord, ProgressRefused, ResumeOutcome, StoreError,
     TransitionRequest,
 };
+use longhaul_aws::jobs::{SignalKept, SignalRecord};
 use longhaul_aws::ports::{
     JobAttempts, JobCancellation, JobCreation, JobPausing, JobReads, JobSignals, JobTransitions,
 };
-use longhaul_domain::signals::{SignalName, Wait};
+use longhaul_domain::signals::{MAX_SIGNALS_PER_JOB, SignalName, Wait};
 use longhaul_domain::{Cancellation, JobId, JobStatus, Owner, Pause, Timestamp};
 
 use super::{fresh_owner, pending_job};
@@ -44,6 +44,7 @@ pub async fn job_pausing(store: &impl PausingTable) {
     a_pause_not_taken_effect_is_withdrawn(store).await;
     cancelling_or_ended_jobs_do_not_pause(store).await;
     a_signal_name_is_recorded_once_and_a_wait_parks_by_its_lease(store).await;
+    a_job_keeps_a_bounded_number_of_signals(store).await;
     a_started_job_with_undos_is_not_cancelled_at_once(store).await;
 }
 
@@ -84,15 +85,41 @@ async fn a_started_job_with_undos_is_not_cancelled_at_once(store: &impl PausingT
     }
 }
 
+/// A job keeps at most [`MAX_SIGNALS_PER_JOB`] signals: a name it has is still taken (not
+/// refused for the bound), a name taken twice counts once, and a job that does not exist
+/// keeps none.
+async fn a_job_keeps_a_bounded_number_of_signals(store: &impl PausingTable) {
+    let job = created(store, "signal-bound", None).await;
+    let at = Timestamp::now();
+    let name = |i: u32| -> SignalName { format!("s{i}").parse().unwrap() };
+    let put =
+        async |i: u32| store.put_signal(&job.job_id, &name(i), &serde_json::Value::Null, at).await;
+    assert_eq!(put(0).await.unwrap(), SignalKept::Kept);
+    assert_eq!(put(0).await.unwrap(), SignalKept::Taken, "counted once");
+    for i in 1..MAX_SIGNALS_PER_JOB {
+        assert_eq!(put(i).await.unwrap(), SignalKept::Kept, "signal {i}");
+    }
+    assert_eq!(put(MAX_SIGNALS_PER_JOB).await.unwrap(), SignalKept::Full);
+    assert_eq!(store.signal(&job.job_id, &name(MAX_SIGNALS_PER_JOB)).await.unwrap(), None);
+    assert_eq!(put(7).await.unwrap(), SignalKept::Taken, "a kept name is still taken");
+    let missing = JobId::new();
+    let err = store.put_signal(&missing, &name(0), &serde_json::Value::Null, at).await;
+    assert!(matches!(err, Err(StoreError::Conflict { current: None })), "{err:?}");
+}
+
 async fn a_signal_name_is_recorded_once_and_a_wait_parks_by_its_lease(store: &impl PausingTable) {
     let job = created(store, "signal", Some("exec-1")).await;
     let id = &job.job_id;
     let name: SignalName = "approval".parse().unwrap();
     let at = Timestamp::now();
     assert_eq!(store.signal(id, &name).await.unwrap(), None, "nothing yet");
-    assert!(store.put_signal(id, &name, &serde_json::json!({"ok": true}), at).await.unwrap());
-    assert!(
-        !store.put_signal(id, &name, &serde_json::json!(2), later(at, 1)).await.unwrap(),
+    assert_eq!(
+        store.put_signal(id, &name, &serde_json::json!({"ok": true}), at).await.unwrap(),
+        SignalKept::Kept
+    );
+    assert_eq!(
+        store.put_signal(id, &name, &serde_json::json!(2), later(at, 1)).await.unwrap(),
+        SignalKept::Taken,
         "a name is kept once"
     );
     assert!(!store.time_out_signal(id, &name, later(at, 2)).await.unwrap(), "it came first");

@@ -3,9 +3,9 @@
 
 use super::*;
 
-use longhaul_aws::jobs::SignalRecord;
+use longhaul_aws::jobs::{SignalKept, SignalRecord};
 use longhaul_aws::ports::JobSignals;
-use longhaul_domain::signals::SignalName;
+use longhaul_domain::signals::{MAX_SIGNALS_PER_JOB, SignalName};
 
 #[async_trait]
 impl JobSignals for MemoryJobStore {
@@ -15,10 +15,24 @@ impl JobSignals for MemoryJobStore {
         name: &SignalName,
         payload: &serde_json::Value,
         at: Timestamp,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<SignalKept, StoreError> {
         self.check("record a signal")?;
+        let mut table = self.lock();
+        if !table.jobs.contains_key(job_id) {
+            return Err(StoreError::Conflict { current: None });
+        }
+        let kept = table.signals_kept.entry(job_id.clone()).or_default();
+        if *kept >= MAX_SIGNALS_PER_JOB {
+            let taken = table.signals.contains_key(&(job_id.clone(), name.clone()));
+            return Ok(if taken { SignalKept::Taken } else { SignalKept::Full });
+        }
+        *kept += 1;
         let record = SignalRecord::Received { payload: payload.clone(), at };
-        Ok(self.lock().record_signal(job_id, name, record))
+        if table.record_signal(job_id, name, record) {
+            return Ok(SignalKept::Kept);
+        }
+        *table.signals_kept.entry(job_id.clone()).or_default() -= 1;
+        Ok(SignalKept::Taken)
     }
 
     async fn time_out_signal(
