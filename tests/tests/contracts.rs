@@ -183,6 +183,16 @@ async fn the_dynamodb_submission_limiter_keeps_the_rate_limit_contract() {
     longhaul_memory::contract::rate_limits(&limiter).await;
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn the_dynamodb_upload_quota_keeps_the_upload_quota_contract() {
+    let quota = longhaul_aws::limits::UploadQuota::new(
+        longhaul_tests::Aws::new().await.dynamodb,
+        longhaul_tests::harness().stack.resource("JobsTable"),
+        100,
+    );
+    longhaul_memory::contract::upload_quotas(&quota).await;
+}
+
 /// A standard queue of the test's own (no function drains it), and a drain of `n` of its
 /// messages' bodies (waiting while they come; a deadline only against a hang).
 async fn own_queue(sqs: &aws_sdk_sqs::Client) -> String {

@@ -3,16 +3,20 @@
 
 use crate::{Config, Deps};
 use lambda_http::{Error, Request, service_fn};
-use longhaul_aws::{config::Vars, sdk::load_sdk_config};
+use longhaul_aws::{
+    config::Vars,
+    sdk::{load_sdk_config, warm_up},
+};
 
 /// Runs the `uploads` function under the Lambda runtime: its start-up (configuration and
 /// SDK clients) and then its handler for every event, until the runtime stops.
 pub async fn run() -> Result<(), Error> {
     lambda_http::tracing::init_default_subscriber();
     let config = Config::from_vars(&Vars::from_env())?;
-    // No connection warm-up (see longhaul_aws::sdk::warm_up): presigning is local, this function
-    // never calls S3 itself.
+    // Presigning is local (this function never calls S3 itself): only the quota's table is
+    // warmed up.
     let deps = Deps::new(&load_sdk_config().await?, &config);
+    warm_up(deps.quota.warm()).await;
     let deps = &deps;
     lambda_http::run(service_fn(move |request: Request| async move {
         Ok::<_, std::convert::Infallible>(crate::handle(deps, request).await)

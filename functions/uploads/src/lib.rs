@@ -2,18 +2,22 @@
 //! prefix. The answer's `input` is what a job's params name; a job may only name the caller's
 //! own uploads (checked at submission from the key alone). The caller declares the file's
 //! size, at most `LONGHAUL_MAX_UPLOAD_BYTES`, and the URL signs it: S3 takes no other length.
+//! The sizes a principal declares count against its daily quota
+//! (`LONGHAUL_TENANT_UPLOAD_BYTES_PER_DAY`), so what one principal can store is bounded: an
+//! upload is kept at most a week.
 
 pub mod lambda;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use lambda_http::http::StatusCode;
+use lambda_http::http::{StatusCode, header};
 use lambda_http::{Body, Request, Response};
 use longhaul_aws::api::{Problem, json_body, json_response, principal};
 use longhaul_aws::config::{ConfigError, Vars};
+use longhaul_aws::limits::{Admission, UploadQuota};
 use longhaul_aws::objects::ObjectStore;
-use longhaul_aws::ports::{Clock, SystemClock, UploadLinks};
+use longhaul_aws::ports::{Clock, SystemClock, UploadLinks, UploadQuotas};
 use longhaul_domain::uploads::{upload_key, validate_filename};
 use serde::Deserialize;
 use serde_json::json;
@@ -32,7 +36,15 @@ pub struct Config {
     pub bucket: String,
     /// `LONGHAUL_MAX_UPLOAD_BYTES` (default and most: 5 GiB): the largest file accepted.
     pub max_upload_bytes: u64,
+    /// `TABLE_NAME`: where the quota's counters are.
+    pub table: String,
+    /// `LONGHAUL_TENANT_UPLOAD_BYTES_PER_DAY` (default 100 GiB; 0: no quota): the bytes of
+    /// uploads one principal may declare in a UTC day.
+    pub upload_bytes_per_day: u64,
 }
+
+/// The default daily upload quota per principal: 100 GiB.
+pub const DEFAULT_UPLOAD_BYTES_PER_DAY: u64 = 100 * 1024 * 1024 * 1024;
 
 impl Config {
     /// Reads the configuration.
@@ -45,15 +57,33 @@ impl Config {
                 reason: format!("must be between 1 and {S3_MAX_PUT_BYTES} (one S3 PUT)"),
             });
         }
-        Ok(Config { bucket: vars.required("BUCKET_NAME")?, max_upload_bytes })
+        let upload_bytes_per_day =
+            vars.parsed_or("LONGHAUL_TENANT_UPLOAD_BYTES_PER_DAY", DEFAULT_UPLOAD_BYTES_PER_DAY)?;
+        if upload_bytes_per_day != 0 && upload_bytes_per_day < max_upload_bytes {
+            return Err(ConfigError::Invalid {
+                name: "LONGHAUL_TENANT_UPLOAD_BYTES_PER_DAY".into(),
+                value: upload_bytes_per_day.to_string(),
+                reason: format!(
+                    "must be 0 (no quota) or at least LONGHAUL_MAX_UPLOAD_BYTES ({max_upload_bytes}): a largest upload must fit in a day"
+                ),
+            });
+        }
+        Ok(Config {
+            bucket: vars.required("BUCKET_NAME")?,
+            max_upload_bytes,
+            table: vars.required("TABLE_NAME")?,
+            upload_bytes_per_day,
+        })
     }
 }
 
-/// What the handler needs, built once per sandbox: its port and its limit.
+/// What the handler needs, built once per sandbox: its ports and its limit.
 #[derive(Debug, Clone)]
 pub struct Deps {
-    /// The bucket's upload links (presigning only; this function writes nothing itself).
+    /// The bucket's upload links (presigning only; this function writes no object itself).
     pub objects: Arc<dyn UploadLinks>,
+    /// The principals' daily quota of upload bytes.
+    pub quota: Arc<dyn UploadQuotas>,
     /// The largest file accepted.
     pub max_upload_bytes: u64,
     /// What time it is: when a link handed out expires.
@@ -67,6 +97,11 @@ impl Deps {
             objects: Arc::new(ObjectStore::new(
                 aws_sdk_s3::Client::new(sdk),
                 config.bucket.clone(),
+            )),
+            quota: Arc::new(UploadQuota::new(
+                aws_sdk_dynamodb::Client::new(sdk),
+                config.table.clone(),
+                config.upload_bytes_per_day,
             )),
             max_upload_bytes: config.max_upload_bytes,
             clock: Arc::new(SystemClock),
@@ -123,6 +158,7 @@ async fn create(deps: &Deps, request: &Request) -> Result<Response<Body>, Proble
             ),
         ));
     }
+    charge(deps, &owner, body.size_bytes).await?;
     let key = upload_key(&owner, &uuid::Uuid::now_v7().to_string(), &body.filename);
     let (url, headers) = deps
         .objects
@@ -150,6 +186,30 @@ async fn create(deps: &Deps, request: &Request) -> Result<Response<Body>, Proble
             "expires_at": longhaul_domain::format_rfc3339(expires_at),
         }),
     ))
+}
+
+/// Counts `bytes` against `owner`'s daily quota, or refuses the upload (`429`, nothing
+/// counted, `Retry-After` the next UTC day).
+async fn charge(deps: &Deps, owner: &longhaul_domain::Owner, bytes: u64) -> Result<(), Problem> {
+    match deps.quota.charge(owner, bytes).await {
+        Ok(Admission::Admitted) => Ok(()),
+        Ok(Admission::Limited { retry_after }) => {
+            tracing::info!(bytes, retry_after, "upload refused: the tenant's daily quota is used");
+            Err(Problem::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "upload-quota",
+                "Daily upload quota used",
+                format!(
+                    "This principal's uploads today leave no room for {bytes} more bytes; the quota renews at midnight UTC, in {retry_after} s."
+                ),
+            )
+            .header(header::RETRY_AFTER, retry_after.to_string()))
+        }
+        Err(err) => {
+            tracing::error!(error = %err, "counting an upload against its quota failed");
+            Err(Problem::internal())
+        }
+    }
 }
 
 #[cfg(test)]

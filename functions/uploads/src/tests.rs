@@ -4,12 +4,15 @@ use super::*;
 
 use longhaul_domain::uploads::{owner_prefix, owns_upload};
 use longhaul_memory::api::{ApiRequest, json_of};
-use longhaul_memory::{ManualClock, MemoryObjects, owner};
+use longhaul_memory::{ManualClock, MemoryObjects, MemoryUploadQuota, owner};
 
 const MAX: u64 = 1_000;
+/// Each principal's daily quota: two and a half of the largest uploads.
+const QUOTA: u64 = 2_500;
 
 struct World {
     objects: Arc<MemoryObjects>,
+    quota: Arc<MemoryUploadQuota>,
     /// The handler's clock: standing still at the time the world was made.
     clock: Arc<ManualClock>,
     deps: Deps,
@@ -18,8 +21,14 @@ struct World {
 fn world() -> World {
     let objects = Arc::new(MemoryObjects::new());
     let clock = Arc::new(ManualClock::new());
-    let deps = Deps { objects: objects.clone(), max_upload_bytes: MAX, clock: clock.clone() };
-    World { objects, clock, deps }
+    let quota = Arc::new(MemoryUploadQuota::new(QUOTA));
+    let deps = Deps {
+        objects: objects.clone(),
+        quota: quota.clone(),
+        max_upload_bytes: MAX,
+        clock: clock.clone(),
+    };
+    World { objects, quota, clock, deps }
 }
 
 impl World {
@@ -184,4 +193,44 @@ async fn a_failing_presigner_is_a_500_that_names_nothing_inside() {
     let text = String::from_utf8_lossy(response.body().as_ref()).to_string();
     assert!(!text.contains("unavailable") && !text.contains("presign"), "{text}");
     assert!(!text.contains("uploads/"), "no key leaks: {text}");
+}
+
+#[tokio::test]
+async fn each_principal_declares_at_most_its_daily_quota_of_bytes() {
+    let w = world();
+    assert_eq!(w.upload("alice", csv(MAX)).await.status(), 201);
+    assert_eq!(w.upload("alice", csv(MAX)).await.status(), 201);
+    let refused = w.upload("alice", csv(MAX)).await;
+    assert_eq!(refused.status(), 429, "2,000 of 2,500 bytes used: 1,000 more do not fit");
+    assert_eq!(problem_type(&refused), "/problems/upload-quota");
+    let retry_after: u64 = refused.headers()["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!((1..=86_400).contains(&retry_after), "the next UTC day: {retry_after}");
+    assert_eq!(w.upload("alice", csv(500)).await.status(), 201, "what fits still does");
+    assert_eq!(w.upload("bob", csv(MAX)).await.status(), 201, "each principal has its own");
+}
+
+#[tokio::test]
+async fn a_failing_quota_is_a_500_that_names_nothing_inside() {
+    let w = world();
+    w.quota.set_unavailable(true);
+    let response = w.upload("alice", csv(1)).await;
+    assert_eq!(response.status(), 500);
+    let text = String::from_utf8_lossy(response.body().as_ref()).to_string();
+    assert!(!text.contains("unavailable") && !text.contains("bytes"), "{text}");
+}
+
+#[test]
+fn the_quota_is_off_or_fits_the_largest_upload() {
+    let vars = |quota: &str| {
+        longhaul_aws::config::Vars::from_map(std::collections::HashMap::from([
+            ("BUCKET_NAME".to_owned(), "b".to_owned()),
+            ("TABLE_NAME".to_owned(), "t".to_owned()),
+            ("LONGHAUL_MAX_UPLOAD_BYTES".to_owned(), "1000".to_owned()),
+            ("LONGHAUL_TENANT_UPLOAD_BYTES_PER_DAY".to_owned(), quota.to_owned()),
+        ]))
+    };
+    assert_eq!(Config::from_vars(&vars("0")).unwrap().upload_bytes_per_day, 0);
+    assert_eq!(Config::from_vars(&vars("1000")).unwrap().upload_bytes_per_day, 1000);
+    assert!(Config::from_vars(&vars("999")).is_err(), "a largest upload must fit in a day");
+    assert!(Config::from_vars(&vars("lots")).is_err());
 }

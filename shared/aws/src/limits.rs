@@ -5,6 +5,7 @@
 //! |------|---------|
 //! | submissions in one minute | `RATE#<len>:<owner>` / `SUBMIT#<minute>` — `n`, `expires_at` (TTL) |
 //! | endpoint attempts in one minute | `WEBHOOKRATE#<len>:<owner>` / `WEBHOOK#<minute>`, `PROGRESS#<minute>` — likewise |
+//! | upload bytes declared in one UTC day | `UPLOADQUOTA#<len>:<owner>` / `DAY#<day>` — `bytes`, `expires_at` (TTL) |
 //! | a tenant's open streams | `STREAMS#<len>:<owner>` / `TENANT` — `leases` (stream id → expiry), `version` |
 //! | a job's open streams | `STREAMS#<len>:<owner>` / `JOB#<id>` — likewise |
 //! | the deployment's open streams | `STREAMS#ALL` / `DEPLOYMENT` — likewise |
@@ -32,6 +33,11 @@ fn n(value: impl ToString) -> AttributeValue {
 /// Partition key of an owner's submission-rate counters.
 pub fn rate_pk(owner: &Owner) -> String {
     format!("RATE#{}:{owner}", owner.len())
+}
+
+/// Partition key of an owner's upload-quota counters.
+pub fn upload_quota_pk(owner: &Owner) -> String {
+    format!("UPLOADQUOTA#{}:{owner}", owner.len())
 }
 
 /// Partition key of an owner's open-stream leases.
@@ -139,6 +145,61 @@ impl TenantRateLimiter {
                 Ok(Admission::Limited { retry_after: window.retry_after })
             }
             Err(err) => Err(AwsError::new(format!("count a {:?} event", self.counter), err)),
+        }
+    }
+}
+
+/// A daily quota of upload bytes per tenant: what `POST /uploads` declares (`size_bytes`) is
+/// counted in the tenant's UTC day, up to `bytes_per_day` (0: off). An upload is stored for at
+/// most a week (the bucket's `uploads/` lifecycle rule), so a tenant's uploads take at most
+/// seven days' quota of storage.
+#[derive(Debug, Clone)]
+pub struct UploadQuota {
+    client: aws_sdk_dynamodb::Client,
+    table: String,
+    bytes_per_day: u64,
+}
+
+impl UploadQuota {
+    /// A quota of `bytes_per_day` per tenant (0: off) on `table`.
+    pub fn new(client: aws_sdk_dynamodb::Client, table: String, bytes_per_day: u64) -> Self {
+        UploadQuota { client, table, bytes_per_day }
+    }
+
+    /// Opens (and pools) the table's connection during init ([`crate::sdk::warm_table`]).
+    pub async fn warm(&self) {
+        crate::sdk::warm_table(&self.client, &self.table).await;
+    }
+
+    /// Counts `bytes` of `owner`'s uploads in today's window, unless they do not fit in what
+    /// is left of it (nothing is counted then).
+    pub async fn charge(&self, owner: &Owner, bytes: u64) -> Result<Admission, AwsError> {
+        if self.bytes_per_day == 0 {
+            return Ok(Admission::Admitted);
+        }
+        let window = RateWindow::day_of(chrono::Utc::now().timestamp());
+        let Some(room) = self.bytes_per_day.checked_sub(bytes) else {
+            return Ok(Admission::Limited { retry_after: window.retry_after });
+        };
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key("pk", s(upload_quota_pk(owner)))
+            .key("sk", s(format!("DAY#{}", window.index)))
+            .update_expression("ADD bytes :bytes SET expires_at = :exp")
+            .condition_expression("attribute_not_exists(bytes) OR bytes <= :room")
+            .expression_attribute_values(":bytes", n(bytes))
+            .expression_attribute_values(":room", n(room))
+            .expression_attribute_values(":exp", n(window.expires_at()))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(Admission::Admitted),
+            Err(err) if crate::condition_refused(&err) => {
+                Ok(Admission::Limited { retry_after: window.retry_after })
+            }
+            Err(err) => Err(AwsError::new("count an upload's bytes", err)),
         }
     }
 }

@@ -125,6 +125,17 @@ pub const WARM_UP_BUDGET: std::time::Duration = std::time::Duration::from_millis
 /// this partition alone (`dynamodb:LeadingKeys` in template.yaml).
 pub const WARM_UP_KEY: &str = "WARMUP";
 
+/// Opens (and pools) a connection to DynamoDB during init — see [`warm_up`] for why. Reads
+/// the item at [`WARM_UP_KEY`] of `table`, which never exists: an eventually consistent read
+/// (half a read unit) that touches no data.
+pub async fn warm_table(client: &aws_sdk_dynamodb::Client, table: &str) {
+    let started = std::time::Instant::now();
+    let key = aws_sdk_dynamodb::types::AttributeValue::S(WARM_UP_KEY.to_owned());
+    let result =
+        client.get_item().table_name(table).key("pk", key.clone()).key("sk", key).send().await;
+    log_warm_up("dynamodb", started, result);
+}
+
 /// The name of the execution `Executions::warm` describes. Executions are named after job ids
 /// (UUIDv7), so none is ever called this; template.yaml grants `states:DescribeExecution` on
 /// exactly this execution's ARN to the functions that do not already have it.

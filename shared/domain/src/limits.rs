@@ -1,5 +1,5 @@
 //! Per-tenant limits that keep one principal from taking the whole deployment: the submission
-//! rate (a fixed one-minute window per tenant) and the count of open progress streams (leases
+//! rate (a fixed one-minute window per tenant), the bytes of uploads a day, and the count of open progress streams (leases
 //! that expire, so a crashed stream cannot hold its slot forever).
 //!
 //! Pure arithmetic only; the store (`longhaul_aws::limits`) keeps the counters in DynamoDB.
@@ -8,29 +8,42 @@ use std::collections::BTreeMap;
 
 /// Length of a submission-rate window, in seconds.
 pub const RATE_WINDOW_SECONDS: i64 = 60;
+/// Length of an upload-quota window (a UTC day), in seconds.
+pub const UPLOAD_QUOTA_WINDOW_SECONDS: i64 = 86_400;
 
 /// The fixed window a submission at `now` (Unix seconds) is counted in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RateWindow {
     /// The window's number: `now / 60` (the minute since the epoch).
     pub index: i64,
-    /// Seconds from `now` until the next window opens (1 … 60): what `Retry-After` says to a
-    /// refused submission.
+    /// Seconds from `now` until the next window opens (1 … the window's length): what
+    /// `Retry-After` says to a refused request.
     pub retry_after: u64,
+    /// The window's length in seconds.
+    pub seconds: i64,
 }
 
 impl RateWindow {
-    /// The window `now` falls in.
+    /// The one-minute window `now` falls in.
     pub fn at(now: i64) -> Self {
-        let index = now.div_euclid(RATE_WINDOW_SECONDS);
-        let next = (index + 1) * RATE_WINDOW_SECONDS;
-        RateWindow { index, retry_after: (next - now).max(1) as u64 }
+        RateWindow::of(now, RATE_WINDOW_SECONDS)
+    }
+
+    /// The upload-quota window (the UTC day) `now` falls in.
+    pub fn day_of(now: i64) -> Self {
+        RateWindow::of(now, UPLOAD_QUOTA_WINDOW_SECONDS)
+    }
+
+    fn of(now: i64, seconds: i64) -> Self {
+        let index = now.div_euclid(seconds);
+        let next = (index + 1) * seconds;
+        RateWindow { index, retry_after: (next - now).max(1) as u64, seconds }
     }
 
     /// When the window's counter may be deleted (DynamoDB TTL): an hour after it closed, so
     /// a lagging TTL never matters (the next window is another item anyway).
     pub fn expires_at(&self) -> i64 {
-        (self.index + 1) * RATE_WINDOW_SECONDS + 3_600
+        (self.index + 1) * self.seconds + 3_600
     }
 }
 
@@ -97,8 +110,11 @@ mod tests {
 
     #[test]
     fn rate_windows_are_minutes_and_retry_after_counts_to_the_next() {
-        assert_eq!(RateWindow::at(120), RateWindow { index: 2, retry_after: 60 });
-        assert_eq!(RateWindow::at(179), RateWindow { index: 2, retry_after: 1 });
+        assert_eq!(RateWindow::at(120), RateWindow { index: 2, retry_after: 60, seconds: 60 });
+        assert_eq!(RateWindow::at(179), RateWindow { index: 2, retry_after: 1, seconds: 60 });
+        let day = RateWindow::day_of(86_400 + 600);
+        assert_eq!((day.index, day.retry_after), (1, 86_400 - 600));
+        assert_eq!(day.expires_at(), 2 * 86_400 + 3_600);
         assert_eq!(RateWindow::at(150).retry_after, 30);
         assert_eq!(RateWindow::at(150).expires_at(), 180 + 3_600);
         assert_eq!(RateWindow::at(-1).index, -1, "never panics before the epoch");

@@ -24,7 +24,7 @@ pub use jobs::MemoryJobStore;
 pub use names::{job_named, nth_job, owner};
 pub use outside::{
     MemoryDeadLetters, MemoryDispatchQueue, MemoryExecutions, MemoryInvocations, MemoryObjects,
-    MemoryRateLimits, MemorySigningKey, MemoryWebhookQueue, Started,
+    MemoryRateLimits, MemorySigningKey, MemoryUploadQuota, MemoryWebhookQueue, Started,
 };
 pub use schedules::{MemoryScheduleFirings, MemoryScheduleTwins, MemorySchedules};
 pub use slots::MemorySlotPools;
@@ -198,6 +198,11 @@ mod tests {
     #[tokio::test]
     async fn the_memory_rate_limits_keep_the_rate_limit_contract() {
         contract::rate_limits(&MemoryRateLimits::new(2)).await;
+    }
+
+    #[tokio::test]
+    async fn the_memory_upload_quota_keeps_the_upload_quota_contract() {
+        contract::upload_quotas(&MemoryUploadQuota::new(100)).await;
     }
 
     #[tokio::test]

@@ -11,7 +11,7 @@ use longhaul_aws::executions::StartOutcome;
 use longhaul_aws::limits::Admission;
 use longhaul_aws::ports::{
     DeadLetters, DispatchQueue, JobExecutions, ObjectCleanup, ObjectLinks, RateLimits, SigningKey,
-    UploadPresence, Warm, WebhookDispatch, WorkerInvocations,
+    UploadPresence, UploadQuotas, Warm, WebhookDispatch, WorkerInvocations,
 };
 use longhaul_aws::queue::{DispatchMessage, WebhookMessage};
 use longhaul_aws::{AwsError, Refusal};
@@ -345,6 +345,51 @@ impl RateLimits for MemoryRateLimits {
         }
         *count += 1;
         Ok(Admission::Admitted)
+    }
+}
+
+/// The per-owner daily quota of upload bytes in memory: the same UTC-day windows as the
+/// table's counters ([`RateWindow::day_of`]); 0 bytes a day means no quota.
+#[derive(Debug, Default)]
+pub struct MemoryUploadQuota {
+    bytes_per_day: u64,
+    counted: Mutex<HashMap<(Owner, i64), u64>>,
+    outage: Outage,
+}
+
+impl MemoryUploadQuota {
+    /// `bytes_per_day` per owner and day (0: off).
+    pub fn new(bytes_per_day: u64) -> Self {
+        MemoryUploadQuota { bytes_per_day, ..Self::default() }
+    }
+
+    /// While `down`, every charge fails as an unavailable table does.
+    pub fn set_unavailable(&self, down: bool) {
+        self.outage.set(down);
+    }
+}
+
+#[async_trait]
+impl Warm for MemoryUploadQuota {}
+
+#[async_trait]
+impl UploadQuotas for MemoryUploadQuota {
+    async fn charge(&self, owner: &Owner, bytes: u64) -> Result<Admission, AwsError> {
+        if self.bytes_per_day == 0 {
+            return Ok(Admission::Admitted);
+        }
+        self.outage.check("count an upload's bytes")?;
+        let window = RateWindow::day_of(chrono::Utc::now().timestamp());
+        let mut counted = lock(&self.counted);
+        let today = counted.entry((owner.to_owned(), window.index)).or_default();
+        // `attribute_not_exists(bytes) OR bytes <= :room`, `:room` = the quota less `bytes`.
+        match self.bytes_per_day.checked_sub(bytes) {
+            Some(room) if *today <= room => {
+                *today += bytes;
+                Ok(Admission::Admitted)
+            }
+            _ => Ok(Admission::Limited { retry_after: window.retry_after }),
+        }
     }
 }
 

@@ -2480,6 +2480,17 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description The caller's uploads today leave no room for `size_bytes` more (`LONGHAUL_TENANT_UPLOAD_BYTES_PER_DAY`, default 100 GiB a UTC day; `/problems/upload-quota`): no link was made, nothing counted; retry after `Retry-After` (the next UTC day). The gateway's stage throttle, a backstop for all callers together, also answers 429 (without a problem body). */
+            429: {
+                headers: {
+                    /** @description Seconds until the next UTC day, when the quota renews. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Internal error (`/problems/internal`). Safe to retry; the detail carries no internals. */
             500: {
                 headers: {

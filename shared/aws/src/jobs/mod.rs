@@ -349,17 +349,7 @@ impl JobStore {
     /// why. Reads the item at [`crate::sdk::WARM_UP_KEY`], which never exists: an eventually
     /// consistent read (half a read unit) that touches no job data.
     pub async fn warm(&self) {
-        let started = std::time::Instant::now();
-        let key = crate::sdk::WARM_UP_KEY;
-        let result = self
-            .client
-            .get_item()
-            .table_name(&self.table)
-            .key("pk", s(key))
-            .key("sk", s(key))
-            .send()
-            .await;
-        crate::sdk::log_warm_up("dynamodb", started, result);
+        crate::sdk::warm_table(&self.client, &self.table).await;
     }
 }
 

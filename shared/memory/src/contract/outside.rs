@@ -4,7 +4,7 @@
 
 use longhaul_aws::executions::StartOutcome;
 use longhaul_aws::limits::Admission;
-use longhaul_aws::ports::{JobExecutions, RateLimits};
+use longhaul_aws::ports::{JobExecutions, RateLimits, UploadQuotas};
 use longhaul_domain::JobId;
 use longhaul_domain::limits::RateWindow;
 
@@ -40,6 +40,39 @@ pub async fn executions(executions: &impl JobExecutions) {
         StartOutcome::AlreadyExists,
         "an ended execution's name is never reused"
     );
+}
+
+/// Runs the upload quota's contract on `quota`, which allows 100 bytes per owner and day: a
+/// day's uploads fit up to the quota, one that does not fit is refused (nothing counted) until
+/// the next day, and each owner has a quota of its own. Run again if the day turned meanwhile.
+pub async fn upload_quotas(quota: &impl UploadQuotas) {
+    for _ in 0..3 {
+        let owner = crate::owner(&format!("contract-quota-{}", JobId::new()));
+        let other = crate::owner(&format!("contract-quota-{}", JobId::new()));
+        let day = RateWindow::day_of(chrono::Utc::now().timestamp()).index;
+        let charges = [
+            quota.charge(&owner, 60).await.unwrap(),
+            quota.charge(&owner, 41).await.unwrap(),
+            quota.charge(&owner, 40).await.unwrap(),
+            quota.charge(&owner, 1).await.unwrap(),
+            quota.charge(&other, 101).await.unwrap(),
+            quota.charge(&other, 100).await.unwrap(),
+        ];
+        if RateWindow::day_of(chrono::Utc::now().timestamp()).index != day {
+            continue;
+        }
+        assert_eq!(charges[0], Admission::Admitted);
+        let Admission::Limited { retry_after } = charges[1] else {
+            panic!("60 + 41 bytes are over a quota of 100: {:?}", charges[1]);
+        };
+        assert!((1..=86_400).contains(&retry_after), "until the next day: {retry_after}");
+        assert_eq!(charges[2], Admission::Admitted, "the refused 41 were not counted");
+        assert!(matches!(charges[3], Admission::Limited { .. }), "the day's quota is used up");
+        assert!(matches!(charges[4], Admission::Limited { .. }), "more than a day's quota");
+        assert_eq!(charges[5], Admission::Admitted, "another owner has a quota of its own");
+        return;
+    }
+    panic!("three days in a row turned during the contract");
 }
 
 /// Runs the rate limit's contract on `limits`, which admits two submissions per owner and

@@ -140,6 +140,21 @@ fn leading_key_conditions_confine_a_function_to_its_items() {
         "slots never reads secrets"
     );
     assert!(p.check("SubmitFunction", &get_item("SLOTS#T#5:alice")).is_err());
+    // The uploads function counts its principals' upload bytes, and touches nothing else.
+    let update = |pk: &str| {
+        dynamodb(
+            &p,
+            "UpdateItem",
+            serde_json::json!({"TableName": "longhaul-JobsTable", "Key": {"pk": {"S": pk}, "sk": {"S": "DAY#1"}}}),
+        )
+    };
+    p.check("UploadsFunction", &update("UPLOADQUOTA#5:alice")).unwrap();
+    p.check("UploadsFunction", &get_item("WARMUP")).unwrap();
+    for other in ["RATE#5:alice", "JOB#1", "SLOTS#T#5:alice"] {
+        assert!(p.check("UploadsFunction", &update(other)).is_err(), "{other}");
+    }
+    assert!(p.check("UploadsFunction", &get_item("UPLOADQUOTA#5:alice")).is_err());
+    assert!(p.check("SubmitFunction", &update("UPLOADQUOTA#5:alice")).is_err());
     // Table grants are confined to the item kinds each function works on.
     let put = |pk: &str| {
         dynamodb(
