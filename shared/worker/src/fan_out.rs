@@ -228,8 +228,14 @@ pub async fn run_stage<K: JobKind>(
         }
         let finished_items = state.done(&shards) - state.running.as_ref().map_or(0, |r| r.done);
         let outcome = {
-            let mut shard_ctx =
-                ShardContext { inner: &mut *ctx, state: &mut state, index, finished_items, total };
+            let mut shard_ctx = ShardContext {
+                inner: &mut *ctx,
+                state: &mut state,
+                index,
+                items: shards[index].items,
+                finished_items,
+                total,
+            };
             kind.run_shard(&mut shard_ctx, params, &shards[index]).await?
         };
         match outcome {
@@ -268,14 +274,18 @@ struct ShardContext<'a> {
     inner: &'a mut dyn StageContext,
     state: &'a mut FanOutState,
     index: usize,
+    /// The shard's items ([`Shard::items`]): what its progress counts to.
+    items: u64,
     /// Items of the shards done before this one ran.
     finished_items: u64,
     total: u64,
 }
 
 impl ShardContext<'_> {
+    /// The stage's items done when the shard has done `done` of its own (at most its items,
+    /// so that one shard's count never spills into another's).
     fn stage_done(&self, done: u64) -> u64 {
-        self.finished_items.saturating_add(done)
+        self.finished_items.saturating_add(done.min(self.items))
     }
 
     fn refused<T: Send + 'static>(what: &'static str) -> BoxFuture<'static, Result<T, KindError>> {
@@ -307,6 +317,7 @@ impl StageContext for ShardContext<'_> {
         done: u64,
         _total: Option<u64>,
     ) -> BoxFuture<'_, Result<(), KindError>> {
+        let done = done.min(self.items);
         self.state.running = Some(RunningShard { index: self.index, version, state, done });
         let stage_done = self.stage_done(done);
         let total = self.total;
