@@ -95,9 +95,10 @@ async fn resumable(deps: &Deps, mut job: JobRecord, new: &NewJob<'_>) -> JobReco
 /// the recorded id. The job write is conditional, so however many requests race, one job is
 /// written and only its writer enqueues it and answers `202`.
 ///
-/// Only the request that claimed the key is charged: a key that already names a live record
-/// (a replay, a conflicting reuse, a request in flight) is answered without counting, and a
-/// refused submission gives its claim back and writes nothing else.
+/// Only the request that claimed the key (or finishes a claim left behind) is charged: a key
+/// that already names a live record (a replay, a conflicting reuse, a request in flight) is
+/// answered without counting, and a refused submission gives its claim back and writes
+/// nothing else.
 pub(crate) async fn create(deps: &Deps, new: &NewJob<'_>) -> Result<Accepted, Problem> {
     let mut replacing: Option<JobId> = None;
     // A reused key races at most a few times (another request replacing the same failed job).
@@ -147,9 +148,12 @@ pub(crate) async fn create(deps: &Deps, new: &NewJob<'_>) -> Result<Accepted, Pr
                     Problem::internal()
                 };
                 let job_id = existing.job_id.parse().map_err(|e| corrupt(&e))?;
-                // Its uploads are checked as the request that claimed the key would have; one
-                // that is gone is refused (the claim stays, the next request finds it again).
+                // Admitted as the request that claimed the key would have been (it may have
+                // died before its checks): its uploads, the tenant's backlog and its rate.
+                // Refused, the claim stays, and the next request finds it again.
                 uploads_present(deps, new.inputs).await?;
+                within_backlog(deps, new.owner).await?;
+                charge(deps, new.owner).await?;
                 let mut job = resumable(deps, new_job(deps, new, job_id), new).await;
                 job.created_at = existing.created_at;
                 logs::current_job(&job);

@@ -314,6 +314,26 @@ async fn a_key_claimed_by_a_request_still_in_flight_is_409_and_one_left_behind_i
 }
 
 #[tokio::test]
+async fn a_claim_left_behind_is_finished_only_within_the_tenants_limits() {
+    // One submission a minute, one job not yet running: alice's first job uses both.
+    let w = world_limited(1, 1);
+    assert_eq!(w.post("alice", &demo(), None).await.status(), 202);
+    let fingerprint = submission_fingerprint("demo", &json!({"items": 1}), None);
+    let left = JobId::new();
+    let claim = IdempotencyRecord {
+        job_id: left.clone(),
+        fingerprint,
+        created_at: Timestamp::from(chrono::Utc::now() - chrono::Duration::seconds(60)),
+        expires_at: chrono::Utc::now().timestamp() + 3600,
+    };
+    w.jobs.claim_key(&owner("alice"), "left", &claim, None).await.unwrap();
+    let response = w.post("alice", &demo(), Some("left")).await;
+    assert_eq!(response.status(), 429, "a full backlog refuses it as it refuses a new job");
+    assert!(w.jobs.job(&left).await.unwrap().is_none(), "nothing written");
+    assert_eq!(w.key(&owner("alice"), "left").await.unwrap().job_id, left, "the claim stays");
+}
+
+#[tokio::test]
 async fn a_job_and_its_key_are_stamped_with_the_clocks_time() {
     let w = world();
     // Not the machine's time: what the handler stamps is its clock's.
