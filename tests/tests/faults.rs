@@ -9,7 +9,8 @@
 //!
 //! Most jobs are `demo` jobs that checkpoint every two items and write progress every 50 ms;
 //! one in twenty is a three-stage `csv_report` over a 2 MiB+ upload, so that
-//! resuming a scan from its checkpoint and crossing stage boundaries happen under faults too.
+//! resuming a scan from its checkpoint and crossing stage boundaries happen under faults too,
+//! and one in ten fans `process` out into shards, so that a crash inside a shard resumes it.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
@@ -133,7 +134,16 @@ fn spec(i: usize, input: &str) -> Value {
             "format": "json",
         }});
     }
-    json!({"type": "demo", "params": {"items": 2 + (i % 7), "item_ms": 5 * (i % 3)}})
+    let mut params = json!({"items": 2 + (i % 7), "item_ms": 5 * (i % 3)});
+    if let Some(shards) = shards(i) {
+        params["shards"] = json!(shards);
+    }
+    json!({"type": "demo", "params": params})
+}
+
+/// The shards demo job `i` fans out into, if it does (one in ten: 2 to 4 shards).
+fn shards(i: usize) -> Option<u64> {
+    (i % 10 == 3).then_some(2 + (i % 3) as u64)
 }
 
 /// Submits with an Idempotency-Key, retrying (same key) through crashes and throttling, as
@@ -529,11 +539,12 @@ async fn every_job_ends_exactly_once_and_correctly_under_injected_faults() {
         }
         let result: DemoResult = serde_json::from_slice(&bytes).expect("a demo result");
         let items = spec(i, &input)["params"]["items"].as_u64().unwrap();
-        if result != DemoResult::expected(items) {
-            wrong.push(format!(
-                "{job_id}: result {result:?}, expected {:?}",
-                DemoResult::expected(items)
-            ));
+        let expected = match shards(i) {
+            Some(shards) => DemoResult::expected_sharded(items, shards),
+            None => DemoResult::expected(items),
+        };
+        if result != expected {
+            wrong.push(format!("{job_id}: result {result:?}, expected {expected:?}"));
         }
     }
     assert!(wrong.is_empty(), "{} of {jobs} jobs went wrong:\n{}", wrong.len(), wrong.join("\n"));
