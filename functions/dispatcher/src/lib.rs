@@ -315,7 +315,7 @@ pub async fn dispatch(deps: &Deps, job_id: &JobId) -> Result<(), DispatchError> 
                 // Another message dispatched it (or it ended) while this one took slots: the
                 // slots taken are the running job's own unless it ended.
                 if after_lost_dispatch(status) == LostDispatch::GiveBack {
-                    give_back(deps, job_id, &taken).await?;
+                    give_back_lost(deps, &job, status, &taken).await?;
                 }
                 return Ok(());
             }
@@ -355,7 +355,7 @@ pub async fn dispatch(deps: &Deps, job_id: &JobId) -> Result<(), DispatchError> 
                 }
                 (LostDispatch::GiveBack | LostDispatch::StartAgain, _) => {
                     tracing::info!(status = ?status, "job ended while dispatched; its slots are given back");
-                    give_back(deps, job_id, &pools.iter().collect::<Vec<_>>()).await
+                    give_back_lost(deps, &job, status, &pools.iter().collect::<Vec<_>>()).await
                 }
             };
         }
@@ -477,6 +477,27 @@ async fn give_back(
     pools: &[&(Pool, u32)],
 ) -> Result<(), DispatchError> {
     release(deps, std::slice::from_ref(job_id), pools.iter().copied()).await
+}
+
+/// Gives back the slots of `pools` this dispatch of `job` took, after it lost the job to
+/// `status`: an ended or gone job's outright; a job that is not running (paused, or pending
+/// again) only while the run this dispatch read still holds them — it may have been resumed
+/// and dispatched again since, and its next run's slots are not this dispatch's to free.
+async fn give_back_lost(
+    deps: &Deps,
+    job: &JobRecord,
+    status: Option<JobStatus>,
+    pools: &[&(Pool, u32)],
+) -> Result<(), DispatchError> {
+    if status.is_none_or(|s| s.is_terminal()) {
+        return give_back(deps, &job.job_id, pools).await;
+    }
+    for (pool, limit) in pools.iter().copied() {
+        if let Some(held) = deps.slots.give_back_run(pool, &job.job_id, job.resumes).await? {
+            deps.slots.admit(pool, *limit, held).await?;
+        }
+    }
+    Ok(())
 }
 
 /// Gives `job_ids`' slots of each of `pools` back (none: gives nothing back) and admits whoever

@@ -285,7 +285,8 @@ impl SlotStore {
         Ok(holder_count(output.attributes))
     }
 
-    /// Gives back `job_id`'s slot of `pool` only if it is still its run `run`'s: `Some` with
+    /// Gives back `job_id`'s slot of `pool` only if no later run than `run` holds it (a
+    /// dispatch that read the job before `run` may have written an earlier run): `Some` with
     /// how many holders the pool has afterwards, `None` if a later run of the job holds it
     /// (nothing changes). A job that holds no slot frees none (`Some`).
     pub async fn give_back_run(
@@ -301,7 +302,7 @@ impl SlotStore {
             .key("pk", s(pool.holders_pk()))
             .key("sk", s(HOLDERS_SK))
             .update_expression("DELETE holders :job REMOVE #run")
-            .condition_expression("attribute_not_exists(#run) OR #run = :run")
+            .condition_expression("attribute_not_exists(#run) OR #run <= :run")
             .expression_attribute_names("#run", run_attribute(job_id))
             .expression_attribute_values(":job", AttributeValue::Ss(vec![job_id.to_string()]))
             .expression_attribute_values(":run", AttributeValue::N(run.to_string()))

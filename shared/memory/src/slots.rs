@@ -268,8 +268,8 @@ impl SlotPools for MemorySlotPools {
         self.outage.check(&format!("give back the slot of job {job_id}'s run {run}"))?;
         let mut items = self.items();
         let holders = items.holders.entry(pool.holders_pk()).or_default();
-        // `attribute_not_exists(#run) OR #run = :run`
-        if holders.get(job_id).is_some_and(|held_by| *held_by != run) {
+        // `attribute_not_exists(#run) OR #run <= :run`
+        if holders.get(job_id).is_some_and(|held_by| *held_by > run) {
             return Ok(None);
         }
         holders.remove(job_id);

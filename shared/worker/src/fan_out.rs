@@ -1,16 +1,18 @@
 //! Fanned-out stages ([`JobKind::fans_out`]): a stage that splits its work into shards
-//! ([`JobKind::split`]), runs
-//! each shard on its own ([`JobKind::run_shard`]) and merges the shards' outputs, in shard
-//! order, into the stage's outcome ([`JobKind::merge`]).
+//! ([`JobKind::split`]), runs each shard on its own ([`JobKind::run_shard`]) and merges the
+//! shards' outputs, in shard order, into the stage's outcome ([`JobKind::merge`]).
 //!
 //! Each shard has its own checkpoint and its own progress: a crash resumes the shard that was
-//! running from its own checkpoint, and the shards already done are not run again. The job's
-//! progress is the sum of its shards' items ([`Shard::items`]).
+//! running from its own checkpoint, and a shard done and kept (by the stage's next checkpoint,
+//! always one before the merge) is not run again. The job's progress is the sum of its shards'
+//! items ([`Shard::items`]).
 //!
 //! Today every host runs a fanned-out stage's shards one after another within the stage's
-//! invocations ([`run_stage`]): the shards, the running shard's checkpoint and the outputs of
-//! the shards done live in the stage's checkpoint, so the stage pauses, resumes, retries and is cancelled as
-//! any stage is. A kind written against this API never sees how its shards are scheduled.
+//! invocations ([`run_stage`]): the shards, the running shard's checkpoint, the outputs of the
+//! shards done and the merge's own checkpoint live in the stage's checkpoint, so the stage
+//! pauses, resumes, retries and is cancelled as any stage is, and the next stage reads the
+//! merge's checkpoint as its input ([`stage_output`]). A kind written against this API never
+//! sees how its shards are scheduled.
 //!
 //! [`JobKind::fans_out`]: crate::JobKind::fans_out
 //! [`JobKind::split`]: crate::JobKind::split
@@ -149,6 +151,29 @@ struct FanOutState {
     outputs: Vec<Option<ShardOutput>>,
     /// The shard that saved a checkpoint and is not done yet, with that checkpoint.
     running: Option<RunningShard>,
+    /// What the merge saved as the stage's checkpoint: the next stage's input
+    /// ([`stage_output`] hands it over), and where a merge run again resumes.
+    #[serde(default)]
+    merged: Option<SavedState>,
+}
+
+/// A checkpoint a kind saved: its schema version and state.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct SavedState {
+    version: u32,
+    state: Value,
+}
+
+/// What the previous stage `version`'s checkpoint (schema `version`, `state`) hands the next
+/// stage: the checkpoint itself, or — for a fanned-out stage's own checkpoint — what its merge
+/// saved (`None`: it saved nothing). Hosts read a stage's output through this
+/// ([`StageContext::carried_raw`]).
+pub fn stage_output(version: u32, state: Value) -> Result<Option<(u32, Value)>, KindError> {
+    if version != FAN_OUT_VERSION {
+        return Ok(Some((version, state)));
+    }
+    let fanned: FanOutState = serde_json::from_value(state).map_err(unreadable)?;
+    Ok(fanned.merged.map(|m| (m.version, m.state)))
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -189,11 +214,9 @@ pub async fn run_stage<K: JobKind>(
     if !kind.fans_out(ctx.stage(), params) {
         return kind.run_stage(ctx, params).await;
     }
-    // A fanned-out stage's own checkpoint is always a `FanOutState`.
-    let saved = match ctx.has_own_checkpoint() {
-        true => ctx.load_checkpoint_raw(FAN_OUT_VERSION).await?,
-        false => None,
-    };
+    // A fanned-out stage's own checkpoint is always a `FanOutState` (also one a retried job
+    // starts from, which a host may not count as this job's own).
+    let saved = ctx.load_checkpoint_raw(FAN_OUT_VERSION).await?;
     let mut state = match saved {
         Some(saved) => serde_json::from_value::<FanOutState>(saved).map_err(unreadable)?,
         None => {
@@ -204,7 +227,7 @@ pub async fn run_stage<K: JobKind>(
                 ))
                 .because(format!("{} shards; 1 to {MAX_SHARDS}", shards.len())));
             }
-            FanOutState { outputs: vec![None; shards.len()], shards, running: None }
+            FanOutState { outputs: vec![None; shards.len()], shards, running: None, merged: None }
         }
     };
     if state.outputs.len() != state.shards.len() {
@@ -216,6 +239,8 @@ pub async fn run_stage<K: JobKind>(
     }
     let shards = state.shards.clone();
     let total: u64 = shards.iter().map(|s| s.items).fold(0, u64::saturating_add);
+    // Whether a shard ran since the stage's checkpoint was last saved.
+    let mut unsaved = false;
     let mut order = order.permutation(shards.len());
     // The shard that was running goes on first: its checkpoint is the stage's.
     if let Some(running) = &state.running {
@@ -227,6 +252,7 @@ pub async fn run_stage<K: JobKind>(
             continue;
         }
         let finished_items = state.done(&shards) - state.running.as_ref().map_or(0, |r| r.done);
+        unsaved = true;
         let outcome = {
             let mut shard_ctx = ShardContext {
                 inner: &mut *ctx,
@@ -249,13 +275,24 @@ pub async fn run_stage<K: JobKind>(
         let done = state.done(&shards);
         if left && (ctx.deadline_near() || ctx.checkpoint_due(done)) {
             save(ctx, &state, done, total).await?;
+            unsaved = false;
             if ctx.deadline_near() {
                 return Ok(StageOutcome::Paused);
             }
         }
     }
-    let outputs: Vec<ShardOutput> = state.outputs.into_iter().flatten().collect();
-    kind.merge(ctx, params, &outputs).await
+    // Every output is kept before the merge runs: a merge that pauses, fails or dies is run
+    // again from the same outputs, never after the shards ran again.
+    let done = state.done(&shards);
+    if unsaved && state.merged.is_none() {
+        save(ctx, &state, done, total).await?;
+        if ctx.deadline_near() {
+            return Ok(StageOutcome::Paused);
+        }
+    }
+    let outputs: Vec<ShardOutput> = state.outputs.iter().flatten().cloned().collect();
+    let mut merge_ctx = MergeContext { inner: ctx, state: &mut state, done, total };
+    kind.merge(&mut merge_ctx, params, &outputs).await
 }
 
 async fn save(
@@ -292,6 +329,11 @@ impl ShardContext<'_> {
         async move { Err(KindError::fatal(PublicMessage::fixed(what))) }.boxed()
     }
 }
+
+/// Why a shard or a merge cannot read the previous stage's output: once the stage saved its
+/// first checkpoint, that output is no longer kept.
+const NOT_CARRIED: &str = "a shard or a merge cannot read the previous stage's output: split \
+    reads it, and puts what the shards need in their descriptors";
 
 const SHARD_RESULT: &str =
     "a shard cannot write the job's result: it hands the merge an output, and the merge writes it";
@@ -343,10 +385,10 @@ impl StageContext for ShardContext<'_> {
 
     fn carried_raw(
         &mut self,
-        from_stage: &str,
-        version: u32,
+        _from_stage: &str,
+        _version: u32,
     ) -> BoxFuture<'_, Result<Value, KindError>> {
-        self.inner.carried_raw(from_stage, version)
+        Self::refused(NOT_CARRIED)
     }
 
     fn input_size(&mut self, input: &str) -> BoxFuture<'_, Result<u64, KindError>> {
@@ -447,6 +489,171 @@ impl StageContext for ShardContext<'_> {
         _timeout: Duration,
     ) -> BoxFuture<'_, Result<Waited, KindError>> {
         Self::refused("a shard cannot wait for a signal: wait before the stage splits, or after it")
+    }
+
+    fn attempt_failures(&self) -> u32 {
+        self.inner.attempt_failures()
+    }
+
+    fn count_failure(&mut self) -> BoxFuture<'_, Result<(), KindError>> {
+        self.inner.count_failure()
+    }
+}
+
+/// What a merge sees: the stage's context, its checkpoint kept inside the fan-out's (so a
+/// merge run again resumes from it, and the next stage gets it as this stage's output), the
+/// stage's progress at its end.
+struct MergeContext<'a> {
+    inner: &'a mut dyn StageContext,
+    state: &'a mut FanOutState,
+    done: u64,
+    total: u64,
+}
+
+impl StageContext for MergeContext<'_> {
+    fn stage(&self) -> &str {
+        self.inner.stage()
+    }
+
+    fn attempt(&self) -> u32 {
+        self.inner.attempt()
+    }
+
+    fn progress(
+        &mut self,
+        _done: u64,
+        _total: Option<u64>,
+    ) -> BoxFuture<'_, Result<(), KindError>> {
+        self.inner.progress(self.done, Some(self.total))
+    }
+
+    fn save_checkpoint_raw(
+        &mut self,
+        version: u32,
+        state: Value,
+        _done: u64,
+        _total: Option<u64>,
+    ) -> BoxFuture<'_, Result<(), KindError>> {
+        self.state.merged = Some(SavedState { version, state });
+        let (done, total) = (self.done, self.total);
+        async move { save(&mut *self.inner, &*self.state, done, total).await }.boxed()
+    }
+
+    fn load_checkpoint_raw(
+        &mut self,
+        version: u32,
+    ) -> BoxFuture<'_, Result<Option<Value>, KindError>> {
+        let own =
+            self.state.merged.as_ref().filter(|m| m.version == version).map(|m| m.state.clone());
+        async move { Ok(own) }.boxed()
+    }
+
+    fn has_own_checkpoint(&self) -> bool {
+        self.state.merged.is_some()
+    }
+
+    fn carried_raw(
+        &mut self,
+        _from_stage: &str,
+        _version: u32,
+    ) -> BoxFuture<'_, Result<Value, KindError>> {
+        ShardContext::refused(NOT_CARRIED)
+    }
+
+    fn input_size(&mut self, input: &str) -> BoxFuture<'_, Result<u64, KindError>> {
+        self.inner.input_size(input)
+    }
+
+    fn read_input(
+        &mut self,
+        input: &str,
+        offset: u64,
+    ) -> BoxFuture<'_, Result<ByteStream, KindError>> {
+        self.inner.read_input(input, offset)
+    }
+
+    fn stage_file(
+        &mut self,
+        name: &str,
+        content_type: &str,
+        body: Vec<u8>,
+    ) -> BoxFuture<'_, Result<StagedFile, KindError>> {
+        self.inner.stage_file(name, content_type, body)
+    }
+
+    fn write_result(
+        &mut self,
+        name: &str,
+        content_type: &str,
+        body: Vec<u8>,
+    ) -> BoxFuture<'_, Result<ResultRef, KindError>> {
+        self.inner.write_result(name, content_type, body)
+    }
+
+    fn begin_result_upload(
+        &mut self,
+        name: &str,
+        content_type: &str,
+    ) -> BoxFuture<'_, Result<ResultUpload, KindError>> {
+        self.inner.begin_result_upload(name, content_type)
+    }
+
+    fn can_continue(&mut self, upload: &ResultUpload) -> BoxFuture<'_, Result<bool, KindError>> {
+        self.inner.can_continue(upload)
+    }
+
+    fn upload_part(
+        &mut self,
+        upload: &ResultUpload,
+        number: u32,
+        body: Vec<u8>,
+    ) -> BoxFuture<'_, Result<UploadedPart, KindError>> {
+        self.inner.upload_part(upload, number, body)
+    }
+
+    fn complete_result_upload(
+        &mut self,
+        upload: &ResultUpload,
+        parts: &[UploadedPart],
+    ) -> BoxFuture<'_, Result<ResultRef, KindError>> {
+        self.inner.complete_result_upload(upload, parts)
+    }
+
+    fn input_name(&self, input: &str) -> Result<String, KindError> {
+        self.inner.input_name(input)
+    }
+
+    fn publish(&mut self, staged: &StagedFile) -> BoxFuture<'_, Result<ResultRef, KindError>> {
+        self.inner.publish(staged)
+    }
+
+    fn pause(
+        &mut self,
+        duration: Duration,
+        _done: u64,
+        _total: Option<u64>,
+    ) -> BoxFuture<'_, Result<(), KindError>> {
+        self.inner.pause(duration, self.done, Some(self.total))
+    }
+
+    fn deadline_near(&self) -> bool {
+        self.inner.deadline_near()
+    }
+
+    fn checkpoint_due(&self, _items: u64) -> bool {
+        self.inner.checkpoint_due(self.done)
+    }
+
+    fn cancelled(&self) -> bool {
+        self.inner.cancelled()
+    }
+
+    fn wait_for(
+        &mut self,
+        name: &str,
+        timeout: Duration,
+    ) -> BoxFuture<'_, Result<Waited, KindError>> {
+        self.inner.wait_for(name, timeout)
     }
 
     fn attempt_failures(&self) -> u32 {

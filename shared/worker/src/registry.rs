@@ -85,8 +85,10 @@ pub trait JobKind: Send + Sync + 'static {
     /// Runs one shard of a stage that fans out ([`JobKind::split`]), until it is done (its output, for
     /// the merge), the deadline nears (checkpoint and return [`ShardOutcome::Paused`]), or it
     /// fails. `ctx` is the shard's own: its checkpoint is the shard's, and the progress it
-    /// reports counts to [`Shard::items`]. A shard cannot write the job's result or wait for
-    /// a signal. Shards run in any order; one must not depend on another.
+    /// reports counts to [`Shard::items`]. A shard cannot write the job's result, wait for a
+    /// signal or read the previous stage's output (`split` does, into the descriptors); a
+    /// file it stages is named `shard<index>-<name>`. Shards run in any order; one must not
+    /// depend on another.
     fn run_shard<'a>(
         &'a self,
         _ctx: &'a mut dyn StageContext,
@@ -99,8 +101,10 @@ pub trait JobKind: Send + Sync + 'static {
     /// Merges the outputs of every shard of a stage that fans out, in shard order, into the
     /// stage's outcome: [`StageOutcome::Finished`] with the job's result, or
     /// [`StageOutcome::StageDone`] with the next stage's input saved as the stage's checkpoint.
-    /// Runs within one invocation (it is run again, from the same outputs, if it fails
-    /// retryably or returns [`StageOutcome::Paused`]).
+    /// Every output is kept before it runs: a merge that fails retryably, returns
+    /// [`StageOutcome::Paused`] or dies is run again from the same outputs, resuming from the
+    /// checkpoint it saved, if any (kept apart from the shards'). It cannot read the previous
+    /// stage's output.
     fn merge<'a>(
         &'a self,
         _ctx: &'a mut dyn StageContext,

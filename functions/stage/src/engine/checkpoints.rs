@@ -178,16 +178,28 @@ impl Ctx<'_> {
                 }));
             }
         };
-        let checkpoint: Checkpoint<T> = serde_json::from_slice(&bytes)
+        let mismatch = || {
+            StageError::fatal(
+                public(&format!("is not of schema version {version}")),
+                format!("object {key}"),
+            )
+        };
+        let checkpoint: Checkpoint<serde_json::Value> = serde_json::from_slice(&bytes)
             .ok()
-            .filter(|c: &Checkpoint<T>| c.schema_version == version && c.stage == stage)
-            .ok_or_else(|| {
-                StageError::fatal(
-                    public(&format!("is not of schema version {version}")),
-                    format!("object {key}"),
-                )
-            })?;
-        Ok(checkpoint.state)
+            .filter(|c: &Checkpoint<serde_json::Value>| c.stage == stage)
+            .ok_or_else(mismatch)?;
+        // A fanned-out stage's own checkpoint holds what its merge saved: that is its output.
+        let output =
+            longhaul_worker::fan_out::stage_output(checkpoint.schema_version, checkpoint.state)
+                .map_err(|e| {
+                    StageError::fatal(public("is unreadable"), format!("object {key}: {e:?}"))
+                })?;
+        match output {
+            Some((found, state)) if found == version => {
+                serde_json::from_value(state).map_err(|_| mismatch())
+            }
+            _ => Err(mismatch()),
+        }
     }
 
     /// The stage's current checkpoint, if there is one of schema `version`. A checkpoint of

@@ -73,14 +73,17 @@ impl JobStore {
             };
         }
         let text = serde_json::to_string(payload).expect("JSON values serialise");
-        if self.put_signal_record(job_id, name, Some(text), at).await? {
+        let put = self.put_signal_record(job_id, name, Some(text), at).await;
+        if let Ok(true) = put {
             return Ok(SignalKept::Kept);
         }
+        // Not kept (the name was taken, or the put failed): the count goes back. If even that
+        // fails (or the invocation dies first), the count stays one high: the job keeps one
+        // signal fewer than it may, which is logged.
         if let Err(err) = self.count_signal(job_id, -1).await {
-            // The count stays one high: the job keeps one signal fewer than it may.
             tracing::error!(error = %err, job_id = %job_id, "giving back a signal's count failed");
         }
-        Ok(SignalKept::Taken)
+        put.map(|_| SignalKept::Taken)
     }
 
     /// Adds `by` (1 or −1) to the job's count of kept signals, within 0 ..=

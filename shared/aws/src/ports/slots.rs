@@ -36,7 +36,7 @@ pub trait SlotPools: Warm {
     /// no one; answers how many holders the pool has afterwards.
     async fn give_back(&self, pool: &Pool, job_ids: &[JobId]) -> Result<usize, AwsError>;
 
-    /// Gives back `job_id`'s slot of `pool` only while its run `run` holds it (a pause's
+    /// Gives back `job_id`'s slot of `pool` unless a run later than `run` holds it (a pause's
     /// give-back: the job's next run may have taken the slot since), waking no one: `Some`
     /// with how many holders the pool has afterwards, `None` if a later run holds it (nothing
     /// changes).

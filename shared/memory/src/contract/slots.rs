@@ -117,6 +117,9 @@ async fn a_pause_gives_back_only_its_own_runs_slot(slots: &impl SlotPools) {
     assert_eq!(slots.give_back_run(&pool, &a, 0).await.unwrap(), None, "the late pause's");
     assert!(!slots.acquire(&pool, 2, &c, 0).await.unwrap(), "the pool is still full");
     assert_eq!(sorted(slots.holders(&pool).await.unwrap()), sorted(vec![a.clone(), b.clone()]));
+    // A dispatch that read the job before its resume writes the earlier run: the paused
+    // run's give-back still frees it.
+    assert!(slots.acquire(&pool, 2, &a, 0).await.unwrap());
     assert_eq!(slots.give_back_run(&pool, &a, 1).await.unwrap(), Some(1));
     // An unconditional give-back frees whichever run holds it; a job holding none frees none.
     assert_eq!(slots.give_back(&pool, std::slice::from_ref(&b)).await.unwrap(), 0);

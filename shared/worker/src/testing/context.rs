@@ -188,8 +188,16 @@ impl StageContext for MemoryContext<'_> {
         from_stage: &str,
         version: u32,
     ) -> BoxFuture<'_, Result<Value, KindError>> {
-        let found = match &self.durable.checkpoint {
-            Some((stage, v, state)) if stage == from_stage && *v == version => Ok(state.clone()),
+        // A fanned-out stage's output is what its merge saved (as the stage function reads it).
+        let output = match &self.durable.checkpoint {
+            Some((stage, v, state)) if stage == from_stage => {
+                crate::fan_out::stage_output(*v, state.clone())
+            }
+            _ => Ok(None),
+        };
+        let found = match output {
+            Ok(Some((v, state))) if v == version => Ok(state),
+            Err(e) => Err(e),
             _ => Err(KindError::fatal(PublicMessage::domain(format!(
                 "the {from_stage} stage's output is missing or not of schema version {version}"
             )))),

@@ -197,3 +197,77 @@ fn a_shard_cannot_write_the_result_nor_wait() {
     let err = Host::new().run(&Rogue(false), &json!({})).unwrap_err();
     assert!(err.public.as_str().starts_with("a shard cannot wait"), "{err}");
 }
+
+#[test]
+fn a_crash_after_the_merge_saved_its_output_runs_no_shard_again() {
+    let kind = Squares::default();
+    let (finished, trace) = Host::new().run_traced(&kind, &params(3, 2));
+    assert_eq!(finished.unwrap().body, merged(3, 2));
+    let runs = kind.log.lock().unwrap().len();
+    assert_eq!(runs, 3);
+    // The merge's checkpoint is the run's last (`sum` saves none); the one before it keeps
+    // every shard's output.
+    for n in [trace.checkpoints, trace.checkpoints - 1] {
+        let kind = Squares::default();
+        let resumed = Host::new().crash_after_checkpoint(n).run(&kind, &params(3, 2)).unwrap();
+        assert_eq!(resumed.body, merged(3, 2), "crashed after checkpoint {n}");
+        assert_eq!(kind.log.lock().unwrap().len(), 3, "no shard ran again after checkpoint {n}");
+    }
+}
+
+#[test]
+fn neither_a_shard_nor_a_merge_reads_the_previous_stages_output() {
+    #[derive(Clone)]
+    struct Reader(bool);
+    impl JobKind for Reader {
+        const NAME: &'static str = "reader";
+        type Params = Value;
+        fn stages(&self) -> &'static [&'static str] {
+            &["first", "second"]
+        }
+        fn fans_out(&self, stage: &str, _: &Value) -> bool {
+            stage == "second"
+        }
+        async fn split(
+            &self,
+            ctx: &mut dyn StageContext,
+            _: &Value,
+        ) -> Result<Vec<Shard>, KindError> {
+            let n: Counted = ctx.carried("first").await?; // split may
+            Ok(vec![Shard::new(&n.done, 1)?])
+        }
+        async fn run_shard(
+            &self,
+            ctx: &mut dyn StageContext,
+            _: &Value,
+            _: &Shard,
+        ) -> Result<ShardOutcome, KindError> {
+            if self.0 {
+                ctx.carried::<Counted>("first").await?;
+            }
+            Ok(ShardOutcome::Done(ShardOutput::new(&())?))
+        }
+        async fn merge(
+            &self,
+            ctx: &mut dyn StageContext,
+            _: &Value,
+            _: &[ShardOutput],
+        ) -> Result<StageOutcome, KindError> {
+            ctx.carried::<Counted>("first").await?;
+            unreachable!("the merge cannot read it")
+        }
+        async fn run_stage(
+            &self,
+            ctx: &mut dyn StageContext,
+            _: &Value,
+        ) -> Result<StageOutcome, KindError> {
+            ctx.checkpoint(&Counted { done: 7 }, 1, Some(1)).await?;
+            Ok(StageOutcome::StageDone)
+        }
+    }
+    for in_shard in [true, false] {
+        let err = Host::new().run(&Reader(in_shard), &json!({})).unwrap_err();
+        assert_eq!(err.class, ErrorClass::Fatal);
+        assert!(err.public.as_str().starts_with("a shard or a merge cannot read"), "{err}");
+    }
+}
