@@ -34,7 +34,8 @@ pub const S3_MAX_PUT_BYTES: u64 = 5 * 1024 * 1024 * 1024;
 pub struct Config {
     /// `BUCKET_NAME`: where uploads go.
     pub bucket: String,
-    /// `LONGHAUL_MAX_UPLOAD_BYTES` (default and most: 5 GiB): the largest file accepted.
+    /// `LONGHAUL_MAX_UPLOAD_BYTES` (default and most: 5 GiB): the largest file accepted (at
+    /// most the daily quota).
     pub max_upload_bytes: u64,
     /// `TABLE_NAME`: where the quota's counters are.
     pub table: String,
@@ -59,15 +60,12 @@ impl Config {
         }
         let upload_bytes_per_day =
             vars.parsed_or("LONGHAUL_TENANT_UPLOAD_BYTES_PER_DAY", DEFAULT_UPLOAD_BYTES_PER_DAY)?;
-        if upload_bytes_per_day != 0 && upload_bytes_per_day < max_upload_bytes {
-            return Err(ConfigError::Invalid {
-                name: "LONGHAUL_TENANT_UPLOAD_BYTES_PER_DAY".into(),
-                value: upload_bytes_per_day.to_string(),
-                reason: format!(
-                    "must be 0 (no quota) or at least LONGHAUL_MAX_UPLOAD_BYTES ({max_upload_bytes}): a largest upload must fit in a day"
-                ),
-            });
-        }
+        // An upload larger than a day's quota could never be made: the quota bounds it too
+        // (a 422 that says so, not a 429 whose retry would never succeed).
+        let max_upload_bytes = match upload_bytes_per_day {
+            0 => max_upload_bytes,
+            quota => max_upload_bytes.min(quota),
+        };
         Ok(Config {
             bucket: vars.required("BUCKET_NAME")?,
             max_upload_bytes,

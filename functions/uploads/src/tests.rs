@@ -220,7 +220,7 @@ async fn a_failing_quota_is_a_500_that_names_nothing_inside() {
 }
 
 #[test]
-fn the_quota_is_off_or_fits_the_largest_upload() {
+fn a_quota_below_the_largest_upload_lowers_it() {
     let vars = |quota: &str| {
         longhaul_aws::config::Vars::from_map(std::collections::HashMap::from([
             ("BUCKET_NAME".to_owned(), "b".to_owned()),
@@ -229,8 +229,12 @@ fn the_quota_is_off_or_fits_the_largest_upload() {
             ("LONGHAUL_TENANT_UPLOAD_BYTES_PER_DAY".to_owned(), quota.to_owned()),
         ]))
     };
-    assert_eq!(Config::from_vars(&vars("0")).unwrap().upload_bytes_per_day, 0);
-    assert_eq!(Config::from_vars(&vars("1000")).unwrap().upload_bytes_per_day, 1000);
-    assert!(Config::from_vars(&vars("999")).is_err(), "a largest upload must fit in a day");
+    let of = |quota: &str| {
+        let config = Config::from_vars(&vars(quota)).unwrap();
+        (config.upload_bytes_per_day, config.max_upload_bytes)
+    };
+    assert_eq!(of("0"), (0, 1000), "no quota");
+    assert_eq!(of("1000"), (1000, 1000));
+    assert_eq!(of("999"), (999, 999), "an upload over a day's quota could never be made");
     assert!(Config::from_vars(&vars("lots")).is_err());
 }
