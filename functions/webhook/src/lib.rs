@@ -103,14 +103,7 @@ pub struct Config {
 impl Config {
     /// Reads the configuration.
     pub fn from_vars(vars: &Vars) -> Result<Self, ConfigError> {
-        let schedule = match vars.parsed::<String>("LONGHAUL_WEBHOOK_SCHEDULE_SECONDS")? {
-            None => RetrySchedule::default(),
-            Some(text) => RetrySchedule::parse(&text).ok_or_else(|| ConfigError::Invalid {
-                name: "LONGHAUL_WEBHOOK_SCHEDULE_SECONDS".into(),
-                value: text.clone(),
-                reason: "expected comma-separated seconds".into(),
-            })?,
-        };
+        let schedule = longhaul_aws::config::webhook_schedule(vars)?;
         Ok(Config {
             table: vars.required("TABLE_NAME")?,
             queue_url: vars.required("WEBHOOK_QUEUE_URL")?,

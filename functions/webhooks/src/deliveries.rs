@@ -8,7 +8,8 @@
 //! of two resends or recoveries at once, one queues it. Recovery moves `failed` ones; a resend
 //! also a `delivered` one — a receiver that lost what it was sent may ask again — so that a
 //! delivery has at most one copy queued however often it is resent; a `pending` one is queued
-//! already (`409`). Progress events are never resent (`409`): the next one, or the job's view,
+//! already (`409`), unless it went untouched longer than the deliverer ever waits between
+//! attempts (its message was lost: a resend takes it). Progress events are never resent (`409`): the next one, or the job's view,
 //! says more. Nothing is queued for a disabled endpoint (`409`): enable it first.
 //!
 //! If the queue refuses a delivery this call moved to `pending`, the delivery is written back
@@ -216,13 +217,22 @@ pub(crate) async fn resend(
     }
     // A failed or delivered delivery is moved to pending before it is queued, so one copy at
     // most is in flight: a second resend meanwhile is refused, and repeating resends cannot
-    // grow the webhook queue.
-    if delivery.status == DeliveryStatus::Pending {
+    // grow the webhook queue. A pending one is in flight — unless nothing was recorded,
+    // attempted or queued for longer than the deliverer ever waits between attempts: its
+    // message was lost (dead-lettered after the deliverer failed to record it), and a resend
+    // takes it.
+    let now = deps.clock.now();
+    let lost_after = chrono::Duration::from_std(deps.lost_after).unwrap_or(chrono::Duration::MAX);
+    let (now, quiet_since) = (Timestamp::from(now), Timestamp::from(now - lost_after));
+    let lost = delivery.status == DeliveryStatus::Pending
+        && delivery.created_at < quiet_since
+        && delivery.last_attempt_at.is_none_or(|at| at < quiet_since);
+    if delivery.status == DeliveryStatus::Pending && !lost {
         return Err(already_pending(&delivery));
     }
     let moved = deps
         .deliveries
-        .requeue_delivery(&endpoint_id, &job_id, event, delivery.status)
+        .requeue_delivery(&endpoint_id, &job_id, event, delivery.status, now, quiet_since)
         .await
         .map_err(internal("requeueing a delivery"))?;
     if !moved {
@@ -358,7 +368,15 @@ async fn requeue(
     before: usize,
 ) -> Result<usize, Problem> {
     let moves = futures::future::join_all(batch.iter().map(|d| {
-        deps.deliveries.requeue_delivery(&d.endpoint_id, &d.job_id, d.event, DeliveryStatus::Failed)
+        let now = Timestamp::from(deps.clock.now());
+        deps.deliveries.requeue_delivery(
+            &d.endpoint_id,
+            &d.job_id,
+            d.event,
+            DeliveryStatus::Failed,
+            now,
+            now,
+        )
     }))
     .await;
     let mut moved: Vec<(&EndpointDelivery, WebhookMessage)> = Vec::new();

@@ -64,6 +64,10 @@ pub struct Config {
     /// `LONGHAUL_RECORD_RETENTION_SECONDS`: how long delivery records are kept, so how far
     /// back a recovery may reach.
     pub record_retention: RecordRetention,
+    /// How long a `pending` delivery may go with nothing recorded, attempted or queued before
+    /// a resend takes it as lost: the deliverer's longest delay between attempts
+    /// (`LONGHAUL_WEBHOOK_SCHEDULE_SECONDS`, read as the deliverer reads it) and an hour.
+    pub lost_after: std::time::Duration,
 }
 
 impl Config {
@@ -75,6 +79,9 @@ impl Config {
             max_endpoints: vars.parsed_or("LONGHAUL_MAX_ENDPOINTS", DEFAULT_MAX_ENDPOINTS)?,
             allow_insecure: vars.parsed_or("LONGHAUL_ALLOW_INSECURE_CALLBACKS", 0u8)? == 1,
             record_retention: RecordRetention::from_vars(vars)?,
+            lost_after: std::time::Duration::from_secs(
+                longhaul_aws::config::webhook_schedule(vars)?.longest_delay() + 3_600,
+            ),
         })
     }
 }
@@ -96,6 +103,8 @@ pub struct Deps {
     pub max_endpoints: u32,
     /// How long delivery records are kept.
     pub record_retention: RecordRetention,
+    /// How long a `pending` delivery goes untouched before a resend takes it as lost.
+    pub lost_after: std::time::Duration,
     /// What time it is.
     pub clock: Arc<dyn Clock>,
 }
@@ -118,6 +127,7 @@ impl Deps {
             callbacks: CallbackPolicy { allow_insecure: config.allow_insecure },
             max_endpoints: config.max_endpoints,
             record_retention: config.record_retention,
+            lost_after: config.lost_after,
             clock: Arc::new(SystemClock),
         }
     }

@@ -88,6 +88,9 @@ pub(crate) struct World {
     pub(crate) deps: Deps,
 }
 
+/// How long a pending delivery goes untouched before a resend takes it as lost, in the tests.
+pub(crate) const LOST_AFTER: std::time::Duration = std::time::Duration::from_secs(11 * 3_600);
+
 /// A world with no secrets, endpoints or deliveries, the strict callback policy (endpoint URLs
 /// in the tests are public IP literals: nothing is looked up) and the default caps.
 pub(crate) fn world() -> World {
@@ -103,6 +106,7 @@ pub(crate) fn world() -> World {
         callbacks: CallbackPolicy { allow_insecure: false },
         max_endpoints: longhaul_domain::endpoints::DEFAULT_MAX_ENDPOINTS,
         record_retention: RecordRetention::default(),
+        lost_after: LOST_AFTER,
         clock: clock.clone(),
     };
     World { jobs, endpoints, queue, clock, deps }

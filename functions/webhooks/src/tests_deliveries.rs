@@ -286,6 +286,47 @@ async fn a_delivered_event_may_be_asked_for_again_one_copy_at_a_time() {
 }
 
 #[tokio::test]
+async fn a_pending_delivery_that_went_quiet_is_lost_and_resent_once() {
+    let w = world();
+    let id = endpoint(&w).await;
+    let lost_after = crate::tests::LOST_AFTER.as_secs() as i64;
+    // Attempted within the deliverer's longest wait: still being retried.
+    let retrying = EndpointDelivery {
+        attempts: 4,
+        last_attempt_at: Some(ago(&w, lost_after - 60)),
+        ..delivery(
+            &id,
+            &nth_job(1),
+            EndpointEvent::JobFailed,
+            DeliveryStatus::Pending,
+            ago(&w, 2 * lost_after),
+        )
+    };
+    // Its last attempt recorded longer ago than that: its message was lost.
+    let lost = EndpointDelivery {
+        attempts: 4,
+        last_attempt_at: Some(ago(&w, lost_after + 60)),
+        ..delivery(
+            &id,
+            &nth_job(2),
+            EndpointEvent::JobFailed,
+            DeliveryStatus::Pending,
+            ago(&w, 2 * lost_after),
+        )
+    };
+    for d in [&retrying, &lost] {
+        seed(&w, d).await;
+    }
+    problem(&resend(&w, "alice", &retrying.webhook_id).await, 409, "delivery-pending");
+    assert!(w.queue.sent().is_empty());
+    assert_eq!(resend(&w, "alice", &lost.webhook_id).await.status(), 202);
+    assert_eq!(w.queue.sent().len(), 1, "queued again");
+    // Queued again just now: a second resend is refused until it goes quiet again.
+    problem(&resend(&w, "alice", &lost.webhook_id).await, 409, "delivery-pending");
+    assert_eq!(w.queue.sent().len(), 1);
+}
+
+#[tokio::test]
 async fn what_cannot_be_resent_is_refused_and_nothing_is_queued() {
     let w = world();
     let id = endpoint(&w).await;

@@ -149,3 +149,21 @@ mod result_ttl_tests {
         assert_eq!(zero.of(Duration::from_secs(60)), Duration::from_secs(60));
     }
 }
+
+/// `LONGHAUL_WEBHOOK_SCHEDULE_SECONDS`: the delays between a webhook delivery's attempts
+/// (comma-separated seconds; unset: [`longhaul_domain::webhooks::RetrySchedule::default`]).
+/// Read by the deliverer, which follows it, and by the webhooks API, which judges by it when a
+/// pending delivery was lost.
+pub fn webhook_schedule(
+    vars: &Vars,
+) -> Result<longhaul_domain::webhooks::RetrySchedule, ConfigError> {
+    use longhaul_domain::webhooks::RetrySchedule;
+    match vars.parsed::<String>("LONGHAUL_WEBHOOK_SCHEDULE_SECONDS")? {
+        None => Ok(RetrySchedule::default()),
+        Some(text) => RetrySchedule::parse(&text).ok_or_else(|| ConfigError::Invalid {
+            name: "LONGHAUL_WEBHOOK_SCHEDULE_SECONDS".into(),
+            value: text.clone(),
+            reason: "expected comma-separated seconds".into(),
+        }),
+    }
+}

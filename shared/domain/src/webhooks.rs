@@ -176,6 +176,12 @@ impl RetrySchedule {
     pub fn span(&self) -> u64 {
         self.0.iter().sum()
     }
+
+    /// The longest delay between two attempts, in seconds: a delivery left `pending` with
+    /// nothing attempted or queued for longer is not being retried any more.
+    pub fn longest_delay(&self) -> u64 {
+        self.0.iter().copied().max().unwrap_or(0)
+    }
 }
 
 #[cfg(test)]

@@ -26,6 +26,9 @@ struct Tables {
     endpoints: BTreeMap<(Owner, EndpointId), EndpointRecord>,
     /// By (endpoint, [`delivery_sk`]), as an endpoint's partition sorts them.
     deliveries: BTreeMap<(EndpointId, String), EndpointDelivery>,
+    /// When a resend or a recovery last queued each delivery again (its record's `queued_at`,
+    /// which no other write touches).
+    queued_at: HashMap<(EndpointId, String), Timestamp>,
     /// Each job's window: open until this time, and when its claimed trailing event is due.
     windows: HashMap<JobId, (Timestamp, Option<Timestamp>)>,
     /// How often each owner's endpoints were listed (what a test of a cache counts).
@@ -320,12 +323,27 @@ impl EndpointDeliveries for MemoryEndpoints {
         job: &JobId,
         event: EndpointEvent,
         from: DeliveryStatus,
+        now: Timestamp,
+        quiet_since: Timestamp,
     ) -> Result<bool, StoreError> {
         self.check("requeue delivery")?;
         let mut tables = self.lock();
-        match tables.deliveries.get_mut(&(endpoint.clone(), delivery_sk(job, event))) {
+        let key = (endpoint.clone(), delivery_sk(job, event));
+        let queued_at = tables.queued_at.get(&key).copied();
+        match tables.deliveries.get_mut(&key) {
             Some(delivery) if delivery.status == from => {
+                // From `pending`: `#created_at < :quiet AND (attribute_not_exists(#last_attempt_at)
+                // OR #last_attempt_at < :quiet) AND (… #queued_at < :quiet)`.
+                let quiet = |at: Option<Timestamp>| at.is_none_or(|at| at < quiet_since);
+                if from == DeliveryStatus::Pending
+                    && !(delivery.created_at < quiet_since
+                        && quiet(delivery.last_attempt_at)
+                        && quiet(queued_at))
+                {
+                    return Ok(false);
+                }
                 delivery.status = DeliveryStatus::Pending;
+                tables.queued_at.insert(key, now);
                 Ok(true)
             }
             _ => Ok(false),

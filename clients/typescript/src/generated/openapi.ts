@@ -3915,7 +3915,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Not sent again: a progress event, or an event the endpoint no longer subscribes to (`/problems/not-replayable`), a delivery that is `pending` already (`/problems/delivery-pending`), or a disabled endpoint (`/problems/endpoint-disabled`: enable it first). */
+            /** @description Not sent again: a progress event, or an event the endpoint no longer subscribes to (`/problems/not-replayable`), a delivery that is `pending` already (`/problems/delivery-pending`; one untouched for longer than the deliverer ever waits between attempts, its message lost, is resent), or a disabled endpoint (`/problems/endpoint-disabled`: enable it first). */
             409: {
                 headers: {
                     [name: string]: unknown;

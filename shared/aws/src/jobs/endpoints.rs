@@ -191,6 +191,10 @@ const SPEC_ATTRIBUTES: [&str; 5] = ["url", "events", "description", "updated_at"
 
 /// The attributes every write of a delivery writes ([`JobStore::record_endpoint_delivery`]):
 /// all of the record's but `created_at`, which the first write sets.
+/// A delivery record's attribute noting when a resend or a recovery last queued it (apart
+/// from the record's fields: only a requeue writes it).
+const QUEUED_AT: &str = "queued_at";
+
 const DELIVERY_ATTRIBUTES: [&str; 12] = [
     "webhook_id",
     "endpoint_id",
@@ -616,23 +620,40 @@ impl JobStore {
         Ok(DeliveryPage { deliveries, next })
     }
 
-    /// Moves a delivery that is `from` (`failed`, or `delivered` for a resend) to `pending`;
-    /// whether it was `from` (of two concurrent resends or recoveries, one moves it).
+    /// Moves a delivery that is `from` to `pending` at `now` (noting when it was queued
+    /// again, `queued_at`); whether it was `from` (of two concurrent resends or recoveries,
+    /// one moves it). From `pending` — a delivery whose retries stopped without a record —
+    /// only if it was neither recorded, attempted nor queued again since `quiet_since`.
     pub async fn requeue_delivery(
         &self,
         endpoint: &EndpointId,
         job: &JobId,
         event: EndpointEvent,
         from: DeliveryStatus,
+        now: Timestamp,
+        quiet_since: Timestamp,
     ) -> Result<bool, StoreError> {
-        let update = Update::default()
+        let mut update = Update::default()
             .set("status", s(DeliveryStatus::Pending.as_str()))
+            .set(QUEUED_AT, s(now.to_rfc3339()))
             .value(":from", s(from.as_str()));
+        let mut condition = "#status = :from".to_owned();
+        if from == DeliveryStatus::Pending {
+            update = update
+                .name("created_at")
+                .name("last_attempt_at")
+                .value(":quiet", s(quiet_since.to_rfc3339()));
+            condition.push_str(
+                " AND #created_at < :quiet \
+                 AND (attribute_not_exists(#last_attempt_at) OR #last_attempt_at < :quiet) \
+                 AND (attribute_not_exists(#queued_at) OR #queued_at < :quiet)",
+            );
+        }
         let written = self
             .update_if(
                 delivery_key(endpoint, job, event),
                 update,
-                Some("#status = :from"),
+                Some(&condition),
                 &format!("requeue delivery of {job} to {endpoint}"),
             )
             .await?;

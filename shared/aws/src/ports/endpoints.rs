@@ -97,15 +97,18 @@ pub trait EndpointDeliveries: Warm {
         limit: u32,
         after: Option<&str>,
     ) -> Result<DeliveryPage, ListError>;
-    /// Moves a delivery that is `from` (`failed`, or `delivered` for a resend) to `pending`
-    /// (about to be queued again); whether it was `from`. Of two concurrent resends or
-    /// recoveries, one moves it and queues it.
+    /// Moves a delivery that is `from` (`failed`, or `delivered` or a lost `pending` for a
+    /// resend) to `pending` at `now` (about to be queued again); whether it was `from`. Of two
+    /// concurrent resends or recoveries, one moves it and queues it. From `pending`, only a
+    /// delivery neither recorded, attempted nor queued again since `quiet_since` moves.
     async fn requeue_delivery(
         &self,
         endpoint: &EndpointId,
         job: &JobId,
         event: EndpointEvent,
         from: DeliveryStatus,
+        now: Timestamp,
+        quiet_since: Timestamp,
     ) -> Result<bool, StoreError>;
 }
 
@@ -225,8 +228,10 @@ impl EndpointDeliveries for JobStore {
         job: &JobId,
         event: EndpointEvent,
         from: DeliveryStatus,
+        now: Timestamp,
+        quiet_since: Timestamp,
     ) -> Result<bool, StoreError> {
-        JobStore::requeue_delivery(self, endpoint, job, event, from).await
+        JobStore::requeue_delivery(self, endpoint, job, event, from, now, quiet_since).await
     }
 }
 

@@ -38,6 +38,7 @@ pub async fn endpoint_table(store: &impl EndpointTable) {
     a_delivery_keeps_its_creation_and_drops_what_a_write_lacks(store).await;
     deliveries_page_newest_first_to_the_end(store).await;
     a_failed_delivery_is_requeued_once(store).await;
+    a_lost_pending_delivery_is_requeued_once_it_went_quiet(store).await;
     a_progress_window_opens_once_until_it_lapses(store).await;
 }
 
@@ -399,12 +400,51 @@ async fn deliveries_page_newest_first_to_the_end(store: &impl EndpointTable) {
     assert_eq!((empty.deliveries, empty.next), (vec![], None), "an endpoint without deliveries");
 }
 
+/// A `pending` delivery moves only if it was neither recorded, attempted nor queued again
+/// since the quiet time given; moving it counts as queueing it again.
+async fn a_lost_pending_delivery_is_requeued_once_it_went_quiet(store: &impl EndpointTable) {
+    let (endpoint, job) = (EndpointId::new(), JobId::new());
+    let event = EndpointEvent::JobFailed;
+    let at = |s: &str| -> Timestamp { s.parse().unwrap() };
+    let requeue = async |now: &str, quiet: &str| {
+        let (from, now, quiet) = (DeliveryStatus::Pending, at(now), at(quiet));
+        store.requeue_delivery(&endpoint, &job, event, from, now, quiet).await.expect("requeue")
+    };
+    let created = at("2026-11-20T10:00:00.000Z");
+    let pending = EndpointDelivery {
+        attempts: 3,
+        last_attempt_at: Some(at("2026-11-20T12:00:00.000Z")),
+        ..delivery(&endpoint, &job, event, DeliveryStatus::Pending, created)
+    };
+    store.record_endpoint_delivery(&pending).await.expect("record");
+    assert!(
+        !requeue("2026-11-20T13:00:00.000Z", "2026-11-20T11:00:00.000Z").await,
+        "attempted after the quiet time"
+    );
+    assert!(requeue("2026-11-21T13:00:00.000Z", "2026-11-21T02:00:00.000Z").await, "gone quiet");
+    assert!(
+        !requeue("2026-11-21T13:00:01.000Z", "2026-11-21T02:00:00.000Z").await,
+        "of two resends, one moves it: it was queued again since"
+    );
+    assert!(
+        requeue("2026-11-22T13:00:00.000Z", "2026-11-22T02:00:00.000Z").await,
+        "quiet again since it was queued"
+    );
+    let failed = EndpointDelivery { status: DeliveryStatus::Failed, ..pending };
+    store.record_endpoint_delivery(&failed).await.expect("record");
+    assert!(
+        !requeue("2026-11-23T13:00:00.000Z", "2026-11-23T02:00:00.000Z").await,
+        "only a pending one moves from pending"
+    );
+}
+
 async fn a_failed_delivery_is_requeued_once(store: &impl EndpointTable) {
     let (endpoint, job) = (EndpointId::new(), JobId::new());
     let now = Timestamp::now();
     let event = EndpointEvent::JobSucceeded;
-    let requeue =
-        async |from| store.requeue_delivery(&endpoint, &job, event, from).await.expect("requeue");
+    let requeue = async |from| {
+        store.requeue_delivery(&endpoint, &job, event, from, now, now).await.expect("requeue")
+    };
     assert!(!requeue(DeliveryStatus::Failed).await, "there is nothing to requeue");
     assert_eq!(
         store.endpoint_delivery(&endpoint, &job, event).await.expect("read"),
