@@ -293,7 +293,10 @@ pub async fn dispatch(deps: &Deps, job_id: &JobId) -> Result<(), DispatchError> 
         deps.config.tenant_max_running,
     );
     let mut taken: Vec<&(Pool, u32)> = Vec::with_capacity(pools.len());
-    let mut waited = job.waiting.is_some();
+    // A resumed job may have been paused while it waited: its resume took its `waiting` mark
+    // away, and the slots function leaves its list entries to the resumed run (they may be
+    // its own again), so that run takes them out once it holds its slots.
+    let mut waited = job.waiting.is_some() || job.resumes > 0;
     for (tried, pool) in pools.iter().enumerate() {
         match take_slot(deps, &job, pool, now).await? {
             Slot::Taken { waited: w } => {

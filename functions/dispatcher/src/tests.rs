@@ -489,6 +489,24 @@ async fn a_job_cancelled_while_it_waits_for_a_slot_leaves_the_list() {
 }
 
 #[tokio::test]
+async fn a_resumed_job_takes_its_entry_left_from_a_pause_while_it_waited_out_of_the_list() {
+    let w = world(1);
+    // Paused while it waited, resumed before the slots function saw the pause: its resume
+    // removed its `waiting` mark, and its entry was left in the list.
+    let job = w.job_with(&owner("alice"), |job| job.resumes = 1).await;
+    w.slots
+        .enter_waiting(&tenant("alice"), &position(&job), &job.job_id, &owner("alice"))
+        .await
+        .unwrap();
+    assert!(w.dispatch(&[&job]).await.is_empty());
+    assert_eq!(w.holders(&tenant("alice")).await, [job.job_id.as_str()]);
+    assert!(
+        w.waiting(&tenant("alice"), &owner("alice")).await.is_empty(),
+        "no entry left to wake it again, instead of whoever waits next"
+    );
+}
+
+#[tokio::test]
 async fn a_job_cancelled_while_it_took_its_slots_gives_them_back_to_who_waits() {
     let w = world(1);
     let job = w.job(&owner("alice")).await;
