@@ -706,6 +706,29 @@ async fn a_retried_jobs_checkpoint_it_started_from_is_never_deleted_nor_left_to_
 }
 
 #[tokio::test]
+async fn a_retry_publishes_the_retried_jobs_staged_file_and_no_one_elses() {
+    let w = world();
+    let (id, lease, mut job) = claimed_script(&w).await;
+    let (retried, stranger) = (JobId::new(), JobId::new());
+    job.retry_of = Some(retried.clone());
+    let staged_by = |of: &JobId| {
+        let key = format!("{}report/report.json.a1", checkpoints(of));
+        w.objects.insert(&key, b"{}", "application/json");
+        longhaul_worker::StagedFile::from_host(key, "application/json".into(), "report.json".into())
+    };
+    let (theirs, strangers) = (staged_by(&retried), staged_by(&stranger));
+    let progress = w.progress(&id);
+    let run = script_run();
+    let mut ctx =
+        crate::engine::Ctx::new(&w.deps, &job, &lease, SCRIPT_STAGES, &progress, far(), &run);
+    // The failed job's publish stage, retried: its render's staged report is published.
+    ctx.publish(&theirs).await.expect("the retried job's staged file");
+    assert!(w.object(theirs.location()).await.is_some(), "copied, not moved");
+    let err = ctx.publish(&strangers).await.expect_err("another job's");
+    assert_eq!(err.public.as_str(), "the job kind named a staged file of another job");
+}
+
+#[tokio::test]
 async fn a_duplicate_invocation_finding_its_checkpoint_superseded_stops_without_failing_the_job() {
     let w = world();
     let (id, lease, job) = claimed_script(&w).await;

@@ -324,6 +324,26 @@ async fn a_pending_delivery_that_went_quiet_is_lost_and_resent_once() {
     // Queued again just now: a second resend is refused until it goes quiet again.
     problem(&resend(&w, "alice", &lost.webhook_id).await, 409, "delivery-pending");
     assert_eq!(w.queue.sent().len(), 1);
+
+    // One whose requeue the queue refused is put back as it was: the repeat the 503 asks
+    // for takes it at once.
+    let refused = EndpointDelivery {
+        attempts: 4,
+        last_attempt_at: Some(ago(&w, lost_after + 60)),
+        ..delivery(
+            &id,
+            &nth_job(3),
+            EndpointEvent::JobFailed,
+            DeliveryStatus::Pending,
+            ago(&w, 2 * lost_after),
+        )
+    };
+    seed(&w, &refused).await;
+    w.queue.set_unavailable(true);
+    assert_eq!(resend(&w, "alice", &refused.webhook_id).await.status(), 503);
+    w.queue.set_unavailable(false);
+    assert_eq!(resend(&w, "alice", &refused.webhook_id).await.status(), 202);
+    assert_eq!(w.queue.sent().len(), 2);
 }
 
 #[tokio::test]

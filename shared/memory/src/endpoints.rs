@@ -269,6 +269,8 @@ impl EndpointDeliveries for MemoryEndpoints {
         let key = (delivery.endpoint_id.clone(), delivery_sk(&delivery.job_id, delivery.event));
         let mut tables = self.lock();
         let created_at = tables.deliveries.get(&key).map_or(delivery.created_at, |d| d.created_at);
+        // `REMOVE #queued_at`: a record written ends a requeue's claim.
+        tables.queued_at.remove(&key);
         tables.deliveries.insert(key, EndpointDelivery { created_at, ..delivery.clone() });
         Ok(())
     }

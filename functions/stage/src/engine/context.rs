@@ -145,8 +145,13 @@ impl StageContext for Ctx<'_> {
         let staged = staged.clone();
         async move {
             let name = check_result_name(staged.name())?;
-            let own = longhaul_aws::objects::checkpoints_prefix(&self.job.job_id);
-            if !staged.location().starts_with(&own) {
+            // The job's own staged files, or those of the job it retries, whose checkpoint it
+            // resumed from (a retry of a failed publish, or of a merge over staged shards):
+            // both its owner's.
+            let of = |job: &JobId| {
+                staged.location().starts_with(&longhaul_aws::objects::checkpoints_prefix(job))
+            };
+            if !of(&self.job.job_id) && !self.job.retry_of.as_ref().is_some_and(of) {
                 return Err(KindError::fatal(PublicMessage::fixed(
                     "the job kind named a staged file of another job",
                 ))

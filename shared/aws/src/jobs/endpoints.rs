@@ -532,8 +532,11 @@ impl JobStore {
         &self,
         delivery: &EndpointDelivery,
     ) -> Result<(), StoreError> {
+        // A record written (an attempt's, or one put back as it was read) ends a requeue's
+        // claim: its `queued_at` goes, so a resend the queue refused may be repeated at once.
         let update = Update::default()
             .record(&to_item(delivery), &DELIVERY_ATTRIBUTES)
+            .remove(QUEUED_AT)
             .set_if_absent("created_at", s(delivery.created_at.to_rfc3339()))
             .set("expires_at", self.retention.ttl_from_now());
         self.update_if(

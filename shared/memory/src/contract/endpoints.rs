@@ -426,6 +426,10 @@ async fn a_lost_pending_delivery_is_requeued_once_it_went_quiet(store: &impl End
         !requeue("2026-11-21T13:00:01.000Z", "2026-11-21T02:00:00.000Z").await,
         "of two resends, one moves it: it was queued again since"
     );
+    // A record written — here put back as it was read, after the queue refused the message —
+    // ends the requeue's claim: the next resend may take it at once.
+    store.record_endpoint_delivery(&pending).await.expect("record");
+    assert!(requeue("2026-11-21T13:00:02.000Z", "2026-11-21T02:00:00.000Z").await, "put back");
     assert!(
         requeue("2026-11-22T13:00:00.000Z", "2026-11-22T02:00:00.000Z").await,
         "quiet again since it was queued"
