@@ -370,12 +370,22 @@ async fn on_end(
         );
     }
     if status == JobStatus::Failed && schedule.pause_on_failure {
-        if schedule.state == ScheduleState::Enabled {
-            schedule = pause_after_failure(deps, schedule, job_id).await?;
-        } else {
+        let paused_by_it = schedule.paused_by_job.as_ref() == Some(job_id);
+        match schedule.state {
+            ScheduleState::Enabled if paused_by_it => {
+                // This end paused it once, and its owner resumed it since: delivered again,
+                // it pauses nothing.
+                tracing::info!(
+                    job_id = job_id.as_str(),
+                    "resumed since this job's failure paused it"
+                );
+            }
+            ScheduleState::Enabled => {
+                schedule = pause_after_failure(deps, schedule, job_id).await?
+            }
             // Paused already — perhaps by this very end, delivered again because its twin's
             // write failed: the twin is written again (a write of the same twin is harmless).
-            disable_twin(&schedule, deps).await?;
+            ScheduleState::Paused => disable_twin(&schedule, deps).await?,
         }
     }
     let Some(held) = schedule.held else { return Ok(()) };
@@ -409,13 +419,17 @@ async fn pause_after_failure(
     job_id: &JobId,
 ) -> Result<ScheduleRecord, FireError> {
     for _ in 0..3 {
-        if schedule.state == ScheduleState::Paused {
+        // Paused meanwhile, or paused by this failure and resumed since (read again).
+        if schedule.state == ScheduleState::Paused
+            || schedule.paused_by_job.as_ref() == Some(job_id)
+        {
             return Ok(schedule);
         }
         let read = schedule.version;
         let mut paused = schedule.clone();
         paused.state = ScheduleState::Paused;
         paused.paused_reason = Some(format!("job {job_id} failed (pause_on_failure)"));
+        paused.paused_by_job = Some(job_id.clone());
         paused.updated_at = Timestamp::from(deps.submit.clock.now());
         paused.version = read + 1;
         match deps.store.replace_schedule(&paused, read).await? {

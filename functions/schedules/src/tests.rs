@@ -1797,6 +1797,17 @@ async fn a_failed_job_pauses_a_pause_on_failure_schedule() {
     assert!(w.twin(&id).unwrap().enabled);
     w.tick(&id, "2099-03-02T09:10:00Z").await.unwrap();
     assert_eq!(w.jobs_of(&id).await.len(), 2);
+
+    // The failed job's end, delivered again after the resume, pauses nothing; another job's
+    // failure does.
+    w.end(&id, &job, JobStatus::Failed).await.unwrap();
+    let record = w.record(&id).await.unwrap();
+    assert_eq!(record.state, ScheduleState::Enabled, "{record:?}");
+    assert!(w.twin(&id).unwrap().enabled);
+    let next = w.jobs_of(&id).await.into_iter().find(|j| j.job_id != job).unwrap().job_id;
+    w.end(&id, &next, JobStatus::Failed).await.unwrap();
+    let record = w.record(&id).await.unwrap();
+    assert_eq!((record.state, record.paused_by_job.as_ref()), (ScheduleState::Paused, Some(&next)));
 }
 
 #[tokio::test]

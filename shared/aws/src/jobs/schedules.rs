@@ -59,6 +59,11 @@ pub struct ScheduleRecord {
     /// Why it is paused, when it is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paused_reason: Option<String>,
+    /// The failed job that last paused it (`pause_on_failure`). Kept across a resume, so the
+    /// end of that job, delivered again after its owner resumed the schedule, does not pause
+    /// it again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused_by_job: Option<JobId>,
     /// When it was created.
     pub created_at: Timestamp,
     /// When its spec or state last changed.
@@ -122,6 +127,7 @@ impl ScheduleRecord {
             pause_on_failure: false,
             state: ScheduleState::Enabled,
             paused_reason: None,
+            paused_by_job: None,
             created_at: now,
             updated_at: now,
             version: 1,
@@ -617,7 +623,7 @@ impl JobStore {
 
 /// The attributes a spec or state change writes ([`JobStore::replace_schedule`]); the rest
 /// (keys, id, owner, creation, the firing's) stay as stored.
-const SPEC_ATTRIBUTES: [&str; 14] = [
+const SPEC_ATTRIBUTES: [&str; 15] = [
     "type",
     "params",
     "callback_url",
@@ -630,6 +636,7 @@ const SPEC_ATTRIBUTES: [&str; 14] = [
     "pause_on_failure",
     "state",
     "paused_reason",
+    "paused_by_job",
     "updated_at",
     "version",
 ];
@@ -650,6 +657,7 @@ mod tests {
             pause_on_failure: true,
             state: ScheduleState::Paused,
             paused_reason: Some("by its owner".into()),
+            paused_by_job: Some(JobId::new()),
             held: Some(now),
             ..ScheduleRecord::new(
                 "alice".parse().unwrap(),
