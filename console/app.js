@@ -160,15 +160,16 @@ function rowFor(job) {
     const bar = el("progress", { max: "100", value: "0" });
     const label = el("span", { class: "pct" }, "");
     const stage = el("span", { class: "stage" }, "");
+    const shards = el("span", { class: "shards", hidden: "" });
     row.append(
       el("td", {}, el("a", { href: "#", class: "job-link", onclick: (e) => { e.preventDefault(); showDetail(job.job_id); } }, job.job_id)),
       el("td", { class: "type" }, job.type || ""),
       el("td", {}, el("span", { class: "status" }, "")),
-      el("td", { class: "progress" }, bar, label, stage),
+      el("td", { class: "progress" }, bar, label, stage, shards),
       el("td", { class: "created" }, fmtTime(job.created_at)),
       el("td", { class: "actions" }),
     );
-    entry = { row, job: {}, watcher: null, bar, label, stage };
+    entry = { row, job: {}, watcher: null, bar, label, stage, shards };
     state.rows.set(job.job_id, entry);
   }
   return entry;
@@ -195,9 +196,41 @@ function update(jobId, patch) {
   const items = progress.items_total ? ` · ${progress.items_done ?? 0}/${progress.items_total}` : "";
   const eta = LIVE.has(job.status) ? ` · ${fmtEta(progress.eta)}` : "";
   entry.stage.textContent = `${progress.stage || ""}${items}${eta}`.replace(/^ · /, "");
+  renderShards(entry.shards, progress.shards);
   if (job.waiting) entry.stage.textContent = job.waiting.message || job.waiting.reason;
   if (job.retry_at) entry.stage.textContent = `retrying at ${fmtTime(job.retry_at)}`;
   renderActions(jobId);
+}
+
+/** How a fanned-out stage's shards stand, in words (`3/8 shards done, 2 running`). */
+function shardsText(shards) {
+  const parts = [`${shards.succeeded}/${shards.total} shards done`];
+  if (shards.running) parts.push(`${shards.running} running`);
+  if (shards.failed) parts.push(`${shards.failed} failed`);
+  const retried = shards.attempts - shards.total;
+  if (retried > 0) parts.push(`${retried} retried`);
+  return parts.join(", ");
+}
+
+/**
+ * A segmented bar of a fanned-out stage's shards: done, running, failed and pending, each as
+ * wide as its share (hidden while the job has not fanned out). The counts are also its data
+ * attributes and its title.
+ */
+function renderShards(node, shards) {
+  node.hidden = !shards;
+  if (!shards) return;
+  const segments = ["succeeded", "running", "failed", "pending"].map((name) => {
+    node.dataset[name] = String(shards[name]);
+    const segment = el("span", { class: `segment ${name}` });
+    // Through the CSSOM: the page's CSP allows no style attribute.
+    segment.style.width = `${shards.total ? (100 * shards[name]) / shards.total : 0}%`;
+    return segment;
+  });
+  node.dataset.total = String(shards.total);
+  node.dataset.attempts = String(shards.attempts);
+  node.title = shardsText(shards);
+  node.replaceChildren(...segments);
 }
 
 function renderActions(jobId) {
@@ -329,7 +362,7 @@ function open(jobId, watcher, url) {
       status: data.status,
       progress: {
         pct: data.pct, stage: data.stage, items_done: data.items_done,
-        items_total: data.items_total, eta: data.eta,
+        items_total: data.items_total, eta: data.eta, shards: data.shards,
       },
     });
     // Paused (by its owner, or waiting for a signal): the job's view says why, and offers
@@ -501,6 +534,7 @@ function renderDetail(job) {
   add("Priority", job.priority);
   add("Attempt", job.attempt);
   add("Progress", job.progress ? `${Math.floor(job.progress.pct ?? 0)} % ${job.progress.stage || ""}` : "");
+  if (job.progress?.shards) add("Shards", shardsText(job.progress.shards));
   add("Created", fmtTime(job.created_at));
   add("Started", fmtTime(job.started_at));
   add("Finished", fmtTime(job.finished_at));

@@ -156,10 +156,31 @@ pub fn describe_progress(status: &str, progress: &Value) -> String {
             None => format!("{done} items"),
         });
     }
+    if let Some(shards) = progress.get("shards").filter(|s| !s.is_null()) {
+        parts.push(describe_shards(shards));
+    }
     if let Some(eta) = progress.get("eta").and_then(Value::as_u64) {
         parts.push(format!("ETA {}", HumanDuration(Duration::from_secs(eta))));
     }
     parts.join(" · ")
+}
+
+/// `shards 3/8 done, 2 running, 1 failed, 1 retried`: the counts that are not zero.
+fn describe_shards(shards: &Value) -> String {
+    let count = |name: &str| shards.get(name).and_then(Value::as_u64).unwrap_or(0);
+    let total = count("total");
+    let mut text = format!("shards {}/{total} done", count("succeeded"));
+    for (name, label) in [("running", "running"), ("failed", "failed")] {
+        if count(name) > 0 {
+            text.push_str(&format!(", {} {label}", count(name)));
+        }
+    }
+    // Every start beyond each shard's first is a retry.
+    let retried = count("attempts").saturating_sub(total);
+    if retried > 0 {
+        text.push_str(&format!(", {retried} retried"));
+    }
+    text
 }
 
 /// The first block of a job id (enough to tell jobs apart at a glance).
@@ -207,6 +228,20 @@ mod tests {
             "running · stage 1/1 process · 12/50 items · ETA 2 minutes"
         );
         assert_eq!(describe_progress("queued", &json!({"pct": 0, "eta": null})), "queued");
+        let fanned = json!({"pct": 40.0, "items_done": 40, "items_total": 100, "eta": null,
+            "shards": {"total": 8, "pending": 2, "running": 2, "succeeded": 3, "failed": 1,
+                "attempts": 7}});
+        assert_eq!(
+            describe_progress("running", &fanned),
+            "running · 40/100 items · shards 3/8 done, 2 running, 1 failed"
+        );
+        let retried = json!({"shards": {"total": 2, "pending": 0, "running": 0,
+            "succeeded": 2, "failed": 0, "attempts": 5}});
+        assert_eq!(
+            describe_progress("succeeded", &retried),
+            "succeeded · shards 2/2 done, 3 retried"
+        );
+        assert_eq!(describe_progress("queued", &json!({"shards": null})), "queued");
     }
 
     #[test]

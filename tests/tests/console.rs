@@ -120,7 +120,11 @@ async fn rows(client: &Client) -> Vec<Value> {
         pct: Number(r.querySelector('progress').value),
         streams: Number(r.dataset.streams), opened: Number(r.dataset.streamsOpened),
         refreshes: Number(r.dataset.linkRefreshes),
-        downloaded: r.dataset.downloadedBytes ? Number(r.dataset.downloadedBytes) : null }));"#;
+        downloaded: r.dataset.downloadedBytes ? Number(r.dataset.downloadedBytes) : null,
+        shards: (s => s.hidden ? null : {total: Number(s.dataset.total),
+            succeeded: Number(s.dataset.succeeded), running: Number(s.dataset.running),
+            segments: [...s.children].map(c => c.getBoundingClientRect().width)})(
+            r.querySelector('.shards')) }));"#;
     match client.execute(script, vec![]).await.expect("reading the jobs table") {
         Value::Array(rows) => rows,
         other => panic!("{other:?}"),
@@ -251,7 +255,10 @@ async fn the_console_submits_watches_downloads_pauses_and_cancels_in_a_real_brow
     client.find(Locator::Id("job-type")).await.unwrap().select_by_value("demo").await.unwrap();
 
     // A job submitted from the form: its bar moves over the stream and reaches 100 %.
-    let job = submit_from_form(&client, "demo", &[("items", "50"), ("item_ms", "200")]).await;
+    // Fanned out over two shards: the row shows them as a segmented bar.
+    let job =
+        submit_from_form(&client, "demo", &[("items", "50"), ("item_ms", "200"), ("shards", "2")])
+            .await;
     let mut seen = Vec::new();
     let done = wait_row(&client, &job, Duration::from_secs(120), "job succeeded", &mut seen, |r| {
         r["status"] == "succeeded" && r["pct"] == 100.0
@@ -270,6 +277,13 @@ async fn the_console_submits_watches_downloads_pauses_and_cancels_in_a_real_brow
         assert!(pct >= last, "the bar went backwards: {seen:?}");
         last = pct;
     }
+    let shards = &done["shards"];
+    assert_eq!((&shards["total"], &shards["succeeded"]), (&json!(2), &json!(2)), "{done}");
+    assert!(shards["segments"][0].as_f64().unwrap() > 0.0, "the done segment is drawn: {done}");
+    assert!(
+        seen.iter().any(|r| r["status"] == "running" && r["shards"]["total"] == 2),
+        "the shards were shown while the job ran: {seen:?}"
+    );
     // Streams were reopened with fresh links as the 3-second links expired: never a dead end.
     assert!(done["opened"].as_f64().unwrap() >= 2.0, "{done}");
     assert!(done["refreshes"].as_f64().unwrap() >= 1.0, "{done}");

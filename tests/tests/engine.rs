@@ -146,9 +146,25 @@ async fn a_fanned_out_stage_runs_its_shards_across_invocations_and_a_crash() {
     })
     .await;
     assert_eq!(job["progress"]["items_total"], 160, "the shards' items summed: {job}");
+    // 60 of 160 items: at least one shard of 40 is done, and they add up.
+    let shards = &job["progress"]["shards"];
+    assert_eq!(shards["total"], 4, "{job}");
+    assert!(shards["succeeded"].as_u64().unwrap() >= 1, "{job}");
+    let sum: u64 = ["pending", "running", "succeeded", "failed"]
+        .iter()
+        .map(|k| shards[k].as_u64().unwrap())
+        .sum();
+    assert_eq!(sum, 4, "{job}");
     crash_stage(&job_id).await;
     let job = api.wait_terminal(&job_id, TIMEOUT).await;
     assert_eq!(job["status"], "succeeded", "{job}");
+    let shards = &job["progress"]["shards"];
+    assert_eq!(
+        (&shards["succeeded"], &shards["pending"], &shards["running"]),
+        (&json!(4), &json!(0), &json!(0)),
+        "{job}"
+    );
+    assert!(shards["attempts"].as_u64().unwrap() >= 4, "{job}");
     assert_eq!(
         serde_json::from_slice::<DemoResult>(&api.result(&job_id).await).unwrap(),
         DemoResult::expected_sharded(160, 4)

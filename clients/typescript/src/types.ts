@@ -14,6 +14,8 @@ export type JobStatus = Schemas["JobStatus"];
 export type Job = Schemas["Job"];
 /** How far a job is. */
 export type Progress = Schemas["Progress"];
+/** How the shards of a fanned-out stage stand (`Progress.shards`). */
+export type ShardCounts = Schemas["ShardCounts"];
 /** A job in a listing. */
 export type JobSummary = Schemas["JobSummary"];
 /** One page of the caller's jobs (`GET /jobs`). */
@@ -67,6 +69,8 @@ export interface ProgressUpdate {
   items_total: number | null;
   /** Estimated seconds to completion. */
   eta: number | null;
+  /** How the shards of the job's fanned-out stage stand (null: it has not fanned out). */
+  shards: ShardCounts | null;
   /** What `items_done` and `items_total` count (`items`, `bytes`…). */
   unit?: string;
 }

@@ -62,6 +62,7 @@ function update(source: Record<string, unknown>, jobId: string, status: string):
     items_done: (source.items_done as number | null) ?? null,
     items_total: (source.items_total as number | null) ?? null,
     eta: (source.eta as number | null) ?? null,
+    shards: (source.shards as ProgressUpdate["shards"]) ?? null,
   };
   if (typeof source.unit === "string") u.unit = source.unit;
   return u;

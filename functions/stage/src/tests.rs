@@ -953,3 +953,41 @@ mod compensation;
 mod direct;
 mod pause;
 mod stage_timeout;
+
+/// A fanned-out stage's shard counts: every shard done once the job succeeded (recorded with
+/// the success, which its view shows over the last progress write).
+#[tokio::test]
+async fn a_fanned_out_jobs_success_records_every_shard_done() {
+    let w = world();
+    let id = w.queued("demo", json!({"items": 8, "shards": 4})).await;
+    let out = w.first_run(&id, far()).await.expect("the run succeeds");
+    assert_eq!(out["run"]["next"], "done");
+    let end = w.job(&id).await.ended_at_stage.expect("where it ended");
+    let shards = longhaul_domain::progress::ShardCounts {
+        total: 4,
+        pending: 0,
+        running: 0,
+        succeeded: 4,
+        failed: 0,
+        attempts: 4,
+    };
+    assert_eq!(end.shards, Some(shards), "each shard ran once");
+}
+
+/// A shard that fails fatally is written at once (the stage fails with it), ahead of the
+/// progress interval: the failed job shows which of its shards stood where.
+#[tokio::test]
+async fn a_shard_that_fails_fatally_is_recorded_before_the_job_fails() {
+    let w = world();
+    // Shard 1 of 2 covers items 4..8: it fails at item 5.
+    let params = json!({"items": 8, "shards": 2, "fail_at": 5, "fail_kind": "fatal"});
+    let id = w.queued("demo", params).await;
+    let err = w.first_run(&id, far()).await.unwrap_err();
+    assert_eq!(err.name(), "Job.Fatal");
+    let shards = w.progress(&id).shards.expect("written with the failure");
+    assert_eq!((shards.total, shards.failed, shards.running), (2, 1, 0), "{shards:?}");
+    assert_eq!(shards.pending + shards.succeeded + shards.failed, 2, "{shards:?}");
+    w.record_failure(&id, &id, json!({"job_id": id}), err).await.unwrap();
+    let view = w.jobs.view(&id).await.unwrap().unwrap();
+    assert_eq!(view.shown_progress().shards, Some(shards), "the failed job shows them");
+}

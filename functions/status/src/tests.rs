@@ -2,6 +2,7 @@
 
 use super::*;
 use longhaul_aws::jobs::ProgressRecord;
+use longhaul_domain::progress::ShardCounts;
 
 use async_trait::async_trait;
 use longhaul_aws::AwsError;
@@ -258,11 +259,24 @@ async fn a_running_jobs_view_shows_its_last_progress_write() {
             items_total: Some(10),
             eta_seconds: Some(30),
             lease: "l-1".into(),
+            shards: Some(ShardCounts {
+                total: 8,
+                pending: 3,
+                running: 2,
+                succeeded: 2,
+                failed: 1,
+                attempts: 6,
+            }),
             ..Default::default()
         },
     );
     let view = json_of(&w.get("alice", &id).await);
     let progress = &view["progress"];
+    assert_eq!(
+        progress["shards"],
+        json!({"total": 8, "pending": 3, "running": 2, "succeeded": 2, "failed": 1, "attempts": 6})
+    );
+    assert!(before["progress"]["shards"].is_null(), "no fan-out: none");
     assert_eq!(progress["pct"], 40.0);
     assert_eq!(progress["stage"], "render");
     assert_eq!(progress["stage_index"], 2);

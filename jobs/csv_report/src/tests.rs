@@ -258,6 +258,13 @@ impl StageContext for Recording<'_> {
     fn count_failure(&mut self) -> BoxFuture<'_, Result<(), KindError>> {
         self.inner.count_failure()
     }
+
+    fn record_shards(
+        &mut self,
+        counts: longhaul_worker::ShardCounts,
+    ) -> BoxFuture<'_, Result<(), KindError>> {
+        self.inner.record_shards(counts)
+    }
 }
 
 /// `csv_report`, run through [`Recording`].

@@ -102,6 +102,32 @@ impl ThroughputWindow {
     }
 }
 
+/// How the shards of a job's fanned-out stage stand (its latest such stage's: a job shows
+/// them while in that stage and after it). `attempts` counts every shard run started, so
+/// `attempts − total` is about how many were retried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+pub struct ShardCounts {
+    /// Shards the stage split into.
+    pub total: u64,
+    /// Shards not started yet.
+    pub pending: u64,
+    /// Shards started and not done.
+    pub running: u64,
+    /// Shards done.
+    pub succeeded: u64,
+    /// Shards that failed (the job fails with them).
+    pub failed: u64,
+    /// Shard runs started: each shard's first and every retry.
+    pub attempts: u64,
+}
+
+impl ShardCounts {
+    /// The counts once the job succeeded: every shard done, none pending or running.
+    pub fn ended(self) -> Self {
+        ShardCounts { pending: 0, running: 0, succeeded: self.total, failed: 0, ..self }
+    }
+}
+
 /// A job's progress as its clients are shown it — `GET /jobs/{id}`'s `progress` and the live
 /// stream's `progress` events alike, so the two cannot tell different stories. Unknown values
 /// are `None` (`null`).
@@ -121,6 +147,8 @@ pub struct ProgressView {
     pub items_total: Option<u64>,
     /// Estimated seconds to completion.
     pub eta: Option<u64>,
+    /// The shards of the job's fanned-out stage, once it has one (`None`: it has none).
+    pub shards: Option<ShardCounts>,
 }
 
 /// Where a succeeded job's last stage ended, recorded with its success (the job record's
@@ -138,6 +166,9 @@ pub struct StageEnd {
     /// Items in the last stage, when the stage counted them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub items_total: Option<u64>,
+    /// The shards of the job's last fanned-out stage, if it had one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shards: Option<ShardCounts>,
 }
 
 /// The numbers of a job's last progress write, as the stage engine recorded them.
@@ -157,6 +188,8 @@ pub struct Recorded<'a> {
     pub items_total: Option<u64>,
     /// The ETA written with it.
     pub eta_seconds: Option<u64>,
+    /// The shards written with it (the job's latest fanned-out stage's).
+    pub shards: Option<ShardCounts>,
 }
 
 impl ProgressView {
@@ -170,6 +203,7 @@ impl ProgressView {
             items_done: None,
             items_total: None,
             eta: None,
+            shards: None,
         }
     }
 
@@ -183,6 +217,7 @@ impl ProgressView {
             items_done: Some(recorded.items_done),
             items_total: recorded.items_total,
             eta: recorded.eta_seconds,
+            shards: recorded.shards,
         }
     }
 
@@ -210,7 +245,13 @@ impl ProgressView {
     /// `items_done` is `items_total` when the stage counted them; when it never said how many
     /// there were, both are unknown rather than a count from before the end.
     pub fn ended(self) -> Self {
-        ProgressView { pct: 100.0, items_done: self.items_total, eta: Some(0), ..self }
+        ProgressView {
+            pct: 100.0,
+            items_done: self.items_total,
+            eta: Some(0),
+            shards: self.shards.map(ShardCounts::ended),
+            ..self
+        }
     }
 
     /// What a succeeded job shows, its last stage's end recorded with its success (`end`)
@@ -222,6 +263,7 @@ impl ProgressView {
                 stage_index: Some(end.stage_index),
                 stages_total: Some(end.stages_total),
                 items_total: end.items_total,
+                shards: end.shards.or(self.shards),
                 ..self
             }
             .ended(),
@@ -321,6 +363,7 @@ mod tests {
             items_done,
             items_total,
             eta_seconds: Some(7),
+            shards: None,
         })
     }
 
@@ -364,6 +407,7 @@ mod tests {
             stage_index: 3,
             stages_total: 3,
             items_total: Some(7),
+            shards: None,
         };
         // No progress write at all (a job shorter than one interval), or one from an earlier
         // stage: the end recorded with the success is what it shows.
@@ -381,6 +425,37 @@ mod tests {
         // Not a live or failed job's.
         let live = recorded(2, Some(10));
         assert_eq!(live.clone().for_status(JobStatus::Running, Some(&end)), live);
+    }
+
+    /// A fanned-out stage's last write may predate its last shards: a success shows every
+    /// shard done, what the success recorded taking precedence; a live or failed job shows the
+    /// counts as written.
+    #[test]
+    fn a_success_shows_every_shard_done() {
+        let mid =
+            ShardCounts { total: 4, pending: 1, running: 1, succeeded: 2, failed: 0, attempts: 4 };
+        let last = ProgressView { shards: Some(mid), ..recorded(5, Some(10)) };
+        let done =
+            ShardCounts { total: 4, pending: 0, running: 0, succeeded: 4, failed: 0, attempts: 5 };
+        assert_eq!(
+            last.clone().for_status(JobStatus::Succeeded, None).shards,
+            Some(ShardCounts { pending: 0, running: 0, succeeded: 4, ..mid })
+        );
+        let end = StageEnd {
+            stage: "scan".into(),
+            stage_index: 1,
+            stages_total: 3,
+            items_total: Some(10),
+            shards: Some(done),
+        };
+        let shown = last.clone().for_status(JobStatus::Succeeded, Some(&end));
+        assert_eq!(shown.shards, Some(done));
+        assert!(shown.is_ended());
+        assert_eq!(last.clone().for_status(JobStatus::Running, Some(&end)).shards, Some(mid));
+        let failed = ShardCounts { running: 0, failed: 1, ..mid };
+        let last = ProgressView { shards: Some(failed), ..recorded(5, Some(10)) };
+        assert_eq!(last.for_status(JobStatus::Failed, None).shards, Some(failed));
+        assert_eq!(ProgressView::unknown().shards, None, "a job that never fanned out");
     }
 
     #[test]
@@ -407,6 +482,7 @@ mod tests {
             items_done: 0,
             items_total: None,
             eta_seconds: None,
+            shards: None,
         });
         assert_eq!((empty.stage, empty.stage_index, empty.stages_total), (None, None, None));
     }
@@ -666,7 +742,7 @@ mod tests {
         ) {
             let last = ProgressView::recorded(Recorded {
                 pct, stage: "s", stage_index: 2, stages_total: 2,
-                items_done: done, items_total: total, eta_seconds: eta,
+                items_done: done, items_total: total, eta_seconds: eta, shards: None,
             });
             let status = if expired { JobStatus::Expired } else { JobStatus::Succeeded };
             let shown = last.for_status(status, None);

@@ -281,6 +281,15 @@ pub trait StageContext: Send {
     /// framework, and the heartbeat.
     fn progress(&mut self, done: u64, total: Option<u64>) -> BoxFuture<'_, Result<(), KindError>>;
 
+    /// Records how a fanned-out stage's shards stand: the framework's fan-out calls it as
+    /// they change (a kind has no reason to). The host shows them with the job's progress,
+    /// written with its next progress write — at once when a shard failed, since the stage
+    /// fails with it.
+    fn record_shards(
+        &mut self,
+        counts: crate::fan_out::ShardCounts,
+    ) -> BoxFuture<'_, Result<(), KindError>>;
+
     /// Saves `state` (schema `version`) as the stage's checkpoint and makes it current.
     fn save_checkpoint_raw(
         &mut self,

@@ -30,7 +30,7 @@ use crate::context::{
     ByteStream, ResultRef, ResultUpload, StageContext, StageOutcome, StagedFile, UploadedPart,
     Waited,
 };
-use crate::message::{KindError, PublicMessage};
+use crate::message::{ErrorClass, KindError, PublicMessage};
 use crate::registry::JobKind;
 
 /// Most shards one stage may split into.
@@ -106,6 +106,29 @@ fn small_value(value: &impl Serialize, what: &str) -> Result<Value, KindError> {
     Ok(value)
 }
 
+/// How a fanned-out stage's shards stand, as the job's view shows them
+/// (`progress.shards`). The host is told them with [`StageContext::record_shards`] as they
+/// change; a kind has no reason to call it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct ShardCounts {
+    /// Shards the stage split into.
+    pub total: u64,
+    /// Shards not started yet.
+    pub pending: u64,
+    /// Shards started and not done (one at most while they run inline).
+    pub running: u64,
+    /// Shards done, their output kept for the merge.
+    pub succeeded: u64,
+    /// Shards that failed fatally (the stage fails with them).
+    pub failed: u64,
+    /// Shard runs started: a shard's first, and each start again after a crash or a
+    /// failure (a run the deadline paused and the next invocation continues is the same
+    /// run), so `attempts − total` is about how many runs were retried. Counted in the stage's
+    /// checkpoint: a run that crashed before the shard's first checkpoint is started again
+    /// uncounted.
+    pub attempts: u64,
+}
+
 /// How a shard's invocation ended.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ShardOutcome {
@@ -155,6 +178,9 @@ struct FanOutState {
     /// ([`stage_output`] hands it over), and where a merge run again resumes.
     #[serde(default)]
     merged: Option<SavedState>,
+    /// Shard runs started ([`ShardCounts::attempts`]).
+    #[serde(default)]
+    attempts: u64,
 }
 
 /// A checkpoint a kind saved: its schema version and state.
@@ -182,6 +208,11 @@ struct RunningShard {
     version: u32,
     state: Value,
     done: u64,
+    /// Whether the shard saved it with the deadline near (to pause): the next invocation
+    /// continues the same run. Otherwise a run that starts from it follows a crash or a
+    /// failure, and is another attempt.
+    #[serde(default)]
+    yielded: bool,
 }
 
 impl FanOutState {
@@ -195,6 +226,21 @@ impl FanOutState {
             .map(|(_, shard)| shard.items)
             .fold(0, u64::saturating_add);
         finished.saturating_add(self.running.as_ref().map_or(0, |r| r.done))
+    }
+
+    /// The shards' counts, with a shard running or not, and one failed or not.
+    fn counts(&self, running: bool, failed: bool) -> ShardCounts {
+        let total = self.shards.len() as u64;
+        let succeeded = self.outputs.iter().filter(|o| o.is_some()).count() as u64;
+        let (running, failed) = (u64::from(running && !failed), u64::from(failed));
+        ShardCounts {
+            total,
+            pending: total.saturating_sub(succeeded + running + failed),
+            running,
+            succeeded,
+            failed,
+            attempts: self.attempts,
+        }
     }
 }
 
@@ -221,13 +267,25 @@ pub async fn run_stage<K: JobKind>(
         Some(saved) => serde_json::from_value::<FanOutState>(saved).map_err(unreadable)?,
         None => {
             let shards = kind.split(ctx, params).await?;
-            if shards.is_empty() || shards.len() > MAX_SHARDS {
+            if shards.is_empty() {
+                return Err(KindError::fatal(PublicMessage::fixed(
+                    "the job's stage split into no shards",
+                ))
+                .because(format!("split answered none; 1 to {MAX_SHARDS}")));
+            }
+            if shards.len() > MAX_SHARDS {
                 return Err(KindError::fatal(PublicMessage::fixed(
                     "the job's stage split into more shards than the framework allows",
                 ))
                 .because(format!("{} shards; 1 to {MAX_SHARDS}", shards.len())));
             }
-            FanOutState { outputs: vec![None; shards.len()], shards, running: None, merged: None }
+            FanOutState {
+                outputs: vec![None; shards.len()],
+                shards,
+                running: None,
+                merged: None,
+                attempts: 0,
+            }
         }
     };
     if state.outputs.len() != state.shards.len() {
@@ -238,6 +296,7 @@ pub async fn run_stage<K: JobKind>(
         )));
     }
     let shards = state.shards.clone();
+    ctx.record_shards(state.counts(state.running.is_some(), false)).await?;
     let total: u64 = shards.iter().map(|s| s.items).fold(0, u64::saturating_add);
     // Whether a shard ran since the stage's checkpoint was last saved.
     let mut unsaved = false;
@@ -253,6 +312,11 @@ pub async fn run_stage<K: JobKind>(
         }
         let finished_items = state.done(&shards) - state.running.as_ref().map_or(0, |r| r.done);
         unsaved = true;
+        // A run the deadline paused goes on; any other start is another attempt.
+        if !state.running.as_ref().is_some_and(|r| r.index == index && r.yielded) {
+            state.attempts += 1;
+        }
+        ctx.record_shards(state.counts(true, false)).await?;
         let outcome = {
             let mut shard_ctx = ShardContext {
                 inner: &mut *ctx,
@@ -262,14 +326,21 @@ pub async fn run_stage<K: JobKind>(
                 finished_items,
                 total,
             };
-            kind.run_shard(&mut shard_ctx, params, &shards[index]).await?
+            kind.run_shard(&mut shard_ctx, params, &shards[index]).await
         };
         match outcome {
-            ShardOutcome::Paused => return Ok(StageOutcome::Paused),
-            ShardOutcome::Done(output) => {
+            Ok(ShardOutcome::Paused) => return Ok(StageOutcome::Paused),
+            Ok(ShardOutcome::Done(output)) => {
                 state.outputs[index] = Some(output);
                 state.running = None;
+                ctx.record_shards(state.counts(false, false)).await?;
             }
+            Err(err) if err.class == ErrorClass::Fatal => {
+                // The host records the failed shard before the stage fails with it.
+                ctx.record_shards(state.counts(false, true)).await?;
+                return Err(err);
+            }
+            Err(err) => return Err(err),
         }
         let left = state.outputs.iter().any(Option::is_none);
         let done = state.done(&shards);
@@ -360,7 +431,9 @@ impl StageContext for ShardContext<'_> {
         _total: Option<u64>,
     ) -> BoxFuture<'_, Result<(), KindError>> {
         let done = done.min(self.items);
-        self.state.running = Some(RunningShard { index: self.index, version, state, done });
+        let yielded = self.inner.deadline_near();
+        self.state.running =
+            Some(RunningShard { index: self.index, version, state, done, yielded });
         let stage_done = self.stage_done(done);
         let total = self.total;
         async move { save(&mut *self.inner, &*self.state, stage_done, total).await }.boxed()
@@ -497,6 +570,11 @@ impl StageContext for ShardContext<'_> {
 
     fn count_failure(&mut self) -> BoxFuture<'_, Result<(), KindError>> {
         self.inner.count_failure()
+    }
+
+    fn record_shards(&mut self, _counts: ShardCounts) -> BoxFuture<'_, Result<(), KindError>> {
+        // The framework counts the stage's shards; a shard or a merge has none of its own.
+        async { Ok(()) }.boxed()
     }
 }
 
@@ -662,6 +740,11 @@ impl StageContext for MergeContext<'_> {
 
     fn count_failure(&mut self) -> BoxFuture<'_, Result<(), KindError>> {
         self.inner.count_failure()
+    }
+
+    fn record_shards(&mut self, _counts: ShardCounts) -> BoxFuture<'_, Result<(), KindError>> {
+        // The framework counts the stage's shards; a shard or a merge has none of its own.
+        async { Ok(()) }.boxed()
     }
 }
 

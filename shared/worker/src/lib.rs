@@ -92,7 +92,9 @@ pub use context::{
     MIN_PART_SIZE, ResultRef, ResultUpload, StageContext, StageOutcome, StagedFile, UploadedPart,
     Waited, is_result_name, is_signal_name,
 };
-pub use fan_out::{MAX_SHARD_BYTES, MAX_SHARDS, Shard, ShardOrder, ShardOutcome, ShardOutput};
+pub use fan_out::{
+    MAX_SHARD_BYTES, MAX_SHARDS, Shard, ShardCounts, ShardOrder, ShardOutcome, ShardOutput,
+};
 pub use message::{ErrorClass, KindError, PublicMessage};
 pub use policy::{Cadence, Policy, SHARED_WORKER};
 pub use registry::{

@@ -724,7 +724,7 @@ export interface components {
              */
             retry_of?: string;
         };
-        /** @description How far the job is. Unknown values are null. A succeeded (or expired) job reads its end, not its last progress write: 100 %, `eta` 0, `items_done` equal to `items_total` (both null when its last stage never said how many items it had); its live stream ends with the same values. A failed or cancelled job has no `eta`. */
+        /** @description How far the job is. Unknown values are null. A succeeded (or expired) job reads its end, not its last progress write: 100 %, `eta` 0, `items_done` equal to `items_total` (both null when its last stage never said how many items it had); its live stream ends with the same values. A failed or cancelled job has no `eta`. A job that fans a stage out over shards shows how they stand (`shards`): a succeeded job's all succeeded. */
         Progress: {
             /** @description Percent complete. */
             pct: number;
@@ -740,8 +740,25 @@ export interface components {
             items_total: number | null;
             /** @description Estimated seconds to completion. */
             eta: number | null;
+            /** @description The shards of the job's fanned-out stage (its latest, when it has several): shown from the stage's start, and kept once the job is past it. null: the job has not fanned out. */
+            shards: components["schemas"]["ShardCounts"] | null;
             /** @description What `items_done` and `items_total` count, as the job's kind declares it (its policy's `progress_unit`): `items` unless the kind says otherwise (`csv_report`: `bytes` of its input). */
             unit?: string;
+        };
+        /** @description How the shards of a fanned-out stage stand. `pending + running + succeeded + failed = total`; `attempts` counts every shard run started, so `attempts - total` is about how many shard runs were retried. */
+        ShardCounts: {
+            /** @description Shards the stage split into. */
+            total: number;
+            /** @description Shards not started yet. */
+            pending: number;
+            /** @description Shards started and not done. */
+            running: number;
+            /** @description Shards done. */
+            succeeded: number;
+            /** @description Shards that failed; the job fails with them. */
+            failed: number;
+            /** @description Shard runs started: each shard's first, and every retry. */
+            attempts: number;
         };
         /** @description One status change. */
         Transition: {

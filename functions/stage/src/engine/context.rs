@@ -37,6 +37,21 @@ impl StageContext for Ctx<'_> {
         async move { Ok(Ctx::progress(self, done, total).await?) }.boxed()
     }
 
+    fn record_shards(
+        &mut self,
+        counts: longhaul_worker::ShardCounts,
+    ) -> BoxFuture<'_, Result<(), KindError>> {
+        let counts = ShardCounts {
+            total: counts.total,
+            pending: counts.pending,
+            running: counts.running,
+            succeeded: counts.succeeded,
+            failed: counts.failed,
+            attempts: counts.attempts,
+        };
+        async move { Ok(Ctx::record_shards(self, counts).await?) }.boxed()
+    }
+
     fn save_checkpoint_raw(
         &mut self,
         version: u32,

@@ -28,7 +28,9 @@ use longhaul_aws::jobs::{
 };
 use longhaul_aws::objects::result_key;
 use longhaul_aws::objects::{PutNewError, checkpoint_key};
-use longhaul_domain::progress::{ETA_WINDOW_SECONDS, Position, ThroughputWindow, weighted_pct};
+use longhaul_domain::progress::{
+    ETA_WINDOW_SECONDS, Position, ShardCounts, ThroughputWindow, weighted_pct,
+};
 use longhaul_domain::signals::{InvalidSignalName, MAX_WAIT_SECONDS, SignalName, Wait};
 use longhaul_domain::uploads::owns_upload;
 use longhaul_domain::{JobId, Timestamp};
@@ -119,6 +121,9 @@ pub struct Ctx<'a> {
     stop: Option<Stop>,
     /// The signal the kind waits for (it asked, none came yet): the job is parked for it.
     waiting: Option<Wait>,
+    /// How the shards of the job's latest fanned-out stage stand: written with every
+    /// progress write, kept through the stages after it.
+    shards: Option<ShardCounts>,
 }
 
 impl<'a> Ctx<'a> {
@@ -182,6 +187,7 @@ impl<'a> Ctx<'a> {
             stage_clock,
             stop: None,
             waiting: None,
+            shards: progress.shards,
         }
     }
 
@@ -330,6 +336,7 @@ impl<'a> Ctx<'a> {
             stage_index: self.stage_index,
             stages_total: self.stages_total,
             items_total: self.last_total,
+            shards: self.shards,
         }
     }
 
@@ -376,6 +383,7 @@ impl<'a> Ctx<'a> {
             attempt: Some(self.lease.attempt),
             owner: Some(self.job.owner.clone()),
             stage_clock: Some(self.stage_clock),
+            shards: self.shards,
         };
         let written = self.deps.jobs.record_progress(&self.job.job_id, &record).await;
         match &written {
@@ -391,6 +399,19 @@ impl<'a> Ctx<'a> {
         self.floor_done = record.items_done;
         self.last_done = done;
         self.last_reported = (done, total);
+        Ok(())
+    }
+
+    /// Keeps `counts` as how the stage's shards stand (written with the next progress write);
+    /// a shard that failed is written at once, as the stage is about to fail with it. A
+    /// refused write is handled as in [`Ctx::progress`].
+    pub async fn record_shards(&mut self, counts: ShardCounts) -> Result<(), StageError> {
+        let failed_before = self.shards.map_or(0, |c| c.failed);
+        self.shards = Some(counts);
+        if counts.failed > failed_before {
+            let (done, total) = (self.last_done.max(self.floor_done), self.last_total);
+            return self.write_unless_cancelled(done, total).await;
+        }
         Ok(())
     }
 

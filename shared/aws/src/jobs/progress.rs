@@ -90,6 +90,11 @@ pub struct ProgressRecord {
     /// a record seeded for a retry: the stage counts from its first look at the record.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stage_clock: Option<StageClock>,
+    /// How the shards of the job's latest fanned-out stage stand, written with every progress
+    /// write from that stage on (kept through later stages, so a job past it still shows
+    /// them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shards: Option<longhaul_domain::progress::ShardCounts>,
 }
 
 /// When a stage started in an attempt (see [`ProgressRecord::stage_clock`]).
@@ -120,6 +125,7 @@ impl ProgressRecord {
             items_done: self.items_done,
             items_total: self.items_total,
             eta_seconds: self.eta_seconds,
+            shards: self.shards,
         })
     }
 }
@@ -168,6 +174,7 @@ impl Default for ProgressRecord {
             attempt: None,
             owner: None,
             stage_clock: None,
+            shards: None,
         }
     }
 }

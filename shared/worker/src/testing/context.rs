@@ -449,6 +449,18 @@ impl StageContext for MemoryContext<'_> {
         self.durable.failures
     }
 
+    fn record_shards(
+        &mut self,
+        counts: crate::fan_out::ShardCounts,
+    ) -> BoxFuture<'_, Result<(), KindError>> {
+        // Held with the progress it would be written with: a crash loses what was not yet.
+        let recorded = if self.crashed { Err(crash()) } else { Ok(()) };
+        if recorded.is_ok() {
+            self.durable.trace.shards.push(counts);
+        }
+        async move { recorded }.boxed()
+    }
+
     fn count_failure(&mut self) -> BoxFuture<'_, Result<(), KindError>> {
         async move {
             self.write()?;

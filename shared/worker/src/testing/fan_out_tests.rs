@@ -8,7 +8,7 @@ use serde_json::json;
 
 use super::*;
 use crate::context::Checkpoint;
-use crate::fan_out::{Shard, ShardOutcome, ShardOutput};
+use crate::fan_out::{Shard, ShardCounts, ShardOutcome, ShardOutput};
 
 /// Two stages: `split` fans out into `shards` shards of `per_shard` items each (shard `i`'s
 /// output is `i` and its item count), checkpointing every item; `sum` reads what `split`
@@ -139,6 +139,35 @@ fn a_crash_resumes_the_running_shard_from_its_checkpoint_and_never_reruns_a_done
     assert_eq!(log[2], (crashed, 2), "the crashed shard resumed at its checkpoint: {log:?}");
     let starts: Vec<usize> = log.iter().filter(|(_, at)| *at == 0).map(|(i, _)| *i).collect();
     assert_eq!(starts.len(), 3, "no shard started twice: {log:?}");
+}
+
+/// The host is told how the shards stand as they change: from all pending to all
+/// succeeded, each count adding up to the total; a crash's resume is another attempt, a
+/// deadline's is not.
+#[test]
+fn the_host_is_told_how_the_shards_stand() {
+    let counts = |host: Host| {
+        let (finished, trace) = host.run_traced(&Squares::default(), &params(3, 3));
+        assert_eq!(finished.unwrap().body, merged(3, 3));
+        trace.shards
+    };
+    let plain = counts(Host::new());
+    let first = ShardCounts { total: 3, pending: 3, ..ShardCounts::default() };
+    assert_eq!(plain.first(), Some(&first));
+    let last = ShardCounts { total: 3, succeeded: 3, attempts: 3, ..ShardCounts::default() };
+    assert_eq!(plain.last(), Some(&last));
+    for c in &plain {
+        assert_eq!(c.pending + c.running + c.succeeded + c.failed, c.total, "{plain:?}");
+        assert!(c.running <= 1, "inline: one at a time");
+    }
+    assert!(plain.windows(2).all(|w| w[0].succeeded <= w[1].succeeded), "{plain:?}");
+    // The crash lands in the second shard run, after its first item's checkpoint: resumed
+    // from it, that is a second attempt.
+    let crashed = counts(Host::new().crash_after_checkpoint(5));
+    assert_eq!(crashed.last(), Some(&ShardCounts { attempts: 4, ..last }), "{crashed:?}");
+    // Paused at every deadline and continued: the same runs.
+    let paced = counts(Host::new().deadline_every(2));
+    assert_eq!(paced.last(), Some(&last), "{paced:?}");
 }
 
 #[test]

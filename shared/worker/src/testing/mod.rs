@@ -102,6 +102,9 @@ pub struct Trace {
     pub waiting: Option<String>,
     /// The undos run after the job failed or was cancelled, in order ([`JobKind::undo`]).
     pub undos: Vec<UndoRun>,
+    /// Every count of a fanned-out stage's shards the framework recorded, in order
+    /// ([`crate::StageContext::record_shards`]).
+    pub shards: Vec<crate::fan_out::ShardCounts>,
 }
 
 /// One stage's undo as the host ran it.
