@@ -135,6 +135,11 @@ async fn the_dynamodb_job_store_keeps_the_attempts_contract() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn the_dynamodb_job_store_keeps_the_shards_contract() {
+    longhaul_memory::contract::job_shards(&job_store().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn the_s3_object_store_keeps_the_objects_contract() {
     // Through the edge, as the functions call S3: it names moto's `ListParts` answer as S3 does.
     let stack = &longhaul_tests::harness().stack;

@@ -436,7 +436,7 @@ async fn poll(mut st: State) -> Option<(Bytes, State)> {
             st.attempt = view.job.attempt;
             logs::record_attempt(&st.span, st.attempt);
         }
-        let seq = view.progress.as_ref().map(|p| p.seq).unwrap_or(0);
+        let seq = view.progress.as_ref().map(|p| p.event_seq()).unwrap_or(0);
         if view.job.status == JobStatus::Succeeded && !st.complete_sent && st.last_id <= seq {
             // A progress bar ends full: the worker's last progress write may predate the end
             // of its last items (writes are spaced), so the stream sends the job's end itself —
@@ -465,10 +465,10 @@ async fn poll(mut st: State) -> Option<(Bytes, State)> {
         }
         let status_moved = st.status_sent.is_some_and(|sent| sent != view.job.status);
         if let Some(progress) =
-            view.progress.as_ref().filter(|p| p.seq > st.last_id || status_moved)
+            view.progress.as_ref().filter(|p| p.event_seq() > st.last_id || status_moved)
         {
             // (A status move alone repeats the last event's id: no new progress to resume past.)
-            st.last_id = progress.seq.max(st.last_id);
+            st.last_id = progress.event_seq().max(st.last_id);
             st.last_sent = st.deps.clock.instant();
             st.status_sent = Some(view.job.status);
             let shown =

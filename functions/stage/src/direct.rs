@@ -60,7 +60,7 @@ pub(crate) async fn run(
         };
     logs::record_attempt(&tracing::Span::current(), lease.attempt);
     let answer = |outcome: &str| Ok(json!({ "job_id": job_id, "outcome": outcome }));
-    match work::work(deps, job_id, &lease, 1, deadline, claimed).await {
+    match work::work(deps, job_id, &lease, 1, deadline, claimed, None).await {
         Ok(output) => match output.next {
             Next::Done => answer("succeeded"),
             Next::Cancelled => answer("cancelled"),

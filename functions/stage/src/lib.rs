@@ -41,7 +41,7 @@ use longhaul_aws::metrics;
 use longhaul_aws::objects::{ObjectStore, result_key};
 use longhaul_aws::ports::{
     Clock, DispatchQueue, JobAttempts, JobCompensation, JobExecutions, JobPausing, JobReads,
-    JobSignals, JobTransitions, MultipartUploads, Objects, SystemClock,
+    JobShards, JobSignals, JobTransitions, MultipartUploads, Objects, SystemClock,
 };
 use longhaul_aws::queue::IntakeQueue;
 use longhaul_domain::{JobId, JobStatus};
@@ -54,9 +54,11 @@ mod compensate;
 mod direct;
 pub mod engine;
 pub mod failure_message;
+pub mod fan_out;
 mod multipart;
 mod park;
 mod record_failure;
+mod shard;
 pub mod stage_error;
 pub mod wire;
 mod work;
@@ -109,6 +111,9 @@ pub struct Config {
     /// `LONGHAUL_MAX_ATTEMPTS`: when set, the attempts every job gets, whatever its policy says
     /// (as the reaper reads it).
     pub max_attempts: Option<u32>,
+    /// `LONGHAUL_MAX_PARALLEL_SHARDS` (default 20): the most shards of one job's fanned-out
+    /// stage running at once, whatever its kind's policy asks (`MaxParallelShards`).
+    pub max_parallel_shards: u32,
 }
 
 impl Config {
@@ -138,6 +143,7 @@ impl Config {
                 .filter(|seconds| *seconds > 0)
                 .map(Duration::from_secs),
             max_attempts: vars.parsed("LONGHAUL_MAX_ATTEMPTS")?,
+            max_parallel_shards: vars.parsed_or("LONGHAUL_MAX_PARALLEL_SHARDS", 20)?,
         })
     }
 }
@@ -145,11 +151,12 @@ impl Config {
 /// What the stage needs of the job table: to read a job, move its status, and make its
 /// attempts' own writes (claim, progress, fenced marks).
 pub trait Jobs:
-    JobReads + JobTransitions + JobAttempts + JobPausing + JobSignals + JobCompensation
+    JobReads + JobTransitions + JobAttempts + JobPausing + JobSignals + JobCompensation + JobShards
 {
 }
-impl<T: JobReads + JobTransitions + JobAttempts + JobPausing + JobSignals + JobCompensation> Jobs
-    for T
+impl<
+    T: JobReads + JobTransitions + JobAttempts + JobPausing + JobSignals + JobCompensation + JobShards,
+> Jobs for T
 {
 }
 
@@ -193,6 +200,10 @@ pub struct Deps {
     /// a stage's time against its stage timeout are measured by, and what a backoff's
     /// `retry_at`, a result's expiry and the stamps of progress and checkpoints count from.
     pub clock: Arc<dyn Clock>,
+    /// Set: a stage that fans out runs its shards each in its own invocation, under the
+    /// state machine's `FanOut` map ([`fan_out`]); unset, one after another within the
+    /// stage's invocations.
+    pub fan_out: Option<fan_out::FanOutSettings>,
 }
 
 impl Deps {
@@ -226,6 +237,10 @@ impl Deps {
             retry_delay: config.retry_delay,
             max_attempts: config.max_attempts,
             clock: Arc::new(SystemClock),
+            fan_out: Some(fan_out::FanOutSettings {
+                bucket: config.bucket.clone(),
+                max_parallel_shards: config.max_parallel_shards.max(1),
+            }),
         }
     }
 }
@@ -252,6 +267,7 @@ pub async fn handle(
         StageInput::Fail { job_id, state, .. } => (job_id.parse().ok(), state.lease.as_ref()),
         StageInput::ContinueAsNew { job_id, lease, .. } => (job_id.parse().ok(), Some(lease)),
         StageInput::Compensate { job_id } => (job_id.parse().ok(), None),
+        StageInput::Shard { job_id, lease, .. } => (job_id.parse().ok(), Some(lease)),
     };
     // The state machine copies the id from the execution's input: one that is not a job id
     // names no job, and is answered as a missing job is ([`no_such_job`]).
@@ -290,8 +306,9 @@ async fn task(
                     (lease, Some(view))
                 }
             };
-            let loops = state.run.map_or(0, |run| run.loops) + 1;
-            let output = work::work(deps, job_id, &lease, loops, deadline, claimed).await?;
+            let loops = state.run.as_ref().map_or(0, |run| run.loops) + 1;
+            let fanned = state.run.filter(|run| run.next == Next::FanOut).map(|run| run.stage);
+            let output = work::work(deps, job_id, &lease, loops, deadline, claimed, fanned).await?;
             Ok(json!({ "job_id": job_id, "lease": lease, "run": output }))
         }
         StageInput::ContinueAsNew { lease, worker_arn, .. } => {
@@ -299,6 +316,9 @@ async fn task(
             Ok(json!({ "execution": name }))
         }
         StageInput::Compensate { .. } => compensate::run(deps, job_id, deadline).await,
+        StageInput::Shard { lease, stage_index, item, run, .. } => {
+            shard::run(deps, job_id, &lease, stage_index, &item, run.as_ref(), deadline).await
+        }
         StageInput::Fail { state, execution, error, .. } => {
             let recorded =
                 record_failure::record_failure(deps, job_id, state, execution.as_deref(), error)
@@ -325,6 +345,9 @@ fn no_such_job(input: StageInput) -> Result<serde_json::Value, StageError> {
         StageInput::Compensate { job_id } => {
             tracing::warn!(job_id, "asked to compensate a job id that is not one; nothing to do");
             Ok(json!({ "job_id": job_id, "outcome": "missing" }))
+        }
+        StageInput::Shard { job_id, .. } => {
+            Err(StageError::LeaseLost(format!("job {job_id} is missing")))
         }
         StageInput::Fail { error, .. } => {
             tracing::warn!(

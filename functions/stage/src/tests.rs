@@ -201,6 +201,7 @@ fn world_with(configure: impl FnOnce(&mut Deps)) -> World {
         retry_delay: Some(Duration::from_secs(60)),
         max_attempts: None,
         clock: clock.clone(),
+        fan_out: None,
     };
     configure(&mut deps);
     World { jobs, objects, executions, intake, hook, clock, undos, deps }
@@ -951,6 +952,7 @@ async fn continue_as_new_starts_the_next_execution_with_the_same_lease() {
 
 mod compensation;
 mod direct;
+mod fan_out;
 mod pause;
 mod stage_timeout;
 

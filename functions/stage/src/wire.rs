@@ -98,6 +98,61 @@ pub enum StageInput {
         /// The job.
         job_id: String,
     },
+    /// Run one shard of a distributed stage: the `FanOut` map's `Shard` state (`crate::shard`).
+    Shard {
+        /// The job.
+        job_id: String,
+        /// The attempt's lease (the parent execution's).
+        lease: TaskLease,
+        /// 1-based index of the fanned-out stage.
+        stage_index: u32,
+        /// The shard, as the manifest lists it.
+        item: ManifestItem,
+        /// The previous `Shard` answer of this shard's map iteration: the run it continues.
+        #[serde(default)]
+        run: Option<ShardAnswer>,
+    },
+}
+
+/// One shard as the manifest of a distributed stage lists it (the map's item).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ManifestItem {
+    /// Its index in the stage.
+    pub index: u32,
+    /// The kind's descriptor of it.
+    pub shard: longhaul_worker::Shard,
+}
+
+/// What the `Shard` state answers: go on (the same run, the deadline neared) or done.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShardAnswer {
+    /// What the map iteration does next.
+    pub next: ShardNext,
+    /// The invocation's run (the next `Shard` continues it).
+    pub run: String,
+}
+
+/// The `More?` choice of a map iteration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ShardNext {
+    /// Run the shard again: it checkpointed as the deadline neared.
+    Continue,
+    /// The shard is done (its output kept for the merge).
+    Done,
+}
+
+/// What the `FanOut` map runs: the manifest of a distributed stage's shards.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FanOutTask {
+    /// The bucket of the manifest (the `ItemReader` reads it).
+    pub bucket: String,
+    /// The manifest's key.
+    pub manifest: String,
+    /// 1-based index of the fanned-out stage.
+    pub stage_index: u32,
+    /// Most shards running at once.
+    pub max_concurrency: u32,
 }
 
 /// The lease as the state machine carries it (`$.lease`, the claim's output): the
@@ -153,6 +208,9 @@ pub struct RunOutput {
     /// When paused by its own stage: the signal it waits for, and until when.
     #[serde(skip)]
     pub wait: Option<longhaul_domain::signals::Wait>,
+    /// When fanning out: what the `FanOut` map runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fan_out: Option<FanOutTask>,
 }
 
 /// What `work` answers: the state machine's `Next?` choice reads it.
@@ -181,6 +239,9 @@ pub enum Next {
     /// The state a continued execution starts from (`ContinueAsNew` writes it into the new
     /// execution's input; never answered).
     Start,
+    /// Run the current stage's shards, each in its own invocation (`fan_out`): the `FanOut`
+    /// map, then `Run` again, which merges them.
+    FanOut,
 }
 
 /// What `fail` answers: the state machine's `Recorded?` choice reads `next`.

@@ -13,9 +13,11 @@ use longhaul_worker::{Cadence, StageOutcome};
 
 use crate::engine::{Ctx, KindRun};
 use crate::failure_message::{Failure, PublicMessage};
+use crate::fan_out::MapHost;
 use crate::park::{self, Parked};
-use crate::wire::{Next, RunOutput, TaskLease};
+use crate::wire::{FanOutTask, Next, RunOutput, TaskLease};
 use crate::{Deps, StageError, end_job, finish_cancellation, store_failed};
+use longhaul_worker::fan_out::Distributed;
 
 /// `queued → running` for `execution` (idempotent per execution), minting the lease.
 pub(crate) async fn claim(
@@ -62,6 +64,7 @@ pub(crate) async fn claim_as(
 /// Works through the job's stages until it needs the state machine again: stage boundaries
 /// are crossed within the invocation, and success is recorded here, not in a state of its own.
 /// `claimed`: the job and its progress as this invocation's claim left them (else read).
+/// `fanned`: the stage whose shards the `FanOut` map just ran, if this call follows it.
 pub(crate) async fn work(
     deps: &Deps,
     job_id: &JobId,
@@ -69,9 +72,11 @@ pub(crate) async fn work(
     loops: u32,
     deadline: Instant,
     mut claimed: Option<JobView>,
+    mut fanned: Option<String>,
 ) -> Result<RunOutput, StageError> {
     loop {
-        let output = run(deps, job_id, lease, loops, deadline, claimed.take()).await?;
+        let output =
+            run(deps, job_id, lease, loops, deadline, claimed.take(), fanned.take()).await?;
         match output.next {
             // The next stage reads the progress record `run` just moved on (one strong read).
             Next::NextStage => continue,
@@ -149,6 +154,7 @@ async fn run(
     loops: u32,
     deadline: Instant,
     claimed: Option<JobView>,
+    fanned: Option<String>,
 ) -> Result<RunOutput, StageError> {
     let view = match claimed {
         Some(view) => Some(view),
@@ -190,34 +196,13 @@ async fn run(
             )));
         }
     }
-    // A job's kind was checked at submit: one this worker does not know (switched off in the
-    // code since) or params it no longer accepts cannot be helped by retrying.
-    let kind = deps.registry.get(&job.job_type).ok_or_else(|| {
-        StageError::Fatal(Failure::new(PublicMessage::domain(format!(
-            "job type {:?} is not known to this worker",
-            job.job_type.chars().take(64).collect::<String>()
-        ))))
-    })?;
-    let inputs = kind
-        .check(&job.params)
-        .map_err(|e| StageError::Fatal(Failure::new(PublicMessage::domain(e))))?;
+    let (kind, run) = kind_run(deps, job)?;
     let stages = kind.stages();
-    // The policy stored on the job at submit rules it (a record from before policies were
-    // stored: the kind's current one).
-    let kind_policy = kind.policy();
-    let (cadence, result_retention, stage_timeout) = match &job.policy {
-        Some(stored) => (
-            Cadence {
-                items: stored.checkpoint.items,
-                interval: Duration::from_secs(stored.checkpoint.interval_seconds),
-            },
-            stored.result_retention(),
-            stored.stage_timeout(),
-        ),
-        None => (kind_policy.checkpoint, kind_policy.result_retention, kind_policy.stage_timeout),
+    let result_retention = match &job.policy {
+        Some(stored) => stored.result_retention(),
+        None => kind.policy().result_retention,
     };
     let progress = view.progress.clone().unwrap_or_default();
-    let run = KindRun { inputs, cadence, weights: kind.stage_weights(), stage_timeout };
     let mut ctx = Ctx::new(deps, job, lease, stages, &progress, deadline, &run);
     let outcome = if job.cancellation.is_some() || progress.cancel_requested_at.is_some() {
         Err(StageError::Cancelled)
@@ -228,7 +213,35 @@ async fn run(
     } else {
         // A stage whose earlier invocations of this attempt used up its time runs no more.
         match ctx.check_stage_timeout() {
-            Ok(()) => kind.run_stage(&mut ctx, &job.params).await.map_err(StageError::from),
+            Ok(()) => match deps.fan_out.as_ref().filter(|_| kind.fans_out(ctx.stage, &job.params))
+            {
+                None => kind.run_stage(&mut ctx, &job.params).await.map_err(StageError::from),
+                Some(settings) => {
+                    let came_back = fanned.as_deref() == Some(ctx.stage);
+                    match distributed(deps, kind, &mut ctx, job, lease, came_back).await? {
+                        Fanned::Outcome(outcome) => outcome,
+                        Fanned::Map(manifest) => {
+                            let task = FanOutTask {
+                                bucket: settings.bucket.clone(),
+                                manifest,
+                                stage_index: ctx.stage_index,
+                                max_concurrency: kind
+                                    .policy()
+                                    .max_parallel_shards
+                                    .min(settings.max_parallel_shards)
+                                    .max(1),
+                            };
+                            return Ok(RunOutput {
+                                next: Next::FanOut,
+                                stage: ctx.stage.into(),
+                                loops,
+                                fan_out: Some(task),
+                                ..RunOutput::default()
+                            });
+                        }
+                    }
+                }
+            },
             Err(err) => Err(err),
         }
     };
@@ -242,6 +255,7 @@ async fn run(
         leftovers: None,
         ended_at_stage: None,
         wait: None,
+        fan_out: None,
     };
     match outcome {
         // The owner cancelled and the stage stopped as asked (having saved its final
@@ -292,7 +306,10 @@ async fn run(
             Ok(RunOutput {
                 result_ttl_seconds: Some(deps.result_ttl.of(result_retention).as_secs()),
                 summary: result.summary().cloned(),
-                leftovers: Some(ctx.leftovers()),
+                // A job whose stage ran distributed leaves its manifest and each shard's last
+                // checkpoint too: tidied by prefix (one listing, for those jobs only).
+                leftovers: (ctx.stage_end().shards.is_none() || deps.fan_out.is_none())
+                    .then(|| ctx.leftovers()),
                 ended_at_stage: Some(ctx.stage_end()),
                 ..output(Next::Done, Some(result.location().to_owned()), ctx.stage)
             })
@@ -303,4 +320,101 @@ async fn run(
         }
         Err(err) => Err(err),
     }
+}
+
+/// Where a distributed stage's run leaves it.
+enum Fanned {
+    /// The stage's outcome (merged), or its failure.
+    Outcome(Result<StageOutcome, StageError>),
+    /// The manifest the `FanOut` map is to run.
+    Map(String),
+}
+
+/// Runs the current stage, which fans out, with its shards in their own invocations
+/// ([`crate::fan_out`]): the stage's outcome once every shard is done and merged; or the
+/// manifest the `FanOut` map is to run — unless this call follows that map (`came_back`) and
+/// shards are still unfinished, which fails the attempt retryably (the next attempt runs only
+/// those again).
+async fn distributed(
+    deps: &Deps,
+    kind: &dyn longhaul_worker::DynKind,
+    ctx: &mut Ctx<'_>,
+    job: &JobRecord,
+    lease: &Lease,
+    came_back: bool,
+) -> Result<Fanned, StageError> {
+    let mut host = MapHost {
+        deps,
+        job,
+        stage: ctx.stage,
+        stage_index: ctx.stage_index,
+        attempt: lease.attempt,
+        counts: None,
+    };
+    let ran = kind.run_distributed(ctx, &job.params, &mut host).await;
+    // How the shards stand by their records: exact, whatever the map's writes said.
+    if let Some(counts) = host.counts {
+        if let (0, Ok(Distributed::Running(shards))) = (counts.attempts, &ran) {
+            // None of this job's own ever ran (a retry of another job's fanned-out stage):
+            // they all run, and count, from the start.
+            ctx.restart_stage_count(shards.items);
+        }
+        ctx.record_shards(counts).await?;
+    }
+    Ok(match ran {
+        Ok(Distributed::Merged(outcome)) => Fanned::Outcome(Ok(outcome)),
+        Ok(Distributed::Running(shards)) if came_back => {
+            let done = host.counts.map_or(0, |c| c.succeeded);
+            Fanned::Outcome(Err(StageError::retryable(
+                PublicMessage::domain(format!(
+                    "{} of the {} shards of stage `{}` did not finish",
+                    (shards.shards as u64).saturating_sub(done),
+                    shards.shards,
+                    ctx.stage
+                )),
+                "the map ended with shards unfinished",
+            )))
+        }
+        Ok(Distributed::Running(shards)) => {
+            // Handed to the map again (a new execution, a new attempt, a resume): the
+            // record gets this run's stage clock, which the shards' timeout checks count
+            // from, and the exact counts.
+            if host.counts.is_some() {
+                ctx.write_now(shards.items).await?;
+            }
+            Fanned::Map(shards.manifest)
+        }
+        Err(err) => Fanned::Outcome(Err(StageError::from(err))),
+    })
+}
+
+/// The job's kind and what the engine needs of it. A job's kind was checked at submit: one
+/// this worker does not know (switched off in the code since) or params it no longer accepts
+/// cannot be helped by retrying. The policy stored on the job at submit rules it (a record
+/// from before policies were stored: the kind's current one).
+pub(crate) fn kind_run<'d>(
+    deps: &'d Deps,
+    job: &JobRecord,
+) -> Result<(&'d dyn longhaul_worker::DynKind, KindRun), StageError> {
+    let kind = deps.registry.get(&job.job_type).ok_or_else(|| {
+        StageError::Fatal(Failure::new(PublicMessage::domain(format!(
+            "job type {:?} is not known to this worker",
+            job.job_type.chars().take(64).collect::<String>()
+        ))))
+    })?;
+    let inputs = kind
+        .check(&job.params)
+        .map_err(|e| StageError::Fatal(Failure::new(PublicMessage::domain(e))))?;
+    let kind_policy = kind.policy();
+    let (cadence, stage_timeout) = match &job.policy {
+        Some(stored) => (
+            Cadence {
+                items: stored.checkpoint.items,
+                interval: Duration::from_secs(stored.checkpoint.interval_seconds),
+            },
+            stored.stage_timeout(),
+        ),
+        None => (kind_policy.checkpoint, kind_policy.stage_timeout),
+    };
+    Ok((kind, KindRun { inputs, cadence, weights: kind.stage_weights(), stage_timeout }))
 }

@@ -88,7 +88,7 @@ pub(crate) async fn process(
         tracing::info!(%endpoint_id, event = %event, "the endpoint was deleted; its event is dropped");
         return Ok(());
     };
-    let progress_seq = progress.as_ref().map(|p| p.seq);
+    let progress_seq = progress.as_ref().map(|p| p.event_seq());
     let webhook_id = endpoint_message_id(endpoint_id, &job.job_id, event, progress_seq);
     let payload = match event {
         EndpointEvent::JobProgress => {

@@ -109,7 +109,8 @@ impl ThroughputWindow {
 pub struct ShardCounts {
     /// Shards the stage split into.
     pub total: u64,
-    /// Shards not started yet.
+    /// Shards not started yet (or, once the job failed or was cancelled, stopped before
+    /// they were done).
     pub pending: u64,
     /// Shards started and not done.
     pub running: u64,
@@ -231,7 +232,13 @@ impl ProgressView {
         match status {
             JobStatus::Succeeded | JobStatus::Expired => self.ended_at(end),
             status if status.is_terminal() || status == JobStatus::Compensating => {
-                ProgressView { eta: None, ..self }
+                // Its shards stopped: those not done are no longer running.
+                let shards = self.shards.map(|s| ShardCounts {
+                    pending: s.pending + s.running,
+                    running: 0,
+                    ..s
+                });
+                ProgressView { eta: None, shards, ..self }
             }
             _ => self,
         }
@@ -452,9 +459,13 @@ mod tests {
         assert_eq!(shown.shards, Some(done));
         assert!(shown.is_ended());
         assert_eq!(last.clone().for_status(JobStatus::Running, Some(&end)).shards, Some(mid));
-        let failed = ShardCounts { running: 0, failed: 1, ..mid };
+        let failed = ShardCounts { failed: 1, ..mid };
         let last = ProgressView { shards: Some(failed), ..recorded(5, Some(10)) };
-        assert_eq!(last.for_status(JobStatus::Failed, None).shards, Some(failed));
+        assert_eq!(
+            last.for_status(JobStatus::Failed, None).shards,
+            Some(ShardCounts { pending: 2, running: 0, ..failed }),
+            "a failed job's shards that were running run no more"
+        );
         assert_eq!(ProgressView::unknown().shards, None, "a job that never fanned out");
     }
 

@@ -30,6 +30,8 @@ mod index;
 mod pausing;
 /// The reaper's moves (re-enqueue counts, next looks, re-dispatch, stall flags): `reaping.rs`.
 mod reaping;
+/// A distributed stage's shards: `shards.rs`.
+mod shards;
 /// A job's signals: `signals.rs`.
 mod signals;
 
@@ -50,6 +52,8 @@ struct Table {
         HashMap<(JobId, longhaul_domain::signals::SignalName), longhaul_aws::jobs::SignalRecord>,
     /// Per job, how many signals it keeps (the job record's `signals_kept`).
     signals_kept: HashMap<JobId, u32>,
+    /// Distributed stages' shards, by job and shard (`shards.rs`).
+    shards: BTreeMap<(JobId, longhaul_aws::jobs::ShardKey), longhaul_aws::jobs::ShardRecord>,
 }
 
 /// The job table in memory. Every write is decided under one lock, so it is atomic as a

@@ -95,6 +95,11 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn the_memory_job_store_keeps_the_shards_contract() {
+        contract::job_shards(&MemoryJobStore::new()).await;
+    }
+
+    #[tokio::test]
     async fn the_memory_queues_keep_the_queue_contracts() {
         let intake = MemoryDispatchQueue::new();
         contract::dispatch_queue(&intake, async |_| {

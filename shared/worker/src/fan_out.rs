@@ -181,6 +181,57 @@ struct FanOutState {
     /// Shard runs started ([`ShardCounts::attempts`]).
     #[serde(default)]
     attempts: u64,
+    /// Set when a host runs the shards each in its own invocation ([`run_distributed`]): the
+    /// shards and their outputs are then the host's, not kept here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    distributed: Option<DistributedShards>,
+}
+
+/// A fanned-out stage whose shards a host runs each in its own invocation: where it put
+/// them, how many, and the items they count to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DistributedShards {
+    /// What the host answered when it was handed the shards ([`ShardHost::dispatch`]): where
+    /// their invocations read them.
+    pub manifest: String,
+    /// How many shards.
+    pub shards: usize,
+    /// Their items, summed.
+    pub items: u64,
+}
+
+/// A host that runs each shard of a fanned-out stage in its own invocation (the stage
+/// function's, under a Step Functions Distributed Map): [`run_distributed`] hands it the
+/// shards once, then asks how they stand each time the stage runs again.
+pub trait ShardHost: Send {
+    /// Stores `shards` (in shard order) where their invocations read them; answers where
+    /// (kept with the stage's checkpoint).
+    fn dispatch<'a>(&'a mut self, shards: &'a [Shard]) -> BoxFuture<'a, Result<String, KindError>>;
+    /// How the `shards` shards dispatched to `manifest` stand: a shard that failed fatally
+    /// is that error.
+    fn collect<'a>(
+        &'a mut self,
+        manifest: &'a str,
+        shards: usize,
+    ) -> BoxFuture<'a, Result<Collected, KindError>>;
+}
+
+/// How a distributed stage's shards stand ([`ShardHost::collect`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Collected {
+    /// Not all of them are done.
+    Unfinished,
+    /// All are done: their outputs, in shard order.
+    Done(Vec<ShardOutput>),
+}
+
+/// Where a distributed fanned-out stage is after [`run_distributed`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Distributed {
+    /// Its shards are dispatched (now, or before) and not all done: the host runs them.
+    Running(DistributedShards),
+    /// Every shard was done and the merge ended so.
+    Merged(StageOutcome),
 }
 
 /// A checkpoint a kind saved: its schema version and state.
@@ -266,28 +317,20 @@ pub async fn run_stage<K: JobKind>(
     let mut state = match saved {
         Some(saved) => serde_json::from_value::<FanOutState>(saved).map_err(unreadable)?,
         None => {
-            let shards = kind.split(ctx, params).await?;
-            if shards.is_empty() {
-                return Err(KindError::fatal(PublicMessage::fixed(
-                    "the job's stage split into no shards",
-                ))
-                .because(format!("split answered none; 1 to {MAX_SHARDS}")));
-            }
-            if shards.len() > MAX_SHARDS {
-                return Err(KindError::fatal(PublicMessage::fixed(
-                    "the job's stage split into more shards than the framework allows",
-                ))
-                .because(format!("{} shards; 1 to {MAX_SHARDS}", shards.len())));
-            }
+            let shards = split_checked(kind, ctx, params).await?;
             FanOutState {
                 outputs: vec![None; shards.len()],
                 shards,
                 running: None,
                 merged: None,
                 attempts: 0,
+                distributed: None,
             }
         }
     };
+    if state.distributed.is_some() {
+        return Err(unreadable("the stage's shards run in their own invocations, not here"));
+    }
     if state.outputs.len() != state.shards.len() {
         return Err(unreadable(format!(
             "{} outputs for {} shards",
@@ -366,6 +409,85 @@ pub async fn run_stage<K: JobKind>(
     kind.merge(&mut merge_ctx, params, &outputs).await
 }
 
+/// `split`, with its answer checked: 1 to [`MAX_SHARDS`] shards.
+async fn split_checked<K: JobKind>(
+    kind: &K,
+    ctx: &mut dyn StageContext,
+    params: &K::Params,
+) -> Result<Vec<Shard>, KindError> {
+    let shards = kind.split(ctx, params).await?;
+    if shards.is_empty() {
+        return Err(KindError::fatal(PublicMessage::fixed("the job's stage split into no shards"))
+            .because(format!("split answered none; 1 to {MAX_SHARDS}")));
+    }
+    if shards.len() > MAX_SHARDS {
+        return Err(KindError::fatal(PublicMessage::fixed(
+            "the job's stage split into more shards than the framework allows",
+        ))
+        .because(format!("{} shards; 1 to {MAX_SHARDS}", shards.len())));
+    }
+    Ok(shards)
+}
+
+/// Runs stage `ctx.stage()` of `kind`, which fans out, with its shards run by `host`, each in
+/// its own invocation ([`run_one_shard`]): when the stage starts, it is split and the shards
+/// handed to the host, and the stage's checkpoint says so; each time it runs again, the host
+/// is asked how they stand, and once all are done their outputs are merged (the merge
+/// checkpointing inside the stage's checkpoint, as inline).
+pub async fn run_distributed<K: JobKind>(
+    kind: &K,
+    ctx: &mut dyn StageContext,
+    params: &K::Params,
+    host: &mut dyn ShardHost,
+) -> Result<Distributed, KindError> {
+    let saved = ctx.load_checkpoint_raw(FAN_OUT_VERSION).await?;
+    let saved = saved.map(serde_json::from_value::<FanOutState>).transpose().map_err(unreadable)?;
+    let mut state = match saved {
+        Some(state) => state,
+        None => {
+            let shards = split_checked(kind, ctx, params).await?;
+            let manifest = host.dispatch(&shards).await?;
+            let items = shards.iter().map(|s| s.items).fold(0, u64::saturating_add);
+            let distributed = DistributedShards { manifest, shards: shards.len(), items };
+            let state =
+                FanOutState { distributed: Some(distributed.clone()), ..FanOutState::default() };
+            let total = shards.len() as u64;
+            ctx.record_shards(ShardCounts { total, pending: total, ..ShardCounts::default() })
+                .await?;
+            save(ctx, &state, 0, items).await?;
+            return Ok(Distributed::Running(distributed));
+        }
+    };
+    let Some(distributed) = state.distributed.clone() else {
+        return Err(unreadable("the stage's shards ran inline, and cannot be run apart"));
+    };
+    let outputs = match host.collect(&distributed.manifest, distributed.shards).await? {
+        Collected::Unfinished => return Ok(Distributed::Running(distributed)),
+        Collected::Done(outputs) if outputs.len() == distributed.shards => outputs,
+        Collected::Done(outputs) => {
+            return Err(unreadable(format!(
+                "{} outputs for {} shards",
+                outputs.len(),
+                distributed.shards
+            )));
+        }
+    };
+    let (done, total) = (distributed.items, distributed.items);
+    let mut merge_ctx = MergeContext { inner: ctx, state: &mut state, done, total };
+    Ok(Distributed::Merged(kind.merge(&mut merge_ctx, params, &outputs).await?))
+}
+
+/// Runs one shard of a distributed stage in the host's shard invocation: `ctx` is the
+/// shard's own context (its checkpoint, its progress counting to [`Shard::items`]).
+pub async fn run_one_shard<K: JobKind>(
+    kind: &K,
+    ctx: &mut dyn StageContext,
+    params: &K::Params,
+    shard: &Shard,
+) -> Result<ShardOutcome, KindError> {
+    kind.run_shard(ctx, params, shard).await
+}
+
 async fn save(
     ctx: &mut dyn StageContext,
     state: &FanOutState,
@@ -401,12 +523,16 @@ impl ShardContext<'_> {
     }
 }
 
+/// Why a shard cannot wait for a signal (what a shard's context answers `wait_for`).
+pub const SHARD_WAIT: &str =
+    "a shard cannot wait for a signal: wait before the stage splits, or after it";
+
 /// Why a shard or a merge cannot read the previous stage's output: once the stage saved its
 /// first checkpoint, that output is no longer kept.
-const NOT_CARRIED: &str = "a shard or a merge cannot read the previous stage's output: split \
+pub const NOT_CARRIED: &str = "a shard or a merge cannot read the previous stage's output: split \
     reads it, and puts what the shards need in their descriptors";
 
-const SHARD_RESULT: &str =
+pub const SHARD_RESULT: &str =
     "a shard cannot write the job's result: it hands the merge an output, and the merge writes it";
 
 impl StageContext for ShardContext<'_> {
@@ -561,7 +687,7 @@ impl StageContext for ShardContext<'_> {
         _name: &str,
         _timeout: Duration,
     ) -> BoxFuture<'_, Result<Waited, KindError>> {
-        Self::refused("a shard cannot wait for a signal: wait before the stage splits, or after it")
+        Self::refused(SHARD_WAIT)
     }
 
     fn attempt_failures(&self) -> u32 {

@@ -47,6 +47,11 @@ pub struct Policy {
     /// job's `progress.unit` so that a client can label the numbers. The percentage is `done`
     /// of `total` whatever they count, and the checkpoint cadence's `items` counts the same.
     pub progress_unit: &'static str,
+    /// Most shards of one fanned-out stage of a job running at once
+    /// ([`crate::JobKind::fans_out`]): the Distributed Map's concurrency, capped by the
+    /// deployment's `MaxParallelShards`. A fanned-out job still counts as one job against its
+    /// tenant's and its kind's running limits.
+    pub max_parallel_shards: u32,
 }
 
 /// Checkpoint every `items` items or every `interval`, whichever comes first.
@@ -64,7 +69,7 @@ impl Default for Policy {
     /// stages of up to a day in an attempt, results kept a week, a week's pause at most, a
     /// checkpoint every 1,000
     /// items or minute, no concurrency limit, the shared stage function, progress counted in
-    /// `items`.
+    /// `items`, ten shards of a fanned-out stage at a time.
     fn default() -> Self {
         Policy {
             max_attempts: 3,
@@ -77,6 +82,7 @@ impl Default for Policy {
             worker: SHARED_WORKER,
             retry_delay: Duration::from_secs(60),
             progress_unit: "items",
+            max_parallel_shards: 10,
         }
     }
 }

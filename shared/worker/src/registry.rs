@@ -188,6 +188,24 @@ pub trait DynKind: Send + Sync {
         params: &'a Value,
         order: ShardOrder,
     ) -> BoxFuture<'a, Result<StageOutcome, KindError>>;
+    /// See [`JobKind::fans_out`] (params that do not parse: no).
+    fn fans_out(&self, stage: &str, params: &Value) -> bool;
+    /// Runs the current stage, which fans out, with its shards run by `host`
+    /// ([`crate::fan_out::run_distributed`]).
+    fn run_distributed<'a>(
+        &'a self,
+        ctx: &'a mut dyn StageContext,
+        params: &'a Value,
+        host: &'a mut dyn crate::fan_out::ShardHost,
+    ) -> BoxFuture<'a, Result<crate::fan_out::Distributed, KindError>>;
+    /// Runs one shard of the current stage in its own invocation
+    /// ([`crate::fan_out::run_one_shard`]).
+    fn run_shard<'a>(
+        &'a self,
+        ctx: &'a mut dyn StageContext,
+        params: &'a Value,
+        shard: &'a Shard,
+    ) -> BoxFuture<'a, Result<ShardOutcome, KindError>>;
     /// See [`JobKind::undo_stages`] (params that do not parse: none).
     fn undo_stages(&self, params: &Value) -> Vec<&'static str>;
     /// See [`JobKind::undo`] (params that do not parse: a fatal error).
@@ -245,6 +263,38 @@ impl<K: JobKind> DynKind for Erased<K> {
             let params =
                 self.parse(params).map_err(|e| KindError::fatal(PublicMessage::domain(e)))?;
             crate::fan_out::run_stage(&self.0, ctx, &params, order).await
+        }
+        .boxed()
+    }
+
+    fn fans_out(&self, stage: &str, params: &Value) -> bool {
+        self.parse(params).is_ok_and(|parsed| self.0.fans_out(stage, &parsed))
+    }
+
+    fn run_distributed<'a>(
+        &'a self,
+        ctx: &'a mut dyn StageContext,
+        params: &'a Value,
+        host: &'a mut dyn crate::fan_out::ShardHost,
+    ) -> BoxFuture<'a, Result<crate::fan_out::Distributed, KindError>> {
+        async move {
+            let params =
+                self.parse(params).map_err(|e| KindError::fatal(PublicMessage::domain(e)))?;
+            crate::fan_out::run_distributed(&self.0, ctx, &params, host).await
+        }
+        .boxed()
+    }
+
+    fn run_shard<'a>(
+        &'a self,
+        ctx: &'a mut dyn StageContext,
+        params: &'a Value,
+        shard: &'a Shard,
+    ) -> BoxFuture<'a, Result<ShardOutcome, KindError>> {
+        async move {
+            let params =
+                self.parse(params).map_err(|e| KindError::fatal(PublicMessage::domain(e)))?;
+            crate::fan_out::run_one_shard(&self.0, ctx, &params, shard).await
         }
         .boxed()
     }

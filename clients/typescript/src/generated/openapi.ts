@@ -749,7 +749,7 @@ export interface components {
         ShardCounts: {
             /** @description Shards the stage split into. */
             total: number;
-            /** @description Shards not started yet. */
+            /** @description Shards not started yet (once the job failed or was cancelled: also those stopped before they were done). */
             pending: number;
             /** @description Shards started and not done. */
             running: number;
@@ -1030,6 +1030,8 @@ export interface components {
                 retry_delay_seconds: number;
                 /** @description What the type's progress counts (`items`, `bytes`, …): each job's `progress.unit`. */
                 progress_unit: string;
+                /** @description Most shards of one fanned-out stage of a job running at once (a deployment caps it: `MaxParallelShards`). */
+                max_parallel_shards: number;
             };
         };
         /** @description A recurring job: the job spec `POST /jobs` takes, submitted once per tick of `schedule` as the caller. */

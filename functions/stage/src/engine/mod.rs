@@ -48,6 +48,7 @@ use crate::{Deps, StageError};
 mod checkpoints;
 mod context;
 mod kind_errors;
+pub mod shard;
 
 /// A checkpoint object.
 #[derive(Debug, Serialize, Deserialize)]
@@ -124,6 +125,8 @@ pub struct Ctx<'a> {
     /// How the shards of the job's latest fanned-out stage stand: written with every
     /// progress write, kept through the stages after it.
     shards: Option<ShardCounts>,
+    /// The record's count of its shards' writes, carried by every write of the attempt.
+    shard_seq: u64,
 }
 
 impl<'a> Ctx<'a> {
@@ -188,6 +191,7 @@ impl<'a> Ctx<'a> {
             stop: None,
             waiting: None,
             shards: progress.shards,
+            shard_seq: progress.shard_seq,
         }
     }
 
@@ -384,6 +388,7 @@ impl<'a> Ctx<'a> {
             owner: Some(self.job.owner.clone()),
             stage_clock: Some(self.stage_clock),
             shards: self.shards,
+            shard_seq: self.shard_seq,
         };
         let written = self.deps.jobs.record_progress(&self.job.job_id, &record).await;
         match &written {
@@ -400,6 +405,36 @@ impl<'a> Ctx<'a> {
         self.last_done = done;
         self.last_reported = (done, total);
         Ok(())
+    }
+
+    /// Writes the progress record now, at `total` items for the stage (the stage's clock and
+    /// its shards' counts with it), as a stage that hands its shards to the map again does; a
+    /// cancellation or pause found is the answer ([`StageError::Cancelled`],
+    /// [`StageError::Paused`]).
+    pub async fn write_now(&mut self, total: u64) -> Result<(), StageError> {
+        self.last_total = Some(total);
+        let (done, total) = (self.last_done.max(self.floor_done), self.last_total);
+        self.write_unless_cancelled(done, total).await?;
+        match self.stop {
+            Some(Stop::Cancel) => Err(StageError::Cancelled),
+            Some(Stop::Pause) => Err(StageError::Paused),
+            None => Ok(()),
+        }
+    }
+
+    /// Counts the current stage from its start again: a retried job whose shards all run
+    /// again (none of its own was ever taken) shows the stage's items from 0, not the count
+    /// of the job it retries on top of its own.
+    pub fn restart_stage_count(&mut self, total: u64) {
+        self.floor_done = 0;
+        self.last_done = 0;
+        let start = Position {
+            stage_index: self.stage_index,
+            stages_total: self.stages_total,
+            done: 0,
+            total: Some(total),
+        };
+        self.last_pct = weighted_pct(start, self.weights, 0.0);
     }
 
     /// Keeps `counts` as how the stage's shards stand (written with the next progress write);

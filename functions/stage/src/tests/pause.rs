@@ -199,3 +199,36 @@ fn the_worker_api_and_the_domain_agree_on_signal_names() {
     }
     assert_eq!(longhaul_worker::MAX_WAIT.as_secs(), longhaul_domain::signals::MAX_WAIT_SECONDS);
 }
+
+/// A pause reaches every shard of a distributed stage at its next write; `Run`, after the
+/// map, parks the job; its resume fans out again and runs only what is left.
+#[tokio::test]
+async fn a_paused_fanned_out_job_parks_after_the_map_and_its_resume_runs_what_is_left() {
+    let w = super::fan_out::distributed();
+    let id = w.queued("demo", json!({"items": 8, "shards": 2})).await;
+    let out = w.first_run(&id, far()).await.unwrap();
+    let items = w.manifest(&out).await;
+    w.shard(&out, &items[0], None, far()).await.expect("shard 0 is done before the pause");
+    w.jobs.pause(&id, &owners_pause(), lapses()).await.unwrap();
+    let err = w.shard(&out, &items[1], None, far()).await.expect_err("paused");
+    assert_eq!(err.name(), "Job.Paused", "the map does not retry it");
+    let parked = w.run(&id, &id, out.clone(), far()).await.expect("Run after the map");
+    assert_eq!(parked["run"]["next"], "paused");
+    assert_eq!(w.job(&id).await.status, JobStatus::Paused);
+
+    let execution = w.resume_and_dispatch(&id).await;
+    let start = json!({"job_id": id, "worker_arn": WORKER});
+    let again = w.run(&id, &execution, start, far()).await.expect("fans out again");
+    assert_eq!(again["run"]["next"], "fan_out");
+    assert_eq!(again["run"]["fan_out"]["manifest"], out["run"]["fan_out"]["manifest"]);
+    let done = w.shard(&again, &items[0], None, far()).await.unwrap();
+    assert_eq!(done["next"], "done", "a shard done before the pause is not run again");
+    w.shard(&again, &items[1], None, far()).await.expect("the other runs under the new lease");
+    let end = w.run(&id, &execution, again, far()).await.unwrap();
+    assert_eq!(end["run"]["next"], "done");
+    let body = w.object(&format!("results/{id}/1/result.json")).await.expect("the result");
+    assert_eq!(
+        serde_json::from_slice::<DemoResult>(&body).unwrap(),
+        DemoResult::expected_sharded(8, 2)
+    );
+}

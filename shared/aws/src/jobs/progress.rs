@@ -93,8 +93,49 @@ pub struct ProgressRecord {
     /// How the shards of the job's latest fanned-out stage stand, written with every progress
     /// write from that stage on (kept through later stages, so a job past it still shows
     /// them).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "counts_at_least_zero"
+    )]
     pub shards: Option<longhaul_domain::progress::ShardCounts>,
+    /// Writes of a distributed stage's shards ([`JobStore::add_shard_progress`]), which do
+    /// not move `seq` (the attempt's own fence): a live stream's event id is the sum
+    /// ([`ProgressRecord::event_seq`]). Carried by every write of the attempt.
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub shard_seq: u64,
+}
+
+fn is_zero_u64(n: &u64) -> bool {
+    *n == 0
+}
+
+/// The shard counts as stored: a distributed stage's shards move them with arithmetic
+/// updates, two writes apart from their records' own, so an invocation that died between the
+/// two can leave one a step off — read as no less than 0, never as an unreadable record.
+fn counts_at_least_zero<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<longhaul_domain::progress::ShardCounts>, D::Error> {
+    #[derive(Deserialize)]
+    struct Stored {
+        total: i64,
+        pending: i64,
+        running: i64,
+        succeeded: i64,
+        failed: i64,
+        attempts: i64,
+    }
+    let at_least_zero = |n: i64| u64::try_from(n).unwrap_or(0);
+    Ok(Option::<Stored>::deserialize(deserializer)?.map(|s| {
+        longhaul_domain::progress::ShardCounts {
+            total: at_least_zero(s.total),
+            pending: at_least_zero(s.pending),
+            running: at_least_zero(s.running),
+            succeeded: at_least_zero(s.succeeded),
+            failed: at_least_zero(s.failed),
+            attempts: at_least_zero(s.attempts),
+        }
+    }))
 }
 
 /// When a stage started in an attempt (see [`ProgressRecord::stage_clock`]).
@@ -114,11 +155,19 @@ pub struct StageClock {
 }
 
 impl ProgressRecord {
+    /// What a live stream numbers this record's event by: every write of the attempt and of
+    /// its shards moves it on.
+    pub fn event_seq(&self) -> u64 {
+        self.seq.saturating_add(self.shard_seq)
+    }
+
     /// The record's numbers as written, for the client-facing progress view (the status and
     /// events functions both read a job's progress through this).
     pub fn recorded(&self) -> longhaul_domain::progress::ProgressView {
         longhaul_domain::progress::ProgressView::recorded(longhaul_domain::progress::Recorded {
-            pct: self.pct,
+            // A distributed stage's shards add their shares of points one write at a time:
+            // shown to one decimal, rounded down past the sums' float error, at most 100.
+            pct: ((self.pct * 10.0 + 1e-6).floor() / 10.0).clamp(0.0, 100.0),
             stage: &self.stage,
             stage_index: self.stage_index,
             stages_total: self.stages_total,
@@ -175,6 +224,7 @@ impl Default for ProgressRecord {
             owner: None,
             stage_clock: None,
             shards: None,
+            shard_seq: 0,
         }
     }
 }
@@ -492,4 +542,29 @@ impl JobStore {
 
 fn is_zero(n: &u32) -> bool {
     *n == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A count a dead shard invocation left a step below zero reads as 0, and the points its
+    /// shards added up to show to one decimal, never above 100.
+    #[test]
+    fn shard_counts_and_points_read_within_bounds() {
+        let mut stored = serde_json::to_value(ProgressRecord {
+            pct: 37.499_999_999,
+            ..ProgressRecord::default()
+        })
+        .unwrap();
+        stored["shards"] = serde_json::json!({"total": 4, "pending": 1, "running": -1,
+            "succeeded": 3, "failed": 0, "attempts": 5});
+        let record: ProgressRecord = serde_json::from_value(stored.clone()).unwrap();
+        let shards = record.shards.expect("the counts");
+        assert_eq!((shards.running, shards.succeeded, shards.attempts), (0, 3, 5));
+        assert_eq!(record.recorded().pct, 37.5);
+        stored["pct"] = serde_json::json!(100.000_000_1);
+        let over: ProgressRecord = serde_json::from_value(stored).unwrap();
+        assert_eq!(over.recorded().pct, 100.0);
+    }
 }

@@ -269,6 +269,10 @@ struct Scenario {
     stage_ms: f64,
     /// The worker functions' GB-s per job: the job's own compute.
     stage_gb_s: f64,
+    /// Shards the job's stage fans out into (0: none), and the transitions of the map's
+    /// child executions per job (in `transitions`).
+    shards: u64,
+    shard_transitions: f64,
     ours: Bill,
     reference: Bill,
     reference_transitions: f64,
@@ -567,7 +571,7 @@ impl Bench {
         name: &str,
         description: &str,
         jobs: usize,
-        stages: usize,
+        (stages, shards): (usize, u64),
         webhook: bool,
         make: F,
     ) -> anyhow::Result<Scenario>
@@ -723,6 +727,19 @@ impl Bench {
             }
         }
 
+        // A fanned-out job's shards run as the `FanOut` map's child executions, which the
+        // emulator does not list: each shard invocation enters `Shard` and `More?`, and each
+        // shard ends in `ShardDone`. Its invocations are the worker's, less the direct run's
+        // one and the parent's `Run`s.
+        let mut shard_transitions = 0.0;
+        if shards > 0 {
+            let worker: f64 = lambda.iter().filter(|(f, _)| is_worker(f)).map(|(_, l)| l.0).sum();
+            let runs = path.iter().filter(|state| *state == "Run").count() as f64;
+            let shard_invocations = (worker - 1.0 - runs).max(shards as f64);
+            shard_transitions = 2.0 * shard_invocations + shards as f64;
+            transitions += shard_transitions;
+        }
+
         let mut scenario = Scenario {
             name: name.to_owned(),
             description: description.to_owned(),
@@ -737,6 +754,8 @@ impl Bench {
             writes_by_kind,
             sizes,
             stage_ms,
+            shards,
+            shard_transitions,
             ..Default::default()
         };
         self.price(&mut scenario, &before, &after, n);
@@ -1147,6 +1166,16 @@ fn report(
         let path =
             if s.path.is_empty() { "none (no execution)".to_owned() } else { s.path.join(" → ") };
         let _ = writeln!(w, "- {} — states entered (first job): {path}", s.name);
+        if s.shards > 0 {
+            let _ = writeln!(
+                w,
+                "  - and {} per job in the `FanOut` map's child executions ({} per shard): `Shard` and \
+                 `More?` per shard invocation, `ShardDone` per shard — counted from the shard \
+                 invocations, as the emulator lists no child executions",
+                num(s.shard_transitions),
+                num(s.shard_transitions / s.shards as f64)
+            );
+        }
     }
     let _ = writeln!(
         w,
@@ -1482,7 +1511,7 @@ async fn run() -> anyhow::Result<()> {
                 "demo, short",
                 "`{\"type\":\"demo\",\"params\":{\"items\":10,\"item_ms\":10}}`, ~0.1 s: a job that ends before its first checkpoint is due",
                 per_scenario,
-                1,
+                (1, 0),
                 false,
                 || async {
                     Ok((json!({"type": "demo", "params": {"items": 10, "item_ms": 10}}), None))
@@ -1496,10 +1525,27 @@ async fn run() -> anyhow::Result<()> {
                 "demo",
                 "`{\"type\":\"demo\",\"params\":{\"items\":100,\"item_ms\":100}}`, ~10 s",
                 per_scenario,
-                1,
+                (1, 0),
                 false,
                 || async {
                     Ok((json!({"type": "demo", "params": {"items": 100, "item_ms": 100}}), None))
+                },
+            )
+            .await?,
+    );
+    scenarios.push(
+        bench
+            .scenario(
+                "demo, 4 shards",
+                "`{\"type\":\"demo\",\"params\":{\"items\":100,\"item_ms\":100,\"shards\":4}}`: the demo job's stage fanned out into 4 shards of 25 items (~2.5 s each, at once), then merged",
+                per_scenario,
+                (1, 4),
+                false,
+                || async {
+                    Ok((
+                        json!({"type": "demo", "params": {"items": 100, "item_ms": 100, "shards": 4}}),
+                        None,
+                    ))
                 },
             )
             .await?,
@@ -1514,7 +1560,7 @@ async fn run() -> anyhow::Result<()> {
                 "csv_report",
                 &format!("upload of a {csv_len}-byte, 5,000-row CSV, then a 3-stage report (scan → render → publish), json"),
                 per_scenario,
-                3,
+                (3, 0),
                 false,
                 move || async move {
                     let input = b.upload(csv.clone()).await?;
@@ -1533,7 +1579,7 @@ async fn run() -> anyhow::Result<()> {
     );
     scenarios.push(
         bench
-            .scenario("demo+webhook", "the demo job with a `callback_url` (a receiver on 127.0.0.1 answering 204)", per_scenario, 1, true, move || async move {
+            .scenario("demo+webhook", "the demo job with a `callback_url` (a receiver on 127.0.0.1 answering 204)", per_scenario, (1, 0), true, move || async move {
                 let key = uuid::Uuid::new_v4().simple().to_string();
                 let url = format!("http://{receiver}/{key}");
                 Ok((json!({"type": "demo", "params": {"items": 100, "item_ms": 100}, "callback_url": url}), Some(key)))
@@ -1554,7 +1600,7 @@ async fn run() -> anyhow::Result<()> {
                     "demo, 3 invocations",
                     "the demo job (~10 s) with 4-s invocations: a direct run, then an execution's `Run` twice",
                     per_scenario,
-                    1,
+                    (1, 0),
                     false,
                     || async {
                         Ok((json!({"type": "demo", "params": {"items": 100, "item_ms": 100}}), None))
