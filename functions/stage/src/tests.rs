@@ -181,6 +181,7 @@ fn world_with(configure: impl FnOnce(&mut Deps)) -> World {
         .kind(Demo)
         .kind(Script { hook: hook.clone() })
         .kind(compensation::Saga { hook: hook.clone(), undos: undos.clone() })
+        .kind(fan_out::Parts)
         .build()
         .expect("the test kinds register");
     let mut deps = Deps {

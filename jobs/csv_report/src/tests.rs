@@ -265,6 +265,13 @@ impl StageContext for Recording<'_> {
     ) -> BoxFuture<'_, Result<(), KindError>> {
         self.inner.record_shards(counts)
     }
+
+    fn read_staged(
+        &mut self,
+        staged: &longhaul_worker::StagedFile,
+    ) -> BoxFuture<'_, Result<Vec<u8>, KindError>> {
+        self.inner.read_staged(staged)
+    }
 }
 
 /// `csv_report`, run through [`Recording`].

@@ -391,6 +391,12 @@ pub trait StageContext: Send {
     /// Publishes a staged file as the job's result (a copy, not a re-upload).
     fn publish(&mut self, staged: &StagedFile) -> BoxFuture<'_, Result<ResultRef, KindError>>;
 
+    /// The contents of a file the job staged ([`StageContext::stage_file`]), read whole: how a
+    /// merge reads what its shards handed it in staged files (an output larger than
+    /// `MAX_SHARD_BYTES`). Only the job's own staged files (or those of the job it retries);
+    /// meant for files that fit in the worker's memory.
+    fn read_staged(&mut self, staged: &StagedFile) -> BoxFuture<'_, Result<Vec<u8>, KindError>>;
+
     /// Sleeps `duration` while heartbeating (at `done` of `total`).
     fn pause(
         &mut self,

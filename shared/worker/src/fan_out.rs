@@ -77,8 +77,8 @@ pub struct ShardOutput(Value);
 
 impl ShardOutput {
     /// An output of `value` (at most [`MAX_SHARD_BYTES`] serialised: a larger one is a fatal
-    /// error — stage a file with [`StageContext::stage_file`] and hand over the
-    /// [`StagedFile`]).
+    /// error — stage a file with [`StageContext::stage_file`], hand over the [`StagedFile`],
+    /// and read it in the merge with [`StageContext::read_staged`]).
     pub fn new(value: &impl Serialize) -> Result<ShardOutput, KindError> {
         Ok(ShardOutput(small_value(value, "shard output")?))
     }
@@ -698,6 +698,10 @@ impl StageContext for ShardContext<'_> {
         self.inner.count_failure()
     }
 
+    fn read_staged(&mut self, staged: &StagedFile) -> BoxFuture<'_, Result<Vec<u8>, KindError>> {
+        self.inner.read_staged(staged)
+    }
+
     fn record_shards(&mut self, _counts: ShardCounts) -> BoxFuture<'_, Result<(), KindError>> {
         // The framework counts the stage's shards; a shard or a merge has none of its own.
         async { Ok(()) }.boxed()
@@ -866,6 +870,10 @@ impl StageContext for MergeContext<'_> {
 
     fn count_failure(&mut self) -> BoxFuture<'_, Result<(), KindError>> {
         self.inner.count_failure()
+    }
+
+    fn read_staged(&mut self, staged: &StagedFile) -> BoxFuture<'_, Result<Vec<u8>, KindError>> {
+        self.inner.read_staged(staged)
     }
 
     fn record_shards(&mut self, _counts: ShardCounts) -> BoxFuture<'_, Result<(), KindError>> {

@@ -3,6 +3,22 @@
 use super::*;
 
 impl Ctx<'_> {
+    /// Refuses a staged file that is not the job's own, nor one of the job it retries (whose
+    /// checkpoint it resumed from: a retry of a failed publish, or of a merge over staged
+    /// shards) — both its owner's.
+    fn own_staged(&self, staged: &StagedFile) -> Result<(), KindError> {
+        let of = |job: &JobId| {
+            staged.location().starts_with(&longhaul_aws::objects::checkpoints_prefix(job))
+        };
+        if !of(&self.job.job_id) && !self.job.retry_of.as_ref().is_some_and(of) {
+            return Err(KindError::fatal(PublicMessage::fixed(
+                "the job kind named a staged file of another job",
+            ))
+            .because(staged.location()));
+        }
+        Ok(())
+    }
+
     /// `input`, if the kind declared it and it is the job owner's upload.
     fn readable<'i>(&self, input: &'i str) -> Result<&'i str, KindError> {
         if self.inputs.iter().any(|i| i == input) && owns_upload(&self.job.owner, input) {
@@ -156,22 +172,27 @@ impl StageContext for Ctx<'_> {
         .boxed()
     }
 
+    fn read_staged(&mut self, staged: &StagedFile) -> BoxFuture<'_, Result<Vec<u8>, KindError>> {
+        let staged = staged.clone();
+        async move {
+            self.own_staged(&staged)?;
+            match self.deps.objects.get(staged.location()).await {
+                Ok(Some(body)) => Ok(body),
+                Ok(None) => Err(KindError::fatal(PublicMessage::fixed(
+                    "a staged file of the job is missing",
+                ))
+                .because(staged.location())),
+                Err(e) => Err(failure_message::aws_failure(CHECKPOINT_FAILED, &e)),
+            }
+        }
+        .boxed()
+    }
+
     fn publish(&mut self, staged: &StagedFile) -> BoxFuture<'_, Result<ResultRef, KindError>> {
         let staged = staged.clone();
         async move {
             let name = check_result_name(staged.name())?;
-            // The job's own staged files, or those of the job it retries, whose checkpoint it
-            // resumed from (a retry of a failed publish, or of a merge over staged shards):
-            // both its owner's.
-            let of = |job: &JobId| {
-                staged.location().starts_with(&longhaul_aws::objects::checkpoints_prefix(job))
-            };
-            if !of(&self.job.job_id) && !self.job.retry_of.as_ref().is_some_and(of) {
-                return Err(KindError::fatal(PublicMessage::fixed(
-                    "the job kind named a staged file of another job",
-                ))
-                .because(staged.location()));
-            }
+            self.own_staged(&staged)?;
             let key = result_key(self.job_id(), &format!("{}/{name}", self.lease.attempt));
             self.deps.objects.copy(staged.location(), &key, staged.content_type()).await.map_err(
                 |e| failure_message::aws_failure(failure_message::RESULT_NOT_STORED, &e),

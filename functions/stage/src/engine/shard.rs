@@ -391,6 +391,10 @@ impl StageContext for ShardCtx<'_> {
         refuse(SHARD_RESULT)
     }
 
+    fn read_staged(&mut self, staged: &StagedFile) -> BoxFuture<'_, Result<Vec<u8>, KindError>> {
+        self.inner.read_staged(staged)
+    }
+
     fn pause(
         &mut self,
         duration: Duration,

@@ -6,8 +6,65 @@ use super::*;
 
 use longhaul_domain::progress::ShardCounts;
 
+use longhaul_worker::{Shard, ShardOutcome, ShardOutput, StagedFile};
+
 use crate::fan_out::FanOutSettings;
 use crate::wire::ManifestItem;
+
+/// Shards whose outputs are files they stage (too large for a shard output), which the merge
+/// reads back and concatenates, in shard order.
+#[derive(Clone, Copy)]
+pub(super) struct Parts;
+
+impl JobKind for Parts {
+    const NAME: &'static str = "parts";
+    type Params = Value;
+
+    fn stages(&self) -> &'static [&'static str] {
+        &["count"]
+    }
+
+    fn fans_out(&self, _: &str, _: &Value) -> bool {
+        true
+    }
+
+    async fn split(&self, _: &mut dyn StageContext, _: &Value) -> Result<Vec<Shard>, KindError> {
+        (0..3u32).map(|i| Shard::new(&i, 1)).collect()
+    }
+
+    async fn run_shard(
+        &self,
+        ctx: &mut dyn StageContext,
+        _: &Value,
+        shard: &Shard,
+    ) -> Result<ShardOutcome, KindError> {
+        let index: u32 = shard.descriptor()?;
+        let body = format!("shard {index}\n").repeat(200).into_bytes();
+        let staged = ctx.stage_file("part.txt", "text/plain", body).await?;
+        Ok(ShardOutcome::Done(ShardOutput::new(&staged)?))
+    }
+
+    async fn merge(
+        &self,
+        ctx: &mut dyn StageContext,
+        _: &Value,
+        outputs: &[ShardOutput],
+    ) -> Result<StageOutcome, KindError> {
+        let mut body = Vec::new();
+        for output in outputs {
+            body.extend(ctx.read_staged(&output.get::<StagedFile>()?).await?);
+        }
+        Ok(StageOutcome::Finished(ctx.write_result("all.txt", "text/plain", body).await?))
+    }
+
+    async fn run_stage(
+        &self,
+        _: &mut dyn StageContext,
+        _: &Value,
+    ) -> Result<StageOutcome, KindError> {
+        Err(KindError::fatal(PublicMessage::fixed("the stage fans out")))
+    }
+}
 
 pub(super) fn distributed() -> World {
     world_with(|deps| {
@@ -182,4 +239,25 @@ async fn a_cancellation_reaches_every_shard_and_the_merge_ends_the_job_cancelled
     assert_eq!(w.job(&id).await.status, JobStatus::Cancelled);
     let late = w.shard(&out, &items[1], None, far()).await.expect_err("the job ended");
     assert_eq!(late.name(), "Job.LeaseLost", "a shard of an ended job runs nothing");
+}
+
+#[tokio::test]
+async fn a_merge_reads_the_files_its_shards_staged_each_in_its_own_invocation() {
+    let w = distributed();
+    let id = w.queued("parts", json!({})).await;
+    let out = w.first_run(&id, far()).await.unwrap();
+    let items = w.manifest(&out).await;
+    for item in items.iter().rev() {
+        w.shard(&out, item, None, far()).await.expect("the shard stages its part");
+    }
+    let staged = w.keys(&checkpoints(&id));
+    assert!(
+        staged.iter().any(|k| k.contains("shard2-part.txt")),
+        "each shard's file apart: {staged:?}"
+    );
+    let done = w.run(&id, &id, out, far()).await.expect("merged");
+    assert_eq!(done["run"]["next"], "done");
+    let body = w.object(&format!("results/{id}/1/all.txt")).await.expect("the result");
+    let expected: String = (0..3).map(|i| format!("shard {i}\n").repeat(200)).collect();
+    assert_eq!(String::from_utf8(body).unwrap(), expected, "read back, in shard order");
 }

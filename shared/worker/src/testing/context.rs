@@ -272,6 +272,17 @@ impl StageContext for MemoryContext<'_> {
         .boxed()
     }
 
+    fn read_staged(&mut self, staged: &StagedFile) -> BoxFuture<'_, Result<Vec<u8>, KindError>> {
+        let read = if self.crashed {
+            Err(crash())
+        } else {
+            self.durable.files.get(staged.location()).map(|(_, body)| body.clone()).ok_or_else(
+                || KindError::fatal(PublicMessage::fixed("a staged file of the job is missing")),
+            )
+        };
+        async move { read }.boxed()
+    }
+
     fn begin_result_upload(
         &mut self,
         name: &str,

@@ -300,3 +300,72 @@ fn neither_a_shard_nor_a_merge_reads_the_previous_stages_output() {
         assert!(err.public.as_str().starts_with("a shard or a merge cannot read"), "{err}");
     }
 }
+
+/// Shards whose outputs are too large for a [`ShardOutput`]: each stages a file and hands the
+/// merge the [`crate::StagedFile`]; the merge reads them back ([`StageContext::read_staged`]).
+#[derive(Clone, Default)]
+struct Parts;
+
+impl JobKind for Parts {
+    const NAME: &'static str = "parts";
+    type Params = Value;
+
+    fn stages(&self) -> &'static [&'static str] {
+        &["count"]
+    }
+
+    fn fans_out(&self, _: &str, _: &Value) -> bool {
+        true
+    }
+
+    async fn split(
+        &self,
+        _ctx: &mut dyn StageContext,
+        _params: &Value,
+    ) -> Result<Vec<Shard>, KindError> {
+        (0..3u32).map(|i| Shard::new(&i, 1)).collect()
+    }
+
+    async fn run_shard(
+        &self,
+        ctx: &mut dyn StageContext,
+        _params: &Value,
+        shard: &Shard,
+    ) -> Result<ShardOutcome, KindError> {
+        let index: u32 = shard.descriptor()?;
+        let body = format!("shard {index}\n").repeat(200).into_bytes();
+        let staged = ctx.stage_file("part.txt", "text/plain", body).await?;
+        Ok(ShardOutcome::Done(ShardOutput::new(&staged)?))
+    }
+
+    async fn merge(
+        &self,
+        ctx: &mut dyn StageContext,
+        _params: &Value,
+        outputs: &[ShardOutput],
+    ) -> Result<StageOutcome, KindError> {
+        let mut body = Vec::new();
+        for output in outputs {
+            body.extend(ctx.read_staged(&output.get::<crate::StagedFile>()?).await?);
+        }
+        Ok(StageOutcome::Finished(ctx.write_result("all.txt", "text/plain", body).await?))
+    }
+
+    async fn run_stage(
+        &self,
+        _ctx: &mut dyn StageContext,
+        _params: &Value,
+    ) -> Result<StageOutcome, KindError> {
+        unreachable!("the stage fans out")
+    }
+}
+
+#[test]
+fn a_merge_reads_the_files_its_shards_staged_in_shard_order() {
+    let expected: Vec<u8> =
+        (0..3).map(|i| format!("shard {i}\n").repeat(200)).collect::<String>().into_bytes();
+    let finished = Host::new().run(&Parts, &json!({})).unwrap();
+    assert!(expected.len() > 3 * crate::MAX_SHARD_BYTES, "larger than outputs may be");
+    assert_eq!(finished.body, expected);
+    assert_resumable(&Parts, &Host::new(), &json!({}));
+}
