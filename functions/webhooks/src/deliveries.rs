@@ -223,7 +223,10 @@ pub(crate) async fn resend(
     // takes it.
     let now = deps.clock.now();
     let lost_after = chrono::Duration::from_std(deps.lost_after).unwrap_or(chrono::Duration::MAX);
-    let (now, quiet_since) = (Timestamp::from(now), Timestamp::from(now - lost_after));
+    // An absurd `lost_after` (beyond the calendar) makes nothing look lost, never a panic.
+    let quiet_since =
+        now.checked_sub_signed(lost_after).unwrap_or(chrono::DateTime::<chrono::Utc>::MIN_UTC);
+    let (now, quiet_since) = (Timestamp::from(now), Timestamp::from(quiet_since));
     let lost = delivery.status == DeliveryStatus::Pending
         && delivery.created_at < quiet_since
         && delivery.last_attempt_at.is_none_or(|at| at < quiet_since);

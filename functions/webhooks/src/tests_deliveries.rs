@@ -616,3 +616,26 @@ async fn a_failing_table_is_a_500_and_the_routes_wait_for_a_principal() {
     assert!(w.queue.sent().is_empty());
     assert_eq!(stored(&w, &failed).await, failed);
 }
+
+/// A deployment whose deliverer's longest wait is beyond the calendar (a misconfigured
+/// schedule) never takes a pending delivery for lost: a resend is refused, never a panic.
+#[tokio::test]
+async fn an_absurd_longest_wait_makes_nothing_look_lost() {
+    let mut w = world();
+    w.deps.lost_after = std::time::Duration::from_secs(u64::MAX);
+    let id = endpoint(&w).await;
+    let pending = EndpointDelivery {
+        attempts: 4,
+        last_attempt_at: Some(ago(&w, 10 * 86_400)),
+        ..delivery(
+            &id,
+            &nth_job(1),
+            EndpointEvent::JobFailed,
+            DeliveryStatus::Pending,
+            ago(&w, 20 * 86_400),
+        )
+    };
+    seed(&w, &pending).await;
+    problem(&resend(&w, "alice", &pending.webhook_id).await, 409, "delivery-pending");
+    assert!(w.queue.sent().is_empty());
+}
