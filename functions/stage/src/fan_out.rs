@@ -73,11 +73,7 @@ impl ShardHost for MapHost<'_> {
         .boxed()
     }
 
-    fn collect<'a>(
-        &'a mut self,
-        _manifest: &'a str,
-        shards: usize,
-    ) -> BoxFuture<'a, Result<Collected, KindError>> {
+    fn collect(&mut self, shards: usize) -> BoxFuture<'_, Result<Collected, KindError>> {
         async move {
             let records = self
                 .deps

@@ -207,13 +207,9 @@ pub trait ShardHost: Send {
     /// Stores `shards` (in shard order) where their invocations read them; answers where
     /// (kept with the stage's checkpoint).
     fn dispatch<'a>(&'a mut self, shards: &'a [Shard]) -> BoxFuture<'a, Result<String, KindError>>;
-    /// How the `shards` shards dispatched to `manifest` stand: a shard that failed fatally
-    /// is that error.
-    fn collect<'a>(
-        &'a mut self,
-        manifest: &'a str,
-        shards: usize,
-    ) -> BoxFuture<'a, Result<Collected, KindError>>;
+    /// How the stage's `shards` dispatched shards stand: a shard that failed fatally is that
+    /// error.
+    fn collect(&mut self, shards: usize) -> BoxFuture<'_, Result<Collected, KindError>>;
 }
 
 /// How a distributed stage's shards stand ([`ShardHost::collect`]).
@@ -430,7 +426,7 @@ async fn split_checked<K: JobKind>(
 }
 
 /// Runs stage `ctx.stage()` of `kind`, which fans out, with its shards run by `host`, each in
-/// its own invocation ([`run_one_shard`]): when the stage starts, it is split and the shards
+/// its own invocation ([`JobKind::run_shard`], over the host's shard context): when the stage starts, it is split and the shards
 /// handed to the host, and the stage's checkpoint says so; each time it runs again, the host
 /// is asked how they stand, and once all are done their outputs are merged (the merge
 /// checkpointing inside the stage's checkpoint, as inline).
@@ -461,7 +457,7 @@ pub async fn run_distributed<K: JobKind>(
     let Some(distributed) = state.distributed.clone() else {
         return Err(unreadable("the stage's shards ran inline, and cannot be run apart"));
     };
-    let outputs = match host.collect(&distributed.manifest, distributed.shards).await? {
+    let outputs = match host.collect(distributed.shards).await? {
         Collected::Unfinished => return Ok(Distributed::Running(distributed)),
         Collected::Done(outputs) if outputs.len() == distributed.shards => outputs,
         Collected::Done(outputs) => {
@@ -475,17 +471,6 @@ pub async fn run_distributed<K: JobKind>(
     let (done, total) = (distributed.items, distributed.items);
     let mut merge_ctx = MergeContext { inner: ctx, state: &mut state, done, total };
     Ok(Distributed::Merged(kind.merge(&mut merge_ctx, params, &outputs).await?))
-}
-
-/// Runs one shard of a distributed stage in the host's shard invocation: `ctx` is the
-/// shard's own context (its checkpoint, its progress counting to [`Shard::items`]).
-pub async fn run_one_shard<K: JobKind>(
-    kind: &K,
-    ctx: &mut dyn StageContext,
-    params: &K::Params,
-    shard: &Shard,
-) -> Result<ShardOutcome, KindError> {
-    kind.run_shard(ctx, params, shard).await
 }
 
 async fn save(

@@ -199,7 +199,7 @@ pub trait DynKind: Send + Sync {
         host: &'a mut dyn crate::fan_out::ShardHost,
     ) -> BoxFuture<'a, Result<crate::fan_out::Distributed, KindError>>;
     /// Runs one shard of the current stage in its own invocation
-    /// ([`crate::fan_out::run_one_shard`]).
+    /// ([`JobKind::run_shard`], `ctx` the shard's own context).
     fn run_shard<'a>(
         &'a self,
         ctx: &'a mut dyn StageContext,
@@ -294,7 +294,7 @@ impl<K: JobKind> DynKind for Erased<K> {
         async move {
             let params =
                 self.parse(params).map_err(|e| KindError::fatal(PublicMessage::domain(e)))?;
-            crate::fan_out::run_one_shard(&self.0, ctx, &params, shard).await
+            self.0.run_shard(ctx, &params, shard).await
         }
         .boxed()
     }

@@ -18,15 +18,7 @@ impl Ctx<'_> {
         // What the progress record points at until this one is made current.
         let superseded = self.checkpoint_key.clone();
         let key = checkpoint_key(&self.job.job_id, self.stage, self.seq + 1, self.lease.attempt);
-        let body = serde_json::to_vec(&Checkpoint {
-            schema_version: version,
-            stage: self.stage.to_owned(),
-            attempt: self.lease.attempt,
-            written_at: Timestamp::from(self.deps.clock.now()),
-            items_done: Some(done),
-            state,
-        })
-        .expect("checkpoints serialise");
+        let body = self.checkpoint_body(version, state, done);
         self.deps.objects.put_new(&key, body, "application/json").await.map_err(|e| match e {
             // The key is new by construction: only another writer of this very key (none
             // exists) could have been first. Refuse to go on rather than trust either object.
@@ -74,6 +66,25 @@ impl Ctx<'_> {
         tracing::info!(items_done, stop = ?self.stop, "final checkpoint of the stopped attempt saved");
         self.superseded(superseded).await;
         Ok(())
+    }
+
+    /// The checkpoint object of `state` (schema `version`) at `done` items of the stage, as
+    /// this attempt writes it now.
+    pub(super) fn checkpoint_body<T: Serialize>(
+        &self,
+        version: u32,
+        state: &T,
+        done: u64,
+    ) -> Vec<u8> {
+        serde_json::to_vec(&Checkpoint {
+            schema_version: version,
+            stage: self.stage.to_owned(),
+            attempt: self.lease.attempt,
+            written_at: Timestamp::from(self.deps.clock.now()),
+            items_done: Some(done),
+            state,
+        })
+        .expect("checkpoints serialise")
     }
 
     /// Whether `key` is one of this job's own checkpoint objects (not the checkpoint of the job

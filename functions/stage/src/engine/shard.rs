@@ -202,15 +202,7 @@ impl<'a> ShardCtx<'a> {
             self.run,
             inner.deps.clock.now().timestamp_micros(),
         );
-        let body = serde_json::to_vec(&Checkpoint {
-            schema_version: version,
-            stage: inner.stage.to_owned(),
-            attempt: inner.lease.attempt,
-            written_at: Timestamp::from(inner.deps.clock.now()),
-            items_done: Some(done),
-            state,
-        })
-        .expect("checkpoints serialise");
+        let body = inner.checkpoint_body(version, &state, done);
         inner
             .deps
             .objects

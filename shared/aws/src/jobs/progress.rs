@@ -102,12 +102,8 @@ pub struct ProgressRecord {
     /// Writes of a distributed stage's shards ([`JobStore::add_shard_progress`]), which do
     /// not move `seq` (the attempt's own fence): a live stream's event id is the sum
     /// ([`ProgressRecord::event_seq`]). Carried by every write of the attempt.
-    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub shard_seq: u64,
-}
-
-fn is_zero_u64(n: &u64) -> bool {
-    *n == 0
 }
 
 /// The shard counts as stored: a distributed stage's shards move them with arithmetic
@@ -540,8 +536,8 @@ impl JobStore {
     }
 }
 
-fn is_zero(n: &u32) -> bool {
-    *n == 0
+fn is_zero<N: Default + PartialEq>(n: &N) -> bool {
+    *n == N::default()
 }
 
 #[cfg(test)]
