@@ -362,7 +362,9 @@ async fn distributed(
         ctx.record_shards(counts).await?;
     }
     Ok(match ran {
-        Ok(Distributed::Merged(outcome)) => Fanned::Outcome(Ok(outcome)),
+        Ok(Distributed::Merged(outcome) | Distributed::Plain(outcome)) => {
+            Fanned::Outcome(Ok(outcome))
+        }
         Ok(Distributed::Running(shards)) if came_back => {
             let done = host.counts.map_or(0, |c| c.succeeded);
             Fanned::Outcome(Err(StageError::retryable(

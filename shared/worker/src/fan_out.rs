@@ -48,6 +48,9 @@ pub const MAX_SHARD_BYTES: usize = 1024;
 pub struct Shard {
     descriptor: Value,
     items: u64,
+    /// Set by [`Shard::whole`]: the stage runs plain.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    whole: bool,
 }
 
 impl Shard {
@@ -55,7 +58,18 @@ impl Shard {
     /// serialised: a larger one is a fatal error, a bug of the kind), whose progress counts
     /// to `items` (the job's progress bar sums its shards').
     pub fn new(descriptor: &impl Serialize, items: u64) -> Result<Shard, KindError> {
-        Ok(Shard { descriptor: small_value(descriptor, "shard descriptor")?, items })
+        Ok(Shard { descriptor: small_value(descriptor, "shard descriptor")?, items, whole: false })
+    }
+
+    /// The whole stage, not worth fanning out this time (a small input, say): a split that
+    /// answers `vec![Shard::whole()]` runs the stage plain, as [`JobKind::run_stage`] —
+    /// no shard, no map, no merge, nothing to pay for them. Every later invocation of the
+    /// stage runs it plain too (it is split once). A kind whose stage fans out only
+    /// sometimes writes both paths.
+    ///
+    /// [`JobKind::run_stage`]: crate::JobKind::run_stage
+    pub fn whole() -> Shard {
+        Shard { descriptor: Value::Null, items: 0, whole: true }
     }
 
     /// The descriptor, as the type it was made from.
@@ -228,6 +242,8 @@ pub enum Distributed {
     Running(DistributedShards),
     /// Every shard was done and the merge ended so.
     Merged(StageOutcome),
+    /// The stage split into [`Shard::whole`] and ran plain, ending so.
+    Plain(StageOutcome),
 }
 
 /// A checkpoint a kind saved: its schema version and state.
@@ -312,8 +328,12 @@ pub async fn run_stage<K: JobKind>(
     let saved = ctx.load_checkpoint_raw(FAN_OUT_VERSION).await?;
     let mut state = match saved {
         Some(saved) => serde_json::from_value::<FanOutState>(saved).map_err(unreadable)?,
+        // A checkpoint of the kind's own: the stage split into the whole and runs plain.
+        None if ctx.has_own_checkpoint() => return kind.run_stage(ctx, params).await,
         None => {
-            let shards = split_checked(kind, ctx, params).await?;
+            let Split::Shards(shards) = split_checked(kind, ctx, params).await? else {
+                return kind.run_stage(ctx, params).await;
+            };
             FanOutState {
                 outputs: vec![None; shards.len()],
                 shards,
@@ -405,13 +425,28 @@ pub async fn run_stage<K: JobKind>(
     kind.merge(&mut merge_ctx, params, &outputs).await
 }
 
-/// `split`, with its answer checked: 1 to [`MAX_SHARDS`] shards.
+/// What a stage split into.
+enum Split {
+    /// [`Shard::whole`]: the stage runs plain.
+    Whole,
+    /// Shards to fan out.
+    Shards(Vec<Shard>),
+}
+
+/// `split`, with its answer checked: 1 to [`MAX_SHARDS`] shards, or the whole alone.
 async fn split_checked<K: JobKind>(
     kind: &K,
     ctx: &mut dyn StageContext,
     params: &K::Params,
-) -> Result<Vec<Shard>, KindError> {
+) -> Result<Split, KindError> {
     let shards = kind.split(ctx, params).await?;
+    if shards.iter().any(|s| s.whole) {
+        if shards.len() == 1 {
+            return Ok(Split::Whole);
+        }
+        return Err(KindError::fatal(PublicMessage::fixed("the job's stage split inconsistently"))
+            .because(format!("Shard::whole among {} shards; it must be alone", shards.len())));
+    }
     if shards.is_empty() {
         return Err(KindError::fatal(PublicMessage::fixed("the job's stage split into no shards"))
             .because(format!("split answered none; 1 to {MAX_SHARDS}")));
@@ -422,7 +457,7 @@ async fn split_checked<K: JobKind>(
         ))
         .because(format!("{} shards; 1 to {MAX_SHARDS}", shards.len())));
     }
-    Ok(shards)
+    Ok(Split::Shards(shards))
 }
 
 /// Runs stage `ctx.stage()` of `kind`, which fans out, with its shards run by `host`, each in
@@ -440,8 +475,14 @@ pub async fn run_distributed<K: JobKind>(
     let saved = saved.map(serde_json::from_value::<FanOutState>).transpose().map_err(unreadable)?;
     let mut state = match saved {
         Some(state) => state,
+        // A checkpoint of the kind's own: the stage split into the whole and runs plain.
+        None if ctx.has_own_checkpoint() => {
+            return Ok(Distributed::Plain(kind.run_stage(ctx, params).await?));
+        }
         None => {
-            let shards = split_checked(kind, ctx, params).await?;
+            let Split::Shards(shards) = split_checked(kind, ctx, params).await? else {
+                return Ok(Distributed::Plain(kind.run_stage(ctx, params).await?));
+            };
             let manifest = host.dispatch(&shards).await?;
             let items = shards.iter().map(|s| s.items).fold(0, u64::saturating_add);
             let distributed = DistributedShards { manifest, shards: shards.len(), items };

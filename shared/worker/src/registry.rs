@@ -73,7 +73,8 @@ pub trait JobKind: Send + Sync + 'static {
     /// the work (see [`Shard`]), 1 to [`crate::MAX_SHARDS`] of them. Asked once, when the
     /// stage starts (again only if the stage is restarted before its first checkpoint), so it
     /// may read the previous stage's output ([`StageContext::carried_raw`]) and the inputs'
-    /// sizes; put what the shards need in their descriptors.
+    /// sizes; put what the shards need in their descriptors. `vec![Shard::whole()]` runs the
+    /// stage plain instead ([`Shard::whole`]: an input too small to be worth fanning out).
     fn split<'a>(
         &'a self,
         _ctx: &'a mut dyn StageContext,

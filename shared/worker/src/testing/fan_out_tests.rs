@@ -369,3 +369,106 @@ fn a_merge_reads_the_files_its_shards_staged_in_shard_order() {
     assert_eq!(finished.body, expected);
     assert_resumable(&Parts, &Host::new(), &json!({}));
 }
+
+/// Fans out only when `items` exceeds `per_shard`: a smaller job splits into the whole and
+/// runs plain (`run_stage`, checkpointing every item), never as a shard.
+#[derive(Clone, Default)]
+struct Sometimes {
+    shard_runs: Arc<Mutex<u32>>,
+}
+
+#[derive(Deserialize, schemars::JsonSchema)]
+struct SometimesParams {
+    items: u64,
+    per_shard: u64,
+    /// Answer the whole among other shards (a kind's bug).
+    #[serde(default)]
+    mixed: bool,
+}
+
+impl JobKind for Sometimes {
+    const NAME: &'static str = "sometimes";
+    type Params = SometimesParams;
+
+    fn stages(&self) -> &'static [&'static str] {
+        &["count"]
+    }
+
+    fn fans_out(&self, _: &str, _: &SometimesParams) -> bool {
+        true
+    }
+
+    async fn split(
+        &self,
+        _: &mut dyn StageContext,
+        params: &SometimesParams,
+    ) -> Result<Vec<Shard>, KindError> {
+        if params.mixed {
+            return Ok(vec![Shard::whole(), Shard::new(&1, 1)?]);
+        }
+        if params.items <= params.per_shard {
+            return Ok(vec![Shard::whole()]);
+        }
+        let shards = params.items.div_ceil(params.per_shard);
+        (0..shards).map(|i| Shard::new(&i, params.per_shard)).collect()
+    }
+
+    async fn run_shard(
+        &self,
+        _: &mut dyn StageContext,
+        _: &SometimesParams,
+        shard: &Shard,
+    ) -> Result<ShardOutcome, KindError> {
+        *self.shard_runs.lock().unwrap() += 1;
+        Ok(ShardOutcome::Done(ShardOutput::new(&shard.items())?))
+    }
+
+    async fn merge(
+        &self,
+        ctx: &mut dyn StageContext,
+        _: &SometimesParams,
+        outputs: &[ShardOutput],
+    ) -> Result<StageOutcome, KindError> {
+        let items: Vec<u64> = outputs.iter().map(ShardOutput::get).collect::<Result<_, _>>()?;
+        let body = format!("sharded {}", items.iter().sum::<u64>()).into_bytes();
+        Ok(StageOutcome::Finished(ctx.write_result("n.txt", "text/plain", body).await?))
+    }
+
+    async fn run_stage(
+        &self,
+        ctx: &mut dyn StageContext,
+        params: &SometimesParams,
+    ) -> Result<StageOutcome, KindError> {
+        let mut state: Counted = ctx.resume().await?.unwrap_or_default();
+        while state.done < params.items {
+            if ctx.deadline_near() {
+                ctx.checkpoint(&state, state.done, Some(params.items)).await?;
+                return Ok(StageOutcome::Paused);
+            }
+            state.done += 1;
+            ctx.checkpoint(&state, state.done, Some(params.items)).await?;
+        }
+        let body = format!("plain {}", state.done).into_bytes();
+        Ok(StageOutcome::Finished(ctx.write_result("n.txt", "text/plain", body).await?))
+    }
+}
+
+#[test]
+fn a_stage_split_into_the_whole_runs_plain_through_crashes_and_deadlines() {
+    let kind = Sometimes::default();
+    let small = json!({"items": 4, "per_shard": 4});
+    let (finished, trace) = Host::new().run_traced(&kind, &small);
+    assert_eq!(finished.unwrap().body, b"plain 4");
+    assert!(trace.shards.is_empty(), "no shard counts: {:?}", trace.shards);
+    assert_eq!(trace.checkpoints, 4, "the kind's own checkpoints, no fan-out state");
+    assert_resumable(&kind, &Host::new(), &small);
+    assert_resumable(&kind, &Host::new().deadline_every(1), &small);
+    assert_eq!(*kind.shard_runs.lock().unwrap(), 0, "no shard ever ran");
+    let large = json!({"items": 5, "per_shard": 2});
+    assert_eq!(Host::new().run(&kind, &large).unwrap().body, b"sharded 6");
+    assert_eq!(*kind.shard_runs.lock().unwrap(), 3);
+    let err = Host::new().run(&kind, &json!({"items": 1, "per_shard": 1, "mixed": true}));
+    let err = err.unwrap_err();
+    assert_eq!(err.class, ErrorClass::Fatal);
+    assert_eq!(err.public.as_str(), "the job's stage split inconsistently");
+}
