@@ -41,9 +41,11 @@
 
 mod aggregate;
 mod checkpoint;
+mod merge;
 mod params;
 mod render;
 mod scan;
+mod shard;
 
 #[cfg(test)]
 mod fixtures;
@@ -52,9 +54,13 @@ mod tests;
 
 pub use aggregate::MAX_GROUPS;
 pub use checkpoint::{ColumnStats, GroupState, SCAN_STATE_VERSION, ScanState};
+pub use merge::{Chain, Linked, shard_ranges};
 pub use params::{
-    CsvReportParams, Format, MAX_COLUMN_NAME_CHARS, MAX_GROUP_BY, MAX_INPUT_BYTES, MAX_METRICS,
-    Metric, SpecError,
+    CsvReportParams, DEFAULT_SHARD_BYTES, Format, MAX_COLUMN_NAME_CHARS, MAX_GROUP_BY,
+    MAX_INPUT_BYTES, MAX_METRICS, MIN_SHARD_BYTES, Metric, SpecError,
 };
 pub use render::{Report, render};
 pub use scan::{MAX_FIELDS, MAX_RECORD_BYTES, ScanError, Scanner};
+pub use shard::{
+    Assumed, Joined, Reading, SEARCH_BYTES, ShardRange, ShardScan, ShardScanState, ShardScanned,
+};

@@ -61,6 +61,9 @@ pub(super) struct Aggregates {
     pub(super) max_groups: usize,
     /// Reused to build each row's key without allocating.
     key: Vec<u8>,
+    /// Whether errors name a record by its number in the file (a shard's scan does not know
+    /// it: only its byte offset).
+    pub(super) numbered: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -160,6 +163,7 @@ impl Aggregates {
             invalid,
             max_groups: MAX_GROUPS,
             key: Vec::new(),
+            numbered: true,
         };
         (aggregates, failed)
     }
@@ -194,6 +198,22 @@ impl Aggregates {
         }
     }
 
+    /// Forgets the rows aggregated so far (the header stays).
+    pub(super) fn clear(&mut self) {
+        self.rows_scanned = 0;
+        self.groups.clear();
+        self.invalid.iter_mut().for_each(|n| *n = 0);
+    }
+
+    /// How an error names the next data record, which starts just past byte `after`.
+    pub(super) fn record_name(&self, after: u64) -> String {
+        if self.numbered {
+            format!("data record {} (after byte offset {after})", self.rows_scanned + 1)
+        } else {
+            format!("the data record after byte offset {after}")
+        }
+    }
+
     /// Distinct groups so far.
     pub(super) fn group_count(&self) -> usize {
         self.groups.len()
@@ -211,10 +231,10 @@ impl Aggregates {
         let Some(resolved) = &self.resolved else {
             return self.header_record(ends.len(), field);
         };
-        let number = self.rows_scanned + 1;
         if ends.len() != resolved.width {
             return Err(ScanError::NotCsv(format!(
-                "data record {number} (after byte offset {after}) has {} fields but the header has {}",
+                "{} has {} fields but the header has {}",
+                self.record_name(after),
                 ends.len(),
                 resolved.width
             )));
@@ -224,7 +244,8 @@ impl Aggregates {
             let value = field(at);
             if std::str::from_utf8(value).is_err() {
                 return Err(ScanError::NotCsv(format!(
-                    "data record {number} (after byte offset {after}): the value of group_by column {name:?} is not UTF-8 text"
+                    "{}: the value of group_by column {name:?} is not UTF-8 text",
+                    self.record_name(after)
                 )));
             }
             encode_key_part(&mut self.key, value);

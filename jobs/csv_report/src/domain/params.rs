@@ -18,6 +18,11 @@ pub const MAX_GROUP_BY: usize = 16;
 pub const MAX_METRICS: usize = 32;
 /// Longest column name in `group_by` or a metric, in characters.
 pub const MAX_COLUMN_NAME_CHARS: usize = 256;
+/// Smallest `shard_bytes`: below it a shard's fixed costs (a worker invocation, a few
+/// requests) outweigh its scan.
+pub const MIN_SHARD_BYTES: u64 = 1024 * 1024;
+/// `shard_bytes` when absent: a shard a worker scans in a few seconds.
+pub const DEFAULT_SHARD_BYTES: u64 = 256 * 1024 * 1024;
 
 /// Parameters of a `csv_report` job:
 /// `{"input": <upload reference>, "group_by": [column, ...], "metrics": [{"op": "count"} |
@@ -35,6 +40,10 @@ pub struct CsvReportParams {
     /// The encoding of the result.
     #[serde(default)]
     pub format: Format,
+    /// An input larger than this many bytes is scanned in parallel, in shards of about this
+    /// size (at least 1 MiB; default 256 MiB; at most 10,000 shards, larger ones past that).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard_bytes: Option<u64>,
 }
 
 impl CsvReportParams {
@@ -53,6 +62,9 @@ impl CsvReportParams {
                 return invalid(format!("group_by names column {column:?} twice"));
             }
         }
+        if self.shard_bytes.is_some_and(|n| n < MIN_SHARD_BYTES) {
+            return invalid(format!("shard_bytes must be at least {MIN_SHARD_BYTES} (1 MiB)"));
+        }
         if self.metrics.is_empty() || self.metrics.len() > MAX_METRICS {
             return invalid(format!("metrics must list 1 to {MAX_METRICS} metrics"));
         }
@@ -65,6 +77,11 @@ impl CsvReportParams {
             }
         }
         Ok(())
+    }
+
+    /// The shard size: `shard_bytes`, or [`DEFAULT_SHARD_BYTES`].
+    pub fn shard_bytes(&self) -> u64 {
+        self.shard_bytes.unwrap_or(DEFAULT_SHARD_BYTES)
     }
 
     /// The distinct columns the metrics read, in order of first use. Each group's
@@ -210,6 +227,18 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(csv.format, Format::Csv);
+        assert_eq!((csv.shard_bytes, csv.shard_bytes()), (None, DEFAULT_SHARD_BYTES));
+        let sharded = |n: u64| CsvReportParams { shard_bytes: Some(n), ..csv.clone() };
+        assert_eq!(sharded(MIN_SHARD_BYTES).validate(), Ok(()));
+        assert_eq!(sharded(MIN_SHARD_BYTES).shard_bytes(), MIN_SHARD_BYTES);
+        let SpecError::InvalidParams(msg) = sharded(MIN_SHARD_BYTES - 1).validate().unwrap_err();
+        assert!(msg.contains("shard_bytes must be at least 1048576"), "{msg}");
+        assert!(
+            serde_json::from_value::<CsvReportParams>(json!({
+                "input": "i", "metrics": [{"op": "count"}], "shard_bytes": -1
+            }))
+            .is_err()
+        );
 
         for bad in [
             json!({"input": "i", "metrics": [{"op": "count"}], "extra": 1}),

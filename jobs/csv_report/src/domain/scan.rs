@@ -17,7 +17,8 @@ pub(super) const UTF8_BOM: &[u8; 3] = b"\xEF\xBB\xBF";
 
 /// Why a scan stopped. Every variant is a property of the file (or of the params against
 /// it): retrying will not help.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, thiserror::Error, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum ScanError {
     /// The input is not a CSV file this job can read.
     #[error("the input is not readable as CSV: {0}")]
@@ -52,6 +53,27 @@ pub struct Scanner {
     max_record_bytes: usize,
     /// The error that stopped the scan, returned again by every later call.
     failed: Option<ScanError>,
+    /// The scan ends before the first record that starts at or past this offset: a shard's
+    /// records are those that start before its end (`u64::MAX`: the whole object's).
+    limit: u64,
+    /// Whether the scan ended so.
+    stopped: bool,
+    /// Between records: the next byte begins a record, unless it is a line end (a blank
+    /// line, or the LF of a CRLF), which is skipped. A record *starts* at its first byte
+    /// that is not one: that is where `offset` stands between records, so every scan of a
+    /// file — whole, resumed, or a shard's — agrees on where each record starts.
+    between: bool,
+    /// Speculating: the records read until one ends at or past `skip_before` are the rest of
+    /// one that started before the shard (under the reading's assumption of the parser's
+    /// state, a byte early). They are not aggregated and their fields are not kept.
+    skipping: bool,
+    skip_before: u64,
+    /// Whether the scan speculated ([`Scanner::for_shard`]'s `lead_in`).
+    speculative: bool,
+    /// Where the first record after the skipped ones starts.
+    first: Option<u64>,
+    /// Just past the header row, once this scanner read it.
+    header_end: Option<u64>,
 }
 
 impl std::fmt::Debug for Scanner {
@@ -99,7 +121,51 @@ impl Scanner {
             ends_len: 0,
             max_record_bytes: MAX_RECORD_BYTES,
             failed,
+            limit: u64::MAX,
+            stopped: false,
+            between: true,
+            skipping: false,
+            skip_before: 0,
+            speculative: false,
+            first: None,
+            header_end: None,
         }
+    }
+
+    /// A scanner of one shard's records, from `state.offset` (a record boundary, or — when
+    /// `lead_in` is given — a byte the scan assumes a parser state at) until the first record
+    /// boundary at or past `limit`. `state` carries the header; errors name records by byte
+    /// offset only (their number in the file is not known here).
+    ///
+    /// With `lead_in` (bytes, and the shard's start), the reader first reads those bytes
+    /// (which must not end a record) to put it in the assumed state, and skips the records
+    /// it then reads until one ends at or past the shard's start: they are the rest of a
+    /// record the scan did not see begin ([`Scanner::first_boundary`]).
+    pub(super) fn for_shard(
+        params: &CsvReportParams,
+        state: ScanState,
+        limit: u64,
+        lead_in: Option<(&[u8], u64)>,
+    ) -> Scanner {
+        let mut scanner = Scanner::new(params, state);
+        scanner.agg.numbered = false;
+        scanner.limit = limit;
+        scanner.bom = None;
+        if let Some((lead_in, start)) = lead_in {
+            let (res, consumed, nout, nend) =
+                scanner.reader.read_record(lead_in, &mut scanner.out, &mut scanner.ends);
+            debug_assert!(
+                consumed == lead_in.len() && res == csv_core::ReadRecordResult::InputEmpty,
+                "a lead-in is read whole and ends no record"
+            );
+            scanner.out_len = nout;
+            scanner.ends_len = nend;
+            scanner.skipping = true;
+            scanner.skip_before = start;
+            scanner.speculative = true;
+            scanner.between = false;
+        }
+        scanner
     }
 
     /// Consumes the next bytes of the object. Chunks may be split anywhere.
@@ -124,6 +190,9 @@ impl Scanner {
         }
         if let Some(first) = self.bom.take() {
             self.parse(&first)?;
+        }
+        if self.done() {
+            return Ok(self.checkpoint());
         }
         loop {
             // Empty input tells csv_core the data has ended.
@@ -167,6 +236,49 @@ impl Scanner {
         self.agg.rows_scanned
     }
 
+    /// Absolute offset of the next byte to feed.
+    pub(super) fn position(&self) -> u64 {
+        self.pos
+    }
+
+    /// Whether the scan reached its limit ([`Scanner::for_shard`]): it takes no more bytes.
+    pub(super) fn done(&self) -> bool {
+        self.stopped
+    }
+
+    /// Whether it is still looking for where its first record starts
+    /// ([`Scanner::for_shard`]'s `lead_in`).
+    pub(super) fn searching(&self) -> bool {
+        self.speculative && self.first.is_none()
+    }
+
+    /// Where the first record after the skipped ones starts: the first record boundary the
+    /// scan found.
+    pub(super) fn first_boundary(&self) -> Option<u64> {
+        self.first
+    }
+
+    /// The scanner, resumed past its skipped records, the first record after them starting
+    /// at `first`.
+    pub(super) fn found_first(mut self, first: Option<u64>) -> Scanner {
+        self.first = first;
+        self.speculative = true;
+        self
+    }
+
+    /// The header row, once read, and the offset just past it (when this scanner read it).
+    pub fn header(&self) -> Option<(&[String], Option<u64>)> {
+        self.agg.header.as_deref().map(|header| (header, self.header_end))
+    }
+
+    /// The aggregates so far, as of [`Scanner::offset`]; the scan goes on from there with
+    /// none (the parser's state is kept).
+    pub(super) fn take_aggregates(&mut self) -> ScanState {
+        let state = self.checkpoint();
+        self.agg.clear();
+        state
+    }
+
     fn feed_inner(&mut self, mut chunk: &[u8]) -> Result<(), ScanError> {
         if let Some(mut first) = self.bom.take() {
             let take = (UTF8_BOM.len() - first.len()).min(chunk.len());
@@ -191,17 +303,36 @@ impl Scanner {
         let nul = input.iter().position(|&b| b == 0);
         self.parse_text(&input[..nul.unwrap_or(input.len())])?;
         match nul {
-            Some(_) => Err(ScanError::NotCsv(format!(
+            // A NUL past the scan's limit is another shard's.
+            Some(_) if !self.done() => Err(ScanError::NotCsv(format!(
                 "byte offset {} is a NUL byte: this looks like a binary file, not CSV text",
                 self.pos
             ))),
-            None => Ok(()),
+            _ => Ok(()),
         }
     }
 
     fn parse_text(&mut self, mut input: &[u8]) -> Result<(), ScanError> {
         // Never call read_record with empty input: to csv_core that means end of data.
-        while !input.is_empty() {
+        while !input.is_empty() && !self.stopped {
+            if self.between {
+                // Line ends between records are blank lines to csv_core too.
+                let blank = input.iter().take_while(|&&b| b == b'\r' || b == b'\n').count();
+                input = &input[blank..];
+                self.pos += blank as u64;
+                self.offset = self.pos;
+                if input.is_empty() {
+                    break;
+                }
+                self.between = false;
+                if self.speculative && !self.skipping && self.first.is_none() {
+                    self.first = Some(self.offset);
+                }
+                if self.offset >= self.limit {
+                    self.stopped = true;
+                    break;
+                }
+            }
             let (res, nin, nout, nend) = self.reader.read_record(
                 input,
                 &mut self.out[self.out_len..],
@@ -226,27 +357,36 @@ impl Scanner {
     }
 
     fn complete_record(&mut self) -> Result<(), ScanError> {
-        self.agg.record(&self.out[..self.out_len], &self.ends[..self.ends_len], self.offset)?;
+        if self.skipping {
+            self.skipping = self.pos < self.skip_before;
+        } else {
+            let header = self.agg.header.is_none();
+            self.agg.record(&self.out[..self.out_len], &self.ends[..self.ends_len], self.offset)?;
+            if header {
+                self.header_end = Some(self.pos);
+            }
+        }
         self.out_len = 0;
         self.ends_len = 0;
         self.offset = self.pos;
+        self.between = true;
         Ok(())
     }
 
     fn record_name(&self) -> String {
         match self.agg.header {
             None => "the header row".to_owned(),
-            Some(_) => format!(
-                "data record {} (after byte offset {})",
-                self.agg.rows_scanned + 1,
-                self.offset
-            ),
+            Some(_) => self.agg.record_name(self.offset),
         }
     }
 
     /// Makes room for more field bytes, up to one more than the limit (so a record of
     /// exactly the limit fits whatever follows it).
     fn grow_out(&mut self) -> Result<(), ScanError> {
+        if self.skipping {
+            self.out_len = 0; // the skipped record's fields are not kept
+            return Ok(());
+        }
         if self.out.len() > self.max_record_bytes {
             return Err(ScanError::NotCsv(format!(
                 "{} is longer than {} bytes; is a quote left open?",
@@ -260,6 +400,10 @@ impl Scanner {
     }
 
     fn grow_ends(&mut self) -> Result<(), ScanError> {
+        if self.skipping {
+            self.ends_len = 0;
+            return Ok(());
+        }
         if self.ends.len() >= MAX_FIELDS {
             return Err(ScanError::NotCsv(format!(
                 "{} has more than {MAX_FIELDS} fields",
@@ -336,9 +480,9 @@ mod tests {
         let mut s = Scanner::new(&p, ScanState::default());
         s.feed(&data[..3]).unwrap();
         let cp = s.checkpoint();
-        assert_eq!(cp.offset, 2);
+        assert_eq!(cp.offset, 3, "past the header's CRLF");
         let mut s = Scanner::new(&p, cp);
-        s.feed(&data[2..]).unwrap();
+        s.feed(&data[3..]).unwrap();
         let r = render(&p, &s.finish().unwrap());
         assert_eq!(r.rows, vec![vec![json!("z"), json!(1)], vec![json!("\u{FEFF}z"), json!(1)]]);
     }
@@ -493,15 +637,16 @@ mod tests {
             s.feed(b).unwrap();
             offsets.push(s.offset());
         }
-        // The offset moves past each record's line end ('\r' ends a record; the '\n' after it
-        // is skipped like a blank line, on resume too).
+        // The offset moves past each record's line end ('\r' ends a record), then past the
+        // '\n' after it, skipped like a blank line, on resume too: between records the offset
+        // is where the next one starts.
         let moves: Vec<usize> = offsets
             .windows(2)
             .enumerate()
             .filter(|(_, w)| w[0] != w[1])
             .map(|(i, _)| i + 2)
             .collect();
-        assert_eq!(moves, vec![14, 19, 28]);
+        assert_eq!(moves, vec![14, 15, 19, 20, 28, 29]);
         assert_eq!(s.rows_scanned(), 2);
         let full = s.finish().unwrap();
         assert_eq!(full.offset, data.len() as u64);

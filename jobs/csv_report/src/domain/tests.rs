@@ -7,7 +7,10 @@ use proptest::prelude::*;
 use serde_json::{Value, json};
 
 use super::scan::UTF8_BOM;
-use super::{CsvReportParams, Format, Metric, Report, ScanState, Scanner, render};
+use super::{
+    Chain, CsvReportParams, Format, Linked, Metric, Report, ScanError, ScanState, Scanner,
+    ShardRange, ShardScan, ShardScanned, render,
+};
 
 /// A generated cell: its text and, if the text is a number, its value (known from
 /// generation, not from parsing).
@@ -246,7 +249,13 @@ proptest! {
                 metrics.push(m);
             }
         }
-        let p = CsvReportParams { input: "uploads/x/1/f.csv".into(), group_by, metrics, format: Format::Json };
+        let p = CsvReportParams {
+            input: "uploads/x/1/f.csv".into(),
+            group_by,
+            metrics,
+            format: Format::Json,
+            shard_bytes: None,
+        };
         p.validate().unwrap();
         let doc = encode_document(&case.header, &case.rows, &mut rng);
         let expected = expected_report(&p, &case.header, &case.rows);
@@ -280,5 +289,173 @@ proptest! {
         let resumed = s.finish().unwrap();
         prop_assert_eq!(&resumed, &straight);
         prop_assert_eq!(render(&p, &resumed), expected);
+    }
+}
+
+/// Scans `doc` as shards cut at `cuts`, each fed in random chunks from where it asks and
+/// stopped and resumed from a serialised checkpoint at random, then merged in shard order with
+/// the sequential rescan where no reading links. Also answers how many shards were rescanned.
+fn scan_sharded(
+    p: &CsvReportParams,
+    doc: &[u8],
+    cuts: &[usize],
+    rng: &mut Rng,
+) -> Result<(ScanState, usize), ScanError> {
+    // What split does: read up to the header row.
+    let mut head = Scanner::new(p, ScanState::default());
+    for chunk in doc.chunks(16) {
+        if head.header().is_some() {
+            break;
+        }
+        head.feed(chunk)?;
+    }
+    let Some((header, Some(header_end))) = head.header() else {
+        return head.finish().map(|state| (state, 0));
+    };
+    let header = header.to_vec();
+    let mut bounds: Vec<u64> = cuts
+        .iter()
+        .map(|&c| c as u64)
+        .filter(|&c| c > header_end && c < doc.len() as u64)
+        .collect();
+    bounds.insert(0, header_end);
+    bounds.push(doc.len() as u64);
+    bounds.sort_unstable();
+    bounds.dedup();
+    let mut scanned = Vec::new();
+    for (i, w) in bounds.windows(2).enumerate() {
+        let range = ShardRange { start: w[0], end: w[1] };
+        let mut scan = ShardScan::new(p, &header, range, i == 0);
+        while !scan.done() && (scan.position() as usize) < doc.len() {
+            let at = scan.position() as usize;
+            let most = if rng.below(2) == 0 { 4 } else { 64 };
+            let n = 1 + rng.below(most) as usize;
+            scan.feed(at as u64, &doc[at..(at + n).min(doc.len())]);
+            if rng.below(4) == 0
+                && let Some(saved) = scan.checkpoint()
+            {
+                let text = serde_json::to_string(&saved).unwrap();
+                scan = ShardScan::resume(p, serde_json::from_str(&text).unwrap());
+            }
+        }
+        let text = serde_json::to_string(&scan.finish()).unwrap();
+        scanned.push(serde_json::from_str::<ShardScanned>(&text).unwrap());
+    }
+    let mut chain = Chain::new(header.clone(), header_end);
+    let mut rescans = 0;
+    for shard in scanned {
+        if let Linked::Rescan { from, range } = chain.link(shard)? {
+            let state =
+                ScanState { offset: from, header: Some(header.clone()), ..ScanState::default() };
+            let mut s = Scanner::for_shard(p, state, range.end, None);
+            for chunk in doc[from as usize..].chunks(5) {
+                if s.done() {
+                    break;
+                }
+                s.feed(chunk)?;
+            }
+            chain.rescanned(s.finish()?)?;
+            rescans += 1;
+        }
+    }
+    Ok((chain.finish(), rescans))
+}
+
+/// Params over `case`'s columns.
+fn case_params(case: &Case) -> CsvReportParams {
+    let mut group_by: Vec<String> = Vec::new();
+    for &g in &case.group_by {
+        if !group_by.contains(&case.header[g]) {
+            group_by.push(case.header[g].clone());
+        }
+    }
+    let mut metrics: Vec<Metric> = Vec::new();
+    for &(op, c) in &case.metrics {
+        let column = case.header[c].clone();
+        let m = match op {
+            0 => Metric::Count,
+            1 => Metric::Sum { column },
+            2 => Metric::Min { column },
+            3 => Metric::Max { column },
+            _ => Metric::Mean { column },
+        };
+        if !metrics.contains(&m) {
+            metrics.push(m);
+        }
+    }
+    let p = CsvReportParams {
+        input: "uploads/x/1/f.csv".into(),
+        group_by,
+        metrics,
+        format: Format::Json,
+        shard_bytes: None,
+    };
+    p.validate().unwrap();
+    p
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(1024))]
+
+    /// Cut anywhere — inside quoted fields, between a CR and its LF, inside blank lines —
+    /// a sharded scan equals the sequential one: the same report, or the same kind of error.
+    /// Stray quotes (which a lenient parser reads as data in an unquoted field, so that no
+    /// count of quotes tells where records begin) are sprinkled in half the documents.
+    #[test]
+    fn sharded_scans_equal_the_sequential_scan(
+        case in case(),
+        cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..8),
+        quotes in prop::collection::vec(any::<prop::sample::Index>(), 0..4),
+    ) {
+        let mut rng = Rng(case.seed | 1);
+        let p = case_params(&case);
+        let mut doc = encode_document(&case.header, &case.rows, &mut rng);
+        if case.seed % 2 == 0 {
+            for at in &quotes {
+                let at = at.index(doc.len() + 1);
+                doc.insert(at, b'"');
+            }
+        }
+        let cuts: Vec<usize> = cuts.iter().map(|c| c.index(doc.len() + 1)).collect();
+        let sequential = super::fixtures::scan_chunked(&p, &doc, 7);
+        let sharded = scan_sharded(&p, &doc, &cuts, &mut rng);
+        match (&sequential, &sharded) {
+            (Ok(whole), Ok((merged, rescans))) => {
+                if case.seed % 2 == 1 {
+                    prop_assert_eq!(*rescans, 0, "well-formed: the readings link {:?} {:?}", String::from_utf8_lossy(&doc), cuts);
+                }
+                prop_assert_eq!(render(&p, merged), render(&p, whole));
+                prop_assert_eq!(merged.rows_scanned, whole.rows_scanned);
+                prop_assert_eq!(&merged.invalid, &whole.invalid);
+            }
+            (Err(a), Err(b)) => {
+                prop_assert_eq!(std::mem::discriminant(a), std::mem::discriminant(b), "{} vs {}", a, b);
+            }
+            _ => prop_assert!(false, "sequential {:?} vs sharded {:?}", sequential, sharded),
+        }
+    }
+}
+
+/// On documents without stray quotes, the readings link: no shard is scanned again.
+#[test]
+fn well_formed_documents_need_no_rescan() {
+    let p = super::fixtures::sales();
+    let mut doc = b"region,amount\r\n".to_vec();
+    for i in 0..400 {
+        let row = match i % 4 {
+            0 => format!("north,{i}\r\n"),
+            1 => format!("\"so,uth\",{i}.5\n"),
+            2 => format!("\"multi\nline \"\"quoted\"\"\r\nregion\",{i}\r\n"),
+            _ => format!("west,x{i}\n\n"),
+        };
+        doc.extend_from_slice(row.as_bytes());
+    }
+    let whole = super::fixtures::scan_chunked(&p, &doc, 4096).unwrap();
+    let mut rng = Rng(7);
+    for step in [1usize, 2, 3, 5, 7, 11, 64, 1000] {
+        let cuts: Vec<usize> = (1..doc.len()).step_by(step).collect();
+        let (merged, rescans) = scan_sharded(&p, &doc, &cuts, &mut rng).unwrap();
+        assert_eq!(render(&p, &merged), render(&p, &whole), "cut every {step} bytes");
+        assert_eq!(rescans, 0, "cut every {step} bytes");
     }
 }
