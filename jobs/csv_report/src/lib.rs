@@ -4,16 +4,19 @@
 //!   ([`domain::Scanner`]); it checkpoints the offset of the last complete record with the
 //!   partial aggregates. Memory holds one chunk, one partial record and the aggregates — never
 //!   the file. Progress counts bytes; for the checkpoint cadence an "item" is one MiB of input
-//!   ([`MibCadence`] says which).
+//!   ([`MibCadence`] says which). An input larger than `shard_bytes` fans out
+//!   ([`sharded`]): its shards are scanned in parallel, each speculatively, and merged.
 //! * **render** turns the final aggregates into the report and stages it.
 //! * **publish** publishes the staged report as the job's result: the result is durable before
 //!   the job can be marked succeeded.
 
 pub mod domain;
+pub mod sharded;
 
 use futures::TryStreamExt;
 use longhaul_worker::{
-    Checkpoint, JobKind, KindError, Policy, PublicMessage, StageContext, StageOutcome, StagedFile,
+    Checkpoint, JobKind, KindError, Policy, PublicMessage, Shard, ShardOutcome, ShardOutput,
+    StageContext, StageOutcome, StagedFile,
 };
 use serde::{Deserialize, Serialize};
 
@@ -127,7 +130,7 @@ impl Stage {
 }
 
 /// What the scan found wrong with the owner's file: their data, told to them as it is.
-fn fatal(err: ScanError) -> KindError {
+pub(crate) fn fatal(err: ScanError) -> KindError {
     KindError::fatal(PublicMessage::domain(err))
 }
 
@@ -166,6 +169,38 @@ impl JobKind for CsvReport {
 
     fn inputs(&self, params: &CsvReportParams) -> Vec<String> {
         vec![params.input.clone()]
+    }
+
+    /// The scan fans out when its input is larger than `shard_bytes` (the split decides: a
+    /// smaller one splits into the whole, scanned plain).
+    fn fans_out(&self, stage: &str, _params: &CsvReportParams) -> bool {
+        matches!(Stage::parse(stage), Ok(Stage::Scan))
+    }
+
+    async fn split(
+        &self,
+        ctx: &mut dyn StageContext,
+        params: &CsvReportParams,
+    ) -> Result<Vec<Shard>, KindError> {
+        sharded::split(ctx, params).await
+    }
+
+    async fn run_shard(
+        &self,
+        ctx: &mut dyn StageContext,
+        params: &CsvReportParams,
+        shard: &Shard,
+    ) -> Result<ShardOutcome, KindError> {
+        sharded::scan_shard(ctx, params, shard).await
+    }
+
+    async fn merge(
+        &self,
+        ctx: &mut dyn StageContext,
+        params: &CsvReportParams,
+        outputs: &[ShardOutput],
+    ) -> Result<StageOutcome, KindError> {
+        sharded::merge(ctx, params, outputs).await
     }
 
     async fn run_stage(

@@ -409,3 +409,68 @@ proptest! {
         assert_resumable(&CsvReport, &host, &params);
     }
 }
+
+/// About `bytes` of CSV whose quoted fields hold commas, quotes and line breaks (CRLF and
+/// LF), so shard cuts fall inside quoted fields and between the halves of a CRLF.
+fn quoted_csv_of(bytes: usize) -> Vec<u8> {
+    let mut out = b"region,amount\r\n".to_vec();
+    let mut i = 0u32;
+    while out.len() < bytes {
+        let row = match i % 5 {
+            0 => format!("r{},{}\r\n", i % 7, i % 100),
+            1 => format!("\"r{}, \"\"north\"\"\",{}.25\n", i % 3, i % 50),
+            2 => format!("\"multi\r\nline {}\nregion\",{}\r\n", i % 4, i % 9),
+            3 => format!("r{},x{}\n\n", i % 7, i),
+            _ => format!("\"{}\",\" {} \"\r\n", "q\n".repeat((i % 40) as usize), i % 13),
+        };
+        out.extend(row.into_bytes());
+        i += 1;
+    }
+    out
+}
+
+fn sharded_params(shard_bytes: u64) -> Value {
+    let mut params = params("json");
+    params["shard_bytes"] = json!(shard_bytes);
+    params
+}
+
+/// An input over `shard_bytes` is scanned in shards (run out of order by the host) and
+/// reports exactly what the plain scan reports; crashed and resumed after any checkpoint, or
+/// paused by deadlines inside its shards, it still does. One of at most `shard_bytes` runs
+/// plain: no shards.
+#[test]
+fn a_large_input_scans_in_shards_and_reports_as_the_plain_scan() {
+    let data = quoted_csv_of(2 * MIB as usize + 300_000);
+    let host = Host::new().input(INPUT, data.clone(), 64 << 10);
+    let sharded = sharded_params(MIB);
+    let want = expected(&params("json"), &data);
+    let (finished, trace) = host.run_traced(&CsvReport, &sharded);
+    assert_eq!(finished.unwrap().body, want);
+    let counts = trace.shards.last().copied().expect("the scan fanned out");
+    assert_eq!((counts.total, counts.succeeded), (3, 3), "{counts:?}");
+    assert_resumable(&CsvReport, &host, &sharded);
+    let paced = Host::new().input(INPUT, data.clone(), 64 << 10).deadline_every(3);
+    assert_eq!(paced.clone().checkpoint_items(1).run(&CsvReport, &sharded).unwrap().body, want);
+    let (plain, trace) = host.run_traced(&CsvReport, &sharded_params(data.len() as u64));
+    assert_eq!(plain.unwrap().body, want);
+    assert!(trace.shards.is_empty(), "at most shard_bytes: scanned plain");
+}
+
+/// The owner's data errors are found in a shard as in the plain scan: the job fails with
+/// the file's fault, said by byte offset.
+#[test]
+fn a_shard_finds_the_files_faults() {
+    let mut data = quoted_csv_of(2 * MIB as usize);
+    data.extend_from_slice(b"r1,2,3\n");
+    data.extend(quoted_csv_of(MIB as usize / 2).split_off(15));
+    let host = Host::new().input(INPUT, data.clone(), 64 << 10);
+    let err = host.run(&CsvReport, &sharded_params(MIB)).unwrap_err();
+    assert_eq!(err.class, ErrorClass::Fatal);
+    let plain = host.run(&CsvReport, &params("json")).unwrap_err();
+    assert!(plain.public.as_str().contains("has 3 fields but the header has 2"), "{plain}");
+    // Split ranges say nothing of record numbers: the shard names the record by its offset.
+    let at = quoted_csv_of(2 * MIB as usize).len();
+    let said = format!("the data record after byte offset {at} has 3 fields but the header has 2");
+    assert!(err.public.as_str().contains(&said), "{err}");
+}

@@ -102,11 +102,17 @@ impl StageContext for Ctx<'_> {
         let input = self.readable(input).map(str::to_owned);
         async move {
             let input = input?;
-            self.deps.objects.size(&input).await.map_err(unreadable)?.ok_or_else(|| {
-                KindError::fatal(PublicMessage::fixed(
-                    "the input upload does not exist (upload it before submitting the job)",
-                ))
-            })
+            if let Some((_, size)) = self.input_sizes.iter().find(|(seen, _)| *seen == input) {
+                return Ok(*size);
+            }
+            let size =
+                self.deps.objects.size(&input).await.map_err(unreadable)?.ok_or_else(|| {
+                    KindError::fatal(PublicMessage::fixed(
+                        "the input upload does not exist (upload it before submitting the job)",
+                    ))
+                })?;
+            self.input_sizes.push((input, size));
+            Ok(size)
         }
         .boxed()
     }

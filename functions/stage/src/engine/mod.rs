@@ -107,6 +107,9 @@ pub struct Ctx<'a> {
     changed_at: Option<Timestamp>,
     /// The uploads the kind declared it reads (the only ones it may read).
     inputs: Vec<String>,
+    /// The sizes of inputs asked this invocation (an upload does not change under its job):
+    /// a stage's split and its scan ask once.
+    input_sizes: Vec<(String, u64)>,
     /// The checkpoint cadence: the deployment's override, else the kind's.
     cadence: Cadence,
     /// The longest the stage may run in this attempt, and since when it runs (kept on the
@@ -181,6 +184,7 @@ impl<'a> Ctx<'a> {
             last_checkpoint: (now, 0),
             changed_at: progress.progress_changed_at,
             inputs: kind.inputs.clone(),
+            input_sizes: Vec::new(),
             cadence: Cadence {
                 items: deps.checkpoint_items.unwrap_or(kind.cadence.items).max(1),
                 interval: deps.checkpoint_interval.unwrap_or(kind.cadence.interval),

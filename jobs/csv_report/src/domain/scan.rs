@@ -141,7 +141,7 @@ impl Scanner {
     /// (which must not end a record) to put it in the assumed state, and skips the records
     /// it then reads until one ends at or past the shard's start: they are the rest of a
     /// record the scan did not see begin ([`Scanner::first_boundary`]).
-    pub(super) fn for_shard(
+    pub fn for_shard(
         params: &CsvReportParams,
         state: ScanState,
         limit: u64,
@@ -237,12 +237,12 @@ impl Scanner {
     }
 
     /// Absolute offset of the next byte to feed.
-    pub(super) fn position(&self) -> u64 {
+    pub fn position(&self) -> u64 {
         self.pos
     }
 
     /// Whether the scan reached its limit ([`Scanner::for_shard`]): it takes no more bytes.
-    pub(super) fn done(&self) -> bool {
+    pub fn done(&self) -> bool {
         self.stopped
     }
 
