@@ -77,6 +77,7 @@ $(VENV)/.installed-bench: infra/requirements-bench.txt $(VENV)/.installed
 bench: venv bench-tools
 	rm -rf target/bench
 	cargo run --release -p longhaul-bench --bin csvscan
+	cargo run --profile bench-local -p longhaul-bench --bin csvshards
 	cargo run --release -p longhaul-bench --bin coldstart
 	cargo run --release -p longhaul-bench --bin buildtime
 	cargo run --profile bench-local -p longhaul-bench --bin jobs

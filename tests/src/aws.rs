@@ -192,6 +192,27 @@ impl Aws {
         out
     }
 
+    /// How many shard records the job has: its fanned-out stages' shards that the state
+    /// machine's map ran, each in its own invocation (shards run inline keep none).
+    pub async fn shard_records(&self, job_id: &str) -> usize {
+        use aws_sdk_dynamodb::types::AttributeValue;
+        let job_id: longhaul_domain::JobId = job_id.parse().expect("a job id");
+        let page = self
+            .dynamodb
+            .query()
+            .table_name(harness().stack.resource("JobsTable"))
+            .key_condition_expression("pk = :pk")
+            .expression_attribute_values(
+                ":pk",
+                AttributeValue::S(longhaul_aws::jobs::shards_pk(&job_id)),
+            )
+            .consistent_read(true)
+            .send()
+            .await
+            .expect("query shard records");
+        page.items().len()
+    }
+
     /// Whether an execution named `execution` exists: a job one invocation finishes runs as a
     /// direct run, with none (a job's first execution is named by its id).
     pub async fn execution_exists(&self, execution: &str) -> bool {

@@ -201,3 +201,39 @@ async fn an_input_that_is_not_there_is_refused_at_submission_or_fails_the_job_at
     assert!(job["error"]["message"].as_str().unwrap().contains("does not exist"), "{job}");
     assert_eq!(job["attempt"], 1, "not retried as a new attempt: {job}");
 }
+
+/// An input over `shard_bytes` is scanned in parallel on the engine that deploys: the scan
+/// fans out under the state machine's Distributed Map, each shard in its own worker
+/// invocation, and the merged report equals an independent computation (the generated file's
+/// quoted line breaks land in the shards' cuts).
+#[tokio::test]
+async fn a_large_input_scans_in_parallel_shards_and_reports_the_same() {
+    let api = Api::new(&principal("report-shards"));
+    let rows = Gen::new(11).rows(90_000);
+    let bytes = csv_bytes(&rows);
+    let shard_bytes: u64 = 1024 * 1024;
+    let shards = (bytes.len() as u64).div_ceil(shard_bytes);
+    assert!(shards >= 3, "{} bytes", bytes.len());
+    let input = api.upload("large.csv", "text/csv", bytes).await;
+    let mut params = report_params(&input, "json");
+    params["params"]["shard_bytes"] = json!(shard_bytes);
+    let job_id = api.submit(&params).await;
+    let job = api.wait_terminal(&job_id, TIMEOUT).await;
+    assert_eq!(job["status"], "succeeded", "{job}");
+    let counts = &job["progress"]["shards"];
+    assert_eq!(counts["total"], json!(shards), "{job}");
+    assert_eq!(counts["succeeded"], json!(shards), "{job}");
+    assert_eq!(job["summary"]["rows_scanned"], 90_000, "{job}");
+    let records = Aws::new().await.shard_records(&job_id).await;
+    assert_eq!(records as u64, shards, "each shard ran in its own invocation under the map");
+
+    let report: Value = serde_json::from_slice(&api.result(&job_id).await).unwrap();
+    assert_eq!(report["rows_scanned"], 90_000);
+    let (rows_expected, invalid) = expected(&rows);
+    assert_eq!(report["invalid"], json!({"amount": invalid}));
+    let actual = report["rows"].as_array().unwrap();
+    assert_eq!(actual.len(), rows_expected.len());
+    for (a, e) in actual.iter().zip(&rows_expected) {
+        assert!(rows_match(a, e), "row {a} ≠ expected {e}");
+    }
+}

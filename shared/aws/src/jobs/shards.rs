@@ -144,7 +144,8 @@ struct Take<'a> {
     run: &'a str,
 }
 
-fn shards_pk(job_id: &JobId) -> String {
+/// The partition of a job's shard records.
+pub fn shards_pk(job_id: &JobId) -> String {
     format!("SHARDS#{job_id}")
 }
 
