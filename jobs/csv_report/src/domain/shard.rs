@@ -112,7 +112,7 @@ pub struct ShardScanState {
 
 /// A reading in progress.
 enum Now {
-    Scanning(Scanner),
+    Scanning(Box<Scanner>),
     /// Handed its scanner to the joined records.
     Joined {
         first: u64,
@@ -165,7 +165,7 @@ impl ShardScan {
                     ..ScanState::default()
                 };
                 let scanner = Scanner::for_shard(params, state, range.end, lead_in);
-                Live { assumed, now: Now::Scanning(scanner) }
+                Live { assumed, now: Now::Scanning(Box::new(scanner)) }
             })
             .collect();
         ShardScan { range, readings, joined: None }
@@ -183,7 +183,9 @@ impl ShardScan {
             .map(|(reading, scanning)| {
                 let assumed = reading.assumed;
                 let now = match (scanning, reading.joined, reading.first) {
-                    (true, _, first) => Now::Scanning(scanner(reading.own).found_first(first)),
+                    (true, _, first) => {
+                        Now::Scanning(Box::new(scanner(reading.own).found_first(first)))
+                    }
                     (false, true, Some(first)) => Now::Joined { first, own: reading.own },
                     _ => Now::Ended(reading),
                 };
@@ -204,7 +206,7 @@ impl ShardScan {
 
     fn scanners(&self) -> impl Iterator<Item = &Scanner> {
         let readings = self.readings.iter().filter_map(|live| match &live.now {
-            Now::Scanning(scanner) => Some(scanner),
+            Now::Scanning(scanner) => Some(&**scanner),
             _ => None,
         });
         readings.chain(self.joined.iter().filter_map(|joined| joined.as_ref().ok()))
@@ -291,7 +293,7 @@ impl ShardScan {
         };
         let first = first_of(a.assumed, &first_scanner);
         a.now = Now::Joined { first, own: first_scanner.take_aggregates() };
-        self.joined = Some(Ok(first_scanner));
+        self.joined = Some(Ok(*first_scanner));
     }
 
     /// The scan's checkpoint, unless a reading is still looking for its first boundary
@@ -347,7 +349,7 @@ impl ShardScan {
                 }
                 Now::Scanning(scanner) => {
                     let first = first_boundary(live.assumed, range, &scanner);
-                    let (own, error) = finished(scanner);
+                    let (own, error) = finished(*scanner);
                     Reading { assumed: live.assumed, first, own, joined: false, error }
                 }
                 Now::Joined { first, own } => Reading {
