@@ -176,8 +176,10 @@ impl ShardOrder {
 }
 
 /// The reserved checkpoint version of a fanned-out stage's own checkpoint: kinds' versions
-/// are small numbers.
-const FAN_OUT_VERSION: u32 = u32::MAX;
+/// are small numbers. A host asked for it when the stage's checkpoint is of another version
+/// is being asked whether the stage fans out at all (a stage split into [`Shard::whole`]
+/// keeps the kind's own checkpoints): not a mismatch to log or restart for.
+pub const FAN_OUT_VERSION: u32 = u32::MAX;
 
 /// Where a fanned-out stage is, kept as the stage's checkpoint.
 #[derive(Debug, Default, Serialize, Deserialize)]

@@ -2,6 +2,7 @@
 //! resumed from, carried to the next stage, and given up when they cannot be continued.
 
 use super::*;
+use longhaul_worker::fan_out::FAN_OUT_VERSION;
 
 impl Ctx<'_> {
     /// Saves `state` as the stage's checkpoint and makes it current (fenced); then deletes the
@@ -243,6 +244,10 @@ impl Ctx<'_> {
             .map_err(|e| StageError::fatal(unreadable.clone(), format!("checkpoint {key}: {e}")))?;
         if header.stage != self.stage {
             // The previous stage's output, carried across the boundary: nothing to resume.
+            return Ok(None);
+        }
+        if header.schema_version != version && version == FAN_OUT_VERSION {
+            // The fan-out asking whether its stage runs plain: it does.
             return Ok(None);
         }
         if header.schema_version != version {

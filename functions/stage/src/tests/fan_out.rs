@@ -28,7 +28,15 @@ impl JobKind for Parts {
         true
     }
 
-    async fn split(&self, _: &mut dyn StageContext, _: &Value) -> Result<Vec<Shard>, KindError> {
+    /// `{"whole": true}`: not worth fanning out, run plain (`run_stage`).
+    async fn split(
+        &self,
+        _: &mut dyn StageContext,
+        params: &Value,
+    ) -> Result<Vec<Shard>, KindError> {
+        if params["whole"] == true {
+            return Ok(vec![Shard::whole()]);
+        }
         (0..3u32).map(|i| Shard::new(&i, 1)).collect()
     }
 
@@ -57,13 +65,31 @@ impl JobKind for Parts {
         Ok(StageOutcome::Finished(ctx.write_result("all.txt", "text/plain", body).await?))
     }
 
+    /// The whole stage, plain: three items, a checkpoint after each, pausing at the deadline.
     async fn run_stage(
         &self,
-        _: &mut dyn StageContext,
+        ctx: &mut dyn StageContext,
         _: &Value,
     ) -> Result<StageOutcome, KindError> {
-        Err(KindError::fatal(PublicMessage::fixed("the stage fans out")))
+        let mut done: Counted = ctx.resume().await?.unwrap_or_default();
+        while done.0 < 3 {
+            if ctx.deadline_near() && done.0 > 0 {
+                return Ok(StageOutcome::Paused);
+            }
+            done.0 += 1;
+            ctx.checkpoint(&done, done.0, Some(3)).await?;
+        }
+        let body = format!("plain {}", done.0).into_bytes();
+        Ok(StageOutcome::Finished(ctx.write_result("all.txt", "text/plain", body).await?))
     }
+}
+
+/// [`Parts`]' plain count.
+#[derive(Default, serde::Serialize, serde::Deserialize)]
+struct Counted(u64);
+
+impl longhaul_worker::Checkpoint for Counted {
+    const VERSION: u32 = 1;
 }
 
 pub(super) fn distributed() -> World {
@@ -260,4 +286,23 @@ async fn a_merge_reads_the_files_its_shards_staged_each_in_its_own_invocation() 
     let body = w.object(&format!("results/{id}/1/all.txt")).await.expect("the result");
     let expected: String = (0..3).map(|i| format!("shard {i}\n").repeat(200)).collect();
     assert_eq!(String::from_utf8(body).unwrap(), expected, "read back, in shard order");
+}
+
+/// A stage whose split answers `Shard::whole` runs plain in its own invocations: no manifest,
+/// no map, no shard counts — paused at the deadline and resumed from the kind's own
+/// checkpoint like any stage.
+#[tokio::test]
+async fn a_stage_split_into_the_whole_runs_plain_without_the_map() {
+    let w = distributed();
+    let id = w.queued("parts", json!({"whole": true})).await;
+    let paused = w.first_run(&id, near()).await.expect("ran plain");
+    assert_eq!(paused["run"]["next"], "continue", "{paused}");
+    assert!(paused["run"]["fan_out"].is_null(), "no map: {paused}");
+    assert_eq!(w.progress(&id).items_done, 1);
+    let done = w.run(&id, &id, paused.clone(), far()).await.expect("resumed plain");
+    assert_eq!(done["run"]["next"], "done", "{done}");
+    let body = w.object(&format!("results/{id}/1/all.txt")).await.expect("the result");
+    assert_eq!(body, b"plain 3");
+    assert_eq!(w.progress(&id).shards, None, "it never fanned out");
+    assert!(!w.keys(&checkpoints(&id)).iter().any(|k| k.ends_with("-shards.json")), "no manifest");
 }

@@ -70,6 +70,10 @@ pub struct Scanner {
     skip_before: u64,
     /// Whether the scan speculated ([`Scanner::for_shard`]'s `lead_in`).
     speculative: bool,
+    /// Inside the quoted field a `"` lead-in opened, before any quote: only a quote changes
+    /// the parser's state there, so the bytes up to the next one are passed over at once
+    /// (a reading assuming a quoted field over a file with no quotes costs next to nothing).
+    lead_quote: bool,
     /// Where the first record after the skipped ones starts.
     first: Option<u64>,
     /// Just past the header row, once this scanner read it.
@@ -127,6 +131,7 @@ impl Scanner {
             skipping: false,
             skip_before: 0,
             speculative: false,
+            lead_quote: false,
             first: None,
             header_end: None,
         }
@@ -164,6 +169,7 @@ impl Scanner {
             scanner.skip_before = start;
             scanner.speculative = true;
             scanner.between = false;
+            scanner.lead_quote = lead_in == b"\"";
         }
         scanner
     }
@@ -331,6 +337,19 @@ impl Scanner {
                 if self.offset >= self.limit {
                     self.stopped = true;
                     break;
+                }
+            }
+            if self.lead_quote {
+                match input.iter().position(|&b| b == b'"') {
+                    None => {
+                        self.pos += input.len() as u64;
+                        break;
+                    }
+                    Some(quote) => {
+                        input = &input[quote..];
+                        self.pos += quote as u64;
+                        self.lead_quote = false;
+                    }
                 }
             }
             let (res, nin, nout, nend) = self.reader.read_record(

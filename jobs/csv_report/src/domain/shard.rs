@@ -46,6 +46,11 @@ pub enum Assumed {
     Unquoted,
     /// Inside a quoted field.
     Quoted,
+    /// Inside a quoted field until the byte before the start, which the reading starts at: a
+    /// quote there is a closing quote or the first of a doubled one (a cut between the two
+    /// quotes of `""`); any other byte leaves it as [`Assumed::Quoted`], which it then joins
+    /// at once.
+    AfterQuote,
 }
 
 impl Assumed {
@@ -56,6 +61,7 @@ impl Assumed {
             Assumed::Boundary => (start, None),
             Assumed::Unquoted => (start.saturating_sub(1), Some((b"x", start))),
             Assumed::Quoted => (start, Some((b"\"", start))),
+            Assumed::AfterQuote => (start.saturating_sub(1), Some((b"\"", start))),
         }
     }
 }
@@ -153,8 +159,11 @@ impl ShardScan {
         range: ShardRange,
         at_boundary: bool,
     ) -> ShardScan {
-        let assumptions: &[Assumed] =
-            if at_boundary { &[Assumed::Boundary] } else { &[Assumed::Unquoted, Assumed::Quoted] };
+        let assumptions: &[Assumed] = if at_boundary {
+            &[Assumed::Boundary]
+        } else {
+            &[Assumed::Unquoted, Assumed::Quoted, Assumed::AfterQuote]
+        };
         let readings = assumptions
             .iter()
             .map(|&assumed| {
@@ -266,34 +275,63 @@ impl ShardScan {
         self.join();
     }
 
-    /// Two readings at the same record boundary parse alike from there: the first keeps
-    /// scanning for both, each keeping what it read before.
+    /// Readings at the same record boundary parse alike from there: one scanner reads on for
+    /// all of them (the joined records), each keeping what it read before. A reading that
+    /// reaches the joined records' boundary later joins them too: what they held until then
+    /// goes to the readings that joined before it.
     fn join(&mut self) {
         let at = |live: &Live| match &live.now {
-            Now::Scanning(s) if !s.searching() => Some(s.offset()),
+            Now::Scanning(scanner) if !scanner.searching() => Some(scanner.offset()),
             _ => None,
         };
-        let [a, b] = &mut self.readings[..] else { return };
-        if self.joined.is_some() || at(a).is_none() || at(a) != at(b) {
+        let meeting = match &self.joined {
+            Some(Ok(joined)) => joined.offset(),
+            Some(Err(_)) => return,
+            None => {
+                let offsets: Vec<u64> = self.readings.iter().filter_map(at).collect();
+                let met = offsets.iter().enumerate().find(|(i, o)| offsets[i + 1..].contains(o));
+                let Some((_, &meeting)) = met else { return };
+                meeting
+            }
+        };
+        let meeting: Vec<usize> =
+            (0..self.readings.len()).filter(|&i| at(&self.readings[i]) == Some(meeting)).collect();
+        if meeting.is_empty() {
             return;
         }
+        if let Some(Ok(joined)) = &mut self.joined {
+            let before = joined.take_aggregates();
+            for live in &mut self.readings {
+                if let Now::Joined { first, own } = &mut live.now
+                    && let Err(error) = own.absorb(before.clone())
+                {
+                    let (first, own) = (Some(*first), own.clone());
+                    let assumed = live.assumed;
+                    let reading =
+                        Reading { assumed, first, own, joined: false, error: Some(error) };
+                    live.now = Now::Ended(reading);
+                }
+            }
+        }
         let range = self.range;
-        let (Now::Scanning(mut first_scanner), Now::Scanning(second_scanner)) = (
-            std::mem::replace(&mut a.now, Now::Joined { first: 0, own: ScanState::default() }),
-            std::mem::replace(&mut b.now, Now::Joined { first: 0, own: ScanState::default() }),
-        ) else {
-            unreachable!("both readings were scanning");
-        };
-        let first_of = |assumed: Assumed, scanner: &Scanner| {
-            first_boundary(assumed, range, scanner).expect("a reading past its search has a first")
-        };
-        b.now = Now::Joined {
-            first: first_of(b.assumed, &second_scanner),
-            own: second_scanner.checkpoint(),
-        };
-        let first = first_of(a.assumed, &first_scanner);
-        a.now = Now::Joined { first, own: first_scanner.take_aggregates() };
-        self.joined = Some(Ok(*first_scanner));
+        for i in meeting {
+            let live = &mut self.readings[i];
+            let placeholder = Now::Joined { first: 0, own: ScanState::default() };
+            let Now::Scanning(mut scanner) = std::mem::replace(&mut live.now, placeholder) else {
+                unreachable!("a meeting reading is scanning");
+            };
+            let first = first_boundary(live.assumed, range, &scanner)
+                .expect("a reading past its search has a first boundary");
+            let own = match self.joined {
+                Some(_) => scanner.checkpoint(),
+                None => {
+                    let own = scanner.take_aggregates();
+                    self.joined = Some(Ok(*scanner));
+                    own
+                }
+            };
+            live.now = Now::Joined { first, own };
+        }
     }
 
     /// The scan's checkpoint, unless a reading is still looking for its first boundary

@@ -59,6 +59,8 @@ fn cell() -> impl Strategy<Value = Cell> {
         "ü",
         "\r",
         "--1",
+        "q \"x\"\r\ny \"\"",
+        "\"\n",
     ])
     .prop_map(|t| Cell { text: t.to_owned(), value: None });
     prop_oneof![3 => quarter, 3 => integer, 4 => junk]
@@ -457,5 +459,34 @@ fn well_formed_documents_need_no_rescan() {
         let (merged, rescans) = scan_sharded(&p, &doc, &cuts, &mut rng).unwrap();
         assert_eq!(render(&p, &merged), render(&p, &whole), "cut every {step} bytes");
         assert_eq!(rescans, 0, "cut every {step} bytes");
+    }
+}
+
+/// Cut once at every byte — inside `""`, just past an opening quote, between CR and LF, in
+/// blank lines — a well-formed document's shards link without a rescan.
+#[test]
+fn a_cut_anywhere_in_a_well_formed_document_links() {
+    let p = super::fixtures::sales();
+    let mut doc = b"region,amount\r\n".to_vec();
+    for i in 0..12 {
+        let row = match i % 4 {
+            0 => format!("north,{i}\r\n"),
+            1 => format!("\"so,\"\"u\"\"th\",{i}.5\n"),
+            2 => format!("\"multi\n\"\"line\"\"\r\n\"\"\",{i}\r\n"),
+            _ => format!("west,x{i}\n\n"),
+        };
+        doc.extend_from_slice(row.as_bytes());
+    }
+    let whole = super::fixtures::scan_chunked(&p, &doc, 4096).unwrap();
+    let mut rng = Rng(11);
+    for cut in 1..doc.len() {
+        let (merged, rescans) = scan_sharded(&p, &doc, &[cut], &mut rng).unwrap();
+        assert_eq!(render(&p, &merged), render(&p, &whole), "cut at {cut}");
+        assert_eq!(
+            rescans,
+            0,
+            "cut at {cut}: {:?}",
+            String::from_utf8_lossy(&doc[cut.saturating_sub(3)..cut])
+        );
     }
 }
