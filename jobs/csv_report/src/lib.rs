@@ -49,9 +49,10 @@ pub struct MibCadence {
 }
 
 impl MibCadence {
-    /// The cadence of an invocation that resumed (or started) the scan at byte `offset`.
+    /// The cadence of an invocation that resumed the scan from a checkpoint whose `done` is
+    /// `offset` (the host counts from it), or started it at 0.
     pub fn resumed_at(offset: u64) -> Self {
-        MibCadence { host_base: 0, mark: offset }
+        MibCadence { host_base: offset, mark: offset }
     }
 
     /// What to ask `checkpoint_due` at byte `offset`: the host's base plus the whole MiB

@@ -62,6 +62,10 @@ struct Merging {
     next: usize,
     /// The shards linked so far.
     chain: ScanState,
+    /// That shard's records being scanned again, as of the last record boundary, and where
+    /// the shard ends.
+    #[serde(default)]
+    rescan: Option<(ScanState, u64)>,
 }
 
 impl Checkpoint for Merging {
@@ -174,34 +178,68 @@ pub(crate) async fn scan_shard(
 }
 
 /// Links the shards' scans in shard order into the scan's output (rescanning a shard whose
-/// readings do not link), pausing between shards at the deadline.
+/// readings do not link), reporting progress (a heartbeat: the merge's count is fixed) and
+/// pausing at the deadline between shards and inside a rescan.
 pub(crate) async fn merge(
     ctx: &mut dyn StageContext,
     params: &CsvReportParams,
     outputs: &[ShardOutput],
 ) -> Result<StageOutcome, KindError> {
+    // Run again after it saved the scan's output (its invocation died before the stage
+    // boundary): done.
+    if ctx.resume::<ScanState>().await?.is_some() {
+        return Ok(StageOutcome::StageDone);
+    }
     let outputs: Vec<Scanned> = outputs.iter().map(ShardOutput::get).collect::<Result<_, _>>()?;
     let Some(first) = outputs.first() else {
         return Err(KindError::fatal(PublicMessage::fixed("the scan has no shards to merge")));
     };
     let header = read_header(ctx, &first.header).await?;
-    let (mut chain, from) = match ctx.resume::<Merging>().await? {
-        Some(merging) => (Chain::resume(merging.chain), merging.next),
-        None => (Chain::new(header.names.clone(), header.end), 0),
+    let (mut chain, from, mut rescanning) = match ctx.resume::<Merging>().await? {
+        Some(merging) => (Chain::resume(merging.chain), merging.next, merging.rescan),
+        None => (Chain::new(header.names.clone(), header.end), 0, None),
     };
     for (index, output) in outputs.iter().enumerate().skip(from) {
-        if ctx.deadline_near() {
-            let merging = Merging { next: index, chain: chain.state().clone() };
+        let rescan = match rescanning.take() {
+            Some(partial) => Some(partial),
+            None => {
+                let body = ctx.read_staged(&output.scanned).await?;
+                let scanned: ShardScanned = serde_json::from_slice(&body)
+                    .map_err(unreadable("a shard's scan is unreadable"))?;
+                match chain.link(scanned).map_err(fatal)? {
+                    Linked::Merged => None,
+                    Linked::Rescan { from, range } => {
+                        tracing::info!(
+                            shard = index,
+                            from,
+                            "no reading of the shard links: scanning it again"
+                        );
+                        let start = ScanState {
+                            offset: from,
+                            header: Some(header.names.clone()),
+                            ..ScanState::default()
+                        };
+                        Some((start, range.end))
+                    }
+                }
+            }
+        };
+        if let Some((state, limit)) = rescan {
+            match rescan_records(ctx, params, state, limit).await? {
+                Rescanned::Done(state) => chain.rescanned(state).map_err(fatal)?,
+                Rescanned::Paused(partial) => {
+                    let rescan = Some((partial, limit));
+                    let merging = Merging { next: index, chain: chain.state().clone(), rescan };
+                    ctx.checkpoint(&merging, 0, None).await?;
+                    return Ok(StageOutcome::Paused);
+                }
+            }
+        }
+        ctx.progress(0, None).await?;
+        if ctx.deadline_near() && index + 1 < outputs.len() {
+            let merging = Merging { next: index + 1, chain: chain.state().clone(), rescan: None };
             ctx.checkpoint(&merging, 0, None).await?;
             return Ok(StageOutcome::Paused);
-        }
-        let body = ctx.read_staged(&output.scanned).await?;
-        let scanned: ShardScanned =
-            serde_json::from_slice(&body).map_err(unreadable("a shard's scan is unreadable"))?;
-        if let Linked::Rescan { from, range } = chain.link(scanned).map_err(fatal)? {
-            tracing::info!(shard = index, from, "no reading of the shard links: scanning it again");
-            let state = rescan(ctx, params, &header.names, from, range.end).await?;
-            chain.rescanned(state).map_err(fatal)?;
         }
     }
     let state = chain.finish();
@@ -210,23 +248,46 @@ pub(crate) async fn merge(
     Ok(StageOutcome::StageDone)
 }
 
-/// The records that start from `from` (a record boundary) up to `limit`, scanned
-/// sequentially.
-async fn rescan(
+/// Where a sequential rescan of a shard's records stopped.
+enum Rescanned {
+    /// At the shard's end (or the object's): the records' aggregates.
+    Done(ScanState),
+    /// At the deadline: the state as of its last record boundary, to go on from.
+    Paused(ScanState),
+}
+
+/// Scans sequentially, from `state` (a record boundary, with what was scanned before it),
+/// the records that start before `limit`, reporting progress as it reads.
+async fn rescan_records(
     ctx: &mut dyn StageContext,
     params: &CsvReportParams,
-    header: &[String],
-    from: u64,
+    state: ScanState,
     limit: u64,
-) -> Result<ScanState, KindError> {
-    let state = ScanState { offset: from, header: Some(header.to_vec()), ..ScanState::default() };
+) -> Result<Rescanned, KindError> {
     let mut scanner = Scanner::for_shard(params, state, limit, None);
-    let mut body = ctx.read_input(&params.input, from).await?;
+    let mut body = ctx.read_input(&params.input, scanner.offset()).await?;
     while !scanner.done() {
-        match body.try_next().await? {
-            Some(chunk) => scanner.feed(&chunk).map_err(fatal)?,
-            None => break,
+        let Some(chunk) = body.try_next().await? else { break };
+        scanner.feed(&chunk).map_err(fatal)?;
+        if ctx.deadline_near() && !scanner.done() {
+            return Ok(Rescanned::Paused(scanner.checkpoint()));
         }
+        ctx.progress(0, None).await?;
     }
-    scanner.finish().map_err(fatal)
+    scanner.finish().map(Rescanned::Done).map_err(fatal)
+}
+
+/// A shard that hands the merge no reading (as if stray quotes had fooled every one), for
+/// the merge's rescan to be tested.
+#[cfg(test)]
+pub(crate) async fn scan_nothing(
+    ctx: &mut dyn StageContext,
+    _params: &CsvReportParams,
+    shard: &Shard,
+) -> Result<ShardOutcome, KindError> {
+    let ScanShard { header, range, .. } = shard.descriptor()?;
+    let scanned = ShardScanned { range, readings: Vec::new(), joined: None };
+    let body = serde_json::to_vec(&scanned).expect("a shard's scan serialises");
+    let scanned = ctx.stage_file("scan.json", "application/json", body).await?;
+    Ok(ShardOutcome::Done(ShardOutput::new(&Scanned { header, scanned })?))
 }

@@ -346,6 +346,18 @@ fn the_scan_checkpoints_every_mib_of_its_cadence() {
         );
         from = offset;
     }
+    // Resumed after a crash, it goes on checkpointing every MiB: the host counts from the
+    // checkpoint resumed, and so does the cadence.
+    let kind = Recorded::default();
+    let crashing = host.crash_after_checkpoint(3);
+    assert_eq!(
+        crashing.run(&kind, &params("json")).unwrap().body,
+        expected(&params("json"), &data)
+    );
+    let offsets = kind.scan_offsets.lock().unwrap().clone();
+    for pair in offsets.windows(2) {
+        assert!(pair[1] - pair[0] <= MIB + chunk as u64, "after the crash too: {offsets:?}");
+    }
 }
 
 /// The deployment's cadence applies: 3 MiB instead of 1 checkpoints a third as often, and
@@ -370,11 +382,12 @@ fn the_scan_cadence_follows_the_checkpoint_items_setting() {
 
 #[test]
 fn the_mib_cadence_counts_from_the_last_checkpoint_in_the_hosts_terms() {
-    // A fresh invocation resumed at 5.5 MiB: the host counts from 0.
-    let mut cadence = MibCadence::resumed_at(5 * MIB + MIB / 2);
-    assert_eq!(cadence.items_at(5 * MIB + MIB / 2), 0);
-    assert_eq!(cadence.items_at(6 * MIB + MIB / 2 - 1), 0);
-    assert_eq!(cadence.items_at(6 * MIB + MIB / 2), 1);
+    // An invocation resumed from the checkpoint at 5.5 MiB: the host counts from its `done`.
+    let at = 5 * MIB + MIB / 2;
+    let mut cadence = MibCadence::resumed_at(at);
+    assert_eq!(cadence.items_at(at), at);
+    assert_eq!(cadence.items_at(at + MIB - 1), at);
+    assert_eq!(cadence.items_at(at + MIB), at + 1);
     // Saved at 7 MiB: the host counts from that `done`, the MiB from that offset.
     cadence.saved(7 * MIB);
     assert_eq!(cadence.items_at(7 * MIB), 7 * MIB);
@@ -473,4 +486,76 @@ fn a_shard_finds_the_files_faults() {
     let at = quoted_csv_of(2 * MIB as usize).len();
     let said = format!("the data record after byte offset {at} has 3 fields but the header has 2");
     assert!(err.public.as_str().contains(&said), "{err}");
+}
+
+/// csv_report whose shards hand the merge no reading it can link (as if stray quotes had
+/// fooled every one): the merge scans every shard's records again itself.
+#[derive(Clone, Copy)]
+struct Unlinked;
+
+impl JobKind for Unlinked {
+    const NAME: &'static str = CsvReport::NAME;
+    type Params = CsvReportParams;
+
+    fn stages(&self) -> &'static [&'static str] {
+        CsvReport.stages()
+    }
+
+    fn inputs(&self, params: &CsvReportParams) -> Vec<String> {
+        CsvReport.inputs(params)
+    }
+
+    fn fans_out(&self, stage: &str, params: &CsvReportParams) -> bool {
+        CsvReport.fans_out(stage, params)
+    }
+
+    async fn split(
+        &self,
+        ctx: &mut dyn StageContext,
+        params: &CsvReportParams,
+    ) -> Result<Vec<Shard>, KindError> {
+        CsvReport.split(ctx, params).await
+    }
+
+    async fn run_shard(
+        &self,
+        ctx: &mut dyn StageContext,
+        params: &CsvReportParams,
+        shard: &Shard,
+    ) -> Result<ShardOutcome, KindError> {
+        sharded::scan_nothing(ctx, params, shard).await
+    }
+
+    async fn merge(
+        &self,
+        ctx: &mut dyn StageContext,
+        params: &CsvReportParams,
+        outputs: &[ShardOutput],
+    ) -> Result<StageOutcome, KindError> {
+        CsvReport.merge(ctx, params, outputs).await
+    }
+
+    async fn run_stage(
+        &self,
+        ctx: &mut dyn StageContext,
+        params: &CsvReportParams,
+    ) -> Result<StageOutcome, KindError> {
+        CsvReport.run_stage(ctx, params).await
+    }
+}
+
+/// A shard none of whose readings links is scanned again by the merge, which reports the
+/// same; paused by deadlines inside those scans, or crashed after any checkpoint, it resumes
+/// and still does.
+#[test]
+fn the_merge_scans_again_a_shard_whose_readings_do_not_link() {
+    let data = quoted_csv_of(MIB as usize + 400_000);
+    let want = expected(&params("json"), &data);
+    let host = Host::new().input(INPUT, data.clone(), 64 << 10);
+    assert_eq!(host.run(&Unlinked, &sharded_params(MIB)).unwrap().body, want);
+    let paced = host.clone().deadline_every(4);
+    let (finished, trace) = paced.run_traced(&Unlinked, &sharded_params(MIB));
+    assert_eq!(finished.unwrap().body, want);
+    assert!(trace.pauses >= 3, "paused inside the rescans: {} pauses", trace.pauses);
+    assert_resumable(&Unlinked, &host, &sharded_params(MIB));
 }

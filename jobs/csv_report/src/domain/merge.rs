@@ -132,14 +132,17 @@ impl Chain {
         if let Some(error) = reading.error {
             return Err(error);
         }
+        let joined = match (reading.joined, scanned.joined) {
+            (false, _) => None,
+            (true, Some(joined)) => Some(joined),
+            // A reading that joined records its shard did not keep: read them again.
+            (true, None) => return Ok(Linked::Rescan { from: next, range: scanned.range }),
+        };
+        if let Some(error) = joined.as_ref().and_then(|j| j.error.clone()) {
+            return Err(error);
+        }
         self.state.absorb(reading.own)?;
-        if reading.joined {
-            let joined = scanned.joined.ok_or_else(|| {
-                ScanError::NotCsv("a shard's scan lost its joined records".into())
-            })?;
-            if let Some(error) = joined.error {
-                return Err(error);
-            }
+        if let Some(joined) = joined {
             self.state.absorb(joined.state)?;
         }
         Ok(Linked::Merged)
