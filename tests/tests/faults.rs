@@ -9,8 +9,10 @@
 //!
 //! Most jobs are `demo` jobs that checkpoint every two items and write progress every 50 ms;
 //! one in twenty is a three-stage `csv_report` over a 2 MiB+ upload, so that
-//! resuming a scan from its checkpoint and crossing stage boundaries happen under faults too,
-//! and one in ten fans `process` out into shards, so that a crash inside a shard resumes it.
+//! resuming a scan from its checkpoint and crossing stage boundaries happen under faults too
+//! (every other one scans in 1 MiB shards: its speculative shard scans and their merge run
+//! under faults), and one in ten fans `process` out into shards, so that a crash inside a
+//! shard resumes it.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
@@ -123,16 +125,21 @@ fn is_report(i: usize) -> bool {
     i % 20 == 19
 }
 
-/// What job `i` asks for: demo jobs of different lengths, and reports over `input`.
+/// What job `i` asks for: demo jobs of different lengths, and reports over `input` (every
+/// other one in shards of 1 MiB).
 fn spec(i: usize, input: &str) -> Value {
     if is_report(i) {
-        return json!({"type": "csv_report", "params": {
+        let mut report = json!({"type": "csv_report", "params": {
             "input": input,
             "group_by": ["region", "product"],
             "metrics": [{"op": "count"}, {"op": "sum", "column": "amount"}, {"op": "min", "column": "amount"},
                         {"op": "max", "column": "amount"}, {"op": "mean", "column": "amount"}],
             "format": "json",
         }});
+        if i % 40 == 39 {
+            report["params"]["shard_bytes"] = json!(1 << 20);
+        }
+        return report;
     }
     let mut params = json!({"items": 2 + (i % 7), "item_ms": 5 * (i % 3)});
     if let Some(shards) = shards(i) {
@@ -622,7 +629,8 @@ fn section(f: &Figures) -> String {
         "## Faults: every job ends exactly once under injected faults\n\n\
          `make bench-faults`: tests/tests/faults.rs at {jobs} jobs (CI runs it at {ci} — the same \
          checks, fewer jobs). One principal submits every job (1 in 20 a three-stage csv_report \
-         over a 2 MiB+ upload, the rest demo jobs) while the local stack crashes functions \
+         over a 2 MiB+ upload, every other one of those in 1 MiB shards; 1 in 10 a demo job \
+         fanned out into shards; the rest plain demo jobs) while the local stack crashes functions \
          before and after their AWS calls, throttles, delivers batches and starts executions \
          twice, and freezes workers for {pause} s so the reaper hands their jobs to a new \
          attempt. The run passed every check: {jobs} of {jobs} jobs succeeded exactly once with \
