@@ -114,11 +114,6 @@ impl Chain {
         Chain { state }
     }
 
-    /// Where the merged records end: the next shard's first record boundary.
-    pub fn next_boundary(&self) -> u64 {
-        self.state.offset
-    }
-
     /// Links the next shard on: merges the reading that starts where the merged records end.
     /// That reading's error is the file's ([`ScanError`]).
     pub fn link(&mut self, scanned: ShardScanned) -> Result<Linked, ScanError> {

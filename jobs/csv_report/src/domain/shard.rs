@@ -208,11 +208,6 @@ impl ShardScan {
         ShardScan { range, readings, joined }
     }
 
-    /// The shard's bytes.
-    pub fn range(&self) -> ShardRange {
-        self.range
-    }
-
     fn scanners(&self) -> impl Iterator<Item = &Scanner> {
         let readings = self.readings.iter().filter_map(|live| match &live.now {
             Now::Scanning(scanner) => Some(&**scanner),

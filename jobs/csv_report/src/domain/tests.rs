@@ -231,34 +231,7 @@ proptest! {
     #[test]
     fn chunked_stopped_and_resumed_scans_match_a_direct_computation(case in case()) {
         let mut rng = Rng(case.seed | 1);
-        let mut group_by: Vec<String> = Vec::new();
-        for &g in &case.group_by {
-            if !group_by.contains(&case.header[g]) {
-                group_by.push(case.header[g].clone());
-            }
-        }
-        let mut metrics: Vec<Metric> = Vec::new();
-        for &(op, c) in &case.metrics {
-            let column = case.header[c].clone();
-            let m = match op {
-                0 => Metric::Count,
-                1 => Metric::Sum { column },
-                2 => Metric::Min { column },
-                3 => Metric::Max { column },
-                _ => Metric::Mean { column },
-            };
-            if !metrics.contains(&m) {
-                metrics.push(m);
-            }
-        }
-        let p = CsvReportParams {
-            input: "uploads/x/1/f.csv".into(),
-            group_by,
-            metrics,
-            format: Format::Json,
-            shard_bytes: None,
-        };
-        p.validate().unwrap();
+        let p = case_params(&case);
         let doc = encode_document(&case.header, &case.rows, &mut rng);
         let expected = expected_report(&p, &case.header, &case.rows);
 

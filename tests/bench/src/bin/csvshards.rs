@@ -314,7 +314,7 @@ less its compute* is what is not the scan: reading the object from moto's S3, th
 orchestration, render and publish.\n\n\
 **What this shows, and its ceiling here.** This machine has {cores} cores, so 2 shards can at \
 best halve the scan and 4 shards cannot beat 2: expect at most about 2×. A speculative shard \
-scan costs about one plain scan of its bytes (its two readings join within a record or two on \
+scan costs about one plain scan of its bytes (its readings join within a record or two on \
 this data), so the compute column's speed-up is the parallelism the cores allow. The whole \
 job on the local stack gains nothing here (fanned out, it is slower), and that is the local \
 stack, not the design: moto's S3 (one Python process) serves every shard's stream of the object on the same \
