@@ -278,7 +278,9 @@ async fn cancelling_a_running_job_stops_its_stage_and_removes_partial_results() 
 #[tokio::test]
 async fn results_redirect_when_ready_conflict_before_and_are_gone_after_expiry() {
     let api = Api::new(&principal("results"));
-    let job_id = api.submit(&json!({"type": "demo", "params": {"items": 30, "item_ms": 30}})).await;
+    // Long enough (3 s) to be asked for its result before it ends, on a busy machine too.
+    let job_id =
+        api.submit(&json!({"type": "demo", "params": {"items": 100, "item_ms": 30}})).await;
     let early = api.get(&format!("/jobs/{job_id}/result")).await;
     assert_eq!(early.status, 409, "{}", early.text);
     assert!(early.json["status_now"].is_string());
@@ -289,7 +291,7 @@ async fn results_redirect_when_ready_conflict_before_and_are_gone_after_expiry()
     let location = reply.header("location").expect("Location").to_owned();
     assert!(location.contains("X-Amz-Expires=900"), "valid 15 minutes: {location}");
     let result: DemoResult = serde_json::from_slice(&api.result(&job_id).await).unwrap();
-    assert_eq!(result, DemoResult::expected(30));
+    assert_eq!(result, DemoResult::expected(100));
 
     // Once the expirer has marked the job expired (written directly here: the expirer is
     // not part of this API), the result is gone for good.
@@ -435,9 +437,9 @@ async fn a_failed_job_is_retried_as_a_new_linked_job() {
 #[tokio::test]
 async fn a_retry_of_the_same_job_is_idempotent() {
     let api = Api::new(&principal("retry-idem"));
-    // Fails after ~2 s, and so does its retry: retrying again while the retry still runs must
+    // Fails after ~5 s, and so does its retry: retrying again while the retry still runs must
     // name that retry, not start another.
-    let slow_fatal = json!({"type": "demo", "params": {"items": 40, "item_ms": 50, "fail_at": 39, "fail_kind": "fatal"}});
+    let slow_fatal = json!({"type": "demo", "params": {"items": 100, "item_ms": 50, "fail_at": 99, "fail_kind": "fatal"}});
     let original = api.submit(&slow_fatal).await;
     assert_eq!(api.wait_terminal(&original, JOB_TIMEOUT).await["status"], "failed");
     let first = api.send("POST", &format!("/jobs/{original}/retry"), None, &[]).await;

@@ -501,14 +501,15 @@ async fn cancelling_mid_scan_ends_cancelled_without_a_result() {
     assert_eq!(api.get(&format!("/jobs/{job_id}/result")).await.status, 409);
 }
 
-/// A retry resumes: a 600-item job cancelled past item 300 keeps its last checkpoint, and
+/// A retry resumes: a 900-item job cancelled past item 300 keeps its last checkpoint, and
 /// `POST /jobs/{id}/retry` starts the new job from it — it shows where it took over, and its
 /// result equals an uninterrupted run's byte for byte. `{"from": "start"}` starts over.
 #[tokio::test]
 async fn a_retry_resumes_from_the_cancelled_jobs_last_checkpoint() {
     stack();
     let api = Api::new(&principal("resume"));
-    let body = json!({"type": "demo", "params": {"items": 600, "item_ms": 10}});
+    // Long enough (9 s) that the cancellation lands well before the job's end.
+    let body = json!({"type": "demo", "params": {"items": 900, "item_ms": 10}});
     let job_id = api.submit(&body).await;
     wait_for(&api, &job_id, "past item 300", |j| {
         j["progress"]["items_done"].as_u64().unwrap_or(0) > 300
@@ -530,19 +531,20 @@ async fn a_retry_resumes_from_the_cancelled_jobs_last_checkpoint() {
     let result = api.result(&retry_id).await;
     assert_eq!(
         serde_json::from_slice::<DemoResult>(&result).unwrap(),
-        DemoResult::expected(600),
+        DemoResult::expected(900),
         "the resumed run's result differs from an uninterrupted run's"
     );
-    let fresh = api.submit(&json!({"type": "demo", "params": {"items": 600, "item_ms": 0}})).await;
+    let fresh = api.submit(&json!({"type": "demo", "params": {"items": 900, "item_ms": 0}})).await;
     api.wait_terminal(&fresh, TIMEOUT).await;
     assert_eq!(api.result(&fresh).await, result, "not byte for byte an uninterrupted run's");
 
     // From the start, on request; a body of any other shape is refused.
-    let other = api.submit(&json!({"type": "demo", "params": {"items": 40, "item_ms": 50}})).await;
+    let other = api.submit(&json!({"type": "demo", "params": {"items": 120, "item_ms": 50}})).await;
     wait_for(&api, &other, "a checkpoint", |j| j["progress"]["items_done"].as_u64() >= Some(20))
         .await;
-    api.send("DELETE", &format!("/jobs/{other}"), None, &[]).await;
-    api.wait_terminal(&other, TIMEOUT).await;
+    let reply = api.send("DELETE", &format!("/jobs/{other}"), None, &[]).await;
+    assert_eq!(reply.status, 202, "{}", reply.text);
+    assert_eq!(api.wait_terminal(&other, TIMEOUT).await["status"], "cancelled");
     let bad = api.post_json(&format!("/jobs/{other}/retry"), &json!({"from": "middle"})).await;
     assert_eq!(bad.status, 400, "{}", bad.text);
     let over = api.post_json(&format!("/jobs/{other}/retry"), &json!({"from": "start"})).await;

@@ -59,7 +59,8 @@ async fn a_demo_job_runs_to_success_with_its_result_in_s3() {
 #[tokio::test]
 async fn a_live_job_says_when_to_poll_again() {
     let api = Api::new(&principal("live"));
-    let job_id = api.submit(&json!({"type": "demo", "params": {"items": 40, "item_ms": 50}})).await;
+    // Long enough (4 s) to be still live when asked, on a busy machine too.
+    let job_id = api.submit(&json!({"type": "demo", "params": {"items": 80, "item_ms": 50}})).await;
     let reply = api.get(&format!("/jobs/{job_id}")).await;
     assert_eq!(reply.status, 200);
     assert_ne!(reply.json["status"], "succeeded", "the job should still be live: {}", reply.json);
