@@ -445,6 +445,30 @@ mod tests {
         );
     }
 
+    /// `sam build` builds once for every function whose Metadata (and code, runtime,
+    /// architecture, handler) is the same, and copies the artifact to the others: one
+    /// Metadata, word for word, on every function keeps the build to one cargo-lambda run
+    /// of the one binary that every function deploys.
+    #[test]
+    fn every_function_shares_one_build() {
+        let t = real_template();
+        let functions: Vec<_> = t.of_type("AWS::Serverless::Function").collect();
+        assert!(functions.len() > 10, "{} functions", functions.len());
+        let (first, first_function) = functions[0];
+        let metadata = &first_function["Metadata"];
+        assert_eq!(metadata["BuildMethod"], "rust-cargolambda", "{first}");
+        assert_eq!(metadata["BuildProperties"]["Binary"], "longhaul-lambda", "{first}");
+        for (logical, function) in functions {
+            assert_eq!(&function["Metadata"], metadata, "{logical}'s Metadata is not {first}'s");
+            for property in ["CodeUri", "Runtime", "Handler", "Architectures"] {
+                assert!(
+                    function["Properties"].get(property).is_none(),
+                    "{logical} sets {property} of its own (the Globals' is every function's)"
+                );
+            }
+        }
+    }
+
     /// No function's environment carries a secret's value (a dynamic reference would put it
     /// there in plain text for anyone who may read the function's configuration): functions
     /// are given secrets' ARNs and read the values at init.
