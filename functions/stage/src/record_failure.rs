@@ -114,8 +114,23 @@ async fn end_attempt(
     .unless_cancelled()
     .set("error", &job_error);
     end_job(deps, request, lease, None).await?;
+    fence_off(deps, job_id, lease).await;
     tracing::warn!(code = job_error.code, "failed");
     Ok(Recorded::Failed)
+}
+
+/// Takes the job's progress record from the failed attempt's lease, once the job is failed
+/// (a retry's move takes it before, [`backoff::schedule_retry`]): a worker of the attempt still running — a shard of a fanned-out stage whose map
+/// failed on another shard (Step Functions stops the map's executions, not the invocations
+/// under way), a `Run` invocation that outlived its task — has its next progress write
+/// refused and stops, instead of working on and counting into the failed job's progress
+/// until its own deadline. A revocation that fails leaves that worker to run out its
+/// invocation, writing progress nobody acts on: logged, not a reason to record the failure
+/// again.
+async fn fence_off(deps: &Deps, job_id: &JobId, lease: &Lease) {
+    if let Err(err) = deps.jobs.revoke_progress(job_id, &lease.token).await {
+        tracing::warn!(error = %err, "the failed attempt's progress record could not be taken from its lease; a worker of it still running writes on until its deadline");
+    }
 }
 
 /// The lease a `fail` task records the failure under: the one passed, or — when the

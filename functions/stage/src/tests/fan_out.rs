@@ -4,6 +4,7 @@
 
 use super::*;
 
+use longhaul_aws::jobs::ShardProgress;
 use longhaul_domain::progress::ShardCounts;
 
 use longhaul_worker::{Shard, ShardOutcome, ShardOutput, StagedFile};
@@ -249,6 +250,36 @@ async fn a_shard_that_fails_fatally_fails_the_job_with_its_error() {
     w.record_failure(&id, &id, out, err).await.unwrap();
     let (code, _) = w.failed_with(&id).await;
     assert_eq!(code, "Job.Fatal");
+}
+
+/// The map fails on one shard while another's invocation still runs (Step Functions stops the
+/// map's child executions, not invocations under way): once the failure is recorded, that
+/// shard's next progress write is refused and it stops, counting nothing into the job.
+#[tokio::test]
+async fn a_shard_still_running_when_the_job_fails_is_fenced_off() {
+    let w = distributed();
+    let params = json!({"items": 8, "shards": 2, "fail_at": 5, "fail_kind": "fatal"});
+    let id = w.queued("demo", params).await;
+    let out = w.first_run(&id, far()).await.unwrap();
+    let items = w.manifest(&out).await;
+    let paused = w.shard(&out, &items[0], None, near()).await.expect("shard 0 runs on");
+    assert_eq!(paused["next"], "continue");
+    let lease = w.job(&id).await.lease.expect("the attempt's lease");
+    let err = w.shard(&out, &items[1], None, far()).await.expect_err("shard 1 fails");
+    // The map's Catch hands the shard's error to RecordFailure.
+    w.record_failure(&id, &id, out.clone(), err).await.unwrap();
+    assert_eq!(w.job(&id).await.status, JobStatus::Failed);
+    let ended = w.progress(&id);
+    assert!(ended.lease.starts_with("revoked:"), "the attempt's workers are fenced off");
+    // Shard 0's invocation, mid-run, writes its progress as it always does: refused.
+    let add = ShardProgress { items: 1, pct: 12.5, ..ShardProgress::default() };
+    let refused = w.jobs.add_shard_progress(&id, &lease, &add).await;
+    assert!(refused.is_err(), "the failed attempt's shard counts on: {refused:?}");
+    // Its next invocation stops before any work.
+    let late = w.shard(&out, &items[0], Some(&paused), far()).await.expect_err("fenced off");
+    assert_eq!(late.name(), "Job.LeaseLost", "{late:?}");
+    let after = w.progress(&id);
+    assert_eq!((after.items_done, after.shards), (ended.items_done, ended.shards));
 }
 
 #[tokio::test]
