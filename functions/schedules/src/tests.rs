@@ -245,9 +245,9 @@ fn world_limited(per_minute: u32, max_pending: usize) -> World {
     let twins = Arc::new(MemoryScheduleTwins::new());
     let firings = Arc::new(MemoryScheduleFirings::new());
     let jobs = Arc::new(MemoryJobStore::new());
-    let limits = Arc::new(MemoryRateLimits::new(per_minute));
-    let queue = Arc::new(MemoryDispatchQueue::new());
     let clock = Arc::new(ManualClock::at(dt(NOW)));
+    let limits = Arc::new(MemoryRateLimits::on_clock(per_minute, clock.clone()));
+    let queue = Arc::new(MemoryDispatchQueue::new());
     let registry = longhaul_jobs::registry().enabled(&["demo".into(), "csv_report".into()]);
     let callbacks = longhaul_domain::callback::CallbackPolicy { allow_insecure: false };
     let deps = Deps {

@@ -53,10 +53,10 @@ struct World {
 /// the demo and CSV report kinds enabled.
 fn world_limited(per_minute: u32, max_pending: usize) -> World {
     let jobs = Arc::new(MemoryJobStore::new());
-    let limits = Arc::new(MemoryRateLimits::new(per_minute));
+    let clock = Arc::new(ManualClock::new());
+    let limits = Arc::new(MemoryRateLimits::on_clock(per_minute, clock.clone()));
     let queue = Arc::new(MemoryDispatchQueue::new());
     let uploads = Arc::new(MemoryObjects::new());
-    let clock = Arc::new(ManualClock::new());
     let deps = Deps {
         jobs: jobs.clone(),
         limiter: limits.clone(),

@@ -20,7 +20,6 @@ use longhaul_aws::jobs::{
 use longhaul_domain::endpoints::{
     DeliveryStatus, DisabledReason, EndpointEvent, EndpointStatus, endpoint_message_id,
 };
-use longhaul_domain::limits::RateWindow;
 use longhaul_domain::webhooks::verify;
 use longhaul_domain::{JobError, JobStatus, Timestamp};
 use longhaul_memory::contract::pending_job;
@@ -730,7 +729,7 @@ fn counted(metric: &str, job: &JobRecord) -> usize {
 /// A world whose tenants may make `per_minute` endpoint attempts a minute.
 fn world_rated(per_minute: u32) -> World {
     let mut w = world();
-    w.rate = Arc::new(MemoryRateLimits::new(per_minute));
+    w.rate = Arc::new(MemoryRateLimits::on_clock(per_minute, w.clock.clone()));
     w.deps.rate = w.rate.clone();
     w
 }
@@ -1290,59 +1289,47 @@ async fn an_event_to_an_endpoint_that_is_gone_or_not_the_owners_is_dropped_and_o
 
 #[tokio::test]
 async fn over_its_tenants_rate_a_delivery_waits_for_the_next_minute_without_an_attempt() {
-    // The in-memory rate counts in the machine's minutes: a run that straddles two tells
-    // nothing, and is made again.
-    for _ in 0..3 {
-        let w = world_rated(1);
-        let partner = Partner::start(Answer::Status(200)).await;
-        let endpoint = w.endpoint(&partner.url("/alice"), &[JobSucceeded]).await;
-        let bobs = w.endpoint_of("bob", &partner.url("/bob"), &[JobSucceeded]).await;
-        let (first, second) =
-            (w.ended(JobStatus::Succeeded, None), w.ended(JobStatus::Succeeded, None));
-        let mut bob_job = pending_job(&owner("bob"), Timestamp::now());
-        bob_job.status = JobStatus::Succeeded;
-        w.jobs.put_record(bob_job.clone());
-        let minute = RateWindow::at(chrono::Utc::now().timestamp()).index;
-        process(&w.deps, &to_endpoint(&first, &endpoint, JobSucceeded)).await.unwrap();
-        let held = WebhookMessage { attempt: 2, ..to_endpoint(&second, &endpoint, JobSucceeded) };
-        process(&w.deps, &held).await.unwrap();
-        process(&w.deps, &to_endpoint(&bob_job, &bobs, JobSucceeded)).await.unwrap();
-        if RateWindow::at(chrono::Utc::now().timestamp()).index != minute {
-            continue;
-        }
-        let paths: Vec<String> = partner.received().iter().map(|r| r.path.clone()).collect();
-        assert_eq!(paths, ["/alice", "/bob"], "another tenant's delivery is not held up");
-        let sent = w.queue.sent();
-        assert_eq!(sent.len(), 1, "{sent:?}");
-        let (later, wait) = sent[0].clone();
-        // Until the next minute, then spread over up to 9 more seconds by the clock's millis.
-        let spread = u64::from(w.clock.now().timestamp_subsec_millis() % 10);
-        assert!((1..=60).contains(&(wait - spread)), "until the next minute: {wait} - {spread}");
-        assert_eq!(later, WebhookMessage { not_before: w.now() + wait as i64, ..held });
-        assert_eq!(later.attempt, 2, "no attempt used");
-        assert!(
-            w.endpoints
-                .endpoint_delivery(&endpoint.endpoint_id, &second.job_id, JobSucceeded)
-                .await
-                .unwrap()
-                .is_none(),
-            "nothing recorded of the delivery that waits"
-        );
-        assert_eq!(w.endpoints.all_deliveries().len(), 2);
+    // The in-memory rate counts in the deliverer's minutes (its clock stands still).
+    let w = world_rated(1);
+    let partner = Partner::start(Answer::Status(200)).await;
+    let endpoint = w.endpoint(&partner.url("/alice"), &[JobSucceeded]).await;
+    let bobs = w.endpoint_of("bob", &partner.url("/bob"), &[JobSucceeded]).await;
+    let (first, second) =
+        (w.ended(JobStatus::Succeeded, None), w.ended(JobStatus::Succeeded, None));
+    let mut bob_job = pending_job(&owner("bob"), Timestamp::now());
+    bob_job.status = JobStatus::Succeeded;
+    w.jobs.put_record(bob_job.clone());
+    process(&w.deps, &to_endpoint(&first, &endpoint, JobSucceeded)).await.unwrap();
+    let held = WebhookMessage { attempt: 2, ..to_endpoint(&second, &endpoint, JobSucceeded) };
+    process(&w.deps, &held).await.unwrap();
+    process(&w.deps, &to_endpoint(&bob_job, &bobs, JobSucceeded)).await.unwrap();
+    let paths: Vec<String> = partner.received().iter().map(|r| r.path.clone()).collect();
+    assert_eq!(paths, ["/alice", "/bob"], "another tenant's delivery is not held up");
+    let sent = w.queue.sent();
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    let (later, wait) = sent[0].clone();
+    // Until the next minute, then spread over up to 9 more seconds by the clock's millis.
+    let spread = u64::from(w.clock.now().timestamp_subsec_millis() % 10);
+    assert!((1..=60).contains(&(wait - spread)), "until the next minute: {wait} - {spread}");
+    assert_eq!(later, WebhookMessage { not_before: w.now() + wait as i64, ..held });
+    assert_eq!(later.attempt, 2, "no attempt used");
+    assert!(
+        w.endpoints
+            .endpoint_delivery(&endpoint.endpoint_id, &second.job_id, JobSucceeded)
+            .await
+            .unwrap()
+            .is_none(),
+        "nothing recorded of the delivery that waits"
+    );
+    assert_eq!(w.endpoints.all_deliveries().len(), 2);
 
-        // The charge comes before any read: a delivery over the rate waits even for a job
-        // that is gone (it would have been settled, had the job been read first).
-        let mut gone = pending_job(&owner("alice"), Timestamp::now());
-        gone.status = JobStatus::Succeeded;
-        process(&w.deps, &to_endpoint(&gone, &endpoint, JobSucceeded)).await.unwrap();
-        if RateWindow::at(chrono::Utc::now().timestamp()).index != minute {
-            continue;
-        }
-        let sent = w.queue.sent();
-        assert_eq!(sent.len(), 2, "the gone job's delivery waits too: {sent:?}");
-        assert_eq!(sent[1].0.job_id, gone.job_id);
-        assert_eq!(w.endpoints.all_deliveries().len(), 2, "and nothing was read or recorded");
-        return;
-    }
-    panic!("three runs each straddled a minute");
+    // The charge comes before any read: a delivery over the rate waits even for a job
+    // that is gone (it would have been settled, had the job been read first).
+    let mut gone = pending_job(&owner("alice"), Timestamp::now());
+    gone.status = JobStatus::Succeeded;
+    process(&w.deps, &to_endpoint(&gone, &endpoint, JobSucceeded)).await.unwrap();
+    let sent = w.queue.sent();
+    assert_eq!(sent.len(), 2, "the gone job's delivery waits too: {sent:?}");
+    assert_eq!(sent[1].0.job_id, gone.job_id);
+    assert_eq!(w.endpoints.all_deliveries().len(), 2, "and nothing was read or recorded");
 }

@@ -10,8 +10,8 @@ use async_trait::async_trait;
 use longhaul_aws::executions::StartOutcome;
 use longhaul_aws::limits::Admission;
 use longhaul_aws::ports::{
-    DeadLetters, DispatchQueue, JobExecutions, ObjectCleanup, ObjectLinks, RateLimits, SigningKey,
-    UploadPresence, UploadQuotas, Warm, WebhookDispatch, WorkerInvocations,
+    Clock, DeadLetters, DispatchQueue, JobExecutions, ObjectCleanup, ObjectLinks, RateLimits,
+    SigningKey, UploadPresence, UploadQuotas, Warm, WebhookDispatch, WorkerInvocations,
 };
 use longhaul_aws::queue::{DispatchMessage, WebhookMessage};
 use longhaul_aws::{AwsError, Refusal};
@@ -313,12 +313,20 @@ pub struct MemoryRateLimits {
     per_minute: u32,
     counts: Mutex<HashMap<(Owner, i64), u32>>,
     outage: Outage,
+    /// The clock whose minutes it counts in (none: the machine's, as the table's counters).
+    clock: Option<std::sync::Arc<dyn Clock>>,
 }
 
 impl MemoryRateLimits {
-    /// `per_minute` submissions per owner and window (0: off).
+    /// `per_minute` submissions per owner and window (0: off), in the machine's minutes.
     pub fn new(per_minute: u32) -> Self {
         MemoryRateLimits { per_minute, ..Self::default() }
+    }
+
+    /// [`MemoryRateLimits::new`] counting in `clock`'s minutes: a handler test gives it the
+    /// handler's clock, so that a test's charges never straddle two of the machine's minutes.
+    pub fn on_clock(per_minute: u32, clock: std::sync::Arc<dyn Clock>) -> Self {
+        MemoryRateLimits { per_minute, clock: Some(clock), ..Self::default() }
     }
 
     /// While `down`, every charge fails as an unavailable table does.
@@ -337,7 +345,8 @@ impl RateLimits for MemoryRateLimits {
             return Ok(Admission::Admitted);
         }
         self.outage.check("count a submission")?;
-        let window = RateWindow::at(chrono::Utc::now().timestamp());
+        let now = self.clock.as_ref().map_or_else(chrono::Utc::now, |clock| clock.now());
+        let window = RateWindow::at(now.timestamp());
         let mut counts = lock(&self.counts);
         let count = counts.entry((owner.to_owned(), window.index)).or_default();
         if *count >= self.per_minute {

@@ -532,7 +532,9 @@ mod tests {
             let (flag, guard) = (flag.clone(), Dropped(gone_tx.lock().unwrap().take()));
             async move {
                 let _guard = guard;
-                tokio::time::sleep(Duration::from_millis(500)).await;
+                // Far past the timeout, so that however late the test's thread is polled,
+                // the timeout is what is due first.
+                tokio::time::sleep(Duration::from_secs(60)).await;
                 flag.store(true, Ordering::SeqCst);
                 Ok(Value::Null)
             }
