@@ -120,13 +120,13 @@ async fn end_attempt(
 }
 
 /// Takes the job's progress record from the failed attempt's lease, once the job is failed
-/// (a retry's move takes it before, [`backoff::schedule_retry`]): a worker of the attempt still running — a shard of a fanned-out stage whose map
-/// failed on another shard (Step Functions stops the map's executions, not the invocations
-/// under way), a `Run` invocation that outlived its task — has its next progress write
-/// refused and stops, instead of working on and counting into the failed job's progress
-/// until its own deadline. A revocation that fails leaves that worker to run out its
-/// invocation, writing progress nobody acts on: logged, not a reason to record the failure
-/// again.
+/// (a retry's move takes it before, [`backoff::schedule_retry`]). A worker of the attempt
+/// still running — a shard of a fanned-out stage whose map failed on another shard (Step
+/// Functions stops the map's executions, not the invocations under way), a `Run` invocation
+/// that outlived its task — then has its next progress write refused and stops, instead of
+/// working on and counting into the failed job's progress until its own deadline. A
+/// revocation that fails leaves that worker to run out its invocation, writing progress
+/// nobody acts on: logged, not a reason to record the failure again.
 async fn fence_off(deps: &Deps, job_id: &JobId, lease: &Lease) {
     if let Err(err) = deps.jobs.revoke_progress(job_id, &lease.token).await {
         tracing::warn!(error = %err, "the failed attempt's progress record could not be taken from its lease; a worker of it still running writes on until its deadline");
