@@ -151,10 +151,14 @@ async fn a_reconnect_with_last_event_id_resumes_without_repeats() {
 async fn an_idle_stream_sends_keepalive_comments() {
     stack();
     let api = Api::new(&principal("idle"));
-    let job_id = api.submit(&json!({"type": "demo", "params": {"items": 5, "item_ms": 10, "stall_at": 2, "stall_ms": 2500}})).await;
+    // Stalled far longer than a busy machine takes to open the stream, so that the stream
+    // surely meets the stall; the keepalives come every second of it.
+    let job_id = api.submit(&json!({"type": "demo", "params": {"items": 5, "item_ms": 10, "stall_at": 2, "stall_ms": 60_000}})).await;
     let url = events_url(&api, &job_id).await;
     let (_, _, events) = read(&url, None, |events| events.iter().any(|e| e.comment)).await;
     assert!(events.iter().any(|e| e.comment && e.kind == "keepalive"), "{events:?}");
+    let cancelled = api.post_json(&format!("/jobs/{job_id}/cancel"), &json!({})).await;
+    assert_eq!(cancelled.status, 202, "{}", cancelled.text);
 }
 
 #[tokio::test]
