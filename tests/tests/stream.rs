@@ -104,7 +104,10 @@ async fn events_url(api: &Api, job_id: &JobId) -> String {
 async fn progress_streams_monotonically_then_the_terminal_event_closes_it() {
     stack();
     let api = Api::new(&principal("watcher"));
-    let job_id = api.submit(&json!({"type": "demo", "params": {"items": 30, "item_ms": 50}})).await;
+    // Each job here runs for seconds, so that it is still live when its stream link is asked
+    // for, on a busy machine too.
+    let job_id =
+        api.submit(&json!({"type": "demo", "params": {"items": 30, "item_ms": 150}})).await;
     let url = events_url(&api, &job_id).await;
     let (status, content_type, events) = read(&url, None, |_| false).await;
     assert_eq!((status, content_type.as_str()), (200, "text/event-stream"));
@@ -135,7 +138,8 @@ async fn progress_streams_monotonically_then_the_terminal_event_closes_it() {
 async fn a_reconnect_with_last_event_id_resumes_without_repeats() {
     stack();
     let api = Api::new(&principal("reconnect"));
-    let job_id = api.submit(&json!({"type": "demo", "params": {"items": 60, "item_ms": 50}})).await;
+    let job_id =
+        api.submit(&json!({"type": "demo", "params": {"items": 60, "item_ms": 100}})).await;
     let url = events_url(&api, &job_id).await;
     let (_, _, first) =
         read(&url, None, |events| events.iter().filter(|e| e.kind == "progress").count() >= 3)
@@ -167,7 +171,7 @@ async fn streams_are_tenant_scoped() {
     let owner = Api::new(&principal("stream-owner"));
     let stranger = Api::new(&principal("stream-stranger"));
     let job_id =
-        owner.submit(&json!({"type": "demo", "params": {"items": 40, "item_ms": 50}})).await;
+        owner.submit(&json!({"type": "demo", "params": {"items": 40, "item_ms": 150}})).await;
     assert_eq!(stranger.get(&format!("/jobs/{job_id}")).await.status, 404, "no link for strangers");
     let url = events_url(&owner, &job_id).await;
     let other_job =
@@ -186,7 +190,8 @@ async fn streams_are_tenant_scoped() {
 async fn hostile_last_event_ids_are_refused_or_ignored_never_a_crash() {
     stack();
     let api = Api::new(&principal("hostile-reconnect"));
-    let job_id = api.submit(&json!({"type": "demo", "params": {"items": 20, "item_ms": 50}})).await;
+    let job_id =
+        api.submit(&json!({"type": "demo", "params": {"items": 20, "item_ms": 250}})).await;
     let url = events_url(&api, &job_id).await;
     let huge = "9".repeat(4_000);
     for bad in [
@@ -262,7 +267,7 @@ async fn a_job_shorter_than_a_progress_interval_ends_the_same_in_its_status_and_
     stack();
     let api = Api::new(&principal("short-job"));
     let job_id =
-        api.submit(&json!({"type": "demo", "params": {"items": 3}, "delay_seconds": 2})).await;
+        api.submit(&json!({"type": "demo", "params": {"items": 3}, "delay_seconds": 5})).await;
     let (events, job) = stream_to_the_end(&api, &job_id).await;
     let progress = &job["progress"];
     assert_eq!(progress["pct"].as_f64(), Some(100.0), "{job}");
@@ -282,7 +287,7 @@ async fn a_last_stage_that_never_counted_ends_with_no_count_in_status_and_stream
     let input =
         api.upload("small.csv", "text/csv", b"region,amount\neu,1\nus,2\neu,3\n".to_vec()).await;
     let job_id = api
-        .submit(&json!({"type": "csv_report", "delay_seconds": 2, "params": {
+        .submit(&json!({"type": "csv_report", "delay_seconds": 5, "params": {
             "input": input, "group_by": ["region"], "metrics": [{"op": "count"}]}}))
         .await;
     let (events, job) = stream_to_the_end(&api, &job_id).await;
