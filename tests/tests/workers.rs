@@ -3,8 +3,10 @@
 //! in the shared `StageFunction` — through every execution of the job (continue-as-new passes
 //! the worker on), and a kind naming a worker the template does not declare runs in the
 //! shared stage function instead of waiting forever. The stage's deadline is ~1 s per
-//! invocation and every run continues in a new execution, so a job spans several invocations:
-//! its direct run's, then those of the executions that take it over.
+//! invocation and every run continues in a new execution, so a job that works for longer
+//! spans several invocations: its direct run's, then those of the executions that take it
+//! over. How long a job works is set by its params (the demo kind's sleeps), never by how
+//! fast this machine scans a CSV.
 
 use longhaul_domain::JobId;
 use std::collections::BTreeSet;
@@ -12,6 +14,7 @@ use std::time::Duration;
 
 use longhaul_tests::csvgen::{Gen, csv_bytes};
 use longhaul_tests::{Api, Aws, harness, harness_with_registry, principal};
+use longhaul_job_demo::{Demo, DemoParams};
 use longhaul_worker::{JobKind, KindError, Policy, Registry, StageContext, StageOutcome};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -58,15 +61,46 @@ impl JobKind for Orphan {
     }
 }
 
+/// The demo kind under another name, run by `csv_report`'s worker function: a job whose
+/// length its params set (items × item_ms), in a worker function of its own.
+#[derive(Debug, Clone, Copy)]
+struct DemoInCsvWorker;
+
+impl JobKind for DemoInCsvWorker {
+    const NAME: &'static str = "demo_in_csv_worker";
+    type Params = DemoParams;
+
+    fn stages(&self) -> &'static [&'static str] {
+        Demo.stages()
+    }
+
+    fn validate(&self, params: &DemoParams) -> Result<(), String> {
+        Demo.validate(params)
+    }
+
+    fn policy(&self) -> Policy {
+        Policy { worker: "CsvReportWorkerFunction", ..Demo.policy() }
+    }
+
+    async fn run_stage(
+        &self,
+        ctx: &mut dyn StageContext,
+        params: &DemoParams,
+    ) -> Result<StageOutcome, KindError> {
+        Demo.run_stage(ctx, params).await
+    }
+}
+
 fn api(label: &str) -> Api {
     harness_with_registry(
         Registry::builder()
             .kinds_of(&longhaul_jobs::registry())
             .kind(Orphan)
+            .kind(DemoInCsvWorker)
             .build()
-            .expect("orphan's name is its own"),
+            .expect("the test kinds' names are their own"),
         &[
-            ("ENABLED_JOB_TYPES", "demo,csv_report,orphan"),
+            ("ENABLED_JOB_TYPES", "demo,csv_report,orphan,demo_in_csv_worker"),
             ("LONGHAUL_STAGE_MARGIN_SECONDS", "899"),
             ("LONGHAUL_RUNS_PER_EXECUTION", "1"),
             // A checkpoint (where a stage looks at its deadline) every 2 items (MiB of CSV).
@@ -100,20 +134,26 @@ fn set(names: &[&str]) -> BTreeSet<String> {
 #[tokio::test]
 async fn each_kind_runs_in_the_worker_function_its_policy_names() {
     let api = api("workers");
-    let input = api.upload("big.csv", "text/csv", csv_bytes(&Gen::new(3).rows(1_000_000))).await;
+    let input = api.upload("small.csv", "text/csv", csv_bytes(&Gen::new(3).rows(10_000))).await;
     let csv = api
         .submit(&json!({"type": "csv_report", "params": {
             "input": input, "group_by": ["region"], "metrics": [{"op": "count"}]}}))
         .await;
-    let demo = api.submit(&json!({"type": "demo", "params": {"items": 30, "item_ms": 200}})).await;
-    for job_id in [&csv, &demo] {
+    // Each works ~6 s against a ~1 s stage deadline: several invocations, whatever the machine.
+    let long = json!({"items": 30, "item_ms": 200});
+    let demo = api.submit(&json!({"type": "demo", "params": long})).await;
+    let elsewhere = api.submit(&json!({"type": "demo_in_csv_worker", "params": long})).await;
+    for job_id in [&csv, &demo, &elsewhere] {
         let job = api.wait_terminal(job_id, TIMEOUT).await;
         assert_eq!(job["status"], "succeeded", "{job}");
     }
     let report: Value = serde_json::from_slice(&api.result(&csv).await).unwrap();
-    assert_eq!(report["rows_scanned"], 1_000_000);
+    assert_eq!(report["rows_scanned"], 10_000);
+    assert_eq!(functions_of(&csv).0, set(&["CsvReportWorkerFunction"]), "{csv}");
 
-    for (job_id, worker) in [(&csv, "CsvReportWorkerFunction"), (&demo, "StageFunction")] {
+    for (job_id, worker) in
+        [(&demo, "StageFunction"), (&elsewhere, "CsvReportWorkerFunction")]
+    {
         let (functions, invocations) = functions_of(job_id);
         assert_eq!(functions, set(&[worker]), "{job_id}");
         // More than one invocation: the direct run hands the job over to an execution, which
