@@ -12,9 +12,9 @@ use longhaul_domain::JobId;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use longhaul_job_demo::{Demo, DemoParams};
 use longhaul_tests::csvgen::{Gen, csv_bytes};
 use longhaul_tests::{Api, Aws, harness, harness_with_registry, principal};
-use longhaul_job_demo::{Demo, DemoParams};
 use longhaul_worker::{JobKind, KindError, Policy, Registry, StageContext, StageOutcome};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -151,9 +151,7 @@ async fn each_kind_runs_in_the_worker_function_its_policy_names() {
     assert_eq!(report["rows_scanned"], 10_000);
     assert_eq!(functions_of(&csv).0, set(&["CsvReportWorkerFunction"]), "{csv}");
 
-    for (job_id, worker) in
-        [(&demo, "StageFunction"), (&elsewhere, "CsvReportWorkerFunction")]
-    {
+    for (job_id, worker) in [(&demo, "StageFunction"), (&elsewhere, "CsvReportWorkerFunction")] {
         let (functions, invocations) = functions_of(job_id);
         assert_eq!(functions, set(&[worker]), "{job_id}");
         // More than one invocation: the direct run hands the job over to an execution, which

@@ -288,7 +288,7 @@ async fn compensate_instead(
             tracing::warn!(error = %err, "stopping the execution failed");
         }
     }
-    let message = longhaul_aws::queue::DispatchMessage { job_id: moved.job_id.clone() };
+    let message = longhaul_aws::queue::DispatchMessage::new(moved.job_id.clone());
     if let Err(err) = deps.intake.send(&message, &moved.owner).await {
         // Compensating is recorded: the reaper's compensating sweep sends it once it is due.
         tracing::warn!(error = %err, "sending the compensation failed; the reaper sends it later");

@@ -76,7 +76,7 @@ pub(crate) async fn resume(deps: &Deps, request: &Request) -> Result<Response<Bo
         let now = Timestamp::from(deps.clock.now());
         match deps.jobs.resume(&job, &format!("resumed by {owner}"), now).await {
             Ok(ResumeOutcome::Resumed(resumed)) => {
-                let message = DispatchMessage { job_id: job_id.clone() };
+                let message = DispatchMessage::new(job_id.clone());
                 if let Err(err) = deps.intake.send(&message, &resumed.owner).await {
                     // Pending again either way: the reaper's pending sweep enqueues it.
                     tracing::error!(error = %err, "enqueueing the resumed job failed; the reaper enqueues it");

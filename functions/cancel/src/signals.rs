@@ -188,7 +188,7 @@ async fn resume(
 ) -> Result<JobStatus, Problem> {
     match deps.jobs.resume(job, &format!("signal {name} came"), now).await {
         Ok(ResumeOutcome::Resumed(resumed)) => {
-            let message = DispatchMessage { job_id: job.job_id.clone() };
+            let message = DispatchMessage::new(job.job_id.clone());
             if let Err(err) = deps.intake.send(&message, &resumed.owner).await {
                 // Pending again either way: the reaper's pending sweep enqueues it.
                 tracing::error!(error = %err, "enqueueing the resumed job failed; the reaper enqueues it");

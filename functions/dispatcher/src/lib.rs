@@ -9,6 +9,14 @@
 //! item failures, so SQS retries them and, after `maxReceiveCount`, moves them to the
 //! dead-letter queue.
 //!
+//! **No read for a new job.** Submit's message carries the job as it wrote it
+//! ([`DispatchMessage::snapshot`]), so its dispatch reads nothing: its `pending → queued` write
+//! is made on condition that the job is unchanged since (`updated_at`). A job that changed
+//! while the message waited (cancelled, paused and resumed, dispatched by the reaper's
+//! message, marked waiting by this dispatch) is handled by what the refused write answers: as
+//! any lost dispatch, or — still `pending` — its slots go back and it is dispatched as it is
+//! now ([`dispatch_snapshot`]). Every other sender's message names the job only.
+//!
 //! **Runs Lambda gave up on.** The worker functions' on-failure destination is the intake
 //! queue: a run whose invocation failed on every try (or aged out of Lambda's queue) comes
 //! back here as Lambda's invocation record, and the job is handed over to an execution of
@@ -183,7 +191,12 @@ async fn dispatch_record(deps: &Deps, record: &SqsMessage) -> Result<(), Dispatc
     let span = logs::job_span(Some(job_id), None, None);
     async {
         let result = match &message {
-            IntakeMessage::Dispatch(message) => dispatch(deps, &message.job_id).await,
+            IntakeMessage::Dispatch(message) => match &message.job {
+                Some(job) if job.job_id == message.job_id => {
+                    dispatch_snapshot(deps, (**job).clone()).await
+                }
+                _ => dispatch(deps, &message.job_id).await,
+            },
             IntakeMessage::GivenUp(given_up) => take_over(deps, given_up).await,
             // Its undos' attempts are counted before they run, so a compensation that keeps
             // crashing gives its undos up; the reaper dispatches it again once its worker has
@@ -255,12 +268,36 @@ pub async fn take_over(deps: &Deps, given_up: &GivenUpRun) -> Result<(), Dispatc
 /// idempotent. A job whose tenant or kind is at its limit waits instead (see
 /// [`take_slot`]). Records the job's attempt and principal in the current `job` span.
 pub async fn dispatch(deps: &Deps, job_id: &JobId) -> Result<(), DispatchError> {
-    let now = deps.clock.now();
     let Some(job) = deps.jobs.job(job_id).await? else {
         tracing::error!("dispatch message for a job that does not exist; dropping it");
         return Ok(());
     };
     logs::current_job(&job);
+    dispatch_job(deps, job, Read::Now).await
+}
+
+/// [`dispatch`] of the job its message carries as submit wrote it, without reading it: its
+/// `pending → queued` write is made on condition that the job is unchanged since. A job that
+/// changed (cancelled, paused, dispatched by another message, or marked waiting by this
+/// dispatch) is handled as that write's refusal says: a job still `pending` has the slots
+/// this dispatch took given back, and is read and dispatched as it is now.
+pub async fn dispatch_snapshot(deps: &Deps, job: JobRecord) -> Result<(), DispatchError> {
+    logs::current_job(&job);
+    dispatch_job(deps, job, Read::Snapshot).await
+}
+
+/// Where a dispatch's record of the job comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Read {
+    /// Read from the table by this dispatch.
+    Now,
+    /// Carried by the message ([`DispatchMessage::job`]): perhaps stale.
+    Snapshot,
+}
+
+async fn dispatch_job(deps: &Deps, job: JobRecord, read: Read) -> Result<(), DispatchError> {
+    let now = deps.clock.now();
+    let job_id = &job.job_id.clone();
     match job.status {
         JobStatus::Pending => {}
         JobStatus::Queued => {
@@ -334,12 +371,15 @@ pub async fn dispatch(deps: &Deps, job_id: &JobId) -> Result<(), DispatchError> 
     // earlier dispatch can claim it.
     let dispatch = job.dispatches + 1;
     let name = execution_name(job_id, dispatch);
-    let request =
+    let mut request =
         TransitionRequest::new(job_id, &[JobStatus::Pending], JobStatus::Queued, "dispatched")
             .set("execution", &name)
             .set("dispatches", dispatch)
             .remove("waiting")
             .due(&format_rfc3339(now));
+    if read == Read::Snapshot {
+        request = request.unchanged_since(job.updated_at);
+    }
     let job = match deps.jobs.transition(request).await {
         Ok(job) => {
             logs::current_job(&job);
@@ -355,6 +395,18 @@ pub async fn dispatch(deps: &Deps, job_id: &JobId) -> Result<(), DispatchError> 
                 (LostDispatch::KeepSlots, _) => {
                     tracing::info!(status = ?status, "dispatched by another message meanwhile; its slots stay the job's");
                     Ok(())
+                }
+                // The snapshot was stale: the slots this dispatch took (for the run it named)
+                // go back, and the job is dispatched as it is now.
+                (LostDispatch::GiveBack, Some(current))
+                    if read == Read::Snapshot && current.status == JobStatus::Pending =>
+                {
+                    tracing::info!(
+                        "the job changed since its message was sent; dispatched as it is now"
+                    );
+                    give_back_lost(deps, &job, status, &pools.iter().collect::<Vec<_>>()).await?;
+                    logs::current_job(&current);
+                    Box::pin(dispatch_job(deps, *current, Read::Now)).await
                 }
                 (LostDispatch::GiveBack | LostDispatch::StartAgain, _) => {
                     tracing::info!(status = ?status, "job ended while dispatched; its slots are given back");
@@ -420,7 +472,7 @@ async fn delay_again(
 ) -> Result<(), DispatchError> {
     let delay = schedule::sqs_delay(start_at, now).max(1);
     tracing::info!(start_at = %format_rfc3339(start_at), delay, "before the job's start; delayed again");
-    let message = DispatchMessage { job_id: job.job_id.clone() };
+    let message = DispatchMessage::new(job.job_id.clone());
     deps.intake.send_delayed(&message, delay, &job.owner).await?;
     Ok(())
 }

@@ -18,7 +18,7 @@ use longhaul_memory::{
     ManualClock, MemoryDispatchQueue, MemoryExecutions, MemoryInvocations, MemoryJobStore,
     MemorySlotPools, owner,
 };
-use serde_json::json;
+use serde_json::{Value, json};
 
 const STAGE_ARN: &str = "arn:aws:lambda:us-east-1:123456789012:function:longhaul-StageFunction";
 
@@ -58,6 +58,8 @@ enum Before {
 struct Racing {
     store: Arc<MemoryJobStore>,
     race: Mutex<Option<(Before, Race)>>,
+    /// The jobs the handler read.
+    reads: std::sync::atomic::AtomicUsize,
 }
 
 impl Racing {
@@ -93,6 +95,7 @@ impl Warm for Racing {}
 #[async_trait]
 impl JobReads for Racing {
     async fn job(&self, job_id: &JobId) -> Result<Option<JobRecord>, StoreError> {
+        self.reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         self.store.job(job_id).await
     }
     async fn view(&self, job_id: &JobId) -> Result<Option<JobView>, StoreError> {
@@ -187,7 +190,8 @@ struct World {
 /// A tenant may run `tenant_max_running` jobs at once (0: no limit).
 fn world(tenant_max_running: u32) -> World {
     let jobs = Arc::new(MemoryJobStore::new());
-    let racing = Arc::new(Racing { store: jobs.clone(), race: Mutex::new(None) });
+    let racing =
+        Arc::new(Racing { store: jobs.clone(), race: Mutex::new(None), reads: Default::default() });
     let invocations = Arc::new(MemoryInvocations::new());
     let executions = Arc::new(MemoryExecutions::new());
     let queue = Arc::new(MemoryDispatchQueue::new());
@@ -213,7 +217,7 @@ fn message(id: &str, body: &str) -> SqsMessage {
 }
 
 fn dispatch_body(job_id: &JobId) -> String {
-    serde_json::to_string(&DispatchMessage { job_id: job_id.clone() }).unwrap()
+    serde_json::to_string(&DispatchMessage::new(job_id.clone())).unwrap()
 }
 
 fn tenant(name: &str) -> Pool {
@@ -302,6 +306,17 @@ impl World {
     /// The job ids of the dispatch messages sent (wake-ups and delays), in order.
     fn sent(&self) -> Vec<JobId> {
         self.queue.sent().into_iter().map(|(m, _, _)| m.job_id).collect()
+    }
+
+    /// Delivers `job`'s message as submit sends it, carrying the job as written.
+    async fn dispatch_snapshot(&self, job: &JobRecord) -> Vec<String> {
+        let body = serde_json::to_string(&DispatchMessage::snapshot(job)).unwrap();
+        self.deliver(vec![message(&format!("m-{}", job.job_id), &body)]).await
+    }
+
+    /// How many times the handler read a job.
+    fn reads(&self) -> usize {
+        self.racing.reads.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     fn race(&self, before: Before, race: Race) {
@@ -811,4 +826,56 @@ async fn a_compensation_lambda_gave_up_on_is_acknowledged_for_the_reaper_to_send
     assert!(failed.is_empty(), "not a malformed message: {failed:?}");
     assert!(w.invocations.queued().is_empty(), "no loop of invocations");
     assert_eq!(w.record(&job).await.status, JobStatus::Compensating);
+}
+
+#[tokio::test]
+async fn a_message_carrying_the_job_dispatches_it_without_reading_it() {
+    let w = world(50);
+    let job = w.job(&owner("alice")).await;
+    let id = job.job_id.clone();
+    let body: Value = serde_json::to_value(DispatchMessage::snapshot(&job)).unwrap();
+    assert_eq!(body["job"]["params"], Value::Null, "no params in the message");
+    assert!(w.dispatch_snapshot(&job).await.is_empty());
+    assert_eq!(w.reads(), 0);
+    let record = w.record(&job).await;
+    assert_eq!((record.status, record.dispatches), (JobStatus::Queued, 1));
+    assert_eq!(w.started(), [execution_name(&id, 1)]);
+    assert_eq!(w.holders(&tenant("alice")).await, std::slice::from_ref(&id));
+    // Redelivered, the snapshot is stale (the job is queued): the run is invoked again under
+    // the name it has, never a second run, and the slot stays the job's.
+    assert!(w.dispatch_snapshot(&job).await.is_empty());
+    assert_eq!(w.started(), [execution_name(&id, 1)]);
+    assert_eq!(w.holders(&tenant("alice")).await, [id]);
+}
+
+#[tokio::test]
+async fn a_job_changed_since_its_message_was_sent_is_dispatched_as_it_is_now() {
+    let w = world(50);
+    let job = w.job(&owner("alice")).await;
+    let id = job.job_id.clone();
+    // Paused and resumed while its message waited: one resume, a later write.
+    let later = Timestamp::from(job.updated_at.as_datetime() + chrono::Duration::seconds(1));
+    w.jobs.put_record(JobRecord { resumes: 1, updated_at: later, ..job.clone() });
+    assert!(w.dispatch_snapshot(&job).await.is_empty());
+    let record = w.record(&job).await;
+    assert_eq!((record.status, record.dispatches), (JobStatus::Queued, 1));
+    assert_eq!(w.started(), [execution_name(&id, 1)]);
+    let pool = tenant("alice");
+    assert_eq!(w.holders(&pool).await, std::slice::from_ref(&id));
+    // The slot is the resumed run's (1), not the snapshot's (0): a late give-back of run 0
+    // frees nothing.
+    assert_eq!(w.slots.give_back_run(&pool, &id, 0).await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn a_job_cancelled_since_its_message_was_sent_starts_nothing_and_keeps_no_slot() {
+    let w = world(50);
+    let job = w.job(&owner("alice")).await;
+    let request =
+        TransitionRequest::new(&job.job_id, &[JobStatus::Pending], JobStatus::Cancelled, "test");
+    w.jobs.transition(request).await.unwrap();
+    assert!(w.dispatch_snapshot(&job).await.is_empty());
+    assert_eq!(w.record(&job).await.status, JobStatus::Cancelled);
+    assert!(w.started().is_empty());
+    assert!(w.holders(&tenant("alice")).await.is_empty());
 }

@@ -49,7 +49,7 @@ pub(crate) async fn silent(
             return raced(Err(err), report);
         }
     }
-    let message = DispatchMessage { job_id: record.job_id.clone() };
+    let message = DispatchMessage::new(record.job_id.clone());
     deps.intake.send(&message, &record.owner).await?;
     tracing::warn!(updated_at = %record.updated_at, "compensating job's worker went silent; dispatched again");
     report.re_enqueued += 1;

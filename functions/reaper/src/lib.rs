@@ -586,7 +586,7 @@ async fn compensate_instead(
         revoke(deps, &job.job_id, lease).await;
     }
     stop_execution(deps, job, &cause).await;
-    let message = longhaul_aws::queue::DispatchMessage { job_id: record.job_id.clone() };
+    let message = longhaul_aws::queue::DispatchMessage::new(record.job_id.clone());
     let sent = match lease {
         Some(_) => {
             let delay = deps.config.thresholds.heartbeat_timeout.as_secs().clamp(1, 900) as u32;

@@ -109,7 +109,7 @@ async fn timed_out(
         .await
     {
         Ok(ResumeOutcome::Resumed(resumed)) => {
-            let message = DispatchMessage { job_id: record.job_id.clone() };
+            let message = DispatchMessage::new(record.job_id.clone());
             deps.intake.send(&message, &resumed.owner).await?;
             tracing::info!(signal = %wait.signal, timed_out = recorded, "the wait ended; the job resumes");
             report.resumed += 1;

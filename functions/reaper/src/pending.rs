@@ -52,7 +52,7 @@ pub(crate) async fn lost_pending(
         - chrono::Duration::from_std(deps.config.pending_grace).unwrap_or_default();
     match deps.jobs.count_enqueue(&job.job_id, Timestamp::from(next_look)).await {
         Ok(record) => {
-            let message = DispatchMessage { job_id: job.job_id.clone() };
+            let message = DispatchMessage::new(job.job_id.clone());
             match record.not_before.map(Timestamp::as_datetime).filter(|start| *start > now) {
                 // A delayed job coming due (its entry was keyed 15 minutes before its start):
                 // its message waits for the start, and the next look is after it.

@@ -225,7 +225,7 @@ async fn still_waiting(
     let Some((pool, limit)) =
         its_pools.into_iter().find(|(pool, _)| pool.reason() == waiting.reason)
     else {
-        let message = DispatchMessage { job_id: job.job_id.clone() };
+        let message = DispatchMessage::new(job.job_id.clone());
         deps.intake.send(&message, &job.owner).await?;
         report.admitted += 1;
         tracing::info!(reason = ?waiting.reason, "waits for a limit that is off now; woken");

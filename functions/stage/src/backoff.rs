@@ -113,7 +113,7 @@ pub async fn schedule_retry(
 /// dispatcher delays an early message again).
 async fn enqueue(deps: &Deps, job: &JobRecord, retry_at: Timestamp) -> Result<(), StageError> {
     let delay = schedule::sqs_delay(retry_at.as_datetime(), deps.clock.now());
-    let message = DispatchMessage { job_id: job.job_id.clone() };
+    let message = DispatchMessage::new(job.job_id.clone());
     deps.intake.send_delayed(&message, delay, &job.owner).await.map_err(StageError::from)
 }
 

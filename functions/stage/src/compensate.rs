@@ -75,7 +75,7 @@ pub(crate) async fn handed_over(
 
 /// Sends the job to the dispatcher, to compensate after `delay_seconds`.
 async fn send(deps: &Deps, job: &JobRecord, delay_seconds: u32) -> Result<(), StageError> {
-    let message = DispatchMessage { job_id: job.job_id.clone() };
+    let message = DispatchMessage::new(job.job_id.clone());
     let sent = if delay_seconds == 0 {
         deps.intake.send(&message, &job.owner).await
     } else {

@@ -148,7 +148,7 @@ async fn resume_if_signalled(
     let now = Timestamp::from(deps.clock.now());
     match deps.jobs.resume(parked, &format!("signal {} came", wait.signal), now).await {
         Ok(ResumeOutcome::Resumed(resumed)) => {
-            let message = DispatchMessage { job_id: parked.job_id.clone() };
+            let message = DispatchMessage::new(parked.job_id.clone());
             match deps.intake.send(&message, &resumed.owner).await {
                 Ok(()) => {
                     tracing::info!(signal = %wait.signal, "the signal came as the job parked; resumed")

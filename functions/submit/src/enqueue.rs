@@ -6,8 +6,10 @@ use longhaul_domain::{Timestamp, schedule};
 
 use crate::Deps;
 
-/// Enqueues the job. A failure here leaves the job `pending`: it is already durable, and the
-/// reaper re-enqueues pending jobs that were never dispatched, so the client still gets 202.
+/// Enqueues the job, its message carrying the record as written (the dispatcher then need
+/// not read it: [`DispatchMessage::snapshot`]). A failure here leaves the job `pending`: it is
+/// already durable, and the reaper re-enqueues pending jobs that were never dispatched, so the
+/// client still gets 202.
 ///
 /// A delayed job's message is delayed until its start when SQS can hold it that long (15
 /// minutes); a later start is not enqueued now: the reaper enqueues it 15 minutes before
@@ -23,7 +25,7 @@ pub(crate) async fn enqueue(deps: &Deps, job: &JobRecord) {
         Some(at) => schedule::sqs_delay(at, now),
         None => 0,
     };
-    let message = DispatchMessage { job_id: job.job_id.clone() };
+    let message = DispatchMessage::snapshot(job);
     if let Err(err) = deps.intake.send_delayed(&message, delay, &job.owner).await {
         tracing::error!(error = %err, "enqueueing failed; the job stays pending for the reaper");
     }

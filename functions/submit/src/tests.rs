@@ -198,6 +198,20 @@ async fn a_new_job_is_accepted_written_once_and_enqueued() {
     assert!(job.not_before.is_none() && job.retry_of.is_none() && job.callback_url.is_none());
     assert_eq!(w.jobs_of(&owner("alice")).await, [id.as_str()], "written once");
     assert_eq!(w.enqueued(), [(id.clone(), 0, owner("alice"))], "enqueued at once");
+    // The message carries the job as written (the dispatcher need not read it), without its
+    // params, callback URL or idempotency key.
+    let (message, _, _) = w.queue.sent().pop().unwrap();
+    let snapshot = *message.job.expect("the job as written");
+    assert_eq!(snapshot.params, Value::Null);
+    assert!(snapshot.callback_url.is_none() && snapshot.idempotency_key.is_empty());
+    assert_eq!(
+        JobRecord {
+            params: job.params.clone(),
+            idempotency_key: job.idempotency_key.clone(),
+            ..snapshot
+        },
+        job
+    );
     let key =
         w.key(&owner("alice"), &job.idempotency_key).await.expect("its derived key is claimed");
     assert_eq!(key.job_id, id);

@@ -4,12 +4,38 @@ use longhaul_domain::{JobId, Owner};
 use serde::{Deserialize, Serialize};
 
 use crate::AwsError;
+use crate::jobs::JobRecord;
 
-/// The message submit sends and the dispatcher consumes.
+/// The message the dispatcher consumes: a job to dispatch, sent by submit (with the job's
+/// [`snapshot`](DispatchMessage::snapshot)) and by whoever moves a job on (the reaper, the
+/// slots function, a backoff, a resume).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DispatchMessage {
     /// The job to dispatch.
     pub job_id: JobId,
+    /// The job's record as its sender wrote it, so that the dispatcher need not read it: only
+    /// the fields a dispatch uses (no params, callback URL or idempotency key, which a message
+    /// kept in the dead-letter queue must not carry). The dispatch that uses it writes only on
+    /// condition that the job is unchanged since (`updated_at`); a job changed meanwhile is
+    /// read and dispatched as it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<Box<JobRecord>>,
+}
+
+impl DispatchMessage {
+    /// A message naming `job_id` only: the dispatcher reads the job.
+    pub fn new(job_id: JobId) -> Self {
+        DispatchMessage { job_id, job: None }
+    }
+
+    /// A message for `job` as just written, carrying its snapshot.
+    pub fn snapshot(job: &JobRecord) -> Self {
+        let mut snapshot = job.clone();
+        snapshot.params = serde_json::Value::Null;
+        snapshot.callback_url = None;
+        snapshot.idempotency_key = String::new();
+        DispatchMessage { job_id: job.job_id.clone(), job: Some(Box::new(snapshot)) }
+    }
 }
 
 /// Sends dispatch messages to the intake queue.

@@ -714,7 +714,7 @@ impl Admitter {
     ) -> Result<usize, AwsError> {
         let waiting = self.slots.first_waiting(pool, owner, free).await?;
         for entry in &waiting {
-            let message = DispatchMessage { job_id: entry.job_id.clone() };
+            let message = DispatchMessage::new(entry.job_id.clone());
             self.intake.send(&message, &entry.owner).await?;
             self.slots.leave_waiting(pool, owner, &entry.position).await?;
         }
@@ -742,7 +742,7 @@ impl Admitter {
                 continue;
             };
             if self.slots.claim_waiting(pool, &turn.owner, &entry.position).await? {
-                let message = DispatchMessage { job_id: entry.job_id.clone() };
+                let message = DispatchMessage::new(entry.job_id.clone());
                 self.intake.send(&message, &entry.owner).await?;
                 admitted += 1;
             }

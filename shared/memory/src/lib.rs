@@ -127,7 +127,7 @@ mod tests {
     async fn the_memory_intake_queue_refuses_a_delay_sqs_refuses() {
         use longhaul_aws::ports::DispatchQueue;
         let intake = MemoryDispatchQueue::new();
-        let message = longhaul_aws::queue::DispatchMessage { job_id: nth_job(1) };
+        let message = longhaul_aws::queue::DispatchMessage::new(nth_job(1));
         let refused = intake.send_delayed(&message, 901, &owner("o")).await.unwrap_err();
         assert_eq!(refused.refusal, Some(longhaul_aws::Refusal::Invalid));
         assert!(intake.sent().is_empty(), "nothing sent");

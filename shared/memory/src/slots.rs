@@ -182,7 +182,7 @@ impl MemorySlotPools {
     }
 
     async fn wake(&self, entry: &WaitingEntry) -> Result<(), AwsError> {
-        let message = DispatchMessage { job_id: entry.job_id.clone() };
+        let message = DispatchMessage::new(entry.job_id.clone());
         self.intake.send(&message, &entry.owner).await
     }
 

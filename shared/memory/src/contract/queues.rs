@@ -15,23 +15,21 @@ pub async fn dispatch_queue(
     queue: &impl DispatchQueue,
     received: impl AsyncFn(usize) -> Vec<Value>,
 ) {
-    let first = DispatchMessage { job_id: JobId::new() };
-    let second = DispatchMessage { job_id: JobId::new() };
     let owner = crate::owner("contract-owner");
+    let first = DispatchMessage::new(JobId::new());
+    // Submit's message: the job as written, carried whole (but for what it leaves out).
+    let second =
+        DispatchMessage::snapshot(&super::pending_job(&owner, longhaul_domain::Timestamp::now()));
     queue.send(&first, &owner).await.expect("a message is sent");
     queue.send_delayed(&second, 1, &owner).await.expect("a delayed one too");
-    let mut got: Vec<JobId> = received(2)
+    let mut got: Vec<DispatchMessage> = received(2)
         .await
         .iter()
-        .map(|body| {
-            let message: DispatchMessage =
-                serde_json::from_value(body.clone()).expect("a dispatch message names its job");
-            message.job_id
-        })
+        .map(|body| serde_json::from_value(body.clone()).expect("a dispatch message names its job"))
         .collect();
-    got.sort();
-    let mut sent = vec![first.job_id, second.job_id];
-    sent.sort();
+    got.sort_by(|a, b| a.job_id.cmp(&b.job_id));
+    let mut sent = vec![first, second];
+    sent.sort_by(|a, b| a.job_id.cmp(&b.job_id));
     assert_eq!(got, sent, "each message arrives once, as sent");
 }
 
