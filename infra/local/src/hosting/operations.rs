@@ -6,8 +6,9 @@ use axum::http::{HeaderMap, Method};
 use crate::checks::iam::Credential;
 
 /// Names an AWS request `service:Operation`: from `X-Amz-Target` for JSON protocols
-/// (DynamoDB, SQS, Step Functions), from the method and path for the REST protocols of S3
-/// and EventBridge Scheduler.
+/// (DynamoDB, SQS, Step Functions), from the method and path for the REST protocols of S3,
+/// EventBridge Scheduler and Lambda's `Invoke` (the name the edge counts it by, so a fault
+/// plan aims at it by that name too).
 pub fn classify(method: &Method, uri: &axum::http::Uri, headers: &HeaderMap) -> String {
     let service = Credential::of(uri, headers).map_or_else(|| "unknown".into(), |c| c.service);
     if let Some(target) = headers.get("x-amz-target").and_then(|v| v.to_str().ok()) {
@@ -21,6 +22,9 @@ pub fn classify(method: &Method, uri: &axum::http::Uri, headers: &HeaderMap) -> 
         && let Some(operation) = scheduler_operation(method, uri.path())
     {
         return format!("scheduler:{operation}");
+    }
+    if service == "lambda" && method == Method::POST && is_invocation(uri.path()) {
+        return "lambda:Invoke".into();
     }
     format!("{service}:{} {}", method, uri.path())
 }
@@ -41,6 +45,12 @@ fn scheduler_operation(method: &Method, path: &str) -> Option<&'static str> {
         ("DELETE", ["schedule-groups", _]) => "DeleteScheduleGroup",
         _ => return None,
     })
+}
+
+/// Lambda's `Invoke`: `POST /2015-03-31/functions/{FunctionName}/invocations`.
+fn is_invocation(path: &str) -> bool {
+    let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    matches!(segments.as_slice(), ["2015-03-31", "functions", name, "invocations"] if !name.is_empty())
 }
 
 fn s3_operation(method: &Method, uri: &axum::http::Uri, headers: &HeaderMap) -> &'static str {
@@ -127,5 +137,21 @@ mod tests {
         ] {
             assert_eq!(classify(&method, &path.parse().unwrap(), &headers), operation, "{path}");
         }
+        // Lambda's Invoke, by the name the edge meters it under (a function ARN in the path).
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            "authorization",
+            "AWS4-HMAC-SHA256 Credential=k/20261122/us-east-1/lambda/aws4_request, SignedHeaders=x"
+                .parse()
+                .unwrap(),
+        );
+        let invoke =
+            "/2015-03-31/functions/arn%3Aaws%3Alambda%3Aus-east-1%3A1%3Afunction%3Af/invocations";
+        assert_eq!(classify(&Method::POST, &invoke.parse().unwrap(), &headers), "lambda:Invoke");
+        assert_eq!(
+            classify(&Method::GET, &"/2015-03-31/functions/f".parse().unwrap(), &headers),
+            "lambda:GET /2015-03-31/functions/f",
+            "another Lambda call keeps its method and path"
+        );
     }
 }
