@@ -313,14 +313,20 @@ async fn bad_submissions_get_problem_json_and_write_nothing() {
 async fn the_call_meter_counts_what_a_job_costs() {
     let api = Api::new(&principal("meter"));
     let before = api.get("/_local/aws-calls").await.json;
+    let by_function_before = api.get("/_local/aws-calls/by-function").await.json;
     let job_id = api.submit(&json!({"type": "demo", "params": {"items": 2}})).await;
     assert_eq!(api.wait_terminal(&job_id, JOB_TIMEOUT).await["status"], "succeeded");
     let after = api.get("/_local/aws-calls").await.json;
+    let by_function_after = api.get("/_local/aws-calls/by-function").await.json;
     let delta = |key: &str| after[key].as_u64().unwrap_or(0) - before[key].as_u64().unwrap_or(0);
     // Other tests run alongside, so these are lower bounds of this job's own calls.
     assert!(delta("dynamodb:PutItem") >= 2, "idempotency record and job record");
-    assert!(delta("sqs:SendMessage") >= 1);
     assert!(delta("lambda:Invoke") >= 1, "one direct run claims, runs and completes the job");
+    let submits = |calls: &Value| calls["SubmitFunction"]["lambda:Invoke"].as_u64().unwrap_or(0);
+    assert!(
+        submits(&by_function_after) > submits(&by_function_before),
+        "submit starts the job itself: {by_function_after}"
+    );
     assert!(delta("s3:PutObject") >= 1, "the result");
     assert!(delta("dynamodb:UpdateItem") >= 3, "queued, running, succeeded");
 }

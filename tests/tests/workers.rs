@@ -199,7 +199,8 @@ fn every_shipped_kinds_worker_is_deployed_and_only_workers_are_invocable() {
         serde_json::from_str(&env["LONGHAUL_WORKERS"]).unwrap()
     };
     let workers = workers_of("DispatcherFunction");
-    assert_eq!(workers, workers_of("ReaperFunction"), "the two maps must agree");
+    assert_eq!(workers, workers_of("ReaperFunction"), "the maps must agree");
+    assert_eq!(workers, workers_of("SubmitFunction"), "the maps must agree");
     let workers = workers.as_object().unwrap();
     let arn = |logical: &str| function_arn(&template.physical_name(logical).unwrap());
     for kind in longhaul_jobs::registry().kinds() {

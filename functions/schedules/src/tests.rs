@@ -273,6 +273,8 @@ fn world_limited(per_minute: u32, max_pending: usize) -> World {
             policy_overrides: Default::default(),
             max_pending,
             clock: clock.clone(),
+            // As deployed: the schedules function enqueues every job it submits.
+            start: None,
         },
     };
     World { schedules, twins, firings, jobs, limits, queue, clock, deps, fire }

@@ -33,6 +33,12 @@ pub struct Config {
     /// `LONGHAUL_POLICY_OVERRIDES` (JSON `{"<type>": {"max_attempts": 5, …}}`, default none):
     /// the deployment's changes to kinds' policies, applied to the policy stored on each job.
     pub policy_overrides: PolicyOverrides,
+    /// The jobs this function starts itself, in the request that writes them
+    /// ([`crate::Deps::start`]), configured as the dispatcher is (`STATE_MACHINE_ARN`,
+    /// `LONGHAUL_WORKERS`, `LONGHAUL_TENANT_MAX_RUNNING`): only where `LONGHAUL_WORKERS` is
+    /// set, as the submit function's template sets it. Without it (the schedules function,
+    /// which submits through this crate) every job goes through the intake queue.
+    pub start: Option<dispatcher::Config>,
 }
 
 impl Config {
@@ -52,6 +58,10 @@ impl Config {
             )?,
             max_pending: vars.parsed_or("LONGHAUL_TENANT_MAX_PENDING", DEFAULT_MAX_PENDING)?,
             policy_overrides: parse_policy_overrides(vars, &longhaul_jobs::registry())?,
+            start: match vars.required("LONGHAUL_WORKERS") {
+                Ok(_) => Some(dispatcher::Config::from_vars(vars)?),
+                Err(_) => None,
+            },
         })
     }
 
@@ -132,5 +142,17 @@ mod tests {
         let err = Config::from_vars(&vars(&[("LONGHAUL_POLICY_OVERRIDES", r#"{"nope": {}}"#)]));
         assert!(err.is_err());
         assert!(Config::from_vars(&vars(&[("LONGHAUL_POLICY_OVERRIDES", "")])).is_ok());
+    }
+
+    #[test]
+    fn jobs_are_started_at_once_only_where_the_worker_functions_are_configured() {
+        assert!(Config::from_vars(&vars(&[])).unwrap().start.is_none(), "enqueued");
+        let workers = r#"{"StageFunction": "arn:aws:lambda:us-east-1:1:function:s"}"#;
+        let starting = [("LONGHAUL_WORKERS", workers), ("STATE_MACHINE_ARN", "arn:sm")];
+        let start = Config::from_vars(&vars(&starting)).unwrap().start.expect("started at once");
+        assert_eq!((start.state_machine_arn.as_str(), start.tenant_max_running), ("arn:sm", 50));
+        // Configured wrongly, the function does not start at all (never a silent fallback).
+        assert!(Config::from_vars(&vars(&[("LONGHAUL_WORKERS", "{")])).is_err());
+        assert!(Config::from_vars(&vars(&[("LONGHAUL_WORKERS", workers)])).is_err(), "no ARN");
     }
 }

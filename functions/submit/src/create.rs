@@ -15,10 +15,10 @@ use longhaul_domain::{JobId, JobStatus, Owner, Timestamp};
 use longhaul_worker::DynKind;
 
 use crate::Deps;
-use crate::enqueue::enqueue;
 use crate::limits::{charge, within_backlog};
 use crate::record::new_job;
 use crate::response::{accepted, internal};
+use crate::start::start;
 use crate::submission::uploads_present;
 
 /// How long a claimed idempotency key whose job record is not written yet counts as "the
@@ -86,14 +86,14 @@ async fn resumable(deps: &Deps, mut job: JobRecord, new: &NewJob<'_>) -> JobReco
 /// Two conditional writes, no transaction: (1) claim the key for a fresh job id, (2) write
 /// the job under that id. The request that claimed the key charges the tenant's submission
 /// rate between the two, so a written job record means its creator is past every point where
-/// it could refuse: what it answers is settled (`202` with that job; enqueueing cannot change
-/// it, see [`enqueue`]). That record is the only mark "the original request is done" needs:
+/// it could refuse: what it answers is settled (`202` with that job; starting it cannot change
+/// it, see [`start`]). That record is the only mark "the original request is done" needs:
 /// a request that finds the key taken answers `200` with the job as soon as the job record
 /// exists ([`KeyTaken::Replay`]), and `409` only while it does not ([`KeyTaken::InFlight`]).
 /// A claim older than [`IN_FLIGHT_WINDOW`] without its job was left by a request that died
 /// between its writes: the next request with the same key finishes the creation itself with
 /// the recorded id. The job write is conditional, so however many requests race, one job is
-/// written and only its writer enqueues it and answers `202`.
+/// written and only its writer starts it and answers `202`.
 ///
 /// Only the request that claimed the key (or finishes a claim left behind) is charged: a key
 /// that already names a live record (a replay, a conflicting reuse, a request in flight) is
@@ -163,7 +163,7 @@ pub(crate) async fn create(deps: &Deps, new: &NewJob<'_>) -> Result<Accepted, Pr
                             job_type = job.job_type,
                             "submitted (finishing an interrupted request)"
                         );
-                        enqueue(deps, &job).await;
+                        start(deps, &job).await;
                         return Ok(Accepted { job, replay: false });
                     }
                     Err(StoreError::Conflict { .. }) => continue, // another request finished it
@@ -190,8 +190,8 @@ enum KeyTaken {
     Replace(JobId),
     /// The key's job exists: the original request's answer is settled, and this one is
     /// answered with the job (`200`, `Idempotent-Replayed: true`), whatever its status — a
-    /// `pending` one included, even one its creator died before enqueueing (the reaper
-    /// enqueues it after `LONGHAUL_PENDING_GRACE_SECONDS`, as it does when enqueueing fails).
+    /// `pending` one included, even one its creator died before starting (the reaper
+    /// enqueues it after `LONGHAUL_PENDING_GRACE_SECONDS`, as it does when starting fails).
     Replay(Box<JobRecord>),
 }
 
@@ -222,7 +222,7 @@ fn key_taken(key: &str, job: Option<JobRecord>, claimed_recently: bool) -> KeyTa
 
 /// Creates the job whose key this request has just claimed: checks that its uploads exist,
 /// charges the tenant's submission rate, seeds a resumed retry's progress, writes the job
-/// record, enqueues it and answers `202`.
+/// record, starts it and answers `202`.
 ///
 /// The checks and the charge come before the job's write, not beside it: once the job record
 /// exists, requests with the same key answer with it ([`KeyTaken::Replay`]), so it must not
@@ -255,12 +255,12 @@ async fn create_claimed(
                 retry_of = job.retry_of.as_ref().map(JobId::as_str),
                 "submitted"
             );
-            enqueue(deps, job).await;
+            start(deps, job).await;
             Ok(Accepted { job: job.clone(), replay: false })
         }
         // A fresh UUIDv7 is taken only when this request stalled past `IN_FLIGHT_WINDOW`
         // between its writes and another request with the key finished the creation (and
-        // enqueued the job): answered as that request's replay.
+        // started the job): answered as that request's replay.
         Err(StoreError::Conflict { .. }) => match deps.jobs.job(&job.job_id).await {
             Ok(Some(written)) => {
                 logs::current_job(&written);

@@ -1,17 +1,17 @@
 //! **submit** — the routes that create jobs: `POST /jobs` (validate, store the job under its
-//! idempotency key, enqueue it, answer `202 Accepted` at once) and `POST /jobs/{id}/retry`
+//! idempotency key, start it, answer `202 Accepted` at once) and `POST /jobs/{id}/retry`
 //! (re-run a failed or cancelled job as a new job linked to the old one).
 //!
 //! Idempotency follows draft-ietf-httpapi-idempotency-key-header: the `Idempotency-Key`
 //! header, or a key derived from (principal, type, canonical params, callback URL) when it is
 //! absent. A key names its job until its record's `expires_at`, then it is free again.
 //! Conditional writes on the idempotency record and the job record decide every race, so
-//! concurrent identical requests create exactly one job and send exactly one message. A
+//! concurrent identical requests create exactly one job and start it once. A
 //! replay answers `200` with the job once its record is stored, and `409` only before.
 //!
 //! One concern per file: `config` (the variables), `submission` and `retry` (the two routes),
 //! `validation` (kind, params, callback URL), `create` (the idempotent creation), `limits`
-//! (backlog cap and rate), `record` (the new job's record), `enqueue` (its dispatch message),
+//! (backlog cap and rate), `record` (the new job's record), `start` (at once, or its dispatch message),
 //! `response` (the answers).
 
 pub mod lambda;
@@ -36,11 +36,11 @@ use tracing::Instrument;
 
 mod config;
 mod create;
-mod enqueue;
 mod limits;
 mod record;
 mod response;
 mod retry;
+mod start;
 mod submission;
 mod validation;
 
@@ -88,6 +88,9 @@ pub struct Deps {
     pub max_pending: usize,
     /// What time it is: what a delayed start counts from, and how long its message waits.
     pub clock: Arc<dyn Clock>,
+    /// The dispatcher's steps, with which a job not delayed is started in the request that
+    /// writes it; `None`: every job goes through the intake queue.
+    pub start: Option<Arc<dispatcher::Deps>>,
 }
 
 impl Deps {
@@ -115,6 +118,7 @@ impl Deps {
             max_pending: config.max_pending,
             policy_overrides: config.policy_overrides.clone(),
             clock: Arc::new(SystemClock),
+            start: config.start.as_ref().map(|start| Arc::new(dispatcher::Deps::new(sdk, start))),
         }
     }
 }

@@ -30,12 +30,14 @@ use std::sync::Arc;
 
 use lambda_http::http::header;
 use longhaul_aws::jobs::{IdempotencyRecord, ListFilter, ProgressRecord};
-use longhaul_aws::ports::{JobCreation, JobListing, JobReads};
+use longhaul_aws::ports::{JobCreation, JobListing, JobReads, SlotPools};
+use longhaul_aws::slots::Pool;
 use longhaul_domain::fingerprint::{retry_idempotency_key, submission_fingerprint};
 use longhaul_domain::uploads::owner_prefix;
 use longhaul_memory::api::{ApiRequest, json_of};
 use longhaul_memory::{
-    ManualClock, MemoryDispatchQueue, MemoryJobStore, MemoryObjects, MemoryRateLimits, owner,
+    ManualClock, MemoryDispatchQueue, MemoryExecutions, MemoryInvocations, MemoryJobStore,
+    MemoryObjects, MemoryRateLimits, MemorySlotPools, owner,
 };
 use serde_json::Value;
 
@@ -46,6 +48,10 @@ struct World {
     uploads: Arc<MemoryObjects>,
     /// The handler's clock: standing still at the time the world was made, unless moved.
     clock: Arc<ManualClock>,
+    /// The runs invoked by jobs started at once ([`world_starting`]).
+    invocations: Arc<MemoryInvocations>,
+    /// The running slots and waiting lists the jobs started at once use.
+    slots: Arc<MemorySlotPools>,
     deps: Deps,
 }
 
@@ -68,8 +74,37 @@ fn world_limited(per_minute: u32, max_pending: usize) -> World {
         policy_overrides: Default::default(),
         max_pending,
         clock: clock.clone(),
+        start: None,
     };
-    World { jobs, limits, queue, uploads, clock, deps }
+    let invocations = Arc::new(MemoryInvocations::new());
+    let slots = Arc::new(MemorySlotPools::new(queue.clone()));
+    World { jobs, limits, queue, uploads, clock, invocations, slots, deps }
+}
+
+const STAGE_ARN: &str = "arn:aws:lambda:us-east-1:123456789012:function:longhaul-StageFunction";
+
+/// A world whose submissions start their jobs at once, as the submit function's do (`world`'s
+/// enqueue every job, as the schedules function's do): a tenant runs `tenant_max_running`
+/// jobs at once.
+fn world_starting(tenant_max_running: u32) -> World {
+    let mut w = world();
+    let workers = format!(r#"{{"StageFunction": "{STAGE_ARN}"}}"#);
+    w.deps.start = Some(Arc::new(dispatcher::Deps {
+        jobs: w.jobs.clone(),
+        invocations: w.invocations.clone(),
+        executions: Arc::new(MemoryExecutions::new()),
+        slots: w.slots.clone(),
+        intake: w.queue.clone(),
+        clock: w.clock.clone(),
+        config: dispatcher::Config {
+            table: "jobs".into(),
+            state_machine_arn: "arn:aws:states:us-east-1:123456789012:stateMachine:job".into(),
+            intake_queue_url: "https://sqs.memory.invalid/intake".into(),
+            tenant_max_running,
+            workers: longhaul_aws::workers::Workers::parse(&workers).unwrap(),
+        },
+    }));
+    w
 }
 
 fn world() -> World {
@@ -141,6 +176,12 @@ impl World {
     /// The jobs enqueued: id, delay, owner.
     fn enqueued(&self) -> Vec<(JobId, u32, Owner)> {
         self.queue.sent().into_iter().map(|(m, delay, owner)| (m.job_id, delay, owner)).collect()
+    }
+
+    /// The jobs whose runs were invoked (started at once), in order.
+    fn invoked(&self) -> Vec<JobId> {
+        let runs = self.invocations.queued().into_iter();
+        runs.map(|(_, run)| run["job_id"].as_str().unwrap().parse().unwrap()).collect()
     }
 
     async fn key(&self, owner: &Owner, key: &str) -> Option<IdempotencyRecord> {
@@ -872,4 +913,62 @@ async fn a_delayed_start_counts_from_the_handlers_clock_to_the_second() {
     let due = w.submitted("alice", &start(json!({"not_before": at(600)})), None).await;
     assert_eq!(w.record(&due).await.not_before, None);
     assert_eq!(w.enqueued().last(), Some(&(due, 0, owner("alice"))));
+}
+
+#[tokio::test]
+async fn a_job_is_started_in_the_request_that_writes_it_without_a_message() {
+    let w = world_starting(50);
+    let id = w.submitted("alice", &demo(), None).await;
+    let job = w.record(&id).await;
+    assert_eq!((job.status, job.dispatches), (JobStatus::Queued, 1), "pending → queued");
+    assert_eq!(w.invoked(), std::slice::from_ref(&id), "its run invoked");
+    assert_eq!(w.invocations.queued()[0].0, STAGE_ARN, "in its worker function");
+    assert_eq!(
+        w.slots.holders(&Pool::Tenant(owner("alice"))).await.unwrap(),
+        std::slice::from_ref(&id)
+    );
+    assert!(w.enqueued().is_empty(), "no message");
+    // A replay starts nothing again.
+    assert_eq!(w.post("alice", &demo(), None).await.status(), 200);
+    assert_eq!(w.invoked(), [id]);
+    assert!(w.enqueued().is_empty());
+}
+
+#[tokio::test]
+async fn a_delayed_job_is_enqueued_and_one_over_the_tenants_limit_waits() {
+    let w = world_starting(1);
+    let delayed = json!({"type": "demo", "params": {"items": 1}, "delay_seconds": 120});
+    let later = w.submitted("alice", &delayed, None).await;
+    assert_eq!(w.record(&later).await.status, JobStatus::Pending);
+    assert_eq!(w.enqueued().iter().map(|m| &m.0).collect::<Vec<_>>(), [&later]);
+    assert!(w.invoked().is_empty(), "not started before its time");
+
+    let first = w.submitted("alice", &demo(), None).await;
+    let second = w.submitted("alice", &json!({"type": "demo", "params": {"items": 2}}), None).await;
+    assert_eq!(w.invoked(), [first], "one at a time");
+    let waiting = w.record(&second).await;
+    assert_eq!(waiting.status, JobStatus::Pending);
+    assert!(waiting.waiting.is_some(), "marked waiting");
+    let pool = Pool::Tenant(owner("alice"));
+    let list = w.slots.first_waiting(&pool, &owner("alice"), 10).await.unwrap();
+    assert_eq!(list.iter().map(|e| &e.job_id).collect::<Vec<_>>(), [&second], "in its list");
+    assert_eq!(w.enqueued().len(), 1, "no message: a freed slot wakes it");
+}
+
+#[tokio::test]
+async fn a_start_that_fails_part_way_is_handed_to_the_intake_queue() {
+    // The slots are unavailable: the job stays pending, and its message carries it on.
+    let w = world_starting(50);
+    w.slots.set_unavailable(true);
+    let id = w.submitted("alice", &demo(), None).await;
+    assert_eq!(w.record(&id).await.status, JobStatus::Pending);
+    assert!(w.invoked().is_empty());
+    assert_eq!(w.enqueued(), [(id.clone(), 0, owner("alice"))]);
+    // Its worker cannot be invoked: the job is queued by then, and its message finishes the
+    // start (the dispatcher invokes the run of the job as it stands).
+    let w = world_starting(50);
+    w.invocations.set_unavailable(true);
+    let id = w.submitted("alice", &demo(), None).await;
+    assert_eq!(w.record(&id).await.status, JobStatus::Queued);
+    assert_eq!(w.enqueued(), [(id, 0, owner("alice"))]);
 }

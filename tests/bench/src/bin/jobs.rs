@@ -1073,8 +1073,8 @@ fn report(
         w,
         "Measured by `tests/bench/src/bin/jobs.rs` on the local stack (moto + the functions hosted in-process), \
          built with the `{}` profile (optimised like release, without fat LTO). Each scenario runs its jobs **one after \
-         another**, so every SQS batch the dispatcher gets holds one message; in production batching (up to 10) \
-         divides the dispatcher's Lambda requests. Counts are deltas of the stack's meters around a scenario, divided \
+         another**. Submit starts each job itself (none is delayed), so the intake queue and the dispatcher carry none of \
+         them. Counts are deltas of the stack's meters around a scenario, divided \
          by its jobs. The scheduled reaper and expirer are excluded from per-job counts (see fixed costs). \
          The jobs run with the template's defaults (progress interval 2 s), not the tests' shortened ones.\n",
         profile()
@@ -1111,8 +1111,7 @@ fn report(
     };
     for op in &all_ops {
         let label = if op == "lambda:Invoke" {
-            "`lambda:Invoke` (dispatcher → worker: the direct run; Step Functions → worker)"
-                .to_owned()
+            "`lambda:Invoke` (submit → worker: the direct run; Step Functions → worker)".to_owned()
         } else {
             format!("`{op}`")
         };
@@ -1198,7 +1197,7 @@ fn report(
         w,
         "\nTransitions are the StateEntered events of the job's executions (the one that took its direct run \
          over, its continuations `<job>.a<attempt>c<n>` and retries included): a job one invocation finishes has \
-         none. `lambda:Invoke` is the dispatcher queueing the job's direct run, or Step Functions invoking the \
+         none. `lambda:Invoke` is submit queueing the job's direct run (the dispatcher, for a job submit did not start), or Step Functions invoking the \
          worker (a Lambda request, counted below as an invocation, not an extra charge). The client's presigned \
          upload PUT is counted under `s3:PutObject`. Polling `GET /jobs/{{id}}` is not in these counts: each poll costs one \
          API request, one status invocation and one strongly consistent DynamoDB `Query` (job + progress); \

@@ -129,8 +129,9 @@ fn leading_key_conditions_confine_a_function_to_its_items() {
         p.check("DispatcherFunction", &get_item("SECRET#5:alice")).is_err(),
         "the dispatcher reads jobs, never secrets"
     );
-    // Running slots: each function that takes or frees them reaches only SLOTS#/WAITING#.
-    for function in ["DispatcherFunction", "SlotsFunction", "ReaperFunction"] {
+    // Running slots: each function that takes or frees them (submit: for the jobs it starts
+    // itself) reaches only SLOTS#/WAITING#.
+    for function in ["DispatcherFunction", "SlotsFunction", "ReaperFunction", "SubmitFunction"] {
         p.check(function, &get_item("SLOTS#T#5:alice")).unwrap();
     }
     // The slots function reads a paused job again (resumed since?), and writes none.
@@ -139,7 +140,10 @@ fn leading_key_conditions_confine_a_function_to_its_items() {
         p.check("SlotsFunction", &get_item("SECRET#5:alice")).is_err(),
         "slots never reads secrets"
     );
-    assert!(p.check("SubmitFunction", &get_item("SLOTS#T#5:alice")).is_err());
+    assert!(
+        p.check("SubmitFunction", &get_item("SECRET#5:alice")).is_err(),
+        "submit never reads secrets"
+    );
     // The uploads function counts its principals' upload bytes, and touches nothing else.
     let update = |pk: &str| {
         dynamodb(
