@@ -280,7 +280,7 @@ pub async fn dispatch(deps: &Deps, job_id: &JobId) -> Result<(), DispatchError> 
 /// `pending → queued` write is made on condition that the job is unchanged since. A job that
 /// changed (cancelled, paused, dispatched by another message, or marked waiting by this
 /// dispatch) is handled as that write's refusal says: a job still `pending` has the slots
-/// this dispatch took given back, and is read and dispatched as it is now.
+/// this dispatch took given back, and is dispatched as the refusal returned it (no read).
 pub async fn dispatch_snapshot(deps: &Deps, job: JobRecord) -> Result<(), DispatchError> {
     logs::current_job(&job);
     dispatch_job(deps, job, Read::Snapshot).await
@@ -289,7 +289,7 @@ pub async fn dispatch_snapshot(deps: &Deps, job: JobRecord) -> Result<(), Dispat
 /// Where a dispatch's record of the job comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Read {
-    /// Read from the table by this dispatch.
+    /// Read from the table by this dispatch (or returned by its refused write).
     Now,
     /// Carried by the message ([`DispatchMessage::job`]): perhaps stale.
     Snapshot,
