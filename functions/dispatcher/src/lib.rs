@@ -549,7 +549,7 @@ async fn give_back_lost(
     }
     for (pool, limit) in pools.iter().copied() {
         if let Some(held) = deps.slots.give_back_run(pool, &job.job_id, job.resumes).await? {
-            deps.slots.admit(pool, *limit, held).await?;
+            deps.slots.admit_marked(pool, *limit, &held).await?;
         }
     }
     Ok(())

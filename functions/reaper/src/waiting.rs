@@ -261,7 +261,7 @@ async fn reconcile(
                 if let Some(after) = deps.slots.give_back_run(pool, job_id, job.resumes).await? {
                     tracing::warn!(pool = ?pool, job = %job_id, "a slot held by a paused job; given back");
                     report.slots_reclaimed += 1;
-                    held = after;
+                    held = after.holders;
                 }
             }
             Some(job) if !job.status.is_terminal() => {}
@@ -271,7 +271,7 @@ async fn reconcile(
     if !ended.is_empty() {
         tracing::warn!(pool = ?pool, jobs = ?ended, "slots held by jobs that ended; given back");
         report.slots_reclaimed += ended.len() as u32;
-        held = deps.slots.give_back(pool, &ended).await?;
+        held = deps.slots.give_back(pool, &ended).await?.holders;
     }
     report.admitted += deps.slots.admit(pool, limit, held).await? as u32;
     Ok(())

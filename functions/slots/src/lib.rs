@@ -11,7 +11,9 @@
 //! idempotent, so a retried batch frees nothing twice), takes the job out of the waiting
 //! lists if it ended while waiting (a cancel), and sends a dispatch message for as many
 //! waiting jobs as the pool now has free slots (`longhaul_aws::slots::Admitter`): a tenant
-//! pool's in priority order, a kind pool's one tenant at a time, in turn. A job a schedule
+//! pool's in priority order, a kind pool's one tenant at a time, in turn. The give-back
+//! returns the pool's waiting mark, and the lists are read only when it is set (a job entered
+//! one since an admission last found them empty): most ends cost one write per pool. A job a schedule
 //! submitted is also announced to its schedule (the schedule queue: a `buffer_one` schedule's
 //! held tick is submitted now, a `pause_on_failure` schedule pauses when its job failed).
 //!
@@ -223,7 +225,7 @@ pub async fn free(deps: &Deps, job: &EndedJob) -> Result<(), longhaul_aws::AwsEr
         } else {
             deps.slots.give_back(pool, std::slice::from_ref(&job.job_id)).await?
         };
-        deps.slots.admit(pool, *limit, held).await?;
+        deps.slots.admit_marked(pool, *limit, &held).await?;
     }
     tracing::info!(status = %job.status, pools = pools.len(), "the job's slots are given back");
     if let Some(scheduled) = job.scheduled.as_ref().filter(|_| job.status.is_terminal()) {

@@ -22,6 +22,18 @@
 //! run on), a late give-back of the pause is refused instead of freeing the running job's
 //! slot. (A holder written before runs were kept has none, and is given back as before.)
 //!
+//! The holders item also carries the pool's **waiting mark** (`waiters`): whoever puts a job
+//! in one of the pool's lists (or seats a tenant in its ring) sets it afterwards to a value
+//! no one set before, and an admission that reads the lists and finds no job waiting removes
+//! it on condition that it still holds the value the give-back returned. A give-back returns
+//! the item, so the slots function, which frees a slot each time a job ends, reads the lists
+//! only when the mark says a job may wait (most ends free a slot nobody waits for). Because
+//! the mark is set after the entry is written, and taken away only if unchanged since a read
+//! found nothing, a job in a list always has its mark set after it — unless its writer died
+//! between the two writes, or (in a kind pool) an admission read the ring in the moment
+//! another admission moved the tenant's place: then the reaper, which reads a pool's lists
+//! whatever the mark says ([`Admitter::admit`]), wakes the job on its next run.
+//!
 //! A tenant pool's waiting list is a partition read in key order: priority, then submission
 //! time. A kind pool is shared by tenants and admits them in turn: each tenant has its own list
 //! (ordered the same way), and the pool's **ring** holds one place per tenant with waiting
@@ -66,12 +78,40 @@ fn run_attribute(job_id: &JobId) -> String {
     format!("run#{job_id}")
 }
 
-/// How many holders a holders item (as an update returned it) names.
-fn holder_count(attributes: Option<HashMap<String, AttributeValue>>) -> usize {
-    attributes
-        .and_then(|mut a| a.remove("holders"))
-        .and_then(|v| v.as_ss().ok().map(Vec::len))
-        .unwrap_or(0)
+/// The holders item's attribute marking that a job may wait in the pool's lists.
+const WAITING_MARK: &str = "waiters";
+
+/// A pool's holders item as a give-back left it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Held {
+    /// How many jobs hold a slot of the pool.
+    pub holders: usize,
+    /// The pool's waiting mark (see the module doc): `None` when no job entered a waiting
+    /// list of the pool since an admission last found the lists empty.
+    pub waiting_mark: Option<String>,
+}
+
+impl Held {
+    /// What a holders item (as an update returned it, or a read) says.
+    fn of(attributes: Option<HashMap<String, AttributeValue>>) -> Held {
+        let mut attributes = attributes.unwrap_or_default();
+        Held {
+            holders: attributes
+                .remove("holders")
+                .and_then(|v| v.as_ss().ok().map(Vec::len))
+                .unwrap_or(0),
+            waiting_mark: attributes.remove(WAITING_MARK).and_then(|v| v.as_s().ok().cloned()),
+        }
+    }
+}
+
+/// What an admission's first read of the waiting items found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Admission {
+    /// How many jobs it woke.
+    woken: usize,
+    /// Whether that read found no job waiting at all (an empty list, or an empty ring).
+    none_waiting: bool,
 }
 
 /// A limit on running jobs: its slots and its waiting list.
@@ -258,10 +298,10 @@ impl SlotStore {
     }
 
     /// Gives back the slots of `pool` that `job_ids` hold (none held: nothing changes);
-    /// answers how many holders the pool has afterwards.
-    pub async fn release(&self, pool: &Pool, job_ids: &[JobId]) -> Result<usize, AwsError> {
+    /// answers the holders item as it is afterwards (none given back: as read).
+    pub async fn release(&self, pool: &Pool, job_ids: &[JobId]) -> Result<Held, AwsError> {
         if job_ids.is_empty() {
-            return Ok(self.holders(pool).await?.len());
+            return self.held(pool).await;
         }
         let runs: Vec<String> = (0..job_ids.len()).map(|i| format!("#run{i}")).collect();
         let output = self
@@ -282,19 +322,19 @@ impl SlotStore {
             .send()
             .await
             .map_err(|e| AwsError::new(format!("give back the slots of {job_ids:?}"), e))?;
-        Ok(holder_count(output.attributes))
+        Ok(Held::of(output.attributes))
     }
 
     /// Gives back `job_id`'s slot of `pool` only if no later run than `run` holds it (a
     /// dispatch that read the job before `run` may have written an earlier run): `Some` with
-    /// how many holders the pool has afterwards, `None` if a later run of the job holds it
+    /// the holders item as it is afterwards, `None` if a later run of the job holds it
     /// (nothing changes). A job that holds no slot frees none (`Some`).
     pub async fn give_back_run(
         &self,
         pool: &Pool,
         job_id: &JobId,
         run: u32,
-    ) -> Result<Option<usize>, AwsError> {
+    ) -> Result<Option<Held>, AwsError> {
         let result = self
             .client
             .update_item()
@@ -310,7 +350,7 @@ impl SlotStore {
             .send()
             .await;
         match result {
-            Ok(output) => Ok(Some(holder_count(output.attributes))),
+            Ok(output) => Ok(Some(Held::of(output.attributes))),
             Err(err) if crate::condition_refused(&err) => Ok(None),
             Err(err) => {
                 Err(AwsError::new(format!("give back the slot of job {job_id}'s run {run}"), err))
@@ -318,8 +358,11 @@ impl SlotStore {
         }
     }
 
-    /// The jobs that hold a slot of `pool` (a consistent read).
-    pub async fn holders(&self, pool: &Pool) -> Result<Vec<JobId>, AwsError> {
+    /// `pool`'s holders item (a consistent read).
+    async fn holders_item(
+        &self,
+        pool: &Pool,
+    ) -> Result<Option<HashMap<String, AttributeValue>>, AwsError> {
         let output = self
             .client
             .get_item()
@@ -330,8 +373,19 @@ impl SlotStore {
             .send()
             .await
             .map_err(|e| AwsError::new("read a pool's slot holders", e))?;
-        let holders = output
-            .item
+        Ok(output.item)
+    }
+
+    /// `pool`'s holders item as it is (a consistent read).
+    pub async fn held(&self, pool: &Pool) -> Result<Held, AwsError> {
+        Ok(Held::of(self.holders_item(pool).await?))
+    }
+
+    /// The jobs that hold a slot of `pool` (a consistent read).
+    pub async fn holders(&self, pool: &Pool) -> Result<Vec<JobId>, AwsError> {
+        let holders = self
+            .holders_item(pool)
+            .await?
             .and_then(|mut item| item.remove("holders"))
             .and_then(|v| v.as_ss().ok().cloned())
             .unwrap_or_default();
@@ -345,7 +399,8 @@ impl SlotStore {
     }
 
     /// Puts `job_id` of `owner` in its waiting list of `pool` at `position`, and in a kind pool
-    /// makes sure its tenant has a place in the ring (idempotent, both).
+    /// makes sure its tenant has a place in the ring (idempotent, both); then sets the pool's
+    /// waiting mark.
     pub async fn enter_waiting(
         &self,
         pool: &Pool,
@@ -368,7 +423,46 @@ impl SlotStore {
         if pool.takes_turns() {
             self.join_ring(pool, owner).await?;
         }
+        self.mark_waiting(pool).await
+    }
+
+    /// Sets `pool`'s waiting mark to a value no one set before (a fresh job id's text): an
+    /// admission that found the lists empty before this write cannot take it away.
+    async fn mark_waiting(&self, pool: &Pool) -> Result<(), AwsError> {
+        self.client
+            .update_item()
+            .table_name(&self.table)
+            .key("pk", s(pool.holders_pk()))
+            .key("sk", s(HOLDERS_SK))
+            .update_expression("SET #mark = :mark")
+            .expression_attribute_names("#mark", WAITING_MARK)
+            .expression_attribute_values(":mark", s(JobId::new()))
+            .send()
+            .await
+            .map_err(|e| AwsError::new("mark that jobs wait for a pool", e))?;
         Ok(())
+    }
+
+    /// Takes `pool`'s waiting mark away if it is still `mark` (refused: a job entered a list
+    /// since, and the mark stays).
+    async fn unmark_waiting(&self, pool: &Pool, mark: &str) -> Result<(), AwsError> {
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key("pk", s(pool.holders_pk()))
+            .key("sk", s(HOLDERS_SK))
+            .update_expression("REMOVE #mark")
+            .condition_expression("#mark = :mark")
+            .expression_attribute_names("#mark", WAITING_MARK)
+            .expression_attribute_values(":mark", s(mark))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            Err(err) if crate::condition_refused(&err) => Ok(()),
+            Err(err) => Err(AwsError::new("take away a pool's waiting mark", err)),
+        }
     }
 
     /// Takes the entry at `position` out of `owner`'s waiting list of `pool` (idempotent).
@@ -430,7 +524,8 @@ impl SlotStore {
     }
 
     /// Makes sure `owner`, whose jobs wait in kind pool `pool`, has its place in the ring: its
-    /// member read, and the place it names (two reads when all is well).
+    /// member read, and the place it names (two reads when all is well). A place it has to
+    /// give the tenant again sets the pool's waiting mark, as an entry does.
     pub async fn seat(&self, pool: &Pool, owner: &Owner) -> Result<Seat, AwsError> {
         let output = self
             .client
@@ -449,7 +544,10 @@ impl SlotStore {
         });
         let Some((key, served)) = named else {
             return Ok(match self.join_ring(pool, owner).await? {
-                RingChange::Done => Seat::Joined,
+                RingChange::Done => {
+                    self.mark_waiting(pool).await?;
+                    Seat::Joined
+                }
                 RingChange::Raced => Seat::Seated,
             });
         };
@@ -457,6 +555,7 @@ impl SlotStore {
             return Ok(Seat::Seated);
         }
         self.put_place(pool, owner, &served).await?;
+        self.mark_waiting(pool).await?;
         Ok(Seat::Restored)
     }
 
@@ -670,7 +769,8 @@ impl Admitter {
         }
     }
 
-    /// Gives back `job_ids`' slots of `pool` and admits as many waiting jobs as are free.
+    /// Gives back `job_ids`' slots of `pool` and admits as many waiting jobs as are free, if
+    /// the pool's waiting mark says any may wait ([`Admitter::admit_marked`]).
     pub async fn release(
         &self,
         pool: &Pool,
@@ -678,7 +778,28 @@ impl Admitter {
         job_ids: &[JobId],
     ) -> Result<usize, AwsError> {
         let held = self.slots.release(pool, job_ids).await?;
-        self.admit(pool, limit, held).await
+        self.admit_marked(pool, limit, &held).await
+    }
+
+    /// [`Admitter::admit`] for a pool whose holders item a give-back returned as `held`: no
+    /// request at all when its waiting mark is not set or no slot is free; and when the lists
+    /// turn out empty, the mark is taken away (on condition that it is still the one read).
+    pub async fn admit_marked(
+        &self,
+        pool: &Pool,
+        limit: u32,
+        held: &Held,
+    ) -> Result<usize, AwsError> {
+        let Some(mark) = &held.waiting_mark else { return Ok(0) };
+        let free = longhaul_domain::admission::free_slots(limit, held.holders);
+        if free == 0 {
+            return Ok(0);
+        }
+        let admission = self.admit_free(pool, free).await?;
+        if admission.none_waiting {
+            self.slots.unmark_waiting(pool, mark).await?;
+        }
+        Ok(admission.woken)
     }
 
     /// Wakes as many waiting jobs of `pool` as its free slots (`limit` less `held`) can
@@ -692,16 +813,24 @@ impl Admitter {
     /// A tenant pool wakes its first jobs in list order. A kind pool wakes one job per turn of
     /// its ring (see the module doc): at most five requests per job woken, plus two per place
     /// of a tenant with no job left (at most [`MAX_EMPTY_TURNS`] of them), whatever the backlog.
+    ///
+    /// This reads the lists whatever the pool's waiting mark says: it is what the reaper
+    /// admits with, which wakes a job whose mark was lost.
     pub async fn admit(&self, pool: &Pool, limit: u32, held: usize) -> Result<usize, AwsError> {
         let free = longhaul_domain::admission::free_slots(limit, held);
-        let admitted = match pool {
+        Ok(self.admit_free(pool, free).await?.woken)
+    }
+
+    /// Wakes `free` waiting jobs of `pool` (or fewer, if fewer wait).
+    async fn admit_free(&self, pool: &Pool, free: usize) -> Result<Admission, AwsError> {
+        let admission = match pool {
             Pool::Tenant(owner) => self.admit_in_order(pool, owner, free).await?,
             Pool::Kind(_) => self.admit_by_turns(pool, free).await?,
         };
-        if admitted > 0 {
-            tracing::info!(pool = ?pool, admitted, "waiting jobs admitted");
+        if admission.woken > 0 {
+            tracing::info!(pool = ?pool, admitted = admission.woken, "waiting jobs admitted");
         }
-        Ok(admitted)
+        Ok(admission)
     }
 
     /// The first `free` jobs of a tenant pool's list: each is sent its message, then leaves
@@ -711,24 +840,29 @@ impl Admitter {
         pool: &Pool,
         owner: &Owner,
         free: usize,
-    ) -> Result<usize, AwsError> {
+    ) -> Result<Admission, AwsError> {
         let waiting = self.slots.first_waiting(pool, owner, free).await?;
         for entry in &waiting {
             let message = DispatchMessage::new(entry.job_id.clone());
             self.intake.send(&message, &entry.owner).await?;
             self.slots.leave_waiting(pool, owner, &entry.position).await?;
         }
-        Ok(waiting.len())
+        Ok(Admission { woken: waiting.len(), none_waiting: free > 0 && waiting.is_empty() })
     }
 
     /// `free` jobs of a kind pool, one per turn: the tenant first in the ring takes its turn
     /// (to the back of the ring), and its first job leaves its list (a conditional delete: of
     /// two admitters at once only one wakes it) and is sent its message; a tenant with no more
     /// jobs in its list leaves the ring.
-    async fn admit_by_turns(&self, pool: &Pool, free: usize) -> Result<usize, AwsError> {
-        let (mut admitted, mut passed) = (0, 0);
+    async fn admit_by_turns(&self, pool: &Pool, free: usize) -> Result<Admission, AwsError> {
+        let (mut admitted, mut passed, mut none_waiting) = (0, 0, false);
         while admitted < free && passed < MAX_EMPTY_TURNS {
-            let Some(turn) = self.slots.first_turn(pool).await? else { break };
+            let Some(turn) = self.slots.first_turn(pool).await? else {
+                // An empty ring: no tenant has a job in its list (a tenant joins the ring
+                // before its job's mark is set).
+                none_waiting = admitted == 0 && passed == 0;
+                break;
+            };
             let Some(place) = self.slots.take_turn(pool, &turn).await? else {
                 passed += 1; // a place no member names: deleted
                 continue;
@@ -753,7 +887,7 @@ impl Admitter {
         if passed >= MAX_EMPTY_TURNS {
             tracing::warn!(pool = ?pool, passed, "many ring places without a waiting job; the next admission goes on");
         }
-        Ok(admitted)
+        Ok(Admission { woken: admitted, none_waiting })
     }
 }
 

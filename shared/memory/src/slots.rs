@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use longhaul_aws::AwsError;
 use longhaul_aws::ports::{DispatchQueue, SlotPools, Warm};
 use longhaul_aws::queue::DispatchMessage;
-use longhaul_aws::slots::{Pool, RingChange, Seat, Turn, WaitingEntry};
+use longhaul_aws::slots::{Held, Pool, RingChange, Seat, Turn, WaitingEntry};
 use longhaul_domain::admission::{free_slots, job_of_waiting_key, ring_key};
 use longhaul_domain::format_rfc3339;
 
@@ -41,6 +41,8 @@ struct Place {
 struct Items {
     /// A pool's holders, by [`Pool::holders_pk`], each with the run that holds its slot.
     holders: BTreeMap<String, BTreeMap<JobId, u32>>,
+    /// A pool's waiting mark, by [`Pool::holders_pk`] (the holders item's `waiters`).
+    marks: BTreeMap<String, String>,
     /// Waiting lists, by [`Pool::waiting_list_pk`]: position → owner.
     lists: BTreeMap<String, BTreeMap<String, Owner>>,
     /// A kind pool's members, by [`Pool::waiting_pk`], then tenant.
@@ -50,6 +52,20 @@ struct Items {
 }
 
 impl Items {
+    /// The pool's holders item as it is.
+    fn held(&self, pool: &Pool) -> Held {
+        let key = pool.holders_pk();
+        Held {
+            holders: self.holders.get(&key).map_or(0, BTreeMap::len),
+            waiting_mark: self.marks.get(&key).cloned(),
+        }
+    }
+
+    /// Sets the pool's waiting mark to a value never set before.
+    fn mark_waiting(&mut self, pool: &Pool) {
+        self.marks.insert(pool.holders_pk(), JobId::new().to_string());
+    }
+
     fn first_waiting(&self, pool: &Pool, owner: &Owner, n: usize) -> Vec<WaitingEntry> {
         let Some(list) = self.lists.get(&pool.waiting_list_pk(owner)) else { return Vec::new() };
         list.iter()
@@ -193,22 +209,26 @@ impl MemorySlotPools {
         pool: &Pool,
         owner: &Owner,
         free: usize,
-    ) -> Result<usize, AwsError> {
+    ) -> Result<(usize, bool), AwsError> {
         let waiting = self.items().first_waiting(pool, owner, free);
         for entry in &waiting {
             self.wake(entry).await?;
             self.items().claim_waiting(pool, owner, &entry.position);
         }
-        Ok(waiting.len())
+        Ok((waiting.len(), waiting.is_empty()))
     }
 
-    /// `free` jobs of a kind pool, one per turn of its ring.
-    async fn admit_by_turns(&self, pool: &Pool, free: usize) -> Result<usize, AwsError> {
-        let (mut admitted, mut passed) = (0, 0);
+    /// `free` jobs of a kind pool, one per turn of its ring; and whether its first read found
+    /// the ring empty.
+    async fn admit_by_turns(&self, pool: &Pool, free: usize) -> Result<(usize, bool), AwsError> {
+        let (mut admitted, mut passed, mut none_waiting) = (0, 0, false);
         while admitted < free && passed < MAX_EMPTY_TURNS {
             let (turn, place, entry, last) = {
                 let mut items = self.items();
-                let Some(turn) = items.first_turn(pool) else { break };
+                let Some(turn) = items.first_turn(pool) else {
+                    none_waiting = admitted == 0 && passed == 0;
+                    break;
+                };
                 let Some(place) = items.take_turn(pool, &turn) else {
                     passed += 1;
                     continue;
@@ -230,7 +250,15 @@ impl MemorySlotPools {
                 self.items().leave_ring(pool, &turn.owner, &place);
             }
         }
-        Ok(admitted)
+        Ok((admitted, none_waiting))
+    }
+
+    /// Wakes `free` waiting jobs of `pool`: how many, and whether none waited at all.
+    async fn admit_free(&self, pool: &Pool, free: usize) -> Result<(usize, bool), AwsError> {
+        match pool {
+            Pool::Tenant(owner) => self.admit_in_order(pool, owner, free).await,
+            Pool::Kind(_) => self.admit_by_turns(pool, free).await,
+        }
     }
 }
 
@@ -264,7 +292,7 @@ impl SlotPools for MemorySlotPools {
         pool: &Pool,
         job_id: &JobId,
         run: u32,
-    ) -> Result<Option<usize>, AwsError> {
+    ) -> Result<Option<Held>, AwsError> {
         self.outage.check(&format!("give back the slot of job {job_id}'s run {run}"))?;
         let mut items = self.items();
         let holders = items.holders.entry(pool.holders_pk()).or_default();
@@ -273,17 +301,17 @@ impl SlotPools for MemorySlotPools {
             return Ok(None);
         }
         holders.remove(job_id);
-        Ok(Some(holders.len()))
+        Ok(Some(items.held(pool)))
     }
 
-    async fn give_back(&self, pool: &Pool, job_ids: &[JobId]) -> Result<usize, AwsError> {
+    async fn give_back(&self, pool: &Pool, job_ids: &[JobId]) -> Result<Held, AwsError> {
         self.outage.check("give back slots")?;
         let mut items = self.items();
         let holders = items.holders.entry(pool.holders_pk()).or_default();
         for job_id in job_ids {
             holders.remove(job_id);
         }
-        Ok(holders.len())
+        Ok(items.held(pool))
     }
 
     async fn holders(&self, pool: &Pool) -> Result<Vec<JobId>, AwsError> {
@@ -312,6 +340,7 @@ impl SlotPools for MemorySlotPools {
         if matches!(pool, Pool::Kind(_)) {
             items.join_ring(pool, owner);
         }
+        items.mark_waiting(pool);
         Ok(())
     }
 
@@ -352,7 +381,10 @@ impl SlotPools for MemorySlotPools {
         let mut items = self.items();
         let Some(member) = items.member(pool, owner).cloned() else {
             return Ok(match items.join_ring(pool, owner) {
-                RingChange::Done => Seat::Joined,
+                RingChange::Done => {
+                    items.mark_waiting(pool);
+                    Seat::Joined
+                }
                 RingChange::Raced => Seat::Seated,
             });
         };
@@ -360,6 +392,7 @@ impl SlotPools for MemorySlotPools {
             return Ok(Seat::Seated);
         }
         items.put_place(pool, owner, &member.served);
+        items.mark_waiting(pool);
         Ok(Seat::Restored)
     }
 
@@ -369,10 +402,26 @@ impl SlotPools for MemorySlotPools {
             return Ok(0); // no request made: nothing to fail
         }
         self.outage.check("admit waiting jobs")?;
-        match pool {
-            Pool::Tenant(owner) => self.admit_in_order(pool, owner, free).await,
-            Pool::Kind(_) => self.admit_by_turns(pool, free).await,
+        Ok(self.admit_free(pool, free).await?.0)
+    }
+
+    async fn admit_marked(&self, pool: &Pool, limit: u32, held: &Held) -> Result<usize, AwsError> {
+        let Some(mark) = &held.waiting_mark else { return Ok(0) };
+        let free = free_slots(limit, held.holders);
+        if free == 0 {
+            return Ok(0); // no request made: nothing to fail
         }
+        self.outage.check("admit waiting jobs")?;
+        let (woken, none_waiting) = self.admit_free(pool, free).await?;
+        if none_waiting {
+            // `REMOVE waiters` on condition `waiters = :mark`.
+            let mut items = self.items();
+            let key = pool.holders_pk();
+            if items.marks.get(&key) == Some(mark) {
+                items.marks.remove(&key);
+            }
+        }
+        Ok(woken)
     }
 }
 
@@ -460,7 +509,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn an_unavailable_store_fails_every_call_but_an_admission_with_no_room() {
+    async fn an_unavailable_store_fails_every_call_but_an_admission_with_no_room_or_no_mark() {
         let (_, slots) = pools();
         let pool = Pool::Tenant(owner("alice"));
         slots.set_unavailable(true);
@@ -474,6 +523,16 @@ mod tests {
         );
         assert!(slots.admit(&pool, 1, 0).await.is_err());
         assert_eq!(slots.admit(&pool, 1, 1).await.unwrap(), 0, "no slot free: no request");
+        let unmarked = Held { holders: 0, waiting_mark: None };
+        assert_eq!(
+            slots.admit_marked(&pool, 1, &unmarked).await.unwrap(),
+            0,
+            "no mark: no request"
+        );
+        let full = Held { holders: 1, waiting_mark: Some("a mark".into()) };
+        assert_eq!(slots.admit_marked(&pool, 1, &full).await.unwrap(), 0, "no slot free either");
+        let marked = Held { holders: 0, waiting_mark: Some("a mark".into()) };
+        assert!(slots.admit_marked(&pool, 1, &marked).await.is_err(), "a mark and a slot: a read");
         slots.set_unavailable(false);
         assert!(slots.holders(&pool).await.unwrap().is_empty(), "nothing changed");
         assert!(slots.first_waiting(&pool, &owner("alice"), 10).await.unwrap().is_empty());

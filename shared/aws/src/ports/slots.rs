@@ -7,7 +7,7 @@ use longhaul_domain::{JobId, Owner};
 
 use super::Warm;
 use crate::AwsError;
-use crate::slots::{Admitter, Pool, Seat, WaitingEntry};
+use crate::slots::{Admitter, Held, Pool, Seat, WaitingEntry};
 
 /// Running-job slots of tenant and kind pools, their waiting lists, and the admission of
 /// waiting jobs (a kind pool's tenants in turn, through its ring).
@@ -33,26 +33,28 @@ pub trait SlotPools: Warm {
     ) -> Result<bool, AwsError>;
 
     /// Gives back the slots of `pool` that `job_ids` hold (none held: nothing changes), waking
-    /// no one; answers how many holders the pool has afterwards.
-    async fn give_back(&self, pool: &Pool, job_ids: &[JobId]) -> Result<usize, AwsError>;
+    /// no one; answers the pool's holders and waiting mark as they are afterwards.
+    async fn give_back(&self, pool: &Pool, job_ids: &[JobId]) -> Result<Held, AwsError>;
 
     /// Gives back `job_id`'s slot of `pool` unless a run later than `run` holds it (a pause's
     /// give-back: the job's next run may have taken the slot since), waking no one: `Some`
-    /// with how many holders the pool has afterwards, `None` if a later run holds it (nothing
-    /// changes).
+    /// with the pool's holders and waiting mark afterwards, `None` if a later run holds it
+    /// (nothing changes).
     async fn give_back_run(
         &self,
         pool: &Pool,
         job_id: &JobId,
         run: u32,
-    ) -> Result<Option<usize>, AwsError>;
+    ) -> Result<Option<Held>, AwsError>;
 
     /// The jobs that hold a slot of `pool` (a consistent read; in no particular order).
     async fn holders(&self, pool: &Pool) -> Result<Vec<JobId>, AwsError>;
 
     /// Puts `job_id` of `owner` in its waiting list of `pool` at `position`
     /// ([`longhaul_domain::admission::waiting_sort_key`]); in a kind pool, makes sure the
-    /// tenant has a place in the ring (at the back if it had none). Idempotent, both.
+    /// tenant has a place in the ring (at the back if it had none). Idempotent, both. Then sets
+    /// the pool's waiting mark (see [`crate::slots`]), so that the next give-back says a job
+    /// may wait.
     async fn enter_waiting(
         &self,
         pool: &Pool,
@@ -96,14 +98,20 @@ pub trait SlotPools: Warm {
     /// each with a dispatch message, and takes them out of their lists; answers how many. A
     /// tenant pool wakes its first jobs in list order; a kind pool one job per turn of its
     /// ring (the tenant served least recently goes first, then to the back; a tenant whose
-    /// list is empty leaves the ring).
+    /// list is empty leaves the ring). It reads the lists whatever the pool's waiting mark
+    /// says (the reaper's admission, which finds a job whose mark was lost).
     async fn admit(&self, pool: &Pool, limit: u32, held: usize) -> Result<usize, AwsError>;
 
-    /// Gives back `job_ids`' slots of `pool` and wakes as many waiting jobs as are free;
-    /// answers how many were woken.
+    /// [`admit`](SlotPools::admit) after a give-back that answered `held`: reads nothing and
+    /// wakes no one unless the pool has a free slot and its waiting mark is set; takes the
+    /// mark away (if it is still the one in `held`) when it finds no job waiting.
+    async fn admit_marked(&self, pool: &Pool, limit: u32, held: &Held) -> Result<usize, AwsError>;
+
+    /// Gives back `job_ids`' slots of `pool` and wakes as many waiting jobs as are free
+    /// ([`admit_marked`](SlotPools::admit_marked)); answers how many were woken.
     async fn release(&self, pool: &Pool, limit: u32, job_ids: &[JobId]) -> Result<usize, AwsError> {
         let held = self.give_back(pool, job_ids).await?;
-        self.admit(pool, limit, held).await
+        self.admit_marked(pool, limit, &held).await
     }
 }
 
@@ -123,7 +131,7 @@ impl SlotPools for Admitter {
     ) -> Result<bool, AwsError> {
         self.slots.acquire(pool, limit, job_id, run).await
     }
-    async fn give_back(&self, pool: &Pool, job_ids: &[JobId]) -> Result<usize, AwsError> {
+    async fn give_back(&self, pool: &Pool, job_ids: &[JobId]) -> Result<Held, AwsError> {
         self.slots.release(pool, job_ids).await
     }
     async fn give_back_run(
@@ -131,7 +139,7 @@ impl SlotPools for Admitter {
         pool: &Pool,
         job_id: &JobId,
         run: u32,
-    ) -> Result<Option<usize>, AwsError> {
+    ) -> Result<Option<Held>, AwsError> {
         self.slots.give_back_run(pool, job_id, run).await
     }
     async fn holders(&self, pool: &Pool) -> Result<Vec<JobId>, AwsError> {
@@ -175,6 +183,9 @@ impl SlotPools for Admitter {
     }
     async fn admit(&self, pool: &Pool, limit: u32, held: usize) -> Result<usize, AwsError> {
         Admitter::admit(self, pool, limit, held).await
+    }
+    async fn admit_marked(&self, pool: &Pool, limit: u32, held: &Held) -> Result<usize, AwsError> {
+        Admitter::admit_marked(self, pool, limit, held).await
     }
     async fn release(&self, pool: &Pool, limit: u32, job_ids: &[JobId]) -> Result<usize, AwsError> {
         Admitter::release(self, pool, limit, job_ids).await

@@ -3,13 +3,15 @@
 //! entry is there once; admission wakes a tenant pool's first jobs, and a kind pool's tenants
 //! in turn (the one served least recently first), each woken job out of its list and sent its
 //! dispatch message; a tenant with no job left leaves the ring; the reaper's seat check puts
-//! back a tenant that has none.
+//! back a tenant that has none. A give-back answers the pool's waiting mark: set by each entry,
+//! taken away only by an admission that found no job waiting and read the mark as it still is;
+//! without it, an admission after a give-back reads and wakes nothing.
 
 use longhaul_domain::Owner;
 use std::time::Duration;
 
 use longhaul_aws::ports::SlotPools;
-use longhaul_aws::slots::{Pool, Seat};
+use longhaul_aws::slots::{Held, Pool, Seat};
 use longhaul_domain::JobId;
 use longhaul_domain::admission::{Priority, waiting_sort_key};
 
@@ -67,6 +69,7 @@ pub async fn slot_pools(slots: &impl SlotPools, woken: impl AsyncFn() -> Vec<Job
     a_tenant_pool_admits_in_list_order(slots, &woken).await;
     a_kind_pool_admits_tenants_in_turn(slots, &woken).await;
     a_tenant_without_waiting_jobs_leaves_the_ring(slots, &woken).await;
+    the_waiting_mark_says_whether_a_job_may_wait(slots, &woken).await;
 }
 
 async fn slots_are_taken_and_given_back(slots: &impl SlotPools) {
@@ -81,25 +84,25 @@ async fn slots_are_taken_and_given_back(slots: &impl SlotPools) {
     assert!(slots.acquire(&pool, 2, &a, 0).await.unwrap(), "a holder takes its own slot again");
     assert_eq!(sorted(slots.holders(&pool).await.unwrap()), both, "and holds one");
 
-    assert_eq!(slots.give_back(&pool, std::slice::from_ref(&a)).await.unwrap(), 1);
-    assert_eq!(slots.give_back(&pool, std::slice::from_ref(&a)).await.unwrap(), 1, "once");
+    assert_eq!(slots.give_back(&pool, std::slice::from_ref(&a)).await.unwrap().holders, 1);
+    assert_eq!(slots.give_back(&pool, std::slice::from_ref(&a)).await.unwrap().holders, 1, "once");
     assert_eq!(
-        slots.give_back(&pool, std::slice::from_ref(&c)).await.unwrap(),
+        slots.give_back(&pool, std::slice::from_ref(&c)).await.unwrap().holders,
         1,
         "a job that holds no slot frees none"
     );
-    assert_eq!(slots.give_back(&pool, &[]).await.unwrap(), 1, "nothing given back: a read");
+    assert_eq!(slots.give_back(&pool, &[]).await.unwrap().holders, 1, "nothing given back: a read");
     assert!(slots.acquire(&pool, 2, &c, 0).await.unwrap(), "the slot given back is free");
-    assert_eq!(slots.give_back(&pool, &[b.clone(), c.clone()]).await.unwrap(), 0);
+    assert_eq!(slots.give_back(&pool, &[b.clone(), c.clone()]).await.unwrap().holders, 0);
     assert!(slots.holders(&pool).await.unwrap().is_empty());
 
     let untouched = Pool::Kind(fresh("untouched"));
-    assert_eq!(slots.give_back(&untouched, std::slice::from_ref(&a)).await.unwrap(), 0);
+    assert_eq!(slots.give_back(&untouched, std::slice::from_ref(&a)).await.unwrap().holders, 0);
     // The condition lets the first job into a pool no one holds, whatever its limit (pools
     // of limit 0 are never built: 0 is "no limit").
     assert!(slots.acquire(&untouched, 0, &a, 0).await.unwrap());
     assert!(!slots.acquire(&untouched, 0, &b, 0).await.unwrap());
-    assert_eq!(slots.give_back(&untouched, std::slice::from_ref(&a)).await.unwrap(), 0);
+    assert_eq!(slots.give_back(&untouched, std::slice::from_ref(&a)).await.unwrap().holders, 0);
 }
 
 /// A pause gives back the slot of the run it paused, never the slot the job's next run took
@@ -109,21 +112,33 @@ async fn a_pause_gives_back_only_its_own_runs_slot(slots: &impl SlotPools) {
     let [a, b, c] = [0; 3].map(|_| JobId::new());
     assert!(slots.acquire(&pool, 2, &a, 0).await.unwrap());
     assert!(slots.acquire(&pool, 2, &b, 3).await.unwrap());
-    assert_eq!(slots.give_back_run(&pool, &a, 0).await.unwrap(), Some(1), "its own run's");
-    assert_eq!(slots.give_back_run(&pool, &a, 0).await.unwrap(), Some(1), "idempotent");
+    assert_eq!(
+        slots.give_back_run(&pool, &a, 0).await.unwrap().map(|h| h.holders),
+        Some(1),
+        "its own run's"
+    );
+    assert_eq!(
+        slots.give_back_run(&pool, &a, 0).await.unwrap().map(|h| h.holders),
+        Some(1),
+        "idempotent"
+    );
     // Paused in run 0, resumed: run 1 takes the slot again before the pause's give-back.
     assert!(slots.acquire(&pool, 2, &a, 0).await.unwrap());
     assert!(slots.acquire(&pool, 2, &a, 1).await.unwrap(), "the same slot, a later run");
-    assert_eq!(slots.give_back_run(&pool, &a, 0).await.unwrap(), None, "the late pause's");
+    assert_eq!(
+        slots.give_back_run(&pool, &a, 0).await.unwrap().map(|h| h.holders),
+        None,
+        "the late pause's"
+    );
     assert!(!slots.acquire(&pool, 2, &c, 0).await.unwrap(), "the pool is still full");
     assert_eq!(sorted(slots.holders(&pool).await.unwrap()), sorted(vec![a.clone(), b.clone()]));
     // A dispatch that read the job before its resume writes the earlier run: the paused
     // run's give-back still frees it.
     assert!(slots.acquire(&pool, 2, &a, 0).await.unwrap());
-    assert_eq!(slots.give_back_run(&pool, &a, 1).await.unwrap(), Some(1));
+    assert_eq!(slots.give_back_run(&pool, &a, 1).await.unwrap().map(|h| h.holders), Some(1));
     // An unconditional give-back frees whichever run holds it; a job holding none frees none.
-    assert_eq!(slots.give_back(&pool, std::slice::from_ref(&b)).await.unwrap(), 0);
-    assert_eq!(slots.give_back_run(&pool, &c, 0).await.unwrap(), Some(0));
+    assert_eq!(slots.give_back(&pool, std::slice::from_ref(&b)).await.unwrap().holders, 0);
+    assert_eq!(slots.give_back_run(&pool, &c, 0).await.unwrap().map(|h| h.holders), Some(0));
     assert!(slots.holders(&pool).await.unwrap().is_empty());
 }
 
@@ -268,4 +283,58 @@ async fn a_tenant_without_waiting_jobs_leaves_the_ring(
     assert_eq!(slots.admit(&kind, 1, 0).await.unwrap(), 0, "its turn wakes no one");
     assert!(!woken().await.contains(&waiter.job_id));
     assert_eq!(slots.seat(&kind, &owner).await.unwrap(), Seat::Joined, "it had left the ring");
+}
+
+async fn the_waiting_mark_says_whether_a_job_may_wait(
+    slots: &impl SlotPools,
+    woken: &impl AsyncFn() -> Vec<JobId>,
+) {
+    let owner = tenant("mark");
+    let pool = Pool::Tenant(owner.clone());
+    let holder = JobId::new();
+    assert!(slots.acquire(&pool, 1, &holder, 0).await.unwrap());
+    assert_eq!(slots.give_back(&pool, &[]).await.unwrap().waiting_mark, None, "no job waited");
+
+    let first = Waiter::new(Priority::Normal, 1);
+    first.enter(slots, &pool, &owner).await;
+    let full = slots.give_back(&pool, &[]).await.unwrap();
+    assert!(full.waiting_mark.is_some(), "an entry sets the mark");
+    assert_eq!(slots.admit_marked(&pool, 1, &full).await.unwrap(), 0, "no slot free");
+    let freed = slots.give_back(&pool, std::slice::from_ref(&holder)).await.unwrap();
+    assert_eq!(freed, Held { holders: 0, waiting_mark: full.waiting_mark.clone() });
+    assert_eq!(slots.admit_marked(&pool, 1, &freed).await.unwrap(), 1, "the waiter is woken");
+    assert!(woken().await.contains(&first.job_id));
+    let after = slots.give_back(&pool, &[]).await.unwrap();
+    assert_eq!(after.waiting_mark, freed.waiting_mark, "an admission that woke a job keeps it");
+
+    // A job entered (and left) since the give-back's read: its mark is newer than the one
+    // read, and the admission that finds the list empty leaves it.
+    let since = Waiter::new(Priority::Normal, 2);
+    since.enter(slots, &pool, &owner).await;
+    slots.leave_waiting(&pool, &owner, &since.position).await.unwrap();
+    assert_eq!(slots.admit_marked(&pool, 1, &after).await.unwrap(), 0);
+    let newer = slots.give_back(&pool, &[]).await.unwrap();
+    assert!(newer.waiting_mark.is_some() && newer.waiting_mark != after.waiting_mark);
+    assert_eq!(slots.admit_marked(&pool, 1, &newer).await.unwrap(), 0, "no one waits");
+    assert_eq!(slots.give_back(&pool, &[]).await.unwrap().waiting_mark, None, "taken away");
+
+    // Without the mark nothing is read; the reaper's `admit` reads whatever the mark says.
+    let unmarked = Waiter::new(Priority::Normal, 3);
+    unmarked.enter(slots, &pool, &owner).await;
+    let lost = Held { holders: 0, waiting_mark: None };
+    assert_eq!(slots.admit_marked(&pool, 1, &lost).await.unwrap(), 0);
+    assert!(unmarked.waits(slots, &pool, &owner).await, "not woken");
+    assert_eq!(slots.admit(&pool, 1, 0).await.unwrap(), 1);
+    assert!(woken().await.contains(&unmarked.job_id));
+
+    // A kind pool's mark: set by an entry, taken away once its ring is empty.
+    let kind = Pool::Kind(fresh("mark"));
+    let waiter = Waiter::new(Priority::Normal, 4);
+    waiter.enter(slots, &kind, &owner).await;
+    let held = slots.give_back(&kind, &[]).await.unwrap();
+    assert!(held.waiting_mark.is_some(), "an entry in a kind pool's list sets its mark");
+    assert_eq!(slots.admit_marked(&kind, 1, &held).await.unwrap(), 1);
+    assert!(woken().await.contains(&waiter.job_id));
+    assert_eq!(slots.admit_marked(&kind, 1, &held).await.unwrap(), 0, "its ring is empty");
+    assert_eq!(slots.give_back(&kind, &[]).await.unwrap().waiting_mark, None);
 }
