@@ -253,10 +253,10 @@ impl JobCancellation for MemoryJobStore {
             job
         };
         let requested_at = job.cancellation.as_ref().map(|c| c.requested_at);
-        if let (Some(progress), Some(at)) = (table.progress.get_mut(job_id), requested_at)
-            && progress.cancel_requested_at.is_none()
-        {
-            progress.cancel_requested_at = Some(at);
+        // A first claim's attempt may have no record yet: the flag makes one, under no lease.
+        if let Some(at) = requested_at {
+            let progress = table.progress.entry(job_id.to_owned()).or_default();
+            progress.cancel_requested_at = progress.cancel_requested_at.or(Some(at));
         }
         Ok(CancelOutcome::Requested(Box::new(job)))
     }

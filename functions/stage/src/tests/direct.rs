@@ -92,13 +92,13 @@ async fn a_second_invocation_of_a_run_never_works_beside_the_first() {
     w.jobs.claim_as(&id, &first.execution, Some(&first.claimant)).await.unwrap();
     let out = w.invoke_run(&second, far()).await.unwrap();
     assert_eq!(out["outcome"], "not_claimed");
-    assert_eq!(w.progress(&id).items_done, 0, "the second did no work");
+    assert_eq!(w.progress_or_new(&id).items_done, 0, "the second did no work");
     assert!(w.executions.started().is_empty());
     // Nor does an execution of the run's name (the reaper starts one for a job still queued
     // when it looked) while the run holds the job.
     let err = w.first_run(&id, far()).await.expect_err("the run holds the job");
     assert_eq!(err.name(), "Job.NotClaimable");
-    assert_eq!(w.progress(&id).items_done, 0);
+    assert_eq!(w.progress_or_new(&id).items_done, 0);
     // Lambda's retry of the first (it crashed after claiming) resumes it to the end.
     let out = w.invoke_run(&first, far()).await.unwrap();
     assert_eq!(out["outcome"], "succeeded");

@@ -145,7 +145,7 @@ async fn the_clock_carries_across_the_invocations_that_continue_the_stage() {
 async fn each_stage_has_its_own_clock() {
     let w = world();
     let (id, lease, job) = claimed_script(&w).await;
-    let mut ctx = timed_ctx(&w, &job, &lease, &w.progress(&id));
+    let mut ctx = timed_ctx(&w, &job, &lease, &w.progress_or_new(&id));
     ctx.checkpoint(1, &json!({"next": 10, "starts": [0]}), 10, Some(10)).await.unwrap();
     w.clock.advance(TIMEOUT - Duration::from_secs(100));
     let boundary = Timestamp::from(w.clock.now());
@@ -175,7 +175,8 @@ async fn a_clock_of_an_earlier_attempt_or_from_before_it_was_kept_starts_afresh(
     let earlier =
         StageClock { attempt: lease.attempt - 1, stage_index: 1, resumes: 0, started_at: long_ago };
     for kept in [Some(earlier), None] {
-        let progress = ProgressRecord { stage_index: 1, stage_clock: kept, ..w.progress(&id) };
+        let progress =
+            ProgressRecord { stage_index: 1, stage_clock: kept, ..w.progress_or_new(&id) };
         let mut ctx = timed_ctx(&w, &job, &lease, &progress);
         ctx.check_stage_timeout().expect("a clock of its own, from now");
         ctx.progress(1, Some(10)).await.expect("written");

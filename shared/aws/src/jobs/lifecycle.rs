@@ -103,42 +103,22 @@ impl JobStore {
     }
 
     /// Sets the cancellation flag on the job's progress record, which every progress write
-    /// is conditional on the absence of. Idempotent: a flag already set keeps its time. A
-    /// job without a progress record yet (claimed, not handed over) has nothing to flag: its
-    /// stage reads the job record's cancellation before its first write.
+    /// is conditional on the absence of. Idempotent: a flag already set keeps its time.
     async fn flag_cancellation(
         &self,
         job_id: &JobId,
         requested_at: &Timestamp,
     ) -> Result<(), StoreError> {
-        self.flag_progress_soon(job_id, "cancel_requested_at", *requested_at).await
-    }
-
-    /// Sets the owner's request `flag` on the running job's progress record. A record not
-    /// there yet is a claim on its way (its hand-over of the record follows the claim at once,
-    /// from a job record read before the request): asked again a few times, briefly. One still
-    /// missing then belongs to a claim that died, whose rescue's next claim reads the request
-    /// from the job record.
-    pub(super) async fn flag_progress_soon(
-        &self,
-        job_id: &JobId,
-        flag: &str,
-        at: Timestamp,
-    ) -> Result<(), StoreError> {
-        for _ in 0..FLAG_TRIES {
-            if self.flag_progress(job_id, flag, Some(at)).await? {
-                return Ok(());
-            }
-            tokio::time::sleep(FLAG_RETRY).await;
-        }
-        tracing::info!(%job_id, flag, "no progress record to flag; the next claim reads the request");
-        Ok(())
+        self.flag_progress(job_id, "cancel_requested_at", Some(*requested_at)).await.map(drop)
     }
 
     /// Sets the owner's request `flag` (an attribute of the job's progress record, which
     /// progress writes are conditional on the absence of) with its time `at` — idempotent, a
-    /// flag already set keeps its time — or, `None`, removes it. A job without a progress
-    /// record has nothing to flag: whether it had one.
+    /// flag already set keeps its time — or, `None`, removes it: whether the record had it to
+    /// remove. A running job may have no record yet (its first claim hands none over:
+    /// [`JobStore::claim_as`]): setting a flag then writes the record, under no lease, with
+    /// the fields a hand-over would give it, so the attempt's first progress write finds the
+    /// request (a record under no lease is one the attempt may write).
     pub(super) async fn flag_progress(
         &self,
         job_id: &JobId,
@@ -149,15 +129,20 @@ impl JobStore {
             .client
             .update_item()
             .table_name(&self.table)
-            .set_key(Some(Self::progress_key(job_id).into_iter().collect()))
-            .condition_expression("attribute_exists(pk)");
+            .set_key(Some(Self::progress_key(job_id).into_iter().collect()));
         // The flag by its name in the expression (one of ours, not a reserved word), as the
         // request shows it.
         let flagged = match at {
-            Some(at) => update
-                .update_expression(format!("SET {flag} = if_not_exists({flag}, :at)"))
+            Some(at) => self
+                .record_defaults(update)
+                .update_expression(format!(
+                    "SET {flag} = if_not_exists({flag}, :at), {}",
+                    super::progress::RECORD_DEFAULTS
+                ))
                 .expression_attribute_values(":at", s(at.to_rfc3339())),
-            None => update.update_expression(format!("REMOVE {flag}")),
+            None => update
+                .condition_expression("attribute_exists(pk)")
+                .update_expression(format!("REMOVE {flag}")),
         }
         .send()
         .await;
@@ -179,7 +164,10 @@ impl JobStore {
     }
 
     /// `queued → running` for `execution`, minting a new lease (the job enters the reaper's
-    /// running index in the same write), then hands the progress record to it. Idempotent per
+    /// running index in the same write), then hands the progress record to it — except at a
+    /// job's first claim with no record seeded ([`JobRecord::is_first_claim`]): there is no
+    /// record, no earlier attempt that could write one, and the attempt's first progress write
+    /// makes it (a job that ends before that write never has one). Idempotent per
     /// execution: if this execution already holds the job (the claim's response was lost and
     /// the state machine retried it), the existing lease is returned and the hand-over is
     /// done again — the first call may have died between the two writes. If nothing retries
@@ -209,6 +197,11 @@ impl JobStore {
             request = request.set("claimant", claimant);
         }
         match self.claim_update(request, execution).await {
+            Ok(job) if job.is_first_claim() => {
+                // Nothing to hand over: the attempt's first progress write makes the record.
+                let lease = Lease { attempt: job.attempt, token };
+                Ok((lease, JobView { job, progress: None }))
+            }
             Ok(job) => {
                 let lease = Lease { attempt: job.attempt, token };
                 let progress = self.take_progress(job_id, &lease).await?;
@@ -513,8 +506,3 @@ impl JobStore {
         self.count_fenced(job_id, lease, "injected_failures").await
     }
 }
-
-/// How often, and how far apart, a request asks for a running job's progress record that is
-/// not there yet ([`JobStore::flag_progress_soon`]).
-const FLAG_TRIES: usize = 5;
-const FLAG_RETRY: std::time::Duration = std::time::Duration::from_millis(100);

@@ -163,7 +163,7 @@ impl JobStore {
                 (_, _, Some(_)) => return Err(StoreError::Conflict { current: Some(current) }),
                 (JobStatus::Paused, _, _) => return Ok(PauseOutcome::Already(current)),
                 (JobStatus::Running, Some(asked), _) => {
-                    self.flag_pause_soon(job_id, asked.requested_at).await?;
+                    self.flag_pause(job_id, asked.requested_at).await?;
                     return Ok(PauseOutcome::Already(current));
                 }
                 (JobStatus::Running, None, _) => {}
@@ -188,7 +188,7 @@ impl JobStore {
                 .await;
             match requested {
                 Ok(job) => {
-                    self.flag_pause_soon(job_id, pause.requested_at).await?;
+                    self.flag_pause(job_id, pause.requested_at).await?;
                     return Ok(PauseOutcome::Requested(Box::new(job)));
                 }
                 // Back to waiting for an attempt: paused as such in the next round.
@@ -270,13 +270,9 @@ impl JobStore {
     }
 
     /// Sets the pause flag on the running job's progress record (see
-    /// [`JobStore::flag_progress_soon`]).
-    async fn flag_pause_soon(
-        &self,
-        job_id: &JobId,
-        requested_at: Timestamp,
-    ) -> Result<(), StoreError> {
-        self.flag_progress_soon(job_id, PAUSE_FLAG, requested_at).await
+    /// [`JobStore::flag_progress`]).
+    async fn flag_pause(&self, job_id: &JobId, requested_at: Timestamp) -> Result<(), StoreError> {
+        self.flag_progress(job_id, PAUSE_FLAG, Some(requested_at)).await.map(drop)
     }
 
     /// Removes the pause flag from the job's progress record, if it has one.
@@ -299,7 +295,9 @@ impl JobStore {
             .table_name(&self.table)
             .set_key(Some(Self::progress_key(job_id).into_iter().collect()))
             .update_expression(format!("REMOVE {PAUSE_FLAG}"))
-            .condition_expression("lease = :lease")
+            .condition_expression(
+                "attribute_exists(pk) AND (attribute_not_exists(lease) OR lease = :lease)",
+            )
             .expression_attribute_values(":lease", s(lease))
             .send()
             .await;

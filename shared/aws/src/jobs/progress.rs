@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
+use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
 use longhaul_domain::{Timestamp, now_rfc3339};
 use serde::{Deserialize, Serialize};
@@ -53,7 +54,10 @@ pub struct ProgressRecord {
     pub heartbeat_at: Timestamp,
     /// Last change.
     pub updated_at: Timestamp,
-    /// The lease of the attempt that owns this record.
+    /// The lease of the attempt that owns this record: empty on a record no attempt has
+    /// written yet (one an owner's request, or the reaper's revoke, wrote before the first
+    /// claim's attempt made its first progress write), which that attempt may write.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub lease: String,
     /// The current stage's latest checkpoint object (moved only under the lease, so a stale
     /// attempt can never make a newer checkpoint unreachable).
@@ -248,9 +252,58 @@ pub enum ProgressRefused {
     Store(#[from] StoreError),
 }
 
+impl ProgressRefused {
+    /// Why a progress write under `lease` was refused, from the record as the refusal found
+    /// it (`None`: there was none, or it could not be read).
+    pub fn of(current: Option<&ProgressRecord>, lease: &str) -> Self {
+        match current {
+            Some(p) if p.lease == lease || p.lease.is_empty() => {
+                if p.cancel_requested_at.is_some() {
+                    ProgressRefused::Cancelled
+                } else if p.pause_requested_at.is_some() {
+                    ProgressRefused::PauseRequested
+                } else {
+                    ProgressRefused::Stale { seq: p.seq }
+                }
+            }
+            _ => ProgressRefused::LeaseLost,
+        }
+    }
+}
+
+/// The fields every progress record has, for a write that may be a record's first before its
+/// attempt's own (an owner's request, a revoke, a cancelled attempt's final checkpoint: a
+/// job's first claim hands no record over, see [`JobStore::claim_as`]): each set only where
+/// it is missing, as the hand-over would set it. Its values are [`JobStore::record_defaults`].
+pub(super) const RECORD_DEFAULTS: &str = "seq = if_not_exists(seq, :zero), \
+    pct = if_not_exists(pct, :zero), stage = if_not_exists(stage, :empty), \
+    stage_index = if_not_exists(stage_index, :zero), \
+    stages_total = if_not_exists(stages_total, :zero), \
+    items_done = if_not_exists(items_done, :zero), \
+    heartbeat_at = if_not_exists(heartbeat_at, :now), \
+    updated_at = if_not_exists(updated_at, :now), \
+    expires_at = if_not_exists(expires_at, :ttl)";
+
+/// Who may write a progress record under `:lease`: the attempt that holds it, or any attempt
+/// while no attempt does (see [`ProgressRecord::lease`]). A record a later claim handed over
+/// always has that claim's lease, so a stale attempt never matches.
+const HELD_OR_UNCLAIMED: &str = "(attribute_not_exists(lease) OR lease = :lease)";
+
 impl JobStore {
     pub(super) fn progress_key(job_id: &JobId) -> [(String, AttributeValue); 2] {
         [("pk".into(), s(job_pk(job_id))), ("sk".into(), s(PROGRESS_SK))]
+    }
+
+    /// The values [`RECORD_DEFAULTS`] names.
+    pub(super) fn record_defaults(
+        &self,
+        update: UpdateItemFluentBuilder,
+    ) -> UpdateItemFluentBuilder {
+        update
+            .expression_attribute_values(":zero", AttributeValue::N("0".into()))
+            .expression_attribute_values(":empty", s(""))
+            .expression_attribute_values(":now", s(now_rfc3339()))
+            .expression_attribute_values(":ttl", self.retention.ttl_from_now())
     }
 
     /// Takes the progress record from `lease` (the record keeps its stage and checkpoint
@@ -258,17 +311,20 @@ impl JobStore {
     /// writes are refused from now on. The reaper does this *before* re-dispatching a zombie:
     /// otherwise a worker declared dead but alive could go on writing progress while the job
     /// was queued again or claimed by the next attempt (until that claim's hand-over). A
-    /// record that `lease` does not hold is left alone.
+    /// record that `lease` does not hold is left alone; a record no attempt holds yet (or none
+    /// at all: a first claim's attempt that never wrote one) is written under the revoked
+    /// lease, so that the attempt's first write is refused too.
     pub async fn revoke_progress(&self, job_id: &JobId, lease: &str) -> Result<(), StoreError> {
-        let revoked = self
+        let update = self
             .client
             .update_item()
             .table_name(&self.table)
-            .set_key(Some(Self::progress_key(job_id).into_iter().collect()))
-            .update_expression("SET lease = :revoked, updated_at = :now")
-            .condition_expression("lease = :lease")
+            .set_key(Some(Self::progress_key(job_id).into_iter().collect()));
+        let revoked = self
+            .record_defaults(update)
+            .update_expression(format!("SET lease = :revoked, {RECORD_DEFAULTS}"))
+            .condition_expression(HELD_OR_UNCLAIMED)
             .expression_attribute_values(":revoked", s(format!("revoked:{lease}")))
-            .expression_attribute_values(":now", s(now_rfc3339()))
             .expression_attribute_values(":lease", s(lease))
             .send()
             .await;
@@ -427,7 +483,9 @@ impl JobStore {
     }
 
     /// Records progress (a heartbeat, possibly a new checkpoint pointer) for the attempt
-    /// holding `progress.lease`. Refused when another attempt owns the job, when the sequence
+    /// holding `progress.lease` — or for any attempt while the record has none (a first
+    /// claim's attempt makes the record with its first write). Refused when another attempt
+    /// owns the job, when the sequence
     /// number does not advance (so progress never goes backwards), or when a cancellation (or,
     /// unless the write carries the flag itself, a pause) was requested — and the refusal says
     /// which, from the record as it is (same request).
@@ -449,12 +507,15 @@ impl JobStore {
             .set_item(Some(item))
             // A write that carries the pause flag itself (a stage crossing a boundary on its
             // way to being parked) is not refused by it.
-            .condition_expression(if progress.pause_requested_at.is_some() {
-                "lease = :lease AND seq < :seq AND attribute_not_exists(cancel_requested_at)"
-            } else {
-                "lease = :lease AND seq < :seq AND attribute_not_exists(cancel_requested_at) \
-                 AND attribute_not_exists(pause_requested_at)"
-            })
+            .condition_expression(format!(
+                "{HELD_OR_UNCLAIMED} AND (attribute_not_exists(seq) OR seq < :seq) \
+                 AND attribute_not_exists(cancel_requested_at){}",
+                if progress.pause_requested_at.is_some() {
+                    ""
+                } else {
+                    " AND attribute_not_exists(pause_requested_at)"
+                }
+            ))
             .expression_attribute_values(":lease", s(&progress.lease))
             .expression_attribute_values(":seq", AttributeValue::N(progress.seq.to_string()))
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
@@ -471,18 +532,7 @@ impl JobStore {
                         .transpose()
                         .ok()
                         .flatten();
-                    Err(match current {
-                        Some(p) if p.lease == progress.lease && p.cancel_requested_at.is_some() => {
-                            ProgressRefused::Cancelled
-                        }
-                        Some(p) if p.lease == progress.lease && p.pause_requested_at.is_some() => {
-                            ProgressRefused::PauseRequested
-                        }
-                        Some(p) if p.lease == progress.lease => {
-                            ProgressRefused::Stale { seq: p.seq }
-                        }
-                        _ => ProgressRefused::LeaseLost,
-                    })
+                    Err(ProgressRefused::of(current.as_ref(), &progress.lease))
                 }
                 _ => Err(ProgressRefused::Store(
                     AwsError::new(format!("write progress of {job_id}"), err).into(),
@@ -498,7 +548,7 @@ impl JobStore {
     /// while the record is not past the checkpoint's stage (`stage`, 1-based `stage_index`),
     /// so a checkpoint of a stage the job has moved past never becomes the input of the next
     /// one. The record is set to that stage (one cancelled before its first progress write
-    /// still shows none).
+    /// still shows none), and made if a first claim's attempt had not made it yet.
     pub async fn record_final_checkpoint(
         &self,
         job_id: &JobId,
@@ -514,9 +564,16 @@ impl JobStore {
             .set_key(Some(Self::progress_key(job_id).into_iter().collect()))
             .update_expression(
                 "SET checkpoint_key = :key, seq = :seq, items_done = :done, updated_at = :now, \
-                 stage = :name, stage_index = :stage",
+                 stage = :name, stage_index = :stage, lease = :lease, \
+                 pct = if_not_exists(pct, :zero), stages_total = if_not_exists(stages_total, :zero), \
+                 heartbeat_at = if_not_exists(heartbeat_at, :now), expires_at = if_not_exists(expires_at, :ttl)",
             )
-            .condition_expression("lease = :lease AND seq < :seq AND stage_index <= :stage")
+            .condition_expression(format!(
+                "{HELD_OR_UNCLAIMED} AND (attribute_not_exists(seq) OR seq < :seq) \
+                 AND (attribute_not_exists(stage_index) OR stage_index <= :stage)"
+            ))
+            .expression_attribute_values(":zero", AttributeValue::N("0".into()))
+            .expression_attribute_values(":ttl", self.retention.ttl_from_now())
             .expression_attribute_values(":name", s(stage))
             .expression_attribute_values(":key", s(checkpoint_key))
             .expression_attribute_values(":seq", AttributeValue::N(seq.to_string()))

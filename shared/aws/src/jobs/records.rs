@@ -165,6 +165,14 @@ impl JobRecord {
         longhaul_domain::compensation::wanted(&self.undo_stages, self.started_at.is_some())
     }
 
+    /// Whether the claim that left this record was the job's first — its attempt 1, never
+    /// resumed (a pause or a wait gives its attempt back, and only a resume makes it pending
+    /// again) — with no progress record to resume from (none was seeded for a retry): no
+    /// attempt before it could have written one, so the claim hands none over.
+    pub fn is_first_claim(&self) -> bool {
+        self.attempt == 1 && self.resumes == 0 && self.resumed_from.is_none()
+    }
+
     /// Whether a claim by `execution` (for `claimant`, a direct run's; none, an execution's)
     /// finds the job already its own, so that it gets the lease back: the job runs under that
     /// execution, held by the same claimant — a direct run's retry, or an execution once no run

@@ -1,8 +1,10 @@
 //! The attempts' contract ([`JobAttempts`]): only the execution a job was last dispatched to
-//! claims it, once per execution; the claim hands the progress record over, never back to an
-//! earlier attempt; a progress write applies only under the record's lease with a higher
-//! sequence and no cancellation flagged, and its refusal says which did not hold; the fenced
-//! marks apply only under the job's lease.
+//! claims it, once per execution; a job's first claim hands no progress record over (its
+//! attempt's first write makes it), every later claim hands the record over, never back to an
+//! earlier attempt; a progress write applies only under the record's lease (or to a record no
+//! attempt holds) with a higher sequence and no cancellation flagged, and its refusal says
+//! which did not hold; a request or a revoke before the first write makes the record, so that
+//! write finds it; the fenced marks apply only under the job's lease.
 
 use longhaul_aws::jobs::{
     FinalCheckpoint, JobRecord, Lease, ProgressRecord, ProgressRefused, ResumedFrom, StoreError,
@@ -32,6 +34,7 @@ pub async fn job_attempts(store: &impl AttemptTable) {
     progress_writes_are_fenced_and_say_why_not(store).await;
     a_cancelled_attempt_records_its_final_checkpoint(store).await;
     a_revoked_record_refuses_its_attempt(store).await;
+    a_request_before_the_first_write_reaches_it(store).await;
     marks_and_counters_apply_under_the_lease(store).await;
 }
 
@@ -109,13 +112,17 @@ async fn only_the_dispatched_execution_claims_once(store: &impl AttemptTable) {
     assert!(job.retry_at.is_none(), "a backoff's retry_at goes with the claim");
     assert_eq!(job.transitions.last().map(|t| t.state), Some(JobStatus::Running));
     assert_eq!(store.job(&id).await.unwrap().unwrap(), job, "the claim answers the record");
-    let progress = progress_of(store, &id).await;
-    assert_eq!(progress.lease, lease.token, "the progress record is handed over");
-    assert_eq!((progress.attempt, progress.seq, progress.items_done), (Some(1), 0, 0));
+    assert!(job.is_first_claim());
+    let view = store.view(&id).await.unwrap().unwrap();
+    assert!(view.progress.is_none(), "a first claim hands no record over: there is none");
 
     let (again, same) = store.claim(&id, "exec-1").await.expect("a repeated claim answers again");
     assert_eq!(again, lease, "idempotent per execution: the same lease");
     assert_eq!(same.attempt, 1, "not counted twice");
+    // The repeat may follow an invocation that wrote progress: it hands the record over.
+    let progress = progress_of(store, &id).await;
+    assert_eq!(progress.lease, lease.token, "the progress record is handed over");
+    assert_eq!((progress.attempt, progress.seq, progress.items_done), (Some(1), 0, 0));
     assert_eq!(
         conflict(store.claim(&id, "exec-0").await),
         JobStatus::Running,
@@ -200,12 +207,29 @@ async fn a_claim_hands_the_progress_record_over_never_back(store: &impl AttemptT
         "the earlier attempt's writes are refused from the hand-over on"
     );
 
+    // A first claim's attempt (which hands nothing over) cannot write a record a later
+    // attempt holds.
+    let late = TransitionRequest::new(&id, &[JobStatus::Running], JobStatus::Queued, "late")
+        .fenced(&second.token)
+        .set("execution", "exec-first")
+        .set("attempt", 0);
+    store.transition(late).await.unwrap();
+    let (first_again, _) = store.claim(&id, "exec-first").await.expect("claimed as a first");
+    assert!(
+        matches!(
+            store.record_progress(&id, &written(&first_again, 9, 1, 50)).await,
+            Err(ProgressRefused::LeaseLost)
+        ),
+        "its first write finds the record held"
+    );
+
     // A claimer of an earlier attempt (delayed between its two writes while the job moved
     // on) does not take the record back from the attempt that holds it.
     let late = TransitionRequest::new(&id, &[JobStatus::Running], JobStatus::Queued, "late")
-        .fenced(&second.token)
+        .fenced(&first_again.token)
         .set("execution", "exec-late")
-        .set("attempt", 0);
+        .set("attempt", 0)
+        .set("resumes", 1);
     store.transition(late).await.unwrap();
     match store.claim(&id, "exec-late").await {
         Err(StoreError::Conflict { current: Some(job) }) => {
@@ -222,19 +246,10 @@ async fn a_claim_hands_the_progress_record_over_never_back(store: &impl AttemptT
 }
 
 async fn progress_writes_are_fenced_and_say_why_not(store: &impl AttemptTable) {
-    let missing = JobId::new();
-    let nobody = Lease { attempt: 1, token: "nobody".into() };
-    assert!(
-        matches!(
-            store.record_progress(&missing, &written(&nobody, 1, 1, 1)).await,
-            Err(ProgressRefused::LeaseLost)
-        ),
-        "no record: no lease holds it"
-    );
     let id = queued(store, "progress", "exec-1").await;
     let (lease, _) = store.claim(&id, "exec-1").await.unwrap();
     let first = written(&lease, 1, 1, 10);
-    store.record_progress(&id, &first).await.expect("the holder writes a higher seq");
+    store.record_progress(&id, &first).await.expect("the first write makes the record");
     assert_eq!(progress_of(store, &id).await, first, "read back as written");
     let stale = written(&lease, 1, 1, 11);
     assert!(
@@ -317,8 +332,22 @@ async fn a_cancelled_attempt_records_its_final_checkpoint(store: &impl AttemptTa
 }
 
 async fn a_revoked_record_refuses_its_attempt(store: &impl AttemptTable) {
+    // Before the attempt's first write (a first claim's zombie): the revoke makes the record.
+    let id = queued(store, "revoke-first", "exec-1").await;
+    let (lease, _) = store.claim(&id, "exec-1").await.unwrap();
+    store.revoke_progress(&id, &lease.token).await.expect("revoked before any write");
+    assert_eq!(progress_of(store, &id).await.lease, format!("revoked:{}", lease.token));
+    assert!(
+        matches!(
+            store.record_progress(&id, &written(&lease, 1, 1, 1)).await,
+            Err(ProgressRefused::LeaseLost)
+        ),
+        "the attempt's first write is refused"
+    );
+
     let id = queued(store, "revoke", "exec-1").await;
     let (lease, _) = store.claim(&id, "exec-1").await.unwrap();
+    store.record_progress(&id, &written(&lease, 1, 1, 1)).await.expect("the first write");
     store.revoke_progress(&id, "not-the-holder").await.expect("a non-holder's revoke is a no-op");
     assert_eq!(progress_of(store, &id).await.lease, lease.token, "left alone");
     store.revoke_progress(&id, &lease.token).await.expect("the holder's record is revoked");
@@ -382,5 +411,53 @@ async fn marks_and_counters_apply_under_the_lease(store: &impl AttemptTable) {
     assert!(matches!(
         store.record_execution(&JobId::new(), "x", "y").await,
         Err(StoreError::Conflict { current: None })
+    ));
+}
+
+/// An owner's request that lands before a first claim's attempt has written its record makes
+/// the record (under no lease) with the flag: the attempt's first write finds it and is
+/// refused for it, and a cancelled attempt's final checkpoint still lands.
+async fn a_request_before_the_first_write_reaches_it(store: &impl AttemptTable) {
+    let id = queued(store, "early-cancel", "exec-1").await;
+    let (lease, job) = store.claim(&id, "exec-1").await.unwrap();
+    assert!(store.view(&id).await.unwrap().unwrap().progress.is_none());
+    let asked = Cancellation {
+        requested_at: Timestamp::now(),
+        requested_by: job.owner.clone(),
+        reason: None,
+    };
+    store.cancel(&id, &asked).await.expect("a cancellation request");
+    let flagged = progress_of(store, &id).await;
+    assert!(flagged.cancel_requested_at.is_some(), "the request made the record");
+    assert_eq!((flagged.lease.as_str(), flagged.seq, flagged.stage_index), ("", 0, 0));
+    assert!(
+        matches!(
+            store.record_progress(&id, &written(&lease, 1, 1, 1)).await,
+            Err(ProgressRefused::Cancelled)
+        ),
+        "the first write learns of the cancellation"
+    );
+    store
+        .record_final_checkpoint(
+            &id,
+            &lease.token,
+            FinalCheckpoint {
+                seq: 1,
+                stage: "stage-1",
+                stage_index: 1,
+                checkpoint_key: "k/early",
+                items_done: 2,
+            },
+        )
+        .await
+        .expect("the cancelled attempt's checkpoint");
+    let progress = progress_of(store, &id).await;
+    assert_eq!(progress.lease, lease.token, "now held by the attempt");
+    assert_eq!(progress.checkpoint_key.as_deref(), Some("k/early"));
+    assert!(progress.cancel_requested_at.is_some(), "the flag stays");
+    let other = Lease { attempt: 1, token: "someone-else".into() };
+    assert!(matches!(
+        store.record_progress(&id, &written(&other, 9, 1, 3)).await,
+        Err(ProgressRefused::LeaseLost)
     ));
 }

@@ -10,7 +10,7 @@
 //! on them; the sort keys it writes are in the far future.
 
 use chrono::Utc;
-use longhaul_aws::jobs::{JobRecord, Lease, StoreError, TransitionRequest};
+use longhaul_aws::jobs::{JobRecord, Lease, ProgressRecord, StoreError, TransitionRequest};
 use longhaul_aws::ports::{
     JobAttempts, JobCompensation, JobCreation, JobDispatchMarks, JobReads, JobReaping,
     JobTransitions, StatusIndex, SweepCursor,
@@ -338,6 +338,11 @@ async fn a_stall_is_flagged_and_cleared_once_under_the_lease(store: &impl Reaped
 async fn progress_records_are_read_by_job(store: &impl ReapedTable) {
     let (first, first_lease) = running(store, "progress-a").await;
     let (second, second_lease) = running(store, "progress-b").await;
+    // A first claim makes no record: each attempt's first write does.
+    for (id, lease) in [(&first, &first_lease), (&second, &second_lease)] {
+        let write = ProgressRecord { seq: 1, lease: lease.token.clone(), ..Default::default() };
+        store.record_progress(id, &write).await.expect("the first write");
+    }
     let pending = created(store, "progress-none").await.job_id.clone();
     // More ids than one request of the AWS adapter reads, most of them no job's.
     let mut ids: Vec<JobId> = (0..150).map(|_| JobId::new()).collect();

@@ -118,6 +118,12 @@ impl JobAttempts for MemoryJobStore {
         self.check("claim job")?;
         let mut table = self.lock();
         match table.claim_update(job_id, execution, claimant) {
+            // The first claim: no record to hand over (the attempt's first write makes it).
+            Ok(job) if job.is_first_claim() => {
+                let lease =
+                    Lease { attempt: job.attempt, token: job.lease.clone().unwrap_or_default() };
+                Ok((lease, JobView { job, progress: None }))
+            }
             Ok(job) => {
                 let lease =
                     Lease { attempt: job.attempt, token: job.lease.clone().unwrap_or_default() };
@@ -145,26 +151,21 @@ impl JobAttempts for MemoryJobStore {
     ) -> Result<(), ProgressRefused> {
         self.check("write progress").map_err(ProgressRefused::Store)?;
         let mut table = self.lock();
-        match table.progress.get(job_id) {
+        // `(attribute_not_exists(lease) OR lease = :lease) AND (attribute_not_exists(seq) OR
+        // seq < :seq)`, and no request the write does not carry.
+        let current = table.progress.get(job_id);
+        match current {
+            None => {}
             Some(p)
-                if p.lease == progress.lease
+                if (p.lease == progress.lease || p.lease.is_empty())
                     && p.seq < progress.seq
                     && p.cancel_requested_at.is_none()
                     && (p.pause_requested_at.is_none()
-                        || progress.pause_requested_at.is_some()) =>
-            {
-                table.progress.insert(job_id.to_owned(), progress.clone());
-                Ok(())
-            }
-            Some(p) if p.lease == progress.lease && p.cancel_requested_at.is_some() => {
-                Err(ProgressRefused::Cancelled)
-            }
-            Some(p) if p.lease == progress.lease && p.pause_requested_at.is_some() => {
-                Err(ProgressRefused::PauseRequested)
-            }
-            Some(p) if p.lease == progress.lease => Err(ProgressRefused::Stale { seq: p.seq }),
-            _ => Err(ProgressRefused::LeaseLost),
+                        || progress.pause_requested_at.is_some()) => {}
+            Some(p) => return Err(ProgressRefused::of(Some(p), &progress.lease)),
         }
+        table.progress.insert(job_id.to_owned(), progress.clone());
+        Ok(())
     }
 
     async fn record_final_checkpoint(
@@ -176,8 +177,14 @@ impl JobAttempts for MemoryJobStore {
         self.check("record the final checkpoint").map_err(ProgressRefused::Store)?;
         let FinalCheckpoint { seq, stage, stage_index, checkpoint_key, items_done } = checkpoint;
         let mut table = self.lock();
-        match table.progress.get_mut(job_id) {
-            Some(p) if p.lease == lease && p.seq < seq && p.stage_index <= stage_index => {
+        // A first claim's attempt may not have made its record yet: this write makes it.
+        let p = table.progress.entry(job_id.to_owned()).or_default();
+        match p {
+            p if (p.lease == lease || p.lease.is_empty())
+                && p.seq < seq
+                && p.stage_index <= stage_index =>
+            {
+                p.lease = lease.to_owned();
                 p.checkpoint_key = Some(checkpoint_key.to_owned());
                 p.seq = seq;
                 p.items_done = items_done;
@@ -193,9 +200,11 @@ impl JobAttempts for MemoryJobStore {
     async fn revoke_progress(&self, job_id: &JobId, lease: &str) -> Result<(), StoreError> {
         self.check("revoke progress")?;
         let mut table = self.lock();
-        if let Some(p) = table.progress.get_mut(job_id).filter(|p| p.lease == lease) {
+        // A record no attempt holds (or none yet: a first claim's attempt that never wrote
+        // one) is revoked too, so that the attempt's first write is refused.
+        let p = table.progress.entry(job_id.to_owned()).or_default();
+        if p.lease == lease || p.lease.is_empty() {
             p.lease = format!("revoked:{lease}");
-            p.updated_at = Timestamp::now();
         }
         Ok(())
     }

@@ -13,10 +13,15 @@ use longhaul_domain::Pause;
 use longhaul_domain::signals::Wait;
 
 impl Table {
-    /// Sets (or, `None`, removes) the pause flag of the job's progress record, if it has one
-    /// (a flag already set keeps its time).
+    /// Sets (or, `None`, removes) the pause flag of the job's progress record (a flag already
+    /// set keeps its time). Setting it makes the record, under no lease, if a first claim's
+    /// attempt has not made it yet.
     fn flag_pause(&mut self, job_id: &JobId, at: Option<Timestamp>) {
-        if let Some(progress) = self.progress.get_mut(job_id) {
+        let progress = match at {
+            Some(_) => Some(self.progress.entry(job_id.to_owned()).or_default()),
+            None => self.progress.get_mut(job_id),
+        };
+        if let Some(progress) = progress {
             progress.pause_requested_at = at.and(progress.pause_requested_at).or(at);
         }
     }
@@ -98,7 +103,7 @@ impl JobPausing for MemoryJobStore {
         self.check("drop a pause flag")?;
         let mut table = self.lock();
         match table.progress.get_mut(job_id) {
-            Some(progress) if progress.lease == lease => {
+            Some(progress) if progress.lease == lease || progress.lease.is_empty() => {
                 progress.pause_requested_at = None;
                 Ok(())
             }
