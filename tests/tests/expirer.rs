@@ -146,7 +146,9 @@ async fn a_run_that_died_mid_expiry_leaves_410_and_the_next_run_finishes_the_job
     stack();
     let _turn = EXPIRER_RUNS.lock().await;
     let api = Api::new(&principal("died-mid-expiry"));
-    let job_id = api.submit(&json!({"type": "demo", "params": {"items": 1}})).await;
+    // A transient failure first: its checkpoint writes the progress record whose TTL the
+    // follow-up sets (a job that ends before its first progress write has none).
+    let job_id = api.submit(&json!({"type": "demo", "params": {"items": 2, "fail_at": 1}})).await;
     assert_eq!(api.wait_terminal(&job_id, TIMEOUT).await["status"], "succeeded");
     let aws = Aws::new().await;
     let checkpoint = format!("checkpoints/{job_id}/run/left-behind");
