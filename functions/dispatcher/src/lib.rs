@@ -115,13 +115,25 @@ pub struct Deps {
 impl Deps {
     /// Builds the AWS adapters from one SDK configuration.
     pub fn new(sdk: &aws_config::SdkConfig, config: &Config) -> Self {
-        let dynamodb = aws_sdk_dynamodb::Client::new(sdk);
-        let admitter = Admitter::new(
-            dynamodb.clone(),
+        Self::sharing(
+            sdk,
+            aws_sdk_dynamodb::Client::new(sdk),
             aws_sdk_sqs::Client::new(sdk),
-            &config.table,
-            &config.intake_queue_url,
-        );
+            config,
+        )
+    }
+
+    /// [`Deps::new`] with the DynamoDB and SQS clients a caller built already (submit, which
+    /// starts jobs with these steps): a client built twice costs init its construction twice
+    /// (its endpoint rules and partitions read again) for nothing.
+    pub fn sharing(
+        sdk: &aws_config::SdkConfig,
+        dynamodb: aws_sdk_dynamodb::Client,
+        sqs: aws_sdk_sqs::Client,
+        config: &Config,
+    ) -> Self {
+        let admitter =
+            Admitter::new(dynamodb.clone(), sqs, &config.table, &config.intake_queue_url);
         Deps {
             jobs: Arc::new(JobStore::new(dynamodb, config.table.clone())),
             invocations: Arc::new(Invocations::new(aws_sdk_lambda::Client::new(sdk))),

@@ -97,6 +97,10 @@ impl Deps {
     /// Builds the AWS adapters from one SDK configuration.
     pub fn new(sdk: &aws_config::SdkConfig, config: &Config) -> Self {
         let dynamodb = aws_sdk_dynamodb::Client::new(sdk);
+        let sqs = aws_sdk_sqs::Client::new(sdk);
+        let start = config.start.as_ref().map(|start| {
+            Arc::new(dispatcher::Deps::sharing(sdk, dynamodb.clone(), sqs.clone(), start))
+        });
         Deps {
             jobs: Arc::new(JobStore::new(dynamodb.clone(), config.table.clone())),
             limiter: Arc::new(TenantRateLimiter::new(
@@ -104,10 +108,7 @@ impl Deps {
                 config.table.clone(),
                 config.submissions_per_minute,
             )),
-            intake: Arc::new(IntakeQueue::new(
-                aws_sdk_sqs::Client::new(sdk),
-                config.intake_queue_url.clone(),
-            )),
+            intake: Arc::new(IntakeQueue::new(sqs, config.intake_queue_url.clone())),
             uploads: Arc::new(ObjectStore::new(
                 aws_sdk_s3::Client::new(sdk),
                 config.bucket.clone(),
@@ -118,7 +119,7 @@ impl Deps {
             max_pending: config.max_pending,
             policy_overrides: config.policy_overrides.clone(),
             clock: Arc::new(SystemClock),
-            start: config.start.as_ref().map(|start| Arc::new(dispatcher::Deps::new(sdk, start))),
+            start,
         }
     }
 }
