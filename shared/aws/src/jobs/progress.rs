@@ -271,18 +271,27 @@ impl ProgressRefused {
     }
 }
 
+/// A new record's counts and stage, set only where missing (a record's first write starts
+/// from nothing done; a later one keeps what is there). Values `:zero` and `:empty`.
+macro_rules! nothing_done_yet {
+    () => {
+        "seq = if_not_exists(seq, :zero), pct = if_not_exists(pct, :zero), \
+         stage = if_not_exists(stage, :empty), stage_index = if_not_exists(stage_index, :zero), \
+         stages_total = if_not_exists(stages_total, :zero), \
+         items_done = if_not_exists(items_done, :zero)"
+    };
+}
+
 /// The fields every progress record has, for a write that may be a record's first before its
 /// attempt's own (an owner's request, a revoke, a cancelled attempt's final checkpoint: a
 /// job's first claim hands no record over, see [`JobStore::claim_as`]): each set only where
 /// it is missing, as the hand-over would set it. Its values are [`JobStore::record_defaults`].
-pub(super) const RECORD_DEFAULTS: &str = "seq = if_not_exists(seq, :zero), \
-    pct = if_not_exists(pct, :zero), stage = if_not_exists(stage, :empty), \
-    stage_index = if_not_exists(stage_index, :zero), \
-    stages_total = if_not_exists(stages_total, :zero), \
-    items_done = if_not_exists(items_done, :zero), \
-    heartbeat_at = if_not_exists(heartbeat_at, :now), \
+pub(super) const RECORD_DEFAULTS: &str = concat!(
+    nothing_done_yet!(),
+    ", heartbeat_at = if_not_exists(heartbeat_at, :now), \
     updated_at = if_not_exists(updated_at, :now), \
-    expires_at = if_not_exists(expires_at, :ttl)";
+    expires_at = if_not_exists(expires_at, :ttl)"
+);
 
 /// Who may write a progress record under `:lease`: the attempt that holds it, or any attempt
 /// while no attempt does (see [`ProgressRecord::lease`]). A record a later claim handed over
@@ -384,28 +393,23 @@ impl JobStore {
     ) -> Result<ProgressRecord, StoreError> {
         // A pause flag stays (a resume removes it before the job can be claimed again; a
         // pause that outlived a failed attempt parks the next one at its first write).
-        let now = now_rfc3339();
-        let zero = AttributeValue::N("0".into());
-        let taken = self
+        let update = self
             .client
             .update_item()
             .table_name(&self.table)
-            .set_key(Some(Self::progress_key(job_id).into_iter().collect()))
-            .update_expression(
-                "SET lease = :lease, #attempt = :attempt, heartbeat_at = :now, updated_at = :now, progress_changed_at = :now, \
-                 seq = if_not_exists(seq, :zero), pct = if_not_exists(pct, :zero), \
-                 stage = if_not_exists(stage, :empty), stage_index = if_not_exists(stage_index, :zero), \
-                 stages_total = if_not_exists(stages_total, :zero), items_done = if_not_exists(items_done, :zero), \
-                 expires_at = :ttl REMOVE gsi2pk, gsi2sk",
-            )
+            .set_key(Some(Self::progress_key(job_id).into_iter().collect()));
+        let taken = self
+            .record_defaults(update)
+            .update_expression(concat!(
+                "SET lease = :lease, #attempt = :attempt, heartbeat_at = :now, updated_at = :now, \
+                 progress_changed_at = :now, expires_at = :ttl, ",
+                nothing_done_yet!(),
+                " REMOVE gsi2pk, gsi2sk"
+            ))
             .condition_expression("attribute_not_exists(#attempt) OR #attempt <= :attempt")
             .expression_attribute_names("#attempt", "attempt")
             .expression_attribute_values(":lease", s(&lease.token))
             .expression_attribute_values(":attempt", AttributeValue::N(lease.attempt.to_string()))
-            .expression_attribute_values(":now", s(&now))
-            .expression_attribute_values(":zero", zero)
-            .expression_attribute_values(":empty", s(""))
-            .expression_attribute_values(":ttl", self.retention.ttl_from_now())
             .return_values(aws_sdk_dynamodb::types::ReturnValue::AllNew)
             .send()
             .await;
