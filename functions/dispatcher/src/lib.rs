@@ -35,6 +35,7 @@
 //! sent up to 15 minutes early, or a redelivery) is sent again with the remaining delay.
 
 pub mod lambda;
+pub mod seated;
 
 use std::sync::Arc;
 

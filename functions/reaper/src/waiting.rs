@@ -29,9 +29,9 @@ use futures::StreamExt;
 use longhaul_aws::jobs::JobEntry;
 use longhaul_aws::logs;
 use longhaul_aws::queue::DispatchMessage;
-use longhaul_aws::slots::{Pool, Seat, pools_of};
+use longhaul_aws::slots::{Pool, Seat, UNWRITTEN_HOLDER_GRACE, pools_of};
 use longhaul_domain::admission::waiting_sort_key;
-use longhaul_domain::{JobStatus, Owner};
+use longhaul_domain::{JobStatus, Owner, Timestamp};
 use tracing::Instrument;
 
 use crate::{Deps, ReaperError, Report, counted};
@@ -241,7 +241,8 @@ async fn still_waiting(
     Ok(())
 }
 
-/// Gives back `pool`'s slots held by jobs that ended, are paused or are gone, then wakes as
+/// Gives back `pool`'s slots held by jobs that ended, are paused or are gone (a job not
+/// written yet is gone only [`UNWRITTEN_HOLDER_GRACE`] after its id was made), then wakes as
 /// many waiting jobs as it has free slots.
 async fn reconcile(
     deps: &Deps,
@@ -252,10 +253,13 @@ async fn reconcile(
     let holders = deps.slots.holders(pool).await?;
     let mut held = holders.len();
     let mut ended = Vec::new();
+    let now = Timestamp::from(deps.clock.now());
     for job_id in &holders {
         // A pending holder is being dispatched (or its dispatch died, and the pending sweep
         // sends it again): only an end, or a pause, frees a slot.
         match deps.jobs.job(job_id).await? {
+            // Seated by a submission that has not written it yet (`UNWRITTEN_HOLDER_GRACE`).
+            None if job_id.made_at().is_some_and(|at| now.since(at) < UNWRITTEN_HOLDER_GRACE) => {}
             Some(job) if job.status == JobStatus::Paused => {
                 // Only the paused run's: a resume since the read may have dispatched it again.
                 if let Some(after) = deps.slots.give_back_run(pool, job_id, job.resumes).await? {

@@ -18,7 +18,7 @@ use crate::Deps;
 use crate::limits::{charge, within_backlog};
 use crate::record::new_job;
 use crate::response::{accepted, internal};
-use crate::start::start;
+use crate::start::{seat, start};
 use crate::submission::uploads_present;
 
 /// How long a claimed idempotency key whose job record is not written yet counts as "the
@@ -221,15 +221,18 @@ fn key_taken(key: &str, job: Option<JobRecord>, claimed_recently: bool) -> KeyTa
 }
 
 /// Creates the job whose key this request has just claimed: checks that its uploads exist,
-/// charges the tenant's submission rate, seeds a resumed retry's progress, writes the job
-/// record, starts it and answers `202`.
+/// takes its running slots ([`seat`]), checks its tenant's backlog (only a job that must wait
+/// for a slot adds to it), charges the tenant's submission rate, seeds a resumed retry's
+/// progress, writes the job record (`queued` when seated, else `pending`), starts it and
+/// answers `202`.
 ///
 /// The checks and the charge come before the job's write, not beside it: once the job record
 /// exists, requests with the same key answer with it ([`KeyTaken::Replay`]), so it must not
-/// be written by a request that may still be refused. Refused, the request gives its claim
-/// back (only if it still names this request's job) and has written nothing else. They come
-/// after the claim, so that a replay (which finds the key taken) answers as the original did
-/// without them: no HEAD of an upload it no longer needs, which may be gone by then.
+/// be written by a request that may still be refused. Refused, the request gives its slots
+/// and its claim back (the claim only if it still names this request's job) and has written
+/// nothing else. They come after the claim, so that a replay (which finds the key taken)
+/// answers as the original did without them: no HEAD of an upload it no longer needs, which
+/// may be gone by then.
 async fn create_claimed(
     deps: &Deps,
     new: &NewJob<'_>,
@@ -237,15 +240,36 @@ async fn create_claimed(
 ) -> Result<Accepted, Problem> {
     let admitted = async {
         uploads_present(deps, new.inputs).await?;
-        within_backlog(deps, new.owner).await?;
-        charge(deps, new.owner).await
+        let seated = seat(deps, &job).await;
+        let limits = async {
+            if seated.is_none() {
+                within_backlog(deps, new.owner).await?;
+            }
+            charge(deps, new.owner).await
+        };
+        match (limits.await, seated) {
+            (Ok(()), seated) => Ok(seated),
+            (Err(refused), seated) => {
+                if let Some(seated) = seated {
+                    seated.unseat(&job).await;
+                }
+                Err(refused)
+            }
+        }
     }
     .await;
-    if let Err(refused) = admitted {
-        deps.jobs.release_key(new.owner, new.key, &job.job_id).await.map_err(internal)?;
-        return Err(refused);
-    }
-    let job = &resumable(deps, job, new).await;
+    let seated = match admitted {
+        Ok(seated) => seated,
+        Err(refused) => {
+            deps.jobs.release_key(new.owner, new.key, &job.job_id).await.map_err(internal)?;
+            return Err(refused);
+        }
+    };
+    let job = resumable(deps, job, new).await;
+    let job = &match &seated {
+        Some(seated) => seated.dispatched(job),
+        None => job,
+    };
     match deps.jobs.put_job(job).await {
         Ok(()) => {
             metrics::count(Metric::JobsSubmitted, job);
@@ -253,14 +277,19 @@ async fn create_claimed(
             tracing::info!(
                 job_type = job.job_type,
                 retry_of = job.retry_of.as_ref().map(JobId::as_str),
+                status = %job.status,
                 "submitted"
             );
-            start(deps, job).await;
+            match seated {
+                Some(seated) => seated.start(deps, job).await,
+                None => start(deps, job).await,
+            }
             Ok(Accepted { job: job.clone(), replay: false })
         }
         // A fresh UUIDv7 is taken only when this request stalled past `IN_FLIGHT_WINDOW`
         // between its writes and another request with the key finished the creation (and
-        // started the job): answered as that request's replay.
+        // started the job): answered as that request's replay. Slots this request took are
+        // that job's (a slot's holder is the job id), which its start takes again.
         Err(StoreError::Conflict { .. }) => match deps.jobs.job(&job.job_id).await {
             Ok(Some(written)) => {
                 logs::current_job(&written);
@@ -272,7 +301,12 @@ async fn create_claimed(
             }
             Err(err) => Err(internal(err)),
         },
-        Err(err) => Err(internal(err)),
+        Err(err) => {
+            if let Some(seated) = seated {
+                seated.unseat(job).await;
+            }
+            Err(internal(err))
+        }
     }
 }
 

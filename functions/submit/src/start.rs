@@ -26,10 +26,58 @@ pub(crate) async fn start(deps: &Deps, job: &JobRecord) {
     enqueue(deps, job).await
 }
 
+/// A new job seated before it is written (`dispatcher::seated`): it holds a slot of each of
+/// its pools, so it is written `queued` and its run invoked at once.
+pub(crate) struct Seated<'a>(&'a dispatcher::Deps);
+
+/// Seats the new `job` where this function starts jobs and it is not delayed: `None` when a
+/// pool is full (or it has none, or taking a slot failed): it is then written `pending` and
+/// started by [`start`] as any job, which takes its slots again (a slot held already is
+/// held once: the holder is the job).
+pub(crate) async fn seat<'a>(deps: &'a Deps, job: &JobRecord) -> Option<Seated<'a>> {
+    let dispatch = deps.start.as_deref().filter(|_| job.not_before.is_none())?;
+    match dispatcher::seated::seat(dispatch, job).await {
+        Ok(true) => Some(Seated(dispatch)),
+        Ok(false) => None,
+        Err(err) => {
+            tracing::warn!(error = %err, "taking the new job's slots failed; it is written pending and dispatched");
+            None
+        }
+    }
+}
+
+impl Seated<'_> {
+    /// The record to write: `queued`, as its dispatch would leave it.
+    pub(crate) fn dispatched(&self, job: JobRecord) -> JobRecord {
+        dispatcher::seated::dispatched(job)
+    }
+
+    /// Gives back the slots of a job that is not written after all. Failing, they stay
+    /// held by a job that does not exist until the reaper's reconciliation gives them back
+    /// (`longhaul_aws::slots::UNWRITTEN_HOLDER_GRACE` after the job id was made).
+    pub(crate) async fn unseat(self, job: &JobRecord) {
+        if let Err(err) = dispatcher::seated::unseat(self.0, job).await {
+            tracing::error!(error = %err, "giving back the slots of a job not written failed; the reaper gives them back");
+        }
+    }
+
+    /// Starts the job written `queued`: its run invoked, or, failing that, its message on the
+    /// intake queue (whose dispatch invokes the run of a `queued` job again).
+    pub(crate) async fn start(self, deps: &Deps, job: &JobRecord) {
+        match dispatcher::seated::run(self.0, job).await {
+            Ok(()) => {}
+            Err(err) => {
+                tracing::warn!(error = %err, "invoking the job's run failed; the intake queue carries it");
+                enqueue(deps, job).await
+            }
+        }
+    }
+}
+
 /// Enqueues the job, its message carrying the record as written (the dispatcher then need
-/// not read it: [`DispatchMessage::snapshot`]). A failure here leaves the job `pending`: it is
-/// already durable, and the reaper re-enqueues pending jobs that were never dispatched, so the
-/// client still gets 202.
+/// not read it: [`DispatchMessage::snapshot`]). A failure here leaves the job `pending` (or
+/// `queued`, seated): it is already durable, and the reaper dispatches pending jobs that were
+/// never dispatched and queued ones whose run never claimed them, so the client still gets 202.
 ///
 /// A delayed job's message is delayed until its start when SQS can hold it that long (15
 /// minutes); a later start is not enqueued now: the reaper enqueues it 15 minutes before
@@ -47,6 +95,6 @@ async fn enqueue(deps: &Deps, job: &JobRecord) {
     };
     let message = DispatchMessage::snapshot(job);
     if let Err(err) = deps.intake.send_delayed(&message, delay, &job.owner).await {
-        tracing::error!(error = %err, "enqueueing failed; the job stays pending for the reaper");
+        tracing::error!(error = %err, "enqueueing failed; the reaper's sweep of jobs not started finds it");
     }
 }

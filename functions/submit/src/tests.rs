@@ -87,7 +87,11 @@ const STAGE_ARN: &str = "arn:aws:lambda:us-east-1:123456789012:function:longhaul
 /// enqueue every job, as the schedules function's do): a tenant runs `tenant_max_running`
 /// jobs at once.
 fn world_starting(tenant_max_running: u32) -> World {
-    let mut w = world();
+    starting(world(), tenant_max_running)
+}
+
+/// `w`, its submissions starting their jobs at once ([`world_starting`]).
+fn starting(mut w: World, tenant_max_running: u32) -> World {
     let workers = format!(r#"{{"StageFunction": "{STAGE_ARN}"}}"#);
     w.deps.start = Some(Arc::new(dispatcher::Deps {
         jobs: w.jobs.clone(),
@@ -920,7 +924,13 @@ async fn a_job_is_started_in_the_request_that_writes_it_without_a_message() {
     let w = world_starting(50);
     let id = w.submitted("alice", &demo(), None).await;
     let job = w.record(&id).await;
-    assert_eq!((job.status, job.dispatches), (JobStatus::Queued, 1), "pending → queued");
+    assert_eq!((job.status, job.dispatches), (JobStatus::Queued, 1), "written queued");
+    assert_eq!(job.execution.as_deref(), Some(id.as_str()), "its first run's name");
+    let log: Vec<_> = job.transitions.iter().map(|t| (t.state, t.reason.as_str())).collect();
+    assert_eq!(log, [(JobStatus::Pending, "submitted"), (JobStatus::Queued, "dispatched")]);
+    let queued = ListFilter { status: Some(JobStatus::Queued), job_type: None, schedule_id: None };
+    let (listed, _) = w.jobs.list(&owner("alice"), &queued, 10, None).await.unwrap();
+    assert_eq!(listed.len(), 1, "listed (and indexed) as queued");
     assert_eq!(w.invoked(), std::slice::from_ref(&id), "its run invoked");
     assert_eq!(w.invocations.queued()[0].0, STAGE_ARN, "in its worker function");
     assert_eq!(
@@ -971,4 +981,37 @@ async fn a_start_that_fails_part_way_is_handed_to_the_intake_queue() {
     let id = w.submitted("alice", &demo(), None).await;
     assert_eq!(w.record(&id).await.status, JobStatus::Queued);
     assert_eq!(w.enqueued(), [(id, 0, owner("alice"))]);
+}
+
+#[tokio::test]
+async fn a_job_that_takes_its_slot_is_not_held_to_the_backlog_and_one_that_would_wait_is() {
+    // One job not yet running at most; two running slots.
+    let w = starting(world_limited(600, 1), 2);
+    let first = w.submitted("alice", &demo(), None).await;
+    let second = w.submitted("alice", &json!({"type": "demo", "params": {"items": 2}}), None).await;
+    assert_eq!(w.jobs.backlog(&owner("alice"), 10).await.unwrap(), 2, "both queued, not running");
+    assert_eq!(w.invoked(), [first.clone(), second.clone()], "each took a slot: both started");
+    // A third would wait for a slot: it is held to the backlog, which is full.
+    let third = json!({"type": "demo", "params": {"items": 3}});
+    let response = w.post("alice", &third, Some("third")).await;
+    assert_eq!(response.status(), 429);
+    assert_eq!(problem_type(&response), "/problems/backlog-full");
+    assert_eq!(w.jobs_of(&owner("alice")).await.len(), 2, "nothing written");
+    assert!(w.key(&owner("alice"), "third").await.is_none(), "its key given back");
+    let mut holders = w.slots.holders(&Pool::Tenant(owner("alice"))).await.unwrap();
+    holders.sort();
+    assert_eq!(holders, [first, second], "no slot taken for it");
+}
+
+#[tokio::test]
+async fn a_refused_submission_gives_back_the_slot_it_took() {
+    // One submission a minute: the second takes a slot, then is refused for its rate.
+    let w = starting(world_limited(1, 10), 5);
+    let first = w.submitted("alice", &demo(), None).await;
+    let response = w.post("alice", &json!({"type": "demo", "params": {"items": 2}}), None).await;
+    assert_eq!(response.status(), 429);
+    assert_eq!(problem_type(&response), "/problems/rate-limited");
+    assert_eq!(w.slots.holders(&Pool::Tenant(owner("alice"))).await.unwrap(), [first.clone()]);
+    assert_eq!(w.jobs_of(&owner("alice")).await, [first.clone()]);
+    assert_eq!(w.invoked(), [first]);
 }

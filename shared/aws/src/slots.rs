@@ -22,6 +22,13 @@
 //! run on), a late give-back of the pause is refused instead of freeing the running job's
 //! slot. (A holder written before runs were kept has none, and is given back as before.)
 //!
+//! A new job may take its slots **before its record is written** (submit seats a job that
+//! starts at once, then writes it `queued`: `dispatcher::seated`). Its holder then names a
+//! job that does not exist yet, so a reconciliation that finds a holder's job missing gives
+//! the slot back only once [`UNWRITTEN_HOLDER_GRACE`] has passed since the job id was made
+//! (a UUIDv7 carries the time): a request that took a slot and died before writing its job
+//! leaves it held that long, and no request that can still write its job loses its slot.
+//!
 //! The holders item also carries the pool's **waiting mark** (`waiters`): whoever puts a job
 //! in one of the pool's lists (or seats a tenant in its ring) sets it afterwards to a value
 //! no one set before, and an admission that reads the lists and finds no job waiting removes
@@ -64,6 +71,11 @@ use longhaul_domain::admission::{RING_PREFIX, WaitReason, job_of_waiting_key, ri
 use longhaul_domain::format_rfc3339;
 
 use crate::AwsError;
+
+/// How long after a job id was made a slot held by that id counts as taken for a job about
+/// to be written, if no job has it: longer than the request that took it can run (the
+/// submit function's 15-second timeout, API Gateway's 30-second integration limit).
+pub const UNWRITTEN_HOLDER_GRACE: std::time::Duration = std::time::Duration::from_secs(120);
 use crate::queue::{DispatchMessage, IntakeQueue};
 
 fn s(value: impl Into<String>) -> AttributeValue {

@@ -23,6 +23,14 @@ impl JobId {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// When the id was made, to the millisecond: the time a UUIDv7 carries (`None` for an id
+    /// of another version, which carries none).
+    pub fn made_at(&self) -> Option<Timestamp> {
+        let (seconds, nanos) = uuid::Uuid::try_parse(&self.0).ok()?.get_timestamp()?.to_unix();
+        let at = chrono::DateTime::from_timestamp(i64::try_from(seconds).ok()?, nanos)?;
+        Some(at.into())
+    }
 }
 
 impl Default for JobId {
@@ -218,6 +226,18 @@ impl std::fmt::Display for ErrorCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_job_id_tells_when_it_was_made() {
+        let before = chrono::Utc::now().timestamp_millis();
+        let made = JobId::new().made_at().expect("a UUIDv7 carries its time");
+        let after = chrono::Utc::now().timestamp_millis();
+        assert!((before..=after).contains(&made.as_datetime().timestamp_millis()));
+        let at: JobId = "018bcfe5-6800-7000-8000-000000000000".parse().unwrap();
+        assert_eq!(at.made_at().unwrap().as_datetime().timestamp_millis(), 0x018b_cfe5_6800);
+        let v4: JobId = "6f1c2a44-1b1e-4c3b-9d7e-2f4a5b6c7d8e".parse().unwrap();
+        assert_eq!(v4.made_at(), None, "a version 4 id carries no time");
+    }
 
     #[test]
     fn error_codes_round_trip_and_are_ours() {

@@ -5,7 +5,7 @@
 use super::*;
 
 use longhaul_aws::ports::{JobDispatchMarks, SlotPools};
-use longhaul_aws::slots::Pool;
+use longhaul_aws::slots::{Pool, UNWRITTEN_HOLDER_GRACE};
 use longhaul_domain::admission::{WaitReason, Waiting, waiting_sort_key};
 use longhaul_domain::policy::JobPolicy;
 
@@ -209,4 +209,28 @@ async fn an_unavailable_slot_table_is_reported_and_the_next_run_reconciles() {
     let report = world.run().await;
     assert_eq!((report.errors, report.slots_reclaimed, report.admitted), (0, 1, 1));
     assert_eq!(world.sent(), [(id, 0)]);
+}
+
+/// A job id made `seconds` before the world's now (a UUIDv7 carries its time, to the ms).
+fn id_made_ago(world: &World, seconds: i64) -> JobId {
+    let hex = format!("{:012x}", world.ago(seconds).timestamp_millis());
+    format!("{}-{}-7000-8000-000000000000", &hex[..8], &hex[8..]).parse().unwrap()
+}
+
+#[tokio::test]
+async fn a_slot_taken_for_a_job_not_written_yet_is_kept_until_the_grace_has_passed() {
+    // Submit seats a job before it writes it: a holder whose job is missing may be one.
+    let world = world_of(&[("LONGHAUL_TENANT_MAX_RUNNING", "2")]);
+    let grace = UNWRITTEN_HOLDER_GRACE.as_secs() as i64;
+    let young = id_made_ago(&world, grace / 2);
+    let old = id_made_ago(&world, grace * 2);
+    assert_eq!(young.made_at(), Some(world.at_ago(grace / 2)));
+    for id in [&young, &old] {
+        assert!(world.slots.acquire(&tenant(), 2, id, 0).await.unwrap());
+    }
+    let (waiting, _) = world.waiting(None, WaitReason::TenantLimit, Some(&tenant())).await;
+    let report = world.run().await;
+    assert_eq!((report.slots_reclaimed, report.admitted, report.errors), (1, 1, 0));
+    assert_eq!(world.slots.holders(&tenant()).await.unwrap(), [young], "its job may be written");
+    assert_eq!(world.sent(), [(waiting, 0)], "the other slot goes to the waiting job");
 }

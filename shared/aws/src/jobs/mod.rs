@@ -171,14 +171,16 @@ impl JobStore {
 
     /// Writes a new job record (step 2 of creating a job), refusing to overwrite one: the id
     /// comes from the idempotency record, so two requests finishing the same creation write
-    /// it once.
+    /// it once. A new job is `pending`, or `queued` when its slots were taken before its write
+    /// (`dispatcher::seated`).
     pub async fn put_job(&self, job: &JobRecord) -> Result<(), StoreError> {
         let mut item = to_item(job);
         item.insert("pk".into(), s(job_pk(&job.job_id)));
         item.insert("sk".into(), s(JOB_SK));
         item.insert("gsi1pk".into(), s(owner_index_pk(&job.owner)));
         item.insert("gsi1sk".into(), s(format!("{}#{}", job.created_at, job.job_id)));
-        item.insert("gsi2pk".into(), s(status_bucket(JobStatus::Pending.as_str(), &job.job_id)));
+        // Indexed in its status: `pending`, or `queued` when written already dispatched.
+        item.insert("gsi2pk".into(), s(status_bucket(job.status.as_str(), &job.job_id)));
         // A delayed job is looked at by the reaper only from when its dispatch is due
         // (`longhaul_domain::schedule::pending_index_at`); any other from its creation.
         let index_at = match job.not_before {

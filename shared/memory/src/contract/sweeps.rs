@@ -1,6 +1,6 @@
 //! The status index's contract ([`StatusIndex`], [`SweepCursors`], [`JobRetention`]): a job's
 //! entry is in the bucket of its status (its shard's), under the sort key the write that moved
-//! it gave, and in no other bucket; a job that ends otherwise leaves the index; pages hold the
+//! it gave (a new job's: its creation, in the status it is written in), and in no other bucket; a job that ends otherwise leaves the index; pages hold the
 //! entries before `before`, oldest first, each once, and end; a cursor goes on where its page
 //! stopped, saved and read back or not; a count reads a shard page by page, each page counting
 //! at most its limit, and its pages together count the shard's entries; marking a job for its
@@ -191,6 +191,20 @@ async fn an_entry_follows_its_job(store: &impl SweptTable) {
             "a cancelled job is in no {kind}"
         );
     }
+
+    // A job written already dispatched (submit seats it first) is in `queued` from its write,
+    // at its creation (here in the future, where no reaper sweep looks).
+    let later = Timestamp::from(Utc::now() + Span::days(36_500));
+    let seated =
+        JobRecord { status: JobStatus::Queued, dispatches: 1, ..pending_job(&owner, later) };
+    let seated_id = seated.job_id.clone();
+    store.put_job(&seated).await.expect("a new job is written queued");
+    let entry = entry_in(store, "queued", &seated_id).await.expect("written queued: in `queued`");
+    assert_eq!(entry.at, later.to_rfc3339(), "indexed at its creation");
+    assert!(entry_in(store, "pending", &seated_id).await.is_none(), "… and not in `pending`");
+    let request =
+        TransitionRequest::new(&seated_id, &[JobStatus::Queued], JobStatus::Cancelled, "gone");
+    moved(store, request).await;
 }
 
 async fn pages_hold_what_is_due_oldest_first_and_end(store: &impl SweptTable) {

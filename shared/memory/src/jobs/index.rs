@@ -39,13 +39,13 @@ fn item_key(job_id: &JobId) -> String {
 }
 
 impl Index {
-    /// A new job enters `pending`.
+    /// A new job enters its status: `pending`, or `queued` when written already dispatched.
     pub(super) fn created(&mut self, job: &JobRecord) {
         let at = match job.not_before {
             Some(at) => format_rfc3339(pending_index_at(at.as_datetime(), chrono::Utc::now())),
             None => job.created_at.to_rfc3339(),
         };
-        self.put(&job.job_id, JobStatus::Pending.as_str(), at);
+        self.put(&job.job_id, job.status.as_str(), at);
     }
 
     /// A transition to `to` moves the job's entry (or takes it out).

@@ -1,0 +1,80 @@
+//! Starting a new job in the request that writes it, seated before it is written: its
+//! running slots taken first, so its record is written `queued` — already dispatched — and
+//! its run is invoked at once. No `pending → queued` write follows the creation, and (while
+//! it holds its slots) no read of its tenant's backlog comes before it: a job that does not
+//! wait adds nothing to what waits.
+//!
+//! A slot is held before its job exists. Whoever finds such a holder — the reaper's
+//! reconciliation, giving back the slots of jobs that are gone — leaves it alone for
+//! [`longhaul_aws::slots::UNWRITTEN_HOLDER_GRACE`] after the job id was made (ids are UUIDv7,
+//! so they carry it): longer than the request that took it can live. A request that dies
+//! between taking the slot and writing the job leaves the slot to that reconciliation.
+
+use longhaul_aws::executions::execution_name;
+use longhaul_aws::jobs::JobRecord;
+use longhaul_aws::slots::{Pool, pools_of};
+use longhaul_domain::{JobStatus, Timestamp, Transition};
+
+use crate::{Deps, DispatchError, give_back};
+
+/// The reason a job written already dispatched logs for its `queued` transition: the same as
+/// a dispatch's.
+pub const DISPATCHED: &str = "dispatched";
+
+/// Takes a slot of each of the new `job`'s pools (its tenant's, its kind's): `true` when it
+/// holds every one, and has at least one (a job with no pool is not seated: nothing bounds
+/// how many of them there are but its tenant's backlog, which must be read then). A full
+/// pool gives back the slots taken before it and answers `false`: the job is then written
+/// `pending` and dispatched as any other, which makes it wait.
+pub async fn seat(deps: &Deps, job: &JobRecord) -> Result<bool, DispatchError> {
+    let pools = pools_of(
+        &job.owner,
+        &job.job_type,
+        job.concurrency_limit(),
+        deps.config.tenant_max_running,
+    );
+    if pools.is_empty() {
+        return Ok(false);
+    }
+    let mut taken: Vec<&(Pool, u32)> = Vec::with_capacity(pools.len());
+    for pool in &pools {
+        let (slots_of, limit) = pool;
+        if !deps.slots.acquire(slots_of, *limit, &job.job_id, job.resumes).await? {
+            give_back(deps, &job.job_id, &taken).await?;
+            return Ok(false);
+        }
+        taken.push(pool);
+    }
+    Ok(true)
+}
+
+/// Gives back the slots [`seat`] took for a job that is not written after all (its
+/// submission refused, or its write failed), waking whoever waits for them.
+pub async fn unseat(deps: &Deps, job: &JobRecord) -> Result<(), DispatchError> {
+    let pools = pools_of(
+        &job.owner,
+        &job.job_type,
+        job.concurrency_limit(),
+        deps.config.tenant_max_running,
+    );
+    give_back(deps, &job.job_id, &pools.iter().collect::<Vec<_>>()).await
+}
+
+/// The seated job's record as it is written: `queued` under its first run's name, as its
+/// dispatch would leave it (`pending` first in its log, then `queued`, at its creation).
+pub fn dispatched(mut job: JobRecord) -> JobRecord {
+    let name = execution_name(&job.job_id, job.dispatches + 1);
+    job.dispatches += 1;
+    job.execution = Some(name);
+    job.status = JobStatus::Queued;
+    let at: Timestamp = job.created_at;
+    job.transitions.push(Transition { state: JobStatus::Queued, at, reason: DISPATCHED.into() });
+    job
+}
+
+/// Invokes the run of a job written [`dispatched`]: the dispatch's last step. Failing, the
+/// job is still `queued`, and a dispatch message for it (or the reaper's sweep of jobs
+/// queued too long) invokes it again.
+pub async fn run(deps: &Deps, job: &JobRecord) -> Result<(), DispatchError> {
+    crate::start(deps, job, &execution_name(&job.job_id, job.dispatches)).await
+}
