@@ -1,7 +1,9 @@
-//! A tenant's backlog is bounded: at most `LONGHAUL_TENANT_MAX_PENDING` (2 here) of its jobs
-//! may be not yet running; beyond it `POST /jobs` and `POST /jobs/{id}/retry` answer `429`
-//! with `Retry-After` and write nothing, until one of its jobs runs or ends. Other tenants are
-//! not counted against it.
+//! A tenant's backlog is bounded: at `LONGHAUL_TENANT_MAX_PENDING` (2 here) of its jobs not
+//! yet running, a `POST /jobs` or `POST /jobs/{id}/retry` whose job would wait (a delayed
+//! start, a full running pool) answers `429` with `Retry-After` and writes nothing, until one
+//! of its jobs runs or ends; one whose job takes a free running slot at once (one a tenant
+//! here: `LONGHAUL_TENANT_MAX_RUNNING`) adds nothing to what waits and is accepted. Other
+//! tenants are not counted against it.
 
 use longhaul_domain::Owner;
 use longhaul_tests::{Api, Aws, Harness, Reply, harness_with, principal};
@@ -10,7 +12,15 @@ use serde_json::{Value, json};
 const MAX_PENDING: usize = 2;
 
 fn stack() -> &'static Harness {
-    harness_with(&[("LONGHAUL_TENANT_MAX_PENDING", MAX_PENDING.to_string().as_str())])
+    harness_with(&[
+        ("LONGHAUL_TENANT_MAX_PENDING", MAX_PENDING.to_string().as_str()),
+        ("LONGHAUL_TENANT_MAX_RUNNING", "1"),
+    ])
+}
+
+/// A job that runs until it is cancelled (days of work): it holds its tenant's only slot.
+fn endless() -> Value {
+    json!({"type": "demo", "params": {"items": 10_000_000, "item_ms": 60_000}})
 }
 
 /// A job that stays pending for ten minutes (a delayed start): it counts until then.
@@ -50,16 +60,22 @@ async fn a_tenants_jobs_not_yet_running_are_capped_and_a_refusal_writes_nothing(
     let other = Api::new(&principal("backlog-other"));
     other.submit(&delayed(1)).await;
 
+    // A job that takes the tenant's free running slot waits for nothing: accepted. It holds
+    // the slot from then on, so every job after it would wait.
+    let running = api.submit(&endless()).await;
+
     // A job that ended leaves the backlog: the same request is accepted now.
     let cancel = api.send("DELETE", &format!("/jobs/{first}"), None, &[]).await;
     assert_eq!(cancel.status, 202, "{}", cancel.text);
     let accepted = api.submit_with_key(&delayed(3), "third").await;
     assert_eq!(accepted.status, 202, "{}", accepted.text);
 
-    // A retry is a submission too: full again, so it is refused.
+    // A retry is a submission too: full again, and it would wait for the slot: refused.
     let retry = api.send("POST", &format!("/jobs/{first}/retry"), None, &[]).await;
     assert_backlog_full(&retry);
-    assert_eq!(job_records(&owner).await, 3, "the refused retry wrote no job");
+    assert_eq!(job_records(&owner).await, 4, "the refused retry wrote no job");
+    let cancel = api.send("DELETE", &format!("/jobs/{running}"), None, &[]).await;
+    assert_eq!(cancel.status, 202, "{}", cancel.text);
 }
 
 /// A job that started running is no longer in its owner's backlog.
