@@ -131,7 +131,19 @@ async fn a_thousand_identical_requests_make_one_job() {
     assert_eq!(jobs, 1, "one job record");
     let after = api.get("/_local/aws-calls").await.json;
     let delta = |key: &str| after[key].as_u64().unwrap_or(0) - before[key].as_u64().unwrap_or(0);
-    assert_eq!(delta("sqs:SendMessage"), 1, "one message");
-    assert_eq!(delta("lambda:Invoke"), 1, "one run (a direct run, no execution)");
-    assert_eq!(delta("states:StartExecution"), 0, "no execution");
+    let calls: BTreeMap<&String, u64> = after
+        .as_object()
+        .expect("counts by call")
+        .keys()
+        .map(|key| (key, delta(key)))
+        .filter(|(_, n)| *n > 0)
+        .collect();
+    // Started once: by the request that wrote it, or by one message when that start failed
+    // part-way under the stampede (its `Invoke` again, if that was the step that failed); its
+    // direct run taken over by an execution at most once (when every try of that invocation
+    // failed under the stampede).
+    assert!(delta("sqs:SendMessage") <= 1, "at most one message: {calls:?}");
+    let invokes = delta("lambda:Invoke");
+    assert!(invokes == 1 || invokes == 2 && delta("sqs:SendMessage") == 1, "{calls:?}");
+    assert!(delta("states:StartExecution") <= 1, "at most one execution: {calls:?}");
 }
