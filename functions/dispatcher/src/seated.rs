@@ -39,11 +39,21 @@ pub async fn seat(deps: &Deps, job: &JobRecord) -> Result<bool, DispatchError> {
     let mut taken: Vec<&(Pool, u32)> = Vec::with_capacity(pools.len());
     for pool in &pools {
         let (slots_of, limit) = pool;
-        if !deps.slots.acquire(slots_of, *limit, &job.job_id, job.resumes).await? {
-            give_back(deps, &job.job_id, &taken).await?;
-            return Ok(false);
+        match deps.slots.acquire(slots_of, *limit, &job.job_id, job.resumes).await {
+            Ok(true) => taken.push(pool),
+            Ok(false) => {
+                give_back(deps, &job.job_id, &taken).await?;
+                return Ok(false);
+            }
+            Err(err) => {
+                // The slots taken go back (failing that, the job's dispatch takes them again,
+                // or the reaper frees them); the error is the seat's.
+                if let Err(back) = give_back(deps, &job.job_id, &taken).await {
+                    tracing::warn!(error = %back, "giving back the slots of a failed seat failed");
+                }
+                return Err(err.into());
+            }
         }
-        taken.push(pool);
     }
     Ok(true)
 }

@@ -250,7 +250,9 @@ async fn create_claimed(
         match (limits.await, seated) {
             (Ok(()), seated) => Ok(seated),
             (Err(refused), seated) => {
-                if let Some(seated) = seated {
+                if let Some(seated) = seated
+                    && is_recent(job.created_at, deps.clock.now().into())
+                {
                     seated.unseat(&job).await;
                 }
                 Err(refused)
@@ -261,7 +263,13 @@ async fn create_claimed(
     let seated = match admitted {
         Ok(seated) => seated,
         Err(refused) => {
-            deps.jobs.release_key(new.owner, new.key, &job.job_id).await.map_err(internal)?;
+            // Past `IN_FLIGHT_WINDOW`, another request may have finished this creation (the
+            // same job id, written and started): its key and slots are that job's now. Left
+            // as they are, a key whose job was never written is finished by the next request
+            // with it, and a slot held for no job comes back with the reaper.
+            if is_recent(job.created_at, deps.clock.now().into()) {
+                deps.jobs.release_key(new.owner, new.key, &job.job_id).await.map_err(internal)?;
+            }
             return Err(refused);
         }
     };
@@ -289,10 +297,13 @@ async fn create_claimed(
         // A fresh UUIDv7 is taken only when this request stalled past `IN_FLIGHT_WINDOW`
         // between its writes and another request with the key finished the creation (and
         // started the job): answered as that request's replay. Slots this request took are
-        // that job's (a slot's holder is the job id), which its start takes again.
+        // that job's (a slot's holder is the job id): they are settled by how it stands.
         Err(StoreError::Conflict { .. }) => match deps.jobs.job(&job.job_id).await {
             Ok(Some(written)) => {
                 logs::current_job(&written);
+                if let Some(seated) = seated {
+                    seated.settle(deps, &written).await;
+                }
                 Ok(Accepted { job: written, replay: true })
             }
             Ok(None) => {
@@ -301,12 +312,9 @@ async fn create_claimed(
             }
             Err(err) => Err(internal(err)),
         },
-        Err(err) => {
-            if let Some(seated) = seated {
-                seated.unseat(job).await;
-            }
-            Err(internal(err))
-        }
+        // The write may have applied all the same (a timeout): the slots stay, and if no job
+        // was written, the reaper gives them back (`UNWRITTEN_HOLDER_GRACE`).
+        Err(err) => Err(internal(err)),
     }
 }
 

@@ -3,6 +3,7 @@
 
 use longhaul_aws::jobs::JobRecord;
 use longhaul_aws::queue::DispatchMessage;
+use longhaul_domain::JobStatus;
 use longhaul_domain::{Timestamp, schedule};
 
 use crate::Deps;
@@ -58,6 +59,23 @@ impl Seated<'_> {
     pub(crate) async fn unseat(self, job: &JobRecord) {
         if let Err(err) = dispatcher::seated::unseat(self.0, job).await {
             tracing::error!(error = %err, "giving back the slots of a job not written failed; the reaper gives them back");
+        }
+    }
+
+    /// Settles the slots taken for a job another request wrote first (`written`, as read):
+    /// a `pending` one (waiting, or being dispatched) is dispatched as it is now, which moves
+    /// it on with the slots it holds; an ended one gives them back; any other (queued,
+    /// running, paused, compensating) keeps them as its own, a paused one's coming back with
+    /// the reaper's reconciliation as any paused holder's.
+    pub(crate) async fn settle(self, deps: &Deps, written: &JobRecord) {
+        if written.status.is_terminal() {
+            return self.unseat(written).await;
+        }
+        if written.status == JobStatus::Pending
+            && let Err(err) = dispatcher::dispatch(self.0, &written.job_id).await
+        {
+            tracing::warn!(error = %err, "dispatching the job another request wrote failed; the intake queue carries it");
+            enqueue(deps, written).await
         }
     }
 

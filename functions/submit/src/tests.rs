@@ -930,7 +930,7 @@ async fn a_job_is_started_in_the_request_that_writes_it_without_a_message() {
     assert_eq!(log, [(JobStatus::Pending, "submitted"), (JobStatus::Queued, "dispatched")]);
     let queued = ListFilter { status: Some(JobStatus::Queued), job_type: None, schedule_id: None };
     let (listed, _) = w.jobs.list(&owner("alice"), &queued, 10, None).await.unwrap();
-    assert_eq!(listed.len(), 1, "listed (and indexed) as queued");
+    assert_eq!(listed.len(), 1, "listed as queued");
     assert_eq!(w.invoked(), std::slice::from_ref(&id), "its run invoked");
     assert_eq!(w.invocations.queued()[0].0, STAGE_ARN, "in its worker function");
     assert_eq!(
@@ -1015,4 +1015,29 @@ async fn a_refused_submission_gives_back_the_slot_it_took() {
     assert_eq!(w.slots.holders(&Pool::Tenant(owner("alice"))).await.unwrap(), only_first);
     assert_eq!(w.jobs_of(&owner("alice")).await, only_first);
     assert_eq!(w.invoked(), only_first);
+}
+
+#[tokio::test]
+async fn slots_taken_for_a_job_another_request_wrote_are_settled_by_how_it_stands() {
+    // A request that stalled past the in-flight window finds its job written by another (the
+    // same id): the slots it took are that job's.
+    let w = world_starting(5);
+    let pool = Pool::Tenant(owner("alice"));
+    let cases = [
+        (JobStatus::Pending, true, true), // dispatched with them: queued, its run invoked
+        (JobStatus::Running, true, false), // its own
+        (JobStatus::Cancelled, false, false), // given back
+    ];
+    for (status, kept, started) in cases {
+        let job = job_in(status);
+        w.jobs.put_record(job.clone());
+        let seated = crate::start::seat(&w.deps, &job).await.expect("a free slot");
+        seated.settle(&w.deps, &job).await;
+        let holders = w.slots.holders(&pool).await.unwrap();
+        assert_eq!(holders.contains(&job.job_id), kept, "{status}: slot held");
+        assert_eq!(w.invoked().contains(&job.job_id), started, "{status}: started");
+        if status == JobStatus::Pending {
+            assert_eq!(w.record(&job.job_id).await.status, JobStatus::Queued);
+        }
+    }
 }

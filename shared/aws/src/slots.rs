@@ -71,16 +71,16 @@ use longhaul_domain::admission::{RING_PREFIX, WaitReason, job_of_waiting_key, ri
 use longhaul_domain::format_rfc3339;
 
 use crate::AwsError;
-
-/// How long after a job id was made a slot held by that id counts as taken for a job about
-/// to be written, if no job has it: longer than the request that took it can run (the
-/// submit function's 15-second timeout, API Gateway's 30-second integration limit).
-pub const UNWRITTEN_HOLDER_GRACE: std::time::Duration = std::time::Duration::from_secs(120);
 use crate::queue::{DispatchMessage, IntakeQueue};
 
 fn s(value: impl Into<String>) -> AttributeValue {
     AttributeValue::S(value.into())
 }
+
+/// How long after a job id was made a slot held by that id counts as taken for a job about
+/// to be written, if no job has it: longer than the request that took it can run (the
+/// submit function's 15-second timeout, API Gateway's 30-second integration limit).
+pub const UNWRITTEN_HOLDER_GRACE: std::time::Duration = std::time::Duration::from_secs(120);
 
 /// Sort key of a pool's holders item.
 const HOLDERS_SK: &str = "HOLDERS";
