@@ -31,7 +31,7 @@ async fn a_demo_job_runs_to_success_with_its_result_in_s3() {
     assert_eq!(uuid::Uuid::parse_str(&job_id).unwrap().get_version_num(), 7);
     assert_eq!(reply.header("location"), Some(format!("/jobs/{job_id}").as_str()));
     assert!(reply.header("retry-after").is_some());
-    assert_eq!(reply.json["status"], "pending");
+    assert_eq!(reply.json["status"], "queued", "started in the request: {}", reply.text);
     assert_eq!(reply.json["status_url"], format!("/jobs/{job_id}"));
 
     let job = api.wait_terminal(&job_id, JOB_TIMEOUT).await;

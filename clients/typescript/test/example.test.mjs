@@ -11,7 +11,7 @@ test("examples/follow.mjs follows a demo job to its result", async () => {
   const { stdout } = await promisify(execFile)(process.execPath, [example.pathname, "20"], {
     env: { ...process.env, LONGHAUL_API: API, LONGHAUL_TOKEN: token("example") },
   });
-  assert.match(stdout, /^job [0-9a-f-]{36} pending$/m);
+  assert.match(stdout, /^job [0-9a-f-]{36} queued$/m);
   assert.match(stdout, /100% succeeded/);
   assert.match(stdout, /^job [0-9a-f-]{36} succeeded$/m);
   assert.match(stdout, /^result: \{"items":20,/m);
