@@ -4,7 +4,7 @@
 //! kind's limit is shared fairly, tenants taking turns whatever their priorities; a slot is
 //! given back however a job ends, and the reaper reconciles one that leaked.
 
-use longhaul_domain::{JobId, Owner};
+use longhaul_domain::Owner;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
@@ -291,8 +291,11 @@ async fn the_reaper_gives_back_slots_of_jobs_that_ended_and_starts_who_waits() {
     let aws = Aws::new().await;
     let owner = principal("leaked");
     let api = Api::new(&owner);
-    // Two slots held by jobs that no longer exist (a stream record lost, say).
-    let gone = [JobId::new().to_string(), JobId::new().to_string()];
+    // Two slots held by jobs that no longer exist (a stream record lost, say), their ids made
+    // in 2023 (a UUIDv7 carries its time): past the grace a slot taken before its job's write
+    // gets (`UNWRITTEN_HOLDER_GRACE`).
+    let gone = ["018bcfe5-6800-7000-8000-000000000001", "018bcfe5-6800-7000-8000-000000000002"]
+        .map(str::to_owned);
     aws.dynamodb
         .put_item()
         .table_name(stack().stack.resource("JobsTable"))
