@@ -229,8 +229,9 @@ fn key_taken(key: &str, job: Option<JobRecord>, claimed_recently: bool) -> KeyTa
 /// The checks and the charge come before the job's write, not beside it: once the job record
 /// exists, requests with the same key answer with it ([`KeyTaken::Replay`]), so it must not
 /// be written by a request that may still be refused. Refused, the request gives its slots
-/// and its claim back (the claim only if it still names this request's job) and has written
-/// nothing else. They come after the claim, so that a replay (which finds the key taken)
+/// and its claim back (the claim only if it still names this request's job; neither once it
+/// is past [`IN_FLIGHT_WINDOW`], when another request may have finished the creation) and has
+/// written nothing else. They come after the claim, so that a replay (which finds the key taken)
 /// answers as the original did without them: no HEAD of an upload it no longer needs, which
 /// may be gone by then.
 async fn create_claimed(
