@@ -133,14 +133,22 @@ impl Api {
         reply.json["input"].as_str().expect("input").to_owned()
     }
 
-    /// Downloads a succeeded job's result through `GET /jobs/{id}/result` (303 → S3).
+    /// Downloads a succeeded job's result through `GET /jobs/{id}/result`: its `303` to S3 (a
+    /// presigned URL) or to the API's own link of a small result, fetched without the token.
     pub async fn result(&self, job_id: &JobId) -> Vec<u8> {
-        let reply = self.get(&format!("/jobs/{job_id}/result")).await;
-        assert_eq!(reply.status, 303, "{}", reply.text);
-        let download =
-            reqwest::get(reply.header("location").expect("Location")).await.expect("download");
+        let download = reqwest::get(self.result_link(job_id).await).await.expect("download");
         assert_eq!(download.status(), 200);
         download.bytes().await.expect("body").to_vec()
+    }
+
+    /// The link `GET /jobs/{id}/result` redirects to, made absolute as a client does (a small
+    /// result's link is a path of the API).
+    pub async fn result_link(&self, job_id: &JobId) -> String {
+        let reply = self.get(&format!("/jobs/{job_id}/result")).await;
+        assert_eq!(reply.status, 303, "{}", reply.text);
+        let location = reply.header("location").expect("Location");
+        let base = reqwest::Url::parse(&self.base).expect("the API's base URL");
+        base.join(location).expect("a URL or a path").to_string()
     }
 
     /// Polls `GET /jobs/{id}` until `pred` holds for the job's JSON (or panics, naming `what`

@@ -281,12 +281,28 @@ async fn results_redirect_when_ready_conflict_before_and_are_gone_after_expiry()
     assert!(early.json["status_now"].is_string());
 
     assert_eq!(api.wait_terminal(&job_id, JOB_TIMEOUT).await["status"], "succeeded");
+    // The demo's result is small: kept in the job's record, and linked to by a path of the
+    // API that needs no bearer token (the link's own), served sandboxed.
     let reply = api.get(&format!("/jobs/{job_id}/result")).await;
     assert_eq!(reply.status, 303, "{}", reply.text);
     let location = reply.header("location").expect("Location").to_owned();
-    assert!(location.contains("X-Amz-Expires=900"), "valid 15 minutes: {location}");
-    let result: DemoResult = serde_json::from_slice(&api.result(&job_id).await).unwrap();
+    assert!(location.starts_with(&format!("/jobs/{job_id}/result/")), "{location}");
+    assert!(Aws::new().await.keys(&format!("results/{job_id}/")).await.is_empty(), "no object");
+    let link = api.result_link(&job_id).await;
+    let download = reqwest::get(&link).await.unwrap();
+    assert_eq!(download.status(), 200);
+    let header = |name: &str| download.headers()[name].to_str().unwrap().to_owned();
+    assert_eq!(header("content-type"), "application/json");
+    assert_eq!(header("x-content-type-options"), "nosniff");
+    assert!(header("content-security-policy").starts_with("sandbox"));
+    let result: DemoResult = serde_json::from_slice(&download.bytes().await.unwrap()).unwrap();
     assert_eq!(result, DemoResult::expected(100));
+    // Its token is the job's: on another job's path, or altered, it opens nothing.
+    let other = api.submit(&json!({"type": "demo", "params": {"items": 1, "item_ms": 1}})).await;
+    for wrong in [link.replace(job_id.as_str(), other.as_str()), format!("{link}x")] {
+        let refused = reqwest::get(&wrong).await.unwrap();
+        assert_eq!(refused.status(), 401, "{wrong}");
+    }
 
     // Once the expirer has marked the job expired (written directly here: the expirer is
     // not part of this API), the result is gone for good.
@@ -294,6 +310,7 @@ async fn results_redirect_when_ready_conflict_before_and_are_gone_after_expiry()
     aws.mark_expired(&job_id).await;
     let gone = api.get(&format!("/jobs/{job_id}/result")).await;
     assert_eq!(gone.status, 410, "{}", gone.text);
+    assert_eq!(reqwest::get(&link).await.unwrap().status(), 410, "the link it handed out too");
     // And the job no longer links to it: an expired job has no result_url.
     let expired = api.get(&format!("/jobs/{job_id}")).await.json;
     assert_eq!(expired["status"], "expired", "{expired}");

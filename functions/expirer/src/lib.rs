@@ -351,7 +351,9 @@ async fn expire(deps: &Deps, job_id: &JobId, report: &mut Report) -> Result<(), 
         &[JobStatus::Succeeded],
         JobStatus::Expired,
         "result retention passed",
-    );
+    )
+    // A result kept in the record goes with the transition: nothing serves it from then on.
+    .remove("result_inline");
     let job = match deps.jobs.transition(request).await {
         Ok(job) => job,
         // Expired by a concurrent run (which, or the next sweep, finishes it), or gone.

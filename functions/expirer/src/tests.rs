@@ -186,6 +186,21 @@ async fn a_due_result_is_expired_its_objects_deleted_and_its_records_marked() {
 }
 
 #[tokio::test]
+async fn a_result_kept_in_the_record_goes_with_the_expiry() {
+    let w = world();
+    let due = w.succeeded(Utc::now() - Span::hours(1), None).await;
+    let mut job = w.jobs.job(&due).await.unwrap().unwrap();
+    job.result_key = None;
+    job.result_inline =
+        longhaul_domain::inline_result::InlineResult::of("application/json", b"{}".to_vec());
+    w.jobs.put_record(job);
+    assert_eq!(w.run().await.expired, 1);
+    let job = w.jobs.job(&due).await.unwrap().unwrap();
+    assert_eq!(job.status, JobStatus::Expired);
+    assert_eq!(job.result_inline, None, "removed in the write that made it expired");
+}
+
+#[tokio::test]
 async fn a_result_due_exactly_now_waits_for_the_next_run() {
     let w = world();
     let now = Utc::now();

@@ -191,6 +191,10 @@ pub struct RunOutput {
     /// When done: the result object's key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result_key: Option<String>,
+    /// When done: the result itself, when it is kept in the job's record (small enough; see
+    /// `longhaul_domain::inline_result`). Recorded by this invocation, never sent on.
+    #[serde(skip)]
+    pub result_inline: Option<longhaul_domain::inline_result::InlineResult>,
     /// When done: how long the job type's results are kept (so recording the success needs
     /// no read).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -8,6 +8,7 @@ use longhaul_aws::jobs::{JobRecord, JobView, Lease, StoreError, TransitionReques
 use longhaul_aws::logs;
 use longhaul_aws::metrics::{self, Metric};
 use longhaul_aws::objects::result_key;
+use longhaul_domain::inline_result::InlineResult;
 use longhaul_domain::{JobId, JobStatus};
 use longhaul_worker::{Cadence, StageOutcome};
 
@@ -115,9 +116,6 @@ async fn complete(
     lease: &Lease,
     run: &RunOutput,
 ) -> Result<(), StageError> {
-    let result_key = run.result_key.clone().ok_or_else(|| {
-        StageError::Fatal(Failure::new(PublicMessage::fixed("the job ended without a result")))
-    })?;
     let ttl = run
         .result_ttl_seconds
         .map(Duration::from_secs)
@@ -132,8 +130,16 @@ async fn complete(
     )
     .fenced(&lease.token)
     .unless_cancelled()
-    .set("result_key", result_key)
     .indexed_at(longhaul_domain::format_rfc3339(expires));
+    let request = match (&run.result_inline, &run.result_key) {
+        (Some(inline), _) => request.set("result_inline", inline),
+        (None, Some(key)) => request.set("result_key", key),
+        (None, None) => {
+            return Err(StageError::Fatal(Failure::new(PublicMessage::fixed(
+                "the job ended without a result",
+            ))));
+        }
+    };
     let request = match &run.summary {
         Some(summary) => request.set("summary", summary),
         None => request,
@@ -178,7 +184,12 @@ async fn run(
         JobStatus::Running if ours => {}
         // A retried call whose end already landed: answer it again, so the end's follow-up
         // (metrics, tidying), which may not have happened, is done again.
-        JobStatus::Succeeded if ours => return Ok(ended(Next::Done, job.result_key.clone())),
+        JobStatus::Succeeded if ours => {
+            return Ok(RunOutput {
+                result_inline: job.result_inline.clone(),
+                ..ended(Next::Done, job.result_key.clone())
+            });
+        }
         JobStatus::Cancelled if ours => {
             finish_cancellation(deps, job_id, lease, Some(job)).await?;
             return Ok(ended(Next::Cancelled, None));
@@ -250,6 +261,7 @@ async fn run(
         stage: stage.into(),
         loops,
         result_key,
+        result_inline: None,
         result_ttl_seconds: None,
         summary: None,
         leftovers: None,
@@ -296,14 +308,22 @@ async fn run(
         Ok(StageOutcome::Finished(result)) => {
             // `ResultRef`s come from this host's `write_result`/`publish`; one that names
             // anything but this attempt's results (another job's, say) is refused, so no kind
-            // can point a job's result link elsewhere.
+            // can point a job's result link elsewhere. An inline one carries its bytes.
             let own = result_key(job_id, &format!("{}/", lease.attempt));
-            if !result.location().starts_with(&own) {
-                return Err(StageError::Fatal(Failure::new(PublicMessage::fixed(
-                    "the job kind finished with a result that is not its own",
-                ))));
-            }
+            let (result_key, result_inline) = match (result.location(), result.inline()) {
+                (Some(location), _) if location.starts_with(&own) => {
+                    (Some(location.to_owned()), None)
+                }
+                (None, Some((content_type, body))) => {
+                    match InlineResult::of(content_type, body.to_vec()) {
+                        Some(inline) => (None, Some(inline)),
+                        None => return Err(not_its_own()),
+                    }
+                }
+                _ => return Err(not_its_own()),
+            };
             Ok(RunOutput {
+                result_inline,
                 result_ttl_seconds: Some(deps.result_ttl.of(result_retention).as_secs()),
                 summary: result.summary().cloned(),
                 // A job whose stage ran distributed leaves its manifest and each shard's last
@@ -311,7 +331,7 @@ async fn run(
                 leftovers: (ctx.stage_end().shards.is_none() || deps.fan_out.is_none())
                     .then(|| ctx.leftovers()),
                 ended_at_stage: Some(ctx.stage_end()),
-                ..output(Next::Done, Some(result.location().to_owned()), ctx.stage)
+                ..output(Next::Done, result_key, ctx.stage)
             })
         }
         Err(StageError::Cancelled) => {
@@ -320,6 +340,13 @@ async fn run(
         }
         Err(err) => Err(err),
     }
+}
+
+/// A kind finished with a result this attempt's host did not make.
+fn not_its_own() -> StageError {
+    StageError::Fatal(Failure::new(PublicMessage::fixed(
+        "the job kind finished with a result that is not its own",
+    )))
 }
 
 /// Where a distributed stage's run leaves it.

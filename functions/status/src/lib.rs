@@ -4,7 +4,10 @@
 //!   answer with `Retry-After` and `Cache-Control: no-store`; terminal jobs are immutable, so
 //!   they carry an `ETag` and may be cached.
 //! * `GET /jobs` — the caller's jobs, newest first, filtered, with an opaque cursor.
-//! * `GET /jobs/{id}/result` — `303 See Other` to a presigned URL minted for this request.
+//! * `GET /jobs/{id}/result` — `303 See Other` to a link minted for this request: a presigned
+//!   URL of the stored result, or (a result kept in the job's record) the signed link below.
+//! * `GET /jobs/{id}/result/{token}` — a small result kept in the job's record; no bearer
+//!   token, the link's own, checked before anything is read (`401` when it is not valid).
 //! * `GET /jobs/{id}/deliveries` — the job's webhook delivery attempts.
 //! * `GET /openapi.json` — the API description, the same document the tests hold the API to.
 //! * `GET /job-types` — the job kinds this deployment accepts: stages, params schema, policy.
@@ -29,7 +32,7 @@ use longhaul_aws::ports::{
 };
 use longhaul_aws::secrets::SecretKey;
 use longhaul_domain::compensation::UndoStatus;
-use longhaul_domain::{JobStatus, stream_token};
+use longhaul_domain::{JobStatus, result_link, stream_token};
 use longhaul_worker::Registry;
 use secrecy::ExposeSecret;
 use serde_json::json;
@@ -130,7 +133,7 @@ pub struct Deps {
     pub objects: Arc<dyn ObjectLinks>,
     /// Base URL of the live progress stream.
     pub events_url: String,
-    /// Signs stream tokens.
+    /// Signs stream tokens, signal links and result links, and checks result links.
     pub stream_token_key: Arc<dyn SigningKey>,
     /// How long a stream link lives, seconds.
     pub stream_token_ttl_seconds: i64,
@@ -199,6 +202,7 @@ pub async fn handle(deps: &Deps, request: Request) -> Response<Body> {
             Some("GET /jobs/{id}") => get_job(deps, &request).await,
             Some("GET /jobs") => list_jobs(deps, &request).await,
             Some("GET /jobs/{id}/result") => result(deps, &request).await,
+            Some("GET /jobs/{id}/result/{token}") => inline_result(deps, &request).await,
             Some("GET /jobs/{id}/deliveries") => deliveries(deps, &request).await,
             _ => Err(fallback(request.method(), request.uri().path())),
         };
@@ -262,10 +266,7 @@ async fn get_job(deps: &Deps, request: &Request) -> Result<Response<Body>, Probl
         // A job-scoped link to the live stream, valid for 15 minutes (EventSource cannot send
         // an Authorization header). Terminal jobs have nothing to stream and stay cacheable.
         let expires = deps.clock.now().timestamp() + deps.stream_token_ttl_seconds;
-        let key = deps.stream_token_key.get().await.map_err(|err| {
-            tracing::error!(error = %err, "reading the stream token key failed");
-            Problem::internal()
-        })?;
+        let key = signing_key(deps).await?;
         let token = stream_token::issue(
             key.expose_secret().as_bytes(),
             &view.job.job_id,
@@ -370,30 +371,117 @@ async fn list_jobs(deps: &Deps, request: &Request) -> Result<Response<Body>, Pro
 async fn result(deps: &Deps, request: &Request) -> Result<Response<Body>, Problem> {
     let view = owned_view(deps, request).await?;
     let job = &view.job;
-    match (job.status, &job.result_key) {
-        (JobStatus::Succeeded, Some(key)) => {
-            let url = deps.objects.presign_get(key, RESULT_URL_TTL).await.map_err(|err| {
+    let url = match (job.status, &job.result_inline, &job.result_key) {
+        (JobStatus::Succeeded, Some(_), _) => {
+            // Kept in the record: a link of our own, which needs no bearer token either.
+            let key = signing_key(deps).await?;
+            let expires = deps.clock.now().timestamp() + RESULT_URL_TTL.as_secs() as i64;
+            let token = result_link::issue(
+                key.expose_secret().as_bytes(),
+                &job.job_id,
+                &job.owner,
+                expires,
+            );
+            format!("/jobs/{}/result/{token}", job.job_id)
+        }
+        (JobStatus::Succeeded, None, Some(key)) => {
+            deps.objects.presign_get(key, RESULT_URL_TTL).await.map_err(|err| {
                 tracing::error!(error = %err, "presigning the result failed");
                 Problem::internal()
-            })?;
-            let mut response = Response::new(Body::Empty);
-            *response.status_mut() = StatusCode::SEE_OTHER;
-            let headers = response.headers_mut();
-            headers.insert(header::LOCATION, url.parse().map_err(|_| Problem::internal())?);
-            headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-            Ok(response)
+            })?
         }
-        (JobStatus::Expired, _) => Err(Problem::new(
-            StatusCode::GONE,
-            "result-expired",
-            "The result has expired",
-            "The job's result passed its retention period and was deleted.",
-        )),
-        (status, _) => Err(wrong_status(
-            status,
-            format!("The job is {status}; its result exists once it has succeeded."),
-        )),
-    }
+        (JobStatus::Expired, ..) => return Err(result_expired()),
+        (status, ..) => {
+            return Err(wrong_status(
+                status,
+                format!("The job is {status}; its result exists once it has succeeded."),
+            ));
+        }
+    };
+    let mut response = Response::new(Body::Empty);
+    *response.status_mut() = StatusCode::SEE_OTHER;
+    let headers = response.headers_mut();
+    headers.insert(header::LOCATION, url.parse().map_err(|_| Problem::internal())?);
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    Ok(response)
+}
+
+/// `GET /jobs/{id}/result/{token}`: a result kept in the job's record, by the link
+/// [`result`] handed out. The token is checked before anything is read; then the job must
+/// still be the token's owner's and hold the result.
+///
+/// The body is a kind's output served from the API's own origin, so it is sandboxed: a
+/// `Content-Security-Policy` of `sandbox` gives a document no origin of ours (no script of a
+/// result can reach the console's storage), and `nosniff` holds browsers to its media type.
+async fn inline_result(deps: &Deps, request: &Request) -> Result<Response<Body>, Problem> {
+    let job_id = path_job_id(request)?;
+    logs::record_job_id(&tracing::Span::current(), &job_id);
+    let token = request.path_parameters().first("token").unwrap_or_default().to_owned();
+    let key = signing_key(deps).await?;
+    let now = deps.clock.now().timestamp();
+    let grant = result_link::verify(key.expose_secret().as_bytes(), &token, &job_id, now).map_err(
+        |err| {
+            tracing::info!(reason = %err, "result link refused");
+            let detail = match err {
+                result_link::TokenError::Expired => {
+                    "The link has expired: ask GET /jobs/{id}/result for a new one."
+                }
+                _ => "The link is unknown or altered: ask GET /jobs/{id}/result for a new one.",
+            };
+            Problem::new(
+                StatusCode::UNAUTHORIZED,
+                "invalid-result-link",
+                "The result link is not valid",
+                detail,
+            )
+        },
+    )?;
+    let view = deps.jobs.view(&job_id).await.map_err(|err| {
+        tracing::error!(error = %err, "reading the job failed");
+        Problem::internal()
+    })?;
+    let job = view.map(|v| v.job).filter(|job| job.owner == grant.owner);
+    let job = job.ok_or_else(Problem::not_found)?;
+    logs::current_job(&job);
+    let inline = match (job.status, job.result_inline) {
+        (JobStatus::Succeeded, Some(inline)) => inline,
+        (JobStatus::Expired, _) => return Err(result_expired()),
+        _ => return Err(Problem::not_found()),
+    };
+    let body = inline.bytes().map_err(|err| {
+        tracing::error!(error = %err, "the job's inline result is corrupt");
+        Problem::internal()
+    })?;
+    let mut response = Response::new(Body::Binary(body));
+    let headers = response.headers_mut();
+    let content_type = HeaderValue::from_str(&inline.content_type)
+        .unwrap_or_else(|_| HeaderValue::from_static("application/octet-stream"));
+    headers.insert(header::CONTENT_TYPE, content_type);
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("private, no-store"));
+    headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static("sandbox; default-src 'none'"),
+    );
+    Ok(response)
+}
+
+/// The key links are signed with.
+async fn signing_key(deps: &Deps) -> Result<&secrecy::SecretString, Problem> {
+    deps.stream_token_key.get().await.map_err(|err| {
+        tracing::error!(error = %err, "reading the link signing key failed");
+        Problem::internal()
+    })
+}
+
+/// `410` for a result past its retention.
+fn result_expired() -> Problem {
+    Problem::new(
+        StatusCode::GONE,
+        "result-expired",
+        "The result has expired",
+        "The job's result passed its retention period and was deleted.",
+    )
 }
 
 /// The job's webhook delivery attempts, oldest first.

@@ -757,6 +757,135 @@ async fn a_failing_presigner_is_a_500() {
     assert_eq!(header(&response, "location"), None);
 }
 
+// GET /jobs/{id}/result/{token}: a small result kept in the job's record
+
+impl World {
+    /// A succeeded job of `owner`'s whose result `body` is kept in its record.
+    async fn inline_job(&self, owner: &Owner, content_type: &str, body: &[u8]) -> JobId {
+        let id = self.job(owner, JobStatus::Succeeded).await;
+        let mut job = self.record(&id).await;
+        job.result_key = None;
+        job.result_inline =
+            longhaul_domain::inline_result::InlineResult::of(content_type, body.to_vec());
+        assert!(job.result_inline.is_some());
+        self.jobs.put_record(job);
+        id
+    }
+
+    /// The link `GET /jobs/{id}/result` answers `owner` with, for the job `id`.
+    async fn result_link(&self, owner: &str, id: &JobId) -> String {
+        let response = self.call(on_job("GET /jobs/{id}/result", owner, id.as_str())).await;
+        assert_eq!(response.status(), 303);
+        assert_eq!(header(&response, "cache-control"), Some("no-store"));
+        header(&response, "location").unwrap().to_owned()
+    }
+}
+
+/// `GET <link>` as API Gateway passes it on the link's route: no principal (no authorizer).
+fn by_link(link: &str) -> ApiRequest {
+    let segments: Vec<&str> = link.split('/').collect();
+    let [_, "jobs", id, "result", token] = segments[..] else {
+        panic!("not a result link: {link}")
+    };
+    ApiRequest::new("GET", link, "nobody")
+        .anonymous()
+        .route("GET /jobs/{id}/result/{token}")
+        .param("id", id)
+        .param("token", token)
+}
+
+#[tokio::test]
+async fn a_small_result_is_a_303_to_a_link_of_ours_that_serves_it_without_a_bearer_token() {
+    let w = world();
+    let body = br#"{"items":10,"digest":"abc"}"#;
+    let id = w.inline_job(&owner("alice"), "application/json", body).await;
+    let link = w.result_link("alice", &id).await;
+    assert!(link.starts_with(&format!("/jobs/{id}/result/")), "{link}");
+    let response = w.call(by_link(&link)).await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.body().as_ref(), body);
+    assert_eq!(header(&response, "content-type"), Some("application/json"));
+    assert_eq!(header(&response, "cache-control"), Some("private, no-store"));
+    assert_eq!(header(&response, "x-content-type-options"), Some("nosniff"));
+    let policy = header(&response, "content-security-policy").unwrap();
+    assert!(policy.starts_with("sandbox"), "{policy}");
+    // Bytes that are not text come back as they were.
+    let binary = w.inline_job(&owner("alice"), "application/octet-stream", &[0, 0xff, 7]).await;
+    let response = w.call(by_link(&w.result_link("alice", &binary).await)).await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.body().as_ref(), [0, 0xff, 7]);
+}
+
+#[tokio::test]
+async fn a_result_link_that_is_not_valid_is_401_before_anything_is_read() {
+    let w = world();
+    let id = w.inline_job(&owner("alice"), "text/plain", b"42").await;
+    let other = w.inline_job(&owner("alice"), "text/plain", b"43").await;
+    let link = w.result_link("alice", &id).await;
+    let token = link.rsplit('/').next().unwrap().to_owned();
+    let now = w.clock.now().timestamp();
+    let alice = owner("alice");
+    let stream = stream_token::issue(KEY.as_bytes(), &id, &alice, now + 600);
+    let forged = result_link::issue(b"not-the-key", &id, &alice, now + 600);
+    let expired = result_link::issue(KEY.as_bytes(), &id, &alice, now - 1);
+    // The table is down: a refusal that read anything would be a 500.
+    w.jobs.set_unavailable(true);
+    for (link, why) in [
+        (format!("/jobs/{other}/result/{token}"), "another job's"),
+        (format!("/jobs/{id}/result/{stream}"), "a stream token"),
+        (format!("/jobs/{id}/result/{forged}"), "signed with another key"),
+        (format!("/jobs/{id}/result/{expired}"), "expired"),
+        (format!("/jobs/{id}/result/garbage"), "garbage"),
+        (format!("/jobs/{id}/result/{}x", &token), "altered"),
+    ] {
+        let response = w.call(by_link(&link)).await;
+        assert_eq!(response.status(), 401, "{why}");
+        assert_eq!(problem_type(&response), "/problems/invalid-result-link", "{why}");
+    }
+    w.jobs.set_unavailable(false);
+    assert_eq!(w.call(by_link(&link)).await.status(), 200, "the link itself");
+}
+
+#[tokio::test]
+async fn a_result_link_opens_nothing_once_the_job_expired_or_changed_hands() {
+    let w = world();
+    let id = w.inline_job(&owner("alice"), "text/plain", b"42").await;
+    let link = w.result_link("alice", &id).await;
+    // The token names alice: a record that is not hers answers as an unknown job would.
+    let mut job = w.record(&id).await;
+    job.owner = owner("mallory");
+    w.jobs.put_record(job.clone());
+    assert_eq!(w.call(by_link(&link)).await.status(), 404);
+    // Expired (the expirer removes the result in the same write): 410, as the result route.
+    job.owner = owner("alice");
+    job.status = JobStatus::Expired;
+    job.result_inline = None;
+    w.jobs.put_record(job);
+    let response = w.call(by_link(&link)).await;
+    assert_eq!(response.status(), 410);
+    assert_eq!(problem_type(&response), "/problems/result-expired");
+    // A stored result has no such link: its job's record holds no bytes to serve.
+    let stored = w.job(&owner("alice"), JobStatus::Succeeded).await;
+    let token = result_link::issue(
+        KEY.as_bytes(),
+        &stored,
+        &owner("alice"),
+        w.clock.now().timestamp() + 60,
+    );
+    assert_eq!(w.call(by_link(&format!("/jobs/{stored}/result/{token}"))).await.status(), 404);
+}
+
+#[tokio::test]
+async fn a_result_link_lives_fifteen_minutes() {
+    let w = world();
+    let id = w.inline_job(&owner("alice"), "text/plain", b"42").await;
+    let link = w.result_link("alice", &id).await;
+    w.clock.advance(RESULT_URL_TTL);
+    assert_eq!(w.call(by_link(&link)).await.status(), 200, "valid to the second");
+    w.clock.advance(Duration::from_secs(1));
+    assert_eq!(w.call(by_link(&link)).await.status(), 401);
+}
+
 // GET /jobs/{id}/deliveries
 
 #[tokio::test]

@@ -39,6 +39,7 @@ pub(crate) fn new_job(deps: &Deps, new: &NewJob<'_>, job_id: JobId) -> JobRecord
         finished_at: None,
         error: None,
         result_key: None,
+        result_inline: None,
         transitions: vec![Transition {
             state: JobStatus::Pending,
             at: now,

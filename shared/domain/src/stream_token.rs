@@ -57,16 +57,41 @@ pub enum TokenError {
     Expired,
 }
 
-/// The MAC of a token. `owner` is the token's text, not yet an [`Owner`]: [`verify`] checks
-/// the MAC before it trusts anything the token says.
+/// The MAC of a stream token (the tests forge tokens with it).
+#[cfg(test)]
 fn mac(secret: &[u8], job_id: &JobId, owner: &str, expires: i64) -> Hmac<Sha256> {
+    tagged_mac(TAG, secret, job_id, owner, expires)
+}
+
+/// The MAC of an owner's job-scoped token made for the use `tag` names. `owner` is the
+/// token's text, not yet an [`Owner`]: [`verify`] checks the MAC before it trusts anything
+/// the token says.
+fn tagged_mac(
+    tag: &[u8],
+    secret: &[u8],
+    job_id: &JobId,
+    owner: &str,
+    expires: i64,
+) -> Hmac<Sha256> {
     // Length-prefixed: owners such as `auth0|123` contain any separator one might pick.
-    crate::link_mac::mac(secret, TAG, &[job_id.as_bytes(), owner.as_bytes()], expires)
+    crate::link_mac::mac(secret, tag, &[job_id.as_bytes(), owner.as_bytes()], expires)
 }
 
 /// A token for `owner`'s job `job_id`, valid until `expires` (epoch seconds).
 pub fn issue(secret: &[u8], job_id: &JobId, owner: &Owner, expires: i64) -> String {
-    let signature = mac(secret, job_id, owner, expires).finalize().into_bytes();
+    issue_tagged(TAG, secret, job_id, owner, expires)
+}
+
+/// [`issue`], for the use `tag` names: the layout every owner's job-scoped link token has
+/// (this one's and [`crate::result_link`]'s), told apart by the tag.
+pub(crate) fn issue_tagged(
+    tag: &[u8],
+    secret: &[u8],
+    job_id: &JobId,
+    owner: &Owner,
+    expires: i64,
+) -> String {
+    let signature = tagged_mac(tag, secret, job_id, owner, expires).finalize().into_bytes();
     format!(
         "{expires}.{}.{}",
         URL_SAFE_NO_PAD.encode(owner.as_bytes()),
@@ -81,6 +106,17 @@ pub fn issue(secret: &[u8], job_id: &JobId, owner: &Owner, expires: i64) -> Stri
 /// The MAC is compared in constant time, and before the expiry, so only authentic tokens
 /// are ever told apart as [`TokenError::Expired`]. Never panics, whatever `token` is.
 pub fn verify(secret: &[u8], token: &str, job_id: &JobId, now: i64) -> Result<Grant, TokenError> {
+    verify_tagged(TAG, secret, token, job_id, now)
+}
+
+/// [`verify`], of a token [`issue_tagged`] made with `tag`.
+pub(crate) fn verify_tagged(
+    tag: &[u8],
+    secret: &[u8],
+    token: &str,
+    job_id: &JobId,
+    now: i64,
+) -> Result<Grant, TokenError> {
     if token.len() > MAX_TOKEN_LEN {
         return Err(TokenError::Malformed);
     }
@@ -99,7 +135,7 @@ pub fn verify(secret: &[u8], token: &str, job_id: &JobId, now: i64) -> Result<Gr
         .ok_or(TokenError::Malformed)?;
     let signature = URL_SAFE_NO_PAD.decode(signature).map_err(|_| TokenError::Malformed)?;
     // `verify_slice` compares in constant time (it uses `subtle`); a wrong length fails.
-    mac(secret, job_id, &owner, expires)
+    tagged_mac(tag, secret, job_id, &owner, expires)
         .verify_slice(&signature)
         .map_err(|_| TokenError::BadSignature)?;
     // Authentic, so issued for an `Owner`: one that does not parse was never ours to issue.

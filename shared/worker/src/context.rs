@@ -29,19 +29,44 @@ pub const MAX_SUMMARY_BYTES: usize = 4 * 1024;
 /// stage can only finish with a result of its own attempt.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ResultRef {
-    location: String,
+    held: Held,
     summary: Option<serde_json::Value>,
+}
+
+/// Where the framework keeps a result.
+#[derive(Debug, Clone, PartialEq)]
+enum Held {
+    /// Stored at this location (opaque to kinds).
+    Stored(String),
+    /// Small enough to travel with the job's success: kept by the host in the job's record.
+    Inline { content_type: String, body: Vec<u8> },
 }
 
 impl ResultRef {
     /// For hosts: the stored result's location (opaque to kinds).
     pub fn from_host(location: String) -> Self {
-        ResultRef { location, summary: None }
+        ResultRef { held: Held::Stored(location), summary: None }
     }
 
-    /// For hosts: the stored result's location.
-    pub fn location(&self) -> &str {
-        &self.location
+    /// For hosts: a result the host keeps with the job's success instead of storing it now.
+    pub fn inline_from_host(content_type: String, body: Vec<u8>) -> Self {
+        ResultRef { held: Held::Inline { content_type, body }, summary: None }
+    }
+
+    /// For hosts: the stored result's location; `None` for a result kept inline.
+    pub fn location(&self) -> Option<&str> {
+        match &self.held {
+            Held::Stored(location) => Some(location),
+            Held::Inline { .. } => None,
+        }
+    }
+
+    /// For hosts: a result kept inline, as its media type and bytes.
+    pub fn inline(&self) -> Option<(&str, &[u8])> {
+        match &self.held {
+            Held::Stored(_) => None,
+            Held::Inline { content_type, body } => Some((content_type, body)),
+        }
     }
 
     /// The result with a small structured outcome beside it — a count of invalid lines, the

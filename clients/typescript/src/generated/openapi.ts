@@ -188,9 +188,34 @@ export interface paths {
         };
         /**
          * Get a job's result
-         * @description Redirects to a presigned URL for the succeeded job's result, minted for this request.
+         * @description Redirects to a link for the succeeded job's result, minted for this request: a presigned URL of the stored result, or, for a result of at most 1 KiB (kept in the job's record), `/jobs/{id}/result/{token}`. Neither needs the bearer token.
          */
         get: operations["getJobResult"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/jobs/{id}/result/{token}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The job id (a UUID). Anything that is not a job id answers 404. */
+                id: string;
+                /** @description The link's token (from the `Location` of `GET /jobs/{id}/result`). */
+                token: string;
+            };
+            cookie?: never;
+        };
+        /**
+         * Get a small result by its link
+         * @description A result of at most 1 KiB is kept in the job's record; `GET /jobs/{id}/result` redirects here. No bearer token: the token in the path is an HMAC of the job, its owner and the expiry (15 minutes), checked before anything is read. The body is served with the media type the job's kind gave it, under `Content-Security-Policy: sandbox` and `X-Content-Type-Options: nosniff`.
+         */
+        get: operations["getInlineJobResult"];
         put?: never;
         post?: never;
         delete?: never;
@@ -2253,7 +2278,7 @@ export interface operations {
             /** @description See Other: fetch the result from `Location`. No body. */
             303: {
                 headers: {
-                    /** @description Presigned URL of the result, valid for at most 15 minutes. */
+                    /** @description Where the result is, valid for at most 15 minutes: a presigned URL, or the path of `/jobs/{id}/result/{token}` (relative to the API's base URL). */
                     Location?: string;
                     /** @description `no-store`. */
                     "Cache-Control"?: string;
@@ -2281,6 +2306,69 @@ export interface operations {
             };
             /** @description The job has not succeeded (yet) (`/problems/wrong-status`; `status_now` names the job's status). */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The result passed its retention period and was deleted (`/problems/result-expired`). */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal error (`/problems/internal`). Safe to retry; the detail carries no internals. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    getInlineJobResult: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The job id (a UUID). Anything that is not a job id answers 404. */
+                id: string;
+                /** @description The link's token (from the `Location` of `GET /jobs/{id}/result`). */
+                token: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The result, in the media type its kind gave it. */
+            200: {
+                headers: {
+                    /** @description `private, no-store`. */
+                    "Cache-Control"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "*/*": string;
+                };
+            };
+            /** @description The link's token is unknown, altered or expired (`/problems/invalid-result-link`); answered before anything is read. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No such job, or no result kept in its record (`/problems/not-found`). */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };

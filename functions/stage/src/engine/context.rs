@@ -168,8 +168,13 @@ impl StageContext for Ctx<'_> {
         let name = check_result_name(name).map(str::to_owned);
         let content_type = content_type.to_owned();
         async move {
+            let name = name?;
+            // A small result travels with the job's success, in the record: no object PUT.
+            if body.len() <= longhaul_domain::inline_result::MAX_INLINE_RESULT_BYTES {
+                return Ok(ResultRef::inline_from_host(content_type, body));
+            }
             // Keyed by attempt: a stale attempt's result can never be the one recorded.
-            let key = result_key(self.job_id(), &format!("{}/{}", self.lease.attempt, name?));
+            let key = result_key(self.job_id(), &format!("{}/{}", self.lease.attempt, name));
             self.deps.objects.put(&key, body, &content_type).await.map_err(|e| {
                 failure_message::aws_failure(failure_message::RESULT_NOT_STORED, &e)
             })?;

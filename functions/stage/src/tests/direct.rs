@@ -30,7 +30,7 @@ async fn a_job_one_invocation_finishes_succeeds_with_no_execution() {
     let job = w.job(&id).await;
     assert_eq!((job.status, job.attempt), (JobStatus::Succeeded, 1));
     assert_eq!(job.claimant.as_deref(), Some(run.claimant.as_str()), "claimed by the run");
-    assert!(w.object(&format!("results/{id}/1/result.json")).await.is_some());
+    assert!(w.result(&id).await.is_some());
     assert!(w.executions.started().is_empty(), "no execution");
     let end = job.ended_at_stage.clone().expect("where its last stage ended");
     assert_eq!((end.stage.as_str(), end.stage_index, end.stages_total), ("process", 1, 1));
@@ -77,7 +77,7 @@ async fn a_job_that_needs_another_invocation_is_handed_over_under_the_same_lease
     let first = first.expect("the execution runs it to its end");
     assert_eq!(first["run"]["next"], "done");
     assert_eq!(lease_of(&first).lease.token, lease);
-    let body = w.object(&format!("results/{id}/1/result.json")).await.unwrap();
+    let body = w.result(&id).await.unwrap();
     let result: Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(result["starts"], json!([0, 1]), "resumed where the run checkpointed");
     assert_eq!(w.job(&id).await.attempt, 1, "one attempt throughout");

@@ -162,7 +162,7 @@ async fn a_stage_fans_out_to_a_manifest_its_shards_run_apart_and_run_merges_them
     // Run, after the map: the merge.
     let done = w.run(&id, &id, out.clone(), far()).await.expect("merged");
     assert_eq!(done["run"]["next"], "done");
-    let body = w.object(&format!("results/{id}/1/result.json")).await.expect("the result");
+    let body = w.result(&id).await.expect("the result");
     assert_eq!(
         serde_json::from_slice::<DemoResult>(&body).unwrap(),
         DemoResult::expected_sharded(12, 4)
@@ -196,7 +196,7 @@ async fn a_shard_continues_its_run_past_the_deadline_and_a_retry_after_a_crash_i
     w.shard(&out, &items[0], None, far()).await.unwrap();
     let done = w.run(&id, &id, out.clone(), far()).await.unwrap();
     assert_eq!(done["run"]["next"], "done");
-    let body = w.object(&format!("results/{id}/1/result.json")).await.unwrap();
+    let body = w.result(&id).await.unwrap();
     assert_eq!(
         serde_json::from_slice::<DemoResult>(&body).unwrap(),
         DemoResult::expected_sharded(10, 2),
@@ -314,6 +314,8 @@ async fn a_merge_reads_the_files_its_shards_staged_each_in_its_own_invocation() 
     );
     let done = w.run(&id, &id, out, far()).await.expect("merged");
     assert_eq!(done["run"]["next"], "done");
+    // Larger than a record keeps: stored in the bucket, under the attempt's key.
+    assert_eq!(w.job(&id).await.result_inline, None);
     let body = w.object(&format!("results/{id}/1/all.txt")).await.expect("the result");
     let expected: String = (0..3).map(|i| format!("shard {i}\n").repeat(200)).collect();
     assert_eq!(String::from_utf8(body).unwrap(), expected, "read back, in shard order");
@@ -332,7 +334,7 @@ async fn a_stage_split_into_the_whole_runs_plain_without_the_map() {
     assert_eq!(w.progress(&id).items_done, 1);
     let done = w.run(&id, &id, paused.clone(), far()).await.expect("resumed plain");
     assert_eq!(done["run"]["next"], "done", "{done}");
-    let body = w.object(&format!("results/{id}/1/all.txt")).await.expect("the result");
+    let body = w.result(&id).await.expect("the result");
     assert_eq!(body, b"plain 3");
     assert_eq!(w.progress(&id).shards, None, "it never fanned out");
     assert!(!w.keys(&checkpoints(&id)).iter().any(|k| k.ends_with("-shards.json")), "no manifest");

@@ -72,8 +72,7 @@ async fn a_pause_mid_run_parks_the_job_at_its_checkpoint_and_the_resume_counts_e
     w.run(&id, &execution, start, far()).await.expect("the resumed run finishes");
     let job = w.job(&id).await;
     assert_eq!((job.status, job.attempt, job.resumes), (JobStatus::Succeeded, 1, 1));
-    let result = job.result_key.expect("a result");
-    let result: Value = serde_json::from_slice(&w.object(&result).await.unwrap()).unwrap();
+    let result: Value = serde_json::from_slice(&w.result(&id).await.unwrap()).unwrap();
     assert_eq!(result, json!({"counted": 5, "starts": [0, 3]}), "each item once");
 }
 
@@ -149,8 +148,7 @@ async fn a_pause_that_lands_as_a_stage_ends_parks_the_job_at_the_next_stage() {
     w.run(&id, &execution, start, far()).await.expect("the resumed run finishes");
     let job = w.job(&id).await;
     assert_eq!(job.status, JobStatus::Succeeded);
-    let result: Value =
-        serde_json::from_slice(&w.object(&job.result_key.unwrap()).await.unwrap()).unwrap();
+    let result: Value = serde_json::from_slice(&w.result(&id).await.unwrap()).unwrap();
     assert_eq!(result["counted"], 3, "the report stage read what count carried over");
 }
 
@@ -182,8 +180,7 @@ async fn a_kind_waiting_for_a_signal_parks_the_job_until_it_and_then_receives_it
     w.run(&id, &execution, start, far()).await.expect("the resumed run finishes");
     let job = w.job(&id).await;
     assert_eq!(job.status, JobStatus::Succeeded);
-    let result: Value =
-        serde_json::from_slice(&w.object(&job.result_key.unwrap()).await.unwrap()).unwrap();
+    let result: Value = serde_json::from_slice(&w.result(&id).await.unwrap()).unwrap();
     assert_eq!(result["signals"], json!({"approval": "yes"}));
     assert_eq!(result["digest"], longhaul_job_demo::DemoResult::expected(5).digest);
 }
@@ -226,7 +223,7 @@ async fn a_paused_fanned_out_job_parks_after_the_map_and_its_resume_runs_what_is
     w.shard(&again, &items[1], None, far()).await.expect("the other runs under the new lease");
     let end = w.run(&id, &execution, again, far()).await.unwrap();
     assert_eq!(end["run"]["next"], "done");
-    let body = w.object(&format!("results/{id}/1/result.json")).await.expect("the result");
+    let body = w.result(&id).await.expect("the result");
     assert_eq!(
         serde_json::from_slice::<DemoResult>(&body).unwrap(),
         DemoResult::expected_sharded(8, 2)

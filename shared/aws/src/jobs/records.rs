@@ -63,6 +63,10 @@ pub struct JobRecord {
     /// The result object's key in the bucket.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result_key: Option<String>,
+    /// The result itself, when it was small enough to keep here instead of the bucket
+    /// ([`longhaul_domain::inline_result`]); removed when the job expires.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result_inline: Option<longhaul_domain::inline_result::InlineResult>,
     /// Every status change, oldest first.
     pub transitions: Vec<Transition>,
     /// Failures injected so far by a diagnostic kind (`StageContext::count_failure`).
@@ -224,6 +228,7 @@ impl std::fmt::Debug for JobRecord {
             .field("finished_at", &self.finished_at)
             .field("error", &self.error)
             .field("result_key", &self.result_key)
+            .field("result_inline", &redacted(self.result_inline.is_some()))
             .field("transitions", &self.transitions)
             .field("injected_failures", &self.injected_failures)
             .field("retry_of", &self.retry_of)

@@ -63,6 +63,7 @@ pub fn pending_job(owner: &Owner, created_at: Timestamp) -> JobRecord {
         finished_at: None,
         error: None,
         result_key: None,
+        result_inline: None,
         transitions: vec![Transition {
             state: JobStatus::Pending,
             at: created_at,

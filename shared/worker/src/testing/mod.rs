@@ -408,12 +408,11 @@ impl Host {
                     return (Err(error), durable);
                 }
                 Ok(StageOutcome::Finished(result)) => {
-                    let (name, attempt) = parse_result(result.location());
-                    let (content_type, body) = durable
-                        .files
-                        .get(result.location())
-                        .cloned()
-                        .expect("the result is stored");
+                    // This host stores every result: only another host keeps one inline.
+                    let location = result.location().expect("this host stores every result");
+                    let (name, attempt) = parse_result(location);
+                    let (content_type, body) =
+                        durable.files.get(location).cloned().expect("the result is stored");
                     let summary = result.summary().cloned();
                     let finished = Finished { name, content_type, body, attempt, summary };
                     return (Ok(finished), durable);
