@@ -78,9 +78,15 @@ async fn the_dynamodb_admitter_keeps_the_slot_pools_contract() {
         .queue_url
         .unwrap();
     let admitter = Admitter {
+        slots: SlotStore::new(aws.dynamodb.clone(), table.clone()),
+        intake: IntakeQueue::new(aws.sqs.clone(), queue.clone()),
+    };
+    // A second process's handle on the same pools: its guesses of a rate window are its own.
+    let other = Admitter {
         slots: SlotStore::new(aws.dynamodb.clone(), table),
         intake: IntakeQueue::new(aws.sqs.clone(), queue.clone()),
     };
+    longhaul_memory::contract::pool_rates(&admitter, &other).await;
     let received = std::sync::Mutex::new(Vec::<JobId>::new());
     let woken = async || {
         loop {

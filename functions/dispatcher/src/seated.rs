@@ -12,6 +12,7 @@
 
 use longhaul_aws::executions::execution_name;
 use longhaul_aws::jobs::JobRecord;
+use longhaul_aws::pool_rate::{Charged, RateCharge};
 use longhaul_aws::slots::{Pool, pools_of};
 use longhaul_domain::{JobStatus, Timestamp, Transition};
 
@@ -21,30 +22,64 @@ use crate::{Deps, DispatchError, give_back};
 /// a dispatch's.
 pub const DISPATCHED: &str = "dispatched";
 
-/// Takes a slot of each of the new `job`'s pools (its tenant's, its kind's): `true` when it
-/// holds every one, and has at least one (a job with no pool is not seated: nothing bounds
-/// how many of them there are but its tenant's backlog, which must be read then). A full
-/// pool gives back the slots taken before it and answers `false`: the job is then written
-/// `pending` and dispatched as any other, which makes it wait.
-pub async fn seat(deps: &Deps, job: &JobRecord) -> Result<bool, DispatchError> {
-    let pools = pools_of(
-        &job.owner,
-        &job.job_type,
-        job.concurrency_limit(),
-        deps.config.tenant_max_running,
-    );
+/// What [`seat`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Seating {
+    /// The job holds a slot of each of its pools; `charged`: its submission was counted with
+    /// its tenant pool's slot (it has one, and a limit is set), so it is not to be counted again.
+    Seated {
+        /// Whether the submission was counted in the tenant pool's write.
+        charged: bool,
+    },
+    /// A pool is full, or the job has none: it holds no slot, and nothing was counted.
+    NotSeated,
+    /// Its tenant used up this minute's submissions: it holds no slot; retry after this many
+    /// seconds.
+    Limited {
+        /// Seconds to the next window.
+        retry_after: u64,
+    },
+}
+
+/// Takes a slot of each of the new `job`'s pools (its kind's, then its tenant's), counting its
+/// submission `rate` with its tenant pool's slot, in the same write ([`longhaul_aws::pool_rate`]):
+/// [`Seating::Seated`] when it holds every one, and has at least one (a job with no pool is not
+/// seated: nothing bounds how many of them there are but its tenant's backlog, which must be
+/// read then). A full pool gives back the slots taken before it and answers
+/// [`Seating::NotSeated`]: the job is then written `pending` and dispatched as any other,
+/// which makes it wait. The tenant pool comes last so that a submission is counted only once
+/// it is seated (one that waits is counted after its backlog is checked).
+pub async fn seat(
+    deps: &Deps,
+    job: &JobRecord,
+    rate: RateCharge,
+) -> Result<Seating, DispatchError> {
+    let mut pools = pools_of_job(deps, job);
     if pools.is_empty() {
-        return Ok(false);
+        return Ok(Seating::NotSeated);
     }
+    pools.sort_by_key(|(pool, _)| matches!(pool, Pool::Tenant(_)));
     let mut taken: Vec<&(Pool, u32)> = Vec::with_capacity(pools.len());
+    let mut charged = false;
     for pool in &pools {
         let (slots_of, limit) = pool;
-        match deps.slots.acquire(slots_of, *limit, &job.job_id, job.resumes).await {
-            Ok(true) => taken.push(pool),
-            Ok(false) => {
-                give_back(deps, &job.job_id, &taken).await?;
-                return Ok(false);
+        let acquired = match slots_of {
+            Pool::Tenant(_) => {
+                charged = rate.per_minute > 0;
+                deps.slots.acquire_charged(slots_of, *limit, &job.job_id, job.resumes, rate).await
             }
+            Pool::Kind(_) => {
+                let acquired = deps.slots.acquire(slots_of, *limit, &job.job_id, job.resumes);
+                acquired.await.map(|taken| if taken { Charged::Taken } else { Charged::Full })
+            }
+        };
+        let refused = match acquired {
+            Ok(Charged::Taken) => {
+                taken.push(pool);
+                continue;
+            }
+            Ok(Charged::Full) => Seating::NotSeated,
+            Ok(Charged::Limited { retry_after }) => Seating::Limited { retry_after },
             Err(err) => {
                 // The slots taken go back (failing that, the job's dispatch takes them again,
                 // or the reaper frees them); the error is the seat's.
@@ -53,20 +88,22 @@ pub async fn seat(deps: &Deps, job: &JobRecord) -> Result<bool, DispatchError> {
                 }
                 return Err(err.into());
             }
-        }
+        };
+        give_back(deps, &job.job_id, &taken).await?;
+        return Ok(refused);
     }
-    Ok(true)
+    Ok(Seating::Seated { charged })
+}
+
+/// The pools a job takes a slot of (its tenant's, its kind's), by the deployment's limits.
+fn pools_of_job(deps: &Deps, job: &JobRecord) -> Vec<(Pool, u32)> {
+    pools_of(&job.owner, &job.job_type, job.concurrency_limit(), deps.config.tenant_max_running)
 }
 
 /// Gives back the slots [`seat`] took for a job that is not written after all (its
 /// submission refused, or its write failed), waking whoever waits for them.
 pub async fn unseat(deps: &Deps, job: &JobRecord) -> Result<(), DispatchError> {
-    let pools = pools_of(
-        &job.owner,
-        &job.job_type,
-        job.concurrency_limit(),
-        deps.config.tenant_max_running,
-    );
+    let pools = pools_of_job(deps, job);
     give_back(deps, &job.job_id, &pools.iter().collect::<Vec<_>>()).await
 }
 

@@ -265,6 +265,7 @@ fn world_limited(per_minute: u32, max_pending: usize) -> World {
         submit: submit::Deps {
             jobs: jobs.clone(),
             limiter: limits.clone(),
+            submissions_per_minute: per_minute,
             intake: queue.clone(),
             uploads: Arc::new(MemoryObjects::new()),
             idempotency_ttl: Duration::from_secs(86_400),

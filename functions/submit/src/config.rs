@@ -30,6 +30,10 @@ pub struct Config {
     /// that have not yet run (pending or queued). Beyond it: `429` with `Retry-After`,
     /// nothing written.
     pub max_pending: usize,
+    /// `LONGHAUL_TENANT_MAX_RUNNING` (50; 0 = no limit), as the dispatcher has it: with tenant
+    /// pools, a tenant's submissions are counted on its pool's item
+    /// (`longhaul_aws::pool_rate`), whether or not this function starts jobs.
+    pub tenant_max_running: u32,
     /// `LONGHAUL_POLICY_OVERRIDES` (JSON `{"<type>": {"max_attempts": 5, …}}`, default none):
     /// the deployment's changes to kinds' policies, applied to the policy stored on each job.
     pub policy_overrides: PolicyOverrides,
@@ -57,6 +61,7 @@ impl Config {
                 DEFAULT_SUBMISSIONS_PER_MINUTE,
             )?,
             max_pending: vars.parsed_or("LONGHAUL_TENANT_MAX_PENDING", DEFAULT_MAX_PENDING)?,
+            tenant_max_running: vars.parsed_or("LONGHAUL_TENANT_MAX_RUNNING", 50)?,
             policy_overrides: parse_policy_overrides(vars, &longhaul_jobs::registry())?,
             start: match vars.required("LONGHAUL_WORKERS") {
                 Ok(_) => Some(dispatcher::Config::from_vars(vars)?),

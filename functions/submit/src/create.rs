@@ -15,10 +15,10 @@ use longhaul_domain::{JobId, JobStatus, Owner, Timestamp};
 use longhaul_worker::DynKind;
 
 use crate::Deps;
-use crate::limits::{charge, within_backlog};
+use crate::limits::{charge, rate_limited, within_backlog};
 use crate::record::new_job;
 use crate::response::{accepted, internal};
-use crate::start::{seat, start};
+use crate::start::{Seat, seat, start};
 use crate::submission::uploads_present;
 
 /// How long a claimed idempotency key whose job record is not written yet counts as "the
@@ -221,8 +221,9 @@ fn key_taken(key: &str, job: Option<JobRecord>, claimed_recently: bool) -> KeyTa
 }
 
 /// Creates the job whose key this request has just claimed: checks that its uploads exist,
-/// takes its running slots ([`seat`]), checks its tenant's backlog (only a job that must wait
-/// for a slot adds to it), charges the tenant's submission rate, seeds a resumed retry's
+/// takes its running slots ([`seat`]; its tenant pool's write counts the submission too),
+/// checks its tenant's backlog (only a job that must wait for a slot adds to it), charges the
+/// tenant's submission rate unless the seat did, seeds a resumed retry's
 /// progress, writes the job record (`queued` when seated, else `pending`), starts it and
 /// answers `202`.
 ///
@@ -241,12 +242,20 @@ async fn create_claimed(
 ) -> Result<Accepted, Problem> {
     let admitted = async {
         uploads_present(deps, new.inputs).await?;
-        let seated = seat(deps, &job).await;
+        let (seated, charged) = match seat(deps, &job).await {
+            Seat::Seated(seated, charged) => (Some(seated), charged),
+            Seat::Unseated => (None, false),
+            // Refused by the write that would have seated it: nothing taken, nothing counted.
+            Seat::Limited { retry_after } => return Err(rate_limited(retry_after)),
+        };
         let limits = async {
             if seated.is_none() {
                 within_backlog(deps, new.owner).await?;
             }
-            charge(deps, new.owner).await
+            if !charged {
+                charge(deps, new.owner).await?;
+            }
+            Ok(())
         };
         match (limits.await, seated) {
             (Ok(()), seated) => Ok(seated),

@@ -25,10 +25,12 @@ use longhaul_aws::jobs::JobStore;
 use longhaul_aws::limits::TenantRateLimiter;
 use longhaul_aws::logs;
 use longhaul_aws::objects::ObjectStore;
+use longhaul_aws::pool_rate::PoolRateLimiter;
 use longhaul_aws::ports::{
-    Clock, DispatchQueue, JobCreation, JobReads, RateLimits, SystemClock, UploadPresence,
+    Clock, DispatchQueue, JobCreation, JobReads, RateLimits, SlotPools, SystemClock, UploadPresence,
 };
 use longhaul_aws::queue::IntakeQueue;
+use longhaul_aws::slots::Admitter;
 use longhaul_domain::callback::CallbackPolicy;
 use longhaul_domain::policy::PolicyOverrides;
 use longhaul_worker::Registry;
@@ -70,8 +72,12 @@ impl<T: JobReads + JobCreation> Jobs for T {}
 pub struct Deps {
     /// The job table.
     pub jobs: Arc<dyn Jobs>,
-    /// The per-tenant submission rate limit.
+    /// The per-tenant submission rate limit: counted on the tenant pool's item where tenants'
+    /// running jobs are bounded (`longhaul_aws::pool_rate`), else an item per minute.
     pub limiter: Arc<dyn RateLimits>,
+    /// Submissions one tenant may make per minute (0: unlimited): what a new job's seat
+    /// counts with its tenant pool's slot, on the counter [`Deps::limiter`] charges.
+    pub submissions_per_minute: u32,
     /// The intake queue.
     pub intake: Arc<dyn DispatchQueue>,
     /// The bucket's uploads, which a job's params may name.
@@ -101,13 +107,31 @@ impl Deps {
         let start = config.start.as_ref().map(|start| {
             Arc::new(dispatcher::Deps::sharing(sdk, dynamodb.clone(), sqs.clone(), start))
         });
-        Deps {
-            jobs: Arc::new(JobStore::new(dynamodb.clone(), config.table.clone())),
-            limiter: Arc::new(TenantRateLimiter::new(
-                dynamodb,
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        // One counter per tenant, whichever way its jobs start: the tenant pool's item when
+        // there are tenant pools (the seat counts there too), else an item per minute.
+        let limiter: Arc<dyn RateLimits> = if config.tenant_max_running > 0 {
+            let slots: Arc<dyn SlotPools> = match &start {
+                Some(start) => start.slots.clone(),
+                None => Arc::new(Admitter::new(
+                    dynamodb.clone(),
+                    sqs.clone(),
+                    &config.table,
+                    &config.intake_queue_url,
+                )),
+            };
+            Arc::new(PoolRateLimiter::new(slots, config.submissions_per_minute, clock.clone()))
+        } else {
+            Arc::new(TenantRateLimiter::new(
+                dynamodb.clone(),
                 config.table.clone(),
                 config.submissions_per_minute,
-            )),
+            ))
+        };
+        Deps {
+            jobs: Arc::new(JobStore::new(dynamodb, config.table.clone())),
+            limiter,
+            submissions_per_minute: config.submissions_per_minute,
             intake: Arc::new(IntakeQueue::new(sqs, config.intake_queue_url.clone())),
             uploads: Arc::new(ObjectStore::new(
                 aws_sdk_s3::Client::new(sdk),
@@ -118,7 +142,7 @@ impl Deps {
             callbacks: config.callbacks(),
             max_pending: config.max_pending,
             policy_overrides: config.policy_overrides.clone(),
-            clock: Arc::new(SystemClock),
+            clock,
             start,
         }
     }

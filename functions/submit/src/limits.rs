@@ -40,22 +40,25 @@ pub(crate) async fn within_backlog(deps: &Deps, owner: &Owner) -> Result<(), Pro
     .header(header::RETRY_AFTER, BACKLOG_RETRY_AFTER_SECONDS.to_string()))
 }
 
+/// The `429` of a submission refused by its tenant's rate limit.
+pub(crate) fn rate_limited(retry_after: u64) -> Problem {
+    tracing::info!(retry_after, "submission refused: the tenant's rate limit is reached");
+    Problem::new(
+        StatusCode::TOO_MANY_REQUESTS,
+        "rate-limited",
+        "Too many submissions",
+        format!(
+            "This principal has used its submissions for this minute; retry in {retry_after} s."
+        ),
+    )
+    .header(header::RETRY_AFTER, retry_after.to_string())
+}
+
 /// Counts a submission of `owner` against its per-minute limit, or refuses it (`429`).
 pub(crate) async fn charge(deps: &Deps, owner: &Owner) -> Result<(), Problem> {
     match deps.limiter.charge(owner).await {
         Ok(Admission::Admitted) => Ok(()),
-        Ok(Admission::Limited { retry_after }) => {
-            tracing::info!(retry_after, "submission refused: the tenant's rate limit is reached");
-            Err(Problem::new(
-                StatusCode::TOO_MANY_REQUESTS,
-                "rate-limited",
-                "Too many submissions",
-                format!(
-                    "This principal has used its submissions for this minute; retry in {retry_after} s."
-                ),
-            )
-            .header(header::RETRY_AFTER, retry_after.to_string()))
-        }
+        Ok(Admission::Limited { retry_after }) => Err(rate_limited(retry_after)),
         Err(err) => {
             tracing::error!(error = %err, "the submission rate limiter failed");
             Err(Problem::internal())

@@ -1,7 +1,9 @@
 //! Starting a written job: at once, in the request that wrote it, or through the dispatcher
 //! (its message on the intake queue).
 
+use dispatcher::seated::Seating;
 use longhaul_aws::jobs::JobRecord;
+use longhaul_aws::pool_rate::RateCharge;
 use longhaul_aws::queue::DispatchMessage;
 use longhaul_domain::JobStatus;
 use longhaul_domain::{Timestamp, schedule};
@@ -31,18 +33,37 @@ pub(crate) async fn start(deps: &Deps, job: &JobRecord) {
 /// its pools, so it is written `queued` and its run invoked at once.
 pub(crate) struct Seated<'a>(&'a dispatcher::Deps);
 
-/// Seats the new `job` where this function starts jobs and it is not delayed: `None` when a
-/// pool is full (or it has none, or taking a slot failed): it is then written `pending` and
-/// started by [`start`] as any job, which takes its slots again (a slot held already is
-/// held once: the holder is the job).
-pub(crate) async fn seat<'a>(deps: &'a Deps, job: &JobRecord) -> Option<Seated<'a>> {
-    let dispatch = deps.start.as_deref().filter(|_| job.not_before.is_none())?;
-    match dispatcher::seated::seat(dispatch, job).await {
-        Ok(true) => Some(Seated(dispatch)),
-        Ok(false) => None,
+/// What [`seat`] did for a new job.
+pub(crate) enum Seat<'a> {
+    /// It holds its slots; `charged`: its submission was counted with its tenant pool's slot.
+    Seated(Seated<'a>, bool),
+    /// It holds none (a pool is full, it has none, it is delayed, this function starts no
+    /// jobs, or taking a slot failed), and nothing was counted.
+    Unseated,
+    /// Its tenant's submissions for this minute are used up: it holds none.
+    Limited {
+        /// Seconds to the next window.
+        retry_after: u64,
+    },
+}
+
+/// Seats the new `job` where this function starts jobs and it is not delayed, counting its
+/// submission with its tenant pool's slot (`dispatcher::seated::seat`). Not seated, it is
+/// written `pending` and started by [`start`] as any job, which takes its slots again (a slot
+/// held already is held once: the holder is the job).
+pub(crate) async fn seat<'a>(deps: &'a Deps, job: &JobRecord) -> Seat<'a> {
+    let Some(dispatch) = deps.start.as_deref().filter(|_| job.not_before.is_none()) else {
+        return Seat::Unseated;
+    };
+    let rate =
+        RateCharge { per_minute: deps.submissions_per_minute, now: deps.clock.now().timestamp() };
+    match dispatcher::seated::seat(dispatch, job, rate).await {
+        Ok(Seating::Seated { charged }) => Seat::Seated(Seated(dispatch), charged),
+        Ok(Seating::NotSeated) => Seat::Unseated,
+        Ok(Seating::Limited { retry_after }) => Seat::Limited { retry_after },
         Err(err) => {
             tracing::warn!(error = %err, "taking the new job's slots failed; it is written pending and dispatched");
-            None
+            Seat::Unseated
         }
     }
 }

@@ -33,6 +33,7 @@ use longhaul_aws::jobs::{IdempotencyRecord, ListFilter, ProgressRecord};
 use longhaul_aws::ports::{JobCreation, JobListing, JobReads, SlotPools};
 use longhaul_aws::slots::Pool;
 use longhaul_domain::fingerprint::{retry_idempotency_key, submission_fingerprint};
+use longhaul_domain::policy::PolicyOverrides;
 use longhaul_domain::uploads::owner_prefix;
 use longhaul_memory::api::{ApiRequest, json_of};
 use longhaul_memory::{
@@ -66,6 +67,7 @@ fn world_limited(per_minute: u32, max_pending: usize) -> World {
     let deps = Deps {
         jobs: jobs.clone(),
         limiter: limits.clone(),
+        submissions_per_minute: per_minute,
         intake: queue.clone(),
         uploads: uploads.clone(),
         idempotency_ttl: std::time::Duration::from_secs(86_400),
@@ -90,8 +92,16 @@ fn world_starting(tenant_max_running: u32) -> World {
     starting(world(), tenant_max_running)
 }
 
-/// `w`, its submissions starting their jobs at once ([`world_starting`]).
+/// `w`, its submissions starting their jobs at once ([`world_starting`]); with tenant pools,
+/// its submissions are counted on them, as the submit function's are.
 fn starting(mut w: World, tenant_max_running: u32) -> World {
+    if tenant_max_running > 0 {
+        w.deps.limiter = Arc::new(longhaul_aws::pool_rate::PoolRateLimiter::new(
+            w.slots.clone(),
+            w.deps.submissions_per_minute,
+            w.clock.clone(),
+        ));
+    }
     let workers = format!(r#"{{"StageFunction": "{STAGE_ARN}"}}"#);
     w.deps.start = Some(Arc::new(dispatcher::Deps {
         jobs: w.jobs.clone(),
@@ -967,8 +977,9 @@ async fn a_delayed_job_is_enqueued_and_one_over_the_tenants_limit_waits() {
 
 #[tokio::test]
 async fn a_start_that_fails_part_way_is_handed_to_the_intake_queue() {
-    // The slots are unavailable: the job stays pending, and its message carries it on.
-    let w = world_starting(50);
+    // The slots are unavailable: the job stays pending, and its message carries it on. (No
+    // rate limit: with tenant pools, submissions are counted on their items, down too.)
+    let w = starting(world_limited(0, 10_000), 50);
     w.slots.set_unavailable(true);
     let id = w.submitted("alice", &demo(), None).await;
     assert_eq!(w.record(&id).await.status, JobStatus::Pending);
@@ -1004,17 +1015,46 @@ async fn a_job_that_takes_its_slot_is_not_held_to_the_backlog_and_one_that_would
 }
 
 #[tokio::test]
-async fn a_refused_submission_gives_back_the_slot_it_took() {
-    // One submission a minute: the second takes a slot, then is refused for its rate.
-    let w = starting(world_limited(1, 10), 5);
+async fn a_submission_over_its_rate_takes_no_slot_and_writes_nothing() {
+    // One submission a minute; demo jobs also hold a slot of their kind's pool (3 at once).
+    let mut w = starting(world_limited(1, 10), 5);
+    let names = w.deps.registry.names();
+    w.deps.policy_overrides =
+        PolicyOverrides::parse(r#"{"demo": {"concurrency_limit": 3}}"#, &names).unwrap();
     let first = w.submitted("alice", &demo(), None).await;
+    let kind = Pool::Kind("demo".into());
+    assert_eq!(w.slots.holders(&kind).await.unwrap(), std::slice::from_ref(&first));
+    // The second is refused by the write that would take its tenant slot (its submission
+    // counted in the same write): the kind's slot it took first is given back.
     let response = w.post("alice", &json!({"type": "demo", "params": {"items": 2}}), None).await;
     assert_eq!(response.status(), 429);
     assert_eq!(problem_type(&response), "/problems/rate-limited");
+    assert!(response.headers().contains_key(header::RETRY_AFTER));
     let only_first = std::slice::from_ref(&first);
     assert_eq!(w.slots.holders(&Pool::Tenant(owner("alice"))).await.unwrap(), only_first);
+    assert_eq!(w.slots.holders(&kind).await.unwrap(), only_first, "the kind's slot given back");
     assert_eq!(w.jobs_of(&owner("alice")).await, only_first);
     assert_eq!(w.invoked(), only_first);
+    // The next minute, it is accepted.
+    w.clock.advance(std::time::Duration::from_secs(60));
+    w.submitted("alice", &json!({"type": "demo", "params": {"items": 2}}), None).await;
+}
+
+#[tokio::test]
+async fn a_submission_that_waits_is_counted_on_the_counter_its_seat_would_have_used() {
+    // One running job per tenant, two submissions a minute.
+    let w = starting(world_limited(2, 10), 1);
+    let first = w.submitted("alice", &demo(), None).await;
+    assert_eq!(w.record(&first).await.status, JobStatus::Queued, "seated, counted with its slot");
+    // The pool is full: the second waits, counted on its own (the same counter).
+    let second = w.submitted("alice", &json!({"type": "demo", "params": {"items": 2}}), None).await;
+    assert_eq!(w.record(&second).await.status, JobStatus::Pending);
+    let third = w.post("alice", &json!({"type": "demo", "params": {"items": 3}}), None).await;
+    assert_eq!(third.status(), 429);
+    assert_eq!(problem_type(&third), "/problems/rate-limited");
+    assert_eq!(w.jobs_of(&owner("alice")).await.len(), 2, "nothing written");
+    // Another tenant's counter is its own.
+    w.submitted("bob", &demo(), None).await;
 }
 
 #[tokio::test]
@@ -1031,7 +1071,9 @@ async fn slots_taken_for_a_job_another_request_wrote_are_settled_by_how_it_stand
     for (status, kept, started) in cases {
         let job = job_in(status);
         w.jobs.put_record(job.clone());
-        let seated = crate::start::seat(&w.deps, &job).await.expect("a free slot");
+        let crate::start::Seat::Seated(seated, _) = crate::start::seat(&w.deps, &job).await else {
+            panic!("a free slot")
+        };
         seated.settle(&w.deps, &job).await;
         let holders = w.slots.holders(&pool).await.unwrap();
         assert_eq!(holders.contains(&job.job_id), kept, "{status}: slot held");

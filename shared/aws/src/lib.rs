@@ -15,6 +15,7 @@ pub mod limits;
 pub mod logs;
 pub mod metrics;
 pub mod objects;
+pub mod pool_rate;
 pub mod ports;
 pub mod queue;
 pub mod redact;

@@ -83,10 +83,10 @@ fn s(value: impl Into<String>) -> AttributeValue {
 pub const UNWRITTEN_HOLDER_GRACE: std::time::Duration = std::time::Duration::from_secs(120);
 
 /// Sort key of a pool's holders item.
-const HOLDERS_SK: &str = "HOLDERS";
+pub(crate) const HOLDERS_SK: &str = "HOLDERS";
 
 /// The holders item's attribute keeping which run of `job_id` holds its slot.
-fn run_attribute(job_id: &JobId) -> String {
+pub(crate) fn run_attribute(job_id: &JobId) -> String {
     format!("run#{job_id}")
 }
 
@@ -265,14 +265,16 @@ pub enum Seat {
 /// The slot and waiting-list items of the job table.
 #[derive(Debug, Clone)]
 pub struct SlotStore {
-    client: aws_sdk_dynamodb::Client,
-    table: String,
+    pub(crate) client: aws_sdk_dynamodb::Client,
+    pub(crate) table: String,
+    /// The submission window last seen stored on each tenant pool ([`crate::pool_rate`]).
+    pub(crate) seen_windows: crate::pool_rate::SeenWindows,
 }
 
 impl SlotStore {
     /// An adapter for the slots kept in `table`.
     pub fn new(client: aws_sdk_dynamodb::Client, table: String) -> Self {
-        SlotStore { client, table }
+        SlotStore { client, table, seen_windows: Default::default() }
     }
 
     /// Takes a slot of `pool` (of `limit`) for run `run` of `job_id`: `true` if the job holds

@@ -47,6 +47,59 @@ impl RateWindow {
     }
 }
 
+/// A charge of the submission rate kept on an item with other attributes (the tenant pool's
+/// holders item, so that a job's slot and its submission are one write): the window's index
+/// and count live in two attributes of that item, not in an item per window. DynamoDB's update
+/// expressions have no `max()`, so a charge either adds to the stored window's count or opens
+/// a newer window at one, each under its own condition; a refused charge reads the item it
+/// was refused by (returned with the refusal) to tell which it should have been.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WindowCharge {
+    /// Add one to window `index`'s count: it is the stored window, and not full.
+    Add {
+        /// The window.
+        index: i64,
+    },
+    /// Open window `index` at a count of one: the stored window is older, or there is none.
+    Open {
+        /// The window.
+        index: i64,
+    },
+}
+
+impl WindowCharge {
+    /// The first try in window `index`: [`WindowCharge::Add`] when the last charge this
+    /// process saw stored was in it, else [`WindowCharge::Open`] — right for every charge but
+    /// the first one a process makes in a window another process opened.
+    pub fn first(index: i64, last_seen: Option<i64>) -> Self {
+        if last_seen == Some(index) {
+            WindowCharge::Add { index }
+        } else {
+            WindowCharge::Open { index }
+        }
+    }
+
+    /// The window this charge counts in.
+    pub fn index(self) -> i64 {
+        match self {
+            WindowCharge::Add { index } | WindowCharge::Open { index } => index,
+        }
+    }
+
+    /// After a charge in window `index` was refused by an item storing `stored` (its window
+    /// and count; `None`: no window): the charge to try next, or `None` when the stored
+    /// window is full. A stored window newer than `index` (another process's clock a little
+    /// ahead, at a minute's turn) is the one charged.
+    pub fn after_refusal(index: i64, stored: Option<(i64, u64)>, per_minute: u32) -> Option<Self> {
+        match stored {
+            None => Some(WindowCharge::Open { index }),
+            Some((window, _)) if window < index => Some(WindowCharge::Open { index }),
+            Some((_, count)) if count >= u64::from(per_minute) => None,
+            Some((window, _)) => Some(WindowCharge::Add { index: window }),
+        }
+    }
+}
+
 /// Open streams of one job or one tenant: stream id → lease expiry (Unix seconds).
 ///
 /// A stream holds its slot as a lease that expires a little after the stream's longest
@@ -106,6 +159,24 @@ impl StreamLeases {
 
 #[cfg(test)]
 mod tests {
+    use super::WindowCharge;
+
+    #[test]
+    fn a_window_charge_adds_where_it_saw_the_window_and_learns_from_a_refusal() {
+        assert_eq!(WindowCharge::first(7, Some(7)), WindowCharge::Add { index: 7 });
+        assert_eq!(WindowCharge::first(7, Some(6)), WindowCharge::Open { index: 7 });
+        assert_eq!(WindowCharge::first(7, None), WindowCharge::Open { index: 7 });
+        // Refused: what the item stores decides.
+        let next = |stored| WindowCharge::after_refusal(7, stored, 3);
+        assert_eq!(next(None), Some(WindowCharge::Open { index: 7 }), "no window stored");
+        assert_eq!(next(Some((6, 3))), Some(WindowCharge::Open { index: 7 }), "an older one");
+        assert_eq!(next(Some((7, 2))), Some(WindowCharge::Add { index: 7 }), "opened already");
+        assert_eq!(next(Some((7, 3))), None, "full");
+        assert_eq!(next(Some((8, 0))), Some(WindowCharge::Add { index: 8 }), "a clock ahead");
+        assert_eq!(next(Some((8, 3))), None, "a clock ahead, full");
+        assert_eq!(WindowCharge::Add { index: 8 }.index(), 8);
+    }
+
     use super::*;
 
     #[test]

@@ -11,11 +11,14 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use async_trait::async_trait;
 use longhaul_aws::AwsError;
+use longhaul_aws::limits::Admission;
+use longhaul_aws::pool_rate::{Charged, RateCharge};
 use longhaul_aws::ports::{DispatchQueue, SlotPools, Warm};
 use longhaul_aws::queue::DispatchMessage;
 use longhaul_aws::slots::{Held, Pool, RingChange, Seat, Turn, WaitingEntry};
 use longhaul_domain::admission::{free_slots, job_of_waiting_key, ring_key};
 use longhaul_domain::format_rfc3339;
+use longhaul_domain::limits::{RateWindow, WindowCharge};
 
 use crate::Outage;
 
@@ -49,9 +52,30 @@ struct Items {
     members: BTreeMap<String, BTreeMap<Owner, Member>>,
     /// A kind pool's ring places, by [`Pool::waiting_pk`], then [`ring_key`].
     places: BTreeMap<String, BTreeMap<String, Place>>,
+    /// A pool's submission window, by [`Pool::holders_pk`] (the holders item's `rate_window`
+    /// and `rate_n`, [`longhaul_aws::pool_rate`]).
+    rates: BTreeMap<String, (i64, u64)>,
 }
 
 impl Items {
+    /// Counts one submission `rate` on the pool's item, unless its window is full: what
+    /// both of the DynamoDB adapter's conditional charges together allow.
+    fn charge(&mut self, pool: &Pool, rate: RateCharge) -> Admission {
+        let window = RateWindow::at(rate.now);
+        let stored = self.rates.get(&pool.holders_pk()).copied();
+        match WindowCharge::after_refusal(window.index, stored, rate.per_minute) {
+            None => Admission::Limited { retry_after: window.retry_after },
+            Some(charge) => {
+                let count = match charge {
+                    WindowCharge::Add { .. } => stored.map_or(0, |(_, n)| n) + 1,
+                    WindowCharge::Open { .. } => 1,
+                };
+                self.rates.insert(pool.holders_pk(), (charge.index(), count));
+                Admission::Admitted
+            }
+        }
+    }
+
     /// The pool's holders item as it is.
     fn held(&self, pool: &Pool) -> Held {
         let key = pool.holders_pk();
@@ -287,6 +311,43 @@ impl SlotPools for MemorySlotPools {
         Ok(room)
     }
 
+    async fn acquire_charged(
+        &self,
+        pool: &Pool,
+        limit: u32,
+        job_id: &JobId,
+        run: u32,
+        rate: RateCharge,
+    ) -> Result<Charged, AwsError> {
+        if rate.per_minute == 0 {
+            let taken = self.acquire(pool, limit, job_id, run).await?;
+            return Ok(if taken { Charged::Taken } else { Charged::Full });
+        }
+        self.outage.check(&format!("take a slot for job {job_id}"))?;
+        let mut items = self.items();
+        let holders = items.holders.entry(pool.holders_pk()).or_default();
+        let room =
+            holders.is_empty() || holders.len() < limit as usize || holders.contains_key(job_id);
+        if !room {
+            return Ok(Charged::Full);
+        }
+        match items.charge(pool, rate) {
+            Admission::Limited { retry_after } => Ok(Charged::Limited { retry_after }),
+            Admission::Admitted => {
+                items.holders.entry(pool.holders_pk()).or_default().insert(job_id.to_owned(), run);
+                Ok(Charged::Taken)
+            }
+        }
+    }
+
+    async fn charge(&self, pool: &Pool, rate: RateCharge) -> Result<Admission, AwsError> {
+        if rate.per_minute == 0 {
+            return Ok(Admission::Admitted);
+        }
+        self.outage.check("count a submission")?;
+        Ok(self.items().charge(pool, rate))
+    }
+
     async fn give_back_run(
         &self,
         pool: &Pool,
@@ -447,6 +508,7 @@ mod tests {
         let (queue, slots) = pools();
         let woken = async || queue.sent().into_iter().map(|(m, _, _)| m.job_id).collect();
         crate::contract::slot_pools(&slots, woken).await;
+        crate::contract::pool_rates(&slots, &slots).await;
     }
 
     #[tokio::test]

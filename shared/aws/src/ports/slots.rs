@@ -7,6 +7,8 @@ use longhaul_domain::{JobId, Owner};
 
 use super::Warm;
 use crate::AwsError;
+use crate::limits::Admission;
+use crate::pool_rate::{Charged, RateCharge};
 use crate::slots::{Admitter, Held, Pool, Seat, WaitingEntry};
 
 /// Running-job slots of tenant and kind pools, their waiting lists, and the admission of
@@ -31,6 +33,23 @@ pub trait SlotPools: Warm {
         job_id: &JobId,
         run: u32,
     ) -> Result<bool, AwsError>;
+
+    /// [`acquire`](SlotPools::acquire), counting one submission `rate` on the pool's item in
+    /// the same write ([`crate::pool_rate`]): both or neither. A full pool answers
+    /// [`Charged::Full`] before the window is looked at; a full window
+    /// [`Charged::Limited`]. With no limit (`per_minute` 0) it is a plain acquire.
+    async fn acquire_charged(
+        &self,
+        pool: &Pool,
+        limit: u32,
+        job_id: &JobId,
+        run: u32,
+        rate: RateCharge,
+    ) -> Result<Charged, AwsError>;
+
+    /// Counts one submission `rate` on the pool's item alone: the same counter
+    /// [`acquire_charged`](SlotPools::acquire_charged) charges.
+    async fn charge(&self, pool: &Pool, rate: RateCharge) -> Result<Admission, AwsError>;
 
     /// Gives back the slots of `pool` that `job_ids` hold (none held: nothing changes), waking
     /// no one; answers the pool's holders and waiting mark as they are afterwards.
@@ -130,6 +149,19 @@ impl SlotPools for Admitter {
         run: u32,
     ) -> Result<bool, AwsError> {
         self.slots.acquire(pool, limit, job_id, run).await
+    }
+    async fn acquire_charged(
+        &self,
+        pool: &Pool,
+        limit: u32,
+        job_id: &JobId,
+        run: u32,
+        rate: RateCharge,
+    ) -> Result<Charged, AwsError> {
+        self.slots.acquire_charged(pool, limit, job_id, run, rate).await
+    }
+    async fn charge(&self, pool: &Pool, rate: RateCharge) -> Result<Admission, AwsError> {
+        self.slots.charge(pool, rate).await
     }
     async fn give_back(&self, pool: &Pool, job_ids: &[JobId]) -> Result<Held, AwsError> {
         self.slots.release(pool, job_ids).await

@@ -338,3 +338,58 @@ async fn the_waiting_mark_says_whether_a_job_may_wait(
     assert_eq!(slots.admit_marked(&kind, 1, &held).await.unwrap(), 0, "its ring is empty");
     assert_eq!(slots.give_back(&kind, &[]).await.unwrap().waiting_mark, None);
 }
+
+/// The submission rate counted on a tenant pool's item (`longhaul_aws::pool_rate`): a slot
+/// taken counts its submission in the same write, or neither changes; a full pool refuses the
+/// slot whatever the window; a full window refuses both; a charge without a slot counts on
+/// the same counter; a new minute starts at nought; a charge whose clock lags a minute behind
+/// the stored one counts in the stored one. `other` is a second handle on the same pools (a
+/// second process: the DynamoDB adapter's own guesses of the window are its own).
+pub async fn pool_rates(slots: &impl SlotPools, other: &impl SlotPools) {
+    use longhaul_aws::limits::Admission;
+    use longhaul_aws::pool_rate::{Charged, RateCharge};
+    let pool = Pool::Tenant(tenant("rate"));
+    // Fixed minutes long past: no other test's charges share them.
+    let minute = 1_700_000_040;
+    let at = |minutes: i64, per_minute: u32| RateCharge { per_minute, now: minute + 60 * minutes };
+    let [a, b, c, d] = [0; 4].map(|_| JobId::new());
+
+    assert_eq!(slots.acquire_charged(&pool, 3, &a, 0, at(0, 2)).await.unwrap(), Charged::Taken);
+    // Another process's first charge in a window this one opened (its guess is to open it).
+    assert_eq!(other.acquire_charged(&pool, 3, &b, 0, at(0, 2)).await.unwrap(), Charged::Taken);
+    let limited = slots.acquire_charged(&pool, 3, &c, 0, at(0, 2)).await.unwrap();
+    assert!(matches!(limited, Charged::Limited { retry_after } if retry_after > 0), "{limited:?}");
+    let held = sorted(vec![a.clone(), b.clone()]);
+    assert_eq!(sorted(slots.holders(&pool).await.unwrap()), held, "a refused charge takes no slot");
+    assert!(
+        matches!(slots.charge(&pool, at(0, 2)).await.unwrap(), Admission::Limited { .. }),
+        "a charge without a slot counts on the same counter"
+    );
+
+    // The next minute starts at nought; a charge alone counts in it too.
+    assert_eq!(slots.charge(&pool, at(1, 2)).await.unwrap(), Admission::Admitted);
+    assert_eq!(other.acquire_charged(&pool, 3, &c, 0, at(1, 2)).await.unwrap(), Charged::Taken);
+    let full_window = slots.acquire_charged(&pool, 4, &d, 0, at(1, 2)).await.unwrap();
+    assert!(matches!(full_window, Charged::Limited { .. }), "{full_window:?}");
+
+    // Full pool: refused as full before the window is looked at, nothing counted.
+    assert_eq!(slots.acquire_charged(&pool, 3, &d, 0, at(2, 1)).await.unwrap(), Charged::Full);
+    assert_eq!(slots.charge(&pool, at(2, 1)).await.unwrap(), Admission::Admitted, "not counted");
+    // A holder taking its own slot again is counted again (a new submission of the same job is
+    // never made: each submission is a new job id).
+    slots.give_back(&pool, std::slice::from_ref(&a)).await.unwrap();
+    assert_eq!(slots.acquire_charged(&pool, 3, &d, 0, at(3, 5)).await.unwrap(), Charged::Taken);
+    // A clock a minute behind counts in the newer window stored.
+    assert_eq!(slots.charge(&pool, at(3, 2)).await.unwrap(), Admission::Admitted);
+    assert!(matches!(other.charge(&pool, at(2, 2)).await.unwrap(), Admission::Limited { .. }));
+    // No limit: a plain acquire, nothing counted.
+    assert_eq!(
+        slots.acquire_charged(&pool, 3, &a, 0, at(3, 0)).await.unwrap(),
+        Charged::Full,
+        "the pool is full (b, c, d)"
+    );
+    slots.give_back(&pool, &[b, c, d]).await.unwrap();
+    assert_eq!(slots.acquire_charged(&pool, 3, &a, 0, at(3, 0)).await.unwrap(), Charged::Taken);
+    assert_eq!(slots.charge(&pool, at(3, 0)).await.unwrap(), Admission::Admitted);
+    slots.give_back(&pool, std::slice::from_ref(&a)).await.unwrap();
+}
