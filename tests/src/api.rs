@@ -141,14 +141,15 @@ impl Api {
         download.bytes().await.expect("body").to_vec()
     }
 
-    /// The link `GET /jobs/{id}/result` redirects to, made absolute as a client does (a small
-    /// result's link is a path of the API).
+    /// The link `GET /jobs/{id}/result` redirects to, resolved against the request's URL as a
+    /// client does (a small result's link is relative to it).
     pub async fn result_link(&self, job_id: &JobId) -> String {
-        let reply = self.get(&format!("/jobs/{job_id}/result")).await;
+        let path = format!("/jobs/{job_id}/result");
+        let reply = self.get(&path).await;
         assert_eq!(reply.status, 303, "{}", reply.text);
         let location = reply.header("location").expect("Location");
-        let base = reqwest::Url::parse(&self.base).expect("the API's base URL");
-        base.join(location).expect("a URL or a path").to_string()
+        let request = reqwest::Url::parse(&format!("{}{path}", self.base)).expect("a URL");
+        request.join(location).expect("a URL or a relative reference").to_string()
     }
 
     /// Polls `GET /jobs/{id}` until `pred` holds for the job's JSON (or panics, naming `what`

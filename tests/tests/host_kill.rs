@@ -169,8 +169,10 @@ async fn jobs_survive_a_sigkill_of_the_functions_host() {
             .await
             .unwrap();
         assert_eq!(reply.status(), 303);
-        let location = reply.headers()["location"].to_str().unwrap().to_owned();
-        let result: DemoResult = reqwest::get(location).await.unwrap().json().await.unwrap();
+        let location = reply.headers()["location"].to_str().unwrap();
+        // Relative to the request (a small result's link), or a URL of its own.
+        let link = reply.url().join(location).unwrap();
+        let result: DemoResult = reqwest::get(link).await.unwrap().json().await.unwrap();
         assert_eq!(
             result,
             DemoResult::expected(*items),

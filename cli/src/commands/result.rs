@@ -1,4 +1,5 @@
-//! `result`: `GET /jobs/{id}/result`, then the `303`'s presigned URL, with a download bar.
+//! `result`: `GET /jobs/{id}/result`, then the `303`'s link (a presigned URL, or the API's
+//! own link of a small result), with a download bar.
 
 use futures::StreamExt;
 use reqwest::{StatusCode, header};
@@ -49,10 +50,16 @@ pub async fn result(api: &Api, out: &Output, args: &ResultArgs) -> Result<Exit, 
         .and_then(|v| v.to_str().ok())
         .ok_or_else(|| CliError::Protocol("the 303 has no Location".into()))?
         .to_owned();
-    // The presigned URL authorises itself: no bearer token goes to storage.
+    // Resolved against the request's URL, as a browser does: a small result's link is
+    // relative to it, which holds behind a path prefix too.
+    let target =
+        reqwest::Url::parse(&api.url(&path))
+            .and_then(|request| request.join(&location))
+            .map_err(|e| CliError::Protocol(format!("the 303's Location is not a URL: {e}")))?;
+    // The link authorises itself: no bearer token goes with it.
     let download = api
         .http()
-        .get(api.url(&location))
+        .get(target)
         .send()
         .await
         .map_err(CliError::transport("downloading the result"))?;

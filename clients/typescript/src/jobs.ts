@@ -233,8 +233,10 @@ export class Jobs {
   }
 
   /**
-   * The result's presigned URL (valid 15 minutes): `GET /jobs/{id}/result` answers `303 See
-   * Other` to it once the job has succeeded. Before, a `409` `LonghaulError` (`status_now` in
+   * The result's link, absolute (valid 15 minutes, no token needed): `GET /jobs/{id}/result`
+   * answers `303 See Other` to it once the job has succeeded — a presigned URL, or, for a
+   * result of at most 1 KiB kept in the job's record, the API's own link (relative to the
+   * request, resolved here). Before, a `409` `LonghaulError` (`status_now` in
    * its problem); once the result expired, `410`.
    *
    * Node (and any fetch that shows redirects) reads the `Location`. A browser's fetch hides

@@ -70,7 +70,7 @@ test("a demo job is followed over the live stream to succeeded, with progress", 
   // (No assertion that a `status` event arrived over the stream: wait() may end on the GET
   // that refreshes an expired link, when that view is already terminal.)
 
-  // The result: the 303's presigned URL, and the result itself.
+  // The result: the 303's link (the API's own, for a result this small), and the result itself.
   const url = await lh.jobs.resultUrl(job.job_id);
   assert.match(url, /^https?:\/\//);
   const viaUrl = await (await fetch(url)).json();

@@ -382,7 +382,9 @@ async fn result(deps: &Deps, request: &Request) -> Result<Response<Body>, Proble
                 &job.owner,
                 expires,
             );
-            format!("/jobs/{}/result/{token}", job.job_id)
+            // Relative to this request's URL (`…/jobs/{id}/result/{token}`): it holds behind
+            // any path prefix an app's origin puts the API under.
+            format!("result/{token}")
         }
         (JobStatus::Succeeded, None, Some(key)) => {
             deps.objects.presign_get(key, RESULT_URL_TTL).await.map_err(|err| {

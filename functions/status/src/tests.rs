@@ -772,12 +772,15 @@ impl World {
         id
     }
 
-    /// The link `GET /jobs/{id}/result` answers `owner` with, for the job `id`.
+    /// The link `GET /jobs/{id}/result` answers `owner` with, for the job `id`: the path a
+    /// client resolves its `Location` to (relative to the request's URL).
     async fn result_link(&self, owner: &str, id: &JobId) -> String {
         let response = self.call(on_job("GET /jobs/{id}/result", owner, id.as_str())).await;
         assert_eq!(response.status(), 303);
         assert_eq!(header(&response, "cache-control"), Some("no-store"));
-        header(&response, "location").unwrap().to_owned()
+        let location = header(&response, "location").unwrap();
+        assert!(location.starts_with("result/"), "relative to the request: {location}");
+        format!("/jobs/{id}/{location}")
     }
 }
 

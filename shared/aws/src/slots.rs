@@ -3,7 +3,7 @@
 //!
 //! | item | pk / sk |
 //! |------|---------|
-//! | a pool's holders | `SLOTS#T#<len>:<owner>` or `SLOTS#K#<len>:<kind>` / `HOLDERS` — `holders` (string set of job ids) |
+//! | a pool's holders | `SLOTS#T#<len>:<owner>` or `SLOTS#K#<len>:<kind>` / `HOLDERS` — `holders` (string set of job ids); a tenant pool's also `rate_window`, `rate_n` (its submissions: [`crate::pool_rate`]) |
 //! | a job waiting in a tenant pool | `WAITING#T#<len>:<owner>` / `<priority>#<created_at>#<job id>` — `job_id`, `owner` |
 //! | a job waiting in a kind pool (its tenant's list) | `WAITING#K#<len>:<kind>#T#<len>:<owner>` / `<priority>#<created_at>#<job id>` — `job_id`, `owner` |
 //! | a tenant's place in a kind pool's ring | `WAITING#K#<len>:<kind>` / `RING#<served>#<len>:<owner>` — `owner`, `served` |

@@ -2278,7 +2278,7 @@ export interface operations {
             /** @description See Other: fetch the result from `Location`. No body. */
             303: {
                 headers: {
-                    /** @description Where the result is, valid for at most 15 minutes: a presigned URL, or the path of `/jobs/{id}/result/{token}` (relative to the API's base URL). */
+                    /** @description Where the result is, valid for at most 15 minutes: a presigned URL, or `result/{token}` — a reference relative to the request's URL, resolving to `/jobs/{id}/result/{token}` under whatever prefix the API is reached by. */
                     Location?: string;
                     /** @description `no-store`. */
                     "Cache-Control"?: string;
