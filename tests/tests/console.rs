@@ -288,7 +288,8 @@ async fn the_console_submits_watches_downloads_pauses_and_cancels_in_a_real_brow
     assert!(done["opened"].as_f64().unwrap() >= 2.0, "{done}");
     assert!(done["refreshes"].as_f64().unwrap() >= 1.0, "{done}");
 
-    // Download the result (the 303 to a presigned URL, followed by the page).
+    // Download the result (the 303 to its link, here the API's own for a small result,
+    // followed by the page).
     click(&client, &format!("tr[data-job-id='{job}'] button.download")).await;
     let file = downloads.join(format!("{job}-result.json"));
     let deadline = Instant::now() + Duration::from_secs(20);

@@ -152,14 +152,19 @@ async fn a_run_that_died_mid_expiry_leaves_410_and_the_next_run_finishes_the_job
     assert_eq!(api.wait_terminal(&job_id, TIMEOUT).await["status"], "succeeded");
     let aws = Aws::new().await;
     let checkpoint = format!("checkpoints/{job_id}/run/left-behind");
-    aws.s3
-        .put_object()
-        .bucket(stack().stack.resource("DataBucket"))
-        .key(&checkpoint)
-        .body(b"{}".to_vec().into())
-        .send()
-        .await
-        .unwrap();
+    // The demo's result is kept in its record; a larger kind's result is an object, deleted
+    // first: one stands here for it (the crash below strikes just after its delete).
+    let stored_result = format!("results/{job_id}/1/large.bin");
+    for key in [&checkpoint, &stored_result] {
+        aws.s3
+            .put_object()
+            .bucket(stack().stack.resource("DataBucket"))
+            .key(key)
+            .body(b"{}".to_vec().into())
+            .send()
+            .await
+            .unwrap();
+    }
     // The run dies just after the result object's delete took effect.
     set_faults(&json!({"crash_functions": ["ExpirerFunction"], "crash_after_call": 1.0,
         "max_crashes_per_job": 1, "crash_only": {"operation": "s3:DeleteObject", "contains": job_id}}))

@@ -810,6 +810,7 @@ async fn a_small_result_is_a_303_to_a_link_of_ours_that_serves_it_without_a_bear
     assert_eq!(header(&response, "content-type"), Some("application/json"));
     assert_eq!(header(&response, "cache-control"), Some("private, no-store"));
     assert_eq!(header(&response, "x-content-type-options"), Some("nosniff"));
+    assert_eq!(header(&response, "referrer-policy"), Some("no-referrer"));
     let policy = header(&response, "content-security-policy").unwrap();
     assert!(policy.starts_with("sandbox"), "{policy}");
     // Bytes that are not text come back as they were.

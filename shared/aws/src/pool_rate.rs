@@ -152,9 +152,13 @@ impl SlotStore {
                     conditions.push("rate_window = :w AND rate_n < :per_minute");
                     update = update.expression_attribute_values(":per_minute", n(rate.per_minute));
                 }
-                WindowCharge::Open { .. } => {
+                WindowCharge::Open { index } => {
                     sets.push("rate_window = :w, rate_n = :one");
-                    conditions.push("(attribute_not_exists(rate_window) OR rate_window < :w)");
+                    // Older, or further ahead than the next minute (a clock far off): stale.
+                    conditions.push(
+                        "(attribute_not_exists(rate_window) OR rate_window < :w OR rate_window > :ahead)",
+                    );
+                    update = update.expression_attribute_values(":ahead", n(index + 1));
                 }
             }
             if let Some(slot) = slot {

@@ -14,6 +14,10 @@ use serde::{Deserialize, Serialize};
 /// The largest result kept in the job's record; a larger one is stored in the bucket.
 pub const MAX_INLINE_RESULT_BYTES: usize = 1024;
 
+/// The longest media type a result kept in the record may have (a result with a longer one is
+/// stored in the bucket): the record's size stays bounded whatever a kind names.
+pub const MAX_INLINE_CONTENT_TYPE_BYTES: usize = 255;
+
 /// A result kept in the job's record: its media type and its bytes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InlineResult {
@@ -40,10 +44,15 @@ pub enum InlineBody {
 pub struct CorruptInlineResult(String);
 
 impl InlineResult {
-    /// `body` of type `content_type`, if it is small enough to keep inline; `None` if it is
-    /// larger than [`MAX_INLINE_RESULT_BYTES`].
+    /// Whether a result of `len` bytes and media type `content_type` is kept in the record.
+    pub fn fits(content_type: &str, len: usize) -> bool {
+        len <= MAX_INLINE_RESULT_BYTES && content_type.len() <= MAX_INLINE_CONTENT_TYPE_BYTES
+    }
+
+    /// `body` of type `content_type`, if it is small enough to keep inline ([`Self::fits`]);
+    /// `None` if it is not.
     pub fn of(content_type: &str, body: Vec<u8>) -> Option<Self> {
-        if body.len() > MAX_INLINE_RESULT_BYTES {
+        if !Self::fits(content_type, body.len()) {
             return None;
         }
         let body = match String::from_utf8(body) {
@@ -89,6 +98,9 @@ mod tests {
         let over = vec![b'a'; MAX_INLINE_RESULT_BYTES + 1];
         assert_eq!(InlineResult::of("text/plain", over), None);
         assert!(InlineResult::of("text/plain", Vec::new()).is_some(), "an empty result too");
+        let long_type = "x".repeat(MAX_INLINE_CONTENT_TYPE_BYTES + 1);
+        assert_eq!(InlineResult::of(&long_type, b"1".to_vec()), None, "a media type too long");
+        assert!(InlineResult::fits(&long_type[1..], MAX_INLINE_RESULT_BYTES));
     }
 
     #[test]

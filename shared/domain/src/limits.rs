@@ -88,12 +88,15 @@ impl WindowCharge {
 
     /// After a charge in window `index` was refused by an item storing `stored` (its window
     /// and count; `None`: no window): the charge to try next, or `None` when the stored
-    /// window is full. A stored window newer than `index` (another process's clock a little
-    /// ahead, at a minute's turn) is the one charged.
+    /// window is full. The next window (another process's clock a little ahead, at a minute's
+    /// turn) is the one charged; one further ahead is taken for stale, as an older one is, so
+    /// a clock far off cannot lock a tenant out until its minute comes.
     pub fn after_refusal(index: i64, stored: Option<(i64, u64)>, per_minute: u32) -> Option<Self> {
         match stored {
             None => Some(WindowCharge::Open { index }),
-            Some((window, _)) if window < index => Some(WindowCharge::Open { index }),
+            Some((window, _)) if window < index || window > index + 1 => {
+                Some(WindowCharge::Open { index })
+            }
             Some((_, count)) if count >= u64::from(per_minute) => None,
             Some((window, _)) => Some(WindowCharge::Add { index: window }),
         }
@@ -174,6 +177,7 @@ mod tests {
         assert_eq!(next(Some((7, 3))), None, "full");
         assert_eq!(next(Some((8, 0))), Some(WindowCharge::Add { index: 8 }), "a clock ahead");
         assert_eq!(next(Some((8, 3))), None, "a clock ahead, full");
+        assert_eq!(next(Some((9, 3))), Some(WindowCharge::Open { index: 7 }), "far ahead: stale");
         assert_eq!(WindowCharge::Add { index: 8 }.index(), 8);
     }
 

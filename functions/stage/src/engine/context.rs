@@ -170,7 +170,7 @@ impl StageContext for Ctx<'_> {
         async move {
             let name = name?;
             // A small result travels with the job's success, in the record: no object PUT.
-            if body.len() <= longhaul_domain::inline_result::MAX_INLINE_RESULT_BYTES {
+            if longhaul_domain::inline_result::InlineResult::fits(&content_type, body.len()) {
                 return Ok(ResultRef::inline_from_host(content_type, body));
             }
             // Keyed by attempt: a stale attempt's result can never be the one recorded.

@@ -382,6 +382,10 @@ pub async fn pool_rates(slots: &impl SlotPools, other: &impl SlotPools) {
     // A clock a minute behind counts in the newer window stored.
     assert_eq!(slots.charge(&pool, at(3, 2)).await.unwrap(), Admission::Admitted);
     assert!(matches!(other.charge(&pool, at(2, 2)).await.unwrap(), Admission::Limited { .. }));
+    // A clock far ahead (not just the next minute) leaves a window the others take for stale.
+    assert_eq!(slots.charge(&pool, at(10, 1)).await.unwrap(), Admission::Admitted);
+    assert_eq!(other.charge(&pool, at(4, 1)).await.unwrap(), Admission::Admitted);
+    assert!(matches!(slots.charge(&pool, at(4, 1)).await.unwrap(), Admission::Limited { .. }));
     // No limit: a plain acquire, nothing counted.
     assert_eq!(
         slots.acquire_charged(&pool, 3, &a, 0, at(3, 0)).await.unwrap(),
