@@ -1,11 +1,14 @@
 //! The `dispatcher` function as a Lambda: what the one `longhaul-lambda` binary runs when
 //! `LONGHAUL_FUNCTION` is `dispatcher`.
 
+use std::sync::Arc;
+
 use crate::{Config, Deps};
 use aws_lambda_events::sqs::SqsEvent;
 use lambda_runtime::{Error, LambdaEvent, service_fn};
 use longhaul_aws::{
     config::Vars,
+    ports::Warm,
     sdk::{load_sdk_config, warm_up},
 };
 
@@ -15,10 +18,9 @@ pub async fn run() -> Result<(), Error> {
     lambda_runtime::tracing::init_default_subscriber();
     let config = Config::from_vars(&Vars::from_env())?;
     let deps = Deps::new(&load_sdk_config().await?, &config);
-    warm_up(async {
-        tokio::join!(deps.jobs.warm(), deps.executions.warm());
-    })
-    .await;
+    // What a dispatch uses: the table, and Lambda to start the job's run (Step Functions only
+    // takes over a run Lambda gave up on).
+    warm_up([deps.jobs.clone() as Arc<dyn Warm>, deps.invocations.clone()]).await;
     let deps = &deps;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| async move {
         Ok::<_, std::convert::Infallible>(crate::handle(deps, event.payload).await)

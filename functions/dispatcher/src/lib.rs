@@ -54,6 +54,7 @@ use longhaul_aws::runs::{self, DirectRun, GivenUpCompensation, GivenUpRun};
 use longhaul_aws::slots::{Admitter, Pool, pools_of};
 use longhaul_aws::workers::Workers;
 use longhaul_domain::admission::{Waiting, waiting_sort_key};
+use longhaul_domain::policy::SHARED_WORKER;
 use longhaul_domain::{JobId, JobStatus, Timestamp, format_rfc3339, schedule};
 use tracing::Instrument;
 
@@ -137,7 +138,10 @@ impl Deps {
             Admitter::new(dynamodb.clone(), sqs, &config.table, &config.intake_queue_url);
         Deps {
             jobs: Arc::new(JobStore::new(dynamodb, config.table.clone())),
-            invocations: Arc::new(Invocations::new(aws_sdk_lambda::Client::new(sdk))),
+            invocations: Arc::new(
+                Invocations::new(aws_sdk_lambda::Client::new(sdk))
+                    .warming(config.workers.function_arn(SHARED_WORKER)),
+            ),
             executions: Arc::new(Executions::new(
                 aws_sdk_sfn::Client::new(sdk),
                 config.state_machine_arn.clone(),
@@ -148,6 +152,11 @@ impl Deps {
             config: config.clone(),
         }
     }
+}
+
+/// The pools a job takes a slot of (its tenant's, its kind's), by the deployment's limits.
+pub(crate) fn pools_of_job(deps: &Deps, job: &JobRecord) -> Vec<(Pool, u32)> {
+    pools_of(&job.owner, &job.job_type, job.concurrency_limit(), deps.config.tenant_max_running)
 }
 
 /// Why one message could not be dispatched (it will be retried, then dead-lettered).
@@ -336,12 +345,7 @@ async fn dispatch_job(deps: &Deps, job: JobRecord, read: Read) -> Result<(), Dis
     if let Some(start_at) = start_at.map(Timestamp::as_datetime).filter(|at| *at > now) {
         return delay_again(deps, &job, start_at, now).await;
     }
-    let pools = pools_of(
-        &job.owner,
-        &job.job_type,
-        job.concurrency_limit(),
-        deps.config.tenant_max_running,
-    );
+    let pools = pools_of_job(deps, &job);
     let mut taken: Vec<&(Pool, u32)> = Vec::with_capacity(pools.len());
     // A resumed job may have been paused while it waited: its resume took its `waiting` mark
     // away, and the slots function leaves its list entries to the resumed run (they may be

@@ -13,10 +13,10 @@
 use longhaul_aws::executions::execution_name;
 use longhaul_aws::jobs::JobRecord;
 use longhaul_aws::pool_rate::{Charged, RateCharge};
-use longhaul_aws::slots::{Pool, pools_of};
+use longhaul_aws::slots::Pool;
 use longhaul_domain::{JobStatus, Timestamp, Transition};
 
-use crate::{Deps, DispatchError, give_back};
+use crate::{Deps, DispatchError, give_back, pools_of_job};
 
 /// The reason a job written already dispatched logs for its `queued` transition: the same as
 /// a dispatch's.
@@ -70,7 +70,7 @@ pub async fn seat(
             }
             Pool::Kind(_) => {
                 let acquired = deps.slots.acquire(slots_of, *limit, &job.job_id, job.resumes);
-                acquired.await.map(|taken| if taken { Charged::Taken } else { Charged::Full })
+                acquired.await.map(Charged::of_acquire)
             }
         };
         let refused = match acquired {
@@ -93,11 +93,6 @@ pub async fn seat(
         return Ok(refused);
     }
     Ok(Seating::Seated { charged })
-}
-
-/// The pools a job takes a slot of (its tenant's, its kind's), by the deployment's limits.
-fn pools_of_job(deps: &Deps, job: &JobRecord) -> Vec<(Pool, u32)> {
-    pools_of(&job.owner, &job.job_type, job.concurrency_limit(), deps.config.tenant_max_running)
 }
 
 /// Gives back the slots [`seat`] took for a job that is not written after all (its

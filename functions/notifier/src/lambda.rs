@@ -1,11 +1,14 @@
 //! The `notifier` function as a Lambda: what the one `longhaul-lambda` binary runs when
 //! `LONGHAUL_FUNCTION` is `notifier`.
 
+use std::sync::Arc;
+
 use crate::{Config, Deps};
 use aws_lambda_events::dynamodb::Event;
 use lambda_runtime::{Error, LambdaEvent, service_fn};
 use longhaul_aws::{
     config::Vars,
+    ports::Warm,
     sdk::{load_sdk_config, warm_up},
 };
 
@@ -15,7 +18,7 @@ pub async fn run() -> Result<(), Error> {
     lambda_runtime::tracing::init_default_subscriber();
     let config = Config::from_vars(&Vars::from_env())?;
     let deps = Deps::new(&load_sdk_config().await?, &config);
-    warm_up(deps.webhooks.warm()).await;
+    warm_up([deps.webhooks.clone() as Arc<dyn Warm>]).await;
     let deps = &deps;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Event>| async move {
         Ok::<_, std::convert::Infallible>(crate::handle(deps, event.payload).await)

@@ -2,11 +2,14 @@
 //! `LONGHAUL_FUNCTION` is `schedules` (the routes), `firing` (the schedule queue's consumer) or
 //! `schedule_repair` (the hourly twin repair).
 
+use std::sync::Arc;
+
 use aws_lambda_events::sqs::SqsEvent;
 use lambda_http::{Request, service_fn};
 use lambda_runtime::{Error, LambdaEvent};
 use longhaul_aws::{
     config::Vars,
+    ports::Warm,
     sdk::{load_sdk_config, warm_up},
 };
 
@@ -18,7 +21,7 @@ pub async fn run() -> Result<(), Error> {
     lambda_http::tracing::init_default_subscriber();
     let config = Config::from_vars(&Vars::from_env())?;
     let deps = Deps::new(&load_sdk_config().await?, &config);
-    warm_up(deps.store.warm()).await;
+    warm_up([deps.store.clone() as Arc<dyn Warm>]).await;
     let deps = &deps;
     lambda_http::run(service_fn(move |request: Request| async move {
         Ok::<_, std::convert::Infallible>(crate::handle(deps, request).await)
@@ -31,10 +34,7 @@ pub async fn run_firing() -> Result<(), Error> {
     lambda_runtime::tracing::init_default_subscriber();
     let config = FireConfig::from_vars(&Vars::from_env())?;
     let deps = FireDeps::new(&load_sdk_config().await?, &config);
-    warm_up(async {
-        tokio::join!(deps.store.warm(), deps.submit.intake.warm());
-    })
-    .await;
+    warm_up([deps.store.clone() as Arc<dyn Warm>, deps.submit.start_adapter()]).await;
     let deps = &deps;
     lambda_runtime::run(lambda_runtime::service_fn(
         move |event: LambdaEvent<SqsEvent>| async move {

@@ -1,10 +1,13 @@
 //! The `stage` function as a Lambda: what the one `longhaul-lambda` binary runs when
 //! `LONGHAUL_FUNCTION` is `stage`.
 
+use std::sync::Arc;
+
 use crate::{Config, Deps, StageInput};
 use lambda_runtime::{Error, LambdaEvent, service_fn};
 use longhaul_aws::{
     config::Vars,
+    ports::Warm,
     sdk::{load_sdk_config, warm_up},
 };
 
@@ -14,10 +17,10 @@ pub async fn run() -> Result<(), Error> {
     longhaul_aws::logs::init_subscriber();
     let config = Config::from_vars(&Vars::from_env())?;
     let deps = Deps::new(&load_sdk_config().await?, &config);
-    warm_up(async {
-        tokio::join!(deps.jobs.warm(), deps.objects.warm(), deps.executions.warm());
-    })
-    .await;
+    // What a run's first request uses: the table (its claim, its success), and S3 (a kind's
+    // inputs, a large result, a checkpoint). Step Functions opens its connection when a run
+    // first hands its job over to the workflow.
+    warm_up([deps.jobs.clone() as Arc<dyn Warm>, deps.objects.clone()]).await;
     let deps = &deps;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<StageInput>| async move {
         let deadline = crate::deadline_from_epoch_ms(&*deps.clock, event.context.deadline);

@@ -100,6 +100,17 @@ pub struct Deps {
 }
 
 impl Deps {
+    /// The adapter a new job starts by, whose connection init warms (see
+    /// [`longhaul_aws::sdk::warm_up`]): Lambda, which runs the job at once, where jobs start in
+    /// the request; else the intake queue. (A job started in the request goes through the queue
+    /// only when it is delayed or waits.)
+    pub fn start_adapter(&self) -> Arc<dyn longhaul_aws::ports::Warm> {
+        match &self.start {
+            Some(start) => start.invocations.clone(),
+            None => self.intake.clone(),
+        }
+    }
+
     /// Builds the AWS adapters from one SDK configuration.
     pub fn new(sdk: &aws_config::SdkConfig, config: &Config) -> Self {
         let dynamodb = aws_sdk_dynamodb::Client::new(sdk);

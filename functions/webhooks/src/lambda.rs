@@ -1,10 +1,13 @@
 //! The `webhooks` function as a Lambda: what the one `longhaul-lambda` binary runs when
 //! `LONGHAUL_FUNCTION` is `webhooks`.
 
+use std::sync::Arc;
+
 use crate::{Config, Deps};
 use lambda_http::{Error, Request, service_fn};
 use longhaul_aws::{
     config::Vars,
+    ports::Warm,
     sdk::{load_sdk_config, warm_up},
 };
 
@@ -14,7 +17,7 @@ pub async fn run() -> Result<(), Error> {
     lambda_http::tracing::init_default_subscriber();
     let config = Config::from_vars(&Vars::from_env())?;
     let deps = Deps::new(&load_sdk_config().await?, &config);
-    warm_up(deps.endpoints.warm()).await;
+    warm_up([deps.endpoints.clone() as Arc<dyn Warm>]).await;
     let deps = &deps;
     lambda_http::run(service_fn(move |request: Request| async move {
         Ok::<_, std::convert::Infallible>(crate::handle(deps, request).await)

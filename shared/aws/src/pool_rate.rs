@@ -49,7 +49,7 @@ pub struct RateCharge {
     pub now: i64,
 }
 
-/// What [`SlotStore::acquire_charged`] did.
+/// What [`SlotStore::acquire_counting`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Charged {
     /// The job holds a slot of the pool, and its submission is counted.
@@ -62,6 +62,14 @@ pub enum Charged {
         /// Seconds to the next window.
         retry_after: u64,
     },
+}
+
+impl Charged {
+    /// A plain acquire's answer: [`Charged::Taken`] if the job holds a slot, else
+    /// [`Charged::Full`].
+    pub fn of_acquire(taken: bool) -> Self {
+        if taken { Charged::Taken } else { Charged::Full }
+    }
 }
 
 /// The windows a process last saw stored, by pool: the first guess of its next charge.
@@ -92,11 +100,11 @@ struct SlotTake<'a> {
 
 impl SlotStore {
     /// Takes a slot of `pool` (of `limit`) for run `run` of `job_id`, as
-    /// [`SlotStore::acquire`] does, and counts the submission `rate` in the same write: both,
-    /// or neither. A full pool answers [`Charged::Full`] (whatever the window says: the
-    /// submission may still be refused for its backlog, which is checked before its rate);
-    /// a full window [`Charged::Limited`].
-    pub async fn acquire_charged(
+    /// [`SlotStore::acquire`] does, and counts the submission `rate` (`per_minute` > 0) in the
+    /// same write: both, or neither. A full pool answers [`Charged::Full`] (whatever the window
+    /// says: the submission may still be refused for its backlog, which is checked before its
+    /// rate); a full window [`Charged::Limited`].
+    pub async fn acquire_counting(
         &self,
         pool: &Pool,
         limit: u32,
@@ -104,18 +112,16 @@ impl SlotStore {
         run: u32,
         rate: RateCharge,
     ) -> Result<Charged, AwsError> {
-        if rate.per_minute == 0 {
-            let taken = self.acquire(pool, limit, job_id, run).await?;
-            return Ok(if taken { Charged::Taken } else { Charged::Full });
-        }
         self.charge_write(pool, Some(SlotTake { limit, job_id, run }), rate).await
     }
 
-    /// Counts the submission `rate` on `pool`'s item alone (a submission that takes no slot).
-    pub async fn charge(&self, pool: &Pool, rate: RateCharge) -> Result<Admission, AwsError> {
-        if rate.per_minute == 0 {
-            return Ok(Admission::Admitted);
-        }
+    /// Counts the submission `rate` (`per_minute` > 0) on `pool`'s item alone (a submission
+    /// that takes no slot).
+    pub async fn count_submission(
+        &self,
+        pool: &Pool,
+        rate: RateCharge,
+    ) -> Result<Admission, AwsError> {
         match self.charge_write(pool, None, rate).await? {
             Charged::Limited { retry_after } => Ok(Admission::Limited { retry_after }),
             Charged::Taken | Charged::Full => Ok(Admission::Admitted),

@@ -2,10 +2,21 @@
 
 use aws_config::environment::EnvironmentVariableCredentialsProvider;
 use aws_config::{BehaviorVersion, SdkConfig};
+use aws_credential_types::provider::SharedCredentialsProvider;
 use aws_smithy_http_client::tls::{self, TlsContext, TrustStore};
+use aws_smithy_runtime_api::box_error::BoxError;
+use aws_smithy_runtime_api::client::connector_metadata::ConnectorMetadata;
+use aws_smithy_runtime_api::client::http::{
+    HttpClient, HttpConnectorSettings, SharedHttpClient, SharedHttpConnector,
+};
 use aws_smithy_runtime_api::client::result::SdkError;
+use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
+use aws_smithy_types::config_bag::ConfigBag;
+
+use std::sync::Arc;
 
 use crate::config::{ConfigError, Vars};
+use crate::ports::Warm;
 
 /// The root certificates of Amazon Trust Services (Amazon Root CA 1–4 and Starfield Services
 /// Root G2), which every AWS service endpoint's certificate chains to. Compiled in: see
@@ -63,22 +74,59 @@ impl SdkTrust {
 /// The HTTP client every SDK client uses: rustls with ring, one TLS stack for the whole binary
 /// (the SDK default would compile a second one and slow builds and cold starts), trusting the
 /// Amazon Trust Services roots ([`SdkTrust::Amazon`]).
-pub fn http_client() -> aws_smithy_runtime_api::client::http::SharedHttpClient {
+pub fn http_client() -> SharedHttpClient {
     http_client_trusting(SdkTrust::Amazon)
 }
 
 /// [`http_client`] with the roots `trust` chooses.
-pub fn http_client_trusting(
-    trust: SdkTrust,
-) -> aws_smithy_runtime_api::client::http::SharedHttpClient {
+pub fn http_client_trusting(trust: SdkTrust) -> SharedHttpClient {
     let context = TlsContext::builder()
         .with_trust_store(trust.trust_store())
         .build()
         .expect("a TLS context of a trust store and no other setting is always valid");
-    aws_smithy_http_client::Builder::new()
-        .tls_provider(tls::Provider::Rustls(tls::rustls_provider::CryptoMode::Ring))
-        .tls_context(context)
-        .build_https()
+    SharedHttpClient::new(ConnectorOnFirstUse(
+        aws_smithy_http_client::Builder::new()
+            .tls_provider(tls::Provider::Rustls(tls::rustls_provider::CryptoMode::Ring))
+            .tls_context(context)
+            .build_https(),
+    ))
+}
+
+/// The SDK's hyper client, less the connector it builds to check the configuration of every
+/// client constructed from it.
+///
+/// `aws_smithy_http_client`'s client builds a whole connector (a rustls configuration: every
+/// root certificate decoded, a root store built) in `validate_base_client_config`, which runs
+/// in each service client's constructor, and throws it away, so that a system root store is
+/// read at init rather than by the first request. Our roots are compiled in and cost nothing
+/// to find; what that check costs is one connector per client built, at every cold start. The
+/// connector the requests use is built on first use and shared by every client of the same
+/// settings, as before; a TLS setting that cannot be built fails that first request instead
+/// of the constructor (ours is the same every time, and the warm-up makes the first request
+/// at init).
+#[derive(Debug)]
+struct ConnectorOnFirstUse(SharedHttpClient);
+
+impl HttpClient for ConnectorOnFirstUse {
+    fn http_connector(
+        &self,
+        settings: &HttpConnectorSettings,
+        components: &RuntimeComponents,
+    ) -> SharedHttpConnector {
+        self.0.http_connector(settings, components)
+    }
+
+    fn validate_final_config(
+        &self,
+        runtime_components: &RuntimeComponents,
+        cfg: &ConfigBag,
+    ) -> Result<(), BoxError> {
+        self.0.validate_final_config(runtime_components, cfg)
+    }
+
+    fn connector_metadata(&self) -> Option<ConnectorMetadata> {
+        self.0.connector_metadata()
+    }
 }
 
 /// A Lambda function's SDK configuration: region and endpoint from the standard environment
@@ -90,13 +138,33 @@ pub fn http_client_trusting(
 /// Credentials come from the environment alone because that is where Lambda puts them: the
 /// SDK's default chain would also build its profile, SSO, web-identity (an STS client, which
 /// loads the system root store at once) and instance-metadata providers at init, for nothing.
+/// For the same reason the configuration is built from those variables directly rather than
+/// by `aws_config`'s loader, which would look for profile files and build a provider chain
+/// for every setting; every setting not named here takes the SDK's default for
+/// [`BehaviorVersion::latest`] (standard retries, timeouts, stalled-stream protection, the
+/// identity cache), as it would have from the loader in a Lambda environment.
 pub async fn load_sdk_config() -> Result<SdkConfig, ConfigError> {
-    let trust = SdkTrust::from_vars(&Vars::from_env())?;
-    Ok(aws_config::defaults(BehaviorVersion::latest())
-        .http_client(http_client_trusting(trust))
-        .credentials_provider(EnvironmentVariableCredentialsProvider::new())
-        .load()
-        .await)
+    sdk_config_from(&Vars::from_env())
+}
+
+/// [`load_sdk_config`] from `vars`.
+pub fn sdk_config_from(vars: &Vars) -> Result<SdkConfig, ConfigError> {
+    let trust = SdkTrust::from_vars(vars)?;
+    let region = match vars.parsed::<String>("AWS_REGION")? {
+        Some(region) => region,
+        None => vars.required("AWS_DEFAULT_REGION")?,
+    };
+    let mut config = SdkConfig::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .region(aws_config::Region::new(region))
+        .credentials_provider(SharedCredentialsProvider::new(
+            EnvironmentVariableCredentialsProvider::new(),
+        ))
+        .http_client(http_client_trusting(trust));
+    if let Some(endpoint) = vars.parsed::<String>("AWS_ENDPOINT_URL")? {
+        config = config.endpoint_url(endpoint);
+    }
+    Ok(config.build())
 }
 
 /// Makes rustls with ring the process's TLS provider (once; later calls do nothing). HTTP
@@ -141,9 +209,11 @@ pub async fn warm_table(client: &aws_sdk_dynamodb::Client, table: &str) {
 /// exactly this execution's ARN to the functions that do not already have it.
 pub const WARM_UP_EXECUTION: &str = "warm-up";
 
-/// Warms the SDK clients' connections during init: runs `calls` (the function's adapters'
-/// `warm()` calls, joined so they run concurrently) for at most [`WARM_UP_BUDGET`], then returns
-/// whatever happened. It never fails: each adapter logs its own outcome.
+/// Warms the SDK clients' connections during init: runs the `adapters`' `warm()` calls, each
+/// a task of its own (their CPU work — TLS, signing, the endpoint rules — runs on every
+/// worker thread there is, their round trips overlap), for at most [`WARM_UP_BUDGET`], then
+/// returns whatever happened; a call still running then is stopped. It never fails: each
+/// adapter logs its own outcome.
 ///
 /// Why at init: for on-demand functions Lambda runs init on a full vCPU (not the share of one
 /// that the memory size buys invocations; provisioned concurrency gets no such burst), and
@@ -153,9 +223,20 @@ pub const WARM_UP_EXECUTION: &str = "warm-up";
 /// in the SDK's HTTP client pool (one pool for every client built from the same
 /// [`load_sdk_config`]); a pooled connection the service closed in the meantime is replaced
 /// transparently.
-pub async fn warm_up(calls: impl Future<Output = ()>) {
+pub async fn warm_up(adapters: impl IntoIterator<Item = Arc<dyn Warm>>) {
     let started = std::time::Instant::now();
-    match tokio::time::timeout(WARM_UP_BUDGET, calls).await {
+    let mut calls = tokio::task::JoinSet::new();
+    for adapter in adapters {
+        calls.spawn(async move { adapter.warm().await });
+    }
+    let all_done = async {
+        while let Some(done) = calls.join_next().await {
+            if let Err(err) = done {
+                tracing::warn!(error = %err, "a warm-up call failed; the first request connects itself");
+            }
+        }
+    };
+    match tokio::time::timeout(WARM_UP_BUDGET, all_done).await {
         Ok(()) => {
             tracing::debug!(elapsed_ms = started.elapsed().as_secs_f64() * 1000.0, "warm-up done")
         }
@@ -164,6 +245,7 @@ pub async fn warm_up(calls: impl Future<Output = ()>) {
             "warm-up stopped at its time budget; the first invocation connects itself"
         ),
     }
+    // Dropping the set stops any call still running.
 }
 
 /// Logs the outcome of one adapter's warm-up call. An error the *service* answered (no such
@@ -206,6 +288,34 @@ mod trust_tests {
         let mut roots = rustls::RootCertStore::empty();
         let (valid, invalid) = roots.add_parsable_certificates(certs);
         assert_eq!((valid, invalid), (5, 0), "every root is a usable trust anchor");
+    }
+
+    #[test]
+    fn the_sdk_configuration_takes_region_and_endpoint_from_the_lambda_environment() {
+        let vars = |pairs: &[(&str, &str)]| {
+            Vars::from_map(pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect())
+        };
+        let config = sdk_config_from(&vars(&[
+            ("AWS_REGION", "eu-west-1"),
+            ("AWS_DEFAULT_REGION", "us-east-1"),
+            ("AWS_ENDPOINT_URL", "http://127.0.0.1:4566"),
+        ]))
+        .unwrap();
+        assert_eq!(config.region().map(|r| r.as_ref()), Some("eu-west-1"));
+        assert_eq!(config.endpoint_url(), Some("http://127.0.0.1:4566"));
+        assert!(config.credentials_provider().is_some());
+        assert!(config.http_client().is_some());
+        assert!(config.behavior_version().is_some());
+
+        let config = sdk_config_from(&vars(&[("AWS_DEFAULT_REGION", "us-east-1")])).unwrap();
+        assert_eq!(config.region().map(|r| r.as_ref()), Some("us-east-1"));
+        assert_eq!(config.endpoint_url(), None, "no endpoint: the SDK resolves the region's");
+
+        let err = sdk_config_from(&vars(&[])).unwrap_err();
+        assert!(err.to_string().contains("AWS_DEFAULT_REGION"), "{err}");
+        let err = sdk_config_from(&vars(&[("AWS_REGION", "eu-west-1"), (SDK_TRUST_VAR, "none")]))
+            .unwrap_err();
+        assert!(err.to_string().contains(SDK_TRUST_VAR), "{err}");
     }
 
     #[test]

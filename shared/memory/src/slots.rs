@@ -311,7 +311,7 @@ impl SlotPools for MemorySlotPools {
         Ok(room)
     }
 
-    async fn acquire_charged(
+    async fn acquire_counting(
         &self,
         pool: &Pool,
         limit: u32,
@@ -319,10 +319,6 @@ impl SlotPools for MemorySlotPools {
         run: u32,
         rate: RateCharge,
     ) -> Result<Charged, AwsError> {
-        if rate.per_minute == 0 {
-            let taken = self.acquire(pool, limit, job_id, run).await?;
-            return Ok(if taken { Charged::Taken } else { Charged::Full });
-        }
         self.outage.check(&format!("take a slot for job {job_id}"))?;
         let mut items = self.items();
         let holders = items.holders.entry(pool.holders_pk()).or_default();
@@ -340,10 +336,7 @@ impl SlotPools for MemorySlotPools {
         }
     }
 
-    async fn charge(&self, pool: &Pool, rate: RateCharge) -> Result<Admission, AwsError> {
-        if rate.per_minute == 0 {
-            return Ok(Admission::Admitted);
-        }
+    async fn count_submission(&self, pool: &Pool, rate: RateCharge) -> Result<Admission, AwsError> {
         self.outage.check("count a submission")?;
         Ok(self.items().charge(pool, rate))
     }

@@ -18,10 +18,12 @@ pub trait WorkerInvocations: Warm {
     ) -> Result<(), AwsError>;
 }
 
-/// Not warmed: the dispatcher's first invocation opens the connection (a warm-up call would
-/// need a permission on a function that does not exist).
 #[async_trait]
-impl Warm for Invocations {}
+impl Warm for Invocations {
+    async fn warm(&self) {
+        Invocations::warm(self).await
+    }
+}
 
 #[async_trait]
 impl WorkerInvocations for Invocations {

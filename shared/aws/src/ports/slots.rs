@@ -45,11 +45,37 @@ pub trait SlotPools: Warm {
         job_id: &JobId,
         run: u32,
         rate: RateCharge,
+    ) -> Result<Charged, AwsError> {
+        if rate.per_minute == 0 {
+            let taken = self.acquire(pool, limit, job_id, run).await?;
+            return Ok(Charged::of_acquire(taken));
+        }
+        self.acquire_counting(pool, limit, job_id, run, rate).await
+    }
+
+    /// The write of [`acquire_charged`](SlotPools::acquire_charged) under a limit
+    /// (`per_minute` > 0): the slot and the submission together.
+    async fn acquire_counting(
+        &self,
+        pool: &Pool,
+        limit: u32,
+        job_id: &JobId,
+        run: u32,
+        rate: RateCharge,
     ) -> Result<Charged, AwsError>;
 
     /// Counts one submission `rate` on the pool's item alone: the same counter
-    /// [`acquire_charged`](SlotPools::acquire_charged) charges.
-    async fn charge(&self, pool: &Pool, rate: RateCharge) -> Result<Admission, AwsError>;
+    /// [`acquire_charged`](SlotPools::acquire_charged) charges. With no limit (`per_minute` 0)
+    /// every submission is admitted and nothing is written.
+    async fn charge(&self, pool: &Pool, rate: RateCharge) -> Result<Admission, AwsError> {
+        if rate.per_minute == 0 {
+            return Ok(Admission::Admitted);
+        }
+        self.count_submission(pool, rate).await
+    }
+
+    /// The write of [`charge`](SlotPools::charge) under a limit (`per_minute` > 0).
+    async fn count_submission(&self, pool: &Pool, rate: RateCharge) -> Result<Admission, AwsError>;
 
     /// Gives back the slots of `pool` that `job_ids` hold (none held: nothing changes), waking
     /// no one; answers the pool's holders and waiting mark as they are afterwards.
@@ -150,7 +176,7 @@ impl SlotPools for Admitter {
     ) -> Result<bool, AwsError> {
         self.slots.acquire(pool, limit, job_id, run).await
     }
-    async fn acquire_charged(
+    async fn acquire_counting(
         &self,
         pool: &Pool,
         limit: u32,
@@ -158,10 +184,10 @@ impl SlotPools for Admitter {
         run: u32,
         rate: RateCharge,
     ) -> Result<Charged, AwsError> {
-        self.slots.acquire_charged(pool, limit, job_id, run, rate).await
+        self.slots.acquire_counting(pool, limit, job_id, run, rate).await
     }
-    async fn charge(&self, pool: &Pool, rate: RateCharge) -> Result<Admission, AwsError> {
-        self.slots.charge(pool, rate).await
+    async fn count_submission(&self, pool: &Pool, rate: RateCharge) -> Result<Admission, AwsError> {
+        self.slots.count_submission(pool, rate).await
     }
     async fn give_back(&self, pool: &Pool, job_ids: &[JobId]) -> Result<Held, AwsError> {
         self.slots.release(pool, job_ids).await

@@ -1072,7 +1072,7 @@ fn report(
     let _ = writeln!(
         w,
         "Measured by `tests/bench/src/bin/jobs.rs` on the local stack (moto + the functions hosted in-process), \
-         built with the `{}` profile (optimised like release, without fat LTO). Each scenario runs its jobs **one after \
+         built with the `{}` profile (optimised like release, unstripped and incremental). Each scenario runs its jobs **one after \
          another**. Submit starts each job itself (none is delayed), so the intake queue and the dispatcher carry none of \
          them. Counts are deltas of the stack's meters around a scenario, divided \
          by its jobs. The scheduled reaper and expirer are excluded from per-job counts (see fixed costs). \
