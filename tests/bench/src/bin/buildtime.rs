@@ -71,8 +71,7 @@ fn main() -> anyhow::Result<()> {
          `cargo run --release -p longhaul-bench --bin buildtime` clones the current commit into a \
          scratch directory and times `make build` there — `sam build`, which runs \
          `cargo lambda build --release` (arm64, zig as the linker; the workspace release profile: \
-         `opt-level = \"s\"`, no cross-crate LTO, 16 codegen units, the generated AWS SDK crates \
-         at `opt-level = 1`). Every function deploys the one \
+         `opt-level = \"s\"`, no cross-crate LTO, 16 codegen units). Every function deploys the one \
          `longhaul-lambda` binary (its `LONGHAUL_FUNCTION` chooses the handler) and carries the \
          same Metadata, word for word, so SAM sees one build definition: one `cargo lambda \
          build` compiles and links the binary and SAM copies it to every function. The build tools (cargo-lambda, zig, the aarch64 standard library) are installed \
