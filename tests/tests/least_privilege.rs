@@ -84,18 +84,15 @@ async fn the_webhook_function_writes_deliveries_and_never_job_records() {
     assert!(delivery_pk(&job_id).starts_with("DELIVERY#"));
 }
 
-/// Each function writes to `/aws/lambda/<its name>`; a log group of that name is declared
-/// with the template's `LogRetentionDays` (30 by default), so none keeps logs forever.
-/// The functions that start jobs warm their Lambda connection at init with a `DryRun`
-/// invocation of the shared worker (`Invocations::warm`): their deployed roles allow it (the
-/// grant they invoke workers by), and it runs nothing — no job, no attempt, nothing in the
-/// worker's log of invocations.
+/// The functions that start jobs in the request warm their Lambda connection at init with a
+/// `DryRun` invocation of the shared worker (`Invocations::warm`): their deployed roles allow it
+/// (the grant they invoke workers by), so a cold start makes no denied call.
 #[tokio::test]
 async fn the_lambda_warm_up_is_allowed_to_the_functions_that_start_jobs() {
     let stack = &harness().stack;
     let sdk = longhaul_local::sdk_config(&stack.edge_url).await;
     let stage = stack.template.attribute("StageFunction", "Arn").unwrap();
-    for function in ["SubmitFunction", "DispatcherFunction", "FiringFunction"] {
+    for function in ["SubmitFunction", "DispatcherFunction"] {
         let lambda = aws_sdk_lambda::Client::new(&function_identity(&sdk, function));
         longhaul_aws::invocations::Invocations::new(lambda)
             .dry_run(&stage)
@@ -104,6 +101,8 @@ async fn the_lambda_warm_up_is_allowed_to_the_functions_that_start_jobs() {
     }
 }
 
+/// Each function writes to `/aws/lambda/<its name>`; a log group of that name is declared
+/// with the template's `LogRetentionDays` (30 by default), so none keeps logs forever.
 #[test]
 fn every_function_has_a_log_group_with_a_retention() {
     let template = Template::load(

@@ -112,6 +112,7 @@ impl SlotStore {
         run: u32,
         rate: RateCharge,
     ) -> Result<Charged, AwsError> {
+        debug_assert!(rate.per_minute > 0, "a plain acquire has no window to count in");
         self.charge_write(pool, Some(SlotTake { limit, job_id, run }), rate).await
     }
 
@@ -122,6 +123,7 @@ impl SlotStore {
         pool: &Pool,
         rate: RateCharge,
     ) -> Result<Admission, AwsError> {
+        debug_assert!(rate.per_minute > 0, "no limit: nothing to count");
         match self.charge_write(pool, None, rate).await? {
             Charged::Limited { retry_after } => Ok(Admission::Limited { retry_after }),
             Charged::Taken | Charged::Full => Ok(Admission::Admitted),

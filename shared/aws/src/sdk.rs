@@ -104,6 +104,9 @@ pub fn http_client_trusting(trust: SdkTrust) -> SharedHttpClient {
 /// settings, as before; a TLS setting that cannot be built fails that first request instead
 /// of the constructor (ours is the same every time, and the warm-up makes the first request
 /// at init).
+///
+/// It forwards every method of `HttpClient` but that one: a method the trait gains with a
+/// default body would take the default here until it is forwarded too.
 #[derive(Debug)]
 struct ConnectorOnFirstUse(SharedHttpClient);
 
@@ -140,9 +143,12 @@ impl HttpClient for ConnectorOnFirstUse {
 /// loads the system root store at once) and instance-metadata providers at init, for nothing.
 /// For the same reason the configuration is built from those variables directly rather than
 /// by `aws_config`'s loader, which would look for profile files and build a provider chain
-/// for every setting; every setting not named here takes the SDK's default for
-/// [`BehaviorVersion::latest`] (standard retries, timeouts, stalled-stream protection, the
-/// identity cache), as it would have from the loader in a Lambda environment.
+/// for every setting. Besides region, endpoint and credentials it reads
+/// `AWS_USE_FIPS_ENDPOINT` and `AWS_USE_DUALSTACK_ENDPOINT` (for a partition that needs them)
+/// and sets standard retries (3 attempts) whatever the behaviour version; every other setting
+/// takes the service client's default (timeouts, stalled-stream protection, the identity
+/// cache, the tokio sleep). Other SDK variables (`AWS_ENDPOINT_URL_<SERVICE>`,
+/// `AWS_MAX_ATTEMPTS`, `AWS_RETRY_MODE`…) are not read: Lambda sets none of them.
 pub async fn load_sdk_config() -> Result<SdkConfig, ConfigError> {
     sdk_config_from(&Vars::from_env())
 }
@@ -156,6 +162,9 @@ pub fn sdk_config_from(vars: &Vars) -> Result<SdkConfig, ConfigError> {
     };
     let mut config = SdkConfig::builder()
         .behavior_version(BehaviorVersion::latest())
+        .retry_config(aws_config::retry::RetryConfig::standard())
+        .use_fips(vars.parsed::<bool>("AWS_USE_FIPS_ENDPOINT")?.unwrap_or(false))
+        .use_dual_stack(vars.parsed::<bool>("AWS_USE_DUALSTACK_ENDPOINT")?.unwrap_or(false))
         .region(aws_config::Region::new(region))
         .credentials_provider(SharedCredentialsProvider::new(
             EnvironmentVariableCredentialsProvider::new(),
@@ -306,6 +315,18 @@ mod trust_tests {
         assert!(config.credentials_provider().is_some());
         assert!(config.http_client().is_some());
         assert!(config.behavior_version().is_some());
+        assert_eq!(config.retry_config().map(|r| r.max_attempts()), Some(3));
+        assert_eq!((config.use_fips(), config.use_dual_stack()), (Some(false), Some(false)));
+        let config = sdk_config_from(&vars(&[
+            ("AWS_REGION", "us-gov-west-1"),
+            ("AWS_USE_FIPS_ENDPOINT", "true"),
+            ("AWS_USE_DUALSTACK_ENDPOINT", "true"),
+        ]))
+        .unwrap();
+        assert_eq!((config.use_fips(), config.use_dual_stack()), (Some(true), Some(true)));
+        let err = sdk_config_from(&vars(&[("AWS_REGION", "x"), ("AWS_USE_FIPS_ENDPOINT", "yes")]))
+            .unwrap_err();
+        assert!(err.to_string().contains("AWS_USE_FIPS_ENDPOINT"), "{err}");
 
         let config = sdk_config_from(&vars(&[("AWS_DEFAULT_REGION", "us-east-1")])).unwrap();
         assert_eq!(config.region().map(|r| r.as_ref()), Some("us-east-1"));
