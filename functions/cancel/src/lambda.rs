@@ -8,15 +8,16 @@ use lambda_http::{Error, Request, service_fn};
 use longhaul_aws::{
     config::Vars,
     ports::Warm,
-    sdk::{load_sdk_config, warm_up},
+    sdk::{sdk_config_from, warm_up},
 };
 
 /// Runs the `cancel` function under the Lambda runtime: its start-up (configuration, SDK
 /// clients, connection warm-up) and then its handler for every event, until the runtime stops.
 pub async fn run() -> Result<(), Error> {
     lambda_http::tracing::init_default_subscriber();
-    let config = Config::from_vars(&Vars::from_env())?;
-    let deps = Deps::new(&load_sdk_config().await?, &config);
+    let vars = Vars::from_env();
+    let config = Config::from_vars(&vars)?;
+    let deps = Deps::new(&sdk_config_from(&vars)?, &config);
     warm_up([deps.jobs.clone() as Arc<dyn Warm>, deps.executions.clone()]).await;
     let deps = &deps;
     lambda_http::run(service_fn(move |request: Request| async move {

@@ -106,16 +106,16 @@ impl Deps {
                     .retaining(config.record_retention),
             ),
             executions: Arc::new(Executions::new(
-                aws_sdk_sfn::Client::new(sdk),
+                longhaul_aws::client::LazyClient::of(sdk, aws_sdk_sfn::Client::new),
                 config.state_machine_arn.clone(),
             )),
             clock: Arc::new(SystemClock),
             intake: Arc::new(IntakeQueue::new(
-                aws_sdk_sqs::Client::new(sdk),
+                longhaul_aws::client::LazyClient::of(sdk, aws_sdk_sqs::Client::new),
                 config.intake_queue_url.clone(),
             )),
             token_key: Arc::new(SecretKey::new(
-                aws_sdk_secretsmanager::Client::new(sdk),
+                longhaul_aws::client::LazyClient::of(sdk, aws_sdk_secretsmanager::Client::new),
                 config.token_secret_arn.clone(),
             )),
         }

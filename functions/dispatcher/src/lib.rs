@@ -120,7 +120,7 @@ impl Deps {
         Self::sharing(
             sdk,
             aws_sdk_dynamodb::Client::new(sdk),
-            aws_sdk_sqs::Client::new(sdk),
+            longhaul_aws::client::LazyClient::of(sdk, aws_sdk_sqs::Client::new),
             config,
         )
     }
@@ -131,7 +131,7 @@ impl Deps {
     pub fn sharing(
         sdk: &aws_config::SdkConfig,
         dynamodb: aws_sdk_dynamodb::Client,
-        sqs: aws_sdk_sqs::Client,
+        sqs: longhaul_aws::client::LazyClient<aws_sdk_sqs::Client>,
         config: &Config,
     ) -> Self {
         let admitter =
@@ -139,11 +139,14 @@ impl Deps {
         Deps {
             jobs: Arc::new(JobStore::new(dynamodb, config.table.clone())),
             invocations: Arc::new(
-                Invocations::new(aws_sdk_lambda::Client::new(sdk))
-                    .warming(config.workers.function_arn(SHARED_WORKER)),
+                Invocations::new(longhaul_aws::client::LazyClient::of(
+                    sdk,
+                    aws_sdk_lambda::Client::new,
+                ))
+                .warming(config.workers.function_arn(SHARED_WORKER)),
             ),
             executions: Arc::new(Executions::new(
-                aws_sdk_sfn::Client::new(sdk),
+                longhaul_aws::client::LazyClient::of(sdk, aws_sdk_sfn::Client::new),
                 config.state_machine_arn.clone(),
             )),
             intake: Arc::new(admitter.intake.clone()),

@@ -145,7 +145,7 @@ impl Deps {
                 config.max_streams,
             )),
             token_key: Arc::new(SecretKey::new(
-                aws_sdk_secretsmanager::Client::new(sdk),
+                longhaul_aws::client::LazyClient::of(sdk, aws_sdk_secretsmanager::Client::new),
                 config.token_secret_arn.clone(),
             )),
             clock: Arc::new(SystemClock),

@@ -119,11 +119,11 @@ impl Deps {
             jobs: store.clone(),
             endpoints: store,
             webhooks: Arc::new(WebhookQueue::new(
-                aws_sdk_sqs::Client::new(sdk),
+                longhaul_aws::client::LazyClient::of(sdk, aws_sdk_sqs::Client::new),
                 config.webhook_queue_url.clone(),
             )),
             objects: Arc::new(ObjectStore::new(
-                aws_sdk_s3::Client::new(sdk),
+                longhaul_aws::client::LazyClient::of(sdk, aws_sdk_s3::Client::new),
                 config.bucket.clone(),
             )),
             clock: Arc::new(SystemClock),

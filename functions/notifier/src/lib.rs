@@ -114,7 +114,7 @@ pub struct Deps {
 impl Deps {
     /// Builds the AWS adapters from one SDK configuration.
     pub fn new(sdk: &aws_config::SdkConfig, config: &Config) -> Self {
-        let sqs = aws_sdk_sqs::Client::new(sdk);
+        let sqs = longhaul_aws::client::LazyClient::of(sdk, aws_sdk_sqs::Client::new);
         Deps {
             webhooks: Arc::new(WebhookQueue::new(sqs.clone(), config.webhook_queue_url.clone())),
             dead_letters: Arc::new(DeadLetterQueue::new(sqs, config.dead_letter_url.clone())),

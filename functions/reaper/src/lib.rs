@@ -217,7 +217,7 @@ impl Deps {
     pub fn new(sdk: &aws_config::SdkConfig, config: &Config) -> Self {
         // One client per service, shared by the adapters that use it.
         let dynamodb = aws_sdk_dynamodb::Client::new(sdk);
-        let sqs = aws_sdk_sqs::Client::new(sdk);
+        let sqs = longhaul_aws::client::LazyClient::of(sdk, aws_sdk_sqs::Client::new);
         Deps {
             slots: Arc::new(Admitter::new(
                 dynamodb.clone(),
@@ -229,12 +229,12 @@ impl Deps {
                 JobStore::new(dynamodb, config.table.clone()).retaining(config.record_retention),
             ),
             objects: Arc::new(ObjectStore::new(
-                aws_sdk_s3::Client::new(sdk),
+                longhaul_aws::client::LazyClient::of(sdk, aws_sdk_s3::Client::new),
                 config.bucket.clone(),
             )),
             intake: Arc::new(IntakeQueue::new(sqs, config.intake_queue_url.clone())),
             executions: Arc::new(Executions::new(
-                aws_sdk_sfn::Client::new(sdk),
+                longhaul_aws::client::LazyClient::of(sdk, aws_sdk_sfn::Client::new),
                 config.state_machine_arn.clone(),
             )),
             clock: Arc::new(SystemClock),

@@ -79,7 +79,7 @@ impl FireDeps {
         FireDeps {
             store: Arc::new(store),
             twins: Arc::new(Scheduler::new(
-                aws_sdk_scheduler::Client::new(sdk),
+                longhaul_aws::client::LazyClient::of(sdk, aws_sdk_scheduler::Client::new),
                 config.target.clone(),
             )),
             submit: submit::Deps::new(sdk, &config.submit),

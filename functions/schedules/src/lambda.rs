@@ -10,7 +10,7 @@ use lambda_runtime::{Error, LambdaEvent};
 use longhaul_aws::{
     config::Vars,
     ports::Warm,
-    sdk::{load_sdk_config, warm_up},
+    sdk::{sdk_config_from, warm_up},
 };
 
 use crate::fire::{FireConfig, FireDeps};
@@ -19,8 +19,9 @@ use crate::{Config, Deps};
 /// Runs the `schedules` function (the `/schedules` routes) under the Lambda runtime.
 pub async fn run() -> Result<(), Error> {
     lambda_http::tracing::init_default_subscriber();
-    let config = Config::from_vars(&Vars::from_env())?;
-    let deps = Deps::new(&load_sdk_config().await?, &config);
+    let vars = Vars::from_env();
+    let config = Config::from_vars(&vars)?;
+    let deps = Deps::new(&sdk_config_from(&vars)?, &config);
     warm_up([deps.store.clone() as Arc<dyn Warm>]).await;
     let deps = &deps;
     lambda_http::run(service_fn(move |request: Request| async move {
@@ -32,8 +33,9 @@ pub async fn run() -> Result<(), Error> {
 /// Runs the `firing` function (the schedule queue's consumer) under the Lambda runtime.
 pub async fn run_firing() -> Result<(), Error> {
     lambda_runtime::tracing::init_default_subscriber();
-    let config = FireConfig::from_vars(&Vars::from_env())?;
-    let deps = FireDeps::new(&load_sdk_config().await?, &config);
+    let vars = Vars::from_env();
+    let config = FireConfig::from_vars(&vars)?;
+    let deps = FireDeps::new(&sdk_config_from(&vars)?, &config);
     warm_up([deps.store.clone() as Arc<dyn Warm>, deps.submit.start_adapter()]).await;
     let deps = &deps;
     lambda_runtime::run(lambda_runtime::service_fn(
@@ -47,8 +49,9 @@ pub async fn run_firing() -> Result<(), Error> {
 /// Runs the `schedule_repair` function (the hourly twin repair) under the Lambda runtime.
 pub async fn run_repair() -> Result<(), Error> {
     lambda_runtime::tracing::init_default_subscriber();
-    let config = crate::repair::RepairConfig::from_vars(&Vars::from_env())?;
-    let deps = crate::repair::RepairDeps::new(&load_sdk_config().await?, &config);
+    let vars = Vars::from_env();
+    let config = crate::repair::RepairConfig::from_vars(&vars)?;
+    let deps = crate::repair::RepairDeps::new(&sdk_config_from(&vars)?, &config);
     let deps = &deps;
     lambda_runtime::run(lambda_runtime::service_fn(
         move |_event: LambdaEvent<serde_json::Value>| async move {

@@ -102,11 +102,11 @@ impl Deps {
                 config.table.clone(),
             )),
             twins: Arc::new(Scheduler::new(
-                aws_sdk_scheduler::Client::new(sdk),
+                longhaul_aws::client::LazyClient::of(sdk, aws_sdk_scheduler::Client::new),
                 config.target.clone(),
             )),
             firings: Arc::new(ScheduleQueue::new(
-                aws_sdk_sqs::Client::new(sdk),
+                longhaul_aws::client::LazyClient::of(sdk, aws_sdk_sqs::Client::new),
                 config.queue_url.clone(),
             )),
             registry: config.submit.registry(),

@@ -70,7 +70,7 @@ impl RepairDeps {
             store: Arc::new(store.clone()),
             sweep: Arc::new(store),
             twins: Arc::new(Scheduler::new(
-                aws_sdk_scheduler::Client::new(sdk),
+                longhaul_aws::client::LazyClient::of(sdk, aws_sdk_scheduler::Client::new),
                 config.target.clone(),
             )),
             budget: config.budget,

@@ -4,14 +4,15 @@
 use crate::{Config, Deps};
 use aws_lambda_events::dynamodb::Event;
 use lambda_runtime::{Error, LambdaEvent, service_fn};
-use longhaul_aws::{config::Vars, sdk::load_sdk_config};
+use longhaul_aws::{config::Vars, sdk::sdk_config_from};
 
 /// Runs the `slots` function under the Lambda runtime: its start-up (configuration and
 /// SDK clients) and then its handler for every event, until the runtime stops.
 pub async fn run() -> Result<(), Error> {
     lambda_runtime::tracing::init_default_subscriber();
-    let config = Config::from_vars(&Vars::from_env())?;
-    let deps = Deps::new(&load_sdk_config().await?, &config);
+    let vars = Vars::from_env();
+    let config = Config::from_vars(&vars)?;
+    let deps = Deps::new(&sdk_config_from(&vars)?, &config);
     let deps = &deps;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Event>| async move {
         Ok::<_, std::convert::Infallible>(crate::handle(deps, event.payload).await)

@@ -87,12 +87,12 @@ impl Deps {
         Deps {
             slots: Arc::new(Admitter::new(
                 aws_sdk_dynamodb::Client::new(sdk),
-                aws_sdk_sqs::Client::new(sdk),
+                longhaul_aws::client::LazyClient::of(sdk, aws_sdk_sqs::Client::new),
                 &config.table,
                 &config.intake_queue_url,
             )),
             firings: Arc::new(ScheduleQueue::new(
-                aws_sdk_sqs::Client::new(sdk),
+                longhaul_aws::client::LazyClient::of(sdk, aws_sdk_sqs::Client::new),
                 config.schedule_queue_url.clone(),
             )),
             jobs: Arc::new(JobStore::new(aws_sdk_dynamodb::Client::new(sdk), config.table.clone())),

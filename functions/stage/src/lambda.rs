@@ -8,15 +8,16 @@ use lambda_runtime::{Error, LambdaEvent, service_fn};
 use longhaul_aws::{
     config::Vars,
     ports::Warm,
-    sdk::{load_sdk_config, warm_up},
+    sdk::{sdk_config_from, warm_up},
 };
 
 /// Runs the `stage` function under the Lambda runtime: its start-up (configuration, SDK
 /// clients, connection warm-up) and then its handler for every event, until the runtime stops.
 pub async fn run() -> Result<(), Error> {
     longhaul_aws::logs::init_subscriber();
-    let config = Config::from_vars(&Vars::from_env())?;
-    let deps = Deps::new(&load_sdk_config().await?, &config);
+    let vars = Vars::from_env();
+    let config = Config::from_vars(&vars)?;
+    let deps = Deps::new(&sdk_config_from(&vars)?, &config);
     // What a run's first request uses: the table (its claim, its success), and S3 (a kind's
     // inputs, a large result, a checkpoint). Step Functions opens its connection when a run
     // first hands its job over to the workflow.

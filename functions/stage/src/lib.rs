@@ -215,7 +215,7 @@ impl Deps {
                     .retaining(config.record_retention),
             ),
             objects: Arc::new(ObjectStore::new(
-                aws_sdk_s3::Client::new(sdk),
+                longhaul_aws::client::LazyClient::of(sdk, aws_sdk_s3::Client::new),
                 config.bucket.clone(),
             )),
             margin: config.margin,
@@ -225,13 +225,13 @@ impl Deps {
             checkpoint_interval: config.checkpoint_interval,
             runs_per_execution: config.runs_per_execution.max(1),
             executions: Arc::new(Executions::new(
-                aws_sdk_sfn::Client::new(sdk),
+                longhaul_aws::client::LazyClient::of(sdk, aws_sdk_sfn::Client::new),
                 config.state_machine_arn.clone(),
             )),
             result_ttl: config.result_ttl.clone(),
             registry: longhaul_jobs::registry(),
             intake: Arc::new(IntakeQueue::new(
-                aws_sdk_sqs::Client::new(sdk),
+                longhaul_aws::client::LazyClient::of(sdk, aws_sdk_sqs::Client::new),
                 config.intake_queue_url.clone(),
             )),
             retry_delay: config.retry_delay,

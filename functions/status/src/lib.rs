@@ -149,12 +149,12 @@ impl Deps {
         Deps {
             jobs: Arc::new(JobStore::new(aws_sdk_dynamodb::Client::new(sdk), config.table.clone())),
             objects: Arc::new(ObjectStore::new(
-                aws_sdk_s3::Client::new(sdk),
+                longhaul_aws::client::LazyClient::of(sdk, aws_sdk_s3::Client::new),
                 config.bucket.clone(),
             )),
             events_url: config.events_url.clone(),
             stream_token_key: Arc::new(SecretKey::new(
-                aws_sdk_secretsmanager::Client::new(sdk),
+                longhaul_aws::client::LazyClient::of(sdk, aws_sdk_secretsmanager::Client::new),
                 config.stream_token_secret_arn.clone(),
             )),
             stream_token_ttl_seconds: config.stream_token_ttl_seconds,

@@ -114,7 +114,7 @@ impl Deps {
     /// Builds the AWS adapters from one SDK configuration.
     pub fn new(sdk: &aws_config::SdkConfig, config: &Config) -> Self {
         let dynamodb = aws_sdk_dynamodb::Client::new(sdk);
-        let sqs = aws_sdk_sqs::Client::new(sdk);
+        let sqs = longhaul_aws::client::LazyClient::of(sdk, aws_sdk_sqs::Client::new);
         let start = config.start.as_ref().map(|start| {
             Arc::new(dispatcher::Deps::sharing(sdk, dynamodb.clone(), sqs.clone(), start))
         });
@@ -145,7 +145,7 @@ impl Deps {
             submissions_per_minute: config.submissions_per_minute,
             intake: Arc::new(IntakeQueue::new(sqs, config.intake_queue_url.clone())),
             uploads: Arc::new(ObjectStore::new(
-                aws_sdk_s3::Client::new(sdk),
+                longhaul_aws::client::LazyClient::of(sdk, aws_sdk_s3::Client::new),
                 config.bucket.clone(),
             )),
             idempotency_ttl: Duration::from_secs(config.idempotency_ttl_seconds),

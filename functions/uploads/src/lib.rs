@@ -93,7 +93,7 @@ impl Deps {
     pub fn new(sdk: &aws_config::SdkConfig, config: &Config) -> Self {
         Deps {
             objects: Arc::new(ObjectStore::new(
-                aws_sdk_s3::Client::new(sdk),
+                longhaul_aws::client::LazyClient::of(sdk, aws_sdk_s3::Client::new),
                 config.bucket.clone(),
             )),
             quota: Arc::new(UploadQuota::new(

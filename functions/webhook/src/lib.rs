@@ -185,7 +185,7 @@ impl Deps {
         resolver: Arc<dyn Resolver>,
     ) -> Result<Self, ConfigError> {
         longhaul_aws::sdk::install_tls_provider();
-        let sqs = aws_sdk_sqs::Client::new(sdk);
+        let sqs = longhaul_aws::client::LazyClient::of(sdk, aws_sdk_sqs::Client::new);
         let dynamodb = aws_sdk_dynamodb::Client::new(sdk);
         let store = Arc::new(
             JobStore::new(dynamodb.clone(), config.table.clone())

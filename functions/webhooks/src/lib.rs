@@ -121,7 +121,7 @@ impl Deps {
             endpoints: table.clone(),
             deliveries: table,
             queue: Arc::new(WebhookQueue::new(
-                aws_sdk_sqs::Client::new(sdk),
+                longhaul_aws::client::LazyClient::of(sdk, aws_sdk_sqs::Client::new),
                 config.queue_url.clone(),
             )),
             callbacks: CallbackPolicy { allow_insecure: config.allow_insecure },

@@ -1,5 +1,6 @@
 //! Step Functions: starting a job's execution.
 
+use crate::client::LazyClient;
 use aws_sdk_sfn::operation::start_execution::StartExecutionError;
 use aws_sdk_sfn::operation::stop_execution::StopExecutionError;
 use longhaul_domain::JobId;
@@ -22,14 +23,17 @@ pub enum StartOutcome {
 /// Starts executions of the job state machine.
 #[derive(Debug, Clone)]
 pub struct Executions {
-    client: aws_sdk_sfn::Client,
+    client: LazyClient<aws_sdk_sfn::Client>,
     state_machine_arn: String,
 }
 
 impl Executions {
     /// An adapter for the state machine `state_machine_arn`.
-    pub fn new(client: aws_sdk_sfn::Client, state_machine_arn: String) -> Self {
-        Executions { client, state_machine_arn }
+    pub fn new(
+        client: impl Into<LazyClient<aws_sdk_sfn::Client>>,
+        state_machine_arn: String,
+    ) -> Self {
+        Executions { client: client.into(), state_machine_arn }
     }
 
     /// Starts an execution named `name` with `input`. Names are unique per state machine for

@@ -2,20 +2,21 @@
 //! invocation may finish: [`crate::runs`]).
 
 use crate::AwsError;
+use crate::client::LazyClient;
 
 /// Invokes functions asynchronously (`InvocationType=Event`): Lambda queues the event,
 /// answers at once, retries a failed invocation (twice, by the function's event-invoke
 /// configuration) and sends an event it gave up on to the function's on-failure destination.
 #[derive(Debug, Clone)]
 pub struct Invocations {
-    client: aws_sdk_lambda::Client,
+    client: LazyClient<aws_sdk_lambda::Client>,
     warm_up_target: Option<String>,
 }
 
 impl Invocations {
     /// An adapter over `client`.
-    pub fn new(client: aws_sdk_lambda::Client) -> Self {
-        Invocations { client, warm_up_target: None }
+    pub fn new(client: impl Into<LazyClient<aws_sdk_lambda::Client>>) -> Self {
+        Invocations { client: client.into(), warm_up_target: None }
     }
 
     /// This adapter, whose [`warm`](Invocations::warm) checks an invocation of `function` (a

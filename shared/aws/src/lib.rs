@@ -6,6 +6,7 @@
 
 pub mod api;
 pub mod callbacks;
+pub mod client;
 pub mod config;
 pub mod endpoint_events;
 pub mod executions;

@@ -1,5 +1,6 @@
 //! S3: results and checkpoints.
 
+use crate::client::LazyClient;
 use aws_sdk_s3::operation::get_object::GetObjectError;
 use longhaul_domain::JobId;
 use std::collections::BTreeMap;
@@ -13,7 +14,7 @@ use crate::AwsError;
 /// The bucket holding results (`results/<job id>/…`) and checkpoints (`checkpoints/<job id>/…`).
 #[derive(Debug, Clone)]
 pub struct ObjectStore {
-    client: aws_sdk_s3::Client,
+    client: LazyClient<aws_sdk_s3::Client>,
     bucket: String,
 }
 
@@ -68,8 +69,8 @@ fn urlencode_key(key: &str) -> String {
 
 impl ObjectStore {
     /// An adapter for `bucket`.
-    pub fn new(client: aws_sdk_s3::Client, bucket: String) -> Self {
-        ObjectStore { client, bucket }
+    pub fn new(client: impl Into<LazyClient<aws_sdk_s3::Client>>, bucket: String) -> Self {
+        ObjectStore { client: client.into(), bucket }
     }
 
     /// Writes `body` at `key`.

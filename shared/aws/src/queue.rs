@@ -1,5 +1,6 @@
 //! The SQS intake queue: the buffer between accepting a job and starting its execution.
 
+use crate::client::LazyClient;
 use longhaul_domain::{JobId, Owner};
 use serde::{Deserialize, Serialize};
 
@@ -41,14 +42,14 @@ impl DispatchMessage {
 /// Sends dispatch messages to the intake queue.
 #[derive(Debug, Clone)]
 pub struct IntakeQueue {
-    client: aws_sdk_sqs::Client,
+    client: LazyClient<aws_sdk_sqs::Client>,
     url: String,
 }
 
 impl IntakeQueue {
     /// An adapter for the queue at `url`.
-    pub fn new(client: aws_sdk_sqs::Client, url: String) -> Self {
-        IntakeQueue { client, url }
+    pub fn new(client: impl Into<LazyClient<aws_sdk_sqs::Client>>, url: String) -> Self {
+        IntakeQueue { client: client.into(), url }
     }
 
     /// Enqueues `job_id` of `owner` for dispatch.
@@ -174,14 +175,14 @@ impl WebhookMessage {
 /// The webhook queue (and its dead-letter queue for exhausted deliveries).
 #[derive(Debug, Clone)]
 pub struct WebhookQueue {
-    client: aws_sdk_sqs::Client,
+    client: LazyClient<aws_sdk_sqs::Client>,
     url: String,
 }
 
 impl WebhookQueue {
     /// An adapter for the queue at `url`.
-    pub fn new(client: aws_sdk_sqs::Client, url: String) -> Self {
-        WebhookQueue { client, url }
+    pub fn new(client: impl Into<LazyClient<aws_sdk_sqs::Client>>, url: String) -> Self {
+        WebhookQueue { client: client.into(), url }
     }
 
     /// Queues `message`, delivered after `delay_seconds` (at most 900).
@@ -249,14 +250,14 @@ impl WebhookQueue {
 /// person to look at (docs/runbook.md).
 #[derive(Debug, Clone)]
 pub struct DeadLetterQueue {
-    client: aws_sdk_sqs::Client,
+    client: LazyClient<aws_sdk_sqs::Client>,
     url: String,
 }
 
 impl DeadLetterQueue {
     /// An adapter for the queue at `url`.
-    pub fn new(client: aws_sdk_sqs::Client, url: String) -> Self {
-        DeadLetterQueue { client, url }
+    pub fn new(client: impl Into<LazyClient<aws_sdk_sqs::Client>>, url: String) -> Self {
+        DeadLetterQueue { client: client.into(), url }
     }
 
     /// Sends `body` (a JSON document) to the queue.
@@ -277,14 +278,14 @@ impl DeadLetterQueue {
 /// ([`crate::scheduler::ScheduleFiring`]); the schedule firing function drains it.
 #[derive(Debug, Clone)]
 pub struct ScheduleQueue {
-    client: aws_sdk_sqs::Client,
+    client: LazyClient<aws_sdk_sqs::Client>,
     url: String,
 }
 
 impl ScheduleQueue {
     /// An adapter for the queue at `url`.
-    pub fn new(client: aws_sdk_sqs::Client, url: String) -> Self {
-        ScheduleQueue { client, url }
+    pub fn new(client: impl Into<LazyClient<aws_sdk_sqs::Client>>, url: String) -> Self {
+        ScheduleQueue { client: client.into(), url }
     }
 
     /// Sends one firing.

@@ -11,6 +11,7 @@
 //! to `SCHEDULE_DLQ_ARN`. The table's record is the source of truth; a twin is rewritten
 //! from it whole on every change ([`Scheduler::put`]).
 
+use crate::client::LazyClient;
 use aws_sdk_scheduler::error::ProvideErrorMetadata;
 use aws_sdk_scheduler::types::{
     DeadLetterConfig, FlexibleTimeWindow, FlexibleTimeWindowMode, RetryPolicy, ScheduleState,
@@ -163,14 +164,17 @@ macro_rules! with_twin {
 /// The EventBridge Scheduler adapter.
 #[derive(Debug, Clone)]
 pub struct Scheduler {
-    client: aws_sdk_scheduler::Client,
+    client: LazyClient<aws_sdk_scheduler::Client>,
     target: SchedulerTarget,
 }
 
 impl Scheduler {
     /// An adapter writing twins into `target.group`.
-    pub fn new(client: aws_sdk_scheduler::Client, target: SchedulerTarget) -> Self {
-        Scheduler { client, target }
+    pub fn new(
+        client: impl Into<LazyClient<aws_sdk_scheduler::Client>>,
+        target: SchedulerTarget,
+    ) -> Self {
+        Scheduler { client: client.into(), target }
     }
 
     fn target(&self, input: &str) -> Target {

@@ -132,7 +132,8 @@ impl HttpClient for ConnectorOnFirstUse {
     }
 }
 
-/// A Lambda function's SDK configuration: region and endpoint from the standard environment
+/// A Lambda function's SDK configuration, from its environment `vars` (read once at init, with
+/// the function's own configuration): region and endpoint from the standard variables
 /// (`AWS_REGION`, `AWS_ENDPOINT_URL`), the execution role's credentials from the variables
 /// Lambda sets (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`), and the
 /// roots `LONGHAUL_SDK_TRUST` chooses. There is deliberately no "local" switch: the local stack
@@ -149,11 +150,6 @@ impl HttpClient for ConnectorOnFirstUse {
 /// takes the service client's default (timeouts, stalled-stream protection, the identity
 /// cache, the tokio sleep). Other SDK variables (`AWS_ENDPOINT_URL_<SERVICE>`,
 /// `AWS_MAX_ATTEMPTS`, `AWS_RETRY_MODE`…) are not read: Lambda sets none of them.
-pub async fn load_sdk_config() -> Result<SdkConfig, ConfigError> {
-    sdk_config_from(&Vars::from_env())
-}
-
-/// [`load_sdk_config`] from `vars`.
 pub fn sdk_config_from(vars: &Vars) -> Result<SdkConfig, ConfigError> {
     let trust = SdkTrust::from_vars(vars)?;
     let region = match vars.parsed::<String>("AWS_REGION")? {
@@ -230,7 +226,7 @@ pub const WARM_UP_EXECUTION: &str = "warm-up";
 /// endpoint, signing) are done once here instead of inside the first invocation's latency —
 /// the request that pays a cold start then pays only its own round trips. The connections stay
 /// in the SDK's HTTP client pool (one pool for every client built from the same
-/// [`load_sdk_config`]); a pooled connection the service closed in the meantime is replaced
+/// [`sdk_config_from`]); a pooled connection the service closed in the meantime is replaced
 /// transparently.
 pub async fn warm_up(adapters: impl IntoIterator<Item = Arc<dyn Warm>>) {
     let started = std::time::Instant::now();

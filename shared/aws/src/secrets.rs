@@ -4,6 +4,7 @@
 //! `GetFunctionConfiguration` API and every deployment tool show in plain text); the
 //! environment names only the secret's ARN, and the role may read that one secret.
 
+use crate::client::LazyClient;
 use secrecy::SecretString;
 use tokio::sync::OnceCell;
 
@@ -13,15 +14,15 @@ use crate::AwsError;
 /// reaches new sandboxes; tokens live minutes, so old and new keys overlap only briefly).
 #[derive(Debug, Clone)]
 pub struct SecretKey {
-    client: aws_sdk_secretsmanager::Client,
+    client: LazyClient<aws_sdk_secretsmanager::Client>,
     arn: String,
     value: std::sync::Arc<OnceCell<SecretString>>,
 }
 
 impl SecretKey {
     /// The secret at `arn`, not yet read.
-    pub fn new(client: aws_sdk_secretsmanager::Client, arn: String) -> Self {
-        SecretKey { client, arn, value: std::sync::Arc::new(OnceCell::new()) }
+    pub fn new(client: impl Into<LazyClient<aws_sdk_secretsmanager::Client>>, arn: String) -> Self {
+        SecretKey { client: client.into(), arn, value: std::sync::Arc::new(OnceCell::new()) }
     }
 
     /// The secret's value: read once (`GetSecretValue`), then from memory. A failed read is

@@ -768,12 +768,12 @@ pub struct Admitter {
 
 impl Admitter {
     /// The admitter of the slots in `table`, waking jobs through the queue at
-    /// `intake_queue_url`. It takes the function's clients rather than building its own: each
-    /// SDK client built costs its function's init a TLS configuration (BENCHMARKS.md, "Cold
-    /// start"), and clients of one service share everything anyway.
+    /// `intake_queue_url`. It takes the function's clients rather than building its own: a
+    /// client built twice costs its construction twice (BENCHMARKS.md, "Cold start"), and
+    /// clients of one service share everything anyway.
     pub fn new(
         dynamodb: aws_sdk_dynamodb::Client,
-        sqs: aws_sdk_sqs::Client,
+        sqs: impl Into<crate::client::LazyClient<aws_sdk_sqs::Client>>,
         table: &str,
         intake_queue_url: &str,
     ) -> Self {
