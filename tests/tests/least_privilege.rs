@@ -1,6 +1,6 @@
 //! Least privilege, as the local stack enforces the template's IAM: the webhook function
-//! writes its delivery records and cannot write over a job record; every function's log group
-//! has a retention.
+//! writes its delivery records and cannot write over a job record; a function's init warm-up
+//! makes the calls its role is judged on; every function's log group has a retention.
 //!
 //! A binary of its own: it provokes an `AccessDenied` on purpose, and the harness fails any
 //! API call made after a refusal in the same stack (see `assert_no_access_denied`).
@@ -75,30 +75,53 @@ async fn the_webhook_function_writes_deliveries_and_never_job_records() {
         .await
         .unwrap();
     assert_eq!(left.count(), 0, "nothing was written to the job's partition");
-    let denials = stack.denials.snapshot();
-    assert!(
-        denials.iter().all(|d| d.principal == "WebhookFunction" && d.action == "dynamodb:PutItem"),
-        "{denials:#?}"
-    );
+    // (Another test here provokes denials of its own, under another principal.)
+    let denials: Vec<_> =
+        stack.denials.snapshot().into_iter().filter(|d| d.principal == "WebhookFunction").collect();
+    assert!(denials.iter().all(|d| d.action == "dynamodb:PutItem"), "{denials:#?}");
     assert_eq!(denials.len(), 2, "{denials:#?}");
     assert!(delivery_pk(&job_id).starts_with("DELIVERY#"));
 }
 
-/// The functions that start jobs in the request warm their Lambda connection at init with a
-/// `DryRun` invocation of the shared worker (`Invocations::warm`): their deployed roles allow it
-/// (the grant they invoke workers by), so a cold start makes no denied call.
+/// The stack runs every function's init warm-up (`Deps::warm_set`) under the function's own
+/// identity at start and refuses to start if the role denied any call. That check holds only if
+/// a warm set makes the very calls IAM judges: submit's, run as the uploads function (whose role
+/// may neither invoke a worker nor read the jobs' warm-up item), is refused — and, run as itself
+/// again, allowed.
 #[tokio::test]
-async fn the_lambda_warm_up_is_allowed_to_the_functions_that_start_jobs() {
+async fn a_warm_up_its_role_does_not_allow_is_denied() {
     let stack = &harness().stack;
     let sdk = longhaul_local::sdk_config(&stack.edge_url).await;
-    let stage = stack.template.attribute("StageFunction", "Arn").unwrap();
-    for function in ["SubmitFunction", "DispatcherFunction"] {
-        let lambda = aws_sdk_lambda::Client::new(&function_identity(&sdk, function));
-        longhaul_aws::invocations::Invocations::new(lambda)
-            .dry_run(&stage)
-            .await
-            .unwrap_or_else(|err| panic!("{function}: {err}"));
-    }
+    let spec = longhaul_local::model::functions(&stack.template)
+        .unwrap()
+        .into_iter()
+        .find(|spec| spec.logical == "SubmitFunction")
+        .unwrap();
+    let host = |identity: &str| {
+        longhaul_local::hosting::hosted::host(
+            &spec,
+            &function_identity(&sdk, identity),
+            &Default::default(),
+            &longhaul_jobs::registry(),
+        )
+        .unwrap()
+    };
+
+    let own = host("SubmitFunction");
+    assert_eq!(own.warm_set.len(), 2, "the table and the worker: {:?}", own.warm_set);
+    longhaul_aws::sdk::warm_up(own.warm_set.clone()).await;
+    let denials = stack.denials.snapshot();
+    assert!(denials.iter().all(|d| d.principal != "SubmitFunction"), "{denials:#?}");
+
+    longhaul_aws::sdk::warm_up(host("UploadsFunction").warm_set.clone()).await;
+    let denied: Vec<_> = stack
+        .denials
+        .snapshot()
+        .into_iter()
+        .filter(|d| d.principal == "UploadsFunction")
+        .map(|d| d.action)
+        .collect();
+    assert!(denied.iter().any(|action| action == "lambda:InvokeFunction"), "{denied:?}");
 }
 
 /// Each function writes to `/aws/lambda/<its name>`; a log group of that name is declared

@@ -98,6 +98,14 @@ pub struct Deps {
 }
 
 impl Deps {
+    /// What init warms ([`longhaul_aws::sdk::warm_up`]), what the first event uses: the table, and Step Functions (a cancel stops the job's execution).
+    pub fn warm_set(&self) -> Vec<std::sync::Arc<dyn longhaul_aws::ports::Warm>> {
+        vec![
+            self.jobs.clone() as std::sync::Arc<dyn longhaul_aws::ports::Warm>,
+            self.executions.clone(),
+        ]
+    }
+
     /// Builds the AWS adapters from one SDK configuration.
     pub fn new(sdk: &aws_config::SdkConfig, config: &Config) -> Self {
         Deps {

@@ -115,6 +115,15 @@ pub struct Deps {
 }
 
 impl Deps {
+    /// What init warms ([`longhaul_aws::sdk::warm_up`]), what the first event uses: the table, and Lambda to start the job's run (Step Functions only takes over a run
+    /// Lambda gave up on).
+    pub fn warm_set(&self) -> Vec<std::sync::Arc<dyn longhaul_aws::ports::Warm>> {
+        vec![
+            self.jobs.clone() as std::sync::Arc<dyn longhaul_aws::ports::Warm>,
+            self.invocations.clone(),
+        ]
+    }
+
     /// Builds the AWS adapters from one SDK configuration.
     pub fn new(sdk: &aws_config::SdkConfig, config: &Config) -> Self {
         Self::sharing(

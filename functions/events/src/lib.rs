@@ -132,6 +132,14 @@ pub struct Deps {
 }
 
 impl Deps {
+    /// What init warms ([`longhaul_aws::sdk::warm_up`]), what the first event uses: the table, and the stream tokens' signing key.
+    pub fn warm_set(&self) -> Vec<std::sync::Arc<dyn longhaul_aws::ports::Warm>> {
+        vec![
+            self.jobs.clone() as std::sync::Arc<dyn longhaul_aws::ports::Warm>,
+            self.token_key.clone(),
+        ]
+    }
+
     /// Builds the AWS adapters from one SDK configuration.
     pub fn new(sdk: &aws_config::SdkConfig, config: &Config) -> Self {
         let dynamodb = aws_sdk_dynamodb::Client::new(sdk);

@@ -1,14 +1,11 @@
 //! The `notifier` function as a Lambda: what the one `longhaul-lambda` binary runs when
 //! `LONGHAUL_FUNCTION` is `notifier`.
 
-use std::sync::Arc;
-
 use crate::{Config, Deps};
 use aws_lambda_events::dynamodb::Event;
 use lambda_runtime::{Error, LambdaEvent, service_fn};
 use longhaul_aws::{
     config::Vars,
-    ports::Warm,
     sdk::{sdk_config_from, warm_up},
 };
 
@@ -19,7 +16,7 @@ pub async fn run() -> Result<(), Error> {
     let vars = Vars::from_env();
     let config = Config::from_vars(&vars)?;
     let deps = Deps::new(&sdk_config_from(&vars)?, &config);
-    warm_up([deps.webhooks.clone() as Arc<dyn Warm>]).await;
+    warm_up(deps.warm_set()).await;
     let deps = &deps;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Event>| async move {
         Ok::<_, std::convert::Infallible>(crate::handle(deps, event.payload).await)

@@ -112,6 +112,11 @@ pub struct Deps {
 }
 
 impl Deps {
+    /// What init warms ([`longhaul_aws::sdk::warm_up`]), what the first event uses: the webhook queue (the table stream's records arrive in the event).
+    pub fn warm_set(&self) -> Vec<std::sync::Arc<dyn longhaul_aws::ports::Warm>> {
+        vec![self.webhooks.clone() as std::sync::Arc<dyn longhaul_aws::ports::Warm>]
+    }
+
     /// Builds the AWS adapters from one SDK configuration.
     pub fn new(sdk: &aws_config::SdkConfig, config: &Config) -> Self {
         let sqs = longhaul_aws::client::LazyClient::of(sdk, aws_sdk_sqs::Client::new);

@@ -73,6 +73,15 @@ pub struct FireDeps {
 }
 
 impl FireDeps {
+    /// What init warms ([`longhaul_aws::sdk::warm_up`]), what the first event uses: the
+    /// schedules' table, and the adapter a firing's job starts by.
+    pub fn warm_set(&self) -> Vec<std::sync::Arc<dyn longhaul_aws::ports::Warm>> {
+        vec![
+            self.store.clone() as std::sync::Arc<dyn longhaul_aws::ports::Warm>,
+            self.submit.start_adapter(),
+        ]
+    }
+
     /// Builds the AWS adapters from one SDK configuration.
     pub fn new(sdk: &aws_config::SdkConfig, config: &FireConfig) -> Self {
         let store = JobStore::new(aws_sdk_dynamodb::Client::new(sdk), config.table.clone());

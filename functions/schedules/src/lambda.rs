@@ -2,14 +2,11 @@
 //! `LONGHAUL_FUNCTION` is `schedules` (the routes), `firing` (the schedule queue's consumer) or
 //! `schedule_repair` (the hourly twin repair).
 
-use std::sync::Arc;
-
 use aws_lambda_events::sqs::SqsEvent;
 use lambda_http::{Request, service_fn};
 use lambda_runtime::{Error, LambdaEvent};
 use longhaul_aws::{
     config::Vars,
-    ports::Warm,
     sdk::{sdk_config_from, warm_up},
 };
 
@@ -22,7 +19,7 @@ pub async fn run() -> Result<(), Error> {
     let vars = Vars::from_env();
     let config = Config::from_vars(&vars)?;
     let deps = Deps::new(&sdk_config_from(&vars)?, &config);
-    warm_up([deps.store.clone() as Arc<dyn Warm>]).await;
+    warm_up(deps.warm_set()).await;
     let deps = &deps;
     lambda_http::run(service_fn(move |request: Request| async move {
         Ok::<_, std::convert::Infallible>(crate::handle(deps, request).await)
@@ -36,7 +33,7 @@ pub async fn run_firing() -> Result<(), Error> {
     let vars = Vars::from_env();
     let config = FireConfig::from_vars(&vars)?;
     let deps = FireDeps::new(&sdk_config_from(&vars)?, &config);
-    warm_up([deps.store.clone() as Arc<dyn Warm>, deps.submit.start_adapter()]).await;
+    warm_up(deps.warm_set()).await;
     let deps = &deps;
     lambda_runtime::run(lambda_runtime::service_fn(
         move |event: LambdaEvent<SqsEvent>| async move {

@@ -207,6 +207,16 @@ pub struct Deps {
 }
 
 impl Deps {
+    /// What init warms ([`longhaul_aws::sdk::warm_up`]), what the first event uses: the table (a run's claim, its success), and S3 (a kind's inputs, a large result, a
+    /// checkpoint). Step Functions opens its connection when a run first hands its job over to
+    /// the workflow.
+    pub fn warm_set(&self) -> Vec<std::sync::Arc<dyn longhaul_aws::ports::Warm>> {
+        vec![
+            self.jobs.clone() as std::sync::Arc<dyn longhaul_aws::ports::Warm>,
+            self.objects.clone(),
+        ]
+    }
+
     /// Builds the AWS adapters from one SDK configuration.
     pub fn new(sdk: &aws_config::SdkConfig, config: &Config) -> Self {
         Deps {

@@ -1,13 +1,10 @@
 //! The `status` function as a Lambda: what the one `longhaul-lambda` binary runs when
 //! `LONGHAUL_FUNCTION` is `status`.
 
-use std::sync::Arc;
-
 use crate::{Config, Deps};
 use lambda_http::{Error, Request, service_fn};
 use longhaul_aws::{
     config::Vars,
-    ports::Warm,
     sdk::{sdk_config_from, warm_up},
 };
 
@@ -18,7 +15,7 @@ pub async fn run() -> Result<(), Error> {
     let vars = Vars::from_env();
     let config = Config::from_vars(&vars)?;
     let deps = Deps::new(&sdk_config_from(&vars)?, &config);
-    warm_up([deps.jobs.clone() as Arc<dyn Warm>, deps.stream_token_key.clone()]).await;
+    warm_up(deps.warm_set()).await;
     let deps = &deps;
     lambda_http::run(service_fn(move |request: Request| async move {
         Ok::<_, std::convert::Infallible>(crate::handle(deps, request).await)

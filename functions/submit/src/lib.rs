@@ -100,6 +100,14 @@ pub struct Deps {
 }
 
 impl Deps {
+    /// What init warms ([`longhaul_aws::sdk::warm_up`]), what the first event uses: the table, and the adapter a new job starts by ([`Deps::start_adapter`]).
+    pub fn warm_set(&self) -> Vec<std::sync::Arc<dyn longhaul_aws::ports::Warm>> {
+        vec![
+            self.jobs.clone() as std::sync::Arc<dyn longhaul_aws::ports::Warm>,
+            self.start_adapter(),
+        ]
+    }
+
     /// The adapter a new job starts by, whose connection init warms (see
     /// [`longhaul_aws::sdk::warm_up`]): Lambda, which runs the job at once, where jobs start in
     /// the request; else the intake queue. (A job started in the request goes through the queue

@@ -1,13 +1,10 @@
 //! The `uploads` function as a Lambda: what the one `longhaul-lambda` binary runs when
 //! `LONGHAUL_FUNCTION` is `uploads`.
 
-use std::sync::Arc;
-
 use crate::{Config, Deps};
 use lambda_http::{Error, Request, service_fn};
 use longhaul_aws::{
     config::Vars,
-    ports::Warm,
     sdk::{sdk_config_from, warm_up},
 };
 
@@ -20,7 +17,7 @@ pub async fn run() -> Result<(), Error> {
     // Presigning is local (this function never calls S3 itself): only the quota's table is
     // warmed up.
     let deps = Deps::new(&sdk_config_from(&vars)?, &config);
-    warm_up([deps.quota.clone() as Arc<dyn Warm>]).await;
+    warm_up(deps.warm_set()).await;
     let deps = &deps;
     lambda_http::run(service_fn(move |request: Request| async move {
         Ok::<_, std::convert::Infallible>(crate::handle(deps, request).await)

@@ -89,6 +89,11 @@ pub struct Deps {
 }
 
 impl Deps {
+    /// What init warms ([`longhaul_aws::sdk::warm_up`]), what the first event uses: the quota's table. Presigning is local: this function never calls S3 itself.
+    pub fn warm_set(&self) -> Vec<std::sync::Arc<dyn longhaul_aws::ports::Warm>> {
+        vec![self.quota.clone() as std::sync::Arc<dyn longhaul_aws::ports::Warm>]
+    }
+
     /// Builds the AWS adapter from one SDK configuration.
     pub fn new(sdk: &aws_config::SdkConfig, config: &Config) -> Self {
         Deps {

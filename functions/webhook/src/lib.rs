@@ -178,6 +178,11 @@ pub fn tls_config() -> Result<rustls::ClientConfig, ConfigError> {
 }
 
 impl Deps {
+    /// What init warms ([`longhaul_aws::sdk::warm_up`]), what the first event uses: the table (delivery records), and the webhook queue (a retry).
+    pub fn warm_set(&self) -> Vec<std::sync::Arc<dyn longhaul_aws::ports::Warm>> {
+        vec![self.jobs.clone() as std::sync::Arc<dyn longhaul_aws::ports::Warm>, self.queue.clone()]
+    }
+
     /// Builds the AWS adapters from one SDK configuration.
     pub fn new(
         sdk: &aws_config::SdkConfig,

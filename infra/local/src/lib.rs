@@ -396,6 +396,19 @@ impl LocalStack {
         ));
         tasks.extend(schedules.spawn());
         tasks.extend(firer.spawn());
+        // Each function's init warm-up, as deployed, under its own identity: its role must
+        // allow every call (a denied one would be a warning in every cold start's log).
+        futures::future::join_all(
+            hosted.iter().map(|function| longhaul_aws::sdk::warm_up(function.warm_set.clone())),
+        )
+        .await;
+        let denied = denials.snapshot();
+        if !denied.is_empty() {
+            for task in &tasks {
+                task.abort();
+            }
+            anyhow::bail!("a function's init warm-up was denied by its role: {denied:?}");
+        }
         Ok(LocalStack {
             api_url,
             edge_url,

@@ -97,6 +97,10 @@ pub struct HostedFunction {
     pub spec: FunctionSpec,
     /// Its handler.
     pub handler: Handler,
+    /// What its init warms, as the deployed function's does (`Deps::warm_set`): the stack runs
+    /// these under the function's identity at start, so a warm-up its role does not allow fails
+    /// the start (see `LocalStack::start`).
+    pub warm_set: Vec<Arc<dyn longhaul_aws::ports::Warm>>,
     /// Invocations in flight, so a test can crash them (`POST /_local/functions/{name}/crash`).
     inflight: Arc<std::sync::Mutex<Vec<Inflight>>>,
     /// Where finished invocations are recorded.
@@ -139,11 +143,12 @@ where
 
 /// An API function: its crate has `Config::from_vars`, `Deps::new` and `handle`.
 macro_rules! http_function {
-    ($krate:ident, $vars:expr, $sdk:expr, $context:expr) => {{
+    ($krate:ident, $vars:expr, $sdk:expr, $context:expr, $warm:ident) => {{
         let deps = Arc::new($krate::Deps::new(
             $sdk,
             &$krate::Config::from_vars($vars).with_context($context)?,
         ));
+        $warm = deps.warm_set();
         http(move |request| {
             let deps = deps.clone();
             async move { $krate::handle(&deps, request).await }
@@ -155,12 +160,13 @@ macro_rules! http_function {
 /// `ENABLED_JOB_TYPES` checked against `registry` rather than the catalog its own
 /// `Config::from_vars` knows, and its `Deps` holding `registry`'s enabled kinds.
 macro_rules! http_function_with_kinds {
-    ($krate:ident, $spec:expr, $sdk:expr, $context:expr, $registry:expr) => {{
+    ($krate:ident, $spec:expr, $sdk:expr, $context:expr, $registry:expr, $warm:ident) => {{
         let (vars, enabled) = split_enabled_job_types($spec, $registry).with_context($context)?;
         let mut config = $krate::Config::from_vars(&vars).with_context($context)?;
         config.enabled_job_types = enabled;
         let mut deps = $krate::Deps::new($sdk, &config);
         deps.registry = $registry.enabled(&config.enabled_job_types);
+        $warm = deps.warm_set();
         let deps = Arc::new(deps);
         http(move |request| {
             let deps = deps.clone();
@@ -192,12 +198,18 @@ pub fn host(
 ) -> anyhow::Result<HostedFunction> {
     let vars = Vars::from_map(spec.env.clone().into_iter().collect());
     let context = || format!("configuring {} ({})", spec.logical, spec.function);
+    // Reaper, expirer, slots and the schedule repair warm nothing (`lambda.rs`).
+    let mut warm_set = Vec::new();
     let handler = match spec.function {
-        Function::Submit => http_function_with_kinds!(submit, spec, sdk, context, registry),
-        Function::Status => http_function_with_kinds!(status, spec, sdk, context, registry),
-        Function::Cancel => http_function!(cancel, &vars, sdk, context),
-        Function::Uploads => http_function!(uploads, &vars, sdk, context),
-        Function::Webhooks => http_function!(webhooks, &vars, sdk, context),
+        Function::Submit => {
+            http_function_with_kinds!(submit, spec, sdk, context, registry, warm_set)
+        }
+        Function::Status => {
+            http_function_with_kinds!(status, spec, sdk, context, registry, warm_set)
+        }
+        Function::Cancel => http_function!(cancel, &vars, sdk, context, warm_set),
+        Function::Uploads => http_function!(uploads, &vars, sdk, context, warm_set),
+        Function::Webhooks => http_function!(webhooks, &vars, sdk, context, warm_set),
         // The web console: static files, no configuration, no AWS call.
         Function::Console => http(|request| async move { console::handle(&request) }),
         Function::Events => {
@@ -205,6 +217,7 @@ pub fn host(
                 sdk,
                 &events::Config::from_vars(&vars).with_context(context)?,
             ));
+            warm_set = deps.warm_set();
             Handler::Stream(Arc::new(move |request| {
                 let deps = deps.clone();
                 async move {
@@ -221,6 +234,7 @@ pub fn host(
                 webhook::Deps::new(sdk, &config, Arc::new(webhook::SystemResolver))
                     .with_context(context)?,
             );
+            warm_set = deps.warm_set();
             Handler::Event(typed(move |event: aws_lambda_events::sqs::SqsEvent, _deadline| {
                 let deps = deps.clone();
                 async move { Ok::<_, Diagnostic>(webhook::handle(&deps, event).await) }
@@ -231,6 +245,7 @@ pub fn host(
                 sdk,
                 &notifier::Config::from_vars(&vars).with_context(context)?,
             ));
+            warm_set = deps.warm_set();
             Handler::Event(typed(move |event: aws_lambda_events::dynamodb::Event, _deadline| {
                 let deps = deps.clone();
                 async move { Ok::<_, Diagnostic>(notifier::handle(&deps, event).await) }
@@ -251,6 +266,7 @@ pub fn host(
                 sdk,
                 &dispatcher::Config::from_vars(&vars).with_context(context)?,
             ));
+            warm_set = deps.warm_set();
             Handler::Event(typed(move |event: aws_lambda_events::sqs::SqsEvent, _deadline| {
                 let deps = deps.clone();
                 async move { Ok::<_, Diagnostic>(dispatcher::handle(&deps, event).await) }
@@ -260,6 +276,7 @@ pub fn host(
             let mut deps =
                 stage::Deps::new(sdk, &stage::Config::from_vars(&vars).with_context(context)?);
             deps.registry = registry.clone();
+            warm_set = deps.warm_set();
             let deps = Arc::new(deps);
             Handler::Event(typed(move |input: stage::StageInput, deadline| {
                 let deps = deps.clone();
@@ -282,6 +299,7 @@ pub fn host(
             config.submit.enabled_job_types = enabled;
             let mut deps = schedules::Deps::new(sdk, &config);
             deps.registry = registry.enabled(&config.submit.enabled_job_types);
+            warm_set = deps.warm_set();
             let deps = Arc::new(deps);
             http(move |request| {
                 let deps = deps.clone();
@@ -294,6 +312,7 @@ pub fn host(
             config.submit.enabled_job_types = enabled;
             let mut deps = schedules::fire::FireDeps::new(sdk, &config);
             deps.submit.registry = registry.enabled(&config.submit.enabled_job_types);
+            warm_set = deps.warm_set();
             let deps = Arc::new(deps);
             Handler::Event(typed(move |event: aws_lambda_events::sqs::SqsEvent, _deadline| {
                 let deps = deps.clone();
@@ -322,6 +341,7 @@ pub fn host(
     Ok(HostedFunction {
         spec: spec.clone(),
         handler,
+        warm_set,
         inflight: Default::default(),
         log: log.clone(),
         lost_events: Default::default(),
@@ -514,6 +534,7 @@ mod tests {
         HostedFunction {
             spec,
             handler,
+            warm_set: Vec::new(),
             inflight: Default::default(),
             log: InvocationLog::default(),
             lost_events: Default::default(),
