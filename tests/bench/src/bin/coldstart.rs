@@ -6,7 +6,8 @@
 //! It builds what it measures first (`cargo build --release` of `longhaul-lambda` and of
 //! `hello`; a no-op when they are up to date — set `LONGHAUL_COLDSTART_NO_BUILD=1` to measure the
 //! binaries already in `target/release` as they are). `LONGHAUL_COLDSTART_RUNS` sets the runs
-//! per binary (default 20).
+//! per binary (default 60: a process start varies by tens of percent from one run to the next
+//! on a shared machine; the median of 60 moves by a few).
 //!
 //! Per run: spawn the binary with a Lambda-like environment (`env_clear`, the runtime variables,
 //! region, dummy credentials, the function's own variables) → wait for its first
@@ -497,7 +498,7 @@ fn build(root: &Path) -> anyhow::Result<()> {
 async fn main() -> anyhow::Result<()> {
     let root = longhaul_bench::workspace_root();
     let runs: usize =
-        std::env::var("LONGHAUL_COLDSTART_RUNS").ok().map(|v| v.parse()).transpose()?.unwrap_or(20);
+        std::env::var("LONGHAUL_COLDSTART_RUNS").ok().map(|v| v.parse()).transpose()?.unwrap_or(60);
     if runs == 0 {
         bail!("LONGHAUL_COLDSTART_RUNS must be at least 1");
     }
