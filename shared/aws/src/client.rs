@@ -9,12 +9,17 @@ type Build<C> = Box<dyn FnOnce() -> C + Send>;
 
 /// An SDK service client that is built the first time it is used, then shared by every clone.
 ///
-/// Building a client is work a function's init pays whether or not any event ever uses it:
-/// the client's configuration, its runtime plugins and its endpoint resolver (the partition
-/// table is parsed once per service crate). A function builds many clients only for rare
-/// paths (a submit that reads an upload, a stage that hands a job to Step Functions), so
-/// adapters hold their client as a `LazyClient`: what the first event needs is built by the
-/// warm-up ([`crate::sdk::warm_up`]), the rest by its first request or never.
+/// Building a client is work a function's init would pay whether or not any event ever uses
+/// it: the client's configuration, its runtime plugins and its endpoint resolver (the partition
+/// table is parsed once per service crate). A function holds some clients only for rare paths
+/// (a submit that reads an upload, a stage that hands a job to Step Functions), so adapters
+/// hold their client as a `LazyClient`: what the first event needs is built by the warm-up
+/// ([`crate::sdk::warm_up`]), the rest by its first request or never. (DynamoDB's client,
+/// which every function's first event uses, is built at init as it is.)
+///
+/// A client's constructor panics only on a configuration the code got wrong (no behaviour
+/// version, retries without a sleep implementation); [`crate::sdk::sdk_config_from`] sets
+/// those, and every test that makes an AWS call builds its clients the same way.
 ///
 /// Dereferences to the client. A client built already converts with `From` (tests, callers
 /// that share one).

@@ -358,7 +358,8 @@ fn report(rows: &[Row], runs: usize, host: &str) -> String {
     out.push_str(
         "`AWS_ENDPOINT_URL` points at the emulator, which answers every AWS call at once with a \
          `400 ResourceNotFoundException` over plain HTTP on loopback. So init includes all the warm-up's \
-         local work (the TLS configuration, endpoint resolution, signing, opening a connection); \
+         local work (building the clients it uses, the TLS configuration, endpoint resolution, signing, \
+         opening a connection); \
          *AWS calls at init* shows the warm-up happened and *warm-up* is its share of init (median of the \
          duration the function logs; `RUST_LOG=longhaul_aws::sdk=debug` is the one addition to a \
          deployed environment). The warm-up is work the first event needs anyway (its connections), \
@@ -461,8 +462,9 @@ fn reading(rows: &[Row], base_median: Duration) -> String {
     format!(
         "Reading: a bare `lambda_runtime` binary reaches `/next` in {} ms; the functions take {} ms \
          (`{}`) to {} ms (`{}`), {:.1}× to {:.1}× the baseline. What they add is tracing set-up, \
-         configuration, the SDK configuration and the clients each function builds, and the warm-up \
-         (which does the lazy work of the first AWS call at init).{} The one binary is {:.1} MB \
+         configuration, the SDK configuration and DynamoDB's client, and the warm-up (which builds \
+         the other clients the first event uses and does the lazy work of their first AWS call at \
+         init; every other client is built on first use).{} The one binary is {:.1} MB \
          stripped, every function's handler and the SDK clients they use, against {:.1} MB for the \
          baseline; a process maps it lazily, so a function pays for the pages it runs.\n",
         ms(base_median),
