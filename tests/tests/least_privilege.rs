@@ -85,9 +85,10 @@ async fn the_webhook_function_writes_deliveries_and_never_job_records() {
 
 /// The stack runs every function's init warm-up (`Deps::warm_set`) under the function's own
 /// identity at start and refuses to start if the role denied any call. That check holds only if
-/// a warm set makes the very calls IAM judges: submit's, run as the uploads function (whose role
-/// may neither invoke a worker nor read the jobs' warm-up item), is refused — and, run as itself
-/// again, allowed.
+/// a warm set makes the very calls IAM judges: submit's, run as itself, is allowed; run as the
+/// uploads function (whose role may read the warm-up item but invokes no worker), its `DryRun`
+/// invocation is refused. Each adapter's `warm()` is awaited to its end (`warm_up`'s time
+/// budget could stop a call on a slow machine).
 #[tokio::test]
 async fn a_warm_up_its_role_does_not_allow_is_denied() {
     let stack = &harness().stack;
@@ -109,11 +110,15 @@ async fn a_warm_up_its_role_does_not_allow_is_denied() {
 
     let own = host("SubmitFunction");
     assert_eq!(own.warm_set.len(), 2, "the table and the worker: {:?}", own.warm_set);
-    longhaul_aws::sdk::warm_up(own.warm_set.clone()).await;
+    for adapter in &own.warm_set {
+        adapter.warm().await;
+    }
     let denials = stack.denials.snapshot();
     assert!(denials.iter().all(|d| d.principal != "SubmitFunction"), "{denials:#?}");
 
-    longhaul_aws::sdk::warm_up(host("UploadsFunction").warm_set.clone()).await;
+    for adapter in &host("UploadsFunction").warm_set {
+        adapter.warm().await;
+    }
     let denied: Vec<_> = stack
         .denials
         .snapshot()
@@ -121,7 +126,7 @@ async fn a_warm_up_its_role_does_not_allow_is_denied() {
         .filter(|d| d.principal == "UploadsFunction")
         .map(|d| d.action)
         .collect();
-    assert!(denied.iter().any(|action| action == "lambda:InvokeFunction"), "{denied:?}");
+    assert_eq!(denied, ["lambda:InvokeFunction"]);
 }
 
 /// Each function writes to `/aws/lambda/<its name>`; a log group of that name is declared

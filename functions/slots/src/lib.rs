@@ -84,18 +84,17 @@ pub struct Deps {
 impl Deps {
     /// Builds the AWS adapter from one SDK configuration.
     pub fn new(sdk: &aws_config::SdkConfig, config: &Config) -> Self {
+        let dynamodb = aws_sdk_dynamodb::Client::new(sdk);
+        let sqs = longhaul_aws::client::LazyClient::of(sdk, aws_sdk_sqs::Client::new);
         Deps {
             slots: Arc::new(Admitter::new(
-                aws_sdk_dynamodb::Client::new(sdk),
-                longhaul_aws::client::LazyClient::of(sdk, aws_sdk_sqs::Client::new),
+                dynamodb.clone(),
+                sqs.clone(),
                 &config.table,
                 &config.intake_queue_url,
             )),
-            firings: Arc::new(ScheduleQueue::new(
-                longhaul_aws::client::LazyClient::of(sdk, aws_sdk_sqs::Client::new),
-                config.schedule_queue_url.clone(),
-            )),
-            jobs: Arc::new(JobStore::new(aws_sdk_dynamodb::Client::new(sdk), config.table.clone())),
+            firings: Arc::new(ScheduleQueue::new(sqs, config.schedule_queue_url.clone())),
+            jobs: Arc::new(JobStore::new(dynamodb, config.table.clone())),
             config: config.clone(),
         }
     }

@@ -97,8 +97,10 @@ impl Deps {
     /// Builds the AWS adapter from one SDK configuration.
     pub fn new(sdk: &aws_config::SdkConfig, config: &Config) -> Self {
         Deps {
+            // Built at init, not on first use: every request presigns with it (local work, so
+            // no warm-up call; building the client is all there is to warm).
             objects: Arc::new(ObjectStore::new(
-                longhaul_aws::client::LazyClient::of(sdk, aws_sdk_s3::Client::new),
+                aws_sdk_s3::Client::new(sdk),
                 config.bucket.clone(),
             )),
             quota: Arc::new(UploadQuota::new(

@@ -384,6 +384,21 @@ impl LocalStack {
                 }
             }),
         ];
+        // Each function's init warm-up, as deployed, under its own identity, before anything
+        // else calls: its role must allow every call (a denied one would be a warning in every
+        // cold start's log). Each call runs to its end here (no time budget, unlike a Lambda's
+        // init), so a slow machine cannot make the check pass without calling.
+        futures::future::join_all(
+            hosted.iter().flat_map(|function| &function.warm_set).map(|adapter| adapter.warm()),
+        )
+        .await;
+        let denied = denials.snapshot();
+        if !denied.is_empty() {
+            for task in &tasks {
+                task.abort();
+            }
+            anyhow::bail!("a function's init warm-up was denied by its role: {denied:?}");
+        }
         tasks.extend(event_sources::spawn(&hosted, &clients.sqs, &faults));
         tasks.extend(streams::spawn(
             &hosted,
@@ -396,19 +411,6 @@ impl LocalStack {
         ));
         tasks.extend(schedules.spawn());
         tasks.extend(firer.spawn());
-        // Each function's init warm-up, as deployed, under its own identity: its role must
-        // allow every call (a denied one would be a warning in every cold start's log).
-        futures::future::join_all(
-            hosted.iter().map(|function| longhaul_aws::sdk::warm_up(function.warm_set.clone())),
-        )
-        .await;
-        let denied = denials.snapshot();
-        if !denied.is_empty() {
-            for task in &tasks {
-                task.abort();
-            }
-            anyhow::bail!("a function's init warm-up was denied by its role: {denied:?}");
-        }
         Ok(LocalStack {
             api_url,
             edge_url,

@@ -19,7 +19,9 @@ type Build<C> = Box<dyn FnOnce() -> C + Send>;
 ///
 /// A client's constructor panics only on a configuration the code got wrong (no behaviour
 /// version, retries without a sleep implementation); [`crate::sdk::sdk_config_from`] sets
-/// those, and every test that makes an AWS call builds its clients the same way.
+/// those, and every test that makes an AWS call builds its clients the same way. Were it to
+/// panic, a lazy client would do so at its first use, not at init, and every use after (the
+/// lock stays poisoned): one reason DynamoDB's client, which every function uses, is eager.
 ///
 /// Dereferences to the client. A client built already converts with `From` (tests, callers
 /// that share one).
@@ -40,7 +42,9 @@ impl<C: Send + 'static> LazyClient<C> {
 
 impl<C: Send + 'static> From<C> for LazyClient<C> {
     fn from(client: C) -> Self {
-        LazyClient(Arc::new(LazyLock::new(Box::new(move || client))))
+        let built: LazyLock<C, Build<C>> = LazyLock::new(Box::new(move || client));
+        LazyLock::force(&built);
+        LazyClient(Arc::new(built))
     }
 }
 
@@ -95,6 +99,7 @@ mod tests {
     #[test]
     fn a_client_built_already_is_used_as_it_is() {
         let client = LazyClient::from(7_u32);
+        assert!(client.is_built());
         assert_eq!(*client, 7);
         assert_eq!(format!("{client:?}"), "7");
     }

@@ -351,7 +351,7 @@ fn report(rows: &[Row], runs: usize, host: &str) -> String {
          (its `LONGHAUL_FUNCTION`) {runs} times against a minimal Lambda Runtime API emulator, interleaved round by round with a \
          bare `lambda_runtime` binary that returns its event (`{HELLO}`, the baseline). **Init** is \
          process spawn → its first `GET /2018-06-01/runtime/invocation/next`: tracing set-up, \
-         configuration, the SDK configuration and clients, and the connection warm-up \
+         configuration, the SDK configuration and DynamoDB's client, and the connection warm-up \
          (`longhaul_aws::sdk::warm_up`). **First event** is the event handed out → the response (or \
          error) posted, for the function's sample event from `events/`.\n\n"
     ));
